@@ -1,0 +1,29 @@
+"""tmplkit: chat-template boundary analysis.
+
+Load a chat template, derive every role's start delimiter, prove it by a round trip, detect
+message spans over token ids, and drive a checkpointing prefill runner.
+"""
+
+from .analyze import Analysis, RoundTrip, analyze
+from .delimiters import ROLES, Delimiter, sort_delimiters
+from .errors import (
+    AnalysisError,
+    GGUFError,
+    InputError,
+    ModelError,
+    RenderError,
+    RenderLimitError,
+    SourceError,
+    TmplkitError,
+    TokenizerError,
+)
+from .sources import ChatTemplate
+from .spans import TextSpan, split_text
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ROLES", "Analysis", "AnalysisError", "ChatTemplate", "Delimiter", "GGUFError", "InputError",
+    "ModelError", "RenderError", "RenderLimitError", "RoundTrip", "SourceError", "TextSpan",
+    "TmplkitError", "TokenizerError", "analyze", "sort_delimiters", "split_text",
+]

@@ -1,0 +1,36 @@
+"""Roles and role start delimiters: the vocabulary every pipeline stage shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+# Role order is also the tie-break order when delimiters have the same length.
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+_ROLE_RANK = {role: i for i, role in enumerate(ROLES)}
+
+
+@dataclass(frozen=True)
+class Delimiter:
+    """A string that starts a message of `role` in a rendered conversation."""
+
+    role: str
+    text: str
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "text": self.text}
+
+
+def sort_delimiters(delimiters: Iterable[Delimiter]) -> tuple[Delimiter, ...]:
+    """Longest first; ties by role order (system, user, assistant, tool), then by text.
+
+    Duplicates (same role and text) are dropped. Splitting always tries the longest first,
+    so `<|im_start|>user\\n<tool_response>` wins over `<|im_start|>user`.
+
+    >>> [d.text for d in sort_delimiters([Delimiter("user", "<u>"), Delimiter("tool", "<u><t>")])]
+    ['<u><t>', '<u>']
+    """
+    unique = {(d.role, d.text): d for d in delimiters if d.text}
+    return tuple(
+        sorted(unique.values(), key=lambda d: (-len(d.text), _ROLE_RANK.get(d.role, len(ROLES)), d.text))
+    )
