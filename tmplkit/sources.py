@@ -1,15 +1,29 @@
-"""Loading chat templates from GGUF files, Hugging Face repos, .jinja/JSON files and folders."""
+"""Loading chat templates from GGUF files, Hugging Face repos, .jinja/JSON files and folders.
+
+`load(source)` accepts:
+  - `model.gguf`: `tokenizer.chat_template` and every `tokenizer.chat_template.<name>`;
+  - `hf:org/name[@revision]`: a Hub repo through huggingface_hub (honours HF_HUB_OFFLINE and the cache);
+  - `template.jinja`, `tokenizer_config.json`, `chat_template.json`;
+  - a model folder (with tokenizer_config.json / chat_template.json / chat_template.jinja), or a
+    folder of `*.jinja` files (one template each);
+  - `corpus:llama.cpp`: the pinned llama.cpp template corpus in the cache.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import GGUFError, SourceError
 
 
 @dataclass(frozen=True)
 class ChatTemplate:
     """One chat template and where it came from.
 
-    `name` identifies the template in reports (e.g. "Qwen3-Coder" or "model.gguf:tool_use");
+    `name` identifies the template in reports (e.g. "Qwen3-Coder" or "model:tool_use");
     `source` is the origin as the user gave it; bos/eos are the token strings templates see.
     """
 
@@ -27,3 +41,251 @@ class ChatTemplate:
             "eos_token": self.eos_token,
             "text": self.text,
         }
+
+
+_HF_FILES = ("tokenizer_config.json", "chat_template.json", "chat_template.jinja")
+_HF_PATTERNS = [*_HF_FILES, "additional_chat_templates/*.jinja", "special_tokens_map.json"]
+
+
+def load(source: str | os.PathLike) -> list[ChatTemplate]:
+    """Load every chat template a source holds, in a stable order.
+
+    >>> load("fixtures/templates/chatml.jinja")[0].name
+    'chatml'
+    """
+    text = str(source)
+    if text.startswith("hf:"):
+        return load_hf(text[3:])
+    if text.startswith("corpus:"):
+        return _load_corpus(text[len("corpus:"):])
+    path = Path(source)
+    if path.is_dir():
+        return load_dir(path)
+    if not path.exists():
+        raise SourceError(
+            f"{path}: no such file or folder; give a .gguf, .jinja, tokenizer_config.json, "
+            "chat_template.json, a folder, hf:org/name or corpus:llama.cpp"
+        )
+    suffix = path.suffix.lower()
+    if suffix == ".gguf":
+        return load_gguf(path)
+    if suffix == ".json":
+        return load_json(path)
+    if suffix in (".jinja", ".j2", ".jinja2", ".txt"):
+        return [load_jinja(path)]
+    raise SourceError(
+        f"{path}: unknown kind of template source (suffix '{path.suffix}'); "
+        "give a .gguf, .jinja or .json file, a folder, or hf:org/name"
+    )
+
+
+def load_many(sources) -> list[ChatTemplate]:
+    """Load several sources, concatenated in order."""
+    out: list[ChatTemplate] = []
+    for s in sources:
+        out.extend(load(s))
+    return out
+
+
+def load_one(source: str | os.PathLike, name: str | None = None) -> ChatTemplate:
+    """The template named `name` (or the default, i.e. the first) from a source."""
+    templates = load(source)
+    if name is None:
+        return templates[0]
+    for t in templates:
+        if t.name == name or t.name.rsplit(":", 1)[-1] == name:
+            return t
+    raise SourceError(f"{source}: no template named '{name}'; it has: {', '.join(t.name for t in templates)}")
+
+
+def load_jinja(path: Path, name: str | None = None, bos: str | None = None, eos: str | None = None) -> ChatTemplate:
+    return ChatTemplate(_read_text(path), name or path.stem, str(path), bos, eos)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read ({exc.strerror}); check the path and permissions") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{path}: not valid UTF-8 at byte {exc.start}; save the template as UTF-8") from None
+    if not text.strip():
+        raise SourceError(f"{path}: the template is empty; give a file with a chat template")
+    return text
+
+
+def _read_json(path: Path):
+    text = _read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SourceError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); fix the file") from None
+
+
+def _token_str(value, path: Path, key: str) -> str | None:
+    # tokenizer_config.json stores special tokens as a string or a serialized AddedToken.
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    raise SourceError(f"{path}: '{key}' should be a string or {{\"content\": ...}}, got {type(value).__name__}")
+
+
+def _templates_from_value(value, path: Path, base: str, bos, eos, key: str = "chat_template") -> list[ChatTemplate]:
+    """A `chat_template` value: a string, or a list of {"name": ..., "template": ...}."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise SourceError(f"{path}: '{key}' is empty; give a chat template")
+        return [ChatTemplate(value, base, str(path), bos, eos)]
+    if isinstance(value, list):
+        out = []
+        for i, item in enumerate(value):
+            if not (isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("template"), str)):
+                raise SourceError(
+                    f"{path}: '{key}' item {i} must be {{\"name\": str, \"template\": str}}; fix the named-template list"
+                )
+            name = base if item["name"] == "default" else f"{base}:{item['name']}"
+            out.append(ChatTemplate(item["template"], name, str(path), bos, eos))
+        if not out:
+            raise SourceError(f"{path}: '{key}' is an empty list; give at least one template")
+        return out
+    raise SourceError(f"{path}: '{key}' must be a string or a list of named templates, got {type(value).__name__}")
+
+
+def load_json(path: Path, base: str | None = None) -> list[ChatTemplate]:
+    """tokenizer_config.json or chat_template.json (any JSON object with a `chat_template`)."""
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise SourceError(f"{path}: expected a JSON object with 'chat_template', got {type(data).__name__}")
+    if "chat_template" not in data:
+        raise SourceError(f"{path}: no 'chat_template' key; this model ships its template elsewhere (try the folder or the GGUF)")
+    base = base or (path.parent.name if path.name in _HF_FILES else path.stem) or path.stem
+    bos = _token_str(data.get("bos_token"), path, "bos_token")
+    eos = _token_str(data.get("eos_token"), path, "eos_token")
+    return _templates_from_value(data["chat_template"], path, base, bos, eos)
+
+
+def load_dir(path: Path) -> list[ChatTemplate]:
+    """A model folder (Hugging Face layout) or a folder of .jinja templates."""
+    if any((path / f).is_file() for f in _HF_FILES):
+        return _load_model_dir(path, path.name)
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() == ".jinja")
+    if not files:
+        raise SourceError(f"{path}: no templates here (no tokenizer_config.json, chat_template.json or *.jinja); give another folder")
+    return [load_jinja(p) for p in files]
+
+
+def _load_model_dir(path: Path, base: str) -> list[ChatTemplate]:
+    """Hugging Face layout, in transformers' precedence: chat_template.jinja, chat_template.json,
+    then tokenizer_config.json; additional_chat_templates/*.jinja add named templates."""
+    bos = eos = None
+    config = path / "tokenizer_config.json"
+    config_data = None
+    if config.is_file():
+        config_data = _read_json(config)
+        if not isinstance(config_data, dict):
+            raise SourceError(f"{config}: expected a JSON object, got {type(config_data).__name__}; fix the file")
+        bos = _token_str(config_data.get("bos_token"), config, "bos_token")
+        eos = _token_str(config_data.get("eos_token"), config, "eos_token")
+    templates: list[ChatTemplate] = []
+    if (path / "chat_template.jinja").is_file():
+        templates.append(load_jinja(path / "chat_template.jinja", base, bos, eos))
+    elif (path / "chat_template.json").is_file():
+        data = _read_json(path / "chat_template.json")
+        if not isinstance(data, dict) or "chat_template" not in data:
+            raise SourceError(f"{path / 'chat_template.json'}: expected an object with 'chat_template'; fix the file")
+        templates.extend(_templates_from_value(data["chat_template"], path / "chat_template.json", base, bos, eos))
+    elif config_data is not None and "chat_template" in config_data:
+        templates.extend(_templates_from_value(config_data["chat_template"], config, base, bos, eos))
+    extra = path / "additional_chat_templates"
+    if extra.is_dir():
+        for p in sorted(extra.glob("*.jinja")):
+            templates.append(load_jinja(p, f"{base}:{p.stem}", bos, eos))
+    if not templates:
+        raise SourceError(f"{path}: this model folder has no chat template (none in chat_template.jinja/.json or tokenizer_config.json)")
+    return templates
+
+
+def load_hf(spec: str) -> list[ChatTemplate]:
+    """`org/name[@revision]` from the Hugging Face Hub, or its local cache when HF_HUB_OFFLINE=1."""
+    repo, _, revision = spec.partition("@")
+    if repo.count("/") != 1 or not all(repo.split("/")):
+        raise SourceError(f"hf:{spec}: a Hub source is hf:org/name[@revision]")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub import errors as hf_errors
+    from huggingface_hub import constants
+
+    offline = bool(constants.HF_HUB_OFFLINE)
+    try:
+        folder = snapshot_download(repo, revision=revision or None, allow_patterns=_HF_PATTERNS, local_files_only=offline)
+    except hf_errors.RevisionNotFoundError:
+        raise SourceError(f"hf:{spec}: revision '{revision}' does not exist; check the branch, tag or commit") from None
+    except hf_errors.RepositoryNotFoundError:
+        raise SourceError(f"hf:{spec}: no such repository (or it is private); check the name or log in") from None
+    except hf_errors.GatedRepoError:
+        raise SourceError(f"hf:{spec}: the repository is gated; accept its terms on the Hub and log in") from None
+    except hf_errors.LocalEntryNotFoundError:
+        where = "is not in the local cache and HF_HUB_OFFLINE is set" if offline else "could not be reached"
+        raise SourceError(f"hf:{spec}: the repository {where}; download it once online or unset HF_HUB_OFFLINE") from None
+    except (hf_errors.HfHubHTTPError, OSError, ValueError) as exc:
+        raise SourceError(f"hf:{spec}: could not fetch from the Hub ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    templates = _load_model_dir(Path(folder), repo.split("/")[1])
+    source = f"hf:{spec}"
+    return [ChatTemplate(t.text, t.name, source, t.bos_token, t.eos_token) for t in templates]
+
+
+def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
+    """The chat templates in a GGUF's metadata, with the BOS/EOS token strings of its vocabulary.
+
+    Reads the key/value header only (never the tensors), so large models load quickly.
+    """
+    from .gguf_meta import read_metadata
+
+    p = Path(path)
+    bos_key, eos_key, tokens_key = "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.tokens"
+    md = read_metadata(
+        p,
+        lambda k: k.startswith("tokenizer.chat_template") or k in (bos_key, eos_key, tokens_key, "general.name"),
+        pick={tokens_key: lambda m: {m.get(bos_key), m.get(eos_key)}},
+    )
+    tokens = md.get(tokens_key) or {}
+
+    def token(key: str) -> str | None:
+        idx = md.get(key)
+        raw = tokens.get(idx) if isinstance(idx, int) else None
+        return raw.decode("utf-8", errors="replace") if raw is not None else None
+
+    bos, eos = token(bos_key), token(eos_key)
+    base = p.stem
+    out: list[ChatTemplate] = []
+    keys = sorted(k for k in md if k.startswith("tokenizer.chat_template"))
+    # The default template first, then the named ones in name order.
+    keys.sort(key=lambda k: (k != "tokenizer.chat_template", k))
+    for key in keys:
+        if key == "tokenizer.chat_templates":
+            continue  # a list of names, not a template
+        raw = md[key]
+        if not isinstance(raw, bytes):
+            raise GGUFError(f"{p}: '{key}' is not a string; the file's metadata is corrupted")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GGUFError(f"{p}: '{key}' is not valid UTF-8 at byte {exc.start}; re-convert the model with a fixed template") from None
+        name = base if key == "tokenizer.chat_template" else f"{base}:{key[len('tokenizer.chat_template.'):]}"
+        out.append(ChatTemplate(text, name, str(p), bos, eos))
+    if not out:
+        raise SourceError(
+            f"{p}: this GGUF has no chat template (no tokenizer.chat_template key); "
+            "give the template from another source, e.g. --template hf:org/name or a .jinja file"
+        )
+    return out
+
+
+def _load_corpus(name: str) -> list[ChatTemplate]:
+    from . import corpus
+
+    if name not in ("llama.cpp", "llama-cpp", ""):
+        raise SourceError(f"corpus:{name}: unknown corpus; the one known is corpus:llama.cpp")
+    return load_dir(corpus.templates_dir())

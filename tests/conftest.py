@@ -1,0 +1,45 @@
+"""Shared test helpers. Tests never touch the network; real data comes from the pinned corpus."""
+
+from __future__ import annotations
+
+import pytest
+
+from tmplkit import corpus
+
+
+def pytest_collection_modifyitems(config, items):
+    # Tests that need the pinned corpus skip with a clear reason when it is not fetched.
+    if corpus.is_fetched():
+        return
+    skip = pytest.mark.skip(reason="llama.cpp corpus not in the cache; run `tmplkit corpus fetch`")
+    for item in items:
+        if "corpus" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def write_gguf(tmp_path):
+    """Write a small GGUF with a vocabulary and the given chat templates; returns its path."""
+    import gguf
+
+    def make(name="model.gguf", template="{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
+             named=None, tokens=("<unk>", "<s>", "</s>", "hello"), bos=1, eos=2):
+        path = tmp_path / name
+        w = gguf.GGUFWriter(str(path), "llama")
+        w.add_tokenizer_model("llama")
+        w.add_token_list(list(tokens))
+        if bos is not None:
+            w.add_bos_token_id(bos)
+        if eos is not None:
+            w.add_eos_token_id(eos)
+        if template is not None:
+            w.add_string("tokenizer.chat_template", template)
+        for key, text in (named or {}).items():
+            w.add_string(f"tokenizer.chat_template.{key}", text)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return path
+
+    return make

@@ -1,0 +1,173 @@
+"""Loading templates from every kind of source, and the errors for bad sources."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tmplkit import GGUFError, SourceError
+from tmplkit import sources
+from tmplkit.gguf_meta import GGUFValueType, GGUF_MAGIC
+
+CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+
+
+def test_value_type_codes_match_gguf_package():
+    import gguf
+
+    assert GGUF_MAGIC == gguf.GGUF_MAGIC
+    assert {t.name: t.value for t in GGUFValueType} == {t.name: t.value for t in gguf.GGUFValueType}
+
+
+def test_gguf_default_and_named_templates_with_bos_eos(write_gguf):
+    path = write_gguf(template=CHATML, named={"tool_use": "TOOLS {{ messages }}", "rag": "RAG"})
+    got = sources.load(path)
+    assert [t.name for t in got] == ["model", "model:rag", "model:tool_use"]
+    assert got[0].text == CHATML
+    assert (got[0].bos_token, got[0].eos_token) == ("<s>", "</s>")
+    assert all(t.source == str(path) for t in got)
+
+
+def test_gguf_large_sparse_file_reads_only_metadata(write_gguf):
+    # A 20 GB model: the tensor region is a sparse hole that must never be read.
+    path = write_gguf(template=CHATML)
+    with open(path, "r+b") as f:
+        f.truncate(20 * 1024**3)
+    assert sources.load(path)[0].text == CHATML
+
+
+def test_gguf_without_template(write_gguf):
+    path = write_gguf(template=None)
+    with pytest.raises(SourceError, match="has no chat template") as exc:
+        sources.load(path)
+    assert str(path) in str(exc.value)
+
+
+def test_gguf_truncated_and_not_gguf(write_gguf, tmp_path):
+    path = write_gguf(template=CHATML)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(GGUFError, match="truncated|corrupted"):
+        sources.load(cut)
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"PK\x03\x04 this is a zip file, not a model")
+    with pytest.raises(GGUFError, match="not a GGUF file"):
+        sources.load(fake)
+
+
+@pytest.mark.corpus
+def test_real_vocab_gguf_templates():
+    from tmplkit import corpus
+
+    qwen = sources.load(corpus.vocab_path("qwen35"))
+    assert qwen[0].bos_token == "<|endoftext|>" and "<|im_start|>" in qwen[0].text
+    names = [t.name for t in sources.load(corpus.vocab_path("command-r"))]
+    assert names == ["ggml-vocab-command-r", "ggml-vocab-command-r:rag", "ggml-vocab-command-r:tool_use"]
+
+
+def test_missing_and_unknown_sources(tmp_path):
+    with pytest.raises(SourceError, match="no such file or folder"):
+        sources.load(tmp_path / "nope.gguf")
+    odd = tmp_path / "weights.bin"
+    odd.write_bytes(b"x")
+    with pytest.raises(SourceError, match="unknown kind of template source"):
+        sources.load(odd)
+    with pytest.raises(SourceError, match="unknown corpus"):
+        sources.load("corpus:nothing")
+
+
+def test_jinja_file_and_folder_of_templates(tmp_path):
+    (tmp_path / "b.jinja").write_text(CHATML)
+    (tmp_path / "a.jinja").write_text("{{ messages[0].content }}")
+    (tmp_path / "notes.md").write_text("not a template")
+    got = sources.load(tmp_path)
+    assert [t.name for t in got] == ["a", "b"]
+    assert sources.load(tmp_path / "b.jinja")[0].text == CHATML
+    bad = tmp_path / "bad.jinja"
+    bad.write_bytes(b"\xff\xfe{{ x }}")
+    with pytest.raises(SourceError, match="not valid UTF-8"):
+        sources.load(bad)
+
+
+def test_tokenizer_config_string_and_named_list(tmp_path):
+    model = tmp_path / "org-model"
+    model.mkdir()
+    cfg = model / "tokenizer_config.json"
+    cfg.write_text(json.dumps({"chat_template": CHATML, "bos_token": {"content": "<s>"}, "eos_token": "</s>"}))
+    (t,) = sources.load(cfg)
+    assert (t.name, t.text, t.bos_token, t.eos_token) == ("org-model", CHATML, "<s>", "</s>")
+    cfg.write_text(json.dumps({"chat_template": [{"name": "default", "template": CHATML},
+                                                 {"name": "tool_use", "template": "T"}]}))
+    assert [t.name for t in sources.load(model)] == ["org-model", "org-model:tool_use"]
+
+
+def test_model_folder_precedence_and_additional_templates(tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "OLD", "eos_token": "<e>"}))
+    (tmp_path / "chat_template.jinja").write_text(CHATML)
+    extra = tmp_path / "additional_chat_templates"
+    extra.mkdir()
+    (extra / "rag.jinja").write_text("RAG")
+    got = sources.load(tmp_path)
+    assert [(t.name.split(":")[-1], t.text, t.eos_token) for t in got] == [
+        (tmp_path.name, CHATML, "<e>"), ("rag", "RAG", "<e>")]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    ('["a list"]', "expected a JSON object"),
+    ('{"chat_template": 5}', "must be a string or a list"),
+    ('{"chat_template": [{"template": "x"}]}', "item 0 must be"),
+    ('{"other": 1}', "no 'chat_template' key"),
+])
+def test_malformed_json_sources(tmp_path, content, message):
+    path = tmp_path / "chat_template.json"
+    path.write_text(content)
+    with pytest.raises(SourceError, match=message):
+        sources.load(path)
+
+
+def _hf_cache(root: Path, repo: str, files: dict[str, str], commit: str = "a" * 40) -> None:
+    # The layout huggingface_hub's cache uses: refs/<branch> -> commit, snapshots/<commit>/files.
+    base = root / "hub" / ("models--" + repo.replace("/", "--"))
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / "main").write_text(commit)
+    snap = base / "snapshots" / commit
+    for name, text in files.items():
+        (snap / name).parent.mkdir(parents=True, exist_ok=True)
+        (snap / name).write_text(text)
+
+
+def _load_offline(hf_home: Path, spec: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
+    env.pop("HF_HUB_CACHE", None)
+    code = ("import sys, json; from tmplkit import sources, TmplkitError\n"
+            "try:\n    print(json.dumps([[t.name, t.text, t.eos_token] for t in sources.load(sys.argv[1])]))\n"
+            "except TmplkitError as e:\n    print('ERROR', e); sys.exit(2)")
+    return subprocess.run([sys.executable, "-c", code, spec], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_hf_repo_from_local_cache_offline(tmp_path):
+    _hf_cache(tmp_path, "acme/chat-7b", {
+        "tokenizer_config.json": json.dumps({"eos_token": "<|end|>"}),
+        "chat_template.jinja": CHATML,
+        "additional_chat_templates/tool_use.jinja": "TOOLS",
+    })
+    proc = _load_offline(tmp_path, "hf:acme/chat-7b")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [["chat-7b", CHATML, "<|end|>"], ["chat-7b:tool_use", "TOOLS", "<|end|>"]]
+
+
+def test_hf_unknown_repo_or_revision_offline(tmp_path):
+    _hf_cache(tmp_path, "acme/chat-7b", {"chat_template.jinja": CHATML})
+    for spec in ("hf:acme/missing", "hf:acme/chat-7b@v9"):
+        proc = _load_offline(tmp_path, spec)
+        assert proc.returncode == 2
+        assert proc.stdout.startswith("ERROR") and "HF_HUB_OFFLINE" in proc.stdout and "Traceback" not in proc.stderr
+    with pytest.raises(SourceError, match="hf:org/name"):
+        sources.load("hf:not-a-repo")
