@@ -17,13 +17,14 @@ from .errors import (
     TmplkitError,
     TokenizerError,
 )
-from .sources import ChatTemplate
+from .sources import ChatTemplate, load, load_gguf, load_many, load_one
+from .audit import AuditReport, audit
 from .spans import TextSpan, split_text
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ROLES", "Analysis", "AnalysisError", "ChatTemplate", "Delimiter", "GGUFError", "InputError",
+    "ROLES", "Analysis", "AuditReport", "audit", "load", "load_gguf", "load_many", "load_one", "AnalysisError", "ChatTemplate", "Delimiter", "GGUFError", "InputError",
     "ModelError", "RenderError", "RenderLimitError", "RoundTrip", "SourceError", "TextSpan",
     "TmplkitError", "TokenizerError", "analyze", "sort_delimiters", "split_text",
 ]

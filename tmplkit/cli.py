@@ -28,12 +28,119 @@ def _cmd_corpus(args) -> int:
     return 0
 
 
-# Each subcommand registers itself here: (name, add_parser function).
-_SUBCOMMANDS = [_add_corpus]
+def _load_templates(sources_: list[str]):
+    from .sources import load_many
+
+    return load_many(sources_)
+
+
+def _progress_printer(enabled: bool):
+    if not enabled:
+        return None
+
+    def report(done: int, total: int, analysis) -> None:
+        end = "\n" if done == total else ""
+        print(f"\r\x1b[2K[{done}/{total}] {analysis.name[:60]}", end=end, file=sys.stderr, flush=True)
+
+    return report
+
+
+def _emit(text: str, output: str | None) -> None:
+    """Print, or write the file atomically (the old file stays whole if we are interrupted)."""
+    if output:
+        from .atomic import write_text_atomic
+
+        write_text_atomic(output, text)
+    else:
+        sys.stdout.write(text)
+
+
+def _add_audit(sub) -> None:
+    p = sub.add_parser("audit", help="analyze templates, prove their delimiters by a round trip, report")
+    p.add_argument("sources", nargs="+", metavar="SOURCE",
+                   help="a .gguf, .jinja, tokenizer_config.json, chat_template.json, folder, hf:org/name[@rev] or corpus:llama.cpp")
+    p.add_argument("--format", choices=["text", "json", "markdown", "junit"], default="text")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+    p.add_argument("--jobs", "-j", type=int, default=None,
+                   help="worker processes (default: the machine's cores); each template is analyzed in a sandboxed worker")
+    p.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds per template (default 10)")
+    p.add_argument("--memory", type=int, default=1024, metavar="MB", help="memory limit per worker in MiB (default 1024)")
+    p.add_argument("--in-process", action="store_true", help="analyze in this process (no workers; render limits only)")
+    p.add_argument("--expected-failures", metavar="FILE",
+                   help="JSON {template name: reason}: listed failures do not fail the audit, listed passes do")
+    p.set_defaults(func=_cmd_audit)
+
+
+def _positive(value, flag: str):
+    from .errors import InputError
+
+    if value is not None and value <= 0:
+        raise InputError(f"{flag} must be positive, got {value}")
+    return value
+
+
+def _cmd_audit(args) -> int:
+    from . import audit as audit_mod
+
+    _positive(args.jobs, "--jobs")
+    _positive(args.timeout, "--timeout")
+    _positive(args.memory, "--memory")
+    expected = audit_mod.load_expected_failures(args.expected_failures) if args.expected_failures else None
+    templates = _load_templates(args.sources)
+    progress = _progress_printer(sys.stderr.isatty())
+    if args.in_process:
+        report = audit_mod.audit(templates, jobs=1, expected_failures=expected, progress=progress)
+    else:
+        report = audit_mod.audit(templates, jobs=args.jobs, timeout=args.timeout, memory_mb=args.memory,
+                                 expected_failures=expected, progress=progress)
+    _emit(audit_mod.AUDIT_FORMATS[args.format](report), args.output)
+    if args.format != "text":
+        print(audit_mod.summary_line(report), file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def _add_table(sub) -> None:
+    p = sub.add_parser("table", help="print the delimiter table, one row per template")
+    p.add_argument("sources", nargs="+", metavar="SOURCE")
+    p.add_argument("--format", choices=["markdown", "csv", "json"], default="markdown")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the table to FILE (atomically)")
+    p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: the machine's cores)")
+    p.set_defaults(func=_cmd_table)
+
+
+def _cmd_table(args) -> int:
+    from . import audit as audit_mod
+
+    _positive(args.jobs, "--jobs")
+    templates = _load_templates(args.sources)
+    report = audit_mod.audit(templates, jobs=args.jobs, timeout=10.0, progress=_progress_printer(sys.stderr.isatty()))
+    _emit(audit_mod.format_table(report.results, args.format), args.output)
+    return 0
+
+
+def _add_show(sub) -> None:
+    p = sub.add_parser("show", help="render the mixed probe conversation and mark its spans")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--name", help="which template of the source (default: the first)")
+    p.set_defaults(func=_cmd_show)
+
+
+def _cmd_show(args) -> int:
+    from .analyze import analyze
+    from .audit import format_show
+    from .sources import load_one
+
+    analysis = analyze(load_one(args.source, args.name))
+    sys.stdout.write(format_show(analysis, color=sys.stdout.isatty()))
+    return 0
+
+
+# Each subcommand registers itself here: an add-parser function per subcommand.
+_SUBCOMMANDS = [_add_audit, _add_table, _add_show, _add_corpus]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tmplkit", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="tmplkit", description="Chat-template boundary analysis: derive role delimiters, detect spans, drive checkpointing prefill.")
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"tmplkit {__version__}")
