@@ -1,0 +1,143 @@
+"""Atomic writes: an interrupted write leaves the old file or the complete new one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tmplkit import atomic
+from tmplkit.atomic import atomic_open, write_bytes_atomic, write_text_atomic
+
+
+def _leftovers(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_write_text_and_bytes(tmp_path):
+    p = tmp_path / "a.json"
+    write_text_atomic(p, "héllo\n")
+    assert p.read_text(encoding="utf-8") == "héllo\n"
+    write_bytes_atomic(p, b"\x00\xff")
+    assert p.read_bytes() == b"\x00\xff"
+    assert _leftovers(tmp_path) == []
+
+
+def test_failure_mid_write_keeps_old_file(tmp_path):
+    p = tmp_path / "report.json"
+    p.write_text("OLD", encoding="utf-8")
+    with pytest.raises(RuntimeError):
+        with atomic_open(p) as f:
+            f.write("NEW " * 1000)
+            f.flush()
+            raise RuntimeError("disk on fire")
+    assert p.read_text(encoding="utf-8") == "OLD"
+    assert _leftovers(tmp_path) == []
+
+
+def test_keyboard_interrupt_mid_write_keeps_old_file(tmp_path):
+    p = tmp_path / "report.md"
+    p.write_text("OLD", encoding="utf-8")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_open(p, "wb") as f:
+            f.write(b"half")
+            raise KeyboardInterrupt
+    assert p.read_text(encoding="utf-8") == "OLD"
+    assert _leftovers(tmp_path) == []
+
+
+def test_failed_rename_keeps_old_file(tmp_path, monkeypatch):
+    p = tmp_path / "out.txt"
+    p.write_text("OLD", encoding="utf-8")
+
+    def boom(src, dst):
+        raise OSError("simulated rename failure")
+
+    monkeypatch.setattr(atomic.os, "replace", boom)
+    with pytest.raises(OSError, match="simulated"):
+        write_text_atomic(p, "NEW")
+    assert p.read_text(encoding="utf-8") == "OLD"
+    assert _leftovers(tmp_path) == []
+
+
+def test_new_file_absent_after_failure(tmp_path):
+    p = tmp_path / "new.txt"
+    with pytest.raises(ValueError):
+        with atomic_open(p) as f:
+            f.write("x")
+            raise ValueError
+    assert not p.exists()
+
+
+def test_permissions_kept(tmp_path):
+    p = tmp_path / "script.sh"
+    p.write_text("old")
+    os.chmod(p, 0o751)
+    write_text_atomic(p, "new")
+    assert stat.S_IMODE(p.stat().st_mode) == 0o751
+
+
+def test_bad_mode_rejected(tmp_path):
+    with pytest.raises(ValueError):
+        with atomic_open(tmp_path / "x", "a"):
+            pass
+
+
+_WRITER = r"""
+import sys, time
+from tmplkit.atomic import atomic_open
+with atomic_open(sys.argv[1]) as f:
+    for i in range(10**6):
+        f.write("NEW-%07d\n" % i)
+        if i == 1000:
+            f.flush()
+            print("writing", flush=True)
+            time.sleep(60)
+"""
+
+
+def test_killed_process_leaves_old_file(tmp_path):
+    """A process killed mid-write (no cleanup runs at all) leaves the old file intact."""
+    p = tmp_path / "report.json"
+    p.write_text("OLD", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(p)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()
+    assert p.read_text(encoding="utf-8") == "OLD"
+    # The only trace is a hidden temporary file next to the target, never a partial target.
+    assert all(name.startswith(".report.json.") for name in _leftovers(tmp_path))
+
+
+def test_concurrent_reader_never_sees_partial(tmp_path):
+    import threading
+
+    p = tmp_path / "big.txt"
+    old, new = "A" * 200_000, "B" * 200_000
+    write_text_atomic(p, old)
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            seen.add(p.read_text())
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for i in range(30):
+            write_text_atomic(p, new if i % 2 else old)
+    finally:
+        stop.set()
+        t.join()
+    assert seen and seen <= {old, new}

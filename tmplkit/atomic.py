@@ -1,0 +1,110 @@
+"""Atomic file writes: a reader sees the old file or the complete new one, never a partial one.
+
+The new content goes to a temporary file in the target's folder, is flushed and fsync'ed, and
+then renamed over the target (`os.replace`, atomic on POSIX and on Windows for same-volume
+paths). If anything fails before the rename, the temporary file is removed and the target is
+left untouched.
+
+>>> import tempfile, pathlib
+>>> p = pathlib.Path(tempfile.mkdtemp()) / "report.json"
+>>> write_text_atomic(p, '{"ok": true}\\n')
+>>> p.read_text()
+'{"ok": true}\\n'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+__all__ = ["atomic_open", "write_bytes_atomic", "write_text_atomic"]
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; do it once, at import time (single-threaded).
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
+@contextlib.contextmanager
+def atomic_open(
+    path: str | os.PathLike,
+    mode: str = "w",
+    *,
+    encoding: str | None = "utf-8",
+    newline: str | None = None,
+    fsync: bool = True,
+) -> Iterator[IO]:
+    """Open `path` for writing so that it is replaced only when the `with` block succeeds.
+
+    `mode` is "w" (text) or "wb" (bytes). The file gets the permissions the existing target
+    had, or the usual ones for a new file (0o666 less the umask).
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "out.txt"
+    >>> with atomic_open(p) as f:
+    ...     _ = f.write("complete")
+    >>> p.read_text()
+    'complete'
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
+    target = Path(path)
+    folder = target.parent
+    try:
+        existing_mode = target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        existing_mode = 0o666 & ~_UMASK
+    fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        os.chmod(fd, existing_mode)
+        if "b" in mode:
+            f = os.fdopen(fd, "wb")
+        else:
+            f = os.fdopen(fd, "w", encoding=encoding, newline=newline)
+        with f:
+            yield f
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    if fsync:
+        _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable (POSIX); a no-op where folders cannot be opened."""
+    try:
+        dfd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, *, encoding: str = "utf-8", newline: str | None = None) -> None:
+    """Write `text` to `path` atomically (see the module docstring)."""
+    with atomic_open(path, "w", encoding=encoding, newline=newline) as f:
+        f.write(text)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` atomically (see the module docstring)."""
+    with atomic_open(path, "wb") as f:
+        f.write(data)
