@@ -1,0 +1,252 @@
+"""Loading and validating conversations and sessions given as JSON.
+
+A conversation is either a list of messages, or an object `{"messages": [...], "tools": [...]}`
+(other keys of the object, e.g. session metadata, are ignored). Messages follow the chat format
+transformers' `apply_chat_template` takes:
+
+- `role` is one of system, user, assistant, tool;
+- `content` is a string, or a list of OpenAI-style text parts `[{"type": "text", "text": ...}]`
+  (passed to the template as is, as transformers does; `Conversation.flattened()` joins them
+  for templates that only take strings). Other part types (images, audio, files) are refused;
+- an assistant message may have `tool_calls` instead of content; other keys
+  (`reasoning_content`, `tool_call_id`, `name`, ...) are kept and passed through.
+
+Every problem is reported as an InputError naming the file and the JSON path, e.g.
+`session.json: messages[3].role is 'developer'; ...`.
+
+>>> c = load_conversation([{"role": "user", "content": "hi"}])
+>>> c.messages[0]["content"], c.tools
+('hi', None)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .delimiters import ROLES
+from .errors import InputError
+
+__all__ = ["Conversation", "load_conversation"]
+
+# Roles other chat formats use, and what to write instead.
+_ROLE_HINTS = {
+    "developer": "system",
+    "function": "tool",
+    "ipython": "tool",
+    "tool_result": "tool",
+    "model": "assistant",
+    "bot": "assistant",
+    "gpt": "assistant",
+    "human": "user",
+}
+_PART_HINT = 'only text parts ({"type": "text", "text": "..."}) are supported'
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """Validated messages (plain dicts, in order) and the tool definitions, if any."""
+
+    messages: tuple[dict, ...]
+    tools: tuple[dict, ...] | None = None
+    source: str = "<conversation>"
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {"messages": [dict(m) for m in self.messages]}
+        if self.tools is not None:
+            out["tools"] = [dict(t) for t in self.tools]
+        return out
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(m["role"] for m in self.messages)
+
+    def flattened(self) -> "Conversation":
+        """The same conversation with every list of text parts joined into one string."""
+        messages = []
+        for m in self.messages:
+            content = m.get("content")
+            if isinstance(content, list):
+                m = {**m, "content": "".join(part["text"] for part in content)}
+            messages.append(m)
+        return Conversation(tuple(messages), self.tools, self.source)
+
+
+def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation:
+    """Load a conversation from a JSON file path, an open file, or an already-parsed object.
+
+    >>> load_conversation({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    ...                    "tools": []}).flattened().messages[0]["content"]
+    'hi'
+    """
+    if isinstance(path_or_obj, (str, os.PathLike)):
+        where = source or str(path_or_obj)
+        data = _read_json_file(Path(path_or_obj), where)
+    elif hasattr(path_or_obj, "read"):
+        where = source or getattr(path_or_obj, "name", None) or "<stdin>"
+        data = _parse_json(path_or_obj.read(), str(where))
+    else:
+        where = source or "<conversation>"
+        data = path_or_obj
+    where = str(where)
+    if isinstance(data, Conversation):
+        data = data.to_dict()
+    if isinstance(data, (list, tuple)):
+        messages_value, tools_value, prefix = data, None, ""
+    elif isinstance(data, dict):
+        if "messages" not in data:
+            hint = ""
+            if "conversations" in data:
+                hint = " (this looks like ShareGPT data; convert it to role/content messages)"
+            raise InputError(
+                f"{where}: expected a list of messages or an object with 'messages'; "
+                f"the object has keys {_keys(data)}{hint}"
+            )
+        messages_value, tools_value, prefix = data["messages"], data.get("tools"), "messages"
+    else:
+        raise InputError(
+            f"{where}: expected a list of messages or an object with 'messages', got {_kind(data)}"
+        )
+    if not isinstance(messages_value, (list, tuple)):
+        raise InputError(f"{where}: 'messages' must be a list of messages, got {_kind(messages_value)}")
+    if not messages_value:
+        raise InputError(f"{where}: the conversation has no messages; give at least one")
+    messages = tuple(_check_message(m, f"{prefix}[{i}]", where) for i, m in enumerate(messages_value))
+    tools = None if tools_value is None else _check_tools(tools_value, where)
+    return Conversation(messages, tools, where)
+
+
+# --- reading ---------------------------------------------------------------------------------------
+
+
+def _read_json_file(path: Path, where: str):
+    try:
+        raw = path.read_bytes()
+    except IsADirectoryError:
+        raise InputError(f"{where}: is a folder; give a JSON file with the conversation") from None
+    except OSError as exc:
+        raise InputError(f"{where}: cannot read ({exc.strerror or exc}); check the path") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where}: not valid UTF-8 at byte {exc.start}; save the conversation as UTF-8 JSON") from None
+    return _parse_json(text, where)
+
+
+def _parse_json(text, where: str):
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{where}: not valid UTF-8 at byte {exc.start}; save the conversation as UTF-8 JSON") from None
+    if not text.strip():
+        raise InputError(f"{where}: empty file; give a JSON list of messages")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = "; give one JSON value (JSON Lines is not supported)" if exc.msg == "Extra data" else "; fix the JSON"
+        raise InputError(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}){hint}") from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply to be a conversation") from None
+
+
+# --- validation ------------------------------------------------------------------------------------
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list", tuple: "a list", str: "a string", bool: "a boolean",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _keys(d: dict) -> str:
+    keys = [repr(k) for k in list(d)[:8]]
+    return "{" + ", ".join(keys) + (", ..." if len(d) > 8 else "") + "}"
+
+
+def _short(value, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _check_message(m, at: str, where: str) -> dict:
+    if not isinstance(m, dict):
+        raise InputError(f"{where}: {at} must be an object with 'role' and 'content', got {_kind(m)}")
+    if "role" not in m:
+        hint = " (this looks like ShareGPT 'from'/'value'; use 'role'/'content')" if "from" in m else ""
+        raise InputError(f"{where}: {at} has no 'role'{hint}")
+    role = m["role"]
+    if not isinstance(role, str):
+        raise InputError(f"{where}: {at}.role must be a string, got {_kind(role)}")
+    if role not in ROLES:
+        hint = f"; use '{_ROLE_HINTS[role]}'" if role in _ROLE_HINTS else ""
+        raise InputError(f"{where}: {at}.role is {_short(role)}; known roles: {', '.join(ROLES)}{hint}")
+    for key in m:
+        if not isinstance(key, str):
+            raise InputError(f"{where}: {at} has a non-string key {_short(key)}")
+    content = m.get("content")
+    tool_calls = m.get("tool_calls")
+    if content is None:
+        if role != "assistant" or not (tool_calls or m.get("reasoning_content") or m.get("thinking")):
+            what = "no 'content'" if "content" not in m else "content null"
+            raise InputError(
+                f"{where}: {at} ({role}) has {what}; give a string (only assistant messages with tool_calls may omit it)"
+            )
+    elif isinstance(content, list):
+        for j, part in enumerate(content):
+            _check_part(part, f"{at}.content[{j}]", where)
+    elif not isinstance(content, str):
+        raise InputError(
+            f"{where}: {at}.content must be a string or a list of text parts, got {_kind(content)}"
+        )
+    if tool_calls is not None:
+        if role != "assistant":
+            raise InputError(f"{where}: {at} ({role}) has tool_calls; only assistant messages make tool calls")
+        if not isinstance(tool_calls, list):
+            raise InputError(f"{where}: {at}.tool_calls must be a list, got {_kind(tool_calls)}")
+        for j, call in enumerate(tool_calls):
+            _check_call(call, f"{at}.tool_calls[{j}]", where)
+    return dict(m)
+
+
+def _check_part(part, at: str, where: str) -> None:
+    if not isinstance(part, dict):
+        raise InputError(f"{where}: {at} must be an object, got {_kind(part)}; {_PART_HINT}")
+    kind = part.get("type")
+    if kind != "text":
+        what = f"a {_short(kind)} part" if kind is not None else "a part without 'type'"
+        raise InputError(f"{where}: {at} is {what}; {_PART_HINT}")
+    if not isinstance(part.get("text"), str):
+        raise InputError(f"{where}: {at}.text must be a string, got {_kind(part.get('text'))}")
+
+
+def _check_call(call, at: str, where: str) -> None:
+    if not isinstance(call, dict):
+        raise InputError(f"{where}: {at} must be an object, got {_kind(call)}")
+    fn = call.get("function", call)
+    if not isinstance(fn, dict):
+        raise InputError(f"{where}: {at}.function must be an object with 'name' and 'arguments', got {_kind(fn)}")
+    if not isinstance(fn.get("name"), str) or not fn["name"]:
+        raise InputError(f"{where}: {at} has no function name; give {{\"function\": {{\"name\": ..., \"arguments\": ...}}}}")
+    args = fn.get("arguments")
+    if args is not None and not isinstance(args, (dict, str)):
+        raise InputError(f"{where}: {at}.arguments must be an object or a JSON string, got {_kind(args)}")
+
+
+def _check_tools(tools, where: str) -> tuple[dict, ...]:
+    if not isinstance(tools, (list, tuple)):
+        raise InputError(f"{where}: 'tools' must be a list of tool definitions, got {_kind(tools)}")
+    for i, tool in enumerate(tools):
+        at = f"tools[{i}]"
+        if not isinstance(tool, dict):
+            raise InputError(f"{where}: {at} must be an object, got {_kind(tool)}")
+        fn = tool.get("function", tool)
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise InputError(
+                f"{where}: {at} has no name; give {{\"type\": \"function\", \"function\": {{\"name\": ..., \"parameters\": ...}}}}"
+            )
+    return tuple(dict(t) for t in tools)
