@@ -1,0 +1,83 @@
+"""Audit report formats and the CI-gate semantics, on hand-made analyses."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tmplkit import Analysis, Delimiter, InputError, RoundTrip
+import importlib
+
+# `tmplkit.audit` is also the audit function exported by the package; take the module itself.
+audit_mod = importlib.import_module("tmplkit.audit")
+
+PASS = Analysis(
+    name="qwen|like", source="x.jinja", status="pass",
+    user_start="<|im_start|>user\n", assistant_start="<|im_start|>assistant\n",
+    tool_response_start="<|im_start|>user\n<tool_response>\n", tool_placement="inside_user",
+    delimiters=(Delimiter("tool", "<|im_start|>user\n<tool_response>\n"), Delimiter("user", "<|im_start|>user\n")),
+    round_trip=RoundTrip(True, ("user", "tool"), ("user", "tool")),
+)
+FAIL = Analysis(name="broken", source="y.jinja", status="fail", errors=("tool response split as user",),
+                round_trip=RoundTrip(False, ("user", "tool"), ("user", "user"), ("span 1 is user, expected tool",)))
+UNSUP = Analysis(name="odd", source="z.jinja", status="unsupported", errors=("template raised: no system role",))
+
+
+def test_gate_semantics_and_expected_failures():
+    report = audit_mod.AuditReport((PASS, FAIL, UNSUP))
+    assert not report.ok and [a.name for a in report.failures] == ["broken"]
+    assert report.counts == {"pass": 1, "fail": 1, "unsupported": 1}
+    listed = audit_mod.AuditReport((PASS, FAIL, UNSUP), {"broken": "known upstream bug"})
+    assert listed.ok
+    stale = audit_mod.AuditReport((PASS,), {"qwen|like": "was broken once"})
+    assert not stale.ok and [a.name for a in stale.unexpected_passes] == ["qwen|like"]
+    assert "remove it from the list" in audit_mod.format_text(stale)
+
+
+def test_text_format_one_line_per_template_and_summary():
+    text = audit_mod.format_text(audit_mod.AuditReport((PASS, FAIL, UNSUP)))
+    lines = text.splitlines()
+    assert lines[0].startswith("PASS") and "tool=<|im_start|>user\\n<tool_response>\\n" in lines[0]
+    assert lines[1].startswith("FAIL") and "tool response split as user" in lines[1]
+    assert lines[2].startswith("UNSUPPORTED") and "no system role" in lines[2]
+    assert lines[3] == "3 templates: 1 fail, 1 pass, 1 unsupported -> FAILED"
+
+
+def test_json_is_exactly_to_dict():
+    data = json.loads(audit_mod.format_json(audit_mod.AuditReport((PASS, FAIL))))
+    assert data == [PASS.to_dict(), FAIL.to_dict()]
+    for key in ("name", "source", "status", "user_start", "assistant_start", "system_start",
+                "tool_response_start", "delimiters", "tool_placement", "errors"):
+        assert key in data[0]
+    assert data[0]["delimiters"][0] == {"role": "tool", "text": "<|im_start|>user\n<tool_response>\n"}
+
+
+def test_junit_is_valid_xml_with_failures_and_skips():
+    root = ET.fromstring(audit_mod.format_junit(audit_mod.AuditReport((PASS, FAIL, UNSUP))))
+    assert root.get("tests") == "3" and root.get("failures") == "1" and root.get("skipped") == "1"
+    cases = root.findall("testcase")
+    assert cases[0].get("name") == "qwen|like" and not list(cases[0])
+    assert cases[1].find("failure").get("type") == "fail"
+    assert cases[2].find("skipped") is not None
+
+
+def test_table_csv_keeps_exact_strings_markdown_escapes():
+    rows = list(csv.DictReader(io.StringIO(audit_mod.format_table([PASS], "csv"))))
+    assert rows[0]["tool_response_start"] == "<|im_start|>user\n<tool_response>\n"
+    md = audit_mod.format_table([PASS], "markdown").splitlines()
+    assert len(md) == 3 and "`<\\|im_start\\|>user\\n<tool_response>\\n`" in md[2]
+    assert json.loads(audit_mod.format_table([PASS], "json"))[0]["user_start"] == "<|im_start|>user\n"
+
+
+def test_expected_failures_file(tmp_path):
+    good = tmp_path / "ok.json"
+    good.write_text('{"a": "why"}')
+    assert audit_mod.load_expected_failures(good) == {"a": "why"}
+    bad = tmp_path / "bad.json"
+    bad.write_text('["a"]')
+    with pytest.raises(InputError, match="template name -> reason"):
+        audit_mod.load_expected_failures(bad)
