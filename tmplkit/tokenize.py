@@ -454,7 +454,9 @@ class TokenDelimiters:
     """Every delimiter of an Analysis as token ids, longest first, with the check's verdict.
 
     `passed` is true when splitting the tokenized probe render with these ids finds exactly the
-    message starts that splitting its text finds, at the same places. `problems` says otherwise.
+    message starts that splitting its text finds, at the same places; `problems` says otherwise.
+    `warnings` note what does not fail the check (a delimiter absent from the render, one whose
+    text tokenizes differently on its own).
     """
 
     tokenizer: str
@@ -463,6 +465,7 @@ class TokenDelimiters:
     passed: bool
     problems: tuple[str, ...] = ()
     n_tokens: int = 0
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {
@@ -472,6 +475,7 @@ class TokenDelimiters:
             "n_tokens": self.n_tokens,
             "delimiters": [d.to_dict() for d in self.delimiters],
             "problems": list(self.problems),
+            "warnings": list(self.warnings),
         }
 
     def message_delimiters(self) -> list[dict]:
@@ -573,6 +577,7 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
     if not delimiters:
         return TokenDelimiters(tok_name, name, (), False, ("the analysis has no delimiters",))
     problems: list[str] = []
+    warnings: list[str] = []
     ids, offsets = tokenizer.tokenize_with_offsets(rendered) if rendered else ([], [])
     starts = [s for s, _ in offsets]
     ends = [e for _, e in offsets]
@@ -599,6 +604,7 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
         standalone = tuple(tokenizer.tokenize(d.text))
         if not occ:
             candidates[d] = [(standalone, [], "not found in the probe render; tokenized on its own, unchecked")]
+            warnings.append(f"{d.role} delimiter {d.text!r} does not start a message in the probe render; its ids are unchecked")
             info[d] = (False, False, standalone)
             continue
         aligned = all(o.left_aligned and o.right_aligned for o in occ)
@@ -679,8 +685,8 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
     out.sort(key=lambda t: -len(t.ids))
     for t in out:
         if t.occurrences and tuple(tokenizer.tokenize(t.token_text)) != t.ids:
-            problems.append(f"{t.role} delimiter {t.token_text!r} tokenizes on its own to other ids than in context; give llama-server the ids")
-    return TokenDelimiters(tok_name, name, tuple(out), not problems, tuple(problems), len(ids))
+            warnings.append(f"{t.role} delimiter {t.token_text!r} tokenizes on its own to other ids than in context; give llama-server the ids")
+    return TokenDelimiters(tok_name, name, tuple(out), not problems, tuple(problems), len(ids), tuple(warnings))
 
 
 def _common_prefix(seqs: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
