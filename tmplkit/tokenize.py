@@ -134,10 +134,11 @@ _GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12
 _GGUF_STRING, _GGUF_ARRAY = 8, 9
 
 
-def _gguf_tokenizer_model(path: Path) -> str | None:
+def _gguf_tokenizer_model(path: Path, *, full: bool = False) -> str | None:
     """The value of `tokenizer.ggml.model` in a GGUF header, or None when the key is absent.
 
-    Raises TokenizerError when the file is not a readable GGUF. Reads keys only up to that one.
+    Raises TokenizerError when the file is not a readable GGUF. Reads keys only up to that one,
+    or, with `full`, every key (to tell a truncated file).
     """
     try:
         with path.open("rb") as f:
@@ -175,12 +176,19 @@ def _gguf_tokenizer_model(path: Path) -> str | None:
                 else:
                     raise ValueError(f"unknown GGUF value type {vtype}")
 
+            found = None
             for _ in range(n_kv):
                 key = read_str()
                 (vtype,) = struct.unpack("<I", read(4))
                 if key == b"tokenizer.ggml.model" and vtype == _GGUF_STRING:
-                    return read_str().decode("utf-8", "replace")
-                skip_value(vtype)
+                    found = read_str().decode("utf-8", "replace")
+                    if not full:
+                        return found
+                else:
+                    skip_value(vtype)
+            if full and f.tell() > path.stat().st_size:
+                raise EOFError
+            return found
     except (EOFError, ValueError, struct.error) as exc:
         raise TokenizerError(f"{path} is a truncated or corrupted GGUF file ({exc or 'unexpected end of file'}); download it again") from None
     except OSError as exc:
@@ -228,6 +236,7 @@ class LlamaCppTokenizer:
             params.vocab_only = True
             self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
+            _gguf_tokenizer_model(path, full=True)  # says so when the file is truncated
             raise TokenizerError(f"llama.cpp could not load the vocabulary of {path} (tokenizer '{model}'); the file may be damaged or from a newer llama.cpp")
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))

@@ -1,0 +1,327 @@
+"""Tokenizer adapters, their errors, and delimiters as tokens derived in context."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tmplkit import corpus
+from tmplkit.analyze import Analysis, RoundTrip
+from tmplkit.delimiters import Delimiter
+from tmplkit.errors import TokenizerError
+from tmplkit.spans import SpanDetector, split_text
+from tmplkit.tokenize import HFTokenizer, Tokenizer, load_tokenizer, token_delimiters
+
+needs_corpus = pytest.mark.skipif(not corpus.is_fetched(), reason="the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+
+
+@pytest.fixture(scope="module")
+def qwen35():
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched")
+    return load_tokenizer("vocab:qwen35")
+
+
+@pytest.fixture(scope="module")
+def phi3():
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched")
+    return load_tokenizer("vocab:phi-3")
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory):
+    """A small byte-level BPE tokenizer.json trained here, with two special tokens."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(["hello world user assistant <tool_response>\nresult\n", "ünïcødé text 😀"] * 20, trainer)
+    folder = tmp_path_factory.mktemp("tiny")
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def _check_offsets(tok: Tokenizer, text: str):
+    ids, offsets = tok.tokenize_with_offsets(text)
+    assert ids == tok.tokenize(text)
+    assert len(offsets) == len(ids)
+    prev_end = 0
+    for s, e in offsets:
+        assert 0 <= s <= e <= len(text)
+        assert s >= prev_end - 1  # a multi-byte character split across tokens is covered by both
+        prev_end = max(prev_end, e)
+    return ids, offsets
+
+
+# ---- llama.cpp -------------------------------------------------------------------------------
+
+
+def test_llama_special_tokens_parsed_no_bos(qwen35):
+    ids = qwen35.tokenize("<|im_start|>user\n")
+    assert ids == [151644, 872, 198]
+    assert qwen35.piece(151644) == "<|im_start|>"
+    assert qwen35.detokenize(ids) == "<|im_start|>user\n"
+    assert qwen35.name == "vocab:qwen35"
+    assert isinstance(qwen35, Tokenizer)
+
+
+def test_llama_offsets_the_real_case(qwen35):
+    # `<tool_response>` is not one token, `>\n` is: the delimiter ends inside a token.
+    text = "<|im_start|>user\n<tool_response>\nok"
+    ids, offsets = _check_offsets(qwen35, text)
+    pieces = [text[s:e] for s, e in offsets]
+    assert pieces[:7] == ["<|im_start|>", "user", "\n", "<", "tool", "_response", ">\n"]
+    end = len("<|im_start|>user\n<tool_response>")
+    assert not any(e == end for _, e in offsets)
+
+
+def test_llama_offsets_multibyte_split_across_tokens(qwen35):
+    text = "héllo ünïcødé 😀😀 日本語テキスト\n"
+    ids, offsets = _check_offsets(qwen35, text)
+    assert offsets[0][0] == 0 and offsets[-1][1] == len(text)
+    # every whole-character token reads back as its piece
+    for i, (s, e) in enumerate(offsets):
+        raw = qwen35.piece_bytes(ids[i])
+        if text[s:e].encode() == raw:
+            continue
+        assert raw in text[s:e].encode()  # a partial character: its bytes lie inside the characters it covers
+
+
+def test_llama_spm_space_prefix_and_stripped_whitespace(phi3):
+    text = "<|user|>\nHi there<|end|>\n<|assistant|>\nYo<|end|>\n"
+    ids, offsets = _check_offsets(phi3, text)
+    assert phi3.piece(ids[0]) == "<|user|>"
+    assert offsets[0] == (0, 8)
+    covered = "".join(text[s:e] for s, e in offsets)
+    assert "Hi" in covered and "Yo" in covered
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["<|im_start|>", "<|im_end|>", "user", "\n", " ", "\n\n", "é", "😀", "日本",
+                                  "<tool_response>", "ab", "  x", "\t", "1234"]), max_size=30))
+def test_llama_offsets_property(qwen35, parts):
+    text = "".join(parts)
+    ids, offsets = _check_offsets(qwen35, text)
+    if text:  # byte-level BPE: the tokens cover the text exactly
+        assert offsets[0][0] == 0 and offsets[-1][1] == len(text)
+    data = b"".join(qwen35.piece_bytes(i) for i in ids)
+    assert data == text.encode()
+
+
+def test_add_bos_only_when_asked(phi3):
+    assert phi3.tokenize("hi")[0] != 1
+    assert phi3.tokenize("hi", add_bos=True)[0] == 1
+
+
+# ---- Hugging Face ------------------------------------------------------------------------------
+
+
+def test_hf_file_and_folder(tiny_hf):
+    for spec in (tiny_hf, tiny_hf / "tokenizer.json", str(tiny_hf / "tokenizer.json")):
+        tok = load_tokenizer(spec)
+        assert isinstance(tok, HFTokenizer) and isinstance(tok, Tokenizer)
+    text = "<|im_start|>user\nhéllo 😀x<|im_end|>\n"
+    ids, offsets = _check_offsets(tok, text)
+    assert tok.piece(ids[0]) == "<|im_start|>" and offsets[0] == (0, 12)
+    assert tok.detokenize(ids) == text
+    assert offsets[-1][1] == len(text)
+
+
+def test_hf_cache_spec(tiny_hf, tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cache = tmp_path / "hub"
+    snap = cache / "models--acme--tiny" / "snapshots" / ("a" * 40)
+    snap.mkdir(parents=True)
+    shutil.copy(tiny_hf / "tokenizer.json", snap / "tokenizer.json")
+    (cache / "models--acme--tiny" / "refs").mkdir()
+    (cache / "models--acme--tiny" / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    tok = load_tokenizer("hf:acme/tiny")
+    assert tok.name == "hf:acme/tiny" and tok.tokenize("<|im_end|>") == [1]
+    with pytest.raises(TokenizerError, match="not in|no tokenizer.json"):
+        load_tokenizer("hf:acme/missing")
+
+
+# ---- errors: one line, a TokenizerError --------------------------------------------------------
+
+
+def _one_line(exc_info) -> str:
+    msg = str(exc_info.value)
+    assert "\n" not in msg and msg
+    return msg
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer(tmp_path / "nope.gguf")
+    assert "not found" in _one_line(e)
+
+
+def test_not_a_gguf(tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"version https://git-lfs.github.com/spec/v1\noid sha256:abc\n")
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer(bad)
+    assert "not a GGUF" in _one_line(e)
+    other = tmp_path / "vocab.bin"
+    other.write_bytes(b"\x00\x01garbage")
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer(other)
+    assert "neither a GGUF file nor a tokenizer.json" in _one_line(e)
+
+
+def test_gguf_without_vocabulary(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "novocab.gguf"
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    w.add_name("no vocab here")
+    w.add_context_length(128)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer(path)
+    assert "has no vocabulary" in _one_line(e)
+
+
+@needs_corpus
+def test_truncated_gguf(tmp_path):
+    data = corpus.vocab_path("qwen35").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:5000])
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer(cut)
+    assert "truncated or corrupted" in _one_line(e)
+
+
+def test_bad_tokenizer_json(tmp_path):
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text('{"version": "1.0", "model": {"type": "Nope"}}')
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer(bad)
+    assert "not a usable tokenizer.json" in _one_line(e)
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer(tmp_path)  # the folder holds that same bad file
+    _one_line(e)
+
+
+def test_unknown_vocab_and_empty_folder(tmp_path):
+    if corpus.is_fetched():
+        with pytest.raises(TokenizerError) as e:
+            load_tokenizer("vocab:no-such-vocab")
+        assert "no vocab" in _one_line(e)
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer(tmp_path)
+    assert "no tokenizer.json" in _one_line(e)
+
+
+# ---- delimiters as tokens, in context ----------------------------------------------------------
+
+QWEN_RENDER = (
+    "<|im_start|>system\nBe brief.<|im_end|>\n"
+    "<|im_start|>user\nRun it.<|im_end|>\n"
+    "<|im_start|>assistant\n<tool_call>\n{\"name\": \"run\"}\n</tool_call><|im_end|>\n"
+    "<|im_start|>user\n<tool_response>\nok 1\n</tool_response>\n<tool_response>\nok 2\n</tool_response><|im_end|>\n"
+    "<|im_start|>assistant\nDone.<|im_end|>\n"
+    "<|im_start|>user\nThanks<|im_end|>\n"
+)
+QWEN_DELIMS = (
+    Delimiter("tool", "<|im_start|>user\n<tool_response>"),
+    Delimiter("tool", "</tool_response>\n<tool_response>"),
+    Delimiter("system", "<|im_start|>system"),
+    Delimiter("assistant", "<|im_start|>assistant"),
+    Delimiter("user", "<|im_start|>user"),
+)
+QWEN_ROLES = ("system", "user", "assistant", "tool", "tool", "assistant", "user")
+
+
+def _analysis(delims, rendered, expected, name="test"):
+    rt = RoundTrip(True, tuple(expected), tuple(expected), rendered=rendered)
+    return Analysis(name=name, source=name, status="pass", delimiters=tuple(delims), round_trip=rt)
+
+
+def test_token_delimiters_qwen35_tool_response_ends_inside_a_token(qwen35):
+    assert [s.role for s in split_text(QWEN_RENDER, QWEN_DELIMS)] == list(QWEN_ROLES)
+    td = token_delimiters(_analysis(QWEN_DELIMS, QWEN_RENDER, QWEN_ROLES), qwen35)
+    assert td.passed, td.problems
+    by_text = {d.text: d for d in td.delimiters}
+    tool = by_text["<|im_start|>user\n<tool_response>"]
+    assert tool.occurrences == 1 and not tool.aligned and tool.stable
+    assert tool.ids == (151644, 872, 198, 27, 14172, 9655)  # `>\n` dropped
+    assert tool.token_text == "<|im_start|>user\n<tool_response"
+    assert "ends inside token '>\\n'" in tool.adjusted
+    # tokenized on its own (llama-server's way) it ends in `>`, which the render never holds
+    assert tool.standalone_ids[-1] != tool.ids[-1] and tool.standalone_ids[:-1] == tool.ids
+    nxt = by_text["</tool_response>\n<tool_response>"]
+    assert nxt.ids[-2:] == (14172, 9655) and nxt.adjusted
+    user = by_text["<|im_start|>user"]
+    assert user.aligned and user.stable and user.adjusted is None and user.ids == (151644, 872)
+    assert user.occurrences == 2
+    # longest first, in tokens
+    assert [len(d.ids) for d in td.delimiters] == sorted((len(d.ids) for d in td.delimiters), reverse=True)
+    # exports
+    md = td.message_delimiters()
+    assert {"role": "tool", "delimiter": "<|im_start|>user\n<tool_response"} in md
+    assert {"role": "user", "ids": [151644, 872]} in td.id_lists()
+    assert json.loads(json.dumps(td.to_dict()))["passed"] is True
+    # and the ids split the tokenized render into the expected roles
+    assert SpanDetector(td).split(qwen35.tokenize(QWEN_RENDER)).roles == QWEN_ROLES
+
+
+def test_standalone_delimiters_miss_in_context(qwen35):
+    """What llama-server does: tokenize the delimiter text alone. It misses every tool response."""
+    ids = qwen35.tokenize(QWEN_RENDER)
+    alone = SpanDetector([(d.role, d.text) for d in QWEN_DELIMS], tokenizer=qwen35).split(ids)
+    assert alone.roles.count("tool") == 0
+    assert alone.roles == ("system", "user", "assistant", "user", "assistant", "user")
+
+
+def test_text_delimiter_starting_inside_a_token(qwen35):
+    # `User:` style: the delimiter's leading newline merges with the one before it
+    rendered = "System: be nice\n\nUser: hi\n\nAssistant: yo\n\nUser: bye\n\nAssistant:"
+    delims = (Delimiter("user", "\nUser:"), Delimiter("assistant", "\nAssistant:"), Delimiter("system", "System:"))
+    roles = ("system", "user", "assistant", "user", "assistant")
+    assert [s.role for s in split_text(rendered, delims)] == list(roles)
+    td = token_delimiters(_analysis(delims, rendered, roles), qwen35)
+    assert td.passed, td.problems
+    user = next(d for d in td.delimiters if d.role == "user")
+    assert not user.aligned and "starts inside token" in user.adjusted
+    assert SpanDetector(td).split(qwen35.tokenize(rendered)).roles == roles
+
+
+def test_delimiter_absent_from_render_is_a_warning(qwen35):
+    delims = QWEN_DELIMS + (Delimiter("tool", "<|im_start|>tool\n"),)
+    td = token_delimiters(_analysis(delims, QWEN_RENDER, QWEN_ROLES), qwen35)
+    assert td.passed
+    extra = next(d for d in td.delimiters if d.text == "<|im_start|>tool\n")
+    assert extra.occurrences == 0 and "unchecked" in extra.adjusted
+    assert any("does not start a message" in w for w in td.warnings)
+
+
+def test_token_delimiters_with_hf(tiny_hf):
+    tok = load_tokenizer(tiny_hf)
+    rendered = "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nworld<|im_end|>\n<|im_start|>user\n<tool_response>\nresult\n</tool_response><|im_end|>\n"
+    delims = (Delimiter("user", "<|im_start|>user\n"), Delimiter("assistant", "<|im_start|>assistant\n"),
+              Delimiter("tool", "<|im_start|>user\n<tool_response>"))
+    roles = ("user", "assistant", "tool")
+    td = token_delimiters(_analysis(delims, rendered, roles), tok)
+    assert td.passed, td.problems
+    assert SpanDetector(td).split(tok.tokenize(rendered)).roles == roles
+
+
+def test_no_delimiters_fails_cleanly(tiny_hf):
+    td = token_delimiters(_analysis((), "x", ()), load_tokenizer(tiny_hf))
+    assert not td.passed and td.problems
