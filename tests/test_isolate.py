@@ -1,0 +1,205 @@
+"""Worker-process analysis: limits, crashes, ordering, and the host process staying small.
+
+The targets below stand in for `analyze()` (a worker imports them by name): each misbehaves in
+one way a hostile template can make an analysis misbehave.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tmplkit.analyze import Analysis
+from tmplkit.errors import InputError, RenderLimitError
+from tmplkit.isolate import analysis_from_exception, analyze_isolated, scan_only
+from tmplkit.sources import ChatTemplate
+
+
+def _ok(template):
+    return Analysis(name=template.name, source=template.source, status="pass",
+                    warnings=(f"pid {os.getpid()}",))
+
+
+def _by_name(template):
+    """Misbehaves according to the template's name (one target for a mixed batch)."""
+    kind = template.name.split("-")[0]
+    if kind == "sleep":
+        time.sleep(3600)
+    if kind == "nap":
+        time.sleep(float(template.text))
+    if kind == "alloc":
+        return Analysis(name="x" * (10 ** 10), source="", status="pass")
+    if kind == "grow":
+        chunks = []
+        while True:
+            chunks.append(bytearray(16 << 20))
+    if kind == "segv":
+        import ctypes
+
+        ctypes.string_at(0)
+    if kind == "exit":
+        os._exit(3)
+    if kind == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "security":
+        from jinja2.exceptions import SecurityError
+
+        raise SecurityError("access to attribute '__class__' of 'str' object is unsafe.")
+    if kind == "limit":
+        raise RenderLimitError("render took too long", kind=template.text)
+    if kind == "bigmsg":
+        raise ValueError("boom\n" + "x" * 10 ** 7)
+    if kind == "notanalysis":
+        return 42
+    if kind == "unpicklable":
+        return Analysis(name=template.name, source="", status="pass", capabilities={"f": lambda: 0})
+    if kind == "recursion":
+        def f(n):
+            return f(n + 1)
+        f(0)
+    return _ok(template)
+
+
+def T(name, text="{{ messages }}"):
+    return ChatTemplate(text=text, name=name, source=f"test:{name}")
+
+
+def _statuses(results):
+    return [a.status for a in results]
+
+
+def test_results_in_input_order_with_parallel_jobs():
+    # Later templates finish first; results still come back in the input order.
+    templates = [T(f"nap-{i}", str(0.3 - 0.1 * i)) for i in range(3)] + [T("ok-3")]
+    results = analyze_isolated(templates, jobs=2, target=_by_name)
+    assert [a.name for a in results] == [t.name for t in templates]
+    assert _statuses(results) == ["pass"] * 4
+    # One process per template: none shares a worker with another.
+    assert len({a.warnings[0] for a in results}) == 4
+
+
+def test_timeout_kills_the_worker_and_the_run_goes_on():
+    t0 = time.monotonic()
+    results = analyze_isolated([T("ok-a"), T("sleep-b"), T("ok-c")], jobs=2, timeout=0.5, target=_by_name)
+    elapsed = time.monotonic() - t0
+    assert _statuses(results) == ["pass", "timeout", "pass"]
+    assert "longer than 0.5 s" in results[1].errors[0]
+    assert 0.5 <= results[1].seconds < 3
+    assert elapsed < 10
+    assert not [p for p in psutil.Process().children(recursive=True) if p.name().startswith("tmplkit-analyze")]
+
+
+@pytest.mark.parametrize("kind,status,reason", [
+    ("alloc", "memory", "MemoryError"),
+    ("grow", "memory", "MemoryError"),
+    ("segv", "error", "crashed (SIGSEGV)"),
+    ("exit", "error", "exited with code 3 without a result"),
+    ("sigkill", "memory", "killed by SIGKILL"),
+    ("security", "unsafe", "unsafe"),
+    ("recursion", "error", "recursed too deeply"),
+    ("notanalysis", "error", "returned int, not an Analysis"),
+    ("unpicklable", "error", "could not be sent back"),
+])
+def test_each_failure_becomes_a_verdict(kind, status, reason):
+    (a,) = analyze_isolated([T(f"{kind}-x")], timeout=20, memory_mb=256, target=_by_name)
+    assert a.status == status, a.errors
+    assert reason in a.errors[0]
+    assert a.name == f"{kind}-x" and a.source == f"test:{kind}-x"
+    assert "\n" not in a.errors[0] and "Traceback" not in a.errors[0]
+
+
+@pytest.mark.parametrize("kind,status", [("timeout", "timeout"), ("memory", "memory"), ("size", "memory"),
+                                         ("unsafe", "unsafe")])
+def test_render_limit_kinds_map_to_statuses(kind, status):
+    a = analysis_from_exception(T("t"), RenderLimitError("x", kind=kind), 1.0)
+    assert a.status == status and a.seconds == 1.0
+
+
+def test_huge_messages_are_bounded_and_one_line():
+    (a,) = analyze_isolated([T("bigmsg-x")], target=_by_name)
+    assert a.status == "error"
+    assert len(a.errors[0]) < 2200 and "\n" not in a.errors[0]
+    assert a.errors[0].endswith("more characters)")
+
+
+def test_mixed_batch_survives_everything():
+    names = ["ok-0", "segv-1", "sleep-2", "alloc-3", "exit-4", "ok-5", "security-6", "ok-7"]
+    results = analyze_isolated([T(n) for n in names], jobs=2, timeout=1.0, memory_mb=256, target=_by_name)
+    assert _statuses(results) == ["pass", "error", "timeout", "memory", "error", "pass", "unsafe", "pass"]
+
+
+def test_scan_warnings_come_back_even_when_the_worker_is_killed():
+    hostile = "{{ ''.__class__.__mro__ }}"
+    ok, slow = analyze_isolated([T("ok-1", hostile), T("sleep-2", hostile)], timeout=0.5, target=_by_name)
+    for a in (ok, slow):
+        assert any("'__class__'" in w for w in a.warnings), a.warnings
+    assert slow.status == "timeout"
+    (clean,) = analyze_isolated([T("x", "{{ messages[0].content }}")], target=scan_only)
+    assert clean.warnings == ()
+
+
+def test_progress_is_reported():
+    seen = []
+    analyze_isolated([T(f"ok-{i}") for i in range(4)], jobs=2, target=_by_name,
+                     progress=lambda done, total, a: seen.append((done, total, a.name)))
+    assert [d for d, _, _ in seen] == [1, 2, 3, 4]
+    assert {n for _, _, n in seen} == {f"ok-{i}" for i in range(4)}
+    assert all(t == 4 for _, t, _ in seen)
+
+
+def test_host_memory_stays_bounded():
+    proc = psutil.Process()
+    before = proc.memory_info().rss
+    analyze_isolated([T(f"alloc-{i}") for i in range(3)] + [T("grow-3")], jobs=2, memory_mb=256, target=_by_name)
+    assert proc.memory_info().rss - before < 50 * 2 ** 20
+
+
+def test_bad_arguments():
+    assert analyze_isolated([], target=_by_name) == []
+    with pytest.raises(InputError, match="jobs"):
+        analyze_isolated([T("a")], jobs=0)
+    with pytest.raises(InputError, match="timeout"):
+        analyze_isolated([T("a")], timeout=0)
+    with pytest.raises(InputError, match="memory"):
+        analyze_isolated([T("a")], memory_mb=1)
+    with pytest.raises(InputError, match="module-level function"):
+        analyze_isolated([T("a")], target=lambda t: t)
+
+
+_ORPHAN = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from test_isolate import T, _by_name
+from tmplkit.isolate import analyze_isolated
+print("start", flush=True)
+analyze_isolated([T("sleep-1"), T("sleep-2")], jobs=2, timeout=600, target=_by_name)
+"""
+
+
+def test_workers_die_with_the_auditing_process():
+    proc = subprocess.Popen([sys.executable, "-c", _ORPHAN, os.path.dirname(__file__)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "start"
+        parent = psutil.Process(proc.pid)
+        workers = []
+        for _ in range(100):
+            workers = parent.children(recursive=True)
+            if len(workers) >= 3:  # the forkserver and two workers
+                break
+            time.sleep(0.1)
+        assert len(workers) >= 3
+        proc.kill()
+        proc.wait(10)
+        gone, alive = psutil.wait_procs(workers, timeout=10)
+        assert not alive, alive
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()

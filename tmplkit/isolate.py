@@ -1,0 +1,375 @@
+"""Analysis in worker processes, with a wall-clock and a memory limit per template.
+
+A chat template is code from whoever published the model. The Jinja sandbox stops it from
+reaching Python internals, and render.py's `Limits` stop most loops and output bombs from inside
+the render, but one process cannot stop everything from inside: a single C-level call that runs
+for minutes or allocates gigabytes never comes back to a check. So an audit analyzes each template
+in a process of its own:
+
+- the worker gets `RLIMIT_AS` = its start-up footprint + `memory_mb` (an allocation past it raises
+  MemoryError there, or kills the worker) and dies with the auditing process (PR_SET_PDEATHSIG);
+- the parent kills it with SIGKILL when `timeout` seconds have passed;
+- whatever happens to it (a hang, a MemoryError, a segfault, `os._exit`) becomes an `Analysis`
+  with status `timeout`, `memory`, `unsafe` or `error` and a one-line reason, and the run goes on.
+
+Workers are forked from a `forkserver` (spawned where that is not available) with tmplkit
+already imported, one process per template: starting one costs about 10 ms, and no template
+can leave state behind for the next. Results come back in the input order whatever `jobs` is.
+
+>>> from tmplkit.sources import ChatTemplate
+>>> [a.status for a in analyze_isolated([ChatTemplate("{{ x.__class__ }}", "t", "-")], target=scan_only)]
+['pass']
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import sys
+import time
+from typing import Callable, Iterable
+
+from .analyze import Analysis
+from .errors import InputError, RenderLimitError, TmplkitError
+from .scan import scan
+
+__all__ = [
+    "DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT", "analysis_from_exception", "analyze_isolated", "scan_only",
+]
+
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_MEMORY_MB = 1024
+
+# Reported strings are bounded: a hostile template can raise an exception with a 10 MB message.
+_MAX_MESSAGE = 2000
+_EXIT_MEMORY = 75  # the worker ran out of memory so completely it could not even report it
+_KILL_GRACE = 5.0
+_STARTUP_GRACE = 30.0
+_PRELOAD = ["tmplkit.analyze", "tmplkit.render", "tmplkit.scan", "tmplkit.isolate", "jinja2.sandbox"]
+
+Progress = Callable[[int, int, Analysis], None]
+
+
+# --- mapping failures to Analysis -----------------------------------------------------------------
+
+
+def _one_line(text: str, limit: int = _MAX_MESSAGE) -> str:
+    text = " ".join(str(text).split())
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text) - limit} more characters)"
+    return text
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _status_of(exc: BaseException) -> str:
+    from jinja2.exceptions import SecurityError
+
+    for e in _chain(exc):
+        if isinstance(e, RenderLimitError):
+            return {"timeout": "timeout", "memory": "memory", "size": "memory", "unsafe": "unsafe"}.get(e.kind, "error")
+        if isinstance(e, MemoryError):
+            return "memory"
+        if isinstance(e, SecurityError):
+            return "unsafe"
+    return "error"
+
+
+def analysis_from_exception(template, exc: BaseException, seconds: float = 0.0) -> Analysis:
+    """The Analysis for an analysis that raised `exc`: status from the exception, a one-line reason."""
+    status = _status_of(exc)
+    if isinstance(exc, TmplkitError):
+        reason = str(exc)
+    elif isinstance(exc, MemoryError):
+        reason = f"template '{template.name}' ran out of memory (MemoryError)"
+    elif isinstance(exc, RecursionError):
+        reason = f"template '{template.name}' recursed too deeply"
+    else:
+        reason = f"template '{template.name}' failed: {type(exc).__name__}: {exc}"
+    return Analysis(name=template.name, source=template.source, status=status,
+                    errors=(_one_line(reason),), seconds=seconds)
+
+
+def _failed(template, status: str, reason: str, seconds: float, warnings=()) -> Analysis:
+    return Analysis(name=template.name, source=template.source, status=status,
+                    errors=(_one_line(reason),), warnings=tuple(warnings), seconds=seconds)
+
+
+def _finish(analysis: Analysis, scan_warnings) -> Analysis:
+    """Add the scan warnings (once) and bound every reported string."""
+    warnings = list(analysis.warnings)
+    for w in scan_warnings:
+        if w not in warnings:
+            warnings.append(w)
+    return dataclasses.replace(
+        analysis,
+        errors=tuple(_one_line(e) for e in analysis.errors),
+        warnings=tuple(_one_line(w) for w in warnings),
+    )
+
+
+def scan_only(template) -> Analysis:
+    """A target that renders nothing: status 'pass', warnings from the static scan only."""
+    return Analysis(name=template.name, source=template.source, status="pass")
+
+
+def _default_target(template) -> Analysis:
+    from .analyze import analyze
+
+    return analyze(template)
+
+
+# --- the worker -----------------------------------------------------------------------------------
+
+
+def _set_parent_death_signal() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # pragma: no cover - best effort
+        pass
+
+
+def _address_space() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+
+
+def _limit_memory(memory_mb: int | None) -> None:
+    if not memory_mb:
+        return
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    base = _address_space() or 0
+    limit = base + int(memory_mb) * 1024 * 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def _worker(conn, template, target, memory_mb) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _set_parent_death_signal()
+    _limit_memory(memory_mb)
+    try:
+        warnings = scan(template.text)
+    except Exception as exc:  # the scan parses only; still, never let it stop the analysis
+        warnings = [f"scan failed: {type(exc).__name__}"]
+    conn.send(("scan", warnings))
+    start = time.perf_counter()
+    analysis = None
+    failure = None
+    try:
+        analysis = target(template)
+        if not isinstance(analysis, Analysis):
+            raise TypeError(f"the analysis returned {type(analysis).__name__}, not an Analysis")
+    except BaseException as exc:  # noqa: BLE001 - everything becomes a verdict
+        failure = exc
+    elapsed = time.perf_counter() - start
+    if failure is not None:
+        try:
+            analysis = analysis_from_exception(template, failure, elapsed)
+        except MemoryError:
+            os._exit(_EXIT_MEMORY)
+        failure = None  # drops the traceback and whatever huge values its frames held
+    try:
+        conn.send(("result", _finish(analysis, warnings)))
+    except MemoryError:
+        os._exit(_EXIT_MEMORY)
+    except Exception as exc:  # e.g. a value that does not pickle
+        conn.send(("result", _failed(template, "error", f"the analysis result could not be sent back: {exc}", elapsed, warnings)))
+    conn.close()
+
+
+# --- the parent -----------------------------------------------------------------------------------
+
+
+_CONTEXT = None
+
+
+def _context():
+    global _CONTEXT
+    if _CONTEXT is None:
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(_PRELOAD)
+        else:  # pragma: no cover - Windows, some sandboxes
+            ctx = multiprocessing.get_context("spawn")
+        _CONTEXT = ctx
+    return _CONTEXT
+
+
+@dataclasses.dataclass
+class _Job:
+    index: int
+    template: object
+    process: object
+    conn: object
+    started: float
+    deadline: float
+    warnings: list = dataclasses.field(default_factory=list)
+    result: Analysis | None = None
+    sentinel: int = -1
+
+
+def _describe_exit(code: int | None) -> tuple[str, str]:
+    if code == _EXIT_MEMORY:
+        return "memory", "ran out of memory (the worker could not even report it)"
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        if -code == signal.SIGKILL:
+            return "memory", f"the worker was killed by {name}, most likely by the system for using too much memory"
+        if -code == getattr(signal, "SIGXCPU", None):
+            return "timeout", f"the worker went past its CPU-time limit ({name})"
+        return "error", f"the worker crashed ({name})"
+    return "error", f"the worker exited with code {code} without a result"
+
+
+def analyze_isolated(
+    templates: Iterable,
+    jobs: int | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    memory_mb: int | None = DEFAULT_MEMORY_MB,
+    progress: Progress | None = None,
+    *,
+    target: Callable | None = None,
+) -> list[Analysis]:
+    """Analyze each ChatTemplate in a worker process of its own; results in the input order.
+
+    `jobs`: workers at once (default: os.cpu_count()). `timeout`: wall-clock seconds per template
+    (None: no limit). `memory_mb`: MiB a worker may allocate beyond its start-up footprint (None:
+    no limit). `progress(done, total, analysis)` is called in this process as each one ends.
+    `target(template) -> Analysis` replaces `tmplkit.analyze.analyze`; it must be importable by
+    name (a module-level function).
+
+        >>> from tmplkit import load                                         # doctest: +SKIP
+        >>> for a in analyze_isolated(load("corpus:llama.cpp"), jobs=2):   # doctest: +SKIP
+        ...     print(a.name, a.status)
+    """
+    templates = list(templates)
+    if jobs is None:
+        jobs = os.cpu_count() or 1
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise InputError(f"jobs must be a positive whole number, got {jobs!r}")
+    if timeout is not None and not timeout > 0:
+        raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if memory_mb is not None and (not isinstance(memory_mb, int) or memory_mb < 16):
+        raise InputError(f"memory limit must be at least 16 MiB, got {memory_mb!r}")
+    target = target or _default_target
+    try:
+        pickle.dumps(target)
+    except Exception as exc:
+        raise InputError(f"the analysis target must be a module-level function (it is pickled by name): {exc}") from None
+    total = len(templates)
+    results: list[Analysis | None] = [None] * total
+    if not total:
+        return []
+    ctx = _context()
+    pending = collections.deque(enumerate(templates))
+    running: dict[int, _Job] = {}  # keyed by the process sentinel
+    done = 0
+
+    def start(index, template):
+        parent_conn, child_conn = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_worker, args=(child_conn, template, target, memory_mb),
+                           name=f"tmplkit-analyze-{index}", daemon=True)
+        now = time.monotonic()
+        proc.start()
+        child_conn.close()
+        # Until the worker reports in, allow for its start-up (the first one starts the forkserver).
+        deadline = now + timeout + _STARTUP_GRACE if timeout is not None else float("inf")
+        running[proc.sentinel] = _Job(index, template, proc, parent_conn, now, deadline, sentinel=proc.sentinel)
+
+    def drain(job: _Job) -> None:
+        try:
+            while job.result is None and job.conn.poll():
+                kind, value = job.conn.recv()
+                if kind == "scan":
+                    job.warnings = list(value)
+                    if timeout is not None:  # the clock starts when the worker is up and has scanned
+                        job.started = time.monotonic()
+                        job.deadline = job.started + timeout
+                elif kind == "result":
+                    job.result = value
+        except (EOFError, OSError):
+            pass
+        except Exception as exc:  # a result that cannot be unpickled
+            job.result = _failed(job.template, "error", f"the worker's result could not be read: {exc}",
+                                 time.monotonic() - job.started, job.warnings)
+
+    def finish(job: _Job, analysis: Analysis) -> None:
+        nonlocal done
+        job.conn.close()
+        job.process.join(_KILL_GRACE)
+        if job.process.is_alive():  # pragma: no cover - a worker that sent its result and then hung
+            job.process.kill()
+            job.process.join(_KILL_GRACE)
+        del running[job.sentinel]
+        job.process.close()
+        results[job.index] = analysis
+        done += 1
+        if progress is not None:
+            progress(done, total, analysis)
+
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                start(*pending.popleft())
+            now = time.monotonic()
+            wait_for = max(0.0, min(j.deadline for j in running.values()) - now)
+            handles = list(running) + [j.conn for j in running.values()]
+            ready = multiprocessing.connection.wait(handles, timeout=min(wait_for, 3600.0))
+            for job in list(running.values()):
+                if job.conn in ready:
+                    drain(job)
+                if job.result is not None:
+                    finish(job, job.result)
+                elif job.sentinel in ready:
+                    drain(job)
+                    if job.result is not None:
+                        finish(job, job.result)
+                    else:
+                        status, reason = _describe_exit(job.process.exitcode)
+                        finish(job, _failed(job.template, status, f"template '{job.template.name}': {reason}",
+                                            time.monotonic() - job.started, job.warnings))
+            now = time.monotonic()
+            for job in [j for j in running.values() if j.deadline <= now]:
+                drain(job)
+                if job.result is not None:
+                    finish(job, job.result)
+                    continue
+                job.process.kill()
+                finish(job, _failed(
+                    job.template, "timeout",
+                    f"template '{job.template.name}': the analysis took longer than {timeout:g} s; the worker was stopped",
+                    now - job.started, job.warnings))
+    finally:
+        for job in list(running.values()):
+            job.process.kill()
+            job.process.join(_KILL_GRACE)
+            job.conn.close()
+    return results  # type: ignore[return-value]
