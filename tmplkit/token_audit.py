@@ -102,3 +102,71 @@ def token_round_trip(analysis, tokenizer: Tokenizer) -> TokenRoundTrip:
         problems.insert(0, f"token spans have roles {list(actual)}, expected {list(expected)}")
     passed = actual == expected and td.passed
     return TokenRoundTrip(name, tok_name, passed, expected, actual, len(ids), td, tuple(problems), spans)
+
+
+@dataclass(frozen=True)
+class ConversationSpans:
+    """The message spans of one conversation, rendered with a template and tokenized.
+
+    `delimiters` are the template's delimiters as token ids (checked on its probe render);
+    `spans` the spans they find in the conversation's tokens.
+    """
+
+    template: str
+    tokenizer: str
+    n_tokens: int
+    delimiters: TokenDelimiters
+    spans: Spans
+    roles: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "template": self.template,
+            "tokenizer": self.tokenizer,
+            "n_tokens": self.n_tokens,
+            "message_roles": list(self.roles),
+            "user_starts": self.spans.starts("user"),
+            "last_user_start": self.spans.last_user_start(),
+            "spans": self.spans.to_dict()["spans"],
+            "delimiters": self.delimiters.to_dict(),
+        }
+
+
+def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis=None,
+                       add_generation_prompt: bool = False) -> ConversationSpans:
+    """Render `conversation` with `template`, tokenize it, and find its message spans.
+
+    `conversation` is a `Conversation` or anything `load_conversation` takes; `analysis` is
+    `analyze(template)` when not given.
+
+    >>> cs = conversation_spans(load_one("Qwen3.5-4B.jinja"), load_tokenizer("vocab:qwen35"), "session.json")  # doctest: +SKIP
+    >>> cs.spans.last_user_start()                                                                        # doctest: +SKIP
+    """
+    from .conversation import Conversation, load_conversation
+    from .render import render
+
+    if not isinstance(conversation, Conversation):
+        conversation = load_conversation(conversation)
+    if analysis is None:
+        from .analyze import analyze
+
+        analysis = analyze(template)
+    td = token_delimiters(analysis, tokenizer)
+    rendered = render(template, list(conversation.messages),
+                      tools=list(conversation.tools) if conversation.tools is not None else None,
+                      add_generation_prompt=add_generation_prompt)
+    ids = tokenizer.tokenize(rendered)
+    spans = SpanDetector(td).split(ids)
+    return ConversationSpans(getattr(template, "name", ""), getattr(tokenizer, "name", ""), len(ids), td, spans,
+                             conversation.roles)
+
+
+def format_spans_text(cs: ConversationSpans) -> str:
+    """A header line, then one line per span: role, pos, len."""
+    lines = [f"{cs.template} with {cs.tokenizer}: {cs.n_tokens} tokens, {len(cs.spans)} spans, "
+             f"user starts {cs.spans.starts('user')}"]
+    for s in cs.spans:
+        lines.append(f"{s.role:<9} pos {s.pos:>7}  len {s.len:>6}")
+    for p in cs.delimiters.problems:
+        lines.append(f"problem: {p}")
+    return "\n".join(lines) + "\n"
