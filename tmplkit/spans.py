@@ -253,7 +253,7 @@ class SpanDetector:
         if isinstance(tokens, np.ndarray):
             tok = tokens
         else:
-            tok = np.fromiter(tokens, dtype=np.int64, count=len(tokens))
+            tok = np.fromiter(tokens, dtype=np.int32, count=len(tokens))
         n = len(tok)
         empty = Spans(n, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int8), self.roles)
         if n == 0 or not self.delimiters:
