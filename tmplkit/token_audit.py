@@ -170,3 +170,18 @@ def format_spans_text(cs: ConversationSpans) -> str:
     for p in cs.delimiters.problems:
         lines.append(f"problem: {p}")
     return "\n".join(lines) + "\n"
+
+
+def corpus_pairs() -> list[tuple[str, str]]:
+    """(template name, vocab name) for every corpus template that has a vocab in the corpus.
+
+    Raises SourceError when the corpus is not fetched.
+    """
+    from . import corpus
+
+    out = []
+    for path in sorted(corpus.templates_dir().glob("*.jinja")):
+        vocab = vocab_for_template(path.stem)
+        if vocab is not None and vocab in corpus.list_vocabs():
+            out.append((path.stem, vocab))
+    return out

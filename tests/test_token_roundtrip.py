@@ -1,0 +1,188 @@
+"""The token-level round trip: corpus templates with their corpus vocab, the table, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tmplkit import corpus
+from tmplkit.analyze import Analysis, RoundTrip
+from tmplkit.delimiters import Delimiter
+from tmplkit.spans import split_text
+from tmplkit.token_audit import (
+    VOCAB_FOR_TEMPLATE,
+    conversation_spans,
+    corpus_pairs,
+    token_round_trip,
+    vocab_for_template,
+)
+from tmplkit.tokenize import load_tokenizer
+
+EXPECTED_FAILURES_FILE = Path(__file__).with_name("token_roundtrip_expected_failures.json")
+EXPECTED_FAILURES: dict[str, str] = json.loads(EXPECTED_FAILURES_FILE.read_text(encoding="utf-8"))
+
+
+def _analysis(delims, rendered, expected, name="t"):
+    return Analysis(name=name, source=name, status="pass", delimiters=tuple(delims),
+                    round_trip=RoundTrip(True, tuple(expected), tuple(expected), rendered=rendered))
+
+
+@pytest.fixture(scope="module")
+def tokenizers_cache():
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    cache = {}
+
+    def get(vocab):
+        if vocab not in cache:
+            cache[vocab] = load_tokenizer(f"vocab:{vocab}")
+        return cache[vocab]
+
+    return get
+
+
+# ---- the table -------------------------------------------------------------------------------
+
+
+def test_vocab_table_is_one_table_of_known_vocabs():
+    assert vocab_for_template("Qwen3.5-4B") == "qwen35"
+    assert vocab_for_template("Qwen-Qwen2.5-7B-Instruct") == "qwen2"
+    assert vocab_for_template("meta-llama-Llama-3.3-70B-Instruct") == "llama-bpe"
+    assert vocab_for_template("microsoft-Phi-3.5-mini-instruct") == "phi-3"
+    assert vocab_for_template("google-gemma-4-31B-it") == "gemma-4"
+    assert vocab_for_template("openai-gpt-oss-120b") is None
+    assert all(kind in ("exact", "base") for _, _, kind in VOCAB_FOR_TEMPLATE)
+    if corpus.is_fetched():
+        known = set(corpus.list_vocabs())
+        assert {v for _, v, _ in VOCAB_FOR_TEMPLATE} <= known
+        names = {p.stem for p in corpus.templates_dir().glob("*.jinja")}
+        # every pattern matches some corpus template, and the expected failures name real pairs
+        import re
+
+        assert all(any(re.search(p, n) for n in names) for p, _, _ in VOCAB_FOR_TEMPLATE)
+        assert set(EXPECTED_FAILURES) <= {n for n, _ in corpus_pairs()}
+
+
+# ---- the round trip, on a written analysis ---------------------------------------------------
+
+RENDER = ("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n"
+          "<|im_start|>user\n<tool_response>\nT\n</tool_response><|im_end|>\n<|im_start|>assistant\nB<|im_end|>\n")
+DELIMS = (Delimiter("tool", "<|im_start|>user\n<tool_response>"), Delimiter("system", "<|im_start|>system\n"),
+          Delimiter("assistant", "<|im_start|>assistant\n"), Delimiter("user", "<|im_start|>user\n"))
+
+
+def test_token_round_trip_passes_and_fails_honestly(tokenizers_cache):
+    tok = tokenizers_cache("qwen35")
+    roles = ("system", "user", "assistant", "tool", "assistant")
+    assert [s.role for s in split_text(RENDER, DELIMS)] == list(roles)
+    rt = token_round_trip(_analysis(DELIMS, RENDER, roles), tok)
+    assert rt.passed and rt.actual_roles == roles and rt.n_tokens == len(tok.tokenize(RENDER))
+    d = json.loads(json.dumps(rt.to_dict()))
+    assert d["passed"] and d["delimiters"]["tokenizer"] == "vocab:qwen35"
+    # an expectation the delimiters cannot meet fails, with the reason
+    bad = token_round_trip(_analysis(DELIMS, RENDER, ("system", "user", "assistant", "user", "assistant")), tok)
+    assert not bad.passed and "expected" in bad.problems[0]
+    # no render to tokenize
+    empty = token_round_trip(Analysis(name="x", source="x", status="error", delimiters=DELIMS), tok)
+    assert not empty.passed and empty.problems
+
+
+# ---- across the corpus -------------------------------------------------------------------------
+
+
+def _pairs():
+    try:
+        return corpus_pairs()
+    except Exception:
+        return []
+
+
+def _analyze(name):
+    try:
+        from tmplkit.analyze import analyze
+        from tmplkit.sources import load_one
+    except ImportError:
+        pytest.skip("tmplkit.analyze is not available")
+    try:
+        return analyze(load_one(corpus.templates_dir() / f"{name}.jinja"))
+    except NotImplementedError:
+        pytest.skip("tmplkit.analyze is not available in this checkout")
+
+
+@pytest.mark.corpus
+@pytest.mark.skipif(not corpus.is_fetched(), reason="the llama.cpp corpus is not fetched")
+@pytest.mark.parametrize("name,vocab", _pairs(), ids=[n for n, _ in _pairs()])
+def test_corpus_token_round_trip(tokenizers_cache, name, vocab):
+    analysis = _analyze(name)
+    if analysis.round_trip is None or not analysis.round_trip.passed:
+        pytest.skip(f"the text round trip does not pass ({analysis.status}); the audit reports it")
+    rt = token_round_trip(analysis, tokenizers_cache(vocab))
+    if name in EXPECTED_FAILURES:
+        assert not rt.passed, f"{name} passes now: remove it from {EXPECTED_FAILURES_FILE.name}"
+        pytest.xfail(EXPECTED_FAILURES[name])
+    assert rt.passed, "; ".join(rt.problems)
+    assert rt.actual_roles == tuple(analysis.round_trip.expected_roles)
+
+
+# ---- the CLI and its library twin ----------------------------------------------------------------
+
+
+@pytest.fixture
+def written_analysis(monkeypatch):
+    """Stand in for analyze() with the written Qwen delimiters, so the CLI path runs on its own."""
+    import importlib
+
+    module = importlib.import_module("tmplkit.analyze")  # the package re-exports the function under this name
+
+    def fake(template):
+        from tmplkit.render import render
+
+        msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+                {"role": "assistant", "content": "A", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {}}}]},
+                {"role": "tool", "content": "T"}, {"role": "assistant", "content": "B"}]
+        rendered = render(template, msgs)
+        roles = tuple(s.role for s in split_text(rendered, DELIMS))
+        return _analysis(DELIMS, rendered, roles, name=template.name)
+
+    monkeypatch.setattr(module, "analyze", fake)
+
+
+def test_spans_cli_and_library(tokenizers_cache, written_analysis, tmp_path, capsys):
+    pytest.importorskip("tmplkit.render")
+    from tmplkit.cli import main
+    from tmplkit.sources import load_one
+
+    conv = tmp_path / "conv.json"
+    conv.write_text(json.dumps([
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "List files."},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "ls", "arguments": {}}}]},
+        {"role": "tool", "content": "a.py\nb.py"}, {"role": "assistant", "content": "Two files."},
+        {"role": "user", "content": "Thanks."}]))
+    template_path = corpus.templates_dir() / "Qwen3.5-4B.jinja"
+    lib = conversation_spans(load_one(template_path), tokenizers_cache("qwen35"), conv)
+    assert lib.spans.roles == ("system", "user", "assistant", "tool", "assistant", "user")
+
+    assert main(["spans", "--template", str(template_path), "--tokenizer", "vocab:qwen35", str(conv)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == json.loads(json.dumps(lib.to_dict()))
+    assert [s["role"] for s in out["spans"]] == list(lib.spans.roles)
+    assert out["user_starts"] == lib.spans.starts("user")
+
+    assert main(["spans", "--template", str(template_path), "--tokenizer", "vocab:qwen35", "--format", "text", str(conv)]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[1].startswith("system")
+
+
+def test_spans_cli_bad_tokenizer_is_one_line(tmp_path, capsys):
+    from tmplkit.cli import main
+
+    conv = tmp_path / "conv.json"
+    conv.write_text('[{"role": "user", "content": "hi"}]')
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+    assert main(["spans", "--template", str(tpl), "--tokenizer", str(tmp_path / "missing.gguf"), str(conv)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tmplkit: error: tokenizer file not found") and err.count("\n") == 1
