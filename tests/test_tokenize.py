@@ -325,3 +325,16 @@ def test_token_delimiters_with_hf(tiny_hf):
 def test_no_delimiters_fails_cleanly(tiny_hf):
     td = token_delimiters(_analysis((), "x", ()), load_tokenizer(tiny_hf))
     assert not td.passed and td.problems
+
+
+def test_whitespace_dropped_after_special_token_is_noted(phi3):
+    # llama.cpp strips the newline after phi-3's special tokens: the delimiter's "\n" has no token
+    rendered = "<|system|>\nS<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nYo<|end|>\n<|user|>\nBye<|end|>\n"
+    delims = (Delimiter("system", "<|system|>\n"), Delimiter("user", "<|user|>\n"), Delimiter("assistant", "<|assistant|>\n"))
+    roles = ("system", "user", "assistant", "user")
+    td = token_delimiters(_analysis(delims, rendered, roles), phi3)
+    assert td.passed, td.problems
+    user = next(d for d in td.delimiters if d.role == "user")
+    assert user.ids == tuple(phi3.tokenize("<|user|>")) and user.token_text == "<|user|>"
+    assert "drops" in user.adjusted
+    assert SpanDetector(td).split(phi3.tokenize(rendered)).roles == roles

@@ -686,9 +686,12 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
     for d in delimiters:
         seq, _, note = candidates[d][choice[d]]
         aligned, stable, standalone = info[d]
+        token_text = tokenizer.detokenize(list(seq))
+        if note is None and token_text != d.text:
+            note = f"its tokens stand for {token_text!r}: the tokenizer drops or normalises characters here"
         out.append(TokenDelimiter(
             role=d.role, text=d.text, ids=seq, occurrences=len(per[d]), aligned=aligned, stable=stable,
-            standalone_ids=standalone, adjusted=note, token_text=tokenizer.detokenize(list(seq)),
+            standalone_ids=standalone, adjusted=note, token_text=token_text,
         ))
     # Longest (in tokens) first, as the detector matches them.
     out.sort(key=lambda t: -len(t.ids))
