@@ -514,6 +514,7 @@ class _Occ:
     last: int  # last token overlapping it (inclusive)
     left_aligned: bool
     right_aligned: bool
+    at: int = 0  # character offset where the delimiter starts
 
     def bounds(self, left_inner: bool, right_inner: bool) -> tuple[int, int]:
         lo = self.first + (1 if left_inner and not self.left_aligned else 0)
@@ -529,7 +530,7 @@ def _locate(starts: list[int], ends: list[int], a: int, b: int) -> _Occ | None:
     j = bisect.bisect_left(starts, b) - 1  # last token with start < b
     if i >= len(starts) or j < i:
         return None
-    return _Occ(i, j, starts[i] >= a, ends[j] <= b)
+    return _Occ(i, j, starts[i] >= a, ends[j] <= b, a)
 
 
 _MODES = (  # (left_inner, right_inner, what it means), in order of preference
@@ -619,26 +620,25 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
         aligned = all(o.left_aligned and o.right_aligned for o in occ)
         covering = {tuple(ids[o.first:o.last + 1]) for o in occ}
         info[d] = (aligned, len(covering) == 1, standalone)
-        cands: list[tuple[tuple[int, ...], list[int], str | None]] = []
+        exact: list[tuple[tuple[int, ...], list[int], str | None]] = []
+        trimmed: list[tuple[tuple[int, ...], list[int], str | None]] = []
         seen: set[tuple[int, ...]] = set()
         for left_inner, right_inner, _ in _MODES:
             bounds = [o.bounds(left_inner, right_inner) for o in occ]
-            seqs = {tuple(ids[lo:hi]) for lo, hi in bounds}
-            if len(seqs) == 1:
-                seq = seqs.pop()
-            else:  # differs between occurrences: keep the common leading tokens
-                seq = _common_prefix([tuple(ids[lo:hi]) for lo, hi in bounds])
-                if not seq:
-                    continue
+            seqs = [tuple(ids[lo:hi]) for lo, hi in bounds]
+            seq = _common_prefix(seqs)  # all of it when every occurrence has the same tokens
             if not seq or seq in seen:
                 continue
             seen.add(seq)
             lo0, hi0 = bounds[0]
             note = _describe(tokenizer, d, occ, ids, lo0, lo0 + len(seq), left_inner, right_inner, offsets, rendered)
-            if lo0 + len(seq) < hi0:
+            if len(set(seqs)) > 1:
                 extra = f"the tokens differ between its {len(occ)} occurrences; kept the common first {len(seq)}"
                 note = f"{note}; {extra}" if note else extra
-            cands.append((seq, [lo for lo, _ in bounds], note))
+                trimmed.append((seq, [lo for lo, _ in bounds], note))
+            else:
+                exact.append((seq, [lo for lo, _ in bounds], note))
+        cands = exact + _common_cores(d, occ, ids, starts, seen) + trimmed
         if not cands:
             cands.append((standalone, [], "no token sequence is common to all its occurrences; tokenized on its own"))
             problems.append(f"{d.role} delimiter {d.text!r}: no token sequence is common to all {len(occ)} occurrences")
@@ -699,6 +699,47 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
         if t.occurrences and tuple(tokenizer.tokenize(t.token_text)) != t.ids:
             warnings.append(f"{t.role} delimiter {t.token_text!r} tokenizes on its own to other ids than in context; give llama-server the ids")
     return TokenDelimiters(tok_name, name, tuple(out), not problems, tuple(problems), len(ids), tuple(warnings))
+
+
+def _common_cores(d: Delimiter, occ: Sequence[_Occ], ids: Sequence[int], starts: Sequence[int],
+                  seen: set[tuple[int, ...]], keep: int = 3) -> list[tuple[tuple[int, ...], list[int], str | None]]:
+    """Token sequences that start at the same character of the delimiter at every occurrence.
+
+    Where a neighbour merges into the delimiter at some occurrences only (`><` after a textual
+    end marker, `<` alone after a word), the tokens differ at its edges but share a core: match
+    from a character offset that begins a token everywhere, as far as the ids agree.
+    """
+    if len(occ) < 2 or all(o.left_aligned and o.right_aligned for o in occ):
+        return []
+    n = len(d.text)
+    offsets_per = []
+    for o in occ:
+        offsets_per.append({starts[t] - o.at for t in range(o.first, o.last + 1) if o.at <= starts[t] < o.at + n})
+    common = set.intersection(*offsets_per)
+    found = []
+    for c in sorted(common):
+        for right_inner in (True, False):
+            seqs, los = [], []
+            for o in occ:
+                lo = bisect.bisect_left(starts, o.at + c, o.first, o.last + 1)
+                hi = o.last + 1 - (1 if right_inner and not o.right_aligned else 0)
+                seqs.append(tuple(ids[lo:hi]))
+                los.append(lo)
+            seq = _common_prefix(seqs)
+            if seq:
+                found.append((len(seq), c, not right_inner, seq, los))
+    found.sort(key=lambda f: (-f[0], f[1], f[2]))
+    out = []
+    for _, c, _, seq, los in found:
+        if seq in seen:
+            continue
+        seen.add(seq)
+        note = (f"the tokens at its edges differ between its {len(occ)} occurrences (a neighbour merges into it at some); "
+                f"matching {len(seq)} tokens from character {c}, {d.text[c:]!r}")
+        out.append((seq, los, note))
+        if len(out) == keep:
+            break
+    return out
 
 
 def _common_prefix(seqs: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
