@@ -338,3 +338,21 @@ def test_whitespace_dropped_after_special_token_is_noted(phi3):
     assert user.ids == tuple(phi3.tokenize("<|user|>")) and user.token_text == "<|user|>"
     assert "drops" in user.adjusted
     assert SpanDetector(td).split(phi3.tokenize(rendered)).roles == roles
+
+
+def test_neighbour_merging_at_some_occurrences_only():
+    """DeepSeek's markers as text in the Llama 3 vocab: after `...｜>` the `<` of the next marker
+    merges into `><`, after a word it does not. The ids match from a boundary common to all."""
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched")
+    tok = load_tokenizer("vocab:llama-bpe")
+    rendered = ("<|begin_of_text|>sys<｜User｜>hi<｜Assistant｜>yo<｜end▁of▁sentence｜><｜User｜>bye"
+                "<｜Assistant｜>ok<｜end▁of▁sentence｜><｜User｜>x<｜Assistant｜>")
+    delims = (Delimiter("user", "<｜User｜>"), Delimiter("assistant", "<｜Assistant｜>"))
+    roles = ("user", "assistant", "user", "assistant", "user", "assistant")
+    td = token_delimiters(_analysis(delims, rendered, roles), tok)
+    assert td.passed, td.problems
+    user = next(d for d in td.delimiters if d.role == "user")
+    assert not user.stable and user.token_text.startswith("｜User") and "differ between its 3 occurrences" in user.adjusted
+    assert SpanDetector(td).split(tok.tokenize(rendered)).roles == roles
