@@ -11,6 +11,7 @@ GGUFValueType (a test checks they agree); importing gguf itself costs more than 
 from __future__ import annotations
 
 import mmap
+import stat
 import struct
 from pathlib import Path
 from typing import Callable
@@ -65,6 +66,10 @@ class _Cursor:
         self.u64 = struct.Struct(endian + "Q")
 
     def fail(self, what: str) -> GGUFError:
+        # `what` may quote a key read from the file: keep the message on one line and short.
+        what = "".join(c if c.isprintable() else repr(c)[1:-1] for c in what)
+        if len(what) > 300:
+            what = what[:300] + "..."
         return GGUFError(
             f"{self.path}: corrupted or truncated GGUF ({what} at byte {self.pos} of {self.size}); "
             "re-download or re-convert the file"
@@ -112,6 +117,8 @@ def read_metadata(
     """
     p = Path(path)
     try:
+        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block open() until a writer comes
+            raise GGUFError(f"{p}: not a regular file; give a .gguf model file")
         f = p.open("rb")
     except OSError as exc:
         raise GGUFError(f"{p}: cannot open ({exc.strerror}); check the path and permissions") from None

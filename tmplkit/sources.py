@@ -103,6 +103,8 @@ def load_jinja(path: Path, name: str | None = None, bos: str | None = None, eos:
 
 
 def _read_text(path: Path) -> str:
+    if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO would block the read
+        raise SourceError(f"{path}: not a regular file; give a template file")
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -248,9 +250,11 @@ def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
     md = read_metadata(
         p,
         lambda k: k.startswith("tokenizer.chat_template") or k in (bos_key, eos_key, tokens_key, "general.name"),
-        pick={tokens_key: lambda m: {m.get(bos_key), m.get(eos_key)}},
+        pick={tokens_key: lambda m: {v for v in (m.get(bos_key), m.get(eos_key)) if isinstance(v, int)}},
     )
-    tokens = md.get(tokens_key) or {}
+    tokens = md.get(tokens_key)
+    if not isinstance(tokens, dict):  # absent, or corrupted into another type: BOS/EOS unknown
+        tokens = {}
 
     def token(key: str) -> str | None:
         idx = md.get(key)
