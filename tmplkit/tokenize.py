@@ -533,16 +533,13 @@ def _locate(starts: list[int], ends: list[int], a: int, b: int) -> _Occ | None:
     return _Occ(i, j, starts[i] >= a, ends[j] <= b, a)
 
 
-_MODES = (  # (left_inner, right_inner, what it means), in order of preference
-    (True, True, None),
-    (True, False, "extended to the whole last token"),
-    (False, True, "extended to the whole first token"),
-    (False, False, "extended to whole tokens at both ends"),
-)
+# (left_inner, right_inner) in order of preference: cut back to the tokens wholly inside the
+# delimiter first (they depend on the template only), extend to whole tokens after that.
+_MODES = ((True, True), (True, False), (False, True), (False, False))
 
 
-def _describe(tok: Tokenizer, d: Delimiter, occ: Sequence[_Occ], ids: Sequence[int], lo: int, hi: int,
-              left_inner: bool, right_inner: bool, offsets: Offsets, text: str) -> str | None:
+def _describe(occ: Sequence[_Occ], lo: int, hi: int, left_inner: bool, right_inner: bool,
+              offsets: Offsets, text: str) -> str | None:
     """A note on how the chosen ids differ from the delimiter's text, or None when they match."""
     o = occ[0]
     notes = []
@@ -623,7 +620,7 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
         exact: list[tuple[tuple[int, ...], list[int], str | None]] = []
         trimmed: list[tuple[tuple[int, ...], list[int], str | None]] = []
         seen: set[tuple[int, ...]] = set()
-        for left_inner, right_inner, _ in _MODES:
+        for left_inner, right_inner in _MODES:
             bounds = [o.bounds(left_inner, right_inner) for o in occ]
             seqs = [tuple(ids[lo:hi]) for lo, hi in bounds]
             seq = _common_prefix(seqs)  # all of it when every occurrence has the same tokens
@@ -631,7 +628,7 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
                 continue
             seen.add(seq)
             lo0, hi0 = bounds[0]
-            note = _describe(tokenizer, d, occ, ids, lo0, lo0 + len(seq), left_inner, right_inner, offsets, rendered)
+            note = _describe(occ, lo0, lo0 + len(seq), left_inner, right_inner, offsets, rendered)
             if len(set(seqs)) > 1:
                 extra = f"the tokens differ between its {len(occ)} occurrences; kept the common first {len(seq)}"
                 note = f"{note}; {extra}" if note else extra
@@ -657,21 +654,28 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
         got = [(s.pos, s.role) for s in found] if found is not None else []
         return sorted(exp), got
 
-    # Try the preferred candidates; where the split disagrees, move the delimiters involved on.
-    for _ in range(4 * len(delimiters) + 4):
+    def cost() -> int:
         exp, got = expected_and_found()
-        if exp == got:
+        return len(set(exp).symmetric_difference(got)) + (len(exp) != len(got))
+
+    # Start from each delimiter's preferred candidate; while the token split disagrees with the
+    # text split, change one delimiter's candidate at a time where that lowers the disagreement.
+    best = cost()
+    for _ in range(4):
+        if best == 0:
             break
-        bad = set(exp).symmetric_difference(got)
-        moved = False
+        improved = False
         for d in delimiters:
-            los = set(candidates[d][choice[d]][1])
-            involved = any(p in los or role == d.role for p, role in bad)
-            if involved and choice[d] + 1 < len(candidates[d]):
-                choice[d] += 1
-                moved = True
-                break
-        if not moved:
+            keep = choice[d]
+            for k in range(len(candidates[d])):
+                if k == keep:
+                    continue
+                choice[d] = k
+                c = cost()
+                if c < best:
+                    best, keep, improved = c, k, True
+            choice[d] = keep
+        if not improved:
             break
     exp, got = expected_and_found()
     if exp != got:
