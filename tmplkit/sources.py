@@ -124,6 +124,8 @@ def _read_json(path: Path):
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SourceError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); fix the file") from None
+    except RecursionError:
+        raise SourceError(f"{path}: JSON nested too deeply to be a tokenizer config; fix the file") from None
 
 
 def _token_str(value, path: Path, key: str) -> str | None:
