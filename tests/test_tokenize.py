@@ -356,3 +356,23 @@ def test_neighbour_merging_at_some_occurrences_only():
     user = next(d for d in td.delimiters if d.role == "user")
     assert not user.stable and user.token_text.startswith("｜User") and "differ between its 3 occurrences" in user.adjusted
     assert SpanDetector(td).split(tok.tokenize(rendered)).roles == roles
+
+
+def test_ids_survive_content_that_merges_with_the_delimiter_end(qwen35):
+    """`...<tool_response>\\n` ends in the token `>\\n`; a response starting with a newline turns
+    it into `>\\n\\n`. The ids stop before it, so real conversations still match."""
+    delims = (Delimiter("tool", "<|im_start|>user\n<tool_response>\n"), Delimiter("user", "<|im_start|>user\n"),
+              Delimiter("assistant", "<|im_start|>assistant\n"))
+    probe = ("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n"
+             "<|im_start|>user\n<tool_response>\nresult\n</tool_response><|im_end|>\n")
+    roles = ("user", "assistant", "tool")
+    td = token_delimiters(_analysis(delims, probe, roles), qwen35)
+    assert td.passed, td.problems
+    tool = next(d for d in td.delimiters if d.role == "tool")
+    assert tool.aligned and tool.token_text == "<|im_start|>user\n<tool_response"
+    assert "content starting with '\\n'" in tool.adjusted
+    real = probe.replace("<tool_response>\nresult", "<tool_response>\n\n  indented result") + "<|im_start|>user\n\nnext"
+    assert SpanDetector(td).split(qwen35.tokenize(real)).roles == ("user", "assistant", "tool", "user")
+    # the exact tokens of the text would have missed the tool response
+    exact = [(d.role, qwen35.tokenize(d.text)) for d in delims]
+    assert SpanDetector(exact).split(qwen35.tokenize(real)).roles != ("user", "assistant", "tool", "user")

@@ -636,6 +636,7 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
             else:
                 exact.append((seq, [lo for lo, _ in bounds], note))
         cands = exact + _common_cores(d, occ, ids, starts, seen) + trimmed
+        cands = _robust_first(tokenizer, d, occ, cands, rendered, offsets, seen)
         if not cands:
             cands.append((standalone, [], "no token sequence is common to all its occurrences; tokenized on its own"))
             problems.append(f"{d.role} delimiter {d.text!r}: no token sequence is common to all {len(occ)} occurrences")
@@ -703,6 +704,58 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
         if t.occurrences and tuple(tokenizer.tokenize(t.token_text)) != t.ids:
             warnings.append(f"{t.role} delimiter {t.token_text!r} tokenizes on its own to other ids than in context; give llama-server the ids")
     return TokenDelimiters(tok_name, name, tuple(out), not problems, tuple(problems), len(ids), tuple(warnings))
+
+
+# What message content may begin with: a delimiter's last tokens must not merge with any of it.
+_CONTINUATIONS = ("a", "A", " a", "1", ".", ",", "<", "{", "[", "\"", "'", "\n", "\n\n", " ", "  ", "\t", "é", "😀")
+
+
+def _robust_len(tokenizer: Tokenizer, rendered: str, offsets: Offsets, seq: tuple[int, ...], lo: int,
+                end: int) -> tuple[int, str | None]:
+    """How many of `seq`'s leading ids survive whatever content follows the delimiter.
+
+    Re-tokenizes the text from a few tokens before the match to the delimiter's `end`, followed
+    by each of `_CONTINUATIONS`; returns the shortest surviving length and the continuation that
+    cut it (None when nothing did).
+    """
+    start = offsets[lo][0]
+    left_start = offsets[max(0, lo - 8)][0]
+    head = rendered[left_start:end]
+    k, culprit = len(seq), None
+    for cont in _CONTINUATIONS:
+        got, offs = tokenizer.tokenize_with_offsets(head + cont)
+        at = bisect.bisect_left([s for s, _ in offs], start - left_start)
+        if at >= len(got) or offs[at][0] != start - left_start:
+            continue  # the match start itself moved: not something a continuation explains
+        m = 0
+        while m < k and at + m < len(got) and got[at + m] == seq[m]:
+            m += 1
+        if m < k:
+            k, culprit = m, cont
+    return k, culprit
+
+
+def _robust_first(tokenizer: Tokenizer, d: Delimiter, occ: Sequence[_Occ], cands, rendered: str,
+                  offsets: Offsets, seen: set[tuple[int, ...]]):
+    """Put before each candidate its version without the last tokens that content can merge with.
+
+    In the qwen35 vocab `<|im_start|>user\n<tool_response>\n` ends in `>\n`, which becomes `>\n\n`
+    when the tool response itself starts with a newline: the delimiter would then miss.
+    """
+    if not occ:
+        return cands
+    end = occ[0].at + len(d.text)
+    out = []
+    for seq, los, note in cands:
+        if los and offsets[los[0] + len(seq) - 1][1] <= end:
+            k, culprit = _robust_len(tokenizer, rendered, offsets, seq, los[0], end)
+            if 0 < k < len(seq) and seq[:k] not in seen:
+                seen.add(seq[:k])
+                dropped = rendered[offsets[los[0] + k][0]:offsets[los[0] + len(seq) - 1][1]]
+                extra = f"dropped {dropped!r} at the end: content starting with {culprit!r} merges with it"
+                out.append((seq[:k], los, f"{note}; {extra}" if note else extra))
+        out.append((seq, los, note))
+    return out
 
 
 def _common_cores(d: Delimiter, occ: Sequence[_Occ], ids: Sequence[int], starts: Sequence[int],
