@@ -376,3 +376,23 @@ def test_ids_survive_content_that_merges_with_the_delimiter_end(qwen35):
     # the exact tokens of the text would have missed the tool response
     exact = [(d.role, qwen35.tokenize(d.text)) for d in delims]
     assert SpanDetector(exact).split(qwen35.tokenize(real)).roles != ("user", "assistant", "tool", "user")
+
+
+def test_variants_where_no_single_sequence_marks_every_occurrence():
+    """`</think>` after `<think>` tokenizes as `></ think >`, after a word as `</ think >`; and
+    `think >` alone also ends `<think>`. Only matching both variants marks exactly the starts."""
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched")
+    tok = load_tokenizer("vocab:deepseek-llm")
+    rendered = "<｜User｜>q1</think>a1<｜User｜>q2<think>z</think>a2<｜User｜>q3<think></think>a3"
+    delims = (Delimiter("user", "<｜User｜>"), Delimiter("assistant", "</think>"))
+    roles = ("user", "assistant", "user", "assistant", "user", "assistant")
+    assert [s.role for s in split_text(rendered, delims)] == list(roles)
+    td = token_delimiters(_analysis(delims, rendered, roles), tok)
+    assert td.passed, td.problems
+    think = next(d for d in td.delimiters if d.text == "</think>")
+    assert len(think.alternatives) == 1 and "variants" in think.adjusted
+    assert {m["delimiter"] for m in td.message_delimiters() if m["role"] == "assistant"} == {"</think>", "></think>"}
+    assert len([x for x in td.id_lists() if x["role"] == "assistant"]) == 2
+    assert SpanDetector(td).split(tok.tokenize(rendered)).roles == roles

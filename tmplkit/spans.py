@@ -214,6 +214,7 @@ class SpanDetector:
         for d in source:
             if hasattr(d, "ids"):
                 role, seq = d.role, d.ids
+                items.extend((str(role), tuple(int(t) for t in alt)) for alt in getattr(d, "alternatives", ()) if alt)
             elif isinstance(d, Delimiter):
                 role, seq = d.role, d.text
             else:

@@ -443,6 +443,9 @@ class TokenDelimiter:
     adjusted: str | None = None
     # The text the ids stand for (the delimiter as llama-server should be given it).
     token_text: str = ""
+    # Further id sequences matched for this delimiter, where its edge tokens vary with context.
+    alternatives: tuple[tuple[int, ...], ...] = ()
+    alternative_texts: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {
@@ -455,6 +458,7 @@ class TokenDelimiter:
             "stable": self.stable,
             "standalone_ids": list(self.standalone_ids),
             "adjusted": self.adjusted,
+            "alternatives": [list(a) for a in self.alternatives],
         }
 
 
@@ -493,11 +497,12 @@ class TokenDelimiters:
         The delimiter strings are the text of the token-aligned sequences, so that llama-server,
         which tokenizes each on its own, gets the ids checked here.
         """
-        return [{"role": d.role, "delimiter": d.token_text} for d in self.delimiters]
+        return [{"role": d.role, "delimiter": text} for d in self.delimiters
+                for text in (d.token_text,) + d.alternative_texts]
 
     def id_lists(self) -> list[dict]:
         """`[{"role": ..., "ids": [...]}]`, longest first."""
-        return [{"role": d.role, "ids": list(d.ids)} for d in self.delimiters]
+        return [{"role": d.role, "ids": list(q)} for d in self.delimiters for q in (d.ids,) + d.alternatives]
 
     def __iter__(self):
         return iter(self.delimiters)
@@ -541,23 +546,23 @@ _MODES = ((True, True), (True, False), (False, True), (False, False))
 def _describe(occ: Sequence[_Occ], lo: int, hi: int, left_inner: bool, right_inner: bool,
               offsets: Offsets, text: str) -> str | None:
     """A note on how the chosen ids differ from the delimiter's text, or None when they match."""
-    o = occ[0]
     notes = []
-    if not all(x.left_aligned for x in occ):
-        a_tok = o.first
-        piece = text[offsets[a_tok][0]:offsets[a_tok][1]]
+    left = [x for x in occ if not x.left_aligned]
+    right = [x for x in occ if not x.right_aligned]
+    where = lambda xs: "" if len(xs) == len(occ) else f" at {len(xs)} of its {len(occ)} occurrences"  # noqa: E731
+    if left:
+        piece = text[offsets[left[0].first][0]:offsets[left[0].first][1]]
         if left_inner:
-            notes.append(f"starts inside token {piece!r}; dropped it, the match starts one token later")
+            notes.append(f"starts inside token {piece!r}{where(left)}; the match starts after it")
         else:
-            notes.append(f"starts inside token {piece!r}; kept the whole token")
-    if not all(x.right_aligned for x in occ):
-        z_tok = o.last
-        piece = text[offsets[z_tok][0]:offsets[z_tok][1]]
+            notes.append(f"starts inside token {piece!r}{where(left)}; kept the whole token")
+    if right:
+        piece = text[offsets[right[0].last][0]:offsets[right[0].last][1]]
         if right_inner:
             kept = text[offsets[lo][0]:offsets[hi - 1][1]] if hi > lo else ""
-            notes.append(f"ends inside token {piece!r}; dropped it, matching {kept!r}")
+            notes.append(f"ends inside token {piece!r}{where(right)}; dropped it, matching {kept!r}")
         else:
-            notes.append(f"ends inside token {piece!r}; kept the whole token")
+            notes.append(f"ends inside token {piece!r}{where(right)}; kept the whole token")
     return "; ".join(notes) if notes else None
 
 
@@ -603,26 +608,35 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
         order.append((d, len(per[d])))
         per[d].append(o)
 
-    # Candidate id sequences per delimiter, in order of preference: (ids, lo per occurrence, note)
-    candidates: dict[Delimiter, list[tuple[tuple[int, ...], list[int], str | None]]] = {}
+    # Candidate id sequences per delimiter, in order of preference:
+    # (ids, match start per occurrence, note, alternative ids matched as well)
+    candidates: dict[Delimiter, list[tuple[tuple[int, ...], list[int], str | None, tuple]]] = {}
     info: dict[Delimiter, tuple[bool, bool, tuple[int, ...]]] = {}
     for d in delimiters:
         occ = per[d]
         standalone = tuple(tokenizer.tokenize(d.text))
         if not occ:
-            candidates[d] = [(standalone, [], "not found in the probe render; tokenized on its own, unchecked")]
+            candidates[d] = [(standalone, [], "not found in the probe render; tokenized on its own, unchecked", ())]
             warnings.append(f"{d.role} delimiter {d.text!r} does not start a message in the probe render; its ids are unchecked")
             info[d] = (False, False, standalone)
             continue
         aligned = all(o.left_aligned and o.right_aligned for o in occ)
         covering = {tuple(ids[o.first:o.last + 1]) for o in occ}
         info[d] = (aligned, len(covering) == 1, standalone)
-        exact: list[tuple[tuple[int, ...], list[int], str | None]] = []
-        trimmed: list[tuple[tuple[int, ...], list[int], str | None]] = []
+        exact: list = []
+        trimmed: list = []
+        variants: list = []
         seen: set[tuple[int, ...]] = set()
         for left_inner, right_inner in _MODES:
             bounds = [o.bounds(left_inner, right_inner) for o in occ]
             seqs = [tuple(ids[lo:hi]) for lo, hi in bounds]
+            distinct = sorted(set(seqs), key=lambda q: (-seqs.count(q), seqs.index(q)))
+            if 1 < len(distinct) <= 4 and all(distinct) and distinct[0] not in seen:
+                # the tokens at its edge differ with what surrounds it: match each variant
+                note = _describe(occ, bounds[0][0], bounds[0][1], left_inner, right_inner, offsets, rendered)
+                extra = f"its tokens differ between its {len(occ)} occurrences; matching {len(distinct)} variants"
+                variants.append((distinct[0], [lo for lo, _ in bounds], f"{note}; {extra}" if note else extra,
+                                 tuple(distinct[1:])))
             seq = _common_prefix(seqs)  # all of it when every occurrence has the same tokens
             if not seq or seq in seen:
                 continue
@@ -632,20 +646,21 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
             if len(set(seqs)) > 1:
                 extra = f"the tokens differ between its {len(occ)} occurrences; kept the common first {len(seq)}"
                 note = f"{note}; {extra}" if note else extra
-                trimmed.append((seq, [lo for lo, _ in bounds], note))
+                trimmed.append((seq, [lo for lo, _ in bounds], note, ()))
             else:
-                exact.append((seq, [lo for lo, _ in bounds], note))
-        cands = exact + _common_cores(d, occ, ids, starts, seen) + trimmed
+                exact.append((seq, [lo for lo, _ in bounds], note, ()))
+        cands = exact + _common_cores(d, occ, ids, starts, seen) + trimmed + variants
         cands = _robust_first(tokenizer, d, occ, cands, rendered, offsets, seen)
         if not cands:
-            cands.append((standalone, [], "no token sequence is common to all its occurrences; tokenized on its own"))
+            cands.append((standalone, [], "no token sequence is common to all its occurrences; tokenized on its own", ()))
             problems.append(f"{d.role} delimiter {d.text!r}: no token sequence is common to all {len(occ)} occurrences")
         candidates[d] = cands
 
     choice = {d: 0 for d in delimiters}
 
     def expected_and_found():
-        chosen = [(d.role, candidates[d][choice[d]][0]) for d in delimiters]
+        chosen = [(d.role, q) for d in delimiters
+                  for q in (candidates[d][choice[d]][0],) + candidates[d][choice[d]][3]]
         found = SpanDetector(chosen).split(ids) if ids else None
         exp = []
         for d, k in order:
@@ -689,14 +704,15 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
 
     out = []
     for d in delimiters:
-        seq, _, note = candidates[d][choice[d]]
+        seq, _, note, alts = candidates[d][choice[d]]
         aligned, stable, standalone = info[d]
         token_text = tokenizer.detokenize(list(seq))
         if note is None and token_text != d.text:
             note = f"its tokens stand for {token_text!r}: the tokenizer drops or normalises characters here"
         out.append(TokenDelimiter(
             role=d.role, text=d.text, ids=seq, occurrences=len(per[d]), aligned=aligned, stable=stable,
-            standalone_ids=standalone, adjusted=note, token_text=token_text,
+            standalone_ids=standalone, adjusted=note, token_text=token_text, alternatives=alts,
+            alternative_texts=tuple(tokenizer.detokenize(list(a)) for a in alts),
         ))
     # Longest (in tokens) first, as the detector matches them.
     out.sort(key=lambda t: -len(t.ids))
@@ -746,15 +762,15 @@ def _robust_first(tokenizer: Tokenizer, d: Delimiter, occ: Sequence[_Occ], cands
         return cands
     end = occ[0].at + len(d.text)
     out = []
-    for seq, los, note in cands:
-        if los and offsets[los[0] + len(seq) - 1][1] <= end:
+    for seq, los, note, alts in cands:
+        if los and not alts and offsets[los[0] + len(seq) - 1][1] <= end:
             k, culprit = _robust_len(tokenizer, rendered, offsets, seq, los[0], end)
             if 0 < k < len(seq) and seq[:k] not in seen:
                 seen.add(seq[:k])
                 dropped = rendered[offsets[los[0] + k][0]:offsets[los[0] + len(seq) - 1][1]]
                 extra = f"dropped {dropped!r} at the end: content starting with {culprit!r} merges with it"
-                out.append((seq[:k], los, f"{note}; {extra}" if note else extra))
-        out.append((seq, los, note))
+                out.append((seq[:k], los, f"{note}; {extra}" if note else extra, ()))
+        out.append((seq, los, note, alts))
     return out
 
 
@@ -793,7 +809,7 @@ def _common_cores(d: Delimiter, occ: Sequence[_Occ], ids: Sequence[int], starts:
         seen.add(seq)
         note = (f"the tokens at its edges differ between its {len(occ)} occurrences (a neighbour merges into it at some); "
                 f"matching {len(seq)} tokens from character {c}, {d.text[c:]!r}")
-        out.append((seq, los, note))
+        out.append((seq, los, note, ()))
         if len(out) == keep:
             break
     return out
