@@ -26,6 +26,25 @@ class AuditReport:
     results: tuple[Analysis, ...]
     # Templates listed as expected failures (name -> reason), as given by the user.
     expected_failures: dict = field(default_factory=dict)
+    # With a tokenizer: one TokenRoundTrip (or None: no tokenizer for it / analysis did not pass)
+    # per result, in the same order.
+    token_checks: tuple = ()
+
+    def token_check(self, i: int):
+        return self.token_checks[i] if i < len(self.token_checks) else None
+
+    def failed(self, i: int) -> bool:
+        a = self.results[i]
+        tc = self.token_check(i)
+        return a.status in FAILING or (tc is not None and not tc.passed)
+
+    def result_dict(self, i: int) -> dict:
+        """`Analysis.to_dict()`, plus `token_round_trip` when a tokenizer was given."""
+        d = self.results[i].to_dict()
+        if self.token_checks:
+            tc = self.token_check(i)
+            d["token_round_trip"] = tc.to_dict() if tc is not None else None
+        return d
 
     @property
     def counts(self) -> dict[str, int]:
@@ -36,20 +55,21 @@ class AuditReport:
 
     @property
     def failures(self) -> list[Analysis]:
-        """Failing results that are not listed as expected failures."""
-        return [a for a in self.results if a.status in FAILING and a.name not in self.expected_failures]
+        """Failing results (analysis or token round trip) that are not listed as expected failures."""
+        return [a for i, a in enumerate(self.results) if self.failed(i) and a.name not in self.expected_failures]
 
     @property
     def unexpected_passes(self) -> list[Analysis]:
         """Listed as expected failures, yet passing: the list must be updated."""
-        return [a for a in self.results if a.status == "pass" and a.name in self.expected_failures]
+        return [a for i, a in enumerate(self.results)
+                if a.status == "pass" and not self.failed(i) and a.name in self.expected_failures]
 
     @property
     def ok(self) -> bool:
         return not self.failures and not self.unexpected_passes
 
     def to_dict(self) -> dict:
-        return {"results": [a.to_dict() for a in self.results], "counts": self.counts, "ok": self.ok}
+        return {"results": [self.result_dict(i) for i in range(len(self.results))], "counts": self.counts, "ok": self.ok}
 
 
 def audit(
@@ -59,12 +79,14 @@ def audit(
     timeout: float | None = None,
     memory_mb: int | None = None,
     expected_failures: dict | None = None,
+    tokenizer: str | None = None,
     progress: Callable[[int, int, Analysis], None] | None = None,
 ) -> AuditReport:
     """Analyze every template and collect the results in input order.
 
     `jobs=1` with no limits analyzes in this process; otherwise each template runs in a worker
     process with a wall-clock and memory limit (see tmplkit.isolate), `jobs` at a time.
+    `tokenizer` (a path/spec for `load_tokenizer`, or "auto") adds the token-level round trip.
 
     >>> from tmplkit.sources import load
     >>> audit(load("fixtures/templates/chatml.jinja")).ok
@@ -88,7 +110,38 @@ def audit(
         if memory_mb is not None:
             kwargs["memory_mb"] = memory_mb
         results = analyze_isolated(list(templates), jobs=jobs, progress=progress, **kwargs)
-    return AuditReport(tuple(results), dict(expected_failures or {}))
+    checks = token_checks(results, tokenizer) if tokenizer else ()
+    return AuditReport(tuple(results), dict(expected_failures or {}), checks)
+
+
+def token_checks(results: Sequence[Analysis], tokenizer: str) -> tuple:
+    """The token-level round trip of every passing analysis.
+
+    `tokenizer="auto"` picks, per template, the GGUF the template came from, else the corpus
+    vocab paired with the template's name (token_audit.VOCAB_FOR_TEMPLATE); templates with no
+    tokenizer get None. Any other value is one tokenizer for all (see tokenize.load_tokenizer).
+    """
+    from .token_audit import token_round_trip, vocab_for_template
+    from .tokenize import load_tokenizer
+
+    opened: dict[str, object] = {}
+
+    def get(spec: str):
+        if spec not in opened:
+            opened[spec] = load_tokenizer(spec)
+        return opened[spec]
+
+    out = []
+    for a in results:
+        spec: str | None = tokenizer
+        if tokenizer == "auto":
+            if a.source.lower().endswith(".gguf"):
+                spec = a.source
+            else:
+                vocab = vocab_for_template(a.name)
+                spec = f"vocab:{vocab}" if vocab else None
+        out.append(token_round_trip(a, get(spec)) if spec and a.status == "pass" else None)
+    return tuple(out)
 
 
 def load_expected_failures(path) -> dict:
@@ -128,15 +181,20 @@ def _why(a: Analysis) -> str:
 def format_text(report: AuditReport) -> str:
     width = max([len(a.name) for a in report.results] + [8])
     lines = []
-    for a in report.results:
-        mark = a.status.upper()
-        if a.name in report.expected_failures and a.status != "pass":
+    for i, a in enumerate(report.results):
+        tc = report.token_check(i)
+        mark = "FAIL" if (a.status == "pass" and tc is not None and not tc.passed) else a.status.upper()
+        if a.name in report.expected_failures and report.failed(i):
             mark += " (expected)"
         detail = f"user={show(a.user_start)} assistant={show(a.assistant_start)} tool={show(a.tool_response_start)}"
         why = _why(a)
         lines.append(f"{mark:<16} {a.name:<{width}}  {why if why else detail}")
+        pad = f"{'':<16} {'':<{width}}  "
+        if tc is not None:
+            verdict = "passed" if tc.passed else "FAILED: " + "; ".join(tc.problems[:2])
+            lines.append(f"{pad}tokens ({tc.tokenizer}, {tc.n_tokens} ids): {verdict}")
         for w in a.warnings:
-            lines.append(f"{'':<16} {'':<{width}}  warning: {w}")
+            lines.append(f"{pad}warning: {w}")
     lines.append(summary_line(report))
     for a in report.unexpected_passes:
         lines.append(f"note: {a.name} is listed as an expected failure but passes; remove it from the list")
@@ -150,7 +208,8 @@ def summary_line(report: AuditReport) -> str:
 
 
 def format_json(report: AuditReport) -> str:
-    return json.dumps([a.to_dict() for a in report.results], indent=2, ensure_ascii=False) + "\n"
+    data = [report.result_dict(i) for i in range(len(report.results))]
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
 def _md(text: str | None) -> str:

@@ -66,6 +66,9 @@ def _add_audit(sub) -> None:
     p.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds per template (default 10)")
     p.add_argument("--memory", type=int, default=1024, metavar="MB", help="memory limit per worker in MiB (default 1024)")
     p.add_argument("--in-process", action="store_true", help="analyze in this process (no workers; render limits only)")
+    p.add_argument("--tokenizer", metavar="PATH|auto",
+                   help="also run the token-level round trip with this tokenizer (.gguf, tokenizer.json, vocab:NAME); "
+                        "auto: the template's own GGUF or the corpus vocab paired with it")
     p.add_argument("--expected-failures", metavar="FILE",
                    help="JSON {template name: reason}: listed failures do not fail the audit, listed passes do")
     p.set_defaults(func=_cmd_audit)
@@ -89,10 +92,11 @@ def _cmd_audit(args) -> int:
     templates = _load_templates(args.sources)
     progress = _progress_printer(sys.stderr.isatty())
     if args.in_process:
-        report = audit_mod.audit(templates, jobs=1, expected_failures=expected, progress=progress)
+        report = audit_mod.audit(templates, jobs=1, expected_failures=expected, tokenizer=args.tokenizer,
+                                 progress=progress)
     else:
         report = audit_mod.audit(templates, jobs=args.jobs, timeout=args.timeout, memory_mb=args.memory,
-                                 expected_failures=expected, progress=progress)
+                                 expected_failures=expected, tokenizer=args.tokenizer, progress=progress)
     _emit(audit_mod.AUDIT_FORMATS[args.format](report), args.output)
     if args.format != "text":
         print(audit_mod.summary_line(report), file=sys.stderr)
