@@ -74,6 +74,13 @@ def _add_audit(sub) -> None:
     p.set_defaults(func=_cmd_audit)
 
 
+def _audit_module():
+    # The package exports the function `audit`, which shadows the module as an attribute.
+    import importlib
+
+    return importlib.import_module("tmplkit.audit")
+
+
 def _positive(value, flag: str):
     from .errors import InputError
 
@@ -83,7 +90,7 @@ def _positive(value, flag: str):
 
 
 def _cmd_audit(args) -> int:
-    from . import audit as audit_mod
+    audit_mod = _audit_module()
 
     _positive(args.jobs, "--jobs")
     _positive(args.timeout, "--timeout")
@@ -113,7 +120,7 @@ def _add_table(sub) -> None:
 
 
 def _cmd_table(args) -> int:
-    from . import audit as audit_mod
+    audit_mod = _audit_module()
 
     _positive(args.jobs, "--jobs")
     templates = _load_templates(args.sources)
