@@ -203,3 +203,25 @@ def test_workers_die_with_the_auditing_process():
         if proc.poll() is None:
             proc.kill()
         proc.stdout.close()
+
+
+def test_a_worker_that_cannot_start_is_a_verdict(monkeypatch):
+    import tmplkit.isolate as iso
+
+    real = iso._context()
+
+    class FailingSecondStart:
+        Pipe = staticmethod(real.Pipe)
+
+        def Process(self, *args, **kwargs):
+            proc = real.Process(*args, **kwargs)
+            if kwargs.get("name", "").endswith("-1"):
+                def fail():
+                    raise OSError(24, "Too many open files")
+                proc.start = fail
+            return proc
+
+    monkeypatch.setattr(iso, "_context", lambda: FailingSecondStart())
+    results = analyze_isolated([T("ok-0"), T("ok-1"), T("ok-2")], jobs=1, target=_by_name)
+    assert _statuses(results) == ["pass", "error", "pass"]
+    assert "could not start a worker process (OSError" in results[1].errors[0]

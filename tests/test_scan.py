@@ -10,6 +10,7 @@ from tmplkit.scan import MAX_WARNINGS, scan
 FLAGGED = [
     ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "'__class__'"),
     ("{{ x['__globals__'] }}", "'__globals__'"),
+    ("{% set ns = namespace() %}{% set ns.__class__ = 1 %}", "'__class__'"),
     ("{{ self._TemplateReference__context }}", "'_TemplateReference__context'"),
     ("{{ self }}", "reads 'self'"),
     ("{{ cycler.__init__.__globals__.os.popen('id').read() }}", "'__init__'"),

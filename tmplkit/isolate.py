@@ -298,8 +298,13 @@ def analyze_isolated(
         proc = ctx.Process(target=_worker, args=(child_conn, template, target, memory_mb),
                            name=f"tmplkit-analyze-{index}", daemon=True)
         now = time.monotonic()
-        proc.start()
-        child_conn.close()
+        try:
+            proc.start()
+        except BaseException:
+            parent_conn.close()
+            raise
+        finally:
+            child_conn.close()
         # Until the worker reports in, allow for its start-up (the first one starts the forkserver).
         deadline = now + timeout + _STARTUP_GRACE if timeout is not None else float("inf")
         running[proc.sentinel] = _Job(index, template, proc, parent_conn, now, deadline, sentinel=proc.sentinel)
@@ -338,7 +343,19 @@ def analyze_isolated(
     try:
         while pending or running:
             while pending and len(running) < jobs:
-                start(*pending.popleft())
+                index, template = pending.popleft()
+                try:
+                    start(index, template)
+                except Exception as exc:  # fork failure, no file descriptors left, ...
+                    results[index] = _failed(
+                        template, "error",
+                        f"could not start a worker process ({type(exc).__name__}: {exc}); a script that calls "
+                        "tmplkit's isolated analysis needs the `if __name__ == '__main__':` guard", 0.0)
+                    done += 1
+                    if progress is not None:
+                        progress(done, total, results[index])
+            if not running:
+                continue
             now = time.monotonic()
             wait_for = max(0.0, min(j.deadline for j in running.values()) - now)
             handles = list(running) + [j.conn for j in running.values()]

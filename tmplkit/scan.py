@@ -155,6 +155,9 @@ def _scan_tree(tree, found: _Findings) -> None:
         if isinstance(node, nodes.Getattr):
             if _bad_name(node.attr):
                 found.add(node, _internal(node.attr))
+        elif isinstance(node, nodes.NSRef):  # {% set ns.attr = ... %}
+            if _bad_name(node.attr):
+                found.add(node, _internal(node.attr))
         elif isinstance(node, nodes.Getitem):
             if isinstance(node.arg, nodes.Const) and _bad_name(node.arg.value):
                 found.add(node, _internal(node.arg.value))
