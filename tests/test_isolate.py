@@ -225,3 +225,28 @@ def test_a_worker_that_cannot_start_is_a_verdict(monkeypatch):
     results = analyze_isolated([T("ok-0"), T("ok-1"), T("ok-2")], jobs=1, target=_by_name)
     assert _statuses(results) == ["pass", "error", "pass"]
     assert "could not start a worker process (OSError" in results[1].errors[0]
+
+
+def _comparable(results):
+    out = []
+    for a in results:
+        d = a.to_dict()
+        d.pop("seconds")
+        out.append(d)
+    return out
+
+
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_corpus_same_results_with_any_number_of_jobs():
+    """The 70 corpus templates: jobs=2 gives what jobs=1 gives, and both what analyze() gives in process."""
+    from tmplkit.analyze import analyze
+    from tmplkit.sources import load
+
+    templates = load("corpus:llama.cpp")
+    assert len(templates) == 70
+    one = analyze_isolated(templates, jobs=1)
+    two = analyze_isolated(templates, jobs=2)
+    assert [a.name for a in two] == [t.name for t in templates]
+    assert _comparable(two) == _comparable(one)
+    assert _comparable(one) == _comparable([analyze(t) for t in templates])
