@@ -1,0 +1,170 @@
+"""The sandboxed renderer: transformers' environment and input handling, pinned clock, limits."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import pytest
+
+from tmplkit.errors import InputError, RenderError, RenderLimitError
+from tmplkit.render import PINNED_NOW, Limits, compile_template, render, system_clock
+from tmplkit.sources import ChatTemplate
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def T(text: str, bos: str | None = None, eos: str | None = None) -> ChatTemplate:
+    return ChatTemplate(text=text, name="t", source="test", bos_token=bos, eos_token=eos)
+
+
+def test_renders_messages_and_generation_prompt():
+    t = T("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+    assert render(t, HI) == "<user>hi"
+    assert render(t, HI, add_generation_prompt=True) == "<user>hi<assistant>"
+
+
+def test_bos_and_eos_come_from_the_template_and_extra_context_overrides_them():
+    t = T("{{ bos_token }}|{{ eos_token }}|{{ flag }}", bos="<s>", eos="</s>")
+    assert render(t, HI, flag=1) == "<s>|</s>|1"
+    assert render(t, HI, bos_token="B") == "B|</s>|"
+    # Missing special tokens are undefined, as with a tokenizer that has none.
+    assert render(T("{{ bos_token is defined }}"), HI) == "False"
+
+
+def test_trim_blocks_lstrip_blocks_and_no_trailing_newline_kept():
+    t = T("  {% if true %}\nA\n  {% endif %}\nB\n")
+    assert render(t, HI) == "A\nB"
+
+
+def test_tojson_does_not_escape_html_or_non_ascii_and_takes_positional_options():
+    t = T("{{ messages[0] | tojson }}|{{ {'b': 1, 'a': [1, 2]} | tojson(false, 2, none, true) }}")
+    out = render(t, [{"role": "user", "content": "<é & ü>"}])
+    assert out.startswith('{"role": "user", "content": "<é & ü>"}|')
+    assert out.endswith('{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}')
+
+
+def test_inputs_are_prepared_as_transformers_does():
+    t = T("{% for m in messages %}{{ m | tojson }}{% endfor %}")
+    out = render(t, [{"role": "assistant", "content": None, "reasoning_content": "why", "tool_calls": None}])
+    # None-valued keys dropped, reasoning aliased to `thinking` (first) and `reasoning_content`.
+    assert out == '{"thinking": "why", "role": "assistant", "reasoning_content": "why"}'
+    out = render(T("{{ messages[0].content }}"), [{"role": "user", "content": ("a", 1)}])
+    assert out == "('a', 1)"
+
+
+def test_raise_exception_keeps_the_template_message():
+    with pytest.raises(RenderError) as info:
+        render(T("{{ raise_exception('Roles must alternate') }}"), HI)
+    assert info.value.template_message == "Roles must alternate"
+    assert info.value.template_raised is True
+    assert "Roles must alternate" in str(info.value) and "line 1" in str(info.value)
+
+
+def test_template_bugs_are_render_errors_not_raised_on_purpose():
+    with pytest.raises(RenderError) as info:
+        render(T("{{ messages[0].content + 1 }}"), HI)
+    assert info.value.template_raised is False
+    assert "TypeError" in str(info.value)
+
+
+def test_syntax_error_is_one_line_render_error():
+    with pytest.raises(RenderError, match=r"does not compile: .*\(line 1\)"):
+        render(T("{% for %}"), HI)
+
+
+def test_generation_tag_loop_controls_dict_and_namespace():
+    t = T(
+        "{% generation %}G{% endgeneration %}"
+        "{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}"
+        "{{ dict(a=1) | tojson }}{{ dict.fromkeys(['x']) | tojson }}"
+        "{% set ns = namespace(n=0) %}{% set ns.n = ns.n + 2 %}{{ ns.n }}"
+    )
+    assert render(t, HI) == 'G02{"a": 1}{"x": null}2'
+
+
+def test_sandbox_refuses_internals_and_mutation():
+    with pytest.raises(RenderError):
+        render(T("{{ messages.__class__.__mro__ }}"), HI)
+    with pytest.raises(RenderError, match="unsafe"):
+        render(T("{% set x = [] %}{{ x.append(1) }}"), HI)
+    with pytest.raises(RenderError, match="underscore"):
+        render(T("{% set ns = namespace(_x=1) %}"), HI)
+
+
+def test_strftime_now_is_pinned_unless_a_clock_is_given():
+    t = T("{{ strftime_now('%Y-%m-%d') }}")
+    assert render(t, HI) == PINNED_NOW.strftime("%Y-%m-%d")
+    assert render(t, HI, clock=lambda: datetime(2030, 5, 6)) == "2030-05-06"
+    assert render(t, HI, clock=system_clock) == datetime.now().strftime("%Y-%m-%d")
+
+
+def test_bad_inputs_are_input_errors():
+    t = T("x")
+    with pytest.raises(InputError, match="empty conversation"):
+        render(t, [])
+    with pytest.raises(InputError):
+        render(t, ["not a dict"])
+    with pytest.raises(InputError, match="JSON-schema"):
+        render(t, HI, tools=[len])
+    with pytest.raises(InputError, match="documents"):
+        render(t, HI, documents=["text"])
+
+
+def test_compiled_templates_are_cached():
+    t = T("{{ messages | length }} cached")
+    assert compile_template(t) is compile_template(t)
+
+
+# --- limits ---------------------------------------------------------------------------------------
+
+QUICK = Limits(seconds=0.3, max_output_chars=100_000)
+
+
+@pytest.mark.parametrize("body", [
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% if j < 0 %}x{% endif %}{% endfor %}{% endfor %}",
+    "{% macro f(n) %}{% for i in range(100000) %}{{ '' if i < 0 }}{% endfor %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+])
+def test_endless_loops_stop_with_a_timeout(body):
+    start = time.perf_counter()
+    with pytest.raises(RenderLimitError) as info:
+        render(T(body), HI, limits=QUICK)
+    assert info.value.kind == "timeout"
+    assert "took longer than 0.3 s" in str(info.value)
+    assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("body", [
+    "{% for i in range(100000) %}{% for j in range(100) %}xx{% endfor %}{% endfor %}",
+    "{{ 'a' * 10000000000 }}",
+    "{{ ['a'] * 10000000000 }}",
+    "{{ 'a' | center(10000000000) }}",
+    "{{ 'a\\nb' | indent(10000000000) }}",
+    "{{ '%99999999999d' % 1 }}",
+    "{{ 'x'.ljust(10000000000) }}",
+    "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+    "{% macro f(s) %}{{ f(s ~ s) }}{% endmacro %}{{ f('x') }}",
+    "{{ 7 ** 100000000 }}",
+])
+def test_huge_output_or_values_stop_with_a_size_error(body):
+    with pytest.raises(RenderLimitError) as info:
+        render(T(body), HI, limits=QUICK)
+    assert info.value.kind == "size"
+
+
+def test_recursion_without_end_is_a_render_error():
+    with pytest.raises(RenderError, match="recursed too deeply"):
+        render(T("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}"), HI, limits=QUICK)
+
+
+def test_limits_can_be_turned_off_and_are_validated():
+    out = render(T("{% for i in range(300) %}x{% endfor %}"), HI, limits=Limits(seconds=None, max_output_chars=None))
+    assert out == "x" * 300
+    with pytest.raises(RenderLimitError):
+        render(T("{% for i in range(300) %}x{% endfor %}"), HI, limits=Limits(max_output_chars=299))
+    with pytest.raises(InputError):
+        Limits(seconds=0)
+    with pytest.raises(InputError):
+        Limits(max_output_chars=-1)
+    assert Limits().to_dict() == {"seconds": 2.0, "max_output_chars": 10_000_000}
