@@ -398,16 +398,16 @@ class _Analyzer:
         first_error = None
         for shape in CHAT_SHAPES:
             text, probe, builder, err = self.attempt(self.builder.with_shape(shape), "U1")
-            if text is not None:
+            if text is not None and _Seen(text, probe).found(0):
                 break
             first_error = first_error or err
         else:
+            if first_error is None:
+                return self._done("unsupported", errors=["the template does not render the content of a user message"])
             return self._done(_status_of(first_error),
                               errors=[f"cannot render a one-message chat: {_template_message(first_error)}"])
         self.builder = builder
         one = self.seen(text, probe)
-        if not one.found(0):
-            return self._done("unsupported", errors=["the template does not render the content of a user message"])
         self.note_tail(one, 0)
         pre_user0 = one.head(0)
 
