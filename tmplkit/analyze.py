@@ -2,15 +2,8 @@
 
 `analyze(template)` renders small probe conversations (tmplkit.probes) that differ by one message,
 finds each message's content by its needle, and reads the role delimiters off the text between
-contents. A long mixed conversation is then rendered and split with the derived delimiters; the
-Analysis carries that round-trip verdict.
-
-    >>> from tmplkit.sources import ChatTemplate
-    >>> chatml = ("{% for m in messages %}<|im_start|>{{ m.role }}\\n{{ m.content }}<|im_end|>\\n{% endfor %}"
-    ...           "{% if add_generation_prompt %}<|im_start|>assistant\\n{% endif %}")
-    >>> a = analyze(ChatTemplate(text=chatml, name="chatml", source="-"))
-    >>> a.status, a.user_start, a.generation_prompt
-    ('pass', '<|im_start|>user\\n', '<|im_start|>assistant\\n')
+contents, in every context a role was seen in. A long mixed conversation is then rendered and
+split with the derived delimiters; the Analysis carries that round-trip verdict.
 """
 
 from __future__ import annotations
@@ -119,21 +112,28 @@ class Analysis:
 # the first character of a message's content:
 #   - the previous message's closer is not part of it: that is what the template renders after that
 #     message's content when it comes last (ChatML's `<|im_end|>\n`, Llama 3's `<|eot_id|>`); where the
-#     closer is only partly there, it is cut at a markup boundary (after a `>`, `]` or whitespace);
+#     closer is only partly there, it is cut at a markup boundary (after a `>`, `]` or whitespace),
+#     and it never holds the markup that opens every turn (`<|start_header_id|>`);
 #   - leading whitespace is dropped: a newline between turns ends the previous turn;
 #   - trailing whitespace is kept: it is what the template emits right before the content (ChatML's
 #     `\n`, Llama 3's `\n\n`), so a match ends exactly where the content begins; a quote the template
 #     wraps around the content (`"` of a JSON-encoded tool result) belongs to the content;
 #   - it ends before the first text that changes from one real conversation to the next: a tool's
-#     name, a tool-call id or index, today's date, tools being declared or not. The delimiter is the
-#     common prefix of what the template emits in every place the role follows the same previous role;
+#     name, a tool-call id or index, today's date, tools being declared or not. Where a role follows
+#     the same previous role in several places, the delimiter is what all of them share: their
+#     common prefix, else their common suffix (a block some turns only get, like Mistral's tool list
+#     before the last user message, or a closer rendered only before a next turn, is left out);
 #   - a system delimiter ends at its first line of prose: a default system prompt the template
 #     writes before the given one is system content, not markup;
 #   - the BOS token is part of a delimiter only where the template repeats it at each turn
 #     (ByteDance Seed's `<seed:bos>user\n`); a BOS printed once at the start belongs to no span;
-#   - one exception: where a template gives assistant turns no opener at all (Mistral's
-#     `[INST]question[/INST]answer</s>`), the user turn's closer that always precedes the answer
-#     (`[/INST]`) is taken as the assistant start (capabilities['assistant_start'] == 'user_closer').
+#   - a delimiter must be able to mark a turn: it holds a markup unit or a word (`, ` between list
+#     items does not). Where a role has none of its own, the previous message's closer that always
+#     precedes it is taken from its first markup unit: Mistral's answers start at `[/INST]`
+#     (capabilities['assistant_start'] == 'user_closer'), Apertus' tool results at
+#     `<|tools_suffix|>[` (capabilities['tool_response_start'] == 'call_closer'); responses grouped
+#     with nothing between them share one span, and an answer that follows tool responses without
+#     an opener continues their span (capabilities['assistant_after_tool'] == 'continues').
 
 _UNDEFINED = re.compile(r"'(\w+)' is undefined")
 # A second clock: text that differs between renders at two dates is no fixed marker.
@@ -144,8 +144,6 @@ _UNIT = re.compile(r"<\|[^<>|\s]*\|>|<｜[^<>｜]*｜>|〈\|[^〈〉]*\|〉|<[^<
 _MARKUP_END = re.compile(r"(?:" + _UNIT.pattern + r"|[A-Za-z_]+(?=<|\[|〈)|\s)+$")
 # A closer that is only partly rendered is cut after one of these.
 _BOUNDARY = frozenset(">]}\n \t")
-# Message kinds: roles, plus 'call' for an assistant message with tool calls.
-_KIND_ROLE = {"system": "system", "user": "user", "assistant": "assistant", "call": "assistant", "tool": "tool"}
 
 
 def _other_clock() -> datetime:
