@@ -468,6 +468,8 @@ class _Analyzer:
             if tool.get("placement") not in (None, "rejected", "dropped"):
                 self._tool_delimiters(tool)
         self.caps["system"] = system_mode
+        self.caps["system_supported"] = system_mode != "rejected"
+        self.caps["tools_supported"] = bool(self.caps.get("tools")) or self.caps.get("tool_calls") not in (None, "rejected")
 
         # 7. Delimiters.
         assistant = self._merge_assistant(tool)
@@ -677,6 +679,8 @@ class _Analyzer:
                 tool["calls"] = " ".join(spec.split()[1:])
                 self.tails["tool"] = g.tail(4)
                 break
+        if not builder.shape.tool_calls:
+            self.caps["tool_calls"] = "rejected"
         self._tool_delimiters(tool)
         return tool
 
