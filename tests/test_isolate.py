@@ -80,8 +80,18 @@ def test_results_in_input_order_with_parallel_jobs():
     results = analyze_isolated(templates, jobs=2, target=_by_name)
     assert [a.name for a in results] == [t.name for t in templates]
     assert _statuses(results) == ["pass"] * 4
-    # One process per template: none shares a worker with another.
-    assert len({a.warnings[0] for a in results}) == 4
+    # Two workers, reused.
+    assert len({a.warnings[0] for a in results}) == 2
+    fresh = analyze_isolated(templates, jobs=2, target=_by_name, max_tasks_per_worker=1)
+    assert len({a.warnings[0] for a in fresh}) == 4  # a fresh process for every template
+
+
+def test_workers_are_replaced_after_a_crash_or_memory_exhaustion():
+    names = ["ok-0", "ok-1", "alloc-2", "ok-3", "segv-4", "ok-5"]
+    results = analyze_isolated([T(n) for n in names], jobs=1, memory_mb=256, target=_by_name)
+    assert _statuses(results) == ["pass", "pass", "memory", "pass", "error", "pass"]
+    pids = [a.warnings[0] for a in results if a.status == "pass"]
+    assert pids[0] == pids[1] and len({pids[1], pids[2], pids[3]}) == 3
 
 
 def test_timeout_kills_the_worker_and_the_run_goes_on():
@@ -170,6 +180,8 @@ def test_bad_arguments():
         analyze_isolated([T("a")], memory_mb=1)
     with pytest.raises(InputError, match="module-level function"):
         analyze_isolated([T("a")], target=lambda t: t)
+    with pytest.raises(InputError, match="max_tasks_per_worker"):
+        analyze_isolated([T("a")], max_tasks_per_worker=0)
 
 
 _ORPHAN = r"""
@@ -206,23 +218,26 @@ def test_workers_die_with_the_auditing_process():
 
 
 def test_a_worker_that_cannot_start_is_a_verdict(monkeypatch):
+    import itertools
+
     import tmplkit.isolate as iso
 
     real = iso._context()
+    starts = itertools.count()
 
     class FailingSecondStart:
         Pipe = staticmethod(real.Pipe)
 
         def Process(self, *args, **kwargs):
             proc = real.Process(*args, **kwargs)
-            if kwargs.get("name", "").endswith("-1"):
+            if next(starts) == 1:
                 def fail():
                     raise OSError(24, "Too many open files")
                 proc.start = fail
             return proc
 
     monkeypatch.setattr(iso, "_context", lambda: FailingSecondStart())
-    results = analyze_isolated([T("ok-0"), T("ok-1"), T("ok-2")], jobs=1, target=_by_name)
+    results = analyze_isolated([T("ok-0"), T("ok-1"), T("ok-2")], jobs=1, target=_by_name, max_tasks_per_worker=1)
     assert _statuses(results) == ["pass", "error", "pass"]
     assert "could not start a worker process (OSError" in results[1].errors[0]
 

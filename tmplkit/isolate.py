@@ -13,8 +13,13 @@ in a process of its own:
   with status `timeout`, `memory`, `unsafe` or `error` and a one-line reason, and the run goes on.
 
 Workers are forked from a `forkserver` (spawned where that is not available) with tmplkit
-already imported, one process per template: starting one costs about 10 ms, and no template
-can leave state behind for the next. Results come back in the input order whatever `jobs` is.
+already imported (about 10 ms each). A worker analyzes up to `max_tasks_per_worker` templates
+and is replaced at once after a crash, a kill, or a template that exhausted its memory; the
+sandbox keeps templates from changing anything shared (tests/test_hostile.py checks), and
+`max_tasks_per_worker=1` gives every template a fresh process. Results come back in the input
+order whatever `jobs` is.
+
+A script that calls this needs the usual multiprocessing guard, `if __name__ == "__main__":`.
 
 >>> from tmplkit.sources import ChatTemplate
 >>> [a.status for a in analyze_isolated([ChatTemplate("{{ x.__class__ }}", "t", "-")], target=scan_only)]
@@ -39,7 +44,7 @@ from .errors import InputError, RenderLimitError, TmplkitError
 from .scan import scan
 
 __all__ = [
-    "DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT", "analysis_from_exception", "analyze_isolated", "scan_only",
+    "DEFAULT_MAX_TASKS", "DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT", "analysis_from_exception", "analyze_isolated", "scan_only",
 ]
 
 DEFAULT_TIMEOUT = 10.0
@@ -50,7 +55,11 @@ _MAX_MESSAGE = 2000
 _EXIT_MEMORY = 75  # the worker ran out of memory so completely it could not even report it
 _KILL_GRACE = 5.0
 _STARTUP_GRACE = 30.0
-_PRELOAD = ["tmplkit.analyze", "tmplkit.render", "tmplkit.scan", "tmplkit.isolate", "jinja2.sandbox"]
+DEFAULT_MAX_TASKS = 32
+# The forkserver imports these once; every worker is forked from it with them loaded. `__main__`
+# (multiprocessing's default) is kept so that a script's main module is imported once, in the
+# server, and not again in every worker.
+_PRELOAD = ["__main__", "tmplkit.analyze", "tmplkit.render", "tmplkit.scan", "tmplkit.isolate", "jinja2.sandbox"]
 
 Progress = Callable[[int, int, Analysis], None]
 
@@ -168,15 +177,12 @@ def _limit_memory(memory_mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def _worker(conn, template, target, memory_mb) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _set_parent_death_signal()
-    _limit_memory(memory_mb)
+def _analyze_in_worker(conn, index: int, template, target) -> None:
     try:
         warnings = scan(template.text)
     except Exception as exc:  # the scan parses only; still, never let it stop the analysis
         warnings = [f"scan failed: {type(exc).__name__}"]
-    conn.send(("scan", warnings))
+    conn.send(("scan", index, warnings))
     start = time.perf_counter()
     analysis = None
     failure = None
@@ -194,12 +200,27 @@ def _worker(conn, template, target, memory_mb) -> None:
             os._exit(_EXIT_MEMORY)
         failure = None  # drops the traceback and whatever huge values its frames held
     try:
-        conn.send(("result", _finish(analysis, warnings)))
+        conn.send(("result", index, _finish(analysis, warnings)))
     except MemoryError:
         os._exit(_EXIT_MEMORY)
     except Exception as exc:  # e.g. a value that does not pickle
-        conn.send(("result", _failed(template, "error", f"the analysis result could not be sent back: {exc}", elapsed, warnings)))
-    conn.close()
+        reason = f"the analysis result could not be sent back: {exc}"
+        conn.send(("result", index, _failed(template, "error", reason, elapsed, warnings)))
+
+
+def _worker(conn, target, memory_mb) -> None:
+    """A worker: analyze (index, template) tasks until told to stop (None) or the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _set_parent_death_signal()
+    _limit_memory(memory_mb)
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        _analyze_in_worker(conn, task[0], task[1], target)
 
 
 # --- the parent -----------------------------------------------------------------------------------
@@ -224,13 +245,19 @@ def _context():
 class _Job:
     index: int
     template: object
-    process: object
-    conn: object
     started: float
     deadline: float
     warnings: list = dataclasses.field(default_factory=list)
     result: Analysis | None = None
-    sentinel: int = -1
+
+
+@dataclasses.dataclass
+class _Worker:
+    process: object
+    conn: object
+    sentinel: int
+    tasks: int = 0
+    job: _Job | None = None
 
 
 def _describe_exit(code: int | None) -> tuple[str, str]:
@@ -243,8 +270,6 @@ def _describe_exit(code: int | None) -> tuple[str, str]:
             name = f"signal {-code}"
         if -code == signal.SIGKILL:
             return "memory", f"the worker was killed by {name}, most likely by the system for using too much memory"
-        if -code == getattr(signal, "SIGXCPU", None):
-            return "timeout", f"the worker went past its CPU-time limit ({name})"
         return "error", f"the worker crashed ({name})"
     return "error", f"the worker exited with code {code} without a result"
 
@@ -257,14 +282,17 @@ def analyze_isolated(
     progress: Progress | None = None,
     *,
     target: Callable | None = None,
+    max_tasks_per_worker: int = DEFAULT_MAX_TASKS,
 ) -> list[Analysis]:
-    """Analyze each ChatTemplate in a worker process of its own; results in the input order.
+    """Analyze each ChatTemplate in a worker process; results in the input order.
 
     `jobs`: workers at once (default: os.cpu_count()). `timeout`: wall-clock seconds per template
     (None: no limit). `memory_mb`: MiB a worker may allocate beyond its start-up footprint (None:
     no limit). `progress(done, total, analysis)` is called in this process as each one ends.
     `target(template) -> Analysis` replaces `tmplkit.analyze.analyze`; it must be importable by
-    name (a module-level function).
+    name (a module-level function). A worker analyzes up to `max_tasks_per_worker` templates
+    (1: a fresh process for every template) and is replaced at once after a crash, a kill, or a
+    template that ran out of memory.
 
         >>> from tmplkit import load                                         # doctest: +SKIP
         >>> for a in analyze_isolated(load("corpus:llama.cpp"), jobs=2):   # doctest: +SKIP
@@ -279,6 +307,8 @@ def analyze_isolated(
         raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
     if memory_mb is not None and (not isinstance(memory_mb, int) or memory_mb < 16):
         raise InputError(f"memory limit must be at least 16 MiB, got {memory_mb!r}")
+    if not isinstance(max_tasks_per_worker, int) or max_tasks_per_worker < 1:
+        raise InputError(f"max_tasks_per_worker must be a positive whole number, got {max_tasks_per_worker!r}")
     target = target or _default_target
     try:
         pickle.dumps(target)
@@ -290,14 +320,19 @@ def analyze_isolated(
         return []
     ctx = _context()
     pending = collections.deque(enumerate(templates))
-    running: dict[int, _Job] = {}  # keyed by the process sentinel
+    workers: dict[int, _Worker] = {}  # by process sentinel
     done = 0
 
-    def start(index, template):
-        parent_conn, child_conn = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_worker, args=(child_conn, template, target, memory_mb),
-                           name=f"tmplkit-analyze-{index}", daemon=True)
-        now = time.monotonic()
+    def record(index: int, analysis: Analysis) -> None:
+        nonlocal done
+        results[index] = analysis
+        done += 1
+        if progress is not None:
+            progress(done, total, analysis)
+
+    def spawn() -> _Worker:
+        parent_conn, child_conn = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(child_conn, target, memory_mb), name="tmplkit-analyze", daemon=True)
         try:
             proc.start()
         except BaseException:
@@ -305,17 +340,36 @@ def analyze_isolated(
             raise
         finally:
             child_conn.close()
-        # Until the worker reports in, allow for its start-up (the first one starts the forkserver).
-        deadline = now + timeout + _STARTUP_GRACE if timeout is not None else float("inf")
-        running[proc.sentinel] = _Job(index, template, proc, parent_conn, now, deadline, sentinel=proc.sentinel)
+        w = _Worker(proc, parent_conn, proc.sentinel)
+        workers[w.sentinel] = w
+        return w
 
-    def drain(job: _Job) -> None:
+    def retire(w: _Worker, kill: bool) -> None:
+        workers.pop(w.sentinel, None)
+        if kill:
+            w.process.kill()
+        else:
+            try:
+                w.conn.send(None)
+            except (OSError, ValueError):
+                w.process.kill()
+        w.conn.close()
+        w.process.join(_KILL_GRACE)
+        if w.process.is_alive():  # pragma: no cover - a worker that ignored the stop message
+            w.process.kill()
+            w.process.join(_KILL_GRACE)
+        w.process.close()
+
+    def drain(w: _Worker) -> None:
+        job = w.job
         try:
-            while job.result is None and job.conn.poll():
-                kind, value = job.conn.recv()
+            while job is not None and job.result is None and w.conn.poll():
+                kind, index, value = w.conn.recv()
+                if index != job.index:
+                    continue
                 if kind == "scan":
                     job.warnings = list(value)
-                    if timeout is not None:  # the clock starts when the worker is up and has scanned
+                    if timeout is not None:  # the clock starts when the worker has the template
                         job.started = time.monotonic()
                         job.deadline = job.started + timeout
                 elif kind == "result":
@@ -326,67 +380,70 @@ def analyze_isolated(
             job.result = _failed(job.template, "error", f"the worker's result could not be read: {exc}",
                                  time.monotonic() - job.started, job.warnings)
 
-    def finish(job: _Job, analysis: Analysis) -> None:
-        nonlocal done
-        job.conn.close()
-        job.process.join(_KILL_GRACE)
-        if job.process.is_alive():  # pragma: no cover - a worker that sent its result and then hung
-            job.process.kill()
-            job.process.join(_KILL_GRACE)
-        del running[job.sentinel]
-        job.process.close()
-        results[job.index] = analysis
-        done += 1
-        if progress is not None:
-            progress(done, total, analysis)
+    def assign(index: int, template) -> None:
+        w = next((w for w in workers.values() if w.job is None), None)
+        try:
+            if w is None:
+                w = spawn()
+            now = time.monotonic()
+            # Until the worker reports in, allow for its start-up (the first one starts the forkserver).
+            deadline = now + timeout + _STARTUP_GRACE if timeout is not None else float("inf")
+            w.job = _Job(index, template, now, deadline)
+            w.conn.send((index, template))
+        except Exception as exc:  # fork failure, no file descriptors left, a worker that died idle, ...
+            if w is not None:
+                retire(w, kill=True)
+            record(index, _failed(
+                template, "error",
+                f"could not start a worker process ({type(exc).__name__}: {exc}); a script that calls "
+                "tmplkit's isolated analysis needs the `if __name__ == '__main__':` guard", 0.0))
+
+    def busy() -> list[_Worker]:
+        return [w for w in workers.values() if w.job is not None]
 
     try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                index, template = pending.popleft()
-                try:
-                    start(index, template)
-                except Exception as exc:  # fork failure, no file descriptors left, ...
-                    results[index] = _failed(
-                        template, "error",
-                        f"could not start a worker process ({type(exc).__name__}: {exc}); a script that calls "
-                        "tmplkit's isolated analysis needs the `if __name__ == '__main__':` guard", 0.0)
-                    done += 1
-                    if progress is not None:
-                        progress(done, total, results[index])
+        while pending or busy():
+            while pending and len(busy()) < jobs:
+                assign(*pending.popleft())
+            running = busy()
             if not running:
                 continue
             now = time.monotonic()
-            wait_for = max(0.0, min(j.deadline for j in running.values()) - now)
-            handles = list(running) + [j.conn for j in running.values()]
+            wait_for = max(0.0, min(w.job.deadline for w in running) - now)
+            handles = [w.sentinel for w in workers.values()] + [w.conn for w in running]
             ready = multiprocessing.connection.wait(handles, timeout=min(wait_for, 3600.0))
-            for job in list(running.values()):
-                if job.conn in ready:
-                    drain(job)
-                if job.result is not None:
-                    finish(job, job.result)
-                elif job.sentinel in ready:
-                    drain(job)
-                    if job.result is not None:
-                        finish(job, job.result)
-                    else:
-                        status, reason = _describe_exit(job.process.exitcode)
-                        finish(job, _failed(job.template, status, f"template '{job.template.name}': {reason}",
-                                            time.monotonic() - job.started, job.warnings))
+            for w in list(workers.values()):
+                if w.job is not None and (w.conn in ready or w.sentinel in ready):
+                    drain(w)
+                job = w.job
+                if job is not None and job.result is not None:
+                    w.job = None
+                    w.tasks += 1
+                    record(job.index, job.result)
+                    if w.tasks >= max_tasks_per_worker or job.result.status == "memory":
+                        retire(w, kill=False)
+                elif w.sentinel in ready:  # died: idle, or in the middle of a template
+                    code = w.process.exitcode
+                    retire(w, kill=True)
+                    if job is not None:
+                        status, reason = _describe_exit(code)
+                        record(job.index, _failed(job.template, status, f"template '{job.template.name}': {reason}",
+                                                  time.monotonic() - job.started, job.warnings))
             now = time.monotonic()
-            for job in [j for j in running.values() if j.deadline <= now]:
-                drain(job)
+            for w in [w for w in busy() if w.job.deadline <= now]:
+                drain(w)
+                job = w.job
+                w.job = None
                 if job.result is not None:
-                    finish(job, job.result)
+                    w.tasks += 1
+                    record(job.index, job.result)
                     continue
-                job.process.kill()
-                finish(job, _failed(
+                retire(w, kill=True)
+                record(job.index, _failed(
                     job.template, "timeout",
                     f"template '{job.template.name}': the analysis took longer than {timeout:g} s; the worker was stopped",
                     now - job.started, job.warnings))
     finally:
-        for job in list(running.values()):
-            job.process.kill()
-            job.process.join(_KILL_GRACE)
-            job.conn.close()
+        for w in list(workers.values()):
+            retire(w, kill=w.job is not None)
     return results  # type: ignore[return-value]
