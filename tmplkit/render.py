@@ -315,6 +315,10 @@ class _Environment(ImmutableSandboxedEnvironment):
 
     def __init__(self):
         super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
+        # Jinja's optimizer only folds constant expressions at compile time; without it the same
+        # values are computed at render time instead. Compiling is most of an analysis's time and
+        # the optimizer a fifth of compiling; tests/test_parity.py shows the output is unchanged.
+        self.optimized = False
         for key, func in list(self.filters.items()):
             if key == "center":
                 self.filters[key] = _width_filter(func, 1)
