@@ -44,7 +44,8 @@ from .errors import InputError, RenderLimitError, TmplkitError
 from .scan import scan
 
 __all__ = [
-    "DEFAULT_MAX_TASKS", "DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT", "analysis_from_exception", "analyze_isolated", "scan_only",
+    "DEFAULT_MAX_TASKS", "DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT", "add_scan_warnings", "analysis_from_exception",
+    "analyze_isolated", "scan_only",
 ]
 
 DEFAULT_TIMEOUT = 10.0
@@ -126,6 +127,17 @@ def _finish(analysis: Analysis, scan_warnings) -> Analysis:
         errors=tuple(_one_line(e) for e in analysis.errors),
         warnings=tuple(_one_line(w) for w in warnings),
     )
+
+
+def add_scan_warnings(analysis: Analysis, template_text: str) -> Analysis:
+    """`analysis` with the static scan's warnings for `template_text` added (for in-process analysis;
+    analyze_isolated adds them itself).
+
+    >>> a = Analysis(name="t", source="-", status="pass")
+    >>> add_scan_warnings(a, "{{ x.__class__ }}").warnings
+    ("line 1: reads '__class__', a Python internal (a known sandbox escape route)",)
+    """
+    return _finish(analysis, scan(template_text))
 
 
 def scan_only(template) -> Analysis:
