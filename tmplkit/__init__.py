@@ -2,9 +2,16 @@
 
 Load a chat template, derive every role's start delimiter, prove it by a round trip, detect
 message spans over token ids, and drive a checkpointing prefill runner.
+
+    >>> import tmplkit
+    >>> a = tmplkit.analyze(tmplkit.load_one("fixtures/templates/chatml-tools-in-user.jinja"))
+    >>> a.status, a.tool_response_start
+    ('pass', '<|im_start|>user\\n<tool_response>\\n')
 """
 
 from .analyze import Analysis, RoundTrip, analyze
+from .audit import AuditReport, audit
+from .conversation import Conversation, load_conversation
 from .delimiters import ROLES, Delimiter, sort_delimiters
 from .errors import (
     AnalysisError,
@@ -17,14 +24,30 @@ from .errors import (
     TmplkitError,
     TokenizerError,
 )
+from .isolate import analyze_isolated
+from .render import Limits, render
+from .scan import scan
 from .sources import ChatTemplate, load, load_gguf, load_many, load_one
-from .audit import AuditReport, audit
-from .spans import TextSpan, split_text
+from .spans import SpanDetector, Spans, TextSpan, TokenSpan, split_text
+from .token_audit import TokenRoundTrip, conversation_spans, token_round_trip, vocab_for_template
+from .tokenize import (
+    HFTokenizer,
+    LlamaCppTokenizer,
+    TokenDelimiter,
+    TokenDelimiters,
+    Tokenizer,
+    load_tokenizer,
+    token_delimiters,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ROLES", "Analysis", "AuditReport", "audit", "load", "load_gguf", "load_many", "load_one", "AnalysisError", "ChatTemplate", "Delimiter", "GGUFError", "InputError",
-    "ModelError", "RenderError", "RenderLimitError", "RoundTrip", "SourceError", "TextSpan",
-    "TmplkitError", "TokenizerError", "analyze", "sort_delimiters", "split_text",
+    "ROLES", "Analysis", "AnalysisError", "AuditReport", "ChatTemplate", "Conversation", "Delimiter",
+    "GGUFError", "HFTokenizer", "InputError", "Limits", "LlamaCppTokenizer", "ModelError", "RenderError",
+    "RenderLimitError", "RoundTrip", "SourceError", "SpanDetector", "Spans", "TextSpan", "TmplkitError",
+    "TokenDelimiter", "TokenDelimiters", "TokenRoundTrip", "TokenSpan", "Tokenizer", "TokenizerError",
+    "analyze", "analyze_isolated", "audit", "conversation_spans", "load", "load_conversation", "load_gguf",
+    "load_many", "load_one", "load_tokenizer", "render", "scan", "sort_delimiters", "split_text",
+    "token_delimiters", "token_round_trip", "vocab_for_template",
 ]

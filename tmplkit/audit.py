@@ -94,10 +94,11 @@ def audit(
     """
     if jobs == 1 and timeout is None and memory_mb is None:
         from .analyze import analyze
+        from .isolate import add_scan_warnings
 
         results = []
         for i, t in enumerate(templates):
-            a = analyze(t)
+            a = add_scan_warnings(analyze(t), t.text)
             results.append(a)
             if progress:
                 progress(i + 1, len(templates), a)
