@@ -1,0 +1,137 @@
+"""Batch policies: where a prompt batch ends early, before a message start.
+
+A policy answers one question while a batch is being filled: after adding the token before
+position `pos`, end the batch here? It returns the name of the rule that ends it, or None.
+Everything else is shared by all policies and follows llama-server: batches are at most n_batch
+tokens; when the model needs checkpoints, a batch also ends 4 + n_ubatch and 4 tokens before the
+prompt's end (the near-end rule) and a checkpoint is taken at the start of a batch that starts a
+user message (subject to the minimum step) or lies near the end. With a model that can roll its
+memory back, no checkpoint is needed and no policy breaks a batch.
+
+    >>> get_policy("gated").name
+    'gated'
+    >>> sorted(POLICIES)
+    ['every-user-start', 'gated', 'none']
+
+To add one, subclass BatchPolicy and register it: `POLICIES["mine"] = Mine()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+
+@dataclass(frozen=True)
+class BreakContext:
+    """What a policy may look at: the spans, the last user start, and the checkpoints taken so far.
+
+    `last_checkpoint` is the n_tokens of the newest checkpoint (None when there is none yet); as in
+    llama-server, the checkpoint of the batch being filled is taken after it is filled.
+    """
+
+    spans: object
+    last_user: int
+    last_checkpoint: int | None
+    min_step: int
+
+
+class BatchPolicy:
+    """Base policy: never ends a batch early.
+
+    `candidates(spans, n)`: the positions where `break_before` is asked (by default the user
+    starts); `break_before(pos, ctx)`: the name of the rule that ends the batch before `pos`, or
+    None; `reason`: how a batch it ends is labelled in reports.
+    """
+
+    name = "base"
+    description = ""
+    reason = "user start"
+    # Whether the runner reads spans at all (also for checkpoints at user starts).
+    uses_spans = True
+
+    def candidates(self, spans, n_tokens: int):
+        if spans is None:
+            return ()
+        if hasattr(spans, "starts"):
+            return spans.starts("user")
+        return [s[1] for s in spans if s[0] == "user"]
+
+    def break_before(self, pos: int, ctx: BreakContext) -> str | None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"<policy {self.name}>"
+
+
+class NoBreaks(BatchPolicy):
+    """No message breaks, spans ignored: llama-server without message delimiters."""
+
+    name = "none"
+    description = "full batches; only the near-end breaks"
+    uses_spans = False
+
+
+class EveryUserStart(BatchPolicy):
+    """End a batch before every user-message start (llama.cpp 73618f2, the issue-25213 regression)."""
+
+    name = "every-user-start"
+    description = "a break before every user start (llama.cpp 73618f2)"
+
+    def break_before(self, pos: int, ctx: BreakContext) -> str | None:
+        if ctx.spans is not None and ctx.spans.is_user_start(pos):
+            return "every user start"
+        return None
+
+
+class Gated(BatchPolicy):
+    """End a batch at a user start only where a checkpoint will be taken (llama.cpp PR 25420).
+
+    Rules, in order: the last user message; no checkpoint yet; more than `min_step` tokens past
+    the newest checkpoint.
+    """
+
+    name = "gated"
+    description = "a break at a user start only where a checkpoint is due (llama.cpp PR 25420)"
+
+    def break_before(self, pos: int, ctx: BreakContext) -> str | None:
+        if ctx.spans is None or not ctx.spans.is_user_start(pos):
+            return None
+        if pos == ctx.last_user:
+            return "last user message"
+        if ctx.last_checkpoint is None:
+            return "no checkpoint yet"
+        if pos > ctx.last_checkpoint + ctx.min_step:
+            return "min step"
+        return None
+
+
+class FixedBreaks(BatchPolicy):
+    """End batches before the given positions (and nowhere else early): for experiments and tests."""
+
+    name = "fixed"
+    description = "breaks at given positions"
+    reason = "fixed"
+
+    def __init__(self, positions):
+        self.positions = frozenset(int(p) for p in positions)
+
+    def candidates(self, spans, n_tokens: int):
+        return self.positions
+
+    def break_before(self, pos: int, ctx: BreakContext) -> str | None:
+        return "fixed" if pos in self.positions else None
+
+
+POLICIES: dict[str, BatchPolicy] = {p.name: p for p in (NoBreaks(), EveryUserStart(), Gated())}
+
+
+def get_policy(policy: str | BatchPolicy) -> BatchPolicy:
+    """A policy by name (or the policy itself)."""
+    if isinstance(policy, BatchPolicy):
+        return policy
+    try:
+        return POLICIES[policy]
+    except KeyError:
+        raise InputError(f"unknown batch policy '{policy}'; known: {', '.join(POLICIES)}") from None

@@ -1,0 +1,131 @@
+"""From a session to what the prefill runner takes: prompt tokens and their message spans.
+
+The pipeline stages, in order: render the session with the chat template (sandboxed), tokenize
+with the model's vocabulary, derive the template's role delimiters (tmplkit's analysis) as token
+ids checked in context, and split the tokens into spans.
+
+    >>> tok = LlamaCppTokenizer(model_path)                                    # doctest: +SKIP
+    >>> prompt = build_prompt(session, load_one("Qwen3.5-4B.jinja"), tok)      # doctest: +SKIP
+    >>> runner.run(prompt.tokens, prompt.spans)                                # doctest: +SKIP
+
+`server_spans()` gives the spans llama-server finds with its own two delimiters (user and
+assistant start, each tokenized on its own), to compare against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..analyze import Analysis, RoundTrip
+from ..delimiters import Delimiter, sort_delimiters
+from ..errors import AnalysisError, InputError
+from ..sources import ChatTemplate
+from ..spans import SpanDetector, Spans
+from .session import Session, messages_for_template
+
+# llama-server's delimiters (its autoparser's user_start / assistant_start, as pinned by the
+# vendored llama.cpp's tests/test-chat-auto-parser.cpp), by a marker of the template family.
+SERVER_DELIMITERS = (
+    ("<|im_start|>", (("assistant", "<|im_start|>assistant"), ("user", "<|im_start|>user"))),
+    ("<start_of_turn>", (("assistant", "<start_of_turn>model"), ("user", "<start_of_turn>user"))),
+)
+
+# Hand-written delimiters, used only when tmplkit's analysis gives none for a template.
+_FALLBACK = (
+    ("<tool_response>", "<|im_start|>", (("tool", "<|im_start|>user\n<tool_response>\n"), ("user", "<|im_start|>user\n"),
+                                          ("assistant", "<|im_start|>assistant\n"), ("system", "<|im_start|>system\n"))),
+    ("<|im_start|>", "<|im_start|>", (("user", "<|im_start|>user\n"), ("assistant", "<|im_start|>assistant\n"),
+                                      ("system", "<|im_start|>system\n"), ("tool", "<|im_start|>tool\n"))),
+    ("<start_of_turn>", "<start_of_turn>", (("user", "<start_of_turn>user\n"), ("assistant", "<start_of_turn>model\n"))),
+)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    tokens: tuple[int, ...]
+    spans: Spans
+    text: str = field(repr=False)
+    template: str
+    delimiters: object = field(repr=False)  # TokenDelimiters
+    derived_by: str = "analysis"  # or "fallback" (hand-written text delimiters)
+
+    def role_counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.spans:
+            out[s.role] = out.get(s.role, 0) + 1
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "n_tokens": len(self.tokens),
+            "template": self.template,
+            "spans_by_role": self.role_counts(),
+            "delimiters_derived_by": self.derived_by,
+            "delimiters": self.delimiters.to_dict() if hasattr(self.delimiters, "to_dict") else None,
+        }
+
+
+def render_session(session: Session, template: ChatTemplate, add_generation_prompt: bool = True) -> str:
+    from ..render import Limits, render
+
+    return render(template, messages_for_template(session), tools=list(session.tools) or None,
+                  add_generation_prompt=add_generation_prompt, limits=Limits(seconds=60, max_output_chars=50_000_000))
+
+
+def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]:
+    """The template's role delimiters: tmplkit's analysis, else the hand-written family table."""
+    try:
+        from ..analyze import analyze
+
+        analysis = analyze(template)
+        if analysis.delimiters:
+            return sort_delimiters(analysis.delimiters), "analysis"
+    except NotImplementedError:
+        pass
+    except AnalysisError:
+        pass
+    for marker, _, delims in _FALLBACK:
+        if marker in template.text:
+            return sort_delimiters(Delimiter(r, t) for r, t in delims), "fallback"
+    raise InputError(f"no role delimiters for template '{template.name}'")
+
+
+def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos: bool = False,
+                 add_generation_prompt: bool = True) -> Prompt:
+    """Render, tokenize, and split `session` into message spans with tmplkit's delimiters.
+
+    `tokenizer` is a tmplkit Tokenizer of the model's vocabulary (e.g. LlamaCppTokenizer(model));
+    `add_bos` prepends the BOS token when the rendered text does not already start with it.
+    """
+    from ..tokenize import token_delimiters
+
+    text = render_session(session, template, add_generation_prompt)
+    delims, how = text_delimiters(template)
+    tokens = tokenizer.tokenize(text, add_bos=False)
+    if add_bos:
+        bos = tokenizer.tokenize("", add_bos=True)
+        if bos and tokens[:len(bos)] != bos:
+            tokens = bos + tokens
+    # The delimiters' token ids are read off this very render (checked: the token split must
+    # find exactly the message starts the text split finds).
+    probe = Analysis(name=template.name, source=template.source, status="pass", delimiters=delims,
+                     round_trip=RoundTrip(True, (), (), rendered=text))
+    tdelims = token_delimiters(probe, tokenizer)
+    if not tdelims.passed:
+        raise AnalysisError(f"template '{template.name}': delimiters do not split the tokens as the text: "
+                            f"{'; '.join(tdelims.problems)}")
+    spans = SpanDetector(tdelims).split(tokens)
+    return Prompt(tuple(tokens), spans, text, template.name, tdelims, how)
+
+
+def server_delimiters(template: ChatTemplate) -> tuple[tuple[str, str], ...]:
+    """llama-server's two delimiters for this template's family (user and assistant start)."""
+    for marker, delims in SERVER_DELIMITERS:
+        if marker in template.text:
+            return delims
+    raise InputError(f"llama-server's delimiters for template '{template.name}' are not known here")
+
+
+def server_spans(tokens, template: ChatTemplate, tokenizer) -> Spans:
+    """The spans llama-server finds: its two delimiters, each tokenized on its own."""
+    return SpanDetector(list(server_delimiters(template)), tokenizer).split(list(tokens))

@@ -1,0 +1,383 @@
+"""Coding-agent sessions: OpenAI-style messages with tools, generated or read from a file.
+
+A session file is JSON: either `{"messages": [...], "tools": [...]}` or a bare list of messages.
+Messages have a `role` (system, user, assistant, tool) and `content` (a string, null, or a list of
+`{"type": "text", "text": ...}` parts); assistant messages may carry `tool_calls`
+(`{"id", "type": "function", "function": {"name", "arguments"}}`, arguments a JSON string or an
+object) and tool messages a `tool_call_id`. That is what agents that speak the OpenAI chat API
+send, so their logs can be used as they are.
+
+`generate_session()` writes a realistic one, seeded: user requests, assistant tool calls, and tool
+results that look like file contents, grep output, test runs and diffs, at a target length.
+
+    >>> s = generate_session(target_tokens=3000, seed=1)
+    >>> s.messages[0]["role"], s.messages[1]["role"]
+    ('system', 'user')
+    >>> sum(m["role"] == "tool" for m in s.messages) > 5
+    True
+
+Two styles: "tool-role" (tool results as `tool` messages, tool calls as `tool_calls`, for
+templates with tool support such as Qwen's) and "user-turns" (for templates without tool support,
+such as Gemma's: the assistant writes its tool call in its text and the agent sends each result
+back as a user turn; no system message, since those templates reject one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..delimiters import ROLES
+from ..errors import InputError
+from .report import write_atomic
+
+STYLES = ("tool-role", "user-turns")
+
+
+@dataclass(frozen=True)
+class Session:
+    messages: tuple
+    tools: tuple = ()
+    source: str = ""
+
+    def to_dict(self) -> dict:
+        return {"messages": [dict(m) for m in self.messages], "tools": [dict(t) for t in self.tools]}
+
+    @property
+    def roles(self) -> list[str]:
+        return [m["role"] for m in self.messages]
+
+    def with_messages(self, extra) -> "Session":
+        """A new session with `extra` messages appended (e.g. the next user turn)."""
+        return Session(tuple(self.messages) + tuple(extra), self.tools, self.source)
+
+
+# ---- reading and validating -----------------------------------------------------------------------
+
+
+def load_session(path: str | os.PathLike) -> Session:
+    """Read and validate a session file; any problem is one InputError line naming the cause."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"session file not found: {p}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read session {p}: {exc}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"session {p} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    return session_from_json(obj, str(p))
+
+
+def session_from_json(obj, source: str = "<session>") -> Session:
+    """Validate a parsed session (a list of messages, or an object with `messages` and `tools`)."""
+    tools = []
+    if isinstance(obj, dict):
+        if "messages" not in obj:
+            raise InputError(f"session {source}: an object must have a 'messages' list (keys: {', '.join(sorted(obj)) or 'none'})")
+        tools = obj.get("tools") or []
+        obj = obj["messages"]
+    if not isinstance(obj, list):
+        raise InputError(f"session {source}: expected a list of messages, got {type(obj).__name__}")
+    if not obj:
+        raise InputError(f"session {source}: the list of messages is empty")
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise InputError(f"session {source}: 'tools' must be a list of objects")
+    messages = []
+    for i, m in enumerate(obj):
+        if not isinstance(m, dict):
+            raise InputError(f"session {source}: message {i} is a {type(m).__name__}, not an object with 'role' and 'content'")
+        role = m.get("role")
+        if role not in ROLES:
+            raise InputError(f"session {source}: message {i} has unknown role {role!r}; roles are {', '.join(ROLES)}")
+        content = m.get("content")
+        if content is not None and not isinstance(content, str):
+            if not isinstance(content, list) or not all(isinstance(part, dict) for part in content):
+                raise InputError(f"session {source}: message {i} content must be a string, null or a list of parts")
+        calls = m.get("tool_calls")
+        if calls is not None:
+            if not isinstance(calls, list):
+                raise InputError(f"session {source}: message {i} tool_calls must be a list")
+            for j, call in enumerate(calls):
+                fn = call.get("function", call) if isinstance(call, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    raise InputError(f"session {source}: message {i} tool call {j} has no function name")
+        messages.append(m)
+    return Session(tuple(messages), tuple(tools), source)
+
+
+def save_session(session: Session, path: str | os.PathLike) -> None:
+    write_atomic(path, json.dumps(session.to_dict(), indent=1, ensure_ascii=False) + "\n")
+
+
+def messages_for_template(session: Session) -> list[dict]:
+    """Messages as chat templates expect them: tool-call arguments as objects, not JSON strings.
+
+    (OpenAI-style logs keep arguments as a JSON string; templates such as Qwen's iterate over them
+    as a mapping, and llama-server parses them before rendering, so we do the same.)
+    """
+    out = []
+    for m in session.messages:
+        m = dict(m)
+        if m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                c = json.loads(json.dumps(c))
+                fn = c.get("function", c)
+                args = fn.get("arguments")
+                if isinstance(args, str):
+                    try:
+                        fn["arguments"] = json.loads(args)
+                    except json.JSONDecodeError:
+                        pass
+                calls.append(c)
+            m["tool_calls"] = calls
+        out.append(m)
+    return out
+
+
+# ---- generating -----------------------------------------------------------------------------------
+
+TOOLS = (
+    {"type": "function", "function": {"name": "read_file", "description": "Read a file of the repository.",
+     "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "Path relative to the repository root."},
+                    "start_line": {"type": "integer"}, "end_line": {"type": "integer"}}, "required": ["path"]}}},
+    {"type": "function", "function": {"name": "grep", "description": "Search the repository with a regular expression.",
+     "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}}, "required": ["pattern"]}}},
+    {"type": "function", "function": {"name": "run", "description": "Run a shell command in the repository and return its output.",
+     "parameters": {"type": "object", "properties": {"command": {"type": "string"}, "timeout": {"type": "integer"}}, "required": ["command"]}}},
+    {"type": "function", "function": {"name": "edit_file", "description": "Replace an exact string in a file.",
+     "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}},
+                    "required": ["path", "old", "new"]}}},
+    {"type": "function", "function": {"name": "list_dir", "description": "List a directory.",
+     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+)
+
+_SYSTEM = ("You are a coding agent working in the repository `{repo}`. Use the tools to inspect and change the code. "
+           "Read before you edit, keep changes small, run the tests after each change, and explain what you did.")
+
+_NOUNS = ["config", "cache", "session", "token", "parser", "request", "schema", "batch", "report", "client", "index",
+          "worker", "queue", "store", "record", "plugin", "layout", "metric", "policy", "window", "buffer", "route"]
+_VERBS = ["load", "parse", "build", "merge", "resolve", "flush", "render", "validate", "split", "collect", "fetch",
+          "encode", "decode", "update", "apply", "normalize", "register", "compute", "select", "format"]
+_PKGS = ["core", "io", "net", "util", "cli", "storage", "api", "engine"]
+_REQUESTS = [
+    "The test `{test}` fails since the last merge. Find out why and fix it without changing the test.",
+    "Add a `--{flag}` option to the command line that is passed through to `{func}`; update the docs and add a test.",
+    "`{func}` is slow on large inputs (we saw 40 s on a 200 MB file). Profile it and make it linear.",
+    "Rename `{func}` to `{func2}` everywhere, keeping a deprecated alias for one release.",
+    "There is a race in `{mod}` when two workers flush at once. Add a lock and a test that reproduces it.",
+    "Please review the error handling in `{mod}`: errors should name the file and the cause on one line.",
+    "Make `{func}` accept a path or an open file, and add type hints to the module.",
+    "The CI job on Python 3.13 fails with a DeprecationWarning in `{mod}`. Fix the warning.",
+    "Write tests for `{func}` covering empty input, unicode, and very long lines.",
+    "Now update the changelog and summarize what changed in this session.",
+]
+
+
+class _Repo:
+    """A made-up repository the session is about, seeded so files read twice look the same."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.name = rng.choice(["quill", "harbor", "lattice", "ember", "tessera", "marten"])
+        self.modules = []
+        for pkg in _PKGS:
+            for noun in rng.sample(_NOUNS, 3):
+                self.modules.append(f"src/{self.name}/{pkg}/{noun}.py")
+        self.funcs = {m: [f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}" for _ in range(rng.randint(4, 9))] for m in self.modules}
+
+    def func(self) -> tuple[str, str]:
+        m = self.rng.choice(self.modules)
+        return m, self.rng.choice(self.funcs[m])
+
+    def test_path(self, mod: str) -> str:
+        return "tests/test_" + Path(mod).stem + ".py"
+
+    def source(self, mod: str, lines: int) -> str:
+        r = random.Random(f"{self.name}:{mod}")
+        noun = Path(mod).stem
+        out = [f'"""{noun.capitalize()} handling for {self.name}: {r.choice(_VERBS)} and {r.choice(_VERBS)} {noun}s."""',
+               "", "from __future__ import annotations", "", "import logging", "import os",
+               f"from dataclasses import dataclass, field", f"from typing import Iterable", "",
+               f"from ..util.errors import {noun.capitalize()}Error", "", "log = logging.getLogger(__name__)", "",
+               f"DEFAULT_{noun.upper()}_LIMIT = {r.choice([64, 256, 1024, 4096])}", "", "",
+               "@dataclass", f"class {noun.capitalize()}:", f'    """One {noun} and its state."""', "",
+               "    name: str", f"    size: int = 0", "    tags: list[str] = field(default_factory=list)", ""]
+        for fn in self.funcs[mod]:
+            arg = r.choice(_NOUNS)
+            out += ["", f"def {fn}({arg}s: Iterable[{noun.capitalize()}], limit: int = DEFAULT_{noun.upper()}_LIMIT) -> list[{noun.capitalize()}]:",
+                    f'    """{fn.replace("_", " ").capitalize()} from `{arg}s`, at most `limit` of them."""',
+                    "    out = []"]
+            for _ in range(r.randint(3, 8)):
+                out.append(r.choice([
+                    f"    for item in {arg}s:",
+                    f"        if item.size > limit:",
+                    f"            raise {noun.capitalize()}Error(f\"{{item.name}}: size {{item.size}} over the limit {{limit}}\")",
+                    f"        out.append(item)",
+                    f"    log.debug(\"{fn}: %d {arg}s\", len(out))",
+                    f"    if not out:",
+                    f"        return []",
+                    f"    out.sort(key=lambda x: (x.size, x.name))",
+                    f"    path = os.path.join(os.environ.get(\"{self.name.upper()}_HOME\", \".\"), \"{noun}s\")",
+                ]))
+            out.append("    return out[:limit]")
+        text = "\n".join(out)
+        all_lines = text.splitlines()
+        start = 0 if len(all_lines) <= lines else r.randint(0, len(all_lines) - lines)
+        return "\n".join(f"{i + 1:>4}  {line}" for i, line in enumerate(all_lines[start:start + lines], start=start))
+
+
+def _tool_step(repo: _Repo, rng: random.Random, mod: str, func: str, kind: str) -> tuple[str, dict, str]:
+    """One tool call: (thought, {name, arguments}, result text)."""
+    test = repo.test_path(mod)
+    if kind == "read_file":
+        n = rng.choice([4, 6, 8, 10, 12, 16, 24])
+        return (f"Let me read `{mod}`.", {"name": "read_file", "arguments": {"path": mod}}, repo.source(mod, n))
+    if kind == "grep":
+        hits = []
+        for _ in range(rng.randint(1, 6)):
+            m = rng.choice(repo.modules)
+            hits.append(f"{m}:{rng.randint(5, 300)}:    result = {func}({rng.choice(_NOUNS)}s, limit=limit)")
+        return (f"Where is `{func}` used?", {"name": "grep", "arguments": {"pattern": rf"\b{func}\(", "path": "src"}}, "\n".join(hits))
+    if kind == "test":
+        n_pass = rng.randint(20, 300)
+        fail = rng.random() < 0.4
+        if not fail and rng.random() < 0.6:
+            return ("Running the tests.", {"name": "run", "arguments": {"command": f"python -m pytest -q {test}"}},
+                    "." * rng.randint(10, 60) + f"\n{n_pass} passed in {rng.uniform(0.5, 9):.2f}s")
+        lines = [f"============================= test session starts ==============================",
+                 f"platform linux -- Python 3.12.3, pytest-8.3.2, pluggy-1.5.0",
+                 f"rootdir: /work/{repo.name}", f"collected {n_pass + fail} items", ""]
+        for t in rng.sample(repo.modules, rng.randint(1, 3)):
+            lines.append(f"{repo.test_path(t)} " + "." * rng.randint(5, 40))
+        if fail:
+            lines += ["", "=================================== FAILURES ===================================",
+                      f"__________________________ test_{func}_limit __________________________", "",
+                      f"    def test_{func}_limit():", f">       assert len({func}(make_items(10), limit=3)) == 3",
+                      f"E       AssertionError: assert 10 == 3", f"E        +  where 10 = len([...])", "",
+                      f"{test}:{rng.randint(10, 200)}: AssertionError",
+                      "=========================== short test summary info ============================",
+                      f"FAILED {test}::test_{func}_limit - AssertionError: assert 10 == 3",
+                      f"========================= 1 failed, {n_pass} passed in {rng.uniform(0.5, 9):.2f}s ========================="]
+        else:
+            lines.append(f"============================== {n_pass} passed in {rng.uniform(0.5, 9):.2f}s ==============================")
+        return ("Running the tests.", {"name": "run", "arguments": {"command": f"python -m pytest -q {test if rng.random() < .5 else 'tests'}"}},
+                "\n".join(lines))
+    if kind == "edit":
+        return (f"I'll fix `{func}` to honour the limit.",
+                {"name": "edit_file", "arguments": {"path": mod, "old": "    return out", "new": "    return out[:limit]"}},
+                f"Edited {mod}: 1 replacement.")
+    if kind == "diff":
+        lines = [f"diff --git a/{mod} b/{mod}", f"--- a/{mod}", f"+++ b/{mod}", f"@@ -{rng.randint(10, 90)},7 +{rng.randint(10, 90)},8 @@ def {func}("]
+        for _ in range(rng.randint(3, 8)):
+            sign = rng.choice([" ", " ", "-", "+"])
+            lines.append(f"{sign}    {rng.choice(_VERBS)}_{rng.choice(_NOUNS)}(out, limit)")
+        return ("Let me look at the diff so far.", {"name": "run", "arguments": {"command": "git diff"}}, "\n".join(lines))
+    listing = "\n".join(sorted({Path(m).name for m in repo.modules if rng.random() < 0.6} | {"__init__.py"}))
+    d = str(Path(mod).parent)
+    return (f"What else is in `{d}`?", {"name": "list_dir", "arguments": {"path": d}}, listing)
+
+
+def _estimate(messages) -> int:
+    return sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) // 3
+
+
+def generate_session(target_tokens: int = 16000, seed: int = 0, style: str = "tool-role",
+                     measure: Callable[[Session], int] | None = None, requests: int | None = None) -> Session:
+    """A seeded coding-agent session of about `target_tokens` tokens.
+
+    `measure(session)` returns the session's real token count (render + tokenize with the
+    template and tokenizer it will be run with); without it a character estimate is used. The
+    session grows by tool steps (6 to 12 per user request) until it reaches the target, and
+    always ends with a tool result (the prompt an agent sends to get its next step).
+    `requests` fixes the number of user requests instead (then the length follows).
+    """
+    if style not in STYLES:
+        raise InputError(f"unknown session style {style!r}; styles are {', '.join(STYLES)}")
+    if target_tokens < 200:
+        raise InputError("target_tokens must be at least 200")
+    rng = random.Random(seed)
+    repo = _Repo(rng)
+    system = _SYSTEM.format(repo=repo.name)
+    msgs: list[dict] = []
+    if style == "tool-role":
+        msgs.append({"role": "system", "content": system})
+    count = measure or (lambda s: _estimate(s.messages))
+    call_id = 0
+    n_req = 0
+    measured = count(Session(tuple(msgs), TOOLS)) if msgs else 0
+    measured_at = len(msgs)
+
+    def size_now() -> int:
+        return measured + _estimate(msgs[measured_at:])
+
+    def done() -> bool:
+        nonlocal measured, measured_at
+        if requests is not None:
+            return False
+        if size_now() < target_tokens * 0.97:
+            return False
+        measured, measured_at = count(Session(tuple(msgs), TOOLS)), len(msgs)
+        return measured >= target_tokens
+
+    while True:
+        if requests is not None and n_req >= requests:
+            break
+        mod, func = repo.func()
+        _, func2 = repo.func()
+        req = rng.choice(_REQUESTS).format(test=f"{repo.test_path(mod)}::test_{func}_limit", flag=rng.choice(_NOUNS) + "-limit",
+                                           func=func, func2=func2 + "_v2", mod=mod)
+        if n_req == 0 and style == "user-turns":
+            req = system + "\n\n" + req
+        if n_req > 0:
+            msgs.append({"role": "assistant", "content": rng.choice([
+                "Done. The change is in place and the tests pass.",
+                f"I changed `{func}` and added a test; all tests pass now.",
+                "Finished: the fix is small and covered by a new test. Anything else?"])})
+        msgs.append({"role": "user", "content": req})
+        n_req += 1
+        steps = rng.randint(6, 12)
+        kinds = ["read_file", "grep", "read_file", "test", "edit", "test", "diff", "list_dir", "read_file", "grep", "test", "read_file"]
+        finished = False
+        for k in range(steps):
+            kind = kinds[k] if rng.random() < 0.7 else rng.choice(kinds)
+            if rng.random() < 0.3:
+                mod, func = repo.func()
+            parallel = 2 if (style == "tool-role" and kind in ("read_file", "grep") and rng.random() < 0.25) else 1
+            calls = [_tool_step(repo, rng, mod if p == 0 else repo.func()[0], func, kind) for p in range(parallel)]
+            thought = calls[0][0]
+            if style == "tool-role":
+                tcs = []
+                for _, call, _ in calls:
+                    call_id += 1
+                    tcs.append({"id": f"call_{call_id:04d}", "type": "function",
+                                "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}})
+                msgs.append({"role": "assistant", "content": thought, "tool_calls": tcs})
+                for tc, (_, call, result) in zip(tcs, calls):
+                    msgs.append({"role": "tool", "tool_call_id": tc["id"], "name": call["name"], "content": result})
+            else:
+                _, call, result = calls[0]
+                msgs.append({"role": "assistant", "content": f"{thought}\n```tool_call\n{json.dumps(call, ensure_ascii=False)}\n```"})
+                msgs.append({"role": "user", "content": f"Tool result ({call['name']}):\n```\n{result}\n```"})
+            if done():
+                finished = True
+                break
+        if finished:
+            break
+    return Session(tuple(msgs), TOOLS, f"generated:seed={seed},style={style},target={target_tokens}")
+
+
+def next_user_turn(session: Session, seed: int = 0) -> Session:
+    """The session after the agent's answer and a new user request (for resume experiments)."""
+    rng = random.Random(seed)
+    extra = [{"role": "assistant", "content": "Done. The tests pass now; the fix is in place."},
+             {"role": "user", "content": rng.choice(_REQUESTS[:-1]).format(test="tests/test_cli.py::test_help", flag="verbose",
+                                                                          func="main", func2="main_v2", mod="src/cli.py")}]
+    return session.with_messages(extra)
