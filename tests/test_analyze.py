@@ -42,6 +42,11 @@ def test_round_trip_conversation_is_long_and_mixed():
     assert any(m.get("tool_calls") for m in rt.messages)
     assert rt.render_kwargs["add_generation_prompt"] is True and rt.render_kwargs["tools"]
     assert rt.expected_roles == rt.actual_roles and rt.passed
+    # It ends like an agent session in progress: a call with reasoning after the last user message, its response.
+    last_user = max(i for i, m in enumerate(rt.messages) if m["role"] == "user")
+    tail = rt.messages[last_user + 1:]
+    assert [m["role"] for m in tail] == ["assistant", "tool"]
+    assert tail[0].get("tool_calls") and tail[0].get("reasoning_content")
 
 
 def test_no_delimiter_holds_probe_content_or_varying_text():
@@ -169,3 +174,97 @@ def test_a_delimiter_matching_inside_template_text_fails_the_round_trip():
     assert a.tool_response_next == "<out>"
     assert a.status == "fail"
     assert any("where no message starts" in p for p in a.round_trip.problems)
+
+
+# Apriel 1.5's shape: every turn ends `\n<|end|>\n` (an answer adds the EOS), and a call's id is
+# printed only when a response follows, so the text after a call does not start with its closer.
+APRIEL = (
+    "{% for m in messages %}"
+    "{% if m.role == 'tool' %}<|tool_result|>\n{{ m.content }}\n<|end|>\n"
+    "{% elif m.role == 'assistant' %}<|assistant|>\n{{ m.content }}"
+    "{% if m.tool_calls %}{{ '\\n' }}<tool_calls>[{% for c in m.tool_calls %}"
+    "{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}"
+    "{% if m is not sameas messages[-1] %}, \"id\": \"{{ c.id }}\"{% endif %}}"
+    "{% if not loop.last %}, {% endif %}{% endfor %}]</tool_calls>{% endif %}{{ '\\n<|end|>\\n' + eos_token }}"
+    "{% else %}<|{{ m.role }}|>\n{{ m.content }}\n<|end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("eos", [None, "", "</s>"])
+def test_the_closer_calls_and_responses_share_is_not_part_of_the_response_start(eos):
+    a = analyze(T(APRIEL, eos=eos))
+    assert a.status == "pass", a.round_trip.problems
+    assert a.tool_response_start == "<|tool_result|>\n" and a.tool_response_next is None
+    assert not any("<|end|>" in d.text for d in a.delimiters)
+
+
+def test_delimiters_do_not_depend_on_knowing_the_bos_and_eos_tokens():
+    known = analyze(T(APRIEL, bos="<s>", eos="</s>"))
+    unknown = analyze(T(APRIEL))
+    assert (known.status, known.delimiters) == (unknown.status, unknown.delimiters)
+
+
+def test_generation_prompt_leaves_the_user_turns_closing_newline_to_it():
+    # Apriel 1.6: a user turn's `\n` is printed only when a turn follows; the answer opens `\n<|begin_assistant|>\n`.
+    t = ("{% for m in messages %}{{ '' if loop.first else '\n' }}<|begin_{{ m.role }}|>\n{{ m.content }}{% endfor %}"
+         "{{ '\n<|begin_assistant|>\nHere are my reasoning steps:\n' if add_generation_prompt else '' }}")
+    a = analyze(T(t))
+    assert a.generation_prompt == "<|begin_assistant|>\nHere are my reasoning steps:\n"
+    assert a.assistant_start == "<|begin_assistant|>\n"
+
+
+def test_a_default_system_prompt_and_its_heading_are_system_content():
+    # Solar: the system turn opens with a default prompt under its own heading, then the given one.
+    solar = ("{% for m in messages %}{% if m.role == 'system' %}<|begin|>system<|content|>## Provider System Prompt\n\n"
+             "You are a model.\n\n## System Prompt\n\n{{ m.content }}<|end|>"
+             "{% else %}<|begin|>{{ m.role }}<|content|>{{ m.content }}<|end|>{% endif %}{% endfor %}")
+    a = analyze(T(solar))
+    assert a.status == "pass" and a.system_start == "<|begin|>system<|content|>"
+    # gpt-oss: a heading written right before the given prompt, and only when there is one, is kept.
+    harmony = ("{% for m in messages %}{% if m.role == 'system' %}<|start|>developer<|message|># Instructions\n\n{{ m.content }}<|end|>"
+               "{% else %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endif %}{% endfor %}")
+    a = analyze(T(harmony))
+    assert a.status == "pass" and a.system_start == "<|start|>developer<|message|># Instructions\n\n"
+
+
+# GLM 4.6's shape: reasoning is kept for turns after the last user message only; earlier turns get
+# an empty `<think></think>`. With enable_thinking off, the last user message gets `/nothink`.
+GLM = (
+    "{% set ns = namespace(last=-1) %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.last = loop.index0 %}{% endif %}{% endfor %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'user' %}<|user|>\n{{ m.content }}{% if enable_thinking is defined and not enable_thinking %}/nothink{% endif %}"
+    "{% elif m.role == 'assistant' %}<|assistant|>\n<think>{% if loop.index0 > ns.last %}{{ m.reasoning_content | default('') }}{% endif %}</think>\n"
+    "{{ m.content }}{% for c in m.tool_calls | default([]) %}{{ '\\n' }}<tool_call>{{ c.function.name }}\n{{ c.function.arguments | tojson }}</tool_call>{% endfor %}"
+    "{% elif m.role == 'tool' %}<|observation|>\n<tool_response>\n{{ m.content }}\n</tool_response>"
+    "{% else %}<|{{ m.role }}|>\n{{ m.content }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and not enable_thinking %}{{ '\\n' }}<think></think>{% endif %}{% endif %}"
+)
+
+
+def test_reasoning_kept_after_the_last_user_message_is_not_cut_into_the_assistant_start():
+    a = analyze(T(GLM))
+    assert a.status == "pass", a.round_trip.problems
+    assert a.assistant_start == "<|assistant|>\n<think>"
+    assert a.capabilities["thinking_flags"] == ["enable_thinking"]
+    rt = a.round_trip
+    last_user = max(i for i, m in enumerate(rt.messages) if m["role"] == "user")
+    kept = [m for m in rt.messages[last_user:] if m.get("reasoning_content")]
+    assert kept and all(m["reasoning_content"] in rt.rendered for m in kept)
+
+
+def test_delimiters_hold_with_every_value_of_a_thinking_switch():
+    # DeepSeek V4's shape: an answer opens `</think>`, or `<think>reasoning</think>` when thinking.
+    v4 = ("{% for m in messages %}{% if m.role == 'user' %}<｜User｜>{{ m.content }}{% elif m.role == 'tool' %}<｜Tool｜>{{ m.content }}"
+          "{% elif m.role == 'system' %}{{ m.content }}{% else %}<｜Assistant｜>{% if thinking is defined and thinking %}<think>{{ m.reasoning_content | default('') }}</think>"
+          "{% else %}</think>{% endif %}{{ m.content }}{% for c in m.tool_calls | default([]) %}<call>{{ c.function.arguments | tojson }}</call>{% endfor %}"
+          "<｜end▁of▁sentence｜>{% endif %}{% endfor %}"
+          "{% if add_generation_prompt %}<｜Assistant｜>{{ '<think>' if thinking is defined and thinking else '</think>' }}{% endif %}")
+    a = analyze(T(v4))
+    assert a.status == "pass", a.round_trip.problems
+    assert a.assistant_start == "<｜Assistant｜>" and a.capabilities["thinking_flags"] == ["thinking"]
+    # A switch that renders answers with another marker altogether fails the verdict, and says so.
+    other = v4.replace("<｜Assistant｜>{% if thinking", "{{ '<｜Thinker｜>' if thinking is defined and thinking else '<｜Assistant｜>' }}{% if thinking")
+    b = analyze(T(other))
+    assert b.status == "fail"
+    assert any(p.startswith("with thinking=True: ") for p in b.round_trip.problems)

@@ -24,17 +24,27 @@ EXPECTED_FAILURES = json.loads((Path(__file__).parent / "corpus_expected_failure
 TOKENS = json.loads((ROOT / "fixtures/templates/corpus_tokens.json").read_text(encoding="utf-8"))
 
 
-@pytest.fixture(scope="module")
-def analyses() -> dict:
+def _analyze_corpus(with_tokens: bool) -> dict:
     if not corpus.is_fetched():
         pytest.skip("llama.cpp corpus not in the cache; run `tmplkit corpus fetch`")
     out = {}
     for path in sorted(corpus.templates_dir().glob("*.jinja")):
-        tokens = TOKENS.get(path.stem, {})
+        tokens = TOKENS.get(path.stem, {}) if with_tokens else {}
         t = ChatTemplate(text=path.read_text(encoding="utf-8"), name=path.stem, source=str(path),
                          bos_token=tokens.get("bos_token"), eos_token=tokens.get("eos_token"))
         out[t.name] = analyze(t)
     return out
+
+
+@pytest.fixture(scope="module")
+def analyses() -> dict:
+    return _analyze_corpus(with_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def bare_analyses() -> dict:
+    """As a bare .jinja is analyzed: bos/eos unknown (what `tmplkit table corpus:llama.cpp` shows)."""
+    return _analyze_corpus(with_tokens=False)
 
 
 def test_corpus_is_complete(analyses):
@@ -115,3 +125,94 @@ def test_round_trips_keep_their_conversation(analyses):
         rt = a.round_trip
         assert rt.messages and rt.rendered and "add_generation_prompt" in rt.render_kwargs, name
         assert rt.expected_roles == rt.actual_roles, name
+
+
+# Templates whose analysis may differ with and without their bos/eos tokens, with the reason. None
+# does: the analysis must not rest on an EOS that ends one kind of turn and not another.
+TOKEN_DEPENDENT: dict[str, str] = {}
+
+ANALYSIS_FIELDS = ("status", "user_start", "assistant_start", "system_start", "tool_response_start",
+                   "tool_response_next", "generation_prompt", "tool_placement", "delimiters")
+
+
+def test_unknown_bos_and_eos_give_the_same_analysis(analyses, bare_analyses):
+    assert set(TOKEN_DEPENDENT) <= set(analyses) and all(r.strip() for r in TOKEN_DEPENDENT.values())
+    differ = {}
+    for name, a in analyses.items():
+        b = bare_analyses[name]
+        diff = {f: (getattr(b, f), getattr(a, f)) for f in ANALYSIS_FIELDS if getattr(a, f) != getattr(b, f)}
+        if diff and name not in TOKEN_DEPENDENT:
+            differ[name] = diff
+    assert not differ, f"analysis without bos/eos (first) differs from the one with them (second): {differ}"
+
+
+# End-of-turn markers of the corpus: the EOS tokens, and closers the templates write themselves.
+END_MARKERS = {t["eos_token"] for t in TOKENS.values() if isinstance(t, dict) and t.get("eos_token")} | {
+    "<|im_end|>", "<|end|>", "<|eot_id|>", "<end_of_turn>", "<turn|>", "<|END_OF_TURN_TOKEN|>", "<|eot|>", "<|eom|>",
+    "<|call|>", "<|user_end|>", "<|assistant_end|>", "<|end_of_msg|>", "[e~[", "<|END_RESPONSE|>",
+    "<|END_ACTION|>", "<|END_TOOL_RESULT|>", "[/TOOL_RESULTS]", "</tool_response>", "</tool_call>",
+}
+
+
+def test_no_delimiter_holds_the_previous_turns_end(analyses, bare_analyses):
+    """No delimiter starts with whitespace or holds an end-of-turn marker, except where the documented
+    fallback takes the previous turn's closer as the start (Mistral's `[/INST]`, Apertus' `<|tools_suffix|>[`)."""
+    for name, a in list(analyses.items()) + list(bare_analyses.items()):
+        closer_starts = {"user_closer": "assistant", "call_closer": "tool"}
+        fallback = {role for cap, role in (("assistant_start", "assistant"), ("tool_response_start", "tool"))
+                    if a.capabilities.get(cap) in closer_starts}
+        for d in a.delimiters:
+            assert not d.text[:1].isspace(), (name, d)
+            if d.role not in fallback:
+                assert not [m for m in END_MARKERS if m in d.text], (name, d)
+        gp = a.generation_prompt or ""
+        assert not gp[:1].isspace(), (name, gp)
+        assert not [m for m in END_MARKERS if gp.startswith(m)], (name, gp)
+
+
+@pytest.mark.parametrize("name", ["Kimi-K2-Instruct", "Kimi-K2-Thinking"])
+def test_kimi_tool_start_is_the_opener_and_system_turns_keep_their_role(analyses, name):
+    # The tool's name follows `<|im_system|>`, so the tool start is the opener alone; the system start
+    # shares it and is longer, so longest-first splitting keeps system turns apart.
+    a = analyses[name]
+    assert a.status == "pass"
+    assert a.tool_response_start == "<|im_system|>" and a.system_start == "<|im_system|>system<|im_middle|>"
+    spans = split_text(a.round_trip.rendered, a.delimiters)
+    system = next(m["content"] for m in a.round_trip.messages if m["role"] == "system")
+    at = a.round_trip.rendered.index(system)
+    assert next(s for s in spans if s.start <= at < s.end).role == "system"
+    tools = [m["content"] for m in a.round_trip.messages if m["role"] == "tool"]
+    for content in tools:
+        at = a.round_trip.rendered.index(content)
+        assert next(s for s in spans if s.start <= at < s.end).role == "tool"
+
+
+@pytest.mark.parametrize("name,start", [
+    ("GLM-4.6", "<|assistant|>\n<think>"),
+    ("GLM-4.7-Flash", "<|assistant|>"),
+    ("Kimi-K2-Thinking", "<|im_assistant|>assistant<|im_middle|><think>"),
+    ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "<|im_start|>assistant\n<think>"),
+    ("deepseek-ai-DeepSeek-V4", "<｜Assistant｜>"),
+    ("poolside-Laguna-S-2.1", "<assistant>"),
+])
+def test_assistant_start_holds_where_reasoning_is_kept_and_with_every_thinking_switch(analyses, name, start):
+    a = analyses[name]
+    assert a.status == "pass", a.round_trip.problems
+    assert a.assistant_start == start
+
+
+@pytest.mark.parametrize("name,system_start", [
+    ("upstage-Solar-Open-100B", "<|begin|>system<|content|>"),
+    ("CohereForAI-c4ai-command-r-plus-tool_use", "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>"),
+    ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>"),
+    ("openai-gpt-oss-120b", "<|start|>developer<|message|># Instructions\n\n"),
+])
+def test_system_start_leaves_a_default_system_prompt_to_the_content(analyses, name, system_start):
+    assert analyses[name].system_start == system_start
+
+
+def test_generation_prompt_and_tool_start_of_the_apriel_templates(analyses, bare_analyses):
+    for found in (analyses, bare_analyses):
+        assert found["unsloth-Apriel-1.5"].tool_response_start == "<|tool_result|>\n"
+        assert found["unsloth-Apriel-1.5"].tool_response_next is None
+        assert found["Apriel-1.6-15b-Thinker-fixed"].generation_prompt == "<|begin_assistant|>\nHere are my reasoning steps:\n"

@@ -113,7 +113,11 @@ class Analysis:
 #   - the previous message's closer is not part of it: that is what the template renders after that
 #     message's content when it comes last (ChatML's `<|im_end|>\n`, Llama 3's `<|eot_id|>`); where the
 #     closer is only partly there, it is cut at a markup boundary (after a `>`, `]` or whitespace),
-#     and it never holds the markup that opens every turn (`<|start_header_id|>`);
+#     and it never holds the markup that opens every turn (`<|start_header_id|>`). Where the text
+#     after a call varies before the call's closer (Apriel 1.5 prints the call's id only when a
+#     response follows), a response's start is what that text shares with the text after another
+#     response, once the response's own closer is cut off: calls and responses may end alike
+#     (`\n<|end|>\n`), and that ending is the previous turn's, not the next one's;
 #   - leading whitespace is dropped: a newline between turns ends the previous turn;
 #   - trailing whitespace is kept: it is what the template emits right before the content (ChatML's
 #     `\n`, Llama 3's `\n\n`), so a match ends exactly where the content begins; a quote the template
@@ -123,8 +127,18 @@ class Analysis:
 #     the same previous role in several places, the delimiter is what all of them share: their
 #     common prefix, else their common suffix (a block some turns only get, like Mistral's tool list
 #     before the last user message, or a closer rendered only before a next turn, is left out);
+#   - reasoning is message content: the contexts include turns whose reasoning the template keeps
+#     (tool calls after the last user message, as in an agent session in progress), so the empty
+#     `<think></think>` many templates print for earlier turns is no part of the assistant start
+#     (GLM 4.6: `<|assistant|>\n<think>`); and a thinking switch (enable_thinking, thinking, ...) is
+#     set per request, so the round trip is rendered with each of its values too, and a delimiter
+#     is cut to what all of them contain at that place (DeepSeek V4: `<｜Assistant｜>`, which opens
+#     `</think>` or `<think>`); the verdict covers every such render;
 #   - a system delimiter ends at its first line of prose: a default system prompt the template
-#     writes before the given one is system content, not markup;
+#     writes before the given one is system content, not markup, and so is its heading (Solar's
+#     `## Provider System Prompt`, Command R's `# Safety Preamble`): the delimiter ends at the turn's
+#     markup. A heading the template writes right before the given prompt, and only when there is
+#     one, is kept (gpt-oss's `# Instructions\n\n`, the same for every system prompt);
 #   - the BOS token is part of a delimiter only where the template repeats it at each turn
 #     (ByteDance Seed's `<seed:bos>user\n`); a BOS printed once at the start belongs to no span;
 #   - a delimiter must be able to mark a turn: it holds a markup unit or a word (`, ` between list
@@ -133,7 +147,23 @@ class Analysis:
 #     (capabilities['assistant_start'] == 'user_closer'), Apertus' tool results at
 #     `<|tools_suffix|>[` (capabilities['tool_response_start'] == 'call_closer'); responses grouped
 #     with nothing between them share one span, and an answer that follows tool responses without
-#     an opener continues their span (capabilities['assistant_after_tool'] == 'continues').
+#     an opener continues their span (capabilities['assistant_after_tool'] == 'continues');
+#   - responses grouped in one JSON list are told apart by what opens each further item, up to its
+#     first varying value (Command R7B's `,\n    {\n        "tool_call_id": "`): the `,` is printed
+#     only when an item follows, so it starts the next item, and a JSON-encoded content holds no raw
+#     newline, so the delimiter cannot match inside one;
+#   - where the text after the turn opener varies (Kimi K2 names the tool there:
+#     `<|im_system|>kq_lookup<|im_middle|>`), the delimiter is the opener alone; longest-first
+#     splitting still gives a system turn (`<|im_system|>system<|im_middle|>`) its own role, though a
+#     tool named `system` would read as one, and the tools declaration before the first message
+#     (`<|im_system|>tool_declare`) reads as a tool span (text before the first message is not checked).
+#
+# None of this rests on the BOS/EOS tokens: a bare .jinja renders them empty (or gets "" where the
+# template needs them), and the delimiters are the same as with the real tokens.
+#
+# The generation prompt is cut like a delimiter: a closer the last user turn gets only when a turn
+# follows, and the whitespace that ends it, are the user turn's (Apriel 1.6's `\n` before
+# `<|begin_assistant|>`).
 
 _UNDEFINED = re.compile(r"'(\w+)' is undefined")
 # A second clock: text that differs between renders at two dates is no fixed marker.
@@ -282,6 +312,7 @@ class _Analyzer:
         self.tool_builder: ProbeBuilder | None = None
         self.tails: dict[str, str] = {}  # kind -> what the template renders after it when it comes last
         self.segs: dict[tuple[str, str], list[str]] = {}  # (previous kind, kind) -> texts between contents
+        self.switched_segs: dict[tuple[str, str], list[str]] = {}  # the same, in renders with a thinking switch set
         self.opener: str | None = None  # the markup that opens every turn (<|im_start|>, <|start_header_id|>, ...)
         self.bos_like: str = ""  # what the template prints once at the very start (the BOS token)
 
@@ -309,14 +340,15 @@ class _Analyzer:
                     continue
                 return None, probe, builder, exc
 
-    def seen(self, text: str, probe: Probe, *, collect: bool = True) -> _Seen:
+    def seen(self, text: str, probe: Probe, *, collect: bool = True, into: dict | None = None) -> _Seen:
         """Locate the contents of a render and record the text between each pair of neighbours."""
         s = _Seen(text, probe)
         if collect:
+            into = self.segs if into is None else into
             for i in range(1, len(probe.roles)):
                 seg = s.between(i - 1, i)
                 if seg is not None:
-                    self.segs.setdefault((s.kind(i - 1), s.kind(i)), []).append(seg)
+                    into.setdefault((s.kind(i - 1), s.kind(i)), []).append(seg)
         return s
 
     def note_tail(self, s: _Seen, i: int) -> None:
@@ -381,7 +413,28 @@ class _Analyzer:
         return first
 
     def role_start(self, prev: str, kind: str, what: str) -> str:
-        return self.agree([self.start_in(seg, prev) for seg in self.segs.get((prev, kind), ())], what)
+        start = self.agree([self.start_in(seg, prev) for seg in self.segs.get((prev, kind), ())], what)
+        return self.switch_proof(start, self.switched_segs.get((prev, kind), ()))
+
+    @staticmethod
+    def switch_proof(start: str, segs) -> str:
+        """`start` cut to what renders with a thinking switch set still hold at the same place: the
+        closers there may differ (GLM 4.6 appends `/nothink` to user messages), so each such text
+        only shortens the delimiter to its longest prefix (at a markup boundary) that it contains."""
+        for seg in segs:
+            if start in seg:
+                continue
+            lo, hi = 0, len(start)
+            while lo < hi:  # start[:k] in seg holds for every k up to some point
+                mid = (lo + hi + 1) // 2
+                if start[:mid] in seg:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = _unit_prefix(start, lo)
+            if start[:k].strip():
+                start = start[:k]
+        return start
 
     # -- the analysis ------------------------------------------------------------------------------
 
@@ -429,17 +482,19 @@ class _Analyzer:
             self.tails["assistant"] = seg[: _lcp(seg, self.tails["user"])]
         text, probe, self.builder, err = self.attempt(self.builder, "U1", add_generation_prompt=True)
         self.gp_text = text
+        between_turns = chat.between(0, 1) + chat.between(1, 2)
+        self.bos_like = self._find_bos(pre_user0, between_turns)
+        self.opener = self._find_opener(pre_user0, between_turns)
         generation_prompt = None
         if text is not None:
             k = _lcp(text, one.text)
             if k < len(one.text):  # the render without it ends differently (an EOS): cut at a boundary
                 while k > 0 and text[k - 1] not in _BOUNDARY:
                     k -= 1
-            generation_prompt = text[k:]
-
-        between_turns = chat.between(0, 1) + chat.between(1, 2)
-        self.bos_like = self._find_bos(pre_user0, between_turns)
-        self.opener = self._find_opener(pre_user0, between_turns)
+            # Cut like a delimiter: a closer the user turn gets only before a next turn, and the
+            # whitespace that ends it, belong to the user turn (Apriel 1.6's `\n` before `<|begin_assistant|>`).
+            added = text[k:]
+            generation_prompt = added[self.closer_end(added, "user"):].lstrip()
         self.pre_user0 = pre_user0
         self._chat_delimiters()
         self.chat_builder = self.builder
@@ -453,18 +508,23 @@ class _Analyzer:
         # 5. Thinking switches that change the render.
         self.caps["thinking_flags"] = self._thinking_flags()
 
-        # 6. The round-trip conversation; its contexts refine the delimiters.
+        # 6. The round-trip conversation; its contexts refine the delimiters. It is rendered once more
+        # for each value of each thinking switch that changes it: a switch is set per request, so
+        # the delimiters must hold either way (DeepSeek V4 opens answers with `</think>`, or with
+        # `<think>` when thinking).
         rt_probe, rt_text, rt_error = self._round_trip_render(system_mode, tool)
+        variants: list[tuple[str, str]] = []  # (the switch as `name=value`, the render)
         if rt_text is not None:
-            rt = self.seen(rt_text, rt_probe)
-            self._chat_delimiters()
+            variants = self._switched_renders(rt_probe, rt_text)
+            renders = [self.seen(rt_text, rt_probe)] + [self.seen(v, rt_probe, into=self.switched_segs) for _, v in variants]
             if system_mode == "own_turn" and "system" in rt_probe.roles:
                 i = rt_probe.roles.index("system")
-                if rt.found(i):
+                for rt in (r for r in renders if r.found(i)):
                     other = self._system_candidate(rt.head(i), pre_user0)
                     k = _lcp(system_start, other)
                     if other and system_start[:k].strip():
                         system_start = system_start[:k]
+            self._chat_delimiters()
             if tool.get("placement") not in (None, "rejected", "dropped"):
                 self._tool_delimiters(tool)
         self.caps["system"] = system_mode
@@ -489,7 +549,14 @@ class _Analyzer:
             round_trip = RoundTrip(False, (), (), (f"the round-trip conversation does not render: {_template_message(rt_error)}",),
                                    messages=tuple(rt_probe.messages), render_kwargs=dict(rt_probe.kwargs))
         else:
-            round_trip = _verdict(rt_text, rt_probe, delimiters, self._modes(rt_probe, system_mode, tool))
+            modes = self._modes(rt_probe, system_mode, tool)
+            round_trip = _verdict(rt_text, rt_probe, delimiters, modes)
+            base = round_trip.problems
+            for switch, text in variants:
+                other = _verdict(text, rt_probe, delimiters, modes)
+                if not other.passed:  # reported once more only where it differs from the plain render
+                    round_trip = replace(round_trip, passed=False, problems=round_trip.problems + tuple(
+                        f"with {switch}: {p}" for p in other.problems if p not in base))
         return self._done(
             "pass" if round_trip.passed else "fail",
             user_start=self.user_start or None,
@@ -590,7 +657,14 @@ class _Analyzer:
         candidate = self.clean(pre_system[max(start, len(bos)):])
         m = re.search(r"\n\s*", candidate)
         if m and m.end() < len(candidate) and candidate[m.end()] not in "<[":
-            candidate = candidate[: m.end()]
+            # Prose follows the first line: a default system prompt. Text after the turn's markup on
+            # that line, other than a role word, is its heading (Solar's `## Provider System Prompt`).
+            units = list(_UNIT.finditer(candidate, 0, m.start()))
+            cut = units[-1].end() if units else 0
+            if cut and not re.fullmatch(r"\s*(?:[A-Za-z_]+:?)?\s*", candidate[cut:m.start()]):
+                candidate = candidate[:cut]
+            else:
+                candidate = candidate[: m.end()]
         return candidate
 
     def _system(self, pre_user0: str) -> tuple[str, str]:
@@ -696,7 +770,10 @@ class _Analyzer:
         if after_call and after_tool:
             # What a response starts with after a call and after another response alike; used when
             # the text after the call gave nothing that starts with markup (the call's ending varies).
+            # The response's closer is cut off first: calls and responses often end alike (Apriel's
+            # `\n<|end|>\n`), and what both end with is no part of the next response's start.
             a, b = after_call[0], after_tool[0]
+            b = b[self.closer_end(b, "tool"):]
             common = self.clean(a[_unit_suffix(a, len(a) - _lcs(a, b)):])
             if _distinctive(common) and (not _distinctive(start) or (
                     not _UNIT.match(start) and _UNIT.match(common) and not (start.endswith(common) or common.endswith(start)))):
@@ -798,6 +875,23 @@ class _Analyzer:
                     continue
         return flags
 
+    def _switched_renders(self, probe: Probe, text: str) -> list[tuple[str, str]]:
+        """The round-trip conversation rendered with each value of each thinking switch, where that
+        changes the render."""
+        out, seen = [], {text}
+        for name, values in THINKING_FLAGS:
+            if name not in self.caps.get("thinking_flags", ()):
+                continue
+            for value in values:
+                try:
+                    other = self._render(replace(probe, kwargs={**probe.kwargs, name: value}))
+                except RenderError:
+                    continue
+                if other not in seen:
+                    seen.add(other)
+                    out.append((f"{name}={value!r}", other))
+        return out
+
     # -- the round trip ----------------------------------------------------------------------------
 
     def _round_trip_render(self, system_mode: str, tool: dict):
@@ -807,18 +901,30 @@ class _Analyzer:
             builder = self.builder
         else:
             calls = tool.get("calls", "C1(G1) T1").split()
+            # The first conversation ends like an agent session in progress: a tool call after the
+            # last user message, whose reasoning many templates keep (they drop it from earlier turns).
             specs = [
+                head + ["U1", "A1/R1", "U2", *calls, "A3", "U3", "C2(G3)", "T3", "A4", "U4", "C3/R5(G5)", "T5"],
                 head + ["U1", "A1/R1", "U2", *calls, "A3", "U3", "C2(G3)", "T3", "A4", "U4"],
                 head + ["U1", "A1", "U2", *calls, "A3", "U3", "C2(G3)", "T3", "A4", "U4"],
                 head + ["U1", "A1", "U2", *calls, "A3", "U3"],
             ]
             builder = self.tool_builder.with_shape(replace(self.tool_builder.shape, extra=self.builder.shape.extra))
-        first = None
+        # The first that renders every message the analysis expects to see (Mistral Nemo folds the
+        # system prompt into the last message only when that is a user message), else the first
+        # that renders at all.
+        first = rendered = None
         for spec in specs:
             text, probe, builder, err = self.attempt(builder, " ".join(spec), add_generation_prompt=True)
-            if text is not None:
+            if text is None:
+                first = first or (probe, err)
+                continue
+            seen = _Seen(text, probe)
+            if all(seen.found(i) or mode == "dropped" for i, mode in enumerate(self._modes(probe, system_mode, tool))):
                 return probe, text, None
-            first = first or (probe, err)
+            rendered = rendered or (probe, text)
+        if rendered:
+            return rendered[0], rendered[1], None
         return first[0], None, first[1]
 
     def _modes(self, probe: Probe, system_mode: str, tool: dict) -> list[str]:

@@ -201,8 +201,9 @@ class ProbeBuilder:
         """Build a conversation from a compact spec, e.g. "S1 U1 A1 U2 C1(G1,G2) T1 T2 A3".
 
         Letters: S system, U user, A assistant (`A1/R1`: with reasoning content R1), C assistant
-        with tool calls (argument needles in parentheses), T tool response (answering the calls in
-        order). `tools` defaults to passing the tools list whenever the spec has tool calls.
+        with tool calls (argument needles in parentheses; `C1/R1(G1)`: with reasoning content R1),
+        T tool response (answering the calls in order). `tools` defaults to passing the tools list
+        whenever the spec has tool calls.
         """
         self._calls = 0
         messages, needles, roles, flags = [], [], [], []
@@ -211,8 +212,12 @@ class ProbeBuilder:
             kind = item[0]
             if kind == "C":
                 tag, _, args = item.partition("(")
+                tag, _, reasoning = tag.partition("/")
                 arg_tags = tuple(a for a in args.rstrip(")").split(",") if a)
                 msg, nd, ids = self.tool_call_message(tag, arg_tags)
+                if reasoning:
+                    msg["reasoning_content"] = self.needles(reasoning)
+                    nd = nd + (msg["reasoning_content"],)
                 pending_ids.extend(ids)
                 role = "assistant"
             elif kind == "T":
