@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import importlib
 import os
 import secrets
 import time
@@ -172,7 +173,7 @@ def test_mutation_never_reaches_the_caller_or_the_next_render(arena):
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     before_messages, before_tools = copy.deepcopy(messages), copy.deepcopy(tools)
     clean_before = render(CLEAN, messages, tools=tools)
-    from tmplkit import render as render_mod
+    render_mod = importlib.import_module("tmplkit.render")  # the package exports render() itself
 
     env = render_mod._environment()
     globals_before = dict(env.globals)
