@@ -58,11 +58,13 @@ def expand_policies(policy: str | list[str]) -> list[str]:
 def compare_policies(model: str | os.PathLike, session: Session | str | os.PathLike,
                      template: str | os.PathLike | ChatTemplate | None = None,
                      policies: str | list[str] = "all", repeat: int = 1,
-                     settings: PrefillSettings | None = None,
+                     settings: PrefillSettings | None = None, warmup: bool = True,
                      progress: Callable[[str, int, int, int], None] | None = None) -> Comparison:
     """Prefill the session once per policy per repeat, policies interleaved within each repeat.
 
     `progress(policy, repeat_index, done_tokens, total_tokens)` is called after each decode call.
+    `warmup`: one untimed prefill first (the first decodes after loading are slower, as pages of
+    the model are touched for the first time; llama-server also warms up before serving).
     """
     if repeat < 1:
         raise InputError("repeat must be at least 1")
@@ -71,6 +73,9 @@ def compare_policies(model: str | os.PathLike, session: Session | str | os.PathL
     with PrefillRunner(model, settings) as runner:
         prompt, tmpl = prepare(runner, session, template)
         reports: dict[str, list] = {n: [] for n in names}
+        runner.check_prompt(prompt.tokens)
+        if warmup:
+            runner.run(prompt.tokens[:min(len(prompt.tokens), 2 * runner.settings.n_batch)], None, "none")
         for k in range(repeat):
             for name in names:
                 cb = (lambda done, total, name=name, k=k: progress(name, k, done, total)) if progress else None
@@ -85,3 +90,23 @@ def compare_policies(model: str | os.PathLike, session: Session | str | os.PathL
             results=tuple(PolicyResult(n, tuple(reports[n])) for n in names),
             delimiters=tuple(d.to_dict() for d in prompt.delimiters),
         )
+
+
+class TerminalProgress:
+    """A one-line progress bar on stderr: policy, repeat, tokens done."""
+
+    def __init__(self, stream, repeat: int, width: int = 30):
+        self.stream = stream
+        self.repeat = repeat
+        self.width = width
+
+    def __call__(self, policy: str, k: int, done: int, total: int) -> None:
+        frac = done / total if total else 1.0
+        fill = int(frac * self.width)
+        bar = "#" * fill + "-" * (self.width - fill)
+        self.stream.write(f"\r{policy:>16} {k + 1}/{self.repeat} [{bar}] {done}/{total} tokens")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\r" + " " * (self.width + 60) + "\r")
+        self.stream.flush()

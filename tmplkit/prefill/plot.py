@@ -24,6 +24,10 @@ def plot_reports(reports: list[PrefillReport], path: str | os.PathLike, title: s
         for c in rep.decode_calls:
             ax.bar(c.start, c.size, width=c.size, align="edge", color=_COLORS.get(c.reason, "grey"),
                    edgecolor="white", linewidth=0.3)
+        # a marker per call, so that batches of a few tokens show too
+        ax.scatter([c.start + c.size / 2 for c in rep.decode_calls], [c.size for c in rep.decode_calls], s=9,
+                   c=[_COLORS.get(c.reason, "grey") for c in rep.decode_calls], edgecolors="black", linewidths=0.3,
+                   zorder=3)
         for k, ck in enumerate(rep.checkpoints):
             ax.axvline(ck.n_tokens, color="crimson", linewidth=0.9, linestyle="--",
                        label="checkpoint" if k == 0 else None)
@@ -36,10 +40,10 @@ def plot_reports(reports: list[PrefillReport], path: str | os.PathLike, title: s
     axes[-1, 0].set_xlabel("prompt position (tokens)")
     handles = [Patch(color=c, label=f"ended: {r}") for r, c in _COLORS.items()]
     handles.append(plt.Line2D([], [], color="crimson", linestyle="--", label="checkpoint"))
-    fig.legend(handles=handles, loc="upper right", fontsize=8, ncol=len(handles))
+    fig.legend(handles=handles, loc="lower center", fontsize=8, ncol=len(handles), frameon=False)
     if title:
         fig.suptitle(title, fontsize=10, x=0.01, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)

@@ -121,7 +121,7 @@ def effective_repack(repack: bool | None) -> bool:
 
 # ---- llama.cpp log capture (process-wide; llama.cpp has one log callback) -----------------------
 
-_LOG_LINES: deque[str] = deque(maxlen=40)
+_LOG_LINES: deque[tuple[int, str]] = deque(maxlen=40)
 _LOG_CB = None
 _BACKEND_READY = False
 
@@ -140,8 +140,8 @@ def _ensure_backend(llama_cpp) -> None:
             return
         if echo:
             os.write(2, s.encode())
-        if level >= 3 and s.strip():  # warnings and errors
-            _LOG_LINES.append(s.strip())
+        if level in (3, 4) and s.strip():  # GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR
+            _LOG_LINES.append((int(level), s.strip()))
 
     _LOG_CB = _cb
     llama_cpp.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
@@ -150,8 +150,12 @@ def _ensure_backend(llama_cpp) -> None:
 
 
 def _log_cause(default: str) -> str:
-    errors = [line for line in _LOG_LINES if "error" in line.lower() or "failed" in line.lower()]
-    cause = (errors or list(_LOG_LINES) or [default])[-1]
+    """The first error llama.cpp logged since the last clear (its own words, one line)."""
+    errors = [text for level, text in _LOG_LINES if level == 4] or [text for _, text in _LOG_LINES]
+    cause = errors[0] if errors else default
+    head, sep, rest = cause.partition(": ")
+    if sep and " " not in head:  # drop the C function name prefix
+        cause = rest
     return " ".join(cause.split())[:300]
 
 
@@ -344,6 +348,10 @@ class PrefillRunner:
         lc = self._llama_cpp
         return int(lc.llama_memory_seq_pos_min(self._mem, _SEQ)), int(lc.llama_memory_seq_pos_max(self._mem, _SEQ))
 
+    def check_prompt(self, tokens: Sequence[int]) -> list[int]:
+        """The prompt as a list of ints; InputError if it is empty, too long for n_ctx, or has foreign ids."""
+        return self._check(tokens)
+
     def _check(self, tokens: Sequence[int]) -> list[int]:
         if self._ctx is None:
             raise ModelError("the runner is closed")
@@ -359,6 +367,7 @@ class PrefillRunner:
         return toks
 
     def _reset(self) -> None:
+        _LOG_LINES.clear()
         self._llama_cpp.llama_memory_clear(self._mem, True)
         self._tokens = []
         self.store.clear()

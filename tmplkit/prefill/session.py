@@ -312,8 +312,7 @@ def generate_session(target_tokens: int = 16000, seed: int = 0, style: str = "to
     count = measure or (lambda s: _estimate(s.messages))
     call_id = 0
     n_req = 0
-    measured = count(Session(tuple(msgs), TOOLS)) if msgs else 0
-    measured_at = len(msgs)
+    measured, measured_at = 0, 0  # the real count of msgs[:measured_at]; the rest is estimated
 
     def size_now() -> int:
         return measured + _estimate(msgs[measured_at:])

@@ -1,0 +1,380 @@
+#!/usr/bin/env python
+"""Prefill benchmark: tmplkit's batch policies against llama-server, in one run, medians of repeats.
+
+    python scripts/bench_prefill.py                        # full run (about 20 minutes on 2 cores)
+    python scripts/bench_prefill.py --quick                # smaller sessions, 1 repeat (a few minutes)
+    python scripts/bench_prefill.py --no-server            # tmplkit only
+
+Sections (all in one process; variants interleaved within each repeat):
+
+1. gemma: Gemma 3 270M Q4_K_M, a generated Gemma-format coding-agent session (tool results sent
+   back as user turns). tmplkit's runner with `none`, `every-user-start`, `gated`, and llama-server
+   (built from the same sdist by scripts/build_llama_server.sh) without and with its message
+   delimiters, driven over 127.0.0.1 (`POST /completion` with the token ids, n_predict 0,
+   cache_prompt false); llama-server's figures are its own timings (prompt_n, prompt_ms) and its
+   decode calls the change of `llamacpp:n_decode_total` in /metrics.
+2. qwen: the tiny gemma3 model with the real qwen35 vocabulary and the Qwen3.5 template (tool
+   results inside user turns): each policy with tmplkit's spans and with llama-server's two
+   delimiters; counts of batch breaks and checkpoints that land on a tool response.
+3. resume: the session, then the session with the agent's answer and a new user turn appended:
+   tokens reused and recomputed and seconds, by spans / checkpoints on or off; llama-server's own
+   cache_n / prompt_n for the same two requests (cache_prompt true) as a cross-check.
+
+Writes JSON (default scripts/results/prefill.json) and prints a markdown summary; the sessions used
+are saved next to the JSON so `tmplkit prefill` can be run on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tmplkit import corpus  # noqa: E402
+from tmplkit.prefill import (PrefillRunner, PrefillSettings, build_prompt, generate_session,  # noqa: E402
+                             next_user_turn, save_session, server_delimiters, server_spans, tiny_model_path)
+from tmplkit.prefill.report import write_json  # noqa: E402
+from tmplkit.prefill.runner import effective_repack  # noqa: E402
+from tmplkit.sources import load_one  # noqa: E402
+from tmplkit.tokenize import LlamaCppTokenizer  # noqa: E402
+
+GEMMA_TEMPLATE = "google-gemma-2-2b-it"  # Gemma's turn format (<start_of_turn>user / model), no tool role
+QWEN_TEMPLATE = "Qwen3.5-4B"
+
+
+# ---- llama-server ---------------------------------------------------------------------------------
+
+
+class Server:
+    """A llama-server process on 127.0.0.1, started and stopped by us."""
+
+    def __init__(self, binary: str, model: str, args: list[str], log: Path):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(log, "w")
+        self.proc = subprocess.Popen([binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port), *args],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited with {self.proc.returncode}; see {log}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if json.loads(r.read()).get("status") == "ok":
+                        return
+            except Exception:
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"llama-server did not come up; see {log}")
+
+    def completion(self, tokens, delimiters=None, cache_prompt=False) -> dict:
+        body = {"prompt": list(tokens), "n_predict": 0, "cache_prompt": cache_prompt}
+        if delimiters:
+            body["message_delimiters"] = [{"role": r, "delimiter": d} for r, d in delimiters]
+        m0 = self.metrics()
+        req = urllib.request.Request(self.url + "/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=3600) as r:
+            res = json.loads(r.read())
+        m1 = self.metrics()
+        t = res["timings"]
+        return {"prompt_n": t["prompt_n"], "cache_n": t.get("cache_n", 0), "prompt_ms": t["prompt_ms"],
+                "tokens_per_second": t["prompt_n"] / (t["prompt_ms"] / 1000.0),
+                "decode_calls": int(m1.get("llamacpp:n_decode_total", 0) - m0.get("llamacpp:n_decode_total", 0))}
+
+    def metrics(self) -> dict:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=30) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.split()[:2]
+                out[k] = float(v)
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_args(s: PrefillSettings, threads: int) -> list[str]:
+    args = ["-c", str(s.n_ctx), "-b", str(s.n_batch), "-ub", str(s.n_ubatch), "-t", str(threads), "-tb", str(threads),
+            "-np", "1", "-fa", s.flash_attn, "-ctxcp", str(s.max_checkpoints), "-cms", str(s.checkpoint_min_step),
+            "--cache-ram", "0", "--metrics", "-ngl", str(s.n_gpu_layers)]
+    if not effective_repack(s.repack):
+        args.append("--no-repack")
+    return args
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+
+
+def med(xs):
+    return statistics.median(xs) if xs else None
+
+
+def summarize(rep) -> dict:
+    return {"tokens_per_second": rep.tokens_per_second, "seconds": rep.seconds, "decode_calls": rep.n_decode_calls,
+            "checkpoints": [c.n_tokens for c in rep.checkpoints], "rules": rep.rules(), "breaks": rep.breaks(),
+            "n_processed": rep.n_processed, "n_reused": rep.n_reused}
+
+
+def on_tool(rep, tool_starts: set[int]) -> dict:
+    """Batch breaks and checkpoints at tool-response starts (tmplkit's spans)."""
+    return {"breaks_on_tool": sum(1 for c in rep.decode_calls[1:] if c.start in tool_starts),
+            "checkpoints_on_tool": sum(1 for c in rep.checkpoints if c.n_tokens in tool_starts)}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---- sections -------------------------------------------------------------------------------------
+
+
+def make_prompt(session, template, tok, add_bos):
+    return build_prompt(session, template, tok, add_bos=add_bos)
+
+
+def bench_policies(name, model, template, session, settings, repeat, threads, server_bin, outdir):
+    """Runner policies (tmplkit spans; also llama-server's spans) and llama-server, interleaved."""
+    res: dict = {"model": str(model), "template": template.name, "settings": settings.to_dict()}
+    with PrefillRunner(model, settings) as runner:
+        tok = LlamaCppTokenizer(model)
+        prompt = make_prompt(session, template, tok, runner.info.add_bos)
+        sspans = server_spans(prompt.tokens, template, tok)
+        tok.close()
+        runner.check_prompt(prompt.tokens)
+        tool_starts = set(prompt.spans.starts("tool"))
+        res.update(n_tokens=len(prompt.tokens), spans_by_role=prompt.role_counts(),
+                   server_user_starts=len(sspans.starts("user")), tmplkit_user_starts=len(prompt.spans.starts("user")),
+                   tool_starts=len(tool_starts), delimiters=[d.to_dict() for d in prompt.delimiters],
+                   server_delimiters=[list(d) for d in server_delimiters(template)])
+        log(f"[{name}] {len(prompt.tokens)} tokens, user starts: tmplkit {res['tmplkit_user_starts']}, "
+            f"llama-server {res['server_user_starts']}, tool starts {len(tool_starts)}")
+        variants = [("none", prompt.spans), ("every-user-start", prompt.spans), ("gated", prompt.spans)]
+        if tool_starts:
+            variants += [("every-user-start@server-spans", sspans), ("gated@server-spans", sspans)]
+        server = None
+        if server_bin:
+            server = Server(server_bin, str(model), server_args(settings, threads), outdir / f"llama-server-{name}.log")
+        try:
+            runner.run(prompt.tokens[:2 * settings.n_batch], None, "none")  # warm-up
+            if server:
+                server.completion(prompt.tokens[:2 * settings.n_batch])
+            runs: dict[str, list] = {}
+            for k in range(repeat):
+                for label, spans in variants:
+                    policy = label.split("@")[0]
+                    rep = runner.run(prompt.tokens, spans, policy)
+                    d = summarize(rep)
+                    d.update(on_tool(rep, tool_starts))
+                    runs.setdefault(label, []).append(d)
+                    log(f"[{name}] {k + 1}/{repeat} {label:32s} {rep.tokens_per_second:9.1f} tok/s  {rep.n_decode_calls:4d} calls")
+                if server:
+                    for label, delims in (("llama-server (no spans)", None), ("llama-server (its 2 delimiters)", server_delimiters(template))):
+                        r = server.completion(prompt.tokens, delims)
+                        runs.setdefault(label, []).append(r)
+                        log(f"[{name}] {k + 1}/{repeat} {label:32s} {r['tokens_per_second']:9.1f} tok/s  {r['decode_calls']:4d} calls")
+        finally:
+            if server:
+                server.stop()
+    res["runs"] = runs
+    res["median_tokens_per_second"] = {k: med([r["tokens_per_second"] for r in v]) for k, v in runs.items()}
+    return res
+
+
+def bench_resume(name, model, template, session, settings, repeat, threads, server_bin, outdir):
+    """Prefill the session, then resume with the agent's answer and a new user turn appended."""
+    later = next_user_turn(session)
+    with PrefillRunner(model, settings) as runner:
+        tok = LlamaCppTokenizer(model)
+        p1 = make_prompt(session, template, tok, runner.info.add_bos)
+        p2 = make_prompt(later, template, tok, runner.info.add_bos)
+        s1, s2 = server_spans(p1.tokens, template, tok), server_spans(p2.tokens, template, tok)
+        tok.close()
+        common = next((i for i, (a, b) in enumerate(zip(p1.tokens, p2.tokens)) if a != b), min(len(p1.tokens), len(p2.tokens)))
+        res: dict = {"n_tokens_before": len(p1.tokens), "n_tokens_after": len(p2.tokens), "common_prefix": common,
+                     "last_user_start_before": p1.spans.last_user_start(),
+                     "server_last_user_start_before": s1.last_user_start()}
+        log(f"[{name}] resume: {len(p1.tokens)} -> {len(p2.tokens)} tokens, common prefix {common}")
+        variants = [("gated, tmplkit spans", "gated", p1.spans, p2.spans, None),
+                    ("every-user-start, tmplkit spans", "every-user-start", p1.spans, p2.spans, None),
+                    ("none (near-end checkpoints only)", "none", p1.spans, p2.spans, None),
+                    ("checkpoints off", "gated", p1.spans, p2.spans, False)]
+        if p1.spans.starts("tool"):
+            variants.insert(1, ("gated, llama-server spans", "gated", s1, s2, None))
+        runs: dict[str, list] = {}
+        runners = {None: runner}
+        try:
+            runner.run(p1.tokens[:2 * settings.n_batch], None, "none")  # warm-up
+            for k in range(repeat):
+                for label, policy, sp1, sp2, ckpt in variants:
+                    if ckpt not in runners:
+                        runners[ckpt] = PrefillRunner(model, settings, checkpoints=ckpt)
+                    r = runners[ckpt]
+                    r.run(p1.tokens, sp1, policy)
+                    rep = r.resume(p2.tokens, sp2, policy)
+                    d = summarize(rep)
+                    d["restored"] = rep.restored.n_tokens if rep.restored else None
+                    cold = r.run(p2.tokens, sp2, policy)
+                    d["cold_seconds"] = cold.seconds
+                    runs.setdefault(label, []).append(d)
+                    log(f"[{name}] {k + 1}/{repeat} resume {label:34s} reused {rep.n_reused:6d} recomputed {rep.n_processed:6d} "
+                        f"in {rep.seconds:7.2f} s (cold {cold.seconds:7.2f} s)")
+        finally:
+            for key, r in runners.items():
+                if key is not None:
+                    r.close()
+    if server_bin:
+        server = Server(server_bin, str(model), server_args(settings, threads), outdir / f"llama-server-{name}-resume.log")
+        try:
+            for label, delims in (("llama-server, its 2 delimiters", server_delimiters(template)),):
+                for _ in range(repeat):
+                    server.completion(p1.tokens, delims, cache_prompt=True)
+                    r = server.completion(p2.tokens, delims, cache_prompt=True)
+                    runs.setdefault(label, []).append({"n_reused": r["cache_n"], "n_processed": r["prompt_n"],
+                                                       "seconds": r["prompt_ms"] / 1000, "decode_calls": r["decode_calls"]})
+                    log(f"[{name}] resume {label:34s} reused {r['cache_n']:6d} recomputed {r['prompt_n']:6d} in {r['prompt_ms'] / 1000:7.2f} s")
+                    server.completion(p1.tokens[:8], None, cache_prompt=False)  # leave the slot with another prompt
+        finally:
+            server.stop()
+    res["runs"] = runs
+    return res
+
+
+# ---- report ---------------------------------------------------------------------------------------
+
+
+def markdown(out: dict) -> str:
+    lines = [f"`{out['command']}` ({out['machine']}, {out['threads']} threads, {out['repeat']} repeats, medians)", ""]
+    for name in ("gemma", "qwen"):
+        sec = out.get(name)
+        if not sec:
+            continue
+        m = sec["median_tokens_per_second"]
+        base = m.get("none")
+        srv = m.get("llama-server (no spans)")
+        lines += [f"**{name}**: `{Path(sec['model']).name}`, template {sec['template']}, {sec['n_tokens']} tokens; "
+                  f"user starts: tmplkit {sec['tmplkit_user_starts']}, llama-server {sec['server_user_starts']}; "
+                  f"tool-response starts {sec['tool_starts']}", "",
+                  "| variant | tokens/s | vs none | vs llama-server no-spans | decode calls | checkpoints | breaks on tool responses | checkpoints on tool responses | early-break rules |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for label, runs in sec["runs"].items():
+            first = runs[0]
+            tps = m[label]
+            ck = first.get("checkpoints")
+            lines.append(
+                f"| {label} | {tps:.1f} | {tps / base:.3f} | {tps / srv:.3f} | {first['decode_calls']} | "
+                f"{len(ck) if ck is not None else '-'} | {first.get('breaks_on_tool', '-')} | {first.get('checkpoints_on_tool', '-')} | "
+                f"{', '.join(f'{k} {v}' for k, v in sorted(first.get('rules', {}).items())) or '-'} |"
+                if srv else
+                f"| {label} | {tps:.1f} | {tps / base:.3f} | - | {first['decode_calls']} | {len(ck) if ck is not None else '-'} | "
+                f"{first.get('breaks_on_tool', '-')} | {first.get('checkpoints_on_tool', '-')} | "
+                f"{', '.join(f'{k} {v}' for k, v in sorted(first.get('rules', {}).items())) or '-'} |")
+        lines.append("")
+    for name in ("gemma_resume", "qwen_resume"):
+        sec = out.get(name)
+        if not sec:
+            continue
+        lines += [f"**{name}**: {sec['n_tokens_before']} -> {sec['n_tokens_after']} tokens, common prefix {sec['common_prefix']}, "
+                  f"last user start before: tmplkit {sec['last_user_start_before']}, llama-server {sec['server_last_user_start_before']}", "",
+                  "| variant | restored checkpoint | tokens reused | tokens recomputed | seconds | cold prefill seconds |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for label, runs in sec["runs"].items():
+            first = runs[0]
+            secs = med([r["seconds"] for r in runs])
+            cold = med([r["cold_seconds"] for r in runs if "cold_seconds" in r])
+            lines.append(f"| {label} | {first.get('restored', '-')} | {first['n_reused']} | {first['n_processed']} | {secs:.2f} | "
+                         f"{f'{cold:.2f}' if cold is not None else '-'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sessions and 1 repeat")
+    ap.add_argument("--repeat", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--gemma-tokens", type=int, default=None)
+    ap.add_argument("--qwen-tokens", type=int, default=None)
+    ap.add_argument("--sections", default="gemma,qwen,resume")
+    ap.add_argument("--n-gpu-layers", type=int, default=0)
+    ap.add_argument("--server", default=None, help="llama-server binary (default: build or reuse it with scripts/build_llama_server.sh)")
+    ap.add_argument("--no-server", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "scripts" / "results" / "prefill.json"))
+    args = ap.parse_args(argv)
+    repeat = args.repeat or (1 if args.quick else 3)
+    gemma_tokens = args.gemma_tokens or (4000 if args.quick else 16000)
+    qwen_tokens = args.qwen_tokens or (8000 if args.quick else 30000)
+    sections = set(args.sections.split(","))
+    outdir = Path(args.out).parent
+    outdir.mkdir(parents=True, exist_ok=True)
+    server_bin = None
+    if not args.no_server:
+        server_bin = args.server or subprocess.run([str(ROOT / "scripts" / "build_llama_server.sh")], check=True,
+                                                   capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    settings = PrefillSettings(n_ctx=32768, n_batch=2048, n_ubatch=512, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
+    templates = corpus.templates_dir()
+    gemma_tmpl = load_one(templates / f"{GEMMA_TEMPLATE}.jinja")
+    qwen_tmpl = load_one(templates / f"{QWEN_TEMPLATE}.jinja")
+    gemma = corpus.gemma_model_path()
+    tiny = tiny_model_path("qwen35")
+
+    def sized(model, tmpl, style, target, seed):
+        tok = LlamaCppTokenizer(model)
+        with PrefillRunner(model, settings, n_ctx=256) as r:
+            add_bos = r.info.add_bos
+        s = generate_session(target, seed=seed, style=style, measure=lambda s: len(build_prompt(s, tmpl, tok, add_bos=add_bos).tokens))
+        tok.close()
+        return s
+
+    t0 = time.time()
+    out: dict = {"command": "python scripts/bench_prefill.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
+                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "threads": args.threads,
+                 "repeat": repeat, "llama_server": server_bin, "repack": effective_repack(settings.repack)}
+    gsession = sized(gemma, gemma_tmpl, "user-turns", gemma_tokens, seed=0)
+    qsession = sized(tiny, qwen_tmpl, "tool-role", qwen_tokens, seed=0)
+    save_session(gsession, outdir / "prefill-session-gemma.json")
+    save_session(qsession, outdir / "prefill-session-qwen.json")
+    if "gemma" in sections:
+        out["gemma"] = bench_policies("gemma", gemma, gemma_tmpl, gsession, settings, repeat, args.threads, server_bin, outdir)
+    if "qwen" in sections:
+        out["qwen"] = bench_policies("qwen", tiny, qwen_tmpl, qsession, settings, repeat, args.threads, server_bin, outdir)
+    if "resume" in sections:
+        out["gemma_resume"] = bench_resume("gemma", gemma, gemma_tmpl, gsession, settings, repeat, args.threads, server_bin, outdir)
+        out["qwen_resume"] = bench_resume("qwen", tiny, qwen_tmpl, qsession, settings, repeat, args.threads, server_bin, outdir)
+    out["seconds"] = time.time() - t0
+    out["markdown"] = markdown(out)
+    write_json(args.out, out)
+    print(out["markdown"])
+    log(f"wrote {args.out} in {out['seconds']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
