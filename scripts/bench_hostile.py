@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from test_gguf_fuzz import CASES, GOOD_KVS, HUGE, gguf_bytes  # noqa: E402
 from test_hostile import SECRET_ENV, leaked, load_hostile, load_manifest, verdict  # noqa: E402
+from test_isolate import _by_name  # noqa: E402  (a target that sleeps for "nap-" templates)
 
 from tmplkit import corpus  # noqa: E402
 from tmplkit.analyze import analyze  # noqa: E402
@@ -263,6 +264,22 @@ def bench_jobs(repeat: int) -> dict:
     }
 
 
+def bench_pool(n: int = 24, nap: float = 0.1) -> dict:
+    """How many workers really run at once: templates that only sleep, so other load on the
+    machine does not matter. Ideal: n * nap / jobs."""
+    from tmplkit.sources import ChatTemplate
+
+    templates = [ChatTemplate(text=str(nap), name=f"nap-{i}", source="-") for i in range(n)]
+    analyze_isolated(templates[:2], jobs=2, target=_by_name)
+    out = {}
+    for jobs in (1, 2, 4):
+        t0 = time.perf_counter()
+        analyze_isolated(templates, jobs=jobs, target=_by_name)
+        out[f"jobs_{jobs}"] = round(time.perf_counter() - t0, 3)
+    return {"templates": n, "nap_s": nap, "wall_s": out,
+            "speedup": {k: round(out["jobs_1"] / v, 2) for k, v in out.items()}}
+
+
 # --- report ---------------------------------------------------------------------------------------
 
 
@@ -294,6 +311,11 @@ def markdown(r: dict) -> str:
         f"| --jobs 2 | {j['median_s']['jobs_2']:.2f} s | {j['speedup_jobs_2']:.2f} |",
         f"| in process (no isolation) | {j['median_s']['in_process']:.2f} s | |",
         "",
+        f"Pool concurrency ({j['pool']['templates']} templates that each sleep {j['pool']['nap_s']:g} s, so load from "
+        f"other processes does not count): --jobs 1 {j['pool']['wall_s']['jobs_1']:.2f} s, --jobs 2 "
+        f"{j['pool']['wall_s']['jobs_2']:.2f} s ({j['pool']['speedup']['jobs_2']:.2f}x), --jobs 4 "
+        f"{j['pool']['wall_s']['jobs_4']:.2f} s ({j['pool']['speedup']['jobs_4']:.2f}x).",
+        "",
         f"Same results with --jobs 1 and --jobs 2: {'yes' if j['same_results'] else 'NO'}; "
         f"same as in process: {'yes' if j['same_as_in_process'] else 'NO'} "
         f"(median of {j['repeat']} runs, {j['cpu_count']} cores, load average {j['load_average_1m']} "
@@ -320,6 +342,7 @@ def main(argv=None) -> int:
         hostile = bench_hostile(work)
         gguf = bench_gguf(work, args.fuzz)
     jobs = bench_jobs(args.repeat)
+    jobs["pool"] = bench_pool()
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     result = {"hostile": hostile, "gguf": gguf, "jobs": jobs, "peak_rss_mb": round(peak_rss_mb, 1),
               "python": platform.python_version(), "platform": platform.platform()}
