@@ -54,9 +54,10 @@ def load_hostile(marker: Path, secret_file: Path) -> list[ChatTemplate]:
 def verdict(a: Analysis) -> str:
     """How an analysis ended: its status, or 'size' where the output-size limit stopped it.
 
-    analyze() reports a render stopped by the size limit as status 'error' with the limit's message.
+    analyze() and the workers report a render stopped by the size limit as status 'memory' (a
+    resource exhaustion) with the limit's message; this tells the two apart.
     """
-    if a.status == "error" and any("over the limit of" in e or "; refusing" in e for e in a.errors):
+    if a.status in ("error", "memory") and any("over the limit of" in e or "; refusing" in e for e in a.errors):
         return "size"
     return a.status
 

@@ -1067,7 +1067,8 @@ def analyze(template, *, limits: Limits | None = None) -> Analysis:
     try:
         result = _Analyzer(template, limits).run()
     except RenderLimitError as exc:
-        status = exc.kind if exc.kind in STATUSES else "error"
+        # An output bomb stopped by the size limit is a resource exhaustion, as in the workers.
+        status = "memory" if exc.kind == "size" else (exc.kind if exc.kind in STATUSES else "error")
         result = Analysis(name=template.name, source=template.source, status=status, errors=(str(exc),))
     except InputError as exc:  # pragma: no cover - probes are well-formed
         result = Analysis(name=template.name, source=template.source, status="error", errors=(str(exc),))

@@ -64,7 +64,7 @@ def _add_audit(sub) -> None:
     p.add_argument("--jobs", "-j", type=int, default=None,
                    help="worker processes (default: the machine's cores); each template is analyzed in a sandboxed worker")
     p.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds per template (default 10)")
-    p.add_argument("--memory", type=int, default=1024, metavar="MB", help="memory limit per worker in MiB (default 1024)")
+    p.add_argument("--memory", type=int, default=1024, metavar="MB", help="MiB a worker may allocate beyond its start-up footprint (default 1024)")
     p.add_argument("--in-process", action="store_true", help="analyze in this process (no workers; render limits only)")
     p.add_argument("--tokenizer", metavar="PATH|auto",
                    help="also run the token-level round trip with this tokenizer (.gguf, tokenizer.json, vocab:NAME); "
@@ -137,11 +137,12 @@ def _add_show(sub) -> None:
 
 
 def _cmd_show(args) -> int:
-    from .analyze import analyze
     from .audit import format_show
+    from .isolate import analyze_isolated
     from .sources import load_one
 
-    analysis = analyze(load_one(args.source, args.name))
+    # The template is untrusted: analyze it in a worker with the audit's default limits.
+    (analysis,) = analyze_isolated([load_one(args.source, args.name)], jobs=1)
     sys.stdout.write(format_show(analysis, color=sys.stdout.isatty()))
     return 0
 
