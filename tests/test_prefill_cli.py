@@ -1,0 +1,90 @@
+"""`tmplkit prefill`: the command and its library twin, on the tiny qwen35-vocab model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tmplkit import corpus
+from tmplkit.cli import main
+
+pytestmark = [pytest.mark.model, pytest.mark.corpus]
+llama_cpp = pytest.importorskip("llama_cpp")
+
+from tmplkit.prefill import PrefillSettings, compare_policies, generate_session, save_session, tiny_model_path  # noqa: E402
+
+FAST = ["-c", "8192", "-b", "1024", "-ub", "256", "-t", "2", "-cms", "1024"]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return str(tiny_model_path("qwen35"))
+
+
+@pytest.fixture(scope="module")
+def session_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("s") / "session.json"
+    save_session(generate_session(4000, seed=21, style="tool-role"), path)
+    return str(path)
+
+
+def test_prefill_compares_policies_and_writes_json_and_plot(model, session_file, tmp_path, capsys):
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    rc = main(["prefill", model, session_file, "--repeat", "2", "--json", str(out_json), "--plot", str(out_png), *FAST])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "| | `none` | `every-user-start` | `gated` |" in out.replace("|  |", "| |")
+    assert "| vs `none` | 1.000 |" in out
+    data = json.loads(out_json.read_text())
+    assert [r["policy"] for r in data["results"]] == ["none", "every-user-start", "gated"]
+    assert all(r["repeats"] == 2 for r in data["results"])
+    gated = data["results"][2]["report"]
+    assert gated["n_prompt"] == data["n_prompt"] and gated["checkpoints"]
+    assert any(d["role"] == "tool" for d in data["delimiters"])
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_library_twin_gives_the_same_structure(model, session_file):
+    settings = PrefillSettings(n_ctx=8192, n_batch=1024, n_ubatch=256, n_threads=2, checkpoint_min_step=1024)
+    comp = compare_policies(model, session_file, policies="gated", settings=settings)
+    assert [r.policy for r in comp.results] == ["gated"]
+    assert comp.result("gated").first.n_prompt == comp.n_prompt
+    assert comp.to_markdown().count("`gated`") == 1
+
+
+def _fails(args, capsys, tmp_path, match):
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    rc = main([*args[:3], *FAST, *args[3:], "--json", str(out_json), "--plot", str(out_png)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("tmplkit: error: ") and err.count("\n") == 1 and match in err, err
+    assert not out_json.exists() and not out_png.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_session(model, tmp_path, capsys):
+    bad = tmp_path.parent / "bad-session.json"
+    bad.write_text('{"messages": [{"role": "robot", "content": "hi"}]}')
+    _fails(["prefill", model, str(bad)], capsys, tmp_path, "unknown role 'robot'")
+    bad.write_text("{not json")
+    _fails(["prefill", model, str(bad)], capsys, tmp_path, "is not valid JSON")
+
+
+def test_bad_model(session_file, tmp_path, capsys):
+    bad = tmp_path.parent / "bad-model.gguf"
+    bad.write_bytes(b"\x00" * 100)
+    _fails(["prefill", str(bad), session_file], capsys, tmp_path, "llama.cpp cannot load")
+
+
+def test_model_without_template_needs_one(session_file, tmp_path, capsys):
+    _fails(["prefill", str(corpus.gemma_model_path()), session_file], capsys, tmp_path, "carries no chat template")
+
+
+def test_prompt_longer_than_context(model, session_file, tmp_path, capsys):
+    _fails(["prefill", model, session_file, "-c", "512"], capsys, tmp_path, "more than the context size n_ctx=512")
+
+
+def test_failing_decode_writes_nothing(model, session_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(llama_cpp, "llama_decode", lambda ctx, batch: 1)
+    _fails(["prefill", model, session_file], capsys, tmp_path, "no memory slot")

@@ -1,0 +1,134 @@
+"""Batch policies, the checkpoint store, and reports: pure logic, no model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tmplkit.errors import InputError
+from tmplkit.prefill.checkpoints import Checkpoint, CheckpointStore
+from tmplkit.prefill.policies import POLICIES, BreakContext, FixedBreaks, get_policy
+from tmplkit.prefill.report import (CheckpointRecord, Comparison, DecodeCall, PolicyResult, PrefillReport,
+                                    markdown_summary, write_atomic)
+from tmplkit.spans import SpanDetector
+
+# user starts at 2, 6, 12; an assistant start at 4
+SPANS = SpanDetector([("user", [9]), ("assistant", [8])]).split([0, 0, 9, 1, 8, 1, 9, 1, 1, 1, 1, 1, 9, 1])
+
+
+def ctx(last_checkpoint=None, min_step=8192):
+    return BreakContext(SPANS, SPANS.last_user_start(), last_checkpoint, min_step)
+
+
+def test_policy_registry_and_unknown_name():
+    assert set(POLICIES) == {"none", "every-user-start", "gated"}
+    assert get_policy("gated") is POLICIES["gated"]
+    with pytest.raises(InputError, match="unknown batch policy 'fast'"):
+        get_policy("fast")
+
+
+def test_none_never_breaks_and_ignores_spans():
+    p = get_policy("none")
+    assert not p.uses_spans
+    assert all(p.break_before(pos, ctx()) is None for pos in range(14))
+
+
+def test_every_user_start_breaks_at_each_user_start_only():
+    p = get_policy("every-user-start")
+    hits = [pos for pos in range(14) if p.break_before(pos, ctx(last_checkpoint=2)) is not None]
+    assert hits == [2, 6, 12]
+
+
+def test_gated_rules_in_order():
+    p = get_policy("gated")
+    assert p.break_before(12, ctx(last_checkpoint=2)) == "last user message"
+    assert p.break_before(6, ctx(last_checkpoint=None)) == "no checkpoint yet"
+    assert p.break_before(6, ctx(last_checkpoint=2, min_step=3)) == "min step"
+    assert p.break_before(6, ctx(last_checkpoint=2, min_step=4)) is None  # 6 is not > 2 + 4
+    assert p.break_before(4, ctx()) is None  # an assistant start
+
+
+def test_fixed_breaks_is_a_policy_too():
+    p = FixedBreaks([3, 7])
+    assert sorted(p.candidates(None, 10)) == [3, 7]
+    assert p.break_before(3, ctx()) == "fixed" and p.break_before(4, ctx()) is None
+
+
+def _ck(n, pmin=None, pmax=None, run=1):
+    return Checkpoint(n, n - 10 if pmin is None else pmin, n - 1 if pmax is None else pmax, b"x" * 4, run)
+
+
+def test_store_keeps_at_most_max_and_drops_oldest():
+    store = CheckpointStore(max_count=3, min_step=0)
+    evicted = []
+    for n in (100, 200, 300, 400):
+        evicted += store.add(_ck(n))
+    assert [c.n_tokens for c in store] == [200, 300, 400]
+    assert [c.n_tokens for c in evicted] == [100]
+
+
+def test_store_evicts_close_checkpoints_of_earlier_runs_first():
+    store = CheckpointStore(max_count=4, min_step=1000)
+    for n in (100, 600, 5000):
+        store.add(_ck(n, run=1))
+    store.add(_ck(7000, run=2))  # full: 600 is within 1000 of 100 and from an earlier run
+    assert [c.n_tokens for c in store] == [100, 5000, 7000]
+
+
+def test_store_replaces_same_position():
+    store = CheckpointStore()
+    store.add(_ck(100))
+    new = _ck(100, run=2)
+    assert len(store.add(new)) == 1 and list(store) == [new]
+
+
+def test_find_restorable_follows_llama_server():
+    store = CheckpointStore()
+    for n, pmin in ((1, 0), (1000, 400), (3000, 2400)):
+        store.add(_ck(n, pmin=pmin))
+    # resume at 2500 (window 512): the newest checkpoint ending at or before 2500 and reaching back below 1988
+    assert store.find_restorable(2500, 2500 - 512).n_tokens == 1000
+    assert store.find_restorable(3100, 3100 - 512).n_tokens == 3000
+    # nothing reaches back far enough but the one at pos_min 0
+    assert store.find_restorable(900, 900 - 512).n_tokens == 1
+    gone = store.drop_after(1500)
+    assert [c.n_tokens for c in gone] == [3000] and [c.n_tokens for c in store] == [1, 1000]
+
+
+def _report(policy, tps_seconds, calls):
+    return PrefillReport(model="m.gguf", policy=policy, checkpointing=True, n_prompt=1000, n_reused=0, n_processed=1000,
+                         seconds=tps_seconds, decode_seconds=tps_seconds * 0.9, checkpoint_seconds=0.01,
+                         decode_calls=tuple(calls), checkpoints=(CheckpointRecord(996, 400, 995, 1024, 0.001, "near end"),),
+                         user_starts=(10, 500))
+
+
+def test_report_to_dict_is_json_and_counts_breaks():
+    calls = [DecodeCall(0, 10, "user start", 0.1, "no checkpoint yet"), DecodeCall(10, 986, "near end", 1.0),
+             DecodeCall(996, 4, "end", 0.01)]
+    rep = _report("gated", 2.0, calls)
+    d = json.loads(json.dumps(rep.to_dict()))
+    assert d["tokens_per_second"] == 500.0 and d["n_decode_calls"] == 3
+    assert d["breaks"] == {"full": 0, "user start": 1, "near end": 1, "end": 1}
+    assert d["rules"] == {"no checkpoint yet": 1}
+    assert d["checkpoints"][0]["n_tokens"] == 996
+
+
+def test_markdown_puts_policies_side_by_side():
+    none = PolicyResult("none", (_report("none", 2.0, [DecodeCall(0, 1000, "end", 2.0)]),) * 3)
+    gated = PolicyResult("gated", (_report("gated", 2.5, [DecodeCall(0, 10, "user start", .1, "last user message"),
+                                                           DecodeCall(10, 990, "end", 2.4)]),))
+    comp = Comparison("m.gguf", "s.json", "t", 1000, {"n_ctx": 4096}, (none, gated))
+    md = markdown_summary(comp)
+    assert "| | `none` | `gated` |" in md.replace("|  |", "| |")
+    assert "| vs `none` | 1.000 | 0.800 |" in md
+    assert "last user message 1" in md
+    assert json.loads(json.dumps(comp.to_dict()))["results"][1]["policy"] == "gated"
+
+
+def test_write_atomic_leaves_no_temp_file(tmp_path):
+    target = tmp_path / "out.json"
+    write_atomic(target, "{}")
+    write_atomic(target, b"[]")
+    assert target.read_text() == "[]"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]

@@ -1,0 +1,61 @@
+"""The tiny random-weight gemma3 GGUF built around a corpus vocabulary."""
+
+from __future__ import annotations
+
+import pytest
+
+from tmplkit import corpus
+from tmplkit.errors import SourceError
+from tmplkit.prefill.tinymodel import TinyConfig, build_tiny_model, tiny_model_path
+
+pytestmark = pytest.mark.corpus
+
+
+def test_build_writes_a_gemma3_gguf_with_the_vocab(tmp_path):
+    import gguf
+
+    out = tmp_path / "tiny.gguf"
+    build_tiny_model(corpus.vocab_path("llama-spm"), out, chat_template="{{ messages }}", config=TinyConfig(n_swa=128))
+    r = gguf.GGUFReader(str(out))
+    vocab = gguf.GGUFReader(str(corpus.vocab_path("llama-spm")))
+    assert r.fields["general.architecture"].contents() == "gemma3"
+    assert r.fields["gemma3.attention.sliding_window"].contents() == 128
+    assert r.fields["gemma3.block_count"].contents() == 2
+    assert r.fields["tokenizer.ggml.tokens"].contents() == vocab.fields["tokenizer.ggml.tokens"].contents()
+    assert r.fields["tokenizer.chat_template"].contents() == "{{ messages }}"
+    names = {t.name for t in r.tensors}
+    assert {"token_embd.weight", "blk.1.ffn_down.weight", "blk.0.attn_q_norm.weight"} <= names
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny.gguf"]  # no temporary file left
+
+
+def test_not_a_vocab_is_a_source_error(tmp_path):
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"not a gguf at all")
+    with pytest.raises(SourceError, match="not a readable GGUF"):
+        build_tiny_model(bad, tmp_path / "out.gguf")
+    with pytest.raises(SourceError, match="no corpus template 'Nope'"):
+        tiny_model_path("qwen35", template="Nope")
+
+
+def test_cached_path_is_reused():
+    a = tiny_model_path("qwen35")
+    mtime = a.stat().st_mtime_ns
+    assert tiny_model_path("qwen35") == a and a.stat().st_mtime_ns == mtime
+    assert "Qwen3.5-4B" in a.name
+
+
+@pytest.mark.model
+def test_tiny_model_loads_and_needs_checkpoints():
+    pytest.importorskip("llama_cpp")
+    import numpy as np
+
+    from tmplkit.prefill import PrefillRunner
+
+    with PrefillRunner(tiny_model_path("qwen35"), n_ctx=4096, n_threads=2) as r:
+        assert r.info.n_swa == 512 and not r.info.can_roll_back and r.checkpointing
+        assert "<tool_response>" in r.info.chat_template
+        assert r.tokenize("<|im_start|>user") == [151644, 872]
+        toks = np.random.default_rng(0).integers(0, r.info.n_vocab, 3000).tolist()
+        rep = r.run(toks, None, "none")
+        assert rep.n_processed == 3000 and len(rep.checkpoints) == 2
+        assert np.isfinite(r.logits()).all()
