@@ -66,9 +66,9 @@ def _fails(args, capsys, tmp_path, match):
 def test_bad_session(model, tmp_path, capsys):
     bad = tmp_path.parent / "bad-session.json"
     bad.write_text('{"messages": [{"role": "robot", "content": "hi"}]}')
-    _fails(["prefill", model, str(bad)], capsys, tmp_path, "unknown role 'robot'")
+    _fails(["prefill", model, str(bad)], capsys, tmp_path, "role is 'robot'")
     bad.write_text("{not json")
-    _fails(["prefill", model, str(bad)], capsys, tmp_path, "is not valid JSON")
+    _fails(["prefill", model, str(bad)], capsys, tmp_path, "bad-session.json")
 
 
 def test_bad_model(session_file, tmp_path, capsys):

@@ -83,15 +83,15 @@ def test_accepts_a_bare_list_and_content_parts():
 
 
 @pytest.mark.parametrize("obj, msg", [
-    ({"msgs": []}, "must have a 'messages' list"),
-    ("hello", "expected a list of messages, got str"),
-    ([], "the list of messages is empty"),
-    ([["user", "hi"]], "message 0 is a list"),
-    ([{"role": "bot", "content": "x"}], "message 0 has unknown role 'bot'"),
-    ([{"content": "x"}], "message 0 has unknown role None"),
-    ([{"role": "user", "content": 5}], "message 0 content must be"),
-    ([{"role": "assistant", "tool_calls": [{"function": {}}]}], "tool call 0 has no function name"),
-    ({"messages": [{"role": "user", "content": "x"}], "tools": "all"}, "'tools' must be a list"),
+    ({"msgs": []}, "an object with 'messages'; the object has keys"),
+    ("hello", "expected a list of messages or an object with 'messages', got a string"),
+    ([], "the conversation has no messages"),
+    ([["user", "hi"]], "[0] must be an object with 'role' and 'content', got a list"),
+    ([{"role": "bot", "content": "x"}], "[0].role is 'bot'; known roles: system, user, assistant, tool"),
+    ([{"content": "x"}], "[0] has no 'role'"),
+    ([{"role": "user", "content": 5}], "[0].content must be a string or a list of text parts"),
+    ([{"role": "assistant", "content": "", "tool_calls": [{"function": {}}]}], "tool_calls[0]"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": "all"}, "tools"),
 ])
 def test_bad_sessions_are_one_line_input_errors(obj, msg):
     with pytest.raises(InputError) as exc:
@@ -104,7 +104,7 @@ def test_bad_files(tmp_path):
         load_session(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text('[{"role": "user", "content": "hi"}')
-    with pytest.raises(InputError, match=r"not valid JSON \(line 1"):
+    with pytest.raises(InputError, match=r"bad.json"):
         load_session(bad)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -228,18 +227,10 @@ def markdown_summary(comp: Comparison) -> str:
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write `data` to a temporary file next to `path`, then rename it into place."""
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write `data` to a temporary file next to `path`, then rename it into place (tmplkit.atomic)."""
+    from ..atomic import write_bytes_atomic
+
+    write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data)
 
 
 def write_json(path: str | os.PathLike, obj) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..delimiters import ROLES
+from ..conversation import load_conversation
 from ..errors import InputError
 from .report import write_atomic
 
@@ -60,56 +60,25 @@ class Session:
 
 
 def load_session(path: str | os.PathLike) -> Session:
-    """Read and validate a session file; any problem is one InputError line naming the cause."""
+    """Read and validate a session file; any problem is one InputError line naming the cause.
+
+    Validation is tmplkit's conversation check (`tmplkit.conversation.load_conversation`).
+    """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"session file not found: {p}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read session {p}: {exc}") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"session {p} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    return session_from_json(obj, str(p))
+    if not p.is_file():
+        raise InputError(f"session file not found: {p}")
+    return _from_conversation(load_conversation(p))
 
 
 def session_from_json(obj, source: str = "<session>") -> Session:
     """Validate a parsed session (a list of messages, or an object with `messages` and `tools`)."""
-    tools = []
-    if isinstance(obj, dict):
-        if "messages" not in obj:
-            raise InputError(f"session {source}: an object must have a 'messages' list (keys: {', '.join(sorted(obj)) or 'none'})")
-        tools = obj.get("tools") or []
-        obj = obj["messages"]
-    if not isinstance(obj, list):
-        raise InputError(f"session {source}: expected a list of messages, got {type(obj).__name__}")
-    if not obj:
-        raise InputError(f"session {source}: the list of messages is empty")
-    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-        raise InputError(f"session {source}: 'tools' must be a list of objects")
-    messages = []
-    for i, m in enumerate(obj):
-        if not isinstance(m, dict):
-            raise InputError(f"session {source}: message {i} is a {type(m).__name__}, not an object with 'role' and 'content'")
-        role = m.get("role")
-        if role not in ROLES:
-            raise InputError(f"session {source}: message {i} has unknown role {role!r}; roles are {', '.join(ROLES)}")
-        content = m.get("content")
-        if content is not None and not isinstance(content, str):
-            if not isinstance(content, list) or not all(isinstance(part, dict) for part in content):
-                raise InputError(f"session {source}: message {i} content must be a string, null or a list of parts")
-        calls = m.get("tool_calls")
-        if calls is not None:
-            if not isinstance(calls, list):
-                raise InputError(f"session {source}: message {i} tool_calls must be a list")
-            for j, call in enumerate(calls):
-                fn = call.get("function", call) if isinstance(call, dict) else None
-                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                    raise InputError(f"session {source}: message {i} tool call {j} has no function name")
-        messages.append(m)
-    return Session(tuple(messages), tuple(tools), source)
+    if isinstance(obj, (str, bytes, os.PathLike)):  # parsed JSON, not a path
+        raise InputError(f"{source}: expected a list of messages or an object with 'messages', got a string")
+    return _from_conversation(load_conversation(obj, source=source))
+
+
+def _from_conversation(conv) -> Session:
+    return Session(tuple(conv.messages), tuple(conv.tools or ()), conv.source)
 
 
 def save_session(session: Session, path: str | os.PathLike) -> None:
