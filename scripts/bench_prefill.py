@@ -46,6 +46,7 @@ from tmplkit import corpus  # noqa: E402
 from tmplkit.prefill import (PrefillRunner, PrefillSettings, build_prompt, generate_session,  # noqa: E402
                              next_user_turn, save_session, server_delimiters, server_spans, tiny_model_path)
 from tmplkit.prefill.report import write_json  # noqa: E402
+from tmplkit.prefill.session import Session  # noqa: E402
 from tmplkit.prefill.runner import effective_repack  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
 from tmplkit.tokenize import LlamaCppTokenizer  # noqa: E402
@@ -207,8 +208,22 @@ def bench_policies(name, model, template, session, settings, repeat, threads, se
     return res
 
 
+def mid_task(session):
+    """The session cut where the agent has just finished the tool steps of a request (at least six).
+
+    A generated session stops wherever it reached its length, possibly right after a user
+    request; resuming is interesting when the agent has worked for a while since the last user
+    message (templates such as Qwen3.5's then drop that work's reasoning from the render)."""
+    msgs = list(session.messages)
+    requests = [i for i, m in enumerate(msgs) if m["role"] == "user" and not str(m.get("content", "")).startswith("Tool result")]
+    if len(requests) >= 2 and len(msgs) - requests[-1] < 13:
+        msgs = msgs[:requests[-1] - 1]  # drop the answer before the last request, and that request
+    return Session(tuple(msgs), session.tools, session.source)
+
+
 def bench_resume(name, model, template, session, settings, repeat, threads, server_bin, outdir):
-    """Prefill the session, then resume with the agent's answer and a new user turn appended."""
+    """Prefill the session (cut mid-task), then resume with the agent's answer and a new user turn appended."""
+    session = mid_task(session)
     later = next_user_turn(session)
     with PrefillRunner(model, settings) as runner:
         tok = LlamaCppTokenizer(model)
@@ -268,7 +283,8 @@ def bench_resume(name, model, template, session, settings, repeat, threads, serv
 
 
 def markdown(out: dict) -> str:
-    lines = [f"`{out['command']}` ({out['machine']}, {out['threads']} threads, {out['repeat']} repeats, medians)", ""]
+    lines = [f"`{out['command']}` ({out['machine']}, {out['threads']} threads, medians of the repeats given per section; "
+             f"load average {out.get('load_average', '?')} at the start)", ""]
     for name in ("gemma", "qwen"):
         sec = out.get(name)
         if not sec:
@@ -276,7 +292,7 @@ def markdown(out: dict) -> str:
         m = sec["median_tokens_per_second"]
         base = m.get("none")
         srv = m.get("llama-server (no spans)")
-        lines += [f"**{name}**: `{Path(sec['model']).name}`, template {sec['template']}, {sec['n_tokens']} tokens; "
+        lines += [f"**{name}** ({len(next(iter(sec['runs'].values())))} repeats): `{Path(sec['model']).name}`, template {sec['template']}, {sec['n_tokens']} tokens; "
                   f"user starts: tmplkit {sec['tmplkit_user_starts']}, llama-server {sec['server_user_starts']}; "
                   f"tool-response starts {sec['tool_starts']}", "",
                   "| variant | tokens/s | vs none | vs llama-server no-spans | decode calls | checkpoints | breaks on tool responses | checkpoints on tool responses | early-break rules |",
@@ -315,6 +331,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sessions and 1 repeat")
     ap.add_argument("--repeat", type=int, default=None)
+    ap.add_argument("--qwen-repeat", type=int, default=None, help="repeats of the qwen section (default: 5, 1 with --quick)")
     ap.add_argument("--resume-repeat", type=int, default=1, help="repeats of the resume section (its token counts are exact)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gemma-tokens", type=int, default=None)
@@ -353,7 +370,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     out: dict = {"command": "python scripts/bench_prefill.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
                  "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "threads": args.threads,
-                 "repeat": repeat, "llama_server": server_bin, "repack": effective_repack(settings.repack)}
+                 "repeat": repeat, "llama_server": server_bin, "load_average": round(os.getloadavg()[0], 2), "repack": effective_repack(settings.repack)}
     gsession = sized(gemma, gemma_tmpl, "user-turns", gemma_tokens, seed=0)
     qsession = sized(tiny, qwen_tmpl, "tool-role", qwen_tokens, seed=0)
     save_session(gsession, outdir / "prefill-session-gemma.json")
@@ -361,7 +378,8 @@ def main(argv=None) -> int:
     if "gemma" in sections:
         out["gemma"] = bench_policies("gemma", gemma, gemma_tmpl, gsession, settings, repeat, args.threads, server_bin, outdir)
     if "qwen" in sections:
-        out["qwen"] = bench_policies("qwen", tiny, qwen_tmpl, qsession, settings, repeat, args.threads, server_bin, outdir)
+        qrepeat = args.qwen_repeat or (1 if args.quick else max(5, repeat))
+        out["qwen"] = bench_policies("qwen", tiny, qwen_tmpl, qsession, settings, qrepeat, args.threads, server_bin, outdir)
     if "resume" in sections:
         rr = args.resume_repeat
         out["gemma_resume"] = bench_resume("gemma", gemma, gemma_tmpl, gsession, settings, rr, args.threads, server_bin, outdir)

@@ -429,8 +429,7 @@ class PrefillRunner:
         if n_past == len(toks) and n_past > 0:
             n_past -= 1  # at least one token is decoded, so its logits exist
         if n_past == 0:
-            lc.llama_memory_clear(self._mem, True)
-            self.store.clear()
+            lc.llama_memory_clear(self._mem, True)  # (a checkpoint ending at position 0 stays, as in llama-server)
         elif not lc.llama_memory_seq_rm(self._mem, _SEQ, n_past, -1):
             self._reset()
             raise ModelError(f"llama.cpp could not remove positions {n_past}.. from memory: {_log_cause('seq_rm failed')}")
