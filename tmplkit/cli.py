@@ -196,6 +196,7 @@ def _add_prefill(sub) -> None:
     g.add_argument("-ctv", "--cache-type-v", default="f16")
     g.add_argument("--swa-full", action="store_true", help="full-size sliding-window cache (can roll back: no checkpoints)")
     g.add_argument("-nr", "--no-repack", action="store_true", help="do not repack weights (default: repack unless the CPU has AMX)")
+    g.add_argument("--poll", type=int, default=50, help="threadpool polling level 0-100, as llama-server's (default 50)")
     g.add_argument("--checkpoints", choices=["auto", "on", "off"], default="auto",
                    help="auto: exactly when the model cannot roll its memory back")
     g.add_argument("-ctxcp", "--ctx-checkpoints", type=int, default=32, dest="max_checkpoints")
@@ -214,7 +215,7 @@ def _cmd_prefill(args) -> int:
     settings = PrefillSettings(
         n_ctx=args.n_ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch, n_threads=args.n_threads,
         n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn, cache_type_k=args.cache_type_k,
-        cache_type_v=args.cache_type_v, swa_full=args.swa_full, repack=False if args.no_repack else None,
+        cache_type_v=args.cache_type_v, swa_full=args.swa_full, repack=False if args.no_repack else None, poll=args.poll,
         checkpoints={"auto": None, "on": True, "off": False}[args.checkpoints],
         max_checkpoints=args.max_checkpoints, checkpoint_min_step=args.checkpoint_min_step)
     bar = TerminalProgress(sys.stderr, args.repeat) if sys.stderr.isatty() else None

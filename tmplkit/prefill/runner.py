@@ -48,7 +48,9 @@ class PrefillSettings:
     llama-server's default. `repack`: let llama.cpp repack weights into CPU-specific buffers
     (llama-server's `--no-repack` turns it off); None = on, except on CPUs with AMX, where the
     AMX repacking of llama.cpp in llama-cpp-python 0.3.36 crashes in llama_decode (seen with
-    Gemma 3 Q4_K_M, in llama-server too).
+    Gemma 3 Q4_K_M, in llama-server too). `poll`: like llama-server, attach a persistent CPU
+    threadpool whose idle threads busy-wait at this polling level (llama-server's `--poll`,
+    default 50); None leaves ggml's per-graph default threadpool.
     """
 
     n_ctx: int = 32768
@@ -62,6 +64,7 @@ class PrefillSettings:
     cache_type_v: str = "f16"
     swa_full: bool = False
     repack: bool | None = None
+    poll: int | None = 50
     checkpoints: bool | None = None
     max_checkpoints: int = 32
     checkpoint_min_step: int = 8192
@@ -117,6 +120,77 @@ def cpu_has_amx() -> bool:
 def effective_repack(repack: bool | None) -> bool:
     """Whether weights are repacked: as set, else on unless the CPU has AMX (see PrefillSettings)."""
     return (not cpu_has_amx()) if repack is None else bool(repack)
+
+
+# ---- a persistent CPU threadpool, as llama-server attaches (llama-cpp-python has no binding) -----
+
+
+class _ThreadpoolParams(ctypes.Structure):
+    _fields_ = [("cpumask", ctypes.c_bool * 512),  # GGML_MAX_N_THREADS
+                ("n_threads", ctypes.c_int), ("prio", ctypes.c_int), ("poll", ctypes.c_uint32),
+                ("strict_cpu", ctypes.c_bool), ("paused", ctypes.c_bool)]
+
+
+_GGML = None
+
+
+def _ggml_libs(llama_cpp):
+    """(libggml-base, libggml-cpu, libllama) as loaded by llama-cpp-python, or None."""
+    global _GGML
+    if _GGML is None:
+        try:
+            libdir = Path(llama_cpp.__file__).parent / "lib"
+            pick = lambda stem: next(p for p in sorted(libdir.iterdir()) if p.name.split(".")[0] in (f"lib{stem}", stem))  # noqa: E731
+            base, cpu = ctypes.CDLL(str(pick("ggml-base"))), ctypes.CDLL(str(pick("ggml-cpu")))
+            base.ggml_threadpool_params_init.argtypes = [ctypes.POINTER(_ThreadpoolParams), ctypes.c_int]
+            base.ggml_threadpool_params_init.restype = None
+            cpu.ggml_threadpool_new.argtypes = [ctypes.POINTER(_ThreadpoolParams)]
+            cpu.ggml_threadpool_new.restype = ctypes.c_void_p
+            cpu.ggml_threadpool_free.argtypes = [ctypes.c_void_p]
+            cpu.ggml_threadpool_free.restype = None
+            lib = llama_cpp.llama_cpp._lib
+            lib.llama_attach_threadpool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            lib.llama_attach_threadpool.restype = None
+            _GGML = (base, cpu, lib)
+        except Exception:
+            _GGML = False
+    return _GGML or None
+
+
+def _attach_threadpool(llama_cpp, ctx, n_threads: int, n_threads_batch: int, poll: int | None):
+    """Attach persistent threadpools to `ctx` (llama.cpp's common_threadpools::init); returns them."""
+    libs = _ggml_libs(llama_cpp) if poll is not None else None
+    if libs is None:
+        return None
+    base, cpu, lib = libs
+
+    def params(n: int, paused: bool = False) -> _ThreadpoolParams:
+        p = _ThreadpoolParams()
+        base.ggml_threadpool_params_init(ctypes.byref(p), n)
+        p.poll = int(poll)
+        p.paused = paused
+        return p
+
+    batch = None
+    if n_threads_batch != n_threads:
+        batch = cpu.ggml_threadpool_new(ctypes.byref(params(n_threads_batch)))
+        if not batch:
+            return None
+    pool = cpu.ggml_threadpool_new(ctypes.byref(params(n_threads, paused=batch is not None)))
+    if not pool:
+        if batch:
+            cpu.ggml_threadpool_free(batch)
+        return None
+    lib.llama_attach_threadpool(ctx, pool, batch)
+    return (cpu, pool, batch)
+
+
+def _free_threadpool(tp) -> None:
+    if tp:
+        cpu, pool, batch = tp
+        cpu.ggml_threadpool_free(pool)
+        if batch:
+            cpu.ggml_threadpool_free(batch)
 
 
 # ---- llama.cpp log capture (process-wide; llama.cpp has one log callback) -----------------------
@@ -225,6 +299,7 @@ class PrefillRunner:
             raise ModelError(f"llama.cpp cannot create a context for {path.name} with n_ctx={s.n_ctx}: "
                              f"{_log_cause('context creation failed')}")
         self._ctx = ctx
+        self._threadpool = _attach_threadpool(lc, ctx, threads, cparams.n_threads_batch, s.poll)
         self._mem = lc.llama_get_memory(ctx)
         vocab = lc.llama_model_get_vocab(model)
         self._vocab = vocab
@@ -286,6 +361,8 @@ class PrefillRunner:
         if self._ctx:
             lc.llama_free(self._ctx)
             self._ctx = None
+        _free_threadpool(getattr(self, "_threadpool", None))
+        self._threadpool = None
         if self._model:
             lc.llama_model_free(self._model)
             self._model = None
@@ -549,7 +626,7 @@ class PrefillRunner:
             n_evicted=n_evicted,
             user_starts=tuple(_user_starts(spans)),
             settings={**self.settings.to_dict(), "policy": pol.name, "n_ctx_actual": self.info.n_ctx,
-                      "n_threads": self.n_threads, "repack": self.repack,
+                      "n_threads": self.n_threads, "repack": self.repack, "threadpool": self._threadpool is not None,
                       "n_swa": self.info.n_swa, "seq_rm": self.info.seq_rm},
         )
 
