@@ -25,6 +25,15 @@ from .errors import (
     TokenizerError,
 )
 from .isolate import analyze_isolated
+from .prefill import (
+    PrefillReport,
+    PrefillRunner,
+    PrefillSettings,
+    compare_policies,
+    generate_session,
+    load_session,
+    tiny_model_path,
+)
 from .render import Limits, render
 from .scan import scan
 from .sources import ChatTemplate, load, load_gguf, load_many, load_one
@@ -44,10 +53,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ROLES", "Analysis", "AnalysisError", "AuditReport", "ChatTemplate", "Conversation", "Delimiter",
-    "GGUFError", "HFTokenizer", "InputError", "Limits", "LlamaCppTokenizer", "ModelError", "RenderError",
+    "GGUFError", "HFTokenizer", "InputError", "Limits", "LlamaCppTokenizer", "ModelError", "PrefillReport",
+    "PrefillRunner", "PrefillSettings", "RenderError",
     "RenderLimitError", "RoundTrip", "SourceError", "SpanDetector", "Spans", "TextSpan", "TmplkitError",
     "TokenDelimiter", "TokenDelimiters", "TokenRoundTrip", "TokenSpan", "Tokenizer", "TokenizerError",
-    "analyze", "analyze_isolated", "audit", "conversation_spans", "load", "load_conversation", "load_gguf",
+    "analyze", "analyze_isolated", "audit", "compare_policies", "conversation_spans", "generate_session", "load", "load_conversation", "load_gguf", "load_session",
     "load_many", "load_one", "load_tokenizer", "render", "scan", "sort_delimiters", "split_text",
-    "token_delimiters", "token_round_trip", "vocab_for_template",
+    "tiny_model_path", "token_delimiters", "token_round_trip", "vocab_for_template",
 ]
