@@ -15,8 +15,11 @@ $(BIN)/.installed: pyproject.toml
 setup: $(BIN)/.installed
 	$(BIN)/tmplkit corpus fetch
 
+# The two corpus templates that cannot pass (reasons in the file) are carried as expected failures,
+# as a CI gate would carry them.
 audit: setup
-	$(BIN)/tmplkit audit fixtures/templates corpus:llama.cpp
+	$(BIN)/tmplkit audit fixtures/templates corpus:llama.cpp --tokenizer auto \
+		--expected-failures tests/corpus_expected_failures.json
 	$(BIN)/tmplkit table fixtures/templates corpus:llama.cpp
 
 test: setup

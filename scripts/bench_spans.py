@@ -26,21 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from tmplkit import corpus  # noqa: E402
-from tmplkit.analyze import Analysis, RoundTrip  # noqa: E402
-from tmplkit.delimiters import Delimiter  # noqa: E402
-from tmplkit.spans import SpanDetector, split_reference, split_text  # noqa: E402
+from tmplkit.spans import SpanDetector, split_reference  # noqa: E402
 from tmplkit.tokenize import load_tokenizer, token_delimiters  # noqa: E402
 
 TEMPLATE = "Qwen3.5-4B"
 VOCAB = "qwen35"
-# The delimiters tmplkit derives for this template, used when tmplkit.analyze is not available.
-WRITTEN = (
-    Delimiter("tool", "<|im_start|>user\n<tool_response>\n"),
-    Delimiter("tool", "\n</tool_response>\n<tool_response>\n"),
-    Delimiter("system", "<|im_start|>system\n"),
-    Delimiter("assistant", "<|im_start|>assistant\n"),
-    Delimiter("user", "<|im_start|>user\n"),
-)
 TOOLS = [{"type": "function", "function": {
     "name": "run", "description": "Run a shell command in the repository.",
     "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}}]
@@ -74,19 +64,12 @@ def render(messages: list[dict]) -> str:
 
 
 def delimiter_set(tok, probe: str):
-    """Token delimiters from tmplkit.analyze when available, else from the written set."""
-    try:
-        from tmplkit.analyze import analyze
-        from tmplkit.sources import load_one
+    """Token delimiters as tmplkit derives them: analyze(), then ids read off the probe render."""
+    from tmplkit.analyze import analyze
+    from tmplkit.sources import load_one
 
-        analysis = analyze(load_one(corpus.templates_dir() / f"{TEMPLATE}.jinja"))
-        source = "analyze"
-    except (ImportError, NotImplementedError):
-        roles = tuple(s.role for s in split_text(probe, WRITTEN))
-        analysis = Analysis(name=TEMPLATE, source=TEMPLATE, status="pass", delimiters=WRITTEN,
-                            round_trip=RoundTrip(True, roles, roles, rendered=probe))
-        source = "written"
-    return token_delimiters(analysis, tok), source
+    analysis = analyze(load_one(corpus.templates_dir() / f"{TEMPLATE}.jinja"))
+    return token_delimiters(analysis, tok), "analyze"
 
 
 def median_time(fn, repeats: int) -> float:

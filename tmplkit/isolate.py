@@ -166,6 +166,26 @@ def _set_parent_death_signal() -> None:
         pass
 
 
+def _release_forkserver() -> None:
+    """Close this worker's copy of the forkserver's 'alive' pipe.
+
+    The forkserver hands every child the write end of that pipe and lives while any copy is
+    open; a worker busy with a hanging template would then keep the forkserver alive after the
+    audit dies, and the forkserver would keep the worker alive (the worker's parent-death signal
+    is tied to the forkserver). Without our copy, the forkserver exits with the audit, and the
+    parent-death signal then stops the worker.
+    """
+    try:
+        from multiprocessing import forkserver
+
+        fd = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+        if fd is not None:
+            os.close(fd)
+            forkserver._forkserver._forkserver_alive_fd = None
+    except (ImportError, AttributeError, OSError):  # pragma: no cover - spawn context, other Pythons
+        pass
+
+
 def _address_space() -> int | None:
     try:
         with open("/proc/self/statm") as f:
@@ -223,6 +243,7 @@ def _analyze_in_worker(conn, index: int, template, target) -> None:
 def _worker(conn, target, memory_mb) -> None:
     """A worker: analyze (index, template) tasks until told to stop (None) or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _release_forkserver()
     _set_parent_death_signal()
     _limit_memory(memory_mb)
     while True:

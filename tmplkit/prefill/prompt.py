@@ -30,16 +30,6 @@ SERVER_DELIMITERS = (
     ("<start_of_turn>", (("assistant", "<start_of_turn>model"), ("user", "<start_of_turn>user"))),
 )
 
-# Hand-written delimiters, used only when tmplkit's analysis gives none for a template.
-_FALLBACK = (
-    ("<tool_response>", "<|im_start|>", (("tool", "<|im_start|>user\n<tool_response>\n"), ("user", "<|im_start|>user\n"),
-                                          ("assistant", "<|im_start|>assistant\n"), ("system", "<|im_start|>system\n"))),
-    ("<|im_start|>", "<|im_start|>", (("user", "<|im_start|>user\n"), ("assistant", "<|im_start|>assistant\n"),
-                                      ("system", "<|im_start|>system\n"), ("tool", "<|im_start|>tool\n"))),
-    ("<start_of_turn>", "<start_of_turn>", (("user", "<start_of_turn>user\n"), ("assistant", "<start_of_turn>model\n"))),
-)
-
-
 @dataclass(frozen=True)
 class Prompt:
     tokens: tuple[int, ...]
@@ -47,7 +37,7 @@ class Prompt:
     text: str = field(repr=False)
     template: str
     delimiters: object = field(repr=False)  # TokenDelimiters
-    derived_by: str = "analysis"  # or "fallback" (hand-written text delimiters)
+    derived_by: str = "analysis"
 
     def role_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -73,21 +63,15 @@ def render_session(session: Session, template: ChatTemplate, add_generation_prom
 
 
 def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]:
-    """The template's role delimiters: tmplkit's analysis, else the hand-written family table."""
-    try:
-        from ..analyze import analyze
+    """The template's role delimiters, as tmplkit's analysis derives them (never a hand-written table)."""
+    from ..analyze import analyze
 
-        analysis = analyze(template)
-        if analysis.delimiters:
-            return sort_delimiters(analysis.delimiters), "analysis"
-    except NotImplementedError:
-        pass
-    except AnalysisError:
-        pass
-    for marker, _, delims in _FALLBACK:
-        if marker in template.text:
-            return sort_delimiters(Delimiter(r, t) for r, t in delims), "fallback"
-    raise InputError(f"no role delimiters for template '{template.name}'")
+    analysis = analyze(template)
+    if not analysis.delimiters:
+        why = "; ".join(analysis.errors[:1]) or analysis.status
+        raise InputError(f"no role delimiters could be derived for template '{template.name}' ({why}); "
+                         "give another template with --template")
+    return sort_delimiters(analysis.delimiters), "analysis"
 
 
 def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos: bool = False,
