@@ -81,3 +81,18 @@ def test_expected_failures_file(tmp_path):
     bad.write_text('["a"]')
     with pytest.raises(InputError, match="template name -> reason"):
         audit_mod.load_expected_failures(bad)
+
+
+@pytest.mark.parametrize("where", ["missing/dir/report.txt", "."])
+def test_unwritable_output_is_one_line_error(tmp_path, capsys, where):
+    from pathlib import Path
+
+    from tmplkit.cli import main
+
+    template = Path(__file__).resolve().parent.parent / "fixtures" / "templates" / "chatml.jinja"
+    out = tmp_path / where
+    assert main(["audit", "--in-process", "-o", str(out), str(template)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tmplkit: error: ") and "cannot write the output file" in err
+    assert "Traceback" not in err
+    assert not [p for p in tmp_path.rglob("*.tmp")]

@@ -18,20 +18,22 @@ from tmplkit.tokenize import HFTokenizer, Tokenizer, load_tokenizer, token_delim
 needs_corpus = pytest.mark.skipif(not corpus.is_fetched(), reason="the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
 
 
-@pytest.fixture(scope="module")
-def qwen35():
+def _corpus_vocab(name: str) -> Tokenizer:
+    """The corpus's vocab-only GGUF `name` as a tokenizer; skips when llama_cpp or the corpus is missing."""
     pytest.importorskip("llama_cpp")
     if not corpus.is_fetched():
         pytest.skip("the llama.cpp corpus is not fetched")
-    return load_tokenizer("vocab:qwen35")
+    return load_tokenizer(f"vocab:{name}")
+
+
+@pytest.fixture(scope="module")
+def qwen35():
+    return _corpus_vocab("qwen35")
 
 
 @pytest.fixture(scope="module")
 def phi3():
-    pytest.importorskip("llama_cpp")
-    if not corpus.is_fetched():
-        pytest.skip("the llama.cpp corpus is not fetched")
-    return load_tokenizer("vocab:phi-3")
+    return _corpus_vocab("phi-3")
 
 
 @pytest.fixture(scope="module")
