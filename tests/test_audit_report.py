@@ -96,3 +96,20 @@ def test_unwritable_output_is_one_line_error(tmp_path, capsys, where):
     assert err.startswith("tmplkit: error: ") and "cannot write the output file" in err
     assert "Traceback" not in err
     assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_failed_token_round_trip_fails_in_every_format():
+    # A template whose text round trip passes but whose token round trip fails must fail the
+    # audit, and every format must say so (the CI gate reads JUnit).
+    from types import SimpleNamespace
+
+    bad_tokens = SimpleNamespace(passed=False, tokenizer="vocab:qwen35", n_tokens=9,
+                                 problems=("token spans have roles ['user'], expected ['tool']",),
+                                 to_dict=lambda: {"passed": False})
+    report = audit_mod.AuditReport((PASS,), token_checks=(bad_tokens,))
+    assert not report.ok
+    assert audit_mod.format_text(report).startswith("FAIL")
+    assert "| fail |" in audit_mod.format_markdown(report)
+    root = ET.fromstring(audit_mod.format_junit(report))
+    assert root.get("failures") == "1"
+    assert "token round trip" in root.find("testcase/failure").get("message")

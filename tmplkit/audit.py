@@ -179,12 +179,23 @@ def _why(a: Analysis) -> str:
     return reasons[0] if reasons else a.status
 
 
+def _verdict(report: AuditReport, i: int) -> tuple[str, str, tuple[str, ...]]:
+    """(status, why, all problems) of result i, with a failed token round trip counted as 'fail'
+    so that every format agrees with the audit's exit code."""
+    a = report.results[i]
+    tc = report.token_check(i)
+    if a.status == "pass" and tc is not None and not tc.passed:
+        problems = tuple(f"token round trip ({tc.tokenizer}): {p}" for p in tc.problems) or ("token round trip failed",)
+        return "fail", problems[0], problems
+    return a.status, _why(a), a.errors + (a.round_trip.problems if a.round_trip else ())
+
+
 def format_text(report: AuditReport) -> str:
     width = max([len(a.name) for a in report.results] + [8])
     lines = []
     for i, a in enumerate(report.results):
         tc = report.token_check(i)
-        mark = "FAIL" if (a.status == "pass" and tc is not None and not tc.passed) else a.status.upper()
+        mark = _verdict(report, i)[0].upper()
         if a.name in report.expected_failures and report.failed(i):
             mark += " (expected)"
         detail = f"user={show(a.user_start)} assistant={show(a.assistant_start)} tool={show(a.tool_response_start)}"
@@ -219,31 +230,33 @@ def _md(text: str | None) -> str:
 
 def format_markdown(report: AuditReport) -> str:
     lines = ["| template | status | tool placement | why |", "|---|---|---|---|"]
-    for a in report.results:
-        lines.append(f"| {a.name} | {a.status} | {a.tool_placement} | {_why(a).replace('|', '/')} |")
+    for i, a in enumerate(report.results):
+        status, why, _ = _verdict(report, i)
+        lines.append(f"| {a.name} | {status} | {a.tool_placement} | {why.replace('|', '/')} |")
     lines += ["", summary_line(report)]
     return "\n".join(lines) + "\n"
 
 
 def format_junit(report: AuditReport) -> str:
-    failures = sum(1 for a in report.results if a.status in FAILING)
-    skipped = sum(1 for a in report.results if a.status == "unsupported")
+    verdicts = [_verdict(report, i) for i in range(len(report.results))]
+    failures = sum(1 for v in verdicts if v[0] in FAILING)
+    skipped = sum(1 for v in verdicts if v[0] == "unsupported")
     total = sum(a.seconds for a in report.results)
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<testsuite name="tmplkit-audit" tests="{len(report.results)}" failures="{failures}" '
         f'skipped="{skipped}" time="{total:.3f}">',
     ]
-    for a in report.results:
-        attrs = f'classname="tmplkit.audit" name="{xml_escape(a.name, {chr(34): "&quot;"})}" time="{a.seconds:.3f}"'
-        if a.status == "pass":
+    quote = {chr(34): "&quot;"}
+    for a, (status, why, problems) in zip(report.results, verdicts):
+        attrs = f'classname="tmplkit.audit" name="{xml_escape(a.name, quote)}" time="{a.seconds:.3f}"'
+        if status == "pass":
             out.append(f"  <testcase {attrs}/>")
-        elif a.status == "unsupported":
-            out.append(f'  <testcase {attrs}><skipped message="{xml_escape(_why(a), {chr(34): "&quot;"})}"/></testcase>')
+        elif status == "unsupported":
+            out.append(f'  <testcase {attrs}><skipped message="{xml_escape(why, quote)}"/></testcase>')
         else:
-            msg = xml_escape(_why(a), {chr(34): "&quot;"})
-            body = xml_escape("\n".join(a.errors + (a.round_trip.problems if a.round_trip else ())))
-            out.append(f'  <testcase {attrs}><failure type="{a.status}" message="{msg}">{body}</failure></testcase>')
+            body = xml_escape("\n".join(problems))
+            out.append(f'  <testcase {attrs}><failure type="{status}" message="{xml_escape(why, quote)}">{body}</failure></testcase>')
     out.append("</testsuite>")
     return "\n".join(out) + "\n"
 
