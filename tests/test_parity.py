@@ -128,7 +128,7 @@ def test_byte_identical_to_transformers(template):
     for case, (messages, kwargs) in CASES.items():
         try:
             expected = _transformers_render(template, messages, **kwargs)
-        except Exception as exc:  # the template refused or broke under transformers: tmplkit must too
+        except Exception:  # the template refused or broke under transformers: tmplkit must too
             with pytest.raises((RenderError, InputError)):
                 render(template, messages, **kwargs)
             continue

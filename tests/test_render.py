@@ -109,6 +109,11 @@ def test_bad_inputs_are_input_errors():
         render(t, HI, tools=[len])
     with pytest.raises(InputError, match="documents"):
         render(t, HI, documents=["text"])
+    for bad in (5, "tools", {"type": "function"}):
+        with pytest.raises(InputError, match="must be a list of"):
+            render(t, HI, tools=bad)
+    with pytest.raises(InputError, match="documents must be a list"):
+        render(t, HI, documents=5)
 
 
 def test_compiled_templates_are_cached():
@@ -167,4 +172,8 @@ def test_limits_can_be_turned_off_and_are_validated():
         Limits(seconds=0)
     with pytest.raises(InputError):
         Limits(max_output_chars=-1)
+    with pytest.raises(InputError, match="must be a number"):
+        Limits(seconds="2")
+    with pytest.raises(InputError, match="must be a number"):
+        Limits(max_output_chars=True)
     assert Limits().to_dict() == {"seconds": 2.0, "max_output_chars": 10_000_000}

@@ -85,6 +85,14 @@ def test_unparseable_template_falls_back_to_text_search():
     assert scan("{% unknowntag %} harmless") == []
 
 
+def test_long_templates_say_they_were_scanned_in_part():
+    from tmplkit.scan import _MAX_SCAN_CHARS
+
+    for head in ("{{ x }}", "{% unknowntag %}"):  # parsed, and the text-search fallback
+        warnings = scan(head + " " * _MAX_SCAN_CHARS)
+        assert warnings and "only the first" in warnings[-1]
+
+
 def test_deep_nesting_does_not_crash():
     deep = "{{ " + "(" * 5000 + "x.__class__" + ")" * 5000 + " }}"
     assert any("'__class__'" in w for w in scan(deep))

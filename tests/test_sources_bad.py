@@ -82,6 +82,10 @@ def test_odd_files_and_folders(tmp_path):
         sources.load(fifo)  # must not block waiting for a writer
     assert "not a regular file" in _check(info.value, fifo)
 
+    too_long = tmp_path / ("x" * 5000)
+    with pytest.raises(SourceError, match="cannot use this path"):
+        sources.load(too_long)
+
     empty_dir = tmp_path / "empty"
     empty_dir.mkdir()
     with pytest.raises(SourceError) as info:

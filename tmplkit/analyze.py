@@ -315,6 +315,7 @@ class _Analyzer:
         self.switched_segs: dict[tuple[str, str], list[str]] = {}  # the same, in renders with a thinking switch set
         self.opener: str | None = None  # the markup that opens every turn (<|im_start|>, <|start_header_id|>, ...)
         self.bos_like: str = ""  # what the template prints once at the very start (the BOS token)
+        self._disagreed: set[str] = set()  # delimiters already warned about in agree()
 
     # -- rendering probes --------------------------------------------------------------------------
 
@@ -439,7 +440,6 @@ class _Analyzer:
     # -- the analysis ------------------------------------------------------------------------------
 
     def run(self) -> Analysis:
-        self._disagreed: set[str] = set()
         try:
             compile_template(self.t)
         except RenderError as exc:
@@ -861,14 +861,13 @@ class _Analyzer:
         flags = []
         if self.gp_text is None:
             return flags
+        probe = self.chat_builder.build("U1", add_generation_prompt=True)
         for name, values in THINKING_FLAGS:
             if name not in self.t.text:
                 continue
             for value in values:
-                probe = self.chat_builder.build("U1", add_generation_prompt=True)
-                probe.kwargs[name] = value
                 try:
-                    if self._render(probe) != self.gp_text:
+                    if self._render(replace(probe, kwargs={**probe.kwargs, name: value})) != self.gp_text:
                         flags.append(name)
                         break
                 except RenderError:

@@ -129,11 +129,7 @@ def _read_json_file(path: Path, where: str):
         raise InputError(f"{where}: is a folder; give a JSON file with the conversation") from None
     except OSError as exc:
         raise InputError(f"{where}: cannot read ({exc.strerror or exc}); check the path") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{where}: not valid UTF-8 at byte {exc.start}; save the conversation as UTF-8 JSON") from None
-    return _parse_json(text, where)
+    return _parse_json(raw, where)
 
 
 def _parse_json(text, where: str):

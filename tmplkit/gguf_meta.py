@@ -117,14 +117,15 @@ def read_metadata(
     """
     p = Path(path)
     try:
-        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block open() until a writer comes
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block open() until a writer comes
             raise GGUFError(f"{p}: not a regular file; give a .gguf model file")
         f = p.open("rb")
     except OSError as exc:
-        raise GGUFError(f"{p}: cannot open ({exc.strerror}); check the path and permissions") from None
+        raise GGUFError(f"{p}: cannot open ({exc.strerror or exc}); check the path and permissions") from None
     with f:
         try:
-            size = p.stat().st_size
+            size = st.st_size
             if size < 4:
                 raise GGUFError(f"{p}: not a GGUF file ({size} bytes, too short for the GGUF magic); give a .gguf model file")
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)

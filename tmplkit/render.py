@@ -64,6 +64,10 @@ class Limits:
     max_output_chars: int | None = 10_000_000
 
     def __post_init__(self):
+        for name in ("seconds", "max_output_chars"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise InputError(f"Limits.{name} must be a number or None, got {value!r}")
         if self.seconds is not None and not self.seconds > 0:
             raise InputError(f"Limits.seconds must be positive or None, got {self.seconds!r}")
         if self.max_output_chars is not None and not self.max_output_chars > 0:
@@ -320,9 +324,7 @@ class _Environment(ImmutableSandboxedEnvironment):
         # the optimizer a fifth of compiling; tests/test_parity.py shows the output is unchanged.
         self.optimized = False
         for key, func in list(self.filters.items()):
-            if key == "center":
-                self.filters[key] = _width_filter(func, 1)
-            elif key == "indent":
+            if key in ("center", "indent"):
                 self.filters[key] = _width_filter(func, 1)
             elif key in _PLANNED_FILTERS:
                 self.filters[key] = _planned_filter(func, _PLANNED_FILTERS[key])
@@ -502,24 +504,17 @@ def _prepare_messages(messages) -> list[dict]:
     return prepared
 
 
-def _prepare_tools(tools):
-    if tools is None:
+def _prepare_dicts(values, what: str, hint: str):
+    """`tools`/`documents`: None, or a list of dicts, reduced to plain data."""
+    if values is None:
         return None
-    out = []
-    for tool in tools:
-        if not isinstance(tool, Mapping):
-            raise InputError(f"tools must be JSON-schema dicts, got {type(tool).__name__}")
-        out.append(tool)
-    return _plain(out)
-
-
-def _prepare_documents(documents):
-    if documents is None:
-        return None
-    for document in documents:
-        if not isinstance(document, Mapping):
-            raise InputError("documents must be a list of dicts with 'title' and 'text' keys")
-    return _plain(list(documents))
+    if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
+        raise InputError(f"{what} must be a list of {hint}, got {type(values).__name__}")
+    values = list(values)
+    for value in values:
+        if not isinstance(value, Mapping):
+            raise InputError(f"{what} must be a list of {hint}, got an item of type {type(value).__name__}")
+    return _plain(values)
 
 
 # --- rendering ------------------------------------------------------------------------------------
@@ -596,8 +591,8 @@ def render(
     context.update(_plain(extra_context))
     context = {
         "messages": prepared,
-        "tools": _prepare_tools(tools),
-        "documents": _prepare_documents(documents),
+        "tools": _prepare_dicts(tools, "tools", "JSON-schema dicts"),
+        "documents": _prepare_dicts(documents, "documents", "dicts with 'title' and 'text' keys"),
         "add_generation_prompt": add_generation_prompt,
         **context,
     }

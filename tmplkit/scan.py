@@ -133,16 +133,12 @@ def scan(template_text: str) -> list[str]:
     text = template_text[:_MAX_SCAN_CHARS]
     try:
         tree = _ENV.parse(text)
-    except (jinja2.TemplateSyntaxError, RecursionError, MemoryError):
-        return _scan_text(text)
-    except Exception:  # an extension or lexer failure on hostile input: fall back to text search
-        return _scan_text(text)
-    found = _Findings()
-    try:
-        _scan_tree(tree, found)
-    except RecursionError:  # pragma: no cover - _walk is iterative; kept as a guard
-        return _scan_text(text)
-    result = found.result()
+    except Exception:  # a syntax error, or a parser/lexer failure on hostile input: fall back to text search
+        result = _scan_text(text)
+    else:
+        found = _Findings()
+        _scan_tree(tree, found)  # _walk is iterative: no recursion limit to hit
+        result = found.result()
     if len(template_text) > _MAX_SCAN_CHARS:
         result.append(f"template is {len(template_text)} characters; only the first {_MAX_SCAN_CHARS} were scanned")
     return result
@@ -194,7 +190,7 @@ def _check_filter(node, found: _Findings) -> None:
                 found.add(node, _internal(arg.value))
         elif arg is not None:
             found.add(node, "uses |attr() with a computed name (can build an internal attribute name at render time)")
-    if name in _ATTRIBUTE_FILTERS or name == "map":
+    if name in _ATTRIBUTE_FILTERS:
         consts = [kw.value for kw in node.kwargs if kw.key == "attribute"]
         if name != "map":
             consts += node.args  # selectattr/rejectattr/groupby/sum take the path positionally

@@ -59,9 +59,13 @@ def load(source: str | os.PathLike) -> list[ChatTemplate]:
     if text.startswith("corpus:"):
         return _load_corpus(text[len("corpus:"):])
     path = Path(source)
-    if path.is_dir():
+    try:
+        is_dir, exists = path.is_dir(), path.exists()
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise SourceError(f"{text[:200]}: cannot use this path ({exc.strerror or exc}); check the path") from None
+    if is_dir:
         return load_dir(path)
-    if not path.exists():
+    if not exists:
         raise SourceError(
             f"{path}: no such file or folder; give a .gguf, .jinja, tokenizer_config.json, "
             "chat_template.json, a folder, hf:org/name or corpus:llama.cpp"
@@ -108,7 +112,7 @@ def _read_text(path: Path) -> str:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise SourceError(f"{path}: cannot read ({exc.strerror}); check the path and permissions") from None
+        raise SourceError(f"{path}: cannot read ({exc.strerror or exc}); check the path and permissions") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
