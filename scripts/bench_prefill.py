@@ -156,16 +156,12 @@ def log(msg: str) -> None:
 # ---- sections -------------------------------------------------------------------------------------
 
 
-def make_prompt(session, template, tok, add_bos):
-    return build_prompt(session, template, tok, add_bos=add_bos)
-
-
 def bench_policies(name, model, template, session, settings, repeat, threads, server_bin, outdir):
     """Runner policies (tmplkit spans; also llama-server's spans) and llama-server, interleaved."""
     res: dict = {"model": str(model), "template": template.name, "settings": settings.to_dict()}
     with PrefillRunner(model, settings) as runner:
         tok = LlamaCppTokenizer(model)
-        prompt = make_prompt(session, template, tok, runner.info.add_bos)
+        prompt = build_prompt(session, template, tok, add_bos=runner.info.add_bos)
         sspans = server_spans(prompt.tokens, template, tok)
         tok.close()
         runner.check_prompt(prompt.tokens)
@@ -227,8 +223,8 @@ def bench_resume(name, model, template, session, settings, repeat, threads, serv
     later = next_user_turn(session)
     with PrefillRunner(model, settings) as runner:
         tok = LlamaCppTokenizer(model)
-        p1 = make_prompt(session, template, tok, runner.info.add_bos)
-        p2 = make_prompt(later, template, tok, runner.info.add_bos)
+        p1 = build_prompt(session, template, tok, add_bos=runner.info.add_bos)
+        p2 = build_prompt(later, template, tok, add_bos=runner.info.add_bos)
         s1, s2 = server_spans(p1.tokens, template, tok), server_spans(p2.tokens, template, tok)
         tok.close()
         common = next((i for i, (a, b) in enumerate(zip(p1.tokens, p2.tokens)) if a != b), min(len(p1.tokens), len(p2.tokens)))
@@ -301,13 +297,10 @@ def markdown(out: dict) -> str:
             first = runs[0]
             tps = m[label]
             ck = first.get("checkpoints")
+            vs_srv = f"{tps / srv:.3f}" if srv else "-"
             lines.append(
-                f"| {label} | {tps:.1f} | {tps / base:.3f} | {tps / srv:.3f} | {first['decode_calls']} | "
+                f"| {label} | {tps:.1f} | {tps / base:.3f} | {vs_srv} | {first['decode_calls']} | "
                 f"{len(ck) if ck is not None else '-'} | {first.get('breaks_on_tool', '-')} | {first.get('checkpoints_on_tool', '-')} | "
-                f"{', '.join(f'{k} {v}' for k, v in sorted(first.get('rules', {}).items())) or '-'} |"
-                if srv else
-                f"| {label} | {tps:.1f} | {tps / base:.3f} | - | {first['decode_calls']} | {len(ck) if ck is not None else '-'} | "
-                f"{first.get('breaks_on_tool', '-')} | {first.get('checkpoints_on_tool', '-')} | "
                 f"{', '.join(f'{k} {v}' for k, v in sorted(first.get('rules', {}).items())) or '-'} |")
         lines.append("")
     for name in ("gemma_resume", "qwen_resume"):

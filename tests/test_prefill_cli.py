@@ -88,3 +88,17 @@ def test_prompt_longer_than_context(model, session_file, tmp_path, capsys):
 def test_failing_decode_writes_nothing(model, session_file, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(llama_cpp, "llama_decode", lambda ctx, batch: 1)
     _fails(["prefill", model, session_file], capsys, tmp_path, "no memory slot")
+
+
+def test_unwritable_output_is_refused_before_the_run(model, session_file, tmp_path, capsys, monkeypatch):
+    import tmplkit.prefill
+
+    def no_run(*a, **k):
+        raise AssertionError("the run started before the output path was checked")
+
+    monkeypatch.setattr(tmplkit.prefill, "compare_policies", no_run)
+    for flag, name in (("--json", "r.json"), ("--plot", "r.png")):
+        rc = main(["prefill", model, session_file, *FAST, flag, str(tmp_path / "missing" / name)])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.startswith("tmplkit: error: ") and err.count("\n") == 1 and "missing" in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -132,3 +132,25 @@ def test_write_atomic_leaves_no_temp_file(tmp_path):
     write_atomic(target, b"[]")
     assert target.read_text() == "[]"
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_write_atomic_failure_is_one_input_error(tmp_path):
+    from tmplkit.prefill.report import check_writable
+
+    missing = tmp_path / "no-such-folder" / "out.json"
+    with pytest.raises(InputError, match="no-such-folder"):
+        write_atomic(missing, "{}")
+    for bad in (missing, tmp_path):
+        with pytest.raises(InputError, match="writable file path"):
+            check_writable(bad)
+    check_writable(tmp_path / "out.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_settings_refuse_a_poll_level_out_of_range():
+    from tmplkit.prefill.runner import PrefillSettings
+
+    for bad in (-1, 101):
+        with pytest.raises(InputError, match="poll"):
+            PrefillSettings(poll=bad)
+    assert PrefillSettings(poll=None).poll is None and PrefillSettings(poll=0).poll == 0

@@ -210,13 +210,16 @@ def _add_prefill(sub) -> None:
 
 
 def _cmd_prefill(args) -> int:
-    import json
-
     from .prefill import PrefillSettings, compare_policies
     from .prefill.compare import TerminalProgress
-    from .prefill.plot import plot_comparison
-    from .prefill.report import write_atomic
+    from .prefill.plot import plot_comparison, require_matplotlib
+    from .prefill.report import check_writable, write_json
 
+    for out in (args.json, args.plot):  # refuse before the run, not after it
+        if out:
+            check_writable(out)
+    if args.plot:
+        require_matplotlib()
     settings = PrefillSettings(
         n_ctx=args.n_ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch, n_threads=args.n_threads,
         n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn, cache_type_k=args.cache_type_k,
@@ -231,7 +234,7 @@ def _cmd_prefill(args) -> int:
         if bar is not None:
             bar.close()
     if args.json:
-        write_atomic(args.json, json.dumps(comp.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        write_json(args.json, comp.to_dict())
     if args.plot:
         plot_comparison(comp, args.plot)
     sys.stdout.write(comp.to_markdown())

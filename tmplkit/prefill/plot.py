@@ -5,15 +5,24 @@ from __future__ import annotations
 import io
 import os
 
+from ..errors import InputError
 from .report import Comparison, PrefillReport, write_atomic
 
 _COLORS = {"full": "#4c72b0", "user start": "#dd8452", "near end": "#55a868", "end": "#8172b3"}
 
 
+def require_matplotlib():
+    """matplotlib, or an InputError saying how to install it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("plotting needs matplotlib; run `pip install 'tmplkit[plot]'` or drop --plot") from None
+    return matplotlib
+
+
 def plot_reports(reports: list[PrefillReport], path: str | os.PathLike, title: str = "") -> None:
     """Write a PNG: for each report, a bar per decode call (x: its tokens, height: its size)."""
-    import matplotlib
-
+    matplotlib = require_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch

@@ -8,6 +8,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import InputError
+
 # Why a batch ended.
 REASONS = ("full", "user start", "near end", "end")
 
@@ -227,10 +229,21 @@ def markdown_summary(comp: Comparison) -> str:
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write `data` to a temporary file next to `path`, then rename it into place (tmplkit.atomic)."""
+    """Write `data` to `path` atomically (tmplkit.atomic); a failure is one InputError line."""
     from ..atomic import write_bytes_atomic
 
-    write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data)
+    try:
+        write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write the file ({exc.strerror or exc}); "
+                         "give a writable file path in an existing folder") from None
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Raise InputError now if `path` cannot be written later (its folder is missing or read-only)."""
+    folder = Path(path).parent
+    if Path(path).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{path}: cannot write the file here; give a writable file path in an existing folder")
 
 
 def write_json(path: str | os.PathLike, obj) -> None:

@@ -74,6 +74,8 @@ class PrefillSettings:
         for name in ("n_ctx", "n_batch", "n_ubatch", "max_checkpoints"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.poll is not None and not 0 <= self.poll <= 100:
+            raise InputError(f"poll must be between 0 and 100, got {self.poll}")
         if self.checkpoint_min_step < 0:
             raise InputError(f"checkpoint_min_step must be >= 0, got {self.checkpoint_min_step}")
         if self.flash_attn not in _FLASH_ATTN:

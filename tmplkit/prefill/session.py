@@ -174,11 +174,11 @@ class _Repo:
         noun = Path(mod).stem
         out = [f'"""{noun.capitalize()} handling for {self.name}: {r.choice(_VERBS)} and {r.choice(_VERBS)} {noun}s."""',
                "", "from __future__ import annotations", "", "import logging", "import os",
-               f"from dataclasses import dataclass, field", f"from typing import Iterable", "",
+               "from dataclasses import dataclass, field", "from typing import Iterable", "",
                f"from ..util.errors import {noun.capitalize()}Error", "", "log = logging.getLogger(__name__)", "",
                f"DEFAULT_{noun.upper()}_LIMIT = {r.choice([64, 256, 1024, 4096])}", "", "",
                "@dataclass", f"class {noun.capitalize()}:", f'    """One {noun} and its state."""', "",
-               "    name: str", f"    size: int = 0", "    tags: list[str] = field(default_factory=list)", ""]
+               "    name: str", "    size: int = 0", "    tags: list[str] = field(default_factory=list)", ""]
         for fn in self.funcs[mod]:
             arg = r.choice(_NOUNS)
             out += ["", f"def {fn}({arg}s: Iterable[{noun.capitalize()}], limit: int = DEFAULT_{noun.upper()}_LIMIT) -> list[{noun.capitalize()}]:",
@@ -187,13 +187,13 @@ class _Repo:
             for _ in range(r.randint(3, 8)):
                 out.append(r.choice([
                     f"    for item in {arg}s:",
-                    f"        if item.size > limit:",
+                    "        if item.size > limit:",
                     f"            raise {noun.capitalize()}Error(f\"{{item.name}}: size {{item.size}} over the limit {{limit}}\")",
-                    f"        out.append(item)",
+                    "        out.append(item)",
                     f"    log.debug(\"{fn}: %d {arg}s\", len(out))",
-                    f"    if not out:",
-                    f"        return []",
-                    f"    out.sort(key=lambda x: (x.size, x.name))",
+                    "    if not out:",
+                    "        return []",
+                    "    out.sort(key=lambda x: (x.size, x.name))",
                     f"    path = os.path.join(os.environ.get(\"{self.name.upper()}_HOME\", \".\"), \"{noun}s\")",
                 ]))
             out.append("    return out[:limit]")
@@ -221,8 +221,8 @@ def _tool_step(repo: _Repo, rng: random.Random, mod: str, func: str, kind: str) 
         if not fail and rng.random() < 0.6:
             return ("Running the tests.", {"name": "run", "arguments": {"command": f"python -m pytest -q {test}"}},
                     "." * rng.randint(10, 60) + f"\n{n_pass} passed in {rng.uniform(0.5, 9):.2f}s")
-        lines = [f"============================= test session starts ==============================",
-                 f"platform linux -- Python 3.12.3, pytest-8.3.2, pluggy-1.5.0",
+        lines = ["============================= test session starts ==============================",
+                 "platform linux -- Python 3.12.3, pytest-8.3.2, pluggy-1.5.0",
                  f"rootdir: /work/{repo.name}", f"collected {n_pass + fail} items", ""]
         for t in rng.sample(repo.modules, rng.randint(1, 3)):
             lines.append(f"{repo.test_path(t)} " + "." * rng.randint(5, 40))
@@ -230,7 +230,7 @@ def _tool_step(repo: _Repo, rng: random.Random, mod: str, func: str, kind: str) 
             lines += ["", "=================================== FAILURES ===================================",
                       f"__________________________ test_{func}_limit __________________________", "",
                       f"    def test_{func}_limit():", f">       assert len({func}(make_items(10), limit=3)) == 3",
-                      f"E       AssertionError: assert 10 == 3", f"E        +  where 10 = len([...])", "",
+                      "E       AssertionError: assert 10 == 3", "E        +  where 10 = len([...])", "",
                       f"{test}:{rng.randint(10, 200)}: AssertionError",
                       "=========================== short test summary info ============================",
                       f"FAILED {test}::test_{func}_limit - AssertionError: assert 10 == 3",
