@@ -89,7 +89,7 @@ def _audit_module():
 def _positive(value, flag: str):
     from .errors import InputError
 
-    if value is not None and value <= 0:
+    if value is not None and not value > 0:  # also refuses nan
         raise InputError(f"{flag} must be positive, got {value}")
     return value
 
