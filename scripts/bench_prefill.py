@@ -140,7 +140,8 @@ def med(xs):
 def summarize(rep) -> dict:
     return {"tokens_per_second": rep.tokens_per_second, "seconds": rep.seconds, "decode_calls": rep.n_decode_calls,
             "checkpoints": [c.n_tokens for c in rep.checkpoints], "rules": rep.rules(), "breaks": rep.breaks(),
-            "n_processed": rep.n_processed, "n_reused": rep.n_reused}
+            "n_processed": rep.n_processed, "n_reused": rep.n_reused,
+            "outside_decode": (rep.seconds - rep.decode_seconds) / rep.seconds if rep.seconds else 0.0}
 
 
 def on_tool(rep, tool_starts: set[int]) -> dict:
@@ -201,7 +202,27 @@ def bench_policies(name, model, template, session, settings, repeat, threads, se
                 server.stop()
     res["runs"] = runs
     res["median_tokens_per_second"] = {k: med([r["tokens_per_second"] for r in v]) for k, v in runs.items()}
+    res["paired"] = paired_ratios(runs)
+    # the runner's own share: time not spent inside llama_decode (batch filling, checkpoints, Python)
+    res["outside_decode"] = med([r["outside_decode"] for k, v in runs.items() if not k.startswith("llama-server") for r in v])
     return res
+
+
+def paired_ratios(runs: dict) -> dict:
+    """Per variant, tokens/s over its baseline's in the same repeat (median, min, max over repeats).
+
+    Variants run back to back within a repeat, so a ratio taken inside one repeat cancels the
+    slow drifts of a shared machine that a ratio of medians keeps. Baseline: `none` for the
+    runner's variants, llama-server without spans for llama-server's.
+    """
+    out = {}
+    for label, rs in runs.items():
+        base = runs.get("llama-server (no spans)" if label.startswith("llama-server") else "none")
+        if not base:
+            continue
+        ratios = [r["tokens_per_second"] / b["tokens_per_second"] for r, b in zip(rs, base)]
+        out[label] = {"median": med(ratios), "min": min(ratios), "max": max(ratios)}
+    return out
 
 
 def mid_task(session):
@@ -291,17 +312,23 @@ def markdown(out: dict) -> str:
         lines += [f"**{name}** ({len(next(iter(sec['runs'].values())))} repeats): `{Path(sec['model']).name}`, template {sec['template']}, {sec['n_tokens']} tokens; "
                   f"user starts: tmplkit {sec['tmplkit_user_starts']}, llama-server {sec['server_user_starts']}; "
                   f"tool-response starts {sec['tool_starts']}", "",
-                  "| variant | tokens/s | vs none | vs llama-server no-spans | decode calls | checkpoints | breaks on tool responses | checkpoints on tool responses | early-break rules |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "| variant | tokens/s | vs none | paired (min-max) | vs llama-server no-spans | decode calls | checkpoints | breaks on tool responses | checkpoints on tool responses | early-break rules |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        paired = sec.get("paired", {})
         for label, runs in sec["runs"].items():
             first = runs[0]
             tps = m[label]
             ck = first.get("checkpoints")
             vs_srv = f"{tps / srv:.3f}" if srv else "-"
+            pr = paired.get(label)
+            pr = f"{pr['median']:.3f} ({pr['min']:.3f}-{pr['max']:.3f})" if pr else "-"
             lines.append(
-                f"| {label} | {tps:.1f} | {tps / base:.3f} | {vs_srv} | {first['decode_calls']} | "
+                f"| {label} | {tps:.1f} | {tps / base:.3f} | {pr} | {vs_srv} | {first['decode_calls']} | "
                 f"{len(ck) if ck is not None else '-'} | {first.get('breaks_on_tool', '-')} | {first.get('checkpoints_on_tool', '-')} | "
                 f"{', '.join(f'{k} {v}' for k, v in sorted(first.get('rules', {}).items())) or '-'} |")
+        if sec.get("outside_decode") is not None:
+            lines.append(f"\ntmplkit's runner outside `llama_decode` (filling batches, saving checkpoints, Python): "
+                         f"{100 * sec['outside_decode']:.2f}% of its prefill time (median over its runs)")
         lines.append("")
     for name in ("gemma_resume", "qwen_resume"):
         sec = out.get(name)
@@ -324,13 +351,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sessions and 1 repeat")
     ap.add_argument("--repeat", type=int, default=None)
-    ap.add_argument("--qwen-repeat", type=int, default=None, help="repeats of the qwen section (default: 5, 1 with --quick)")
+    ap.add_argument("--qwen-repeat", type=int, default=None, help="repeats of the qwen section (default: 9, 1 with --quick; a tiny-model run takes seconds)")
     ap.add_argument("--resume-repeat", type=int, default=1, help="repeats of the resume section (its token counts are exact)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gemma-tokens", type=int, default=None)
     ap.add_argument("--qwen-tokens", type=int, default=None)
     ap.add_argument("--sections", default="gemma,qwen,resume")
     ap.add_argument("--n-gpu-layers", type=int, default=0)
+    ap.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto",
+                    help="flash attention for the runner and llama-server alike (default auto, llama-server's)")
     ap.add_argument("--server", default=None, help="llama-server binary (default: build or reuse it with scripts/build_llama_server.sh)")
     ap.add_argument("--no-server", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "scripts" / "results" / "prefill.json"))
@@ -345,7 +374,8 @@ def main(argv=None) -> int:
     if not args.no_server:
         server_bin = args.server or subprocess.run([str(ROOT / "scripts" / "build_llama_server.sh")], check=True,
                                                    capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    settings = PrefillSettings(n_ctx=32768, n_batch=2048, n_ubatch=512, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
+    settings = PrefillSettings(n_ctx=32768, n_batch=2048, n_ubatch=512, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+                               flash_attn=args.flash_attn)
     templates = corpus.templates_dir()
     gemma_tmpl = load_one(templates / f"{GEMMA_TEMPLATE}.jinja")
     qwen_tmpl = load_one(templates / f"{QWEN_TEMPLATE}.jinja")
@@ -371,7 +401,7 @@ def main(argv=None) -> int:
     if "gemma" in sections:
         out["gemma"] = bench_policies("gemma", gemma, gemma_tmpl, gsession, settings, repeat, args.threads, server_bin, outdir)
     if "qwen" in sections:
-        qrepeat = args.qwen_repeat or (1 if args.quick else max(5, repeat))
+        qrepeat = args.qwen_repeat or (1 if args.quick else max(9, repeat))
         out["qwen"] = bench_policies("qwen", tiny, qwen_tmpl, qsession, settings, qrepeat, args.threads, server_bin, outdir)
     if "resume" in sections:
         rr = args.resume_repeat
