@@ -17,6 +17,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def _corpus_vocab(name: str):
+    """The corpus's vocab-only GGUF `name` as a tokenizer; skips when llama_cpp or the corpus is missing."""
+    from tmplkit.tokenize import load_tokenizer
+
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    return load_tokenizer(f"vocab:{name}")
+
+
+@pytest.fixture(scope="session")
+def qwen35():
+    """The qwen35 vocabulary (Qwen3.5 / Qwen3-Coder templates put tool responses inside user turns)."""
+    return _corpus_vocab("qwen35")
+
+
+@pytest.fixture(scope="session")
+def phi3():
+    """The phi-3 vocabulary (a BOS-adding SentencePiece vocab)."""
+    return _corpus_vocab("phi-3")
+
+
 @pytest.fixture
 def write_gguf(tmp_path):
     """Write a small GGUF with a vocabulary and the given chat templates; returns its path."""

@@ -16,7 +16,7 @@ import pytest
 from tmplkit import corpus
 from tmplkit.delimiters import Delimiter
 from tmplkit.spans import SpanDetector, split_text, text_matches
-from tmplkit.tokenize import load_tokenizer, token_delimiters
+from tmplkit.tokenize import token_delimiters
 
 pytestmark = pytest.mark.corpus
 
@@ -87,14 +87,6 @@ def _render_plain(path, messages):  # until tmplkit.render is part of every chec
 
     return env.from_string(path.read_text()).render(messages=messages, tools=TOOLS, raise_exception=raise_exception,
                                                     add_generation_prompt=False)
-
-
-@pytest.fixture(scope="module")
-def qwen35():
-    pytest.importorskip("llama_cpp")
-    if not corpus.is_fetched():
-        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
-    return load_tokenizer("vocab:qwen35")
 
 
 def _analysis(name, delimiters, rendered):

@@ -18,24 +18,6 @@ from tmplkit.tokenize import HFTokenizer, Tokenizer, load_tokenizer, token_delim
 needs_corpus = pytest.mark.skipif(not corpus.is_fetched(), reason="the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
 
 
-def _corpus_vocab(name: str) -> Tokenizer:
-    """The corpus's vocab-only GGUF `name` as a tokenizer; skips when llama_cpp or the corpus is missing."""
-    pytest.importorskip("llama_cpp")
-    if not corpus.is_fetched():
-        pytest.skip("the llama.cpp corpus is not fetched")
-    return load_tokenizer(f"vocab:{name}")
-
-
-@pytest.fixture(scope="module")
-def qwen35():
-    return _corpus_vocab("qwen35")
-
-
-@pytest.fixture(scope="module")
-def phi3():
-    return _corpus_vocab("phi-3")
-
-
 @pytest.fixture(scope="module")
 def tiny_hf(tmp_path_factory):
     """A small byte-level BPE tokenizer.json trained here, with two special tokens."""
@@ -137,6 +119,20 @@ def test_hf_file_and_folder(tiny_hf):
     assert tok.piece(ids[0]) == "<|im_start|>" and offsets[0] == (0, 12)
     assert tok.detokenize(ids) == text
     assert offsets[-1][1] == len(text)
+
+
+def test_hf_add_bos_default_is_as_opened(tiny_hf, tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import processors
+
+    tok = tokenizers.Tokenizer.from_file(str(tiny_hf / "tokenizer.json"))
+    start = tok.token_to_id("<|im_start|>")
+    tok.post_processor = processors.TemplateProcessing(single="<|im_start|> $A", special_tokens=[("<|im_start|>", start)])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    plain, bos = load_tokenizer(tmp_path), load_tokenizer(tmp_path / "tokenizer.json", add_bos=True)
+    assert bos.tokenize("hello") == [start] + plain.tokenize("hello")
+    assert plain.tokenize("hello", add_bos=True) == bos.tokenize("hello")
+    assert bos.tokenize("hello", add_bos=False) == plain.tokenize("hello")
 
 
 def test_hf_cache_spec(tiny_hf, tmp_path, monkeypatch):

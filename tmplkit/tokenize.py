@@ -48,7 +48,9 @@ class Tokenizer(Protocol):
 
     name: str
 
-    def tokenize(self, text: str, *, add_bos: bool = False) -> list[int]: ...
+    def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
+        """Token ids of `text`; `add_bos` None = as the tokenizer was opened (`load_tokenizer(add_bos=)`)."""
+        ...
 
     def tokenize_with_offsets(self, text: str) -> tuple[list[int], Offsets]: ...
 
@@ -316,7 +318,7 @@ class LlamaCppTokenizer:
 class HFTokenizer:
     """A Hugging Face `tokenizer.json` through the `tokenizers` package."""
 
-    def __init__(self, path: str | os.PathLike, *, name: str | None = None):
+    def __init__(self, path: str | os.PathLike, *, add_bos: bool = False, name: str | None = None):
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
@@ -336,13 +338,15 @@ class HFTokenizer:
         self.path = path
         self.name = name or (path.parent.name + "/" + path.name if path.parent.name else path.name)
         self.n_vocab = self._tok.get_vocab_size(with_added_tokens=True)
+        self.add_bos = add_bos
 
     def __repr__(self) -> str:
         return f"HFTokenizer({str(self.path)!r})"
 
-    def tokenize(self, text: str, *, add_bos: bool = False) -> list[int]:
-        """Token ids of `text`; with add_bos, the tokenizer's own post-processing (BOS etc.) too."""
-        return list(self._tok.encode(text, add_special_tokens=add_bos).ids)
+    def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
+        """Token ids of `text`; with add_bos (default: as opened), the tokenizer's own post-processing (BOS etc.) too."""
+        add = self.add_bos if add_bos is None else add_bos
+        return list(self._tok.encode(text, add_special_tokens=add).ids)
 
     def tokenize_with_offsets(self, text: str) -> tuple[list[int], Offsets]:
         enc = self._tok.encode(text, add_special_tokens=False)
@@ -375,18 +379,18 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
         except SourceError as exc:
             raise TokenizerError(str(exc)) from None
     if text.startswith("hf:"):
-        return _hf_from_cache(text[len("hf:"):])
+        return _hf_from_cache(text[len("hf:"):], add_bos)
     path = Path(text).expanduser()
     if path.is_dir():
         if (path / "tokenizer.json").is_file():
-            return HFTokenizer(path / "tokenizer.json")
+            return HFTokenizer(path / "tokenizer.json", add_bos=add_bos)
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1:
             return LlamaCppTokenizer(ggufs[0], add_bos=add_bos)
         raise TokenizerError(f"{path} holds no tokenizer.json (and not exactly one .gguf); give the file itself")
     if not path.exists():
         if text.count("/") == 1 and not text.startswith((".", "/", "~")):
-            return _hf_from_cache(text)
+            return _hf_from_cache(text, add_bos)
         raise TokenizerError(f"tokenizer file not found: {path}")
     if not path.is_file():
         raise TokenizerError(f"{path} is not a file")
@@ -398,13 +402,13 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
     if head[:4] == b"GGUF":
         return LlamaCppTokenizer(path, add_bos=add_bos)
     if path.suffix == ".json" or head.lstrip()[:1] == b"{":
-        return HFTokenizer(path)
+        return HFTokenizer(path, add_bos=add_bos)
     if path.suffix == ".gguf":
         raise TokenizerError(f"{path} is not a GGUF file (no GGUF magic); it may be damaged or a Git LFS pointer")
     raise TokenizerError(f"{path} is neither a GGUF file nor a tokenizer.json")
 
 
-def _hf_from_cache(repo_id: str) -> HFTokenizer:
+def _hf_from_cache(repo_id: str, add_bos: bool = False) -> HFTokenizer:
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
@@ -415,7 +419,7 @@ def _hf_from_cache(repo_id: str) -> HFTokenizer:
         raise TokenizerError(f"'{repo_id}' is not a Hugging Face repo id ({exc})") from None
     if not isinstance(found, str):
         raise TokenizerError(f"no tokenizer.json for '{repo_id}' in the local Hugging Face cache; download it first (e.g. `hf download {repo_id} tokenizer.json`) or give a path")
-    return HFTokenizer(found, name=f"hf:{repo_id}")
+    return HFTokenizer(found, add_bos=add_bos, name=f"hf:{repo_id}")
 
 
 # ---------------------------------------------------------------------------------------------
