@@ -46,6 +46,7 @@ from tmplkit import corpus  # noqa: E402
 from tmplkit.prefill import (PrefillRunner, PrefillSettings, build_prompt, generate_session,  # noqa: E402
                              next_user_turn, save_session, server_delimiters, server_spans, tiny_model_path)
 from tmplkit.prefill.report import write_json  # noqa: E402
+from tmplkit.prefill.prompt import text_delimiters  # noqa: E402
 from tmplkit.prefill.session import Session  # noqa: E402
 from tmplkit.prefill.runner import effective_repack  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
@@ -386,7 +387,9 @@ def main(argv=None) -> int:
         tok = LlamaCppTokenizer(model)
         with PrefillRunner(model, settings, n_ctx=256) as r:
             add_bos = r.info.add_bos
-        s = generate_session(target, seed=seed, style=style, measure=lambda s: len(build_prompt(s, tmpl, tok, add_bos=add_bos).tokens))
+        delims = text_delimiters(tmpl)[0]
+        s = generate_session(target, seed=seed, style=style,
+                             measure=lambda s: len(build_prompt(s, tmpl, tok, add_bos=add_bos, delimiters=delims).tokens))
         tok.close()
         return s
 

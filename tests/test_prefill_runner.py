@@ -32,6 +32,7 @@ llama_cpp = pytest.importorskip("llama_cpp")
 
 from tmplkit.prefill import (PrefillRunner, PrefillSettings, build_prompt, generate_session,  # noqa: E402
                              server_spans, tiny_model_path)
+from tmplkit.prefill.prompt import text_delimiters  # noqa: E402
 from tmplkit.prefill.session import Session  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
 from tmplkit.tokenize import LlamaCppTokenizer  # noqa: E402
@@ -203,8 +204,12 @@ def test_qwen_tool_responses_get_no_break_and_no_checkpoint_with_tmplkit_spans()
     model = tiny_model_path("qwen35")
     tok = LlamaCppTokenizer(model)
     template = load_one(model)  # the tiny model carries the Qwen3.5 template
-    prompt = build_prompt(generate_session(6000, seed=13, style="tool-role"), template, tok)
+    session = generate_session(6000, seed=13, style="tool-role")
+    prompt = build_prompt(session, template, tok)
     sspans = server_spans(prompt.tokens, template, tok)
+    # delimiters derived once and passed in give the same prompt (the template is not analyzed again)
+    again = build_prompt(session, template, tok, delimiters=reversed(text_delimiters(template)[0]))
+    assert (again.tokens, again.spans.starts("tool"), again.derived_by) == (prompt.tokens, prompt.spans.starts("tool"), "given")
     tok.close()
     tools = set(prompt.spans.starts("tool"))
     assert len(tools) >= 15 and len(prompt.spans.starts("user")) <= 5

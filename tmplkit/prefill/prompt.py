@@ -15,6 +15,7 @@ assistant start, each tokenized on its own), to compare against.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from ..analyze import Analysis, RoundTrip
 from ..delimiters import Delimiter, sort_delimiters
@@ -75,16 +76,18 @@ def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]
 
 
 def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos: bool = False,
-                 add_generation_prompt: bool = True) -> Prompt:
+                 add_generation_prompt: bool = True, delimiters: Sequence[Delimiter] | None = None) -> Prompt:
     """Render, tokenize, and split `session` into message spans with tmplkit's delimiters.
 
     `tokenizer` is a tmplkit Tokenizer of the model's vocabulary (e.g. LlamaCppTokenizer(model));
     `add_bos` prepends the BOS token when the rendered text does not already start with it.
+    `delimiters`: the template's text delimiters when already derived (`text_delimiters(template)[0]`),
+    so that building many prompts of one template analyzes it once.
     """
     from ..tokenize import token_delimiters
 
     text = render_session(session, template, add_generation_prompt)
-    delims, how = text_delimiters(template)
+    delims, how = text_delimiters(template) if delimiters is None else (sort_delimiters(delimiters), "given")
     tokens = tokenizer.tokenize(text, add_bos=False)
     if add_bos:
         bos = tokenizer.tokenize("", add_bos=True)
