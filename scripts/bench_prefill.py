@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Prefill benchmark: tmplkit's batch policies against llama-server, in one run, medians of repeats.
 
-    python scripts/bench_prefill.py                        # full run (about 20 minutes on 2 cores)
+    python scripts/bench_prefill.py                        # full run (about 30 minutes on 2 cores)
     python scripts/bench_prefill.py --quick                # smaller sessions, 1 repeat (a few minutes)
     python scripts/bench_prefill.py --no-server            # tmplkit only
 
@@ -365,7 +365,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-server", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "scripts" / "results" / "prefill.json"))
     args = ap.parse_args(argv)
-    repeat = args.repeat or (1 if args.quick else 3)
+    repeat = args.repeat or (1 if args.quick else 5)
     gemma_tokens = args.gemma_tokens or (4000 if args.quick else 16000)
     qwen_tokens = args.qwen_tokens or (8000 if args.quick else 30000)
     sections = set(args.sections.split(","))
