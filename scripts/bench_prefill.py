@@ -14,8 +14,9 @@ Sections (all in one process; variants interleaved within each repeat):
    cache_prompt false); llama-server's figures are its own timings (prompt_n, prompt_ms) and its
    decode calls the change of `llamacpp:n_decode_total` in /metrics.
 2. qwen: the tiny gemma3 model with the real qwen35 vocabulary and the Qwen3.5 template (tool
-   results inside user turns): each policy with tmplkit's spans and with llama-server's two
-   delimiters; counts of batch breaks and checkpoints that land on a tool response.
+   results inside user turns): each policy with tmplkit's spans, and llama-server's two delimiters
+   with `every-user-start` and llama-server's own gate (`ServerGated`); counts of batch breaks and
+   checkpoints that land on a tool response.
 3. resume: the session, then the session with the agent's answer and a new user turn appended:
    tokens reused and recomputed and seconds, by spans / checkpoints on or off; llama-server's own
    cache_n / prompt_n for the same two requests (cache_prompt true) as a cross-check.
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tmplkit import corpus  # noqa: E402
-from tmplkit.prefill import (PrefillRunner, PrefillSettings, build_prompt, generate_session,  # noqa: E402
+from tmplkit.prefill import (PrefillRunner, PrefillSettings, ServerGated, build_prompt, generate_session,  # noqa: E402
                              next_user_turn, save_session, server_delimiters, server_spans, tiny_model_path)
 from tmplkit.prefill.report import write_json  # noqa: E402
 from tmplkit.prefill.prompt import text_delimiters  # noqa: E402
@@ -174,9 +175,11 @@ def bench_policies(name, model, template, session, settings, repeat, threads, se
                    server_delimiters=[list(d) for d in server_delimiters(template)])
         log(f"[{name}] {len(prompt.tokens)} tokens, user starts: tmplkit {res['tmplkit_user_starts']}, "
             f"llama-server {res['server_user_starts']}, tool starts {len(tool_starts)}")
-        variants = [("none", prompt.spans), ("every-user-start", prompt.spans), ("gated", prompt.spans)]
-        if tool_starts:
-            variants += [("every-user-start@server-spans", sspans), ("gated@server-spans", sspans)]
+        variants = [("none", "none", prompt.spans), ("every-user-start", "every-user-start", prompt.spans),
+                    ("gated", "gated", prompt.spans)]
+        if tool_starts:  # what llama-server's two delimiters do, with llama-server's own gate
+            variants += [("every-user-start@server-spans", "every-user-start", sspans),
+                         ("gated-llama-server@server-spans", ServerGated(), sspans)]
         server = None
         if server_bin:
             server = Server(server_bin, str(model), server_args(settings, threads), outdir / f"llama-server-{name}.log")
@@ -186,8 +189,7 @@ def bench_policies(name, model, template, session, settings, repeat, threads, se
                 server.completion(prompt.tokens[:2 * settings.n_batch])
             runs: dict[str, list] = {}
             for k in range(repeat):
-                for label, spans in variants:
-                    policy = label.split("@")[0]
+                for label, policy, spans in variants:
                     rep = runner.run(prompt.tokens, spans, policy)
                     d = summarize(rep)
                     d.update(on_tool(rep, tool_starts))
@@ -256,7 +258,7 @@ def bench_resume(name, model, template, session, settings, repeat, threads, serv
         log(f"[{name}] resume: {len(p1.tokens)} -> {len(p2.tokens)} tokens, common prefix {common}")
         variants = [("gated, tmplkit spans", "gated", p1.spans, p2.spans, None)]
         if p1.spans.starts("tool"):
-            variants.append(("gated, llama-server spans", "gated", s1, s2, None))
+            variants.append(("gated, llama-server spans", ServerGated(), s1, s2, None))
         variants += [("none (near-end checkpoints only)", "none", p1.spans, p2.spans, None),
                      ("checkpoints off", "gated", p1.spans, p2.spans, False)]
         runs: dict[str, list] = {}

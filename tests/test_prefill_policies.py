@@ -8,7 +8,7 @@ import pytest
 
 from tmplkit.errors import InputError
 from tmplkit.prefill.checkpoints import Checkpoint, CheckpointStore
-from tmplkit.prefill.policies import POLICIES, BreakContext, FixedBreaks, get_policy
+from tmplkit.prefill.policies import POLICIES, BreakContext, FixedBreaks, ServerGated, get_policy
 from tmplkit.prefill.report import (CheckpointRecord, Comparison, DecodeCall, PolicyResult, PrefillReport,
                                     markdown_summary, write_atomic)
 from tmplkit.spans import SpanDetector
@@ -17,8 +17,8 @@ from tmplkit.spans import SpanDetector
 SPANS = SpanDetector([("user", [9]), ("assistant", [8])]).split([0, 0, 9, 1, 8, 1, 9, 1, 1, 1, 1, 1, 9, 1])
 
 
-def ctx(last_checkpoint=None, min_step=8192):
-    return BreakContext(SPANS, SPANS.last_user_start(), last_checkpoint, min_step)
+def ctx(last_checkpoint=None, min_step=8192, pending=None):
+    return BreakContext(SPANS, SPANS.last_user_start(), last_checkpoint, min_step, pending)
 
 
 def test_policy_registry_and_unknown_name():
@@ -47,6 +47,17 @@ def test_gated_rules_in_order():
     assert p.break_before(6, ctx(last_checkpoint=2, min_step=3)) == "min step"
     assert p.break_before(6, ctx(last_checkpoint=2, min_step=4)) is None  # 6 is not > 2 + 4
     assert p.break_before(4, ctx()) is None  # an assistant start
+
+
+def test_gated_counts_the_checkpoint_the_batch_starts_with():
+    # the batch being filled starts at user start 2, where a checkpoint is taken before it is
+    # decoded: the next user start needs no break for "no checkpoint yet" or the minimum step
+    gated, server = get_policy("gated"), ServerGated()
+    assert gated.break_before(6, ctx(last_checkpoint=None, pending=2)) is None
+    assert server.break_before(6, ctx(last_checkpoint=None, pending=2)) == "no checkpoint yet"
+    assert gated.break_before(6, ctx(last_checkpoint=0, min_step=4, pending=2)) is None
+    assert server.break_before(6, ctx(last_checkpoint=0, min_step=4, pending=2)) == "min step"
+    assert gated.break_before(12, ctx(pending=2)) == server.break_before(12, ctx(pending=2)) == "last user message"
 
 
 def test_fixed_breaks_is_a_policy_too():

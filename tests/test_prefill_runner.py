@@ -30,8 +30,8 @@ from tmplkit.errors import InputError, ModelError, TmplkitError
 pytestmark = [pytest.mark.model, pytest.mark.corpus]
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from tmplkit.prefill import (PrefillRunner, PrefillSettings, build_prompt, generate_session,  # noqa: E402
-                             server_spans, tiny_model_path)
+from tmplkit.prefill import (PrefillRunner, PrefillSettings, ServerGated, build_prompt,  # noqa: E402
+                             generate_session, server_spans, tiny_model_path)
 from tmplkit.prefill.prompt import text_delimiters  # noqa: E402
 from tmplkit.prefill.session import Session  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
@@ -123,6 +123,17 @@ def test_gated_breaks_only_where_a_checkpoint_is_due(policy_runs, gemma_prompt):
     for c in gated.checkpoints:
         assert c.pos_max == c.n_tokens - 1 and c.bytes > 0
     assert gated.n_decode_calls < policy_runs["every-user-start"][0].n_decode_calls
+    # no batch is cut in vain: a checkpoint is taken wherever gated ends a batch early
+    assert {c.start + c.size for c in gated.decode_calls if c.rule} <= set(ck)
+
+
+def test_llama_servers_gate_also_cuts_where_no_checkpoint_follows(runner, gemma_prompt, policy_runs):
+    gated, _ = policy_runs["gated"]
+    server = runner.run(gemma_prompt.tokens, gemma_prompt.spans, ServerGated())
+    ck = [c.n_tokens for c in server.checkpoints]
+    in_vain = {c.start + c.size for c in server.decode_calls if c.rule} - set(ck)
+    assert in_vain and server.n_decode_calls > gated.n_decode_calls  # (a cut can also save a full-batch boundary)
+    assert ck == [c.n_tokens for c in gated.checkpoints]
 
 
 def assert_close(logits, cold, noise):

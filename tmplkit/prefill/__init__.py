@@ -13,7 +13,7 @@
 
 from .checkpoints import Checkpoint, CheckpointStore
 from .compare import compare_policies, prepare
-from .policies import POLICIES, BatchPolicy, BreakContext, EveryUserStart, Gated, NoBreaks, get_policy
+from .policies import POLICIES, BatchPolicy, BreakContext, EveryUserStart, Gated, NoBreaks, ServerGated, get_policy
 from .prompt import Prompt, build_prompt, server_delimiters, server_spans
 from .report import CheckpointRecord, Comparison, DecodeCall, PolicyResult, PrefillReport
 from .runner import ModelInfo, PrefillRunner, PrefillSettings
@@ -23,7 +23,7 @@ from .tinymodel import TinyConfig, tiny_model_path
 __all__ = [
     "POLICIES", "BatchPolicy", "BreakContext", "Checkpoint", "CheckpointRecord", "CheckpointStore", "Comparison",
     "DecodeCall", "EveryUserStart", "Gated", "ModelInfo", "NoBreaks", "PolicyResult", "PrefillReport",
-    "PrefillRunner", "PrefillSettings", "Prompt", "Session", "TinyConfig", "build_prompt", "compare_policies",
+    "PrefillRunner", "PrefillSettings", "Prompt", "ServerGated", "Session", "TinyConfig", "build_prompt", "compare_policies",
     "generate_session", "get_policy", "load_session", "next_user_turn", "prepare", "save_session",
     "server_delimiters", "server_spans", "session_from_json", "tiny_model_path",
 ]

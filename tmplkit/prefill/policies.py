@@ -25,16 +25,19 @@ from ..errors import InputError
 
 @dataclass(frozen=True)
 class BreakContext:
-    """What a policy may look at: the spans, the last user start, and the checkpoints taken so far.
+    """What a policy may look at: the spans, the last user start, and the checkpoints.
 
-    `last_checkpoint` is the n_tokens of the newest checkpoint (None when there is none yet); as in
-    llama-server, the checkpoint of the batch being filled is taken after it is filled.
+    `last_checkpoint` is the n_tokens of the newest checkpoint taken so far (None when there is
+    none yet). `pending_checkpoint` is the checkpoint the batch being filled starts with: it is
+    saved right before that batch is decoded, so it is not taken yet while the batch is filled
+    (llama-server's gate looks only at `last_checkpoint`).
     """
 
     spans: object
     last_user: int
     last_checkpoint: int | None
     min_step: int
+    pending_checkpoint: int | None = None
 
 
 class BatchPolicy:
@@ -89,22 +92,38 @@ class Gated(BatchPolicy):
     """End a batch at a user start only where a checkpoint will be taken (llama.cpp PR 25420).
 
     Rules, in order: the last user message; no checkpoint yet; more than `min_step` tokens past
-    the newest checkpoint.
+    the newest checkpoint. The newest checkpoint includes the one the batch being filled starts
+    with: llama-server's gate does not see that one, so after each checkpoint it cuts the batch
+    once more at the next user start, where no checkpoint is then taken (`ServerGated`).
     """
 
     name = "gated"
     description = "a break at a user start only where a checkpoint is due (llama.cpp PR 25420)"
+
+    def newest(self, ctx: BreakContext) -> int | None:
+        return ctx.pending_checkpoint if ctx.pending_checkpoint is not None else ctx.last_checkpoint
 
     def break_before(self, pos: int, ctx: BreakContext) -> str | None:
         if ctx.spans is None or not ctx.spans.is_user_start(pos):
             return None
         if pos == ctx.last_user:
             return "last user message"
-        if ctx.last_checkpoint is None:
+        newest = self.newest(ctx)
+        if newest is None:
             return "no checkpoint yet"
-        if pos > ctx.last_checkpoint + ctx.min_step:
+        if pos > newest + ctx.min_step:
             return "min step"
         return None
+
+
+class ServerGated(Gated):
+    """PR 25420 exactly as llama-server 0.3.36 runs it: the gate sees only checkpoints already taken."""
+
+    name = "gated-llama-server"
+    description = "gated as llama-server runs it, with its breaks where no checkpoint follows"
+
+    def newest(self, ctx: BreakContext) -> int | None:
+        return ctx.last_checkpoint
 
 
 class FixedBreaks(BatchPolicy):

@@ -545,9 +545,13 @@ class PrefillRunner:
             # the policy's break before a message start, then the near-end rule)
             end = min(begin + n_batch, n)
             pos = end
+            # a checkpoint at a user start this batch begins with (saved before it is decoded)
+            last = self.store.last() if do_ckpt else None
+            due = do_ckpt and begin > 0 and use_spans is not None and use_spans.is_user_start(begin) and (
+                last is None or begin == last_user or begin > last.n_tokens + s.checkpoint_min_step)
             if do_ckpt:
-                last = self.store.last()
-                ctx = BreakContext(use_spans, last_user, last.n_tokens if last else None, s.checkpoint_min_step)
+                ctx = BreakContext(use_spans, last_user, last.n_tokens if last else None, s.checkpoint_min_step,
+                                   begin if due else None)
                 i = bisect.bisect_right(cands, begin)
                 j = bisect.bisect_right(near, begin)
                 while True:
@@ -572,14 +576,11 @@ class PrefillRunner:
                 reason = "full"
             elif size == n_batch:
                 reason, rule = "full", None  # the batch was full anyway; the rule cost nothing
-            # checkpoint before decoding the batch: the state after `begin` tokens
+            # checkpoint before decoding the batch: the state after `begin` tokens, at a user start
+            # where one is due, or near the end (the last batch always is)
             if do_ckpt and begin > 0:
-                is_user = use_spans is not None and use_spans.is_user_start(begin)
                 near_end = n < pos + n_ubatch
-                last = self.store.last()
-                want = (pos == n or is_user or near_end) and (
-                    last is None or begin == last_user or near_end or begin > last.n_tokens + s.checkpoint_min_step)
-                if want:
+                if due or near_end:
                     pmin, pmax = self._pos_range()
                     if pmin >= 0:
                         c0 = time.perf_counter()
