@@ -5,7 +5,8 @@
     python scripts/bench_prefill.py --quick                # smaller sessions, 1 repeat (a few minutes)
     python scripts/bench_prefill.py --no-server            # tmplkit only
 
-Sections (all in one process; variants interleaved within each repeat):
+Sections (all in one process; variants interleaved within each repeat, each repeat starting one
+variant later than the one before):
 
 1. gemma: Gemma 3 270M Q4_K_M, a generated Gemma-format coding-agent session (tool results sent
    back as user turns). tmplkit's runner with `none`, `every-user-start`, `gated`, and llama-server
@@ -187,19 +188,23 @@ def bench_policies(name, model, template, session, settings, repeat, threads, se
             runner.run(prompt.tokens[:2 * settings.n_batch], None, "none")  # warm-up
             if server:
                 server.completion(prompt.tokens[:2 * settings.n_batch])
-            runs: dict[str, list] = {}
+            jobs = [(label, policy, spans, None) for label, policy, spans in variants]
+            if server:
+                jobs += [("llama-server (no spans)", None, None, None),
+                         ("llama-server (its 2 delimiters)", None, None, server_delimiters(template))]
+            runs: dict[str, list] = {label: [] for label, *_ in jobs}
             for k in range(repeat):
-                for label, policy, spans in variants:
-                    rep = runner.run(prompt.tokens, spans, policy)
-                    d = summarize(rep)
-                    d.update(on_tool(rep, tool_starts))
-                    runs.setdefault(label, []).append(d)
-                    log(f"[{name}] {k + 1}/{repeat} {label:32s} {rep.tokens_per_second:9.1f} tok/s  {rep.n_decode_calls:4d} calls")
-                if server:
-                    for label, delims in (("llama-server (no spans)", None), ("llama-server (its 2 delimiters)", server_delimiters(template))):
-                        r = server.completion(prompt.tokens, delims)
-                        runs.setdefault(label, []).append(r)
-                        log(f"[{name}] {k + 1}/{repeat} {label:32s} {r['tokens_per_second']:9.1f} tok/s  {r['decode_calls']:4d} calls")
+                # each repeat starts one variant later (a counterbalanced order: no variant always
+                # runs first, or always right after the same other one)
+                for label, policy, spans, delims in jobs[k % len(jobs):] + jobs[:k % len(jobs)]:
+                    if label.startswith("llama-server"):
+                        d = server.completion(prompt.tokens, delims)
+                    else:
+                        rep = runner.run(prompt.tokens, spans, policy)
+                        d = summarize(rep)
+                        d.update(on_tool(rep, tool_starts))
+                    runs[label].append(d)
+                    log(f"[{name}] {k + 1}/{repeat} {label:32s} {d['tokens_per_second']:9.1f} tok/s  {d['decode_calls']:4d} calls")
         finally:
             if server:
                 server.stop()
