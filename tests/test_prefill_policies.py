@@ -60,6 +60,17 @@ def test_gated_counts_the_checkpoint_the_batch_starts_with():
     assert gated.break_before(12, ctx(pending=2)) == server.break_before(12, ctx(pending=2)) == "last user message"
 
 
+def test_gated_ends_no_batch_for_a_checkpoint_too_small_to_pay_for_it():
+    # below min_tokens (the runner passes n_ubatch) a resume from the checkpoint would save less
+    # than the extra batch costs; llama-server's gate breaks anyway (its BOS-only batch)
+    small = BreakContext(SPANS, SPANS.last_user_start(), None, 8192, None, 4)
+    gated, server = get_policy("gated"), ServerGated()
+    assert gated.break_before(2, small) is None
+    assert server.break_before(2, small) == "no checkpoint yet"
+    assert gated.break_before(6, small) == "no checkpoint yet"
+    assert gated.break_before(12, BreakContext(SPANS, 12, 6, 8192, None, 13)) is None  # the last user message too
+
+
 def test_fixed_breaks_is_a_policy_too():
     p = FixedBreaks([3, 7])
     assert sorted(p.candidates(None, 10)) == [3, 7]

@@ -28,7 +28,7 @@ class BreakContext:
     """What a policy may look at: the spans, the last user start, and the checkpoints.
 
     `last_checkpoint` is the n_tokens of the newest checkpoint taken so far (None when there is
-    none yet). `pending_checkpoint` is the checkpoint the batch being filled starts with: it is
+    none yet). `min_tokens`: a checkpoint of fewer tokens is not worth ending a batch for. `pending_checkpoint` is the checkpoint the batch being filled starts with: it is
     saved right before that batch is decoded, so it is not taken yet while the batch is filled
     (llama-server's gate looks only at `last_checkpoint`).
     """
@@ -38,6 +38,8 @@ class BreakContext:
     last_checkpoint: int | None
     min_step: int
     pending_checkpoint: int | None = None
+    # the smallest checkpoint worth ending a batch for (the runner passes n_ubatch)
+    min_tokens: int = 0
 
 
 class BatchPolicy:
@@ -95,6 +97,9 @@ class Gated(BatchPolicy):
     the newest checkpoint. The newest checkpoint includes the one the batch being filled starts
     with: llama-server's gate does not see that one, so after each checkpoint it cuts the batch
     once more at the next user start, where no checkpoint is then taken (`ServerGated`).
+    No break for a checkpoint of fewer than `min_tokens` tokens (n_ubatch): resuming from it
+    would save less prefill than the extra batch costs. llama-server breaks there too, so a
+    prompt whose first user message follows the BOS token gets a BOS-only batch.
     """
 
     name = "gated"
@@ -103,8 +108,11 @@ class Gated(BatchPolicy):
     def newest(self, ctx: BreakContext) -> int | None:
         return ctx.pending_checkpoint if ctx.pending_checkpoint is not None else ctx.last_checkpoint
 
+    def min_tokens(self, ctx: BreakContext) -> int:
+        return ctx.min_tokens
+
     def break_before(self, pos: int, ctx: BreakContext) -> str | None:
-        if ctx.spans is None or not ctx.spans.is_user_start(pos):
+        if ctx.spans is None or not ctx.spans.is_user_start(pos) or pos < self.min_tokens(ctx):
             return None
         if pos == ctx.last_user:
             return "last user message"
@@ -124,6 +132,9 @@ class ServerGated(Gated):
 
     def newest(self, ctx: BreakContext) -> int | None:
         return ctx.last_checkpoint
+
+    def min_tokens(self, ctx: BreakContext) -> int:
+        return 0
 
 
 class FixedBreaks(BatchPolicy):

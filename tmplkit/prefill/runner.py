@@ -551,7 +551,7 @@ class PrefillRunner:
                 last is None or begin == last_user or begin > last.n_tokens + s.checkpoint_min_step)
             if do_ckpt:
                 ctx = BreakContext(use_spans, last_user, last.n_tokens if last else None, s.checkpoint_min_step,
-                                   begin if due else None)
+                                   begin if due else None, n_ubatch)
                 i = bisect.bisect_right(cands, begin)
                 j = bisect.bisect_right(near, begin)
                 while True:
