@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Prefill benchmark: tmplkit's batch policies against llama-server, in one run, medians of repeats.
 
-    python scripts/bench_prefill.py                        # full run (about 30 minutes on 2 cores)
+    python scripts/bench_prefill.py                        # full run (about 45 minutes on 2 cores)
     python scripts/bench_prefill.py --quick                # smaller sessions, 1 repeat (a few minutes)
     python scripts/bench_prefill.py --no-server            # tmplkit only
 
@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +51,7 @@ from tmplkit.prefill import (PrefillRunner, PrefillSettings, ServerGated, build_
 from tmplkit.prefill.report import write_json  # noqa: E402
 from tmplkit.prefill.prompt import text_delimiters  # noqa: E402
 from tmplkit.prefill.session import Session  # noqa: E402
+from tmplkit.prefill.tinymodel import TinyConfig  # noqa: E402
 from tmplkit.prefill.runner import effective_repack  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
 from tmplkit.tokenize import LlamaCppTokenizer  # noqa: E402
@@ -317,7 +319,11 @@ def markdown(out: dict) -> str:
         m = sec["median_tokens_per_second"]
         base = m.get("none")
         srv = m.get("llama-server (no spans)")
-        lines += [f"**{name}** ({len(next(iter(sec['runs'].values())))} repeats): `{Path(sec['model']).name}`, template {sec['template']}, {sec['n_tokens']} tokens; "
+        shape = ""
+        if name == "qwen" and out.get("tiny_model"):
+            t = out["tiny_model"]
+            shape = f" ({t['n_layer']} layers, {t['n_embd']} wide, {t['n_head']} query heads over {t['n_head_kv']} KV heads of {t['head_dim']})"
+        lines += [f"**{name}** ({len(next(iter(sec['runs'].values())))} repeats): `{Path(sec['model']).name}`{shape}, template {sec['template']}, {sec['n_tokens']} tokens; "
                   f"user starts: tmplkit {sec['tmplkit_user_starts']}, llama-server {sec['server_user_starts']}; "
                   f"tool-response starts {sec['tool_starts']}", "",
                   "| variant | tokens/s | vs none | paired (min-max) | vs llama-server no-spans | decode calls | checkpoints | breaks on tool responses | checkpoints on tool responses | early-break rules |",
@@ -365,6 +371,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gemma-tokens", type=int, default=None)
     ap.add_argument("--qwen-tokens", type=int, default=None)
     ap.add_argument("--sections", default="gemma,qwen,resume")
+    ap.add_argument("--tiny-heads", type=int, default=TinyConfig.n_head,
+                    help=f"query heads of the tiny model (default {TinyConfig.n_head}; KV heads a quarter of them, at least 1; 64 wide)")
     ap.add_argument("--n-gpu-layers", type=int, default=0)
     ap.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto",
                     help="flash attention for the runner and llama-server alike (default auto, llama-server's)")
@@ -372,7 +380,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-server", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "scripts" / "results" / "prefill.json"))
     args = ap.parse_args(argv)
-    repeat = args.repeat or (1 if args.quick else 5)
+    repeat = args.repeat or (1 if args.quick else 7)
     gemma_tokens = args.gemma_tokens or (4000 if args.quick else 16000)
     qwen_tokens = args.qwen_tokens or (8000 if args.quick else 30000)
     sections = set(args.sections.split(","))
@@ -388,7 +396,10 @@ def main(argv=None) -> int:
     gemma_tmpl = load_one(templates / f"{GEMMA_TEMPLATE}.jinja")
     qwen_tmpl = load_one(templates / f"{QWEN_TEMPLATE}.jinja")
     gemma = corpus.gemma_model_path()
-    tiny = tiny_model_path("qwen35")
+    if args.tiny_heads < 1 or 64 % args.tiny_heads:
+        ap.error("--tiny-heads must divide 64")
+    tiny_cfg = TinyConfig(n_head=args.tiny_heads, n_head_kv=max(1, args.tiny_heads // 4), head_dim=64 // args.tiny_heads)
+    tiny = tiny_model_path("qwen35", config=tiny_cfg)
 
     def sized(model, tmpl, style, target, seed):
         tok = LlamaCppTokenizer(model)
@@ -403,7 +414,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     out: dict = {"command": "python scripts/bench_prefill.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
                  "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "threads": args.threads,
-                 "repeat": repeat, "llama_server": server_bin, "load_average": round(os.getloadavg()[0], 2), "repack": effective_repack(settings.repack)}
+                 "repeat": repeat, "tiny_model": asdict(tiny_cfg), "llama_server": server_bin, "load_average": round(os.getloadavg()[0], 2), "repack": effective_repack(settings.repack)}
     gsession = sized(gemma, gemma_tmpl, "user-turns", gemma_tokens, seed=0)
     qsession = sized(tiny, qwen_tmpl, "tool-role", qwen_tokens, seed=0)
     save_session(gsession, outdir / "prefill-session-gemma.json")

@@ -37,13 +37,22 @@ DEFAULT_TEMPLATES = {"qwen35": "Qwen3.5-4B"}
 
 @dataclass(frozen=True)
 class TinyConfig:
-    """Shape of the tiny model. `sliding_window_pattern` 2 makes layer 0 sliding-window, layer 1 full."""
+    """Shape of the tiny model. `sliding_window_pattern` 2 makes layer 0 sliding-window, layer 1 full.
+
+    Eight query heads share two KV heads (4:1, as in the Qwen3 family's 32:8; head_dim 8 keeps the
+    width at 64). The head count matters to batch-break costs: llama.cpp's CPU flash attention
+    cuts a ubatch's (token, head) rows into 4 chunks per thread and walks the whole KV cache once
+    per tile of up to 64 rows of a chunk, so a batch's attention is rounded up to
+    4 * n_threads * 64 / n_head tokens. With 2 heads that is 256 tokens on 2 threads (8 times a
+    16-head model's 32), and every early end of a batch paid for up to 256 tokens of attention
+    over the whole context: a 2-head stand-in overstates what a break costs a real model.
+    """
 
     n_layer: int = 2
     n_embd: int = 64
-    n_head: int = 2
-    n_head_kv: int = 1
-    head_dim: int = 32
+    n_head: int = 8
+    n_head_kv: int = 2
+    head_dim: int = 8
     n_ff: int = 128
     n_swa: int = 512
     sliding_window_pattern: int = 2
