@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +54,6 @@ from tmplkit.prefill.session import Session  # noqa: E402
 from tmplkit.prefill.tinymodel import TinyConfig  # noqa: E402
 from tmplkit.prefill.runner import effective_repack  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
-from tmplkit.tokenize import LlamaCppTokenizer  # noqa: E402
 
 GEMMA_TEMPLATE = "google-gemma-2-2b-it"  # Gemma's turn format (<start_of_turn>user / model), no tool role
 QWEN_TEMPLATE = "Qwen3.5-4B"
@@ -161,15 +160,32 @@ def log(msg: str) -> None:
 
 # ---- sections -------------------------------------------------------------------------------------
 
+SERVER_NONE = "llama-server (no spans)"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One measured variant: tmplkit's runner with a policy and spans, or llama-server."""
+
+    label: str
+    policy: object = None
+    spans: object = None
+    on_server: bool = False
+    delimiters: tuple | None = None  # llama-server's message delimiters (None: no spans)
+
+    @property
+    def baseline(self) -> str:
+        return SERVER_NONE if self.on_server else "none"
+
+
 
 def bench_policies(name, model, template, session, settings, repeat, threads, server_bin, outdir):
     """Runner policies (tmplkit spans; also llama-server's spans) and llama-server, interleaved."""
     res: dict = {"model": str(model), "template": template.name, "settings": settings.to_dict()}
     with PrefillRunner(model, settings) as runner:
-        tok = LlamaCppTokenizer(model)
+        tok = runner.tokenizer
         prompt = build_prompt(session, template, tok, add_bos=runner.info.add_bos)
         sspans = server_spans(prompt.tokens, template, tok)
-        tok.close()
         runner.check_prompt(prompt.tokens)
         tool_starts = set(prompt.spans.starts("tool"))
         res.update(n_tokens=len(prompt.tokens), spans_by_role=prompt.role_counts(),
@@ -178,11 +194,11 @@ def bench_policies(name, model, template, session, settings, repeat, threads, se
                    server_delimiters=[list(d) for d in server_delimiters(template)])
         log(f"[{name}] {len(prompt.tokens)} tokens, user starts: tmplkit {res['tmplkit_user_starts']}, "
             f"llama-server {res['server_user_starts']}, tool starts {len(tool_starts)}")
-        variants = [("none", "none", prompt.spans), ("every-user-start", "every-user-start", prompt.spans),
-                    ("gated", "gated", prompt.spans)]
+        jobs = [Variant("none", "none", prompt.spans), Variant("every-user-start", "every-user-start", prompt.spans),
+                Variant("gated", "gated", prompt.spans)]
         if tool_starts:  # what llama-server's two delimiters do, with llama-server's own gate
-            variants += [("every-user-start@server-spans", "every-user-start", sspans),
-                         ("gated-llama-server@server-spans", ServerGated(), sspans)]
+            jobs += [Variant("every-user-start@server-spans", "every-user-start", sspans),
+                     Variant("gated-llama-server@server-spans", ServerGated(), sspans)]
         server = None
         if server_bin:
             server = Server(server_bin, str(model), server_args(settings, threads), outdir / f"llama-server-{name}.log")
@@ -190,44 +206,43 @@ def bench_policies(name, model, template, session, settings, repeat, threads, se
             runner.run(prompt.tokens[:2 * settings.n_batch], None, "none")  # warm-up
             if server:
                 server.completion(prompt.tokens[:2 * settings.n_batch])
-            jobs = [(label, policy, spans, None) for label, policy, spans in variants]
             if server:
-                jobs += [("llama-server (no spans)", None, None, None),
-                         ("llama-server (its 2 delimiters)", None, None, server_delimiters(template))]
-            runs: dict[str, list] = {label: [] for label, *_ in jobs}
+                jobs += [Variant(SERVER_NONE, on_server=True),
+                         Variant("llama-server (its 2 delimiters)", on_server=True, delimiters=server_delimiters(template))]
+            runs: dict[str, list] = {v.label: [] for v in jobs}
             for k in range(repeat):
-                # each repeat starts one variant later (a counterbalanced order: no variant always
-                # runs first, or always right after the same other one)
-                for label, policy, spans, delims in jobs[k % len(jobs):] + jobs[:k % len(jobs)]:
-                    if label.startswith("llama-server"):
-                        d = server.completion(prompt.tokens, delims)
+                # each repeat starts one variant later (no variant always runs first)
+                for v in jobs[k % len(jobs):] + jobs[:k % len(jobs)]:
+                    if v.on_server:
+                        d = server.completion(prompt.tokens, v.delimiters)
                     else:
-                        rep = runner.run(prompt.tokens, spans, policy)
+                        rep = runner.run(prompt.tokens, v.spans, v.policy)
                         d = summarize(rep)
                         d.update(on_tool(rep, tool_starts))
-                    runs[label].append(d)
-                    log(f"[{name}] {k + 1}/{repeat} {label:32s} {d['tokens_per_second']:9.1f} tok/s  {d['decode_calls']:4d} calls")
+                    runs[v.label].append(d)
+                    log(f"[{name}] {k + 1}/{repeat} {v.label:32s} {d['tokens_per_second']:9.1f} tok/s  {d['decode_calls']:4d} calls")
         finally:
             if server:
                 server.stop()
     res["runs"] = runs
     res["median_tokens_per_second"] = {k: med([r["tokens_per_second"] for r in v]) for k, v in runs.items()}
-    res["paired"] = paired_ratios(runs)
+    res["paired"] = paired_ratios(runs, {v.label: v.baseline for v in jobs})
     # the runner's own share: time not spent inside llama_decode (batch filling, checkpoints, Python)
-    res["outside_decode"] = med([r["outside_decode"] for k, v in runs.items() if not k.startswith("llama-server") for r in v])
+    res["outside_decode"] = med([r["outside_decode"] for v in jobs if not v.on_server for r in runs[v.label]])
     return res
 
 
-def paired_ratios(runs: dict) -> dict:
+def paired_ratios(runs: dict, baseline: dict) -> dict:
     """Per variant, tokens/s over its baseline's in the same repeat (median, min, max over repeats).
 
     Variants run back to back within a repeat, so a ratio taken inside one repeat cancels the
-    slow drifts of a shared machine that a ratio of medians keeps. Baseline: `none` for the
-    runner's variants, llama-server without spans for llama-server's.
+    slow drifts of a shared machine that a ratio of medians keeps. `baseline`: label -> the
+    label it is divided by (`none` for the runner's variants, llama-server without spans for
+    llama-server's).
     """
     out = {}
     for label, rs in runs.items():
-        base = runs.get("llama-server (no spans)" if label.startswith("llama-server") else "none")
+        base = runs.get(baseline[label])
         if not base:
             continue
         ratios = [r["tokens_per_second"] / b["tokens_per_second"] for r, b in zip(rs, base)]
@@ -253,11 +268,10 @@ def bench_resume(name, model, template, session, settings, repeat, threads, serv
     session = mid_task(session)
     later = next_user_turn(session)
     with PrefillRunner(model, settings) as runner:
-        tok = LlamaCppTokenizer(model)
+        tok = runner.tokenizer
         p1 = build_prompt(session, template, tok, add_bos=runner.info.add_bos)
         p2 = build_prompt(later, template, tok, add_bos=runner.info.add_bos)
         s1, s2 = server_spans(p1.tokens, template, tok), server_spans(p2.tokens, template, tok)
-        tok.close()
         common = next((i for i, (a, b) in enumerate(zip(p1.tokens, p2.tokens)) if a != b), min(len(p1.tokens), len(p2.tokens)))
         res: dict = {"n_tokens_before": len(p1.tokens), "n_tokens_after": len(p2.tokens), "common_prefix": common,
                      "last_user_start_before": p1.spans.last_user_start(),
@@ -318,7 +332,7 @@ def markdown(out: dict) -> str:
             continue
         m = sec["median_tokens_per_second"]
         base = m.get("none")
-        srv = m.get("llama-server (no spans)")
+        srv = m.get(SERVER_NONE)
         shape = ""
         if name == "qwen" and out.get("tiny_model"):
             t = out["tiny_model"]
@@ -402,14 +416,10 @@ def main(argv=None) -> int:
     tiny = tiny_model_path("qwen35", config=tiny_cfg)
 
     def sized(model, tmpl, style, target, seed):
-        tok = LlamaCppTokenizer(model)
-        with PrefillRunner(model, settings, n_ctx=256) as r:
-            add_bos = r.info.add_bos
         delims = text_delimiters(tmpl)[0]
-        s = generate_session(target, seed=seed, style=style,
-                             measure=lambda s: len(build_prompt(s, tmpl, tok, add_bos=add_bos, delimiters=delims).tokens))
-        tok.close()
-        return s
+        with PrefillRunner(model, settings, n_ctx=256) as r:
+            return generate_session(target, seed=seed, style=style,
+                                    measure=lambda s: len(build_prompt(s, tmpl, r.tokenizer, add_bos=r.info.add_bos, delimiters=delims).tokens))
 
     t0 = time.time()
     out: dict = {"command": "python scripts/bench_prefill.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tmplkit import corpus
-from tmplkit.errors import SourceError
+from tmplkit.errors import SourceError, TokenizerError
 from tmplkit.prefill.tinymodel import TinyConfig, build_tiny_model, tiny_model_path
 
 pytestmark = pytest.mark.corpus
@@ -55,7 +55,12 @@ def test_tiny_model_loads_and_needs_checkpoints():
         assert r.info.n_swa == 512 and not r.info.can_roll_back and r.checkpointing
         assert "<tool_response>" in r.info.chat_template
         assert r.tokenize("<|im_start|>user") == [151644, 872]
+        tok = r.tokenizer  # the loaded model's vocabulary, not a second load of the file
+        assert tok is r.tokenizer and tok.n_vocab == r.info.n_vocab
+        assert tok.detokenize(tok.tokenize("<|im_start|>user")) == "<|im_start|>user"
         toks = np.random.default_rng(0).integers(0, r.info.n_vocab, 3000).tolist()
         rep = r.run(toks, None, "none")
         assert rep.n_processed == 3000 and len(rep.checkpoints) == 2
         assert np.isfinite(r.logits()).all()
+    with pytest.raises(TokenizerError, match="closed"):  # never a call into a freed model
+        tok.tokenize("hi")

@@ -251,13 +251,39 @@ class LlamaCppTokenizer:
         self._pieces: dict[int, bytes] = {}
         self._buf = ctypes.create_string_buffer(256)
 
+    @classmethod
+    def of_model(cls, model, path: str | os.PathLike, *, add_bos: bool = False, name: str | None = None) -> "LlamaCppTokenizer":
+        """The vocabulary of a llama.cpp model already loaded (a `llama_model` pointer, e.g. the
+        prefill runner's), without loading the file again. The owner frees the model; it must
+        close this tokenizer first (using a closed one raises TokenizerError)."""
+        import llama_cpp
+
+        self = cls.__new__(cls)
+        self._lib = llama_cpp
+        self._model = None  # not ours to free
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self.path = Path(path)
+        self.name = name or self.path.name
+        self.add_bos = add_bos
+        self._pieces = {}
+        self._buf = ctypes.create_string_buffer(256)
+        return self
+
     def __repr__(self) -> str:
         return f"LlamaCppTokenizer({str(self.path)!r})"
 
     def close(self) -> None:
+        # no call may reach llama.cpp with the vocabulary of a freed model
+        self._vocab = None
         model, self._model = getattr(self, "_model", None), None
         if model:
             self._lib.llama_model_free(model)
+
+    def _open_vocab(self):
+        if self._vocab is None:
+            raise TokenizerError(f"the tokenizer of {self.name} is closed")
+        return self._vocab
 
     def __del__(self):
         with contextlib.suppress(Exception):
@@ -268,7 +294,7 @@ class LlamaCppTokenizer:
         cap = len(data) + 8
         while True:
             out = (lib.llama_token * cap)()
-            n = lib.llama_tokenize(self._vocab, data, len(data), out, cap, add_bos, True)
+            n = lib.llama_tokenize(self._open_vocab(), data, len(data), out, cap, add_bos, True)
             if n >= 0:
                 return list(out[:n])
             if n == -2147483648:  # INT32_MIN: the result would not fit an int32
@@ -286,7 +312,7 @@ class LlamaCppTokenizer:
             return cached
         lib = self._lib
         buf = self._buf
-        n = lib.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
+        n = lib.llama_token_to_piece(self._open_vocab(), token_id, buf, len(buf), 0, True)
         if n < 0:
             self._buf = buf = ctypes.create_string_buffer(-n)
             n = lib.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
@@ -308,7 +334,7 @@ class LlamaCppTokenizer:
         arr = (lib.llama_token * len(ids))(*ids)
         cap = sum(len(self.piece_bytes(i)) for i in ids) + 16
         buf = ctypes.create_string_buffer(cap)
-        n = lib.llama_detokenize(self._vocab, arr, len(ids), buf, cap, False, True)
+        n = lib.llama_detokenize(self._open_vocab(), arr, len(ids), buf, cap, False, True)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
             n = lib.llama_detokenize(self._vocab, arr, len(ids), buf, -n, False, True)

@@ -34,18 +34,11 @@ def resolve_template(template: str | os.PathLike | ChatTemplate | None, runner: 
 
 def prepare(runner: PrefillRunner, session: Session | str | os.PathLike,
             template: str | os.PathLike | ChatTemplate | None = None) -> tuple[Prompt, ChatTemplate]:
-    """Render and tokenize `session` for `runner`'s model, with tmplkit's spans."""
-    from ..tokenize import LlamaCppTokenizer
-
+    """Render and tokenize `session` for `runner`'s model (its own vocabulary), with tmplkit's spans."""
     if not isinstance(session, Session):
         session = load_session(session)
     tmpl = resolve_template(template, runner)
-    tok = LlamaCppTokenizer(runner.model_path)
-    try:
-        prompt = build_prompt(session, tmpl, tok, add_bos=runner.info.add_bos)
-    finally:
-        tok.close()
-    return prompt, tmpl
+    return build_prompt(session, tmpl, runner.tokenizer, add_bos=runner.info.add_bos), tmpl
 
 
 def expand_policies(policy: str | list[str]) -> list[str]:

@@ -258,6 +258,7 @@ class PrefillRunner:
         self._batch = None
         self.model_path = str(model_path)
         self._tokens: list[int] = []
+        self._tokenizer = None
         self._run_id = 0
         self._load()
         self.store = CheckpointStore(self.settings.max_checkpoints, self.settings.checkpoint_min_step)
@@ -309,7 +310,6 @@ class PrefillRunner:
         self._threadpool = _attach_threadpool(lc, ctx, threads, cparams.n_threads_batch, s.poll)
         self._mem = lc.llama_get_memory(ctx)
         vocab = lc.llama_model_get_vocab(model)
-        self._vocab = vocab
         n_swa_model = int(lc.llama_model_n_swa(model))
         seq_rm = self._probe_seq_rm()
         n_swa = 0 if s.swa_full else n_swa_model
@@ -362,6 +362,9 @@ class PrefillRunner:
 
     def close(self) -> None:
         lc = self._llama_cpp
+        if getattr(self, "_tokenizer", None) is not None:
+            self._tokenizer.close()
+            self._tokenizer = None
         if self._batch is not None:
             lc.llama_batch_free(self._batch)
             self._batch = None
@@ -395,29 +398,24 @@ class PrefillRunner:
         """The prompt tokens currently in memory."""
         return list(self._tokens)
 
-    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
-        """Tokenize with the model's vocabulary (parse_special: control tokens in text become tokens)."""
-        lc = self._llama_cpp
-        data = text.encode("utf-8")
-        n = len(data) + 8
-        buf = (ctypes.c_int32 * n)()
-        got = lc.llama_tokenize(self._vocab, data, len(data), buf, n, add_special, parse_special)
-        if got < 0:
-            n = -got
-            buf = (ctypes.c_int32 * n)()
-            got = lc.llama_tokenize(self._vocab, data, len(data), buf, n, add_special, parse_special)
-        if got < 0:
-            raise InputError("tokenization failed")
-        return list(buf[:got])
+    @property
+    def tokenizer(self):
+        """The model's vocabulary as a tmplkit tokenizer (`LlamaCppTokenizer`), sharing the loaded
+        model instead of loading the file a second time; closed with the runner."""
+        if self._tokenizer is None:
+            if not self._model:
+                raise ModelError("the runner is closed")
+            from ..tokenize import LlamaCppTokenizer
+
+            self._tokenizer = LlamaCppTokenizer.of_model(self._model, self.model_path, add_bos=False)
+        return self._tokenizer
+
+    def tokenize(self, text: str, add_special: bool = False) -> list[int]:
+        """Tokenize with the model's vocabulary (control tokens in the text become tokens)."""
+        return self.tokenizer.tokenize(text, add_bos=add_special)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        lc = self._llama_cpp
-        out = bytearray()
-        buf = ctypes.create_string_buffer(256)
-        for t in tokens:
-            n = lc.llama_token_to_piece(self._vocab, int(t), buf, 256, 0, True)
-            out += buf.raw[:max(n, 0)]
-        return out.decode("utf-8", "replace")
+        return self.tokenizer.detokenize(list(tokens))
 
     def logits(self) -> np.ndarray:
         """A copy of the logits of the last prompt token of the last run."""
