@@ -71,6 +71,36 @@ def test_gated_ends_no_batch_for_a_checkpoint_too_small_to_pay_for_it():
     assert gated.break_before(12, BreakContext(SPANS, 12, 6, 8192, None, 13)) is None  # the last user message too
 
 
+def test_gated_picks_the_user_start_that_leaves_the_last_ubatch_fullest():
+    # user starts at 3, 7, 14, 17 and 30 (the last user message); ubatches of 8 tokens
+    toks = [0] * 32
+    for u in (3, 7, 14, 17, 30):
+        toks[u] = 9
+    spans = SpanDetector([("user", [9])]).split(toks)
+    gated, server = get_policy("gated"), ServerGated()
+
+    def c(begin, end, last_checkpoint=None):
+        return BreakContext(spans, 30, last_checkpoint, 4, None, 2, begin, end, 8)
+
+    def first_break(policy, ctx):  # asked in order, as the runner fills the batch
+        return next(((p, r) for p in spans.starts("user") if ctx.batch_begin < p < ctx.batch_end
+                     for r in [policy.break_before(p, ctx)] if r), None)
+
+    # batch [0, 20): 3, 7, 14 and 17 all qualify ("no checkpoint yet"); a break before 3 leaves
+    # the last ubatch 5 tokens short of full, 7: 1, 14: 2, 17: 7; so the batch ends before 7
+    assert first_break(gated, c(0, 20)) == (7, "no checkpoint yet")
+    assert first_break(server, c(0, 20)) == (3, "no checkpoint yet")  # llama-server: the first one
+    # counted from where the batch starts
+    assert first_break(gated, c(1, 20)) == (17, "no checkpoint yet")  # 16 tokens: two full ubatches
+    # "min step" (past 0 + 4): the same choice among 7, 14, 17
+    assert first_break(gated, c(0, 20, last_checkpoint=0)) == (7, "min step")
+    # nothing better in the batch: the first that qualifies
+    assert first_break(gated, c(0, 6)) == (3, "no checkpoint yet")
+    # the last user message comes in this batch: its checkpoint will do, no break before it
+    assert first_break(gated, c(16, 32, last_checkpoint=9)) == (30, "last user message")
+    assert first_break(server, c(16, 32, last_checkpoint=9)) == (17, "min step")
+
+
 def test_fixed_breaks_is_a_policy_too():
     p = FixedBreaks([3, 7])
     assert sorted(p.candidates(None, 10)) == [3, 7]

@@ -137,7 +137,7 @@ def test_llama_servers_gate_also_cuts_where_no_checkpoint_follows(runner, gemma_
     # it); gated's first is at the first user start worth a batch (n_ubatch = 128 tokens or more)
     assert ck[0] == 1 and server.decode_calls[0].size == 1
     gck = [c.n_tokens for c in gated.checkpoints]
-    assert gck[0] == min(u for u in gemma_prompt.spans.starts("user") if u >= 128)
+    assert 128 <= gck[0] < 512 and gck[0] in gemma_prompt.spans.starts("user")  # in the first batch
     assert gated.decode_calls[0].size == gck[0]
     assert ck[-3:] == gck[-3:]  # the last user message and the near-end ones
 

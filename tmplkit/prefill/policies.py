@@ -18,6 +18,7 @@ To add one, subclass BatchPolicy and register it: `POLICIES["mine"] = Mine()`.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -40,6 +41,11 @@ class BreakContext:
     pending_checkpoint: int | None = None
     # the smallest checkpoint worth ending a batch for (the runner passes n_ubatch)
     min_tokens: int = 0
+    # the batch being filled: where it starts and where it ends at the latest (full, or the
+    # near-end rule), and llama.cpp's ubatch size; 0 when unknown
+    batch_begin: int = 0
+    batch_end: int = 0
+    n_ubatch: int = 0
 
 
 class BatchPolicy:
@@ -100,6 +106,13 @@ class Gated(BatchPolicy):
     No break for a checkpoint of fewer than `min_tokens` tokens (n_ubatch): resuming from it
     would save less prefill than the extra batch costs. llama-server breaks there too, so a
     prompt whose first user message follows the BOS token gets a BOS-only batch.
+
+    Where the rules leave a choice ("no checkpoint yet", "min step": any user start of the batch
+    past the gate will do), the batch ends at the one that leaves its last ubatch fullest, and
+    not at all when the last user message comes later in the same batch. llama.cpp splits a batch
+    into ubatches of n_ubatch from its start, and a partly filled ubatch late in a long prompt
+    costs nearly as much as a full one (its attention is most of the work and is rounded up to
+    whole tiles), so a break that ends a ubatch 14 or 253 tokens in wastes most of one.
     """
 
     name = "gated"
@@ -111,8 +124,9 @@ class Gated(BatchPolicy):
     def min_tokens(self, ctx: BreakContext) -> int:
         return ctx.min_tokens
 
-    def break_before(self, pos: int, ctx: BreakContext) -> str | None:
-        if ctx.spans is None or not ctx.spans.is_user_start(pos) or pos < self.min_tokens(ctx):
+    def due(self, pos: int, ctx: BreakContext) -> str | None:
+        """The rule that lets a checkpoint (and so a break) come before user start `pos`."""
+        if pos < self.min_tokens(ctx):
             return None
         if pos == ctx.last_user:
             return "last user message"
@@ -122,6 +136,25 @@ class Gated(BatchPolicy):
         if pos > newest + ctx.min_step:
             return "min step"
         return None
+
+    def break_before(self, pos: int, ctx: BreakContext) -> str | None:
+        if ctx.spans is None or not ctx.spans.is_user_start(pos):
+            return None
+        rule = self.due(pos, ctx)
+        if rule is None or rule == "last user message" or not self.packs(ctx):
+            return rule
+        # a choice: the user starts of this batch that are as good, and the one ending the
+        # last ubatch fullest (the fewest tokens short of a whole ubatch; the first on a tie)
+        starts = ctx.spans.starts("user")
+        later = starts[bisect.bisect_right(starts, pos):bisect.bisect_left(starts, ctx.batch_end)]
+        if ctx.last_user in later:
+            return None  # the batch ends at the last user message anyway, with its checkpoint
+        short = lambda p: -(p - ctx.batch_begin) % ctx.n_ubatch  # noqa: E731
+        best = min([pos] + [p for p in later if self.due(p, ctx)], key=short)
+        return rule if best == pos else None
+
+    def packs(self, ctx: BreakContext) -> bool:
+        return ctx.n_ubatch > 0 and ctx.batch_end > ctx.batch_begin
 
 
 class ServerGated(Gated):
@@ -135,6 +168,9 @@ class ServerGated(Gated):
 
     def min_tokens(self, ctx: BreakContext) -> int:
         return 0
+
+    def packs(self, ctx: BreakContext) -> bool:
+        return False
 
 
 class FixedBreaks(BatchPolicy):

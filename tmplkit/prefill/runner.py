@@ -548,10 +548,11 @@ class PrefillRunner:
             due = do_ckpt and begin > 0 and use_spans is not None and use_spans.is_user_start(begin) and (
                 last is None or begin == last_user or begin > last.n_tokens + s.checkpoint_min_step)
             if do_ckpt:
-                ctx = BreakContext(use_spans, last_user, last.n_tokens if last else None, s.checkpoint_min_step,
-                                   begin if due else None, n_ubatch)
                 i = bisect.bisect_right(cands, begin)
                 j = bisect.bisect_right(near, begin)
+                ctx = BreakContext(use_spans, last_user, last.n_tokens if last else None, s.checkpoint_min_step,
+                                   begin if due else None, n_ubatch, begin, min(end, near[j]) if j < len(near) else end,
+                                   n_ubatch)
                 while True:
                     c = cands[i] if i < len(cands) else n
                     e = near[j] if j < len(near) else n
