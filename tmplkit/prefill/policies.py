@@ -29,7 +29,7 @@ class BreakContext:
     """What a policy may look at: the spans, the last user start, and the checkpoints.
 
     `last_checkpoint` is the n_tokens of the newest checkpoint taken so far (None when there is
-    none yet). `min_tokens`: a checkpoint of fewer tokens is not worth ending a batch for. `pending_checkpoint` is the checkpoint the batch being filled starts with: it is
+    none yet). `pending_checkpoint` is the checkpoint the batch being filled starts with: it is
     saved right before that batch is decoded, so it is not taken yet while the batch is filled
     (llama-server's gate looks only at `last_checkpoint`).
     """
