@@ -178,7 +178,6 @@ class Variant:
         return SERVER_NONE if self.on_server else "none"
 
 
-
 def bench_policies(name, model, template, session, settings, repeat, threads, server_bin, outdir):
     """Runner policies (tmplkit spans; also llama-server's spans) and llama-server, interleaved."""
     res: dict = {"model": str(model), "template": template.name, "settings": settings.to_dict()}
@@ -206,7 +205,6 @@ def bench_policies(name, model, template, session, settings, repeat, threads, se
             runner.run(prompt.tokens[:2 * settings.n_batch], None, "none")  # warm-up
             if server:
                 server.completion(prompt.tokens[:2 * settings.n_batch])
-            if server:
                 jobs += [Variant(SERVER_NONE, on_server=True),
                          Variant("llama-server (its 2 delimiters)", on_server=True, delimiters=server_delimiters(template))]
             runs: dict[str, list] = {v.label: [] for v in jobs}

@@ -240,11 +240,15 @@ class LlamaCppTokenizer:
         if not self._model:
             _gguf_tokenizer_model(path, full=True)  # says so when the file is truncated
             raise TokenizerError(f"llama.cpp could not load the vocabulary of {path} (tokenizer '{model}'); the file may be damaged or from a newer llama.cpp")
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self._use_vocab(self._model, path, add_bos, name)
         if self.n_vocab <= 0:
             self.close()
             raise TokenizerError(f"{path} has no vocabulary (0 tokens); use the model's GGUF or a vocab GGUF")
+
+    def _use_vocab(self, model, path: Path, add_bos: bool, name: str | None) -> None:
+        lib = self._lib
+        self._vocab = lib.llama_model_get_vocab(model)
+        self.n_vocab = int(lib.llama_vocab_n_tokens(self._vocab))
         self.path = path
         self.name = name or path.name
         self.add_bos = add_bos
@@ -261,13 +265,7 @@ class LlamaCppTokenizer:
         self = cls.__new__(cls)
         self._lib = llama_cpp
         self._model = None  # not ours to free
-        self._vocab = llama_cpp.llama_model_get_vocab(model)
-        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
-        self.path = Path(path)
-        self.name = name or self.path.name
-        self.add_bos = add_bos
-        self._pieces = {}
-        self._buf = ctypes.create_string_buffer(256)
+        self._use_vocab(model, Path(path), add_bos, name)
         return self
 
     def __repr__(self) -> str:
