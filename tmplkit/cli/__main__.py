@@ -1,0 +1,7 @@
+"""`python -m tmplkit.cli`: the same as the `tmplkit` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
