@@ -33,8 +33,8 @@ def worker() -> dict:
     t0 = time.perf_counter()
     sys.path.insert(0, str(ROOT))
     from tmplkit import corpus
-    from tmplkit.analyze import analyze
-    from tmplkit.render import compile_template
+    from tmplkit.analysis import analyze
+    from tmplkit.sandbox import compile_template
     from tmplkit.sources import ChatTemplate
 
     import_s = time.perf_counter() - t0

@@ -45,12 +45,12 @@ from test_hostile import SECRET_ENV, leaked, load_hostile, load_manifest, verdic
 from test_isolate import _by_name  # noqa: E402  (a target that sleeps for "nap-" templates)
 
 from tmplkit import corpus  # noqa: E402
-from tmplkit.analyze import analyze  # noqa: E402
+from tmplkit.analysis import analyze  # noqa: E402
 from tmplkit.atomic import write_text_atomic  # noqa: E402
 from tmplkit.errors import TmplkitError  # noqa: E402
 from tmplkit.isolate import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, analyze_isolated  # noqa: E402
-from tmplkit.render import Limits  # noqa: E402
-from tmplkit.scan import scan  # noqa: E402
+from tmplkit.sandbox import Limits  # noqa: E402
+from tmplkit.static_scan import scan  # noqa: E402
 from tmplkit.sources import load, load_gguf  # noqa: E402
 
 HANG_SLACK = 2.0

@@ -56,7 +56,7 @@ def session(rounds: int, seed: int = 0) -> list[dict]:
 
 
 def render(messages: list[dict]) -> str:
-    from tmplkit.render import Limits, render as render_template
+    from tmplkit.sandbox import Limits, render as render_template
     from tmplkit.sources import load_one
 
     template = load_one(corpus.templates_dir() / f"{TEMPLATE}.jinja")
@@ -65,7 +65,7 @@ def render(messages: list[dict]) -> str:
 
 def delimiter_set(tok, probe: str):
     """Token delimiters as tmplkit derives them: analyze(), then ids read off the probe render."""
-    from tmplkit.analyze import analyze
+    from tmplkit.analysis import analyze
     from tmplkit.sources import load_one
 
     analysis = analyze(load_one(corpus.templates_dir() / f"{TEMPLATE}.jinja"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tmplkit.analyze import STATUSES, TOOL_PLACEMENTS, Analysis, analyze
-from tmplkit.render import Limits
+from tmplkit.analysis import STATUSES, TOOL_PLACEMENTS, Analysis, analyze
+from tmplkit.sandbox import Limits
 from tmplkit.sources import ChatTemplate
 
 # ChatML with a tool role; the building block of most cases below.

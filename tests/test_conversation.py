@@ -63,7 +63,7 @@ def test_text_parts_kept_and_flattened():
 
 
 def test_renders_through_render_when_available():
-    render = pytest.importorskip("tmplkit.render")
+    render = pytest.importorskip("tmplkit.sandbox")
     from tmplkit.sources import ChatTemplate
 
     t = ChatTemplate("{% for m in messages %}<{{ m.role }}>{% if m.content is string %}{{ m.content }}"

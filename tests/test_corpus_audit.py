@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tmplkit import corpus
-from tmplkit.analyze import analyze
+from tmplkit.analysis import analyze
 from tmplkit.delimiters import Delimiter
 from tmplkit.sources import ChatTemplate
 from tmplkit.spans import split_text

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit.analyze import analyze
-from tmplkit.render import render
+from tmplkit.analysis import analyze
+from tmplkit.sandbox import render
 from tmplkit.sources import ChatTemplate
 from tmplkit.spans import split_text
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import importlib
 import os
 import secrets
 import time
@@ -19,10 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tmplkit.analyze import Analysis, analyze
+from tmplkit.analysis import Analysis, analyze
 from tmplkit.isolate import analyze_isolated
-from tmplkit.render import Limits, render
-from tmplkit.scan import scan
+from tmplkit.sandbox import Limits, render
+from tmplkit.static_scan import scan
 from tmplkit.sources import ChatTemplate
 
 HOSTILE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "hostile"
@@ -174,7 +173,7 @@ def test_mutation_never_reaches_the_caller_or_the_next_render(arena):
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     before_messages, before_tools = copy.deepcopy(messages), copy.deepcopy(tools)
     clean_before = render(CLEAN, messages, tools=tools)
-    render_mod = importlib.import_module("tmplkit.render")  # the package exports render() itself
+    from tmplkit import sandbox as render_mod
 
     env = render_mod._environment()
     globals_before = dict(env.globals)

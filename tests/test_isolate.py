@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 
-from tmplkit.analyze import Analysis
+from tmplkit.analysis import Analysis
 from tmplkit.errors import InputError, RenderLimitError
 from tmplkit.isolate import analysis_from_exception, analyze_isolated, scan_only
 from tmplkit.sources import ChatTemplate
@@ -255,7 +255,7 @@ def _comparable(results):
 @pytest.mark.slow
 def test_corpus_same_results_with_any_number_of_jobs():
     """The 70 corpus templates: jobs=2 gives what jobs=1 gives, and both what analyze() gives in process."""
-    from tmplkit.analyze import analyze
+    from tmplkit.analysis import analyze
     from tmplkit.sources import load
 
     templates = load("corpus:llama.cpp")

@@ -14,7 +14,7 @@ import pytest
 
 from tmplkit import corpus
 from tmplkit.errors import InputError, RenderError
-from tmplkit.render import PINNED_NOW, render
+from tmplkit.sandbox import PINNED_NOW, render
 from tmplkit.sources import ChatTemplate
 
 ctu = pytest.importorskip("transformers.utils.chat_template_utils", reason="transformers is not installed")

@@ -69,7 +69,7 @@ def agent_conversation(rounds: int = 60, users_every: int = 15) -> list[dict]:
 def _render(name: str, messages: list[dict]) -> str:
     path = corpus.templates_dir() / f"{name}.jinja"
     try:
-        from tmplkit.render import render
+        from tmplkit.sandbox import render
         from tmplkit.sources import load_one
     except ImportError:
         return _render_plain(path, messages)
@@ -90,7 +90,7 @@ def _render_plain(path, messages):  # until tmplkit.render is part of every chec
 
 
 def _analysis(name, delimiters, rendered):
-    from tmplkit.analyze import Analysis, RoundTrip
+    from tmplkit.analysis import Analysis, RoundTrip
 
     roles = tuple(s.role for s in split_text(rendered, delimiters))
     return Analysis(name=name, source=name, status="pass", delimiters=tuple(delimiters),
@@ -100,7 +100,7 @@ def _analysis(name, delimiters, rendered):
 def _derived_delimiters(name):
     """The delimiters tmplkit.analyze derives, or None while analyze is not available."""
     try:
-        from tmplkit.analyze import analyze
+        from tmplkit.analysis import analyze
         from tmplkit.sources import load_one
 
         a = analyze(load_one(corpus.templates_dir() / f"{name}.jinja"))

@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 
 from tmplkit.errors import InputError, RenderError, RenderLimitError
-from tmplkit.render import PINNED_NOW, Limits, compile_template, render, system_clock
+from tmplkit.sandbox import PINNED_NOW, Limits, compile_template, render, system_clock
 from tmplkit.sources import ChatTemplate
 
 HI = [{"role": "user", "content": "hi"}]

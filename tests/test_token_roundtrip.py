@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tmplkit import corpus
-from tmplkit.analyze import Analysis, RoundTrip
+from tmplkit.analysis import Analysis, RoundTrip
 from tmplkit.delimiters import Delimiter
 from tmplkit.spans import split_text
 from tmplkit.token_audit import (
@@ -102,7 +102,7 @@ def _pairs():
 
 def _analyze(name):
     try:
-        from tmplkit.analyze import analyze
+        from tmplkit.analysis import analyze
         from tmplkit.sources import load_one
     except ImportError:
         pytest.skip("tmplkit.analyze is not available")
@@ -133,12 +133,10 @@ def test_corpus_token_round_trip(tokenizers_cache, name, vocab):
 @pytest.fixture
 def written_analysis(monkeypatch):
     """Stand in for analyze() with the written Qwen delimiters, so the CLI path runs on its own."""
-    import importlib
-
-    module = importlib.import_module("tmplkit.analyze")  # the package re-exports the function under this name
+    from tmplkit import analysis as module
 
     def fake(template):
-        from tmplkit.render import render
+        from tmplkit.sandbox import render
 
         msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
                 {"role": "assistant", "content": "A", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {}}}]},
@@ -151,7 +149,7 @@ def written_analysis(monkeypatch):
 
 
 def test_spans_cli_and_library(tokenizers_cache, written_analysis, tmp_path, capsys):
-    pytest.importorskip("tmplkit.render")
+    pytest.importorskip("tmplkit.sandbox")
     from tmplkit.cli import main
     from tmplkit.sources import load_one
 

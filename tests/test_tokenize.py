@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tmplkit import corpus
-from tmplkit.analyze import Analysis, RoundTrip
+from tmplkit.analysis import Analysis, RoundTrip
 from tmplkit.delimiters import Delimiter
 from tmplkit.errors import TokenizerError
 from tmplkit.spans import SpanDetector, split_text

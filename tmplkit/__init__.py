@@ -9,8 +9,8 @@ message spans over token ids, and drive a checkpointing prefill runner.
     ('pass', '<|im_start|>user\\n<tool_response>\\n')
 """
 
-from .analyze import Analysis, RoundTrip, analyze
-from .audit import AuditReport, audit
+from .analysis import Analysis, RoundTrip, analyze
+from .auditing import AuditReport, audit
 from .conversation import Conversation, load_conversation
 from .delimiters import ROLES, Delimiter, sort_delimiters
 from .errors import (
@@ -34,8 +34,8 @@ from .prefill import (
     load_session,
     tiny_model_path,
 )
-from .render import Limits, render
-from .scan import scan
+from .sandbox import Limits, render
+from .static_scan import scan
 from .sources import ChatTemplate, load, load_gguf, load_many, load_one
 from .spans import SpanDetector, Spans, TextSpan, TokenSpan, split_text
 from .token_audit import TokenRoundTrip, conversation_spans, token_round_trip, vocab_for_template

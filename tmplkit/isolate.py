@@ -1,7 +1,7 @@
 """Analysis in worker processes, with a wall-clock and a memory limit per template.
 
 A chat template is code from whoever published the model. The Jinja sandbox stops it from
-reaching Python internals, and render.py's `Limits` stop most loops and output bombs from inside
+reaching Python internals, and sandbox.py's `Limits` stop most loops and output bombs from inside
 the render, but one process cannot stop everything from inside: a single C-level call that runs
 for minutes or allocates gigabytes never comes back to a check. So an audit analyzes each template
 in a process of its own:
@@ -39,9 +39,9 @@ import sys
 import time
 from typing import Callable, Iterable
 
-from .analyze import Analysis
+from .analysis import Analysis
 from .errors import InputError, RenderLimitError, TmplkitError
-from .scan import scan
+from .static_scan import scan
 
 __all__ = [
     "DEFAULT_MAX_TASKS", "DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT", "add_scan_warnings", "analysis_from_exception",
@@ -60,7 +60,7 @@ DEFAULT_MAX_TASKS = 32
 # The forkserver imports these once; every worker is forked from it with them loaded. `__main__`
 # (multiprocessing's default) is kept so that a script's main module is imported once, in the
 # server, and not again in every worker.
-_PRELOAD = ["__main__", "tmplkit.analyze", "tmplkit.render", "tmplkit.scan", "tmplkit.isolate", "jinja2.sandbox"]
+_PRELOAD = ["__main__", "tmplkit.analysis", "tmplkit.sandbox", "tmplkit.static_scan", "tmplkit.isolate", "jinja2.sandbox"]
 
 Progress = Callable[[int, int, Analysis], None]
 
@@ -146,7 +146,7 @@ def scan_only(template) -> Analysis:
 
 
 def _default_target(template) -> Analysis:
-    from .analyze import analyze
+    from .analysis import analyze
 
     return analyze(template)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from .render import PINNED_NOW
+from .sandbox import PINNED_NOW
 
 # The function every tool probe declares and calls. Its name, the call ids and the argument values
 # vary per call in real conversations, so a delimiter is cut where one of them appears.

@@ -143,12 +143,12 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
     >>> cs.spans.last_user_start()                                                                        # doctest: +SKIP
     """
     from .conversation import Conversation, load_conversation
-    from .render import render
+    from .sandbox import render
 
     if not isinstance(conversation, Conversation):
         conversation = load_conversation(conversation)
     if analysis is None:
-        from .analyze import analyze
+        from .analysis import analyze
 
         analysis = analyze(template)
     td = token_delimiters(analysis, tokenizer)

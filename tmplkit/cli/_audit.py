@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ._common import audit_module, emit, load_templates, positive, progress_printer
+from .. import auditing as audit_mod
+from ._common import emit, load_templates, positive, progress_printer
 
 
 def add_audit(sub) -> None:
@@ -27,8 +28,6 @@ def add_audit(sub) -> None:
 
 
 def _cmd_audit(args) -> int:
-    audit_mod = audit_module()
-
     positive(args.jobs, "--jobs")
     positive(args.timeout, "--timeout")
     positive(args.memory, "--memory")
@@ -57,8 +56,6 @@ def add_table(sub) -> None:
 
 
 def _cmd_table(args) -> int:
-    audit_mod = audit_module()
-
     positive(args.jobs, "--jobs")
     templates = load_templates(args.sources)
     report = audit_mod.audit(templates, jobs=args.jobs, timeout=10.0, progress=progress_printer(sys.stderr.isatty()))

@@ -37,13 +37,6 @@ def emit(text: str, output: str | None) -> None:
         sys.stdout.write(text)
 
 
-def audit_module():
-    # The package exports the function `audit`, which shadows the module as an attribute.
-    import importlib
-
-    return importlib.import_module("tmplkit.audit")
-
-
 def positive(value, flag: str):
     from ..errors import InputError
 

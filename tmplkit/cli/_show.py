@@ -13,7 +13,7 @@ def add_show(sub) -> None:
 
 
 def _cmd_show(args) -> int:
-    from ..audit import format_show
+    from ..auditing import format_show
     from ..isolate import analyze_isolated
     from ..sources import load_one
 

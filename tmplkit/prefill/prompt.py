@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..analyze import Analysis, RoundTrip
+from ..analysis import Analysis, RoundTrip
 from ..delimiters import Delimiter, sort_delimiters
 from ..errors import AnalysisError, InputError
 from ..sources import ChatTemplate
@@ -57,7 +57,7 @@ class Prompt:
 
 
 def render_session(session: Session, template: ChatTemplate, add_generation_prompt: bool = True) -> str:
-    from ..render import Limits, render
+    from ..sandbox import Limits, render
 
     return render(template, messages_for_template(session), tools=list(session.tools) or None,
                   add_generation_prompt=add_generation_prompt, limits=Limits(seconds=60, max_output_chars=50_000_000))
@@ -65,7 +65,7 @@ def render_session(session: Session, template: ChatTemplate, add_generation_prom
 
 def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]:
     """The template's role delimiters, as tmplkit's analysis derives them (never a hand-written table)."""
-    from ..analyze import analyze
+    from ..analysis import analyze
 
     analysis = analyze(template)
     if not analysis.delimiters:

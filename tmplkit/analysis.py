@@ -29,7 +29,7 @@ from .probes import (
     extra_variable,
     variable_strings,
 )
-from .render import Limits, compile_template, render
+from .sandbox import Limits, compile_template, render
 from .spans import split_text
 
 

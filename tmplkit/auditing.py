@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 from xml.sax.saxutils import escape as xml_escape
 
-from .analyze import Analysis
+from .analysis import Analysis
 from .sources import ChatTemplate
 
 # Statuses that make an audit fail (exit 1). 'unsupported' is reported but is not a failure:
@@ -93,7 +93,7 @@ def audit(
     True
     """
     if jobs == 1 and timeout is None and memory_mb is None:
-        from .analyze import analyze
+        from .analysis import analyze
         from .isolate import add_scan_warnings
 
         results = []
@@ -249,7 +249,7 @@ def format_junit(report: AuditReport) -> str:
     ]
     quote = {chr(34): "&quot;"}
     for a, (status, why, problems) in zip(report.results, verdicts):
-        attrs = f'classname="tmplkit.audit" name="{xml_escape(a.name, quote)}" time="{a.seconds:.3f}"'
+        attrs = f'classname="tmplkit.auditing" name="{xml_escape(a.name, quote)}" time="{a.seconds:.3f}"'
         if status == "pass":
             out.append(f"  <testcase {attrs}/>")
         elif status == "unsupported":
