@@ -5,6 +5,10 @@ then renamed over the target (`os.replace`, atomic on POSIX and on Windows for s
 paths). If anything fails before the rename, the temporary file is removed and the target is
 left untouched.
 
+This is also the one place tmplkit writes what a user asked for (reports, tables, JSON results,
+sessions, plots): `write_output` / `write_json` turn a failure into one InputError line, and
+`check_writable` reports a path that cannot be written before any long work starts.
+
 >>> import tempfile, pathlib
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "report.json"
 >>> write_text_atomic(p, '{"ok": true}\\n')
@@ -15,12 +19,17 @@ left untouched.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
-__all__ = ["atomic_open", "write_bytes_atomic", "write_text_atomic"]
+from .errors import InputError
+
+__all__ = ["atomic_open", "check_writable", "write_bytes_atomic", "write_json", "write_output", "write_text_atomic"]
+
+_WRITABLE_HINT = "give a writable file path in an existing folder"
 
 
 def _umask() -> int:
@@ -108,3 +117,31 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` to `path` atomically (see the module docstring)."""
     with atomic_open(path, "wb") as f:
         f.write(data)
+
+
+def write_output(path: str | os.PathLike, data: str | bytes) -> None:
+    """Write an output file the user named (text as UTF-8) atomically; a failure is one InputError line.
+
+    >>> import tempfile, pathlib
+    >>> write_output(pathlib.Path(tempfile.mkdtemp()) / "missing" / "out.txt", "x")
+    Traceback (most recent call last):
+    ...
+    tmplkit.errors.InputError: .../missing/out.txt: cannot write the output file (No such file or directory); give a writable file path in an existing folder
+    """
+    try:
+        write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write the output file ({exc.strerror or exc}); {_WRITABLE_HINT}") from None
+
+
+def write_json(path: str | os.PathLike, obj, *, indent: int | None = 2) -> None:
+    """`write_output` of `obj` as JSON (UTF-8, not ASCII-escaped, one final newline)."""
+    write_output(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Raise InputError now if `path` cannot be written later (a folder, or its folder missing or read-only)."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{path}: cannot write the file here; {_WRITABLE_HINT}")

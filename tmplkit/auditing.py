@@ -147,19 +147,12 @@ def token_checks(results: Sequence[Analysis], tokenizer: str) -> tuple:
 
 def load_expected_failures(path) -> dict:
     """A JSON object {template name: reason}."""
-    from pathlib import Path
-
     from .errors import InputError
+    from .jsonio import read_json
 
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"{p}: cannot read the expected-failures file ({exc.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{p}: the expected-failures file is not valid JSON ({exc}); it must map template names to reasons") from None
+    data = read_json(path, what="an expected-failures file (a JSON object of template name -> reason)")
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
-        raise InputError(f"{p}: the expected-failures file must be a JSON object of template name -> reason")
+        raise InputError(f"{path}: the expected-failures file must be a JSON object of template name -> reason")
     return data
 
 

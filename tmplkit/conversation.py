@@ -21,14 +21,13 @@ Every problem is reported as an InputError naming the file and the JSON path, e.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .delimiters import ROLES
 from .errors import InputError
+from .jsonio import read_json, source_name
 
 __all__ = ["Conversation", "load_conversation"]
 
@@ -82,12 +81,9 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
     ...                    "tools": []}).flattened().messages[0]["content"]
     'hi'
     """
-    if isinstance(path_or_obj, (str, os.PathLike)):
-        where = source or str(path_or_obj)
-        data = _read_json_file(Path(path_or_obj), where)
-    elif hasattr(path_or_obj, "read"):
-        where = source or getattr(path_or_obj, "name", None) or "<stdin>"
-        data = _parse_json(path_or_obj.read(), str(where))
+    if isinstance(path_or_obj, (str, os.PathLike)) or hasattr(path_or_obj, "read"):
+        where = source or source_name(path_or_obj)
+        data = read_json(path_or_obj, what="a conversation (a JSON list of messages)", where=where)
     else:
         where = source or "<conversation>"
         data = path_or_obj
@@ -117,36 +113,6 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
     messages = tuple(_check_message(m, f"{prefix}[{i}]", where) for i, m in enumerate(messages_value))
     tools = None if tools_value is None else _check_tools(tools_value, where)
     return Conversation(messages, tools, where)
-
-
-# --- reading ---------------------------------------------------------------------------------------
-
-
-def _read_json_file(path: Path, where: str):
-    try:
-        raw = path.read_bytes()
-    except IsADirectoryError:
-        raise InputError(f"{where}: is a folder; give a JSON file with the conversation") from None
-    except OSError as exc:
-        raise InputError(f"{where}: cannot read ({exc.strerror or exc}); check the path") from None
-    return _parse_json(raw, where)
-
-
-def _parse_json(text, where: str):
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{where}: not valid UTF-8 at byte {exc.start}; save the conversation as UTF-8 JSON") from None
-    if not text.strip():
-        raise InputError(f"{where}: empty file; give a JSON list of messages")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        hint = "; give one JSON value (JSON Lines is not supported)" if exc.msg == "Extra data" else "; fix the JSON"
-        raise InputError(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}){hint}") from None
-    except RecursionError:
-        raise InputError(f"{where}: JSON nested too deeply to be a conversation") from None
 
 
 # --- validation ------------------------------------------------------------------------------------

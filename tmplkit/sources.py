@@ -11,12 +11,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import GGUFError, SourceError
+from .jsonio import read_json, read_text
 
 
 @dataclass(frozen=True)
@@ -107,29 +107,12 @@ def load_jinja(path: Path, name: str | None = None, bos: str | None = None, eos:
 
 
 def _read_text(path: Path) -> str:
-    if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO would block the read
-        raise SourceError(f"{path}: not a regular file; give a template file")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read ({exc.strerror or exc}); check the path and permissions") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SourceError(f"{path}: not valid UTF-8 at byte {exc.start}; save the template as UTF-8") from None
-    if not text.strip():
-        raise SourceError(f"{path}: the template is empty; give a file with a chat template")
-    return text
+    return read_text(path, what="a chat template", error=SourceError)
 
 
 def _read_json(path: Path):
-    text = _read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SourceError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); fix the file") from None
-    except RecursionError:
-        raise SourceError(f"{path}: JSON nested too deeply to be a tokenizer config; fix the file") from None
+    # A byte-order mark is refused (reported as not valid JSON), as transformers' json.load refuses it.
+    return read_json(path, what="a tokenizer config", error=SourceError, strip_bom=False)
 
 
 def _token_str(value, path: Path, key: str) -> str | None:

@@ -25,14 +25,9 @@ def progress_printer(enabled: bool):
 def emit(text: str, output: str | None) -> None:
     """Print, or write the file atomically (the old file stays whole if we are interrupted)."""
     if output:
-        from ..atomic import write_text_atomic
-        from ..errors import InputError
+        from ..atomic import write_output
 
-        try:
-            write_text_atomic(output, text)
-        except OSError as exc:
-            raise InputError(f"{output}: cannot write the output file ({exc.strerror or exc}); "
-                             "give a writable file path in an existing folder") from None
+        write_output(output, text)
     else:
         sys.stdout.write(text)
 

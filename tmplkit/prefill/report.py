@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
+# Writing results: tmplkit.atomic is the one writer (atomic, one-line InputError on failure);
+# these names stay importable from here for the prefill code and scripts.
+from ..atomic import check_writable, write_json, write_output
 
-# Why a batch ended.
+# Why a batch ended ("generated": one token of the model's reply, see GenerationReport).
 REASONS = ("full", "user start", "near end", "end")
 
 
@@ -123,6 +123,33 @@ class PrefillReport:
 
 
 @dataclass(frozen=True)
+class GenerationReport:
+    """The result of `PrefillRunner.decode_generated()`: the model's generated tokens decoded one
+    per llama_decode call after a prompt of `n_prompt` tokens (reason "generated" in each call)."""
+
+    model: str
+    n_prompt: int
+    n_generated: int
+    seconds: float
+    decode_seconds: float
+    decode_calls: tuple[DecodeCall, ...] = ()
+
+    @property
+    def n_decode_calls(self) -> int:
+        return len(self.decode_calls)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.n_generated / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "n_prompt": self.n_prompt, "n_generated": self.n_generated,
+                "seconds": round(self.seconds, 6), "decode_seconds": round(self.decode_seconds, 6),
+                "tokens_per_second": round(self.tokens_per_second, 3), "n_decode_calls": self.n_decode_calls,
+                "decode_calls": [c.to_dict() for c in self.decode_calls]}
+
+
+@dataclass(frozen=True)
 class PolicyResult:
     """All repeats of one policy on one prompt; the figures are medians over the repeats."""
 
@@ -228,23 +255,4 @@ def markdown_summary(comp: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write `data` to `path` atomically (tmplkit.atomic); a failure is one InputError line."""
-    from ..atomic import write_bytes_atomic
-
-    try:
-        write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write the file ({exc.strerror or exc}); "
-                         "give a writable file path in an existing folder") from None
-
-
-def check_writable(path: str | os.PathLike) -> None:
-    """Raise InputError now if `path` cannot be written later (its folder is missing or read-only)."""
-    folder = Path(path).parent
-    if Path(path).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(f"{path}: cannot write the file here; give a writable file path in an existing folder")
-
-
-def write_json(path: str | os.PathLike, obj) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+write_atomic = write_output

@@ -1,0 +1,190 @@
+"""Reading a user's text and JSON files: one set of checks, one-line errors of the caller's class.
+
+Every file tmplkit reads on a user's behalf (templates, tokenizer configs, conversations, sessions,
+expected-failures lists) goes through `read_text` / `read_json`, so each goes through the same checks:
+
+- a pipe, socket or device is refused before it is read (reading a FIFO would wait for a writer
+  forever; /dev/zero would never end);
+- a file over `max_bytes` is refused before it is read into memory;
+- the text must be UTF-8; a leading byte-order mark is dropped when `strip_bom` (conversations: what
+  editors on Windows write) and kept otherwise (a tokenizer config with a BOM is not JSON for
+  transformers either, so it is reported as not valid JSON);
+- JSON nested deeper than `max_depth` is refused, so a later recursive step (the renderer's input
+  preparation) cannot run out of stack on it.
+
+Each problem raises `error` (the caller's TmplkitError subclass) with a message naming `where`.
+
+>>> import tempfile, pathlib
+>>> p = pathlib.Path(tempfile.mkdtemp()) / "c.json"
+>>> _ = p.write_bytes(b'\\xef\\xbb\\xbf[{"role": "user", "content": "hi"}]')
+>>> read_json(p, what="a conversation")[0]["content"]
+'hi'
+>>> read_json(p, what="a tokenizer config", strip_bom=False)
+Traceback (most recent call last):
+...
+tmplkit.errors.InputError: ...: not valid JSON (it starts with a UTF-8 byte-order mark); save the file without one
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import IO, Union
+
+from .errors import InputError, TmplkitError
+
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "parse_json", "read_json", "read_text", "source_name"]
+
+# Far above any real template, tokenizer config or agent session (a 90k-token session is ~0.4 MB;
+# the largest tokenizer configs, with 200k added tokens, ~30 MB); a guard against mistakes.
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+# Deeper than any real config or conversation (tool arguments included), and shallow enough that
+# the renderer's recursive input preparation stays within Python's recursion limit.
+DEFAULT_MAX_DEPTH = 256
+
+_BOM = "\ufeff"
+# A JSON string (escapes included), in the "unrolled loop" form that matches in linear time.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+Source = Union[str, os.PathLike, IO]
+
+
+def read_text(
+    source: Source,
+    *,
+    what: str = "a file",
+    where: str | None = None,
+    error: type[TmplkitError] = InputError,
+    strip_bom: bool = False,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+) -> str:
+    """The text of a file path or an open file (binary or text), checked as the module says.
+
+    `what` names the content in messages ("a conversation"); `where` names the source (default:
+    the path, or the open file's name). Whitespace-only text is refused as empty.
+    """
+    where = source_name(source, where)
+    raw = _read_stream(source, where, error, max_bytes) if hasattr(source, "read") else \
+        _read_path(Path(source), what, where, error, max_bytes)
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise error(f"{where}: not valid UTF-8 at byte {exc.start}; save the file as UTF-8") from None
+    else:
+        text = raw
+    if strip_bom and text.startswith(_BOM):
+        text = text[1:]
+    if not text.strip():
+        raise error(f"{where}: empty file; give {what}")
+    return text
+
+
+def read_json(
+    source: Source,
+    *,
+    what: str = "a JSON file",
+    where: str | None = None,
+    error: type[TmplkitError] = InputError,
+    strip_bom: bool = True,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+    max_depth: int | None = DEFAULT_MAX_DEPTH,
+):
+    """The parsed JSON value of a file path or an open file (see `read_text` for the arguments).
+
+    One JSON value per file: JSON Lines is refused with a hint. `max_depth`: most levels of
+    nested lists and objects (None: as deep as Python's recursion limit lets the parser go).
+    """
+    where = source_name(source, where)
+    text = read_text(source, what=what, where=where, error=error, strip_bom=strip_bom, max_bytes=max_bytes)
+    return parse_json(text, what=what, where=where, error=error, max_depth=max_depth)
+
+
+def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
+               error: type[TmplkitError] = InputError, max_depth: int | None = DEFAULT_MAX_DEPTH):
+    """Parse JSON text already read (e.g. from stdin) with read_json's checks and messages."""
+    if text.startswith(_BOM):
+        raise error(f"{where}: not valid JSON (it starts with a UTF-8 byte-order mark); save the file without one")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = "give one JSON value (JSON Lines is not supported)" if exc.msg == "Extra data" else "fix the JSON"
+        raise error(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); {hint}") from None
+    except RecursionError:
+        raise error(f"{where}: JSON nested too deeply for {what}; fix the file") from None
+    if max_depth is not None and _depth(text, max_depth) > max_depth:
+        raise error(f"{where}: JSON nested too deeply for {what} (more than {max_depth} levels); fix the file")
+    return value
+
+
+def source_name(source: Source, where: str | None = None) -> str:
+    """How messages name `source`: `where` when given, else the path, the open file's name, or <stdin>."""
+    if where is not None:
+        return str(where)
+    if hasattr(source, "read"):
+        name = getattr(source, "name", None)
+        return name if isinstance(name, str) else "<stdin>"
+    return str(source)
+
+
+def _read_path(path: Path, what: str, where: str, error: type[TmplkitError], max_bytes: int | None) -> bytes:
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; on a regular file
+    # it changes nothing. The checks then run on the opened file itself, not on its name.
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except IsADirectoryError:  # Windows; POSIX opens a folder and fstat says so below
+        raise error(f"{where}: is a folder; give {what} as a file") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise error(f"{where}: cannot read ({reason}); check the path and permissions") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise error(f"{where}: is a folder; give {what} as a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{where}: not a regular file (a pipe or device); give {what} as a file")
+        if max_bytes is not None and info.st_size > max_bytes:
+            _too_big(where, info.st_size, max_bytes, error)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1  # closed by `f` from here on
+            return _read_bounded(f, where, max_bytes, error)
+    except OSError as exc:
+        raise error(f"{where}: cannot read ({exc.strerror or exc}); check the path and permissions") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _read_stream(stream: IO, where: str, error: type[TmplkitError], max_bytes: int | None):
+    try:
+        return _read_bounded(stream, where, max_bytes, error)
+    except OSError as exc:
+        raise error(f"{where}: cannot read ({exc.strerror or exc})") from None
+
+
+def _read_bounded(f: IO, where: str, max_bytes: int | None, error: type[TmplkitError]):
+    # One byte (or character) past the limit tells a file that grew, or a stream, that is too big.
+    data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:
+        _too_big(where, None, max_bytes, error)
+    return data
+
+
+def _too_big(where: str, size: int | None, max_bytes: int, error: type[TmplkitError]):
+    size_text = f"{size} bytes" if size is not None else f"more than {max_bytes} bytes"
+    raise error(f"{where}: {size_text}, over the limit of {max_bytes} bytes for one file; give a smaller file")
+
+
+def _depth(text: str, limit: int) -> int:
+    """The deepest nesting of lists and objects in valid JSON `text` (cheap when it cannot exceed `limit`)."""
+    if text.count("[") + text.count("{") <= limit:
+        return 0
+    skeleton = _JSON_STRING.sub("", text)  # brackets inside strings do not nest anything
+    steps = (1 if c in "[{" else -1 for c in _BRACKETS.findall(skeleton))
+    return max(itertools.accumulate(steps, initial=0))
