@@ -47,7 +47,7 @@ def test_text_format_one_line_per_template_and_summary():
 
 
 def test_json_is_exactly_to_dict():
-    data = json.loads(audit_mod.format_json(audit_mod.AuditReport((PASS, FAIL))))
+    data = json.loads(audit_mod.format_json(audit_mod.AuditReport((PASS, FAIL))))["results"]
     assert data == [PASS.to_dict(), FAIL.to_dict()]
     for key in ("name", "source", "status", "user_start", "assistant_start", "system_start",
                 "tool_response_start", "delimiters", "tool_placement", "errors"):

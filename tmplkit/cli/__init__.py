@@ -1,7 +1,9 @@
 """The command line: a thin layer over the library, one module per subcommand.
 
-Errors a user can cause end as one line on stderr and exit code 2; an audit with failures exits 1.
-A new subcommand is a module with an `add_NAME(subparsers)` function, listed in `_SUBCOMMANDS`.
+Exit codes: 0 success; 1 the audit failed (by --fail-on); 2 a usage or input error, told on one
+line on stderr; 130 interrupted. A new subcommand is a module with an `add_NAME(subparsers)`
+function, listed in `_SUBCOMMANDS`. The global options (`--quiet`, `--verbose`, `--color`,
+`--config`, `--no-config`) are accepted before the subcommand and after it.
 """
 
 from __future__ import annotations
@@ -22,15 +24,48 @@ __all__ = ["build_parser", "main"]
 _SUBCOMMANDS = [add_audit, add_table, add_show, add_corpus, add_spans, add_prefill]
 
 
+EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)", 1: "the audit failed",
+              2: "usage or input error (one line on stderr)", 130: "interrupted"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    parser = argparse.ArgumentParser(prog="tmplkit", description="Chat-template boundary analysis: derive role delimiters, detect spans, drive checkpointing prefill.")
+    parser = argparse.ArgumentParser(
+        prog="tmplkit", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Chat-template boundary analysis: derive role delimiters, detect spans, drive checkpointing prefill.",
+        epilog="exit codes:\n" + "\n".join(f"  {code:<4} {what}" for code, what in EXIT_CODES.items()))
     parser.add_argument("--version", action="version", version=f"tmplkit {__version__}")
+    _add_global_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in _SUBCOMMANDS:
         add(sub)
+    for subparser in sub.choices.values():
+        # After the subcommand too; SUPPRESS keeps a value given before it.
+        _add_global_options(subparser, defaults=False)
     return parser
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    def default(value):
+        return value if defaults else argparse.SUPPRESS
+
+    g = parser.add_argument_group("global options")
+    taken = parser._option_string_actions  # a subcommand's own short option wins over ours
+
+    def add(*names: str, **kwargs) -> None:
+        g.add_argument(*[n for n in names if n not in taken], **kwargs)
+
+    add("-q", "--quiet", action="store_const", const=-1, dest="verbosity", default=default(0),
+        help="print only what went wrong (nothing when all is well); no progress")
+    add("-v", "--verbose", action="store_const", const=1, dest="verbosity", default=default(0),
+        help="print more: every problem, each template's delimiters and time")
+    add("--color", choices=["auto", "always", "never"], default=default("auto"),
+        help="colour the output: auto (a terminal, unless NO_COLOR is set), always or never")
+    add("--config", metavar="FILE", default=default(None),
+        help="read settings from FILE (a tmplkit.toml or a pyproject.toml with [tool.tmplkit]) "
+             "instead of the one found from the current folder")
+    add("--no-config", action="store_true", default=default(False), help="read no configuration file")
 
 
 def main(argv: list[str] | None = None) -> int:

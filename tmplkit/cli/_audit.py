@@ -1,54 +1,106 @@
-"""The `audit` and `table` subcommands."""
+"""The `audit` and `table` subcommands.
+
+Both read their defaults from the configuration (`[tool.tmplkit]` or tmplkit.toml, see
+tmplkit.config); a flag given on the command line overrides the configuration's value.
+"""
 
 from __future__ import annotations
 
 import sys
 
 from .. import auditing as audit_mod
-from ._common import emit, load_templates, positive, progress_printer
+from ..config import FAIL_ON
+from ..errors import InputError
+from ._common import (
+    config_of,
+    emit,
+    load_templates,
+    positive,
+    progress_printer,
+    require_tokenizers,
+    use_color,
+    verbosity,
+)
+
+_DEFAULT_TIMEOUT = 10.0
+_DEFAULT_MEMORY_MB = 1024
 
 
 def add_audit(sub) -> None:
     p = sub.add_parser("audit", help="analyze templates, prove their delimiters by a round trip, report")
-    p.add_argument("sources", nargs="+", metavar="SOURCE",
-                   help="a .gguf, .jinja, tokenizer_config.json, chat_template.json, folder, hf:org/name[@rev] or corpus:llama.cpp")
+    p.add_argument("sources", nargs="*", metavar="SOURCE",
+                   help="a .gguf, .jinja, tokenizer_config.json, chat_template.json, folder, hf:org/name[@rev], "
+                        "corpus:llama.cpp, or - (standard input); default: the configuration's sources")
     p.add_argument("--format", choices=["text", "json", "markdown", "junit"], default="text")
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
     p.add_argument("--jobs", "-j", type=int, default=None,
                    help="worker processes (default: the machine's cores); each template is analyzed in a sandboxed worker")
-    p.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds per template (default 10)")
-    p.add_argument("--memory", type=int, default=1024, metavar="MB", help="MiB a worker may allocate beyond its start-up footprint (default 1024)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help=f"wall-clock seconds per template (default {_DEFAULT_TIMEOUT:g})")
+    p.add_argument("--memory", type=int, default=None, metavar="MB",
+                   help=f"MiB a worker may allocate beyond its start-up footprint (default {_DEFAULT_MEMORY_MB})")
     p.add_argument("--in-process", action="store_true", help="analyze in this process (no workers; render limits only)")
     p.add_argument("--tokenizer", metavar="PATH|auto",
                    help="also run the token-level round trip with this tokenizer (.gguf, tokenizer.json, vocab:NAME); "
                         "auto: the template's own GGUF or the corpus vocab paired with it")
     p.add_argument("--expected-failures", metavar="FILE",
                    help="JSON {template name: reason}: listed failures do not fail the audit, listed passes do")
+    p.add_argument("--fail-on", choices=FAIL_ON, default=None,
+                   help="what ends the audit with exit code 1: fail (default; failing templates) or warning "
+                        "(templates with warnings too)")
     p.set_defaults(func=_cmd_audit)
 
 
+def _sources(args, cfg) -> list[str]:
+    if args.sources:
+        return args.sources
+    if cfg.sources:
+        return list(cfg.sources)
+    where = f" (none in {cfg.path})" if cfg.path else ""
+    raise InputError(f"no template sources given{where}; give SOURCE arguments or set "
+                     "'sources' in [tool.tmplkit] of pyproject.toml or in tmplkit.toml")
+
+
+def _first(*values):
+    """The first value that is not None: the flag, then the configuration, then the default."""
+    return next((v for v in values if v is not None), None)
+
+
 def _cmd_audit(args) -> int:
-    positive(args.jobs, "--jobs")
-    positive(args.timeout, "--timeout")
-    positive(args.memory, "--memory")
-    expected = audit_mod.load_expected_failures(args.expected_failures) if args.expected_failures else None
-    templates = load_templates(args.sources)
-    progress = progress_printer(sys.stderr.isatty())
-    if args.in_process:
-        report = audit_mod.audit(templates, jobs=1, expected_failures=expected, tokenizer=args.tokenizer,
-                                 progress=progress)
+    cfg = config_of(args)
+    jobs = positive(_first(args.jobs, cfg.jobs), "--jobs")
+    timeout = positive(_first(args.timeout, cfg.timeout, _DEFAULT_TIMEOUT), "--timeout")
+    memory = positive(_first(args.memory, cfg.memory, _DEFAULT_MEMORY_MB), "--memory")
+    tokenizer = _first(args.tokenizer, cfg.tokenizer)
+    sources = _sources(args, cfg)
+    expected = (audit_mod.load_expected_failures(args.expected_failures) if args.expected_failures
+                else cfg.expected_failures)
+    needed_by = "the token round trip (--tokenizer)"
+    require_tokenizers([tokenizer if tokenizer != "auto" else None, *cfg.tokenizers.values()], needed_by)
+    templates = load_templates(sources)
+    if tokenizer == "auto":  # which tokenizers 'auto' opens depends on the templates: still before any analysis
+        require_tokenizers([audit_mod.tokenizer_for(t.name, t.source, "auto") for t in templates], needed_by)
+    quiet = verbosity(args) < 0
+    progress = progress_printer(sys.stderr.isatty() and not quiet)
+    # In process: jobs=1 and no worker limits (audit's in-process path).
+    limits = {"jobs": 1} if args.in_process else {"jobs": jobs, "timeout": timeout, "memory_mb": memory}
+    report = audit_mod.audit(templates, **limits, expected_failures=expected, tokenizer=tokenizer,
+                             tokenizers=cfg.tokenizers, fail_on=_first(args.fail_on, cfg.fail_on, "fail"),
+                             progress=progress)
+    if args.format == "text":
+        color = use_color(args, sys.stdout) if not args.output else args.color == "always"
+        text = audit_mod.format_text(report, color=color, verbosity=verbosity(args))
     else:
-        report = audit_mod.audit(templates, jobs=args.jobs, timeout=args.timeout, memory_mb=args.memory,
-                                 expected_failures=expected, tokenizer=args.tokenizer, progress=progress)
-    emit(audit_mod.AUDIT_FORMATS[args.format](report), args.output)
-    if args.format != "text":
-        print(audit_mod.summary_line(report), file=sys.stderr)
+        text = audit_mod.AUDIT_FORMATS[args.format](report)
+    emit(text, args.output)
+    if (args.format != "text" or args.output) and not quiet:
+        print(audit_mod.summary_line(report, color=use_color(args, sys.stderr)), file=sys.stderr)
     return 0 if report.ok else 1
 
 
 def add_table(sub) -> None:
     p = sub.add_parser("table", help="print the delimiter table, one row per template")
-    p.add_argument("sources", nargs="+", metavar="SOURCE")
+    p.add_argument("sources", nargs="*", metavar="SOURCE", help="as for audit; default: the configuration's sources")
     p.add_argument("--format", choices=["markdown", "csv", "json"], default="markdown")
     p.add_argument("--output", "-o", metavar="FILE", help="write the table to FILE (atomically)")
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: the machine's cores)")
@@ -56,8 +108,11 @@ def add_table(sub) -> None:
 
 
 def _cmd_table(args) -> int:
-    positive(args.jobs, "--jobs")
-    templates = load_templates(args.sources)
-    report = audit_mod.audit(templates, jobs=args.jobs, timeout=10.0, progress=progress_printer(sys.stderr.isatty()))
+    cfg = config_of(args)
+    jobs = positive(_first(args.jobs, cfg.jobs), "--jobs")
+    templates = load_templates(_sources(args, cfg))
+    progress = progress_printer(sys.stderr.isatty() and verbosity(args) >= 0)
+    report = audit_mod.audit(templates, jobs=jobs, timeout=_first(cfg.timeout, _DEFAULT_TIMEOUT),
+                             memory_mb=cfg.memory, progress=progress)
     emit(audit_mod.format_table(report.results, args.format), args.output)
     return 0

@@ -1,7 +1,10 @@
-"""Helpers the subcommands share: loading sources, progress, writing output, checking options."""
+"""Helpers the subcommands share: loading sources, progress, writing output, checking options,
+the global options (verbosity, colour, configuration) and the optional extras a command needs."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 
 
@@ -30,6 +33,65 @@ def emit(text: str, output: str | None) -> None:
         write_output(output, text)
     else:
         sys.stdout.write(text)
+
+
+def verbosity(args) -> int:
+    """-1 with --quiet, 1 with --verbose, else 0."""
+    return getattr(args, "verbosity", 0) or 0
+
+
+def use_color(args, stream) -> bool:
+    """Colour on `stream`: --color always/never decide; auto colours a terminal unless NO_COLOR
+    (https://no-color.org) is set to a non-empty value or TERM is dumb."""
+    mode = getattr(args, "color", "auto") or "auto"
+    if mode != "auto":
+        return mode == "always"
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    return stream.isatty()
+
+
+def config_of(args):
+    """The configuration that applies: --config FILE, none with --no-config, else the one found
+    from the current folder (tmplkit.config). Loaded once per run."""
+    from ..config import Config, load_config
+
+    if getattr(args, "_config", None) is None:
+        args._config = Config() if getattr(args, "no_config", False) else load_config(getattr(args, "config", None))
+    return args._config
+
+
+# The optional extras: (module, extra, what it is), for one-line refusals before any work.
+_EXTRAS = {
+    "llama": ("llama_cpp", "llama", "llama-cpp-python"),
+    "hf": ("tokenizers", "hf", "the Hugging Face tokenizers package"),
+}
+
+
+def require_extra(name: str, needed_by: str) -> None:
+    """Refuse at once, on one line, when the optional extra `name` is not installed."""
+    from ..errors import InputError
+
+    module, extra, what = _EXTRAS[name]
+    if importlib.util.find_spec(module) is None:
+        raise InputError(f"{needed_by} needs {what}, which is not installed; "
+                         f"install the '{extra}' extra: pip install 'tmplkit[{extra}]'")
+
+
+def tokenizer_extra(spec: str) -> str:
+    """Which extra a tokenizer spec (as `tokenize.load_tokenizer` takes it) opens with: 'llama' for
+    a GGUF or a corpus vocab, 'hf' for a tokenizer.json or a Hugging Face repo."""
+    if spec.startswith("vocab:") or spec.lower().endswith(".gguf"):
+        return "llama"
+    if os.path.isdir(spec) and not os.path.isfile(os.path.join(spec, "tokenizer.json")):
+        return "llama"  # a folder with one .gguf
+    return "hf"
+
+
+def require_tokenizers(specs, needed_by: str) -> None:
+    """Refuse at once when any of the tokenizer `specs` needs an extra that is not installed."""
+    for extra in sorted({tokenizer_extra(s) for s in specs if s}):
+        require_extra(extra, needed_by)
 
 
 def positive(value, flag: str):

@@ -1,0 +1,197 @@
+"""Project configuration: `[tool.tmplkit]` in pyproject.toml, or a `tmplkit.toml`.
+
+The configuration is found by walking up from the current folder: the first folder with a
+`tmplkit.toml`, or a `pyproject.toml` that has a `[tool.tmplkit]` table, wins (`tmplkit.toml`
+first when a folder has both). Paths in it are relative to the file's folder. Flags given on the
+command line override it. Unknown keys and bad values are errors naming the file and the key.
+
+    sources = ["templates", "corpus:llama.cpp"]   # what `tmplkit audit` / `table` read when given none
+    fail-on = "fail"                              # or "warning": warnings fail the audit too
+    tokenizer = "auto"                            # token round trip: auto, a .gguf, tokenizer.json, vocab:NAME
+    expected-failures = "expected.json"           # a JSON file {name: reason}, or a table of them
+    [limits]                                      # [tool.tmplkit.limits] in pyproject.toml
+    timeout = 10                                  # wall-clock seconds per template
+    memory = 1024                                 # MiB a worker may allocate
+    jobs = 2                                      # worker processes
+    [tokenizers]                                  # tokenizer pairing: template name -> tokenizer
+    "Qwen3-Coder" = "vocab:qwen35"
+
+>>> cfg = parse_config({"fail-on": "warning", "limits": {"timeout": 5}}, Path("tmplkit.toml"))
+>>> cfg.fail_on, cfg.timeout
+('warning', 5.0)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+__all__ = ["FAIL_ON", "Config", "find_config", "load_config", "parse_config"]
+
+# What ends an audit non-zero: "fail" (failing templates) or "warning" (warnings as well).
+# Here rather than in auditing so that reading a configuration imports no analysis code.
+FAIL_ON = ("fail", "warning")
+
+_TOP_KEYS = ("sources", "fail-on", "tokenizer", "expected-failures", "limits", "tokenizers")
+_LIMIT_KEYS = ("timeout", "memory", "jobs")
+# Sources and tokenizer specs that are not paths, so not relative to the configuration file.
+_NOT_PATHS = ("hf:", "corpus:", "vocab:")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The settings of one configuration file; None (or empty) where the file says nothing."""
+
+    path: Path | None = None
+    sources: tuple[str, ...] = ()
+    fail_on: str | None = None
+    tokenizer: str | None = None
+    tokenizers: dict[str, str] = field(default_factory=dict)
+    expected_failures: dict[str, str] | None = None
+    timeout: float | None = None
+    memory: int | None = None
+    jobs: int | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "path": str(self.path) if self.path else None, "sources": list(self.sources), "fail_on": self.fail_on,
+            "tokenizer": self.tokenizer, "tokenizers": dict(self.tokenizers),
+            "expected_failures": self.expected_failures, "timeout": self.timeout, "memory": self.memory,
+            "jobs": self.jobs,
+        }
+
+
+def find_config(start: str | os.PathLike | None = None) -> Path | None:
+    """The configuration file that applies in `start` (default: the current folder), or None."""
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        own = folder / "tmplkit.toml"
+        if own.is_file():
+            return own
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and "tmplkit" in _read_toml(pyproject).get("tool", {}):
+            return pyproject
+    return None
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    """The configuration in `path` (a tmplkit.toml or a pyproject.toml), or the one `find_config`
+    finds when `path` is None; an empty Config when there is none."""
+    found = Path(path) if path is not None else find_config()
+    if found is None:
+        return Config()
+    data = _read_toml(found)
+    if found.name == "pyproject.toml":
+        data = data.get("tool", {}).get("tmplkit", {})
+        if not isinstance(data, dict):
+            raise InputError(f"{found}: [tool.tmplkit] must be a table")
+    return parse_config(data, found)
+
+
+def parse_config(data: dict[str, Any], path: Path) -> Config:
+    """Check and convert the settings table `data` read from `path`."""
+    table = "[tool.tmplkit]" if path.name == "pyproject.toml" else "the file"
+    _no_unknown_keys(data, _TOP_KEYS, path, table, "")
+    base = path.parent
+    limits = data.get("limits", {})
+    if not isinstance(limits, dict):
+        raise _bad(path, "limits", "must be a table of timeout, memory and jobs", limits)
+    _no_unknown_keys(limits, _LIMIT_KEYS, path, "[limits]", "limits.")
+    pairing = data.get("tokenizers", {})
+    if not isinstance(pairing, dict) or not all(isinstance(v, str) and v for v in pairing.values()):
+        raise _bad(path, "tokenizers", "must be a table of template name = tokenizer", pairing)
+    return Config(
+        path=path,
+        sources=tuple(_resolve(s, base) for s in _strings(data, "sources", path)),
+        fail_on=_choice(data, "fail-on", FAIL_ON, path),
+        tokenizer=_tokenizer(data.get("tokenizer"), base, path, "tokenizer"),
+        tokenizers={name: _tokenizer(spec, base, path, f"tokenizers.{name}") for name, spec in pairing.items()},
+        expected_failures=_expected_failures(data.get("expected-failures"), base, path),
+        timeout=_number(limits, "timeout", path, float),
+        memory=_number(limits, "memory", path, int),
+        jobs=_number(limits, "jobs", path, int),
+    )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the configuration ({exc.strerror or exc}); check the path") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML ({exc}); fix the file") from None
+
+
+def _bad(path: Path, key: str, what: str, value: object) -> InputError:
+    return InputError(f"{path}: '{key}' {what}, got {value!r}")
+
+
+def _no_unknown_keys(data: dict, known: tuple[str, ...], path: Path, table: str, prefix: str) -> None:
+    for key in data:
+        if key not in known:
+            raise InputError(f"{path}: unknown key '{prefix}{key}' in {table}; known keys: {', '.join(known)}")
+
+
+def _resolve(spec: str, base: Path) -> str:
+    """A path of the configuration file relative to its folder (shown relative to the current one)."""
+    if spec == "-" or spec.startswith(_NOT_PATHS) or Path(spec).is_absolute():
+        return spec
+    full = (base / spec).resolve()
+    try:
+        return str(full.relative_to(Path.cwd()))
+    except ValueError:
+        return str(full)
+
+
+def _strings(data: dict, key: str, path: Path) -> list[str]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise _bad(path, key, "must be a list of strings", value)
+    return value
+
+
+def _choice(data: dict, key: str, choices: tuple[str, ...], path: Path) -> str | None:
+    value = data.get(key)
+    if value is not None and value not in choices:
+        raise _bad(path, key, f"must be one of {', '.join(choices)}", value)
+    return value
+
+
+def _tokenizer(value: object, base: Path, path: Path, key: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _bad(path, key, "must be a tokenizer: auto, a .gguf, a tokenizer.json, vocab:NAME or hf:ORG/NAME", value)
+    return value if value == "auto" else _resolve(value, base)
+
+
+def _expected_failures(value: object, base: Path, path: Path) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        from .auditing import load_expected_failures
+
+        return load_expected_failures(_resolve(value, base))
+    if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+        return dict(value)
+    raise _bad(path, "expected-failures", "must be a JSON file name or a table of template name = reason", value)
+
+
+def _number(limits: dict, key: str, path: Path, kind: type) -> Any:
+    value = limits.get(key)
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if kind is int:
+        ok = ok and isinstance(value, int)
+    if not ok:
+        what = "a positive whole number" if kind is int else "a positive number"
+        raise _bad(path, f"limits.{key}", f"must be {what}", value)
+    return kind(value)
