@@ -13,8 +13,7 @@ from tmplkit.analysis import Analysis, RoundTrip
 from tmplkit.delimiters import Delimiter
 from tmplkit.errors import TokenizerError
 from tmplkit.spans import SpanDetector, split_text
-from tmplkit.token_delims import token_delimiters, tokenize_delimiters
-from tmplkit.tokenize import HFTokenizer, Tokenizer, load_tokenizer
+from tmplkit.tokenize import HFTokenizer, Tokenizer, load_tokenizer, token_delimiters
 
 needs_corpus = pytest.mark.skipif(not corpus.is_fetched(), reason="the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
 
@@ -279,19 +278,6 @@ def test_token_delimiters_qwen35_tool_response_ends_inside_a_token(qwen35):
     assert json.loads(json.dumps(td.to_dict()))["passed"] is True
     # and the ids split the tokenized render into the expected roles
     assert SpanDetector(td).split(qwen35.tokenize(QWEN_RENDER)).roles == QWEN_ROLES
-
-
-def test_core_takes_delimiters_and_a_render(qwen35):
-    # the core needs no Analysis: the same result from the delimiters and the render alone
-    via_analysis = token_delimiters(_analysis(QWEN_DELIMS, QWEN_RENDER, QWEN_ROLES, name="qwen"), qwen35)
-    core = tokenize_delimiters(reversed(QWEN_DELIMS), QWEN_RENDER, qwen35, template="qwen")
-    assert core == via_analysis and core.template == "qwen" and core.passed
-    # the names stay importable from the tokenizer module and the package
-    import tmplkit
-    from tmplkit import tokenize
-
-    assert tokenize.token_delimiters is token_delimiters is tmplkit.token_delimiters
-    assert tokenize.TokenDelimiters is type(core)
 
 
 def test_standalone_delimiters_miss_in_context(qwen35):
