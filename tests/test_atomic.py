@@ -140,3 +140,53 @@ def test_concurrent_reader_never_sees_partial(tmp_path):
         stop.set()
         t.join()
     assert seen and seen <= {old, new}
+
+
+# --- the one output writer: write_output / write_json / check_writable ---------------------------
+
+
+def test_write_output_and_json(tmp_path):
+    from tmplkit.atomic import write_json, write_output
+
+    p = tmp_path / "out.json"
+    write_output(p, "héllo\n")
+    assert p.read_bytes() == "héllo\n".encode("utf-8")  # UTF-8 whatever the locale, no newline translation
+    write_json(p, {"a": "é", "b": [1]})
+    assert p.read_text(encoding="utf-8") == '{\n  "a": "é",\n  "b": [\n    1\n  ]\n}\n'
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("where", ["missing/out.txt", "."])
+def test_write_output_failure_is_one_input_error(tmp_path, where):
+    from tmplkit.atomic import write_output
+    from tmplkit.errors import InputError
+
+    target = tmp_path / where
+    with pytest.raises(InputError) as info:
+        write_output(target, "x")
+    message = str(info.value)
+    assert message.startswith(f"{target}: cannot write the output file (") and "\n" not in message
+    assert "give a writable file path in an existing folder" in message
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_check_writable_reports_early(tmp_path):
+    from tmplkit.atomic import check_writable
+    from tmplkit.errors import InputError
+
+    check_writable(tmp_path / "new.json")
+    for bad in (tmp_path / "missing" / "x.json", tmp_path):
+        with pytest.raises(InputError, match="cannot write the file here; give a writable file path"):
+            check_writable(bad)
+    if os.geteuid() != 0:  # root may write anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o555)
+        with pytest.raises(InputError):
+            check_writable(ro / "x.json")
+
+
+def test_other_writers_are_this_one():
+    from tmplkit.prefill import report
+
+    assert report.write_atomic is atomic.write_output
+    assert report.write_json is atomic.write_json and report.check_writable is atomic.check_writable
