@@ -1,4 +1,9 @@
-"""One exception hierarchy. Every message says what was wrong and what to do."""
+"""One exception hierarchy. Every message says what was wrong and what to do.
+
+Each exception declares the data it carries as attributes set in `__init__`, and inherits a builtin
+where one fits (a malformed input is a `ValueError`), so callers that know only the builtin still
+catch it.
+"""
 
 from __future__ import annotations
 
@@ -13,23 +18,35 @@ class SourceError(TmplkitError):
     """A template source could not be loaded (missing file, bad GGUF, unknown repo...)."""
 
 
-class GGUFError(SourceError):
+class GGUFError(SourceError, ValueError):
     """A GGUF file is truncated, corrupted, or not a GGUF file at all."""
 
 
 class RenderError(TmplkitError):
-    """The template itself raised, or produced something unusable."""
+    """The template itself raised, or produced something unusable.
+
+    `template_message` is the template's own words (its `raise_exception` text, or the Jinja error),
+    without tmplkit's framing; `template_raised` is True when the template refused the input on
+    purpose (`raise_exception`), False when it broke.
+    """
+
+    def __init__(self, message: str, *, template_message: str | None = None, template_raised: bool = False):
+        super().__init__(message)
+        self.template_message = template_message
+        self.template_raised = template_raised
 
 
 class RenderLimitError(RenderError):
     """A render went past a limit. `kind` is 'timeout', 'memory', 'size' or 'unsafe'."""
+
+    KINDS = ("timeout", "memory", "size", "unsafe")
 
     def __init__(self, message: str, kind: str):
         super().__init__(message)
         self.kind = kind
 
 
-class AnalysisError(TmplkitError):
+class AnalysisError(TmplkitError, ValueError):
     """Delimiters could not be derived from a template."""
 
 
@@ -37,7 +54,7 @@ class TokenizerError(TmplkitError):
     """A tokenizer could not be loaded or used."""
 
 
-class InputError(TmplkitError):
+class InputError(TmplkitError, ValueError):
     """A conversation, session or option given by the user is invalid."""
 
 

@@ -39,7 +39,7 @@ import sys
 import time
 from typing import Callable, Iterable
 
-from .analysis import Analysis
+from .analysis import Analysis, failed_analysis, failure_reason, status_of
 from .errors import InputError, RenderLimitError, TmplkitError
 from .static_scan import scan
 
@@ -83,37 +83,13 @@ def _chain(exc: BaseException):
         exc = exc.__cause__ or exc.__context__
 
 
-def _status_of(exc: BaseException) -> str:
-    from jinja2.exceptions import SecurityError
-
-    for e in _chain(exc):
-        if isinstance(e, RenderLimitError):
-            return {"timeout": "timeout", "memory": "memory", "size": "memory", "unsafe": "unsafe"}.get(e.kind, "error")
-        if isinstance(e, MemoryError):
-            return "memory"
-        if isinstance(e, SecurityError):
-            return "unsafe"
-    return "error"
-
-
 def analysis_from_exception(template, exc: BaseException, seconds: float = 0.0) -> Analysis:
     """The Analysis for an analysis that raised `exc`: status from the exception, a one-line reason."""
-    status = _status_of(exc)
-    if isinstance(exc, TmplkitError):
-        reason = str(exc)
-    elif isinstance(exc, MemoryError):
-        reason = f"template '{template.name}' ran out of memory (MemoryError)"
-    elif isinstance(exc, RecursionError):
-        reason = f"template '{template.name}' recursed too deeply"
-    else:
-        reason = f"template '{template.name}' failed: {type(exc).__name__}: {exc}"
-    return Analysis(name=template.name, source=template.source, status=status,
-                    errors=(_one_line(reason),), seconds=seconds)
+    return _failed(template, status_of(exc), failure_reason(template, exc), seconds)
 
 
 def _failed(template, status: str, reason: str, seconds: float, warnings=()) -> Analysis:
-    return Analysis(name=template.name, source=template.source, status=status,
-                    errors=(_one_line(reason),), warnings=tuple(warnings), seconds=seconds)
+    return failed_analysis(template, status, (_one_line(reason),), seconds=seconds, warnings=warnings)
 
 
 def _finish(analysis: Analysis, scan_warnings) -> Analysis:

@@ -1,0 +1,27 @@
+"""Differential analysis: derive each role's start delimiter from probe renders, and prove it.
+
+`analyze(template)` renders small probe conversations (tmplkit.probes) that differ by one message,
+finds each message's content by its needle, and reads the role delimiters off the text between
+contents, in every context a role was seen in. A long mixed conversation is then rendered and
+split with the derived delimiters; the Analysis carries that round-trip verdict.
+
+The stages, each in its own module and each returning a frozen findings value:
+
+- `_text`      pure text helpers: common prefix/suffix, cuts at markup units, agreement
+- `_probing`   rendering probes and collecting the evidence (the only mutable state)
+- `_chat`      user and assistant starts, the generation prompt, BOS and turn opener
+- `_system`    where system messages go, and the system start
+- `_tools`     tool calls and responses, and the tool-response delimiters
+- `_reasoning` thinking switches and the renders they give
+- `_verdict`   the round-trip conversation, split and checked
+- `_analyzer`  `analyze()`, composing them
+- `_result`    Analysis, RoundTrip, and the one way a failed Analysis is built
+
+None of this rests on the BOS/EOS tokens: a bare .jinja renders them empty (or gets "" where the
+template needs them), and the delimiters are the same as with the real tokens.
+"""
+
+from ._analyzer import analyze
+from ._result import STATUSES, TOOL_PLACEMENTS, Analysis, RoundTrip, failed_analysis, failure_reason, status_of
+
+__all__ = ["STATUSES", "TOOL_PLACEMENTS", "Analysis", "RoundTrip", "analyze", "failed_analysis", "failure_reason", "status_of"]

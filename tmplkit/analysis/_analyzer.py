@@ -1,0 +1,151 @@
+"""`analyze()`: the findings stages composed, in order, into one Analysis."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from ..delimiters import Delimiter, sort_delimiters
+from ..errors import InputError, RenderError, RenderLimitError
+from ..sandbox import Limits, compile_template
+from ._chat import ChatDelimiters, ChatFindings, Stop, assistant_delimiters, chat_delimiters, probe_chat
+from ._probing import Prober
+from ._reasoning import switched_renders, thinking_flags
+from ._result import Analysis, failed_analysis, status_of
+from ._system import SystemFindings, probe_system, refine_system_start
+from ._text import Note
+from ._tools import ToolFindings, ToolProbe, probe_tools, tool_delimiters
+from ._verdict import message_modes, render_round_trip, round_trip
+
+__all__ = ["analyze"]
+
+# Capabilities -> the ToolFindings field that holds them.
+_TOOL_CAPS = (("tool_response_start", "start_mode"), ("tool_responses_grouped", "grouped"),
+              ("tool_responses_separated", "separated"), ("assistant_after_tool", "assistant_after_tool"))
+
+
+def analyze(template, *, limits: Limits | None = None) -> Analysis:
+    """Derive every role's start delimiter of `template` from probe renders, and prove them.
+
+    >>> from tmplkit.sources import ChatTemplate
+    >>> chatml = ("{% for m in messages %}<|im_start|>{{ m.role }}\\n{{ m.content }}<|im_end|>\\n{% endfor %}"
+    ...           "{% if add_generation_prompt %}<|im_start|>assistant\\n{% endif %}")
+    >>> a = analyze(ChatTemplate(text=chatml, name="chatml", source="-"))
+    >>> a.status, a.user_start, a.generation_prompt
+    ('pass', '<|im_start|>user\\n', '<|im_start|>assistant\\n')
+    """
+    t0 = time.perf_counter()
+    try:
+        result = _analysis(template, limits)
+    except (RenderLimitError, InputError) as exc:  # InputError: pragma no cover, probes are well-formed
+        result = failed_analysis(template, status_of(exc), (str(exc),))
+    return replace(result, seconds=time.perf_counter() - t0)
+
+
+def _analysis(template, limits: Limits | None) -> Analysis:
+    try:
+        compile_template(template)
+    except RenderError as exc:
+        return failed_analysis(template, "error", (str(exc),))
+    prober = Prober(template, limits)
+    try:
+        chat = probe_chat(prober)
+    except Stop as stop:
+        return failed_analysis(template, stop.status, (stop.reason,))
+    first = _Stages(prober, chat)
+    return first.finish()
+
+
+class _Stages:
+    """The findings of one analysis, each stage computed once, in order, in the constructor.
+
+    Delimiters are cut twice: from the probes, then again once the round-trip conversation (and
+    its renders with each thinking switch) added its contexts to the evidence."""
+
+    def __init__(self, prober: Prober, chat: ChatFindings):
+        self.prober, self.chat = prober, chat
+        self.chat_probed = chat_delimiters(prober, chat)
+        self.system: SystemFindings = probe_system(prober, chat, self.chat_probed)
+        self.tool_probe: ToolProbe = probe_tools(prober, self.system.builder)
+        self.tools_probed = self._tool_delimiters(self.chat_probed)
+        self.thinking_flags = thinking_flags(prober, chat)
+        rt_probe, rt_text, rt_error = render_round_trip(prober, self.system.builder, self.system.mode,
+                                                        self.tool_probe, self.tools_probed)
+        self.rt_probe, self.rt_text, self.rt_error = rt_probe, rt_text, rt_error
+        self.variants: list[tuple[str, str]] = []
+        self.system_start = self.system.start
+        self.chat_final, self.tools_final = self.chat_probed, self.tools_probed
+        if rt_text is not None:
+            self.variants = switched_renders(prober, rt_probe, rt_text, self.thinking_flags)
+            renders = [prober.seen(rt_text, rt_probe)] + [prober.seen(v, rt_probe, switched=True) for _, v in self.variants]
+            if self.system.mode == "own_turn" and "system" in rt_probe.roles:
+                self.system_start = refine_system_start(self.system.start, renders, rt_probe.roles.index("system"),
+                                                        chat, self.chat_probed, prober.clean)
+            self.chat_final = chat_delimiters(prober, chat)
+            if self.tools_probed.placement not in (None, "rejected", "dropped"):
+                self.tools_final = self._tool_delimiters(self.chat_final)
+        self.assistant_start, self.assistant, self.assistant_notes = assistant_delimiters(
+            prober, chat, self.chat_final, self.tools_final)
+
+    def _tool_delimiters(self, delims: ChatDelimiters) -> ToolFindings:
+        if self.tool_probe.placement is not None:
+            return ToolFindings(placement=self.tool_probe.placement)
+        return tool_delimiters(self.prober, self.chat, delims, self.tool_probe)
+
+    def delimiters(self) -> tuple[Delimiter, ...]:
+        tools = self.tools_final
+        out = [Delimiter("user", self.chat_final.user_start)]
+        out += [Delimiter("assistant", d) for d in self.assistant]
+        if self.system.mode == "own_turn":
+            out.append(Delimiter("system", self.system_start))
+        out += [Delimiter("tool", tools.start), Delimiter("tool", tools.next)]
+        return sort_delimiters(out)  # drops the empty ones
+
+    def capabilities(self) -> dict:
+        tp, tools = self.tool_probe, self.tools_final
+        caps: dict = {"assistant_start": self.chat_final.assistant_mode, "tools": tp.declares_tools}
+        if tp.adaptations is not None:
+            caps["adaptations"] = list(tp.adaptations)
+        caps["tool_calls"] = tp.tool_calls
+        # Keys in the order they were first found: from the probes, then from the round trip's contexts.
+        present = [(key, attr) for key, attr in _TOOL_CAPS if getattr(tools, attr) is not None]
+        probed = [(key, attr) for key, attr in present if getattr(self.tools_probed, attr) is not None]
+        caps.update((key, getattr(tools, attr)) for key, attr in probed)
+        caps["thinking_flags"] = self.thinking_flags
+        caps.update((key, getattr(tools, attr)) for key, attr in present if (key, attr) not in probed)
+        caps["system"] = self.system.mode
+        caps["system_supported"] = self.system.mode != "rejected"
+        caps["tools_supported"] = bool(caps.get("tools")) or caps.get("tool_calls") not in (None, "rejected")
+        return caps
+
+    def warnings(self) -> tuple[str, ...]:
+        """Every note once (a delimiter that differs between contexts is reported the first time)."""
+        groups = (self.chat_probed.notes, self.system.notes, self.tool_probe.notes, self.tools_probed.notes,
+                  self.chat_final.notes, self.tools_final.notes, self.assistant_notes)
+        said: dict[str, str] = {}
+        for note in (n for g in groups for n in g):
+            said.setdefault(note.key, note.text)
+        return tuple(said.values())
+
+    def finish(self) -> Analysis:
+        delimiters = self.delimiters()
+        modes = message_modes(self.rt_probe, self.system.mode, self.tools_final)
+        verdict = round_trip(self.rt_probe, self.rt_text, self.rt_error, self.variants, delimiters, modes)
+        tools = self.tools_final
+        return Analysis(
+            name=self.prober.template.name,
+            source=self.prober.template.source,
+            status="pass" if verdict.passed else "fail",
+            user_start=self.chat_final.user_start or None,
+            assistant_start=self.assistant_start or None,
+            system_start=self.system_start if self.system.mode == "own_turn" and self.system_start else None,
+            tool_response_start=tools.start or None,
+            tool_response_next=tools.next or None,
+            generation_prompt=self.chat.generation_prompt,
+            tool_placement=tools.placement,
+            capabilities=self.capabilities(),
+            delimiters=delimiters,
+            round_trip=verdict,
+            errors=self.chat_final.errors + tools.errors,
+            warnings=self.warnings(),
+        )

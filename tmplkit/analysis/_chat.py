@@ -1,0 +1,186 @@
+"""Chat findings: user and assistant starts, the generation prompt, the BOS and the turn opener."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..probes import CHAT_SHAPES, ProbeBuilder
+from ._probing import Prober, Seen
+from ._result import status_of
+from ._text import UNIT, Note, agree, back_to_boundary, distinctive, from_first_unit, lcp, lcs, template_message, unit_prefix, unit_suffix
+
+__all__ = ["ChatDelimiters", "ChatFindings", "Stop", "assistant_delimiters", "chat_delimiters", "probe_chat"]
+
+
+class Stop(Exception):
+    """The analysis cannot go on: `status` and the reason to report."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ChatFindings:
+    """What plain user/assistant chat shows, before any delimiter is cut."""
+
+    builder: ProbeBuilder  # the shape plain chat renders in
+    pre_user0: str  # the text before the first user message of a one-message chat
+    bos_like: str  # what the template prints once at the very start (the BOS token)
+    opener: str | None  # the markup that opens every turn (<|im_start|>, <|start_header_id|>, ...)
+    generation_prompt: str | None
+    generation_render: str | None  # the one-message chat with the generation prompt
+
+
+@dataclass(frozen=True)
+class ChatDelimiters:
+    user_start: str
+    assistant_start: str
+    assistant_mode: str  # 'own', or 'user_closer' where the user's closer starts the answer
+    notes: tuple[Note, ...] = ()
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        out = []
+        if not self.user_start:
+            out.append("user turns have no start delimiter: nothing but the previous turn's end comes before a user message")
+        if not self.assistant_start:
+            out.append("assistant turns have no start delimiter: nothing separates an answer from the user message before it")
+        return tuple(out)
+
+
+def _one_message(prober: Prober) -> tuple[ProbeBuilder, Seen]:
+    """One user message, in the first shape the template accepts."""
+    first_error = None
+    for shape in CHAT_SHAPES:
+        text, probe, builder, err = prober.attempt(ProbeBuilder(prober.needles, shape), "U1")
+        if text is not None and Seen(text, probe).found(0):
+            return builder, prober.seen(text, probe)
+        first_error = first_error or err
+    if first_error is None:
+        raise Stop("unsupported", "the template does not render the content of a user message")
+    raise Stop(status_of(first_error), f"cannot render a one-message chat: {template_message(first_error)}")
+
+
+def probe_chat(prober: Prober) -> ChatFindings:
+    """Render one user message, then a user/assistant/user chat, then the generation prompt.
+    Raises Stop where plain chat does not render."""
+    builder, one = _one_message(prober)
+    prober.note_tail(one, 0)
+    pre_user0 = one.head(0)
+    text, probe, builder, err = prober.attempt(builder, "U1 A1 U2")
+    if text is None:
+        raise Stop(status_of(err), f"cannot render a user/assistant/user chat: {template_message(err)}")
+    chat = prober.seen(text, probe)
+    if not all(chat.found(i) for i in range(3)):
+        raise Stop("unsupported", "the template drops the content of user or assistant messages")
+    if chat.between(0, 1) is None or chat.between(1, 2) is None:
+        raise Stop("unsupported", "the template does not render messages in their order")
+    text, probe, builder, err = prober.attempt(builder, "U1 A1")
+    if text is not None:
+        prober.note_tail(prober.seen(text, probe, collect=False), 1)
+    if "assistant" not in prober.tails:
+        # The template wants the conversation to end elsewhere: take as the assistant's closer
+        # the part of the user's closer that the assistant-to-user text starts with.
+        seg = chat.between(1, 2)
+        prober.tails["assistant"] = seg[: lcp(seg, prober.tails["user"])]
+    gp_text, probe, builder, err = prober.attempt(builder, "U1", add_generation_prompt=True)
+    between_turns = chat.between(0, 1) + chat.between(1, 2)
+    bos_like = find_bos(prober.template.bos_token, pre_user0, between_turns)
+    opener = find_opener(pre_user0[len(bos_like):], between_turns)
+    return ChatFindings(builder, pre_user0, bos_like, opener,
+                        _generation_prompt(prober, gp_text, one.text, opener), gp_text)
+
+
+def _generation_prompt(prober: Prober, text: str | None, without: str, opener: str | None) -> str | None:
+    """What the generation prompt adds to a one-message chat, cut like a delimiter: a closer the
+    user turn gets only before a next turn, and the whitespace that ends it, belong to the user turn
+    (Apriel 1.6's `\\n` before `<|begin_assistant|>`)."""
+    if text is None:
+        return None
+    k = lcp(text, without)
+    if k < len(without):  # the render without it ends differently (an EOS): cut at a boundary
+        k = back_to_boundary(text, k)
+    added = text[k:]
+    return added[prober.closer_end(added, "user", opener):].lstrip()
+
+
+def find_bos(bos: str | None, pre_user0: str, between_turns: str) -> str:
+    """The BOS token when given and printed first; else a markup unit the template prints first,
+    never between turns, and right before another unit (a template may set its own BOS).
+
+    The BOS token is part of a delimiter only where the template repeats it at each turn (ByteDance
+    Seed's `<seed:bos>user\\n`); a BOS printed once at the start belongs to no span."""
+    if bos and pre_user0.startswith(bos):
+        return bos
+    m = UNIT.match(pre_user0)
+    if m and m.group(0) not in between_turns and UNIT.match(pre_user0, m.end()):
+        return m.group(0)  # followed right away by the first turn's own markup
+    return ""
+
+
+def find_opener(text: str, between_turns: str) -> str | None:
+    """The markup unit that opens every turn: one of the first units of the conversation (`text`,
+    after the BOS) that also appears between later turns."""
+    pos = 0
+    for _ in range(3):
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        m = UNIT.match(text, pos)
+        if not m:
+            return None
+        if m.group(0) in between_turns:
+            return m.group(0)
+        pos = m.end()
+    return None
+
+
+def chat_delimiters(prober: Prober, chat: ChatFindings) -> ChatDelimiters:
+    """User and assistant starts from every context collected so far.
+
+    A delimiter must be able to mark a turn: it holds a markup unit or a word. Where the assistant
+    has none of its own, the user's closer that always precedes the answer is taken from its first
+    markup unit: Mistral's answers start at `[/INST]` (assistant_mode 'user_closer')."""
+    user, note_u = prober.role_start("assistant", "user", "the user start", chat.opener)
+    if user and not chat.pre_user0.endswith(user):
+        # A closer the template renders only before a following turn (Hy3's eos) is not part of
+        # the user start: keep the part that also starts the first user turn.
+        j = unit_suffix(user, len(user) - lcs(user, chat.pre_user0))
+        if user[j:].strip():
+            user = user[j:].lstrip()
+    assistant, note_a = prober.role_start("user", "assistant", "the assistant start", chat.opener)
+    mode = "own"
+    if not distinctive(assistant):
+        seg = (prober.segs.get(("user", "assistant")) or [""])[0]
+        assistant = from_first_unit(prober.clean(seg))
+        if assistant:
+            mode = "user_closer"
+    return ChatDelimiters(user if distinctive(user) else "", assistant, mode,
+                          tuple(n for n in (note_u, note_a) if n))
+
+
+def assistant_delimiters(prober: Prober, chat: ChatFindings, delims: ChatDelimiters, tool) -> tuple[str, list[str], tuple[Note, ...]]:
+    """The assistant start and the assistant delimiters: one shared prefix of all variants (plain
+    answer, tool call, answer after tool responses) when it tells assistant turns apart from every
+    other role's delimiter, else each variant the plain one does not already cover."""
+    main = delims.assistant_start
+    variants, notes = [main], []
+    if tool.placement not in (None, "rejected"):
+        if delims.assistant_mode == "user_closer":
+            # The answer's start is the user's closer: keep it in front of the call too.
+            call, note = agree([prober.clean(seg) for seg in prober.segs.get(("user", "call"), ())], "the tool-call assistant start")
+        else:
+            call, note = prober.role_start("user", "call", "the tool-call assistant start", chat.opener)
+        notes += [note] if note else []
+        variants.append(call)
+        if tool.after and not (main and main in tool.after):
+            variants.append(tool.after)
+    variants = [v for v in dict.fromkeys(variants) if v]
+    if len(variants) <= 1:
+        return main, variants, tuple(notes)
+    others = [o for o in (delims.user_start, tool.start, tool.next) if o]
+    common = variants[0][: unit_prefix(variants[0], min(lcp(variants[0], v) for v in variants[1:]))]
+    if common.strip() and not any(o.startswith(common) or common.startswith(o) for o in others):
+        return common, [common], tuple(notes)
+    return main, [variants[0]] + [v for v in variants[1:] if not v.startswith(variants[0])], tuple(notes)

@@ -1,0 +1,137 @@
+"""What an analysis returns (Analysis, RoundTrip), and the one way a failed analysis is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..delimiters import Delimiter
+from ..errors import RenderError, RenderLimitError, TmplkitError
+
+__all__ = ["STATUSES", "TOOL_PLACEMENTS", "Analysis", "RoundTrip", "failed_analysis", "failure_reason", "status_of"]
+
+# Where a template puts tool responses.
+TOOL_PLACEMENTS = ("own_role", "inside_user", "inside_assistant", "dropped", "rejected", "unknown")
+# Analysis.status values. The last three come from the isolation limits.
+STATUSES = ("pass", "fail", "unsupported", "error", "timeout", "memory", "unsafe")
+# A render limit's kind -> the status of an analysis it stopped. An output bomb stopped by the
+# size limit is a resource exhaustion, as in the workers.
+_LIMIT_STATUS = {"timeout": "timeout", "memory": "memory", "size": "memory", "unsafe": "unsafe"}
+
+
+@dataclass(frozen=True)
+class RoundTrip:
+    """The verdict of rendering the mixed conversation and splitting it with the derived delimiters.
+
+    `expected_roles` are the roles of the messages the template renders as turns of their own,
+    in order; `actual_roles` the roles of the spans found. `messages`/`rendered` are kept for the
+    token-level round trip and are not part of to_dict().
+    """
+
+    passed: bool
+    expected_roles: tuple[str, ...]
+    actual_roles: tuple[str, ...]
+    problems: tuple[str, ...] = ()
+    messages: tuple = field(default=(), repr=False, compare=False)
+    render_kwargs: dict = field(default_factory=dict, repr=False, compare=False)
+    rendered: str = field(default="", repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        return {
+            "passed": self.passed,
+            "expected_roles": list(self.expected_roles),
+            "actual_roles": list(self.actual_roles),
+            "problems": list(self.problems),
+        }
+
+
+@dataclass(frozen=True)
+class Analysis:
+    name: str
+    source: str
+    status: str
+    user_start: str | None = None
+    assistant_start: str | None = None
+    system_start: str | None = None
+    tool_response_start: str | None = None
+    # Where consecutive tool responses share one turn: the delimiter that starts each further one.
+    tool_response_next: str | None = None
+    generation_prompt: str | None = None
+    tool_placement: str = "unknown"
+    capabilities: dict = field(default_factory=dict)
+    delimiters: tuple[Delimiter, ...] = ()
+    round_trip: RoundTrip | None = None
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "status": self.status,
+            "user_start": self.user_start,
+            "assistant_start": self.assistant_start,
+            "system_start": self.system_start,
+            "tool_response_start": self.tool_response_start,
+            "tool_response_next": self.tool_response_next,
+            "generation_prompt": self.generation_prompt,
+            "tool_placement": self.tool_placement,
+            "capabilities": dict(self.capabilities),
+            "delimiters": [d.to_dict() for d in self.delimiters],
+            "round_trip": self.round_trip.to_dict() if self.round_trip else None,
+            "errors": list(self.errors),
+            "warnings": list(self.warnings),
+            "seconds": round(self.seconds, 6),
+        }
+
+
+def _chain(exc: BaseException):
+    """`exc` and the exceptions it was raised from or during, once each."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def status_of(exc: BaseException) -> str:
+    """The Analysis status for an analysis stopped by `exc` (or by anything it was raised from).
+
+    A render limit maps to its status; a MemoryError is 'memory', a sandbox SecurityError 'unsafe';
+    a template that refused the input on purpose (raise_exception) is 'unsupported'; anything else
+    is 'error'.
+
+    >>> status_of(RenderLimitError("too big", kind="size"))
+    'memory'
+    """
+    from jinja2.exceptions import SecurityError
+
+    if isinstance(exc, RenderError) and not isinstance(exc, RenderLimitError):
+        # The template's own failure, whatever it was raised from (a mutating call such as
+        # list.append is refused by the sandbox, as transformers refuses it: an error, not unsafe).
+        return "unsupported" if exc.template_raised else "error"
+    for e in _chain(exc):
+        if isinstance(e, RenderLimitError):
+            return _LIMIT_STATUS.get(e.kind, "error")
+        if isinstance(e, MemoryError):
+            return "memory"
+        if isinstance(e, SecurityError):
+            return "unsafe"
+    return "error"
+
+
+def failure_reason(template, exc: BaseException) -> str:
+    """What to report for an analysis of `template` that raised `exc`."""
+    if isinstance(exc, TmplkitError):
+        return str(exc)
+    if isinstance(exc, MemoryError):
+        return f"template '{template.name}' ran out of memory (MemoryError)"
+    if isinstance(exc, RecursionError):
+        return f"template '{template.name}' recursed too deeply"
+    return f"template '{template.name}' failed: {type(exc).__name__}: {exc}"
+
+
+def failed_analysis(template, status: str, errors, *, seconds: float = 0.0, warnings=(), capabilities=None) -> Analysis:
+    """The Analysis of `template` that ended with `status` before any delimiter was derived."""
+    return Analysis(name=template.name, source=template.source, status=status, errors=tuple(errors),
+                    warnings=tuple(warnings), capabilities=dict(capabilities or {}), seconds=seconds)

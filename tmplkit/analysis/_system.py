@@ -1,0 +1,122 @@
+"""System findings: whether system messages render, where, and the system start."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..delimiters import Delimiter
+from ..errors import RenderError
+from ..probes import ProbeBuilder
+from ..spans import split_text
+from ._chat import ChatDelimiters, ChatFindings
+from ._probing import Prober, Seen
+from ._text import MARKUP_END, UNIT, Note, back_to_boundary, lcp, template_message, unit_prefix
+
+__all__ = ["SystemFindings", "probe_system", "refine_system_start"]
+
+# A second clock: text that differs between renders at two dates is no fixed marker.
+_OTHER_NOW = datetime(2031, 11, 23, 17, 45, 0)
+
+
+def _other_clock() -> datetime:
+    return _OTHER_NOW
+
+
+@dataclass(frozen=True)
+class SystemFindings:
+    start: str
+    # 'own_turn', 'inside_user', 'inside_assistant', 'preamble' (before any delimiter), 'dropped', 'rejected'
+    mode: str
+    builder: ProbeBuilder  # the chat shape, adapted with any variable the system probe needed
+    notes: tuple[Note, ...] = ()
+
+
+def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> SystemFindings:
+    text, probe, builder, err = prober.attempt(chat.builder, "S1 U1")
+    if text is None:
+        message = f"system messages are rejected by the template: {template_message(err)}"
+        return SystemFindings("", "rejected", chat.builder, (Note(message, message),))
+    seen = prober.seen(text, probe)
+    if not seen.found(0):
+        return SystemFindings("", "dropped", builder)
+    chat_delims = [Delimiter("user", delims.user_start or ""), Delimiter("assistant", delims.assistant_start or "")]
+    at = seen.bounds[0][0]
+    inside = next((s for s in split_text(text, chat_delims) if s.start <= at < s.end), None)
+    if inside is not None:
+        return SystemFindings("", "inside_user" if inside.role == "user" else "inside_assistant", builder)
+    candidate = system_candidate(seen.head(0), chat, delims, prober.clean)
+    if candidate:
+        # Text that depends on today's date is no fixed marker.
+        try:
+            other = Seen(prober.render(probe, clock=_other_clock), probe)
+            if other.found(0):
+                candidate = candidate[: lcp(candidate, system_candidate(other.head(0), chat, delims, prober.clean))]
+        except RenderError:
+            pass
+    candidate = candidate if candidate.strip() else ""
+    return SystemFindings(candidate, "own_turn" if candidate else "preamble", builder)
+
+
+def refine_system_start(start: str, renders: list[Seen], index: int, chat: ChatFindings, delims: ChatDelimiters, clean) -> str:
+    """`start` cut to what the system turn of each round-trip render (message `index`) also starts with."""
+    for rt in (r for r in renders if r.found(index)):
+        other = system_candidate(rt.head(index), chat, delims, clean)
+        k = lcp(start, other)
+        if other and start[:k].strip():
+            start = start[:k]
+    return start
+
+
+def _turn_start(pre_system: str, chat: ChatFindings, delims: ChatDelimiters, bos: str) -> int:
+    """Where the system turn starts in the text before the system content.
+
+    At the last turn opener when there is one (a markup unit that opens every turn, or the start
+    that user and assistant delimiters share); else where that text first differs from the text
+    before a first user message; else at the markup (units and role words) that ends it; else (the
+    system content goes into a default system turn) at the first markup unit after the BOS."""
+    shared = ""
+    if delims.user_start and delims.assistant_start:
+        shared = delims.user_start[: unit_prefix(delims.user_start, lcp(delims.user_start, delims.assistant_start))]
+    opener = next((o for o in (chat.opener, shared) if o and len(o.strip()) >= 2 and o in pre_system[len(bos):]), None)
+    if opener:
+        return pre_system.rfind(opener)
+    start = lcp(pre_system, chat.pre_user0)
+    if start < len(pre_system):
+        start = back_to_boundary(pre_system, start, len(bos))
+    if not pre_system[start:].strip():
+        end = start = len(pre_system.rstrip())
+        while start > len(bos):
+            m = MARKUP_END.search(pre_system, len(bos), start)
+            if not m or m.start() == start:
+                break
+            start = m.start()
+        if start == end:
+            m = UNIT.match(pre_system, len(bos))
+            start = m.start() if m else start
+    return start
+
+
+def system_candidate(pre_system: str, chat: ChatFindings, delims: ChatDelimiters, clean) -> str:
+    """The system delimiter in the text before the system content, cut at its first line of prose.
+
+    A system delimiter ends at its first line of prose: a default system prompt the template writes
+    before the given one is system content, not markup, and so is its heading (Solar's
+    `## Provider System Prompt`, Command R's `# Safety Preamble`): the delimiter ends at the turn's
+    markup. A heading the template writes right before the given prompt, and only when there is
+    one, is kept (gpt-oss's `# Instructions\\n\\n`, the same for every system prompt)."""
+    bos = chat.bos_like if pre_system.startswith(chat.bos_like) else ""
+    start = _turn_start(pre_system, chat, delims, bos)
+    candidate = clean(pre_system[max(start, len(bos)):])
+    m = re.search(r"\n\s*", candidate)
+    if m and m.end() < len(candidate) and candidate[m.end()] not in "<[":
+        # Prose follows the first line: a default system prompt. Text after the turn's markup on
+        # that line, other than a role word, is its heading (Solar's `## Provider System Prompt`).
+        units = list(UNIT.finditer(candidate, 0, m.start()))
+        cut = units[-1].end() if units else 0
+        if cut and not re.fullmatch(r"\s*(?:[A-Za-z_]+:?)?\s*", candidate[cut:m.start()]):
+            candidate = candidate[:cut]
+        else:
+            candidate = candidate[: m.end()]
+    return candidate

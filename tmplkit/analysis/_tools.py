@@ -1,0 +1,196 @@
+"""Tool findings: whether tools, calls and responses render, and the tool-response delimiters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..probes import TOOL_NAME, TOOL_SHAPES, ProbeBuilder
+from ._chat import ChatDelimiters, ChatFindings
+from ._probing import Prober, Seen
+from ._text import UNIT, Note, distinctive, from_first_unit, lcp, lcs, template_message, unit_suffix
+
+__all__ = ["ToolFindings", "ToolProbe", "probe_tools", "tool_delimiters"]
+
+
+@dataclass(frozen=True)
+class ToolProbe:
+    """What the tool probes showed, before any delimiter is cut."""
+
+    placement: str | None  # 'rejected' (calls refused), 'dropped' (responses not rendered), else None
+    builder: ProbeBuilder | None  # the shape a tool round renders in
+    declares_tools: bool
+    tool_calls: str  # 'parallel', 'single' or 'rejected'
+    calls: str = "C1(G1) T1"  # the calls and responses of the round-trip conversation
+    adaptations: tuple[str, ...] | None = None
+    notes: tuple[Note, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolFindings:
+    placement: str = "unknown"
+    start: str = ""
+    next: str = ""
+    after: str = ""  # the assistant start after tool responses, where it differs
+    start_mode: str | None = None  # 'own', or 'call_closer' where the call's closer starts the responses
+    grouped: bool | None = None
+    separated: bool | None = None
+    assistant_after_tool: str | None = None  # 'own_turn' or 'continues'
+    same_as_user: bool = False
+    missing_start: bool = False  # nothing but the call's end came before the first response
+    notes: tuple[Note, ...] = ()
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        if self.missing_start:
+            return ("tool responses have no start delimiter: nothing separates a tool response from the tool call before it",)
+        if self.same_as_user:
+            return ("tool responses render exactly like user messages: no delimiter tells them apart",)
+        return ()
+
+
+def _first_tool_round(prober: Prober, builder: ProbeBuilder):
+    """A call and its response, in the first tool shape the template accepts."""
+    first_error = None
+    for delta in TOOL_SHAPES:
+        attempt = prober.attempt(builder.with_shape(replace(builder.shape, **delta)), "U1 C1(G1) T1")
+        if attempt.text is not None:
+            return attempt, first_error
+        first_error = first_error or attempt.error
+    return None, first_error
+
+
+def probe_tools(prober: Prober, builder: ProbeBuilder) -> ToolProbe:
+    attempt, first_error = _first_tool_round(prober, builder)
+    if attempt is None:
+        message = f"tool calls are rejected by the template: {template_message(first_error)}"
+        return ToolProbe("rejected", None, _declares_tools(prober, builder), "rejected", notes=(Note(message, message),))
+    text, probe, builder, _ = attempt
+    notes = []
+    if not builder.shape.tool_calls:
+        message = (f"tool calls are rejected by the template ({template_message(first_error)}); "
+                   "tool responses were probed after plain assistant messages")
+        notes.append(Note(message, message))
+    f = Seen(text, probe)
+    if f.pos[1][0] >= 0 and f.pos[2][0] >= 0 and f.pos[1][0] > f.pos[2][0]:
+        # The template moves the text of a tool-calling message after the responses (into the
+        # answer); probe such messages with calls only.
+        builder = builder.with_shape(replace(builder.shape, call_content=False))
+        text, probe, builder, _ = prober.attempt(builder, "U1 C1(G1) T1")
+        if text is None:  # pragma: no cover - the same conversation rendered a moment ago
+            builder = builder.with_shape(replace(builder.shape, call_content=True))
+            text, probe, builder, _ = prober.attempt(builder, "U1 C1(G1) T1")
+    declares, adaptations = _declares_tools(prober, builder), tuple(builder.shape.describe())
+    f = prober.seen(text, probe)
+    prober.note_tail(f, 2)
+    if not f.found(2):
+        return ToolProbe("dropped", builder, declares, "parallel" if builder.shape.parallel_calls else "single",
+                         adaptations=adaptations, notes=tuple(notes))
+    text0, probe0, _, _ = prober.attempt(builder, "U1 C1(G1)")
+    if text0 is not None:
+        prober.note_tail(prober.seen(text0, probe0, collect=False), 1)
+    if "call" not in prober.tails:
+        seg = f.between(1, 2) or ""
+        prober.tails["call"] = seg[: lcp(seg, prober.tails["assistant"])]
+    calls, tool_calls = _consecutive_responses(prober, builder, notes)
+    if not builder.shape.tool_calls:
+        tool_calls = "rejected"
+    return ToolProbe(None, builder, declares, tool_calls, calls, adaptations, tuple(notes))
+
+
+def _consecutive_responses(prober: Prober, builder: ProbeBuilder, notes: list) -> tuple[str, str]:
+    """Consecutive tool responses: parallel calls, else two responses to one call. Three responses,
+    so that text numbering them (a call index) shows as varying."""
+    for spec, kind in (("U1 C1(G1,G2,G4) T1 T2 T4", "parallel"), ("U1 C1(G1) T1 T2 T4", "single")):
+        text, probe, _, err = prober.attempt(builder, spec)
+        if text is None:
+            if kind == "parallel":
+                message = f"parallel tool calls are rejected by the template: {template_message(err)}"
+                notes.append(Note(message, message))
+            continue
+        g = prober.seen(text, probe)
+        if g.found(2) and g.found(3) and g.found(4):
+            prober.tails["tool"] = g.tail(4)
+            return " ".join(spec.split()[1:]), kind
+    return "C1(G1) T1", "single"
+
+
+def _declares_tools(prober: Prober, builder: ProbeBuilder) -> bool:
+    if not builder.shape.tools_list:
+        return False
+    text, _, _, _ = prober.attempt(builder, "U1", tools=True)
+    return text is not None and TOOL_NAME in text
+
+
+def _response_start(prober: Prober, chat: ChatFindings) -> tuple[str, str, Note | None]:
+    """The first tool response's start, and whether it is its own ('own') or the call's closer.
+
+    Where the text after a call varies before the call's closer (Apriel 1.5 prints the call's id
+    only when a response follows), a response's start is what that text shares with the text after
+    another response, once the response's own closer is cut off: calls and responses may end alike
+    (`\\n<|end|>\\n`), and that ending is the previous turn's, not the next one's. Where the responses
+    have no opener of their own, the call's closer that always precedes them is taken from its first
+    markup unit: Apertus' tool results start at `<|tools_suffix|>[` ('call_closer')."""
+    start, note = prober.role_start("call", "tool", "the tool response start", chat.opener)
+    after_call, after_tool = prober.segs.get(("call", "tool")), prober.segs.get(("tool", "tool"))
+    if after_call and after_tool:
+        a, b = after_call[0], after_tool[0]
+        b = b[prober.closer_end(b, "tool", chat.opener):]
+        common = prober.clean(a[unit_suffix(a, len(a) - lcs(a, b)):])
+        if distinctive(common) and (not distinctive(start) or (
+                not UNIT.match(start) and UNIT.match(common) and not (start.endswith(common) or common.endswith(start)))):
+            start = common
+    if not distinctive(start) and after_call:
+        start = from_first_unit(prober.clean(after_call[0]))
+        if start:
+            return start, "call_closer", note
+    return start, "own", note
+
+
+def _placement(prober: Prober, chat: ChatFindings, delims: ChatDelimiters, start: str) -> str:
+    """Where the responses go: inside a user turn, inside the assistant turn, or a turn of their own."""
+    seg = (prober.segs.get(("call", "tool")) or [""])[0]
+    closer = prober.tails.get("assistant", "").strip()
+    if start and delims.user_start and start.startswith(delims.user_start):
+        return "inside_user"
+    if start and delims.assistant_start and start.startswith(delims.assistant_start):
+        return "inside_assistant"
+    if start and chat.opener and chat.opener in start:
+        return "own_role"  # a turn of its own, opened like every other turn
+    if closer and closer not in seg:
+        return "inside_assistant"  # the assistant's turn is still open when the response comes
+    return "own_role"
+
+
+def tool_delimiters(prober: Prober, chat: ChatFindings, delims: ChatDelimiters, probe: ToolProbe) -> ToolFindings:
+    """Tool-response delimiters from every context collected so far.
+
+    Responses grouped in one JSON list are told apart by what opens each further item, up to its
+    first varying value (Command R7B's `,\\n    {\\n        "tool_call_id": "`): the `,` is printed only
+    when an item follows, so it starts the next item, and a JSON-encoded content holds no raw
+    newline, so the delimiter cannot match inside one. Responses grouped with nothing between them
+    share one span, and an answer that follows tool responses without an opener continues their span
+    (assistant_after_tool 'continues')."""
+    start, start_mode, note = _response_start(prober, chat)
+    notes = [note] if note else []
+    placement = _placement(prober, chat, delims, start)
+    same_as_user = placement == "inside_user" and start == delims.user_start
+    missing_start = not start
+    nxt, grouped, separated = "", None, None
+    if prober.segs.get(("tool", "tool")):
+        candidate, note = prober.role_start("tool", "tool", "the next tool response start", chat.opener)
+        notes += [note] if note else []
+        if candidate.endswith(start) and UNIT.match(candidate) and not UNIT.match(start):
+            # The call's ending took the responses' opener (a template that prints it after a
+            # final call as a hint): the first response opens like the others.
+            start = candidate
+        grouped = not (start and (candidate == start or candidate.endswith(start)))
+        if grouped:
+            nxt = candidate if distinctive(candidate) else ""
+        separated = bool(nxt) or not grouped
+    after, after_tool = "", None
+    if prober.segs.get(("tool", "assistant")):
+        rest, note = prober.role_start("tool", "assistant", "the assistant start after tool responses", chat.opener)
+        notes += [note] if note else []
+        after = rest if distinctive(rest) else ""
+        after_tool = "own_turn" if after else "continues"
+    return ToolFindings(placement, start, nxt, after, start_mode, grouped, separated, after_tool, same_as_user, missing_start, tuple(notes))

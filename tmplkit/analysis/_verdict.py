@@ -1,0 +1,209 @@
+"""The verdict: the round-trip conversation, rendered and split with the derived delimiters."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import replace
+
+from ..probes import Probe, ProbeBuilder
+from ..spans import split_text
+from ._probing import Prober, Seen
+from ._result import RoundTrip
+from ._text import template_message
+from ._tools import ToolFindings, ToolProbe
+
+__all__ = ["message_modes", "render_round_trip", "round_trip", "verdict"]
+
+
+def render_round_trip(prober: Prober, builder: ProbeBuilder, system_mode: str, tool_probe: ToolProbe, tools: ToolFindings):
+    """The round-trip conversation: (probe, render or None, error).
+
+    Its contexts refine the delimiters. The first conversation ends like an agent session in
+    progress: a tool call after the last user message, whose reasoning many templates keep (they
+    drop it from earlier turns); so reasoning is message content, and the empty `<think></think>`
+    many templates print for earlier turns is no part of the assistant start (GLM 4.6:
+    `<|assistant|>\\n<think>`). The first spec that renders every message the analysis expects to
+    see is kept (Mistral Nemo folds the system prompt into the last message only when that is a user
+    message), else the first that renders at all."""
+    head = [] if system_mode == "rejected" else ["S1"]
+    if tools.placement in (None, "rejected", "unknown"):
+        specs = [head + "U1 A1/R1 U2 A2 U3 A3 U4".split(), head + "U1 A1 U2 A2 U3 A3 U4".split()]
+    else:
+        calls = tool_probe.calls.split()
+        specs = [
+            head + ["U1", "A1/R1", "U2", *calls, "A3", "U3", "C2(G3)", "T3", "A4", "U4", "C3/R5(G5)", "T5"],
+            head + ["U1", "A1/R1", "U2", *calls, "A3", "U3", "C2(G3)", "T3", "A4", "U4"],
+            head + ["U1", "A1", "U2", *calls, "A3", "U3", "C2(G3)", "T3", "A4", "U4"],
+            head + ["U1", "A1", "U2", *calls, "A3", "U3"],
+        ]
+        builder = tool_probe.builder.with_shape(replace(tool_probe.builder.shape, extra=builder.shape.extra))
+    first = rendered = None
+    for spec in specs:
+        text, probe, builder, err = prober.attempt(builder, " ".join(spec), add_generation_prompt=True)
+        if text is None:
+            first = first or (probe, err)
+            continue
+        seen = Seen(text, probe)
+        if all(seen.found(i) or mode == "dropped" for i, mode in enumerate(message_modes(probe, system_mode, tools))):
+            return probe, text, None
+        rendered = rendered or (probe, text)
+    if rendered:
+        return rendered[0], rendered[1], None
+    return first[0], None, first[1]
+
+
+def message_modes(probe: Probe, system_mode: str, tools: ToolFindings) -> list[str]:
+    """How each message of `probe` is expected in the spans: 'own' span, 'in_user' (a system prompt
+    folded into a user turn), 'before' the first delimiter, 'continues' the span before it, or
+    'dropped'."""
+    modes = []
+    for i, role in enumerate(probe.roles):
+        if role == "system":
+            modes.append({"inside_user": "in_user", "preamble": "before", "dropped": "dropped"}.get(system_mode, "own"))
+        elif role == "tool":
+            if tools.placement == "dropped":
+                modes.append("dropped")
+            elif i > 0 and probe.roles[i - 1] == "tool" and tools.separated is False:
+                modes.append("continues")
+            else:
+                modes.append("own")
+        elif (role == "assistant" and i > 0 and probe.roles[i - 1] == "tool" and not probe.tool_call_flags[i]
+              and tools.assistant_after_tool == "continues"):
+            modes.append("continues")
+        else:
+            modes.append("own")
+    return modes
+
+
+def round_trip(probe: Probe, text: str | None, error, variants, delimiters, modes: list[str]) -> RoundTrip:
+    """The verdict over the plain render and every render with a thinking switch set; a switched
+    render's problems are reported once more only where they differ from the plain render's."""
+    if text is None:
+        return RoundTrip(False, (), (), (f"the round-trip conversation does not render: {template_message(error)}",),
+                         messages=tuple(probe.messages), render_kwargs=dict(probe.kwargs))
+    result = verdict(text, probe, delimiters, modes)
+    base = result.problems
+    for switch, other_text in variants:
+        other = verdict(other_text, probe, delimiters, modes)
+        if not other.passed:
+            result = replace(result, passed=False, problems=result.problems + tuple(
+                f"with {switch}: {p}" for p in other.problems if p not in base))
+    return result
+
+
+class _Placement:
+    """Which spans each message's content lies in, and the problems found placing them."""
+
+    def __init__(self, spans, seen: Seen, modes: list[str]):
+        self.spans = spans
+        self.starts = [s.start for s in spans]
+        self.seen = seen
+        self.modes = modes
+        self.problems: list[str] = []
+        self.owner: dict[int, int] = {}  # span index -> message index
+        self.spans_of: dict[int, list[int]] = {}  # message index -> its span indexes
+        self.last_span: dict[int, int] = {}  # message index -> the span its content ends in
+        for i in range(len(modes)):
+            self._place(i)
+
+    def describe(self, i: int) -> str:
+        return f"message {i} ({self.seen.probe.roles[i]})"
+
+    def _place(self, i: int) -> None:
+        mode, role, spans = self.modes[i], self.seen.probe.roles[i], self.spans
+        if not self.seen.found(i):
+            if mode != "dropped":
+                self.problems.append(f"{self.describe(i)}: its content is not in the render")
+            return
+        if mode == "dropped":
+            self.problems.append(f"{self.describe(i)}: rendered, though the analysis found that the template drops it")
+            return
+        for pos in (p for p in self.seen.pos[i] if p >= 0):
+            k = bisect.bisect_right(self.starts, pos) - 1
+            self.last_span[i] = max(self.last_span.get(i, k), k)
+            if mode == "before":
+                if k >= 0:
+                    self.problems.append(f"{self.describe(i)}: its content lies in a {spans[k].role} span, expected before the first delimiter")
+            elif k < 0:
+                self.problems.append(f"{self.describe(i)}: its content lies before the first delimiter")
+            elif mode == "in_user":
+                if spans[k].role != "user":
+                    self.problems.append(f"{self.describe(i)}: folded into a user turn, but its content lies in a {spans[k].role} span")
+            elif mode == "continues":
+                if k != self.last_span.get(i - 1):
+                    self.problems.append(f"{self.describe(i)}: continues the turn before it, but its content lies in another span")
+            elif spans[k].role != role:
+                what = ("in a user span: a tool response classified as a user message" if (role, spans[k].role) == ("tool", "user")
+                        else f"in a {spans[k].role} span")
+                self.problems.append(f"{self.describe(i)}: its content lies {what}")
+            elif self.owner.setdefault(k, i) != i:
+                self.problems.append(f"{self.describe(i)}: shares one span with {self.describe(self.owner[k])}")
+            elif k not in self.spans_of.setdefault(i, []):
+                self.spans_of[i].append(k)
+
+    def adopt_empty_spans(self) -> None:
+        """A span between the first and last message's spans that holds no content is a turn opener
+        rendered without content (an assistant start before its tool calls) when a neighbouring span
+        of the same role belongs to a message; otherwise a delimiter matches where no turn starts."""
+        first, last = min(self.owner), max(self.owner)
+        for k in range(first + 1, last):
+            if k in self.owner:
+                continue
+            role = self.spans[k].role
+            nxt = next((n for n in range(k + 1, last + 1) if n in self.owner), None)
+            prv = max((n for n in self.owner if n < k), default=None)
+            for near in (nxt, prv):
+                if near is not None and self.spans[near].role == role:
+                    self.owner[k] = self.owner[near]
+                    self.spans_of[self.owner[near]].append(k)
+                    break
+            else:
+                self.problems.append(f"a {role} delimiter matches at character {self.spans[k].start}, where no message starts")
+
+    def expected_roles(self) -> list[str]:
+        """The span roles the messages call for; spans before the first message's span and after the
+        last one hold only template text (a default system prompt, the generation prompt)."""
+        roles, spans = self.seen.probe.roles, self.spans
+        first, last = min(self.owner), max(self.owner)
+        expected = [s.role for s in spans[:first]]
+        order = []
+        for i in range(len(roles)):
+            ks = sorted(self.spans_of.get(i, []))
+            if not ks:
+                continue
+            if ks != list(range(ks[0], ks[-1] + 1)):
+                self.problems.append(f"{self.describe(i)}: its content is split over spans of other messages")
+            order.append(ks[0])
+            expected.extend(roles[i] for _ in ks)
+        if order != sorted(order):
+            self.problems.append("messages are not in their order in the spans")
+        for k in range(first + 1, last):
+            if k not in self.owner:
+                expected.insert(min(k, len(expected)), spans[k].role)  # reported already; keeps the lists aligned
+        expected.extend(s.role for s in spans[last + 1:])
+        return expected
+
+
+def verdict(text: str, probe: Probe, delimiters, modes: list[str]) -> RoundTrip:
+    """Split the round-trip render and check every message against the spans.
+
+    Each message the template renders as a turn of its own must own the spans its content lies in
+    (one, or several of its role when the template renders it as several turns, like one turn per
+    tool call), in message order. A system prompt folded into a user turn must lie in a user span, one
+    rendered before any delimiter must lie before the first span, and an answer that the template
+    continues inside the tool turn before it must lie in that span. The round trip passes only if
+    the spans' roles are exactly the roles expected and no tool response lies in a user span.
+    """
+    spans = split_text(text, delimiters)
+    placed = _Placement(spans, Seen(text, probe), modes)
+    actual = tuple(s.role for s in spans)
+    keep = dict(messages=tuple(probe.messages), render_kwargs=dict(probe.kwargs), rendered=text)
+    if not placed.owner:
+        return RoundTrip(False, (), actual, tuple(dict.fromkeys(placed.problems)) or ("no message lies in any span",), **keep)
+    placed.adopt_empty_spans()
+    expected = placed.expected_roles()
+    problems = placed.problems
+    if tuple(expected) != actual and not problems:
+        problems.append(f"span roles {list(actual)} differ from the expected {expected}")
+    passed = not problems and tuple(expected) == actual
+    return RoundTrip(passed, tuple(expected), actual, tuple(dict.fromkeys(problems)), **keep)
