@@ -19,7 +19,14 @@ results that look like file contents, grep output, test runs and diffs, at a tar
 Two styles: "tool-role" (tool results as `tool` messages, tool calls as `tool_calls`, for
 templates with tool support such as Qwen's) and "user-turns" (for templates without tool support,
 such as Gemma's: the assistant writes its tool call in its text and the agent sends each result
-back as a user turn; no system message, since those templates reject one).
+back as a user turn; no system message, since those templates reject one). A third, "agent", is
+what a reasoning coding agent sends: "tool-role" plus `reasoning_content` on every assistant turn,
+up to three parallel tool calls, long file reads and test logs, and an answer at the end of each
+user request (for studying how templates rewrite history from one request to the next).
+
+    >>> a = generate_session(target_tokens=3000, seed=1, style="agent")
+    >>> all(m.get("reasoning_content") for m in a.messages if m["role"] == "assistant")
+    True
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from ..conversation import load_conversation
 from ..errors import InputError
 from .report import write_atomic
 
-STYLES = ("tool-role", "user-turns")
+STYLES = ("tool-role", "user-turns", "agent")
 
 
 @dataclass(frozen=True)
@@ -203,11 +210,11 @@ class _Repo:
         return "\n".join(f"{i + 1:>4}  {line}" for i, line in enumerate(all_lines[start:start + lines], start=start))
 
 
-def _tool_step(repo: _Repo, rng: random.Random, mod: str, func: str, kind: str) -> tuple[str, dict, str]:
-    """One tool call: (thought, {name, arguments}, result text)."""
+def _tool_step(repo: _Repo, rng: random.Random, mod: str, func: str, kind: str, long: bool = False) -> tuple[str, dict, str]:
+    """One tool call: (thought, {name, arguments}, result text); `long`: whole-file reads."""
     test = repo.test_path(mod)
     if kind == "read_file":
-        n = rng.choice([4, 6, 8, 10, 12, 16, 24])
+        n = rng.choice([40, 60, 90, 120] if long else [4, 6, 8, 10, 12, 16, 24])
         return (f"Let me read `{mod}`.", {"name": "read_file", "arguments": {"path": mod}}, repo.source(mod, n))
     if kind == "grep":
         hits = []
@@ -254,6 +261,24 @@ def _tool_step(repo: _Repo, rng: random.Random, mod: str, func: str, kind: str) 
     return (f"What else is in `{d}`?", {"name": "list_dir", "arguments": {"path": d}}, listing)
 
 
+_MUSINGS = [
+    "The limit is applied after sorting, so the first items are the smallest; that matches the docstring.",
+    "If `{func}` is called with an empty iterable it returns early, which the caller in `{mod}` does not expect.",
+    "The test builds ten items and asks for three, so the slice must happen before the return.",
+    "Reading the whole module first is cheaper than guessing from the grep hits.",
+    "The error message should name the item and the limit; it already does.",
+    "There may be a second caller that relies on the old behaviour, so I should grep before editing.",
+    "Running only the one test file keeps the loop short; the full suite comes at the end.",
+    "The log line uses %-formatting, which is fine for the logging module.",
+]
+
+
+def _reasoning(rng: random.Random, thought: str, func: str, mod: str) -> str:
+    """A few sentences of an assistant turn's reasoning, seeded."""
+    picks = rng.sample(_MUSINGS, rng.randint(2, 4))
+    return " ".join([thought.replace("`", "'")] + [m.format(func=func, mod=mod) for m in picks])
+
+
 def _estimate(messages) -> int:
     return sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) // 3
 
@@ -275,8 +300,10 @@ def generate_session(target_tokens: int = 16000, seed: int = 0, style: str = "to
     rng = random.Random(seed)
     repo = _Repo(rng)
     system = _SYSTEM.format(repo=repo.name)
+    agent = style == "agent"
+    tool_role = style != "user-turns"
     msgs: list[dict] = []
-    if style == "tool-role":
+    if tool_role:
         msgs.append({"role": "system", "content": system})
     count = measure or (lambda s: _estimate(s.messages))
     call_id = 0
@@ -309,6 +336,8 @@ def generate_session(target_tokens: int = 16000, seed: int = 0, style: str = "to
                 "Done. The change is in place and the tests pass.",
                 f"I changed `{func}` and added a test; all tests pass now.",
                 "Finished: the fix is small and covered by a new test. Anything else?"])})
+            if agent:
+                msgs[-1]["reasoning_content"] = _reasoning(rng, "The tests pass, so I can report back.", func, mod)
         msgs.append({"role": "user", "content": req})
         n_req += 1
         steps = rng.randint(6, 12)
@@ -318,16 +347,21 @@ def generate_session(target_tokens: int = 16000, seed: int = 0, style: str = "to
             kind = kinds[k] if rng.random() < 0.7 else rng.choice(kinds)
             if rng.random() < 0.3:
                 mod, func = repo.func()
-            parallel = 2 if (style == "tool-role" and kind in ("read_file", "grep") and rng.random() < 0.25) else 1
-            calls = [_tool_step(repo, rng, mod if p == 0 else repo.func()[0], func, kind) for p in range(parallel)]
+            if agent:
+                parallel = rng.choice([1, 2, 3]) if kind in ("read_file", "grep", "list_dir") else 1
+            else:
+                parallel = 2 if (style == "tool-role" and kind in ("read_file", "grep") and rng.random() < 0.25) else 1
+            calls = [_tool_step(repo, rng, mod if p == 0 else repo.func()[0], func, kind, agent) for p in range(parallel)]
             thought = calls[0][0]
-            if style == "tool-role":
+            if tool_role:
                 tcs = []
                 for _, call, _ in calls:
                     call_id += 1
                     tcs.append({"id": f"call_{call_id:04d}", "type": "function",
                                 "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}})
                 msgs.append({"role": "assistant", "content": thought, "tool_calls": tcs})
+                if agent:
+                    msgs[-1]["reasoning_content"] = _reasoning(rng, thought, func, mod)
                 for tc, (_, call, result) in zip(tcs, calls):
                     msgs.append({"role": "tool", "tool_call_id": tc["id"], "name": call["name"], "content": result})
             else:

@@ -1,0 +1,112 @@
+"""What each request of a session costs: tokens recomputed, under four settings.
+
+- "full attention": a model that rolls its memory back anywhere recomputes from the divergence
+  (the lower bound; the physical limit of any checkpoint placement);
+- "llama-server": a checkpointing model (sliding window or recurrent) with llama-server's two
+  delimiters (user and assistant start, tokenized on their own) and its gate (`ServerGated`);
+- "tmplkit": the same with tmplkit's delimiters (every role, derived from the template) and the
+  `gated` policy;
+- "divergence-aware": tmplkit's delimiters and the `divergence-aware` policy, which also puts
+  checkpoints where the template's next render will diverge.
+
+Each is `ServerSimulation` run over the session's requests: resume with the request's tokens,
+then the generated turn. The result is a prediction a replay on a model must reproduce.
+
+    >>> cost = session_cost(requests, tokens, spans)                              # doctest: +SKIP
+    >>> cost.total("full attention") <= cost.total("tmplkit")                      # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..prefill.policies import Gated, ServerGated
+from ..prefill.runner import PrefillSettings
+from .simulation import MemoryModel, ServerSimulation, SimulatedRequest
+
+__all__ = ["SETTINGS", "CostSetting", "SessionCost", "session_cost", "default_settings"]
+
+
+@dataclass(frozen=True)
+class CostSetting:
+    """One way of serving the session: a memory model, a delimiter set ("tmplkit"/"server") and a policy."""
+
+    name: str
+    memory: MemoryModel
+    delimiters: str
+    policy: object = field(compare=False)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "memory": self.memory.to_dict(), "delimiters": self.delimiters,
+                "policy": getattr(self.policy, "name", str(self.policy))}
+
+
+SETTINGS = ("full attention", "llama-server", "tmplkit", "divergence-aware")
+
+
+def default_settings(memory: MemoryModel) -> tuple[CostSetting, ...]:
+    """The four settings of the module doc, for a checkpointing `memory`."""
+    from ..prefill.divergence_policy import DivergenceAware
+
+    return (CostSetting("full attention", MemoryModel("full"), "tmplkit", Gated()),
+            CostSetting("llama-server", memory, "server", ServerGated()),
+            CostSetting("tmplkit", memory, "tmplkit", Gated()),
+            CostSetting("divergence-aware", memory, "tmplkit", DivergenceAware()))
+
+
+@dataclass(frozen=True)
+class SessionCost:
+    """Per setting, per request: what the simulated server reused and recomputed."""
+
+    settings: tuple[CostSetting, ...]
+    requests: dict = field(repr=False)  # setting name -> tuple[SimulatedRequest, ...]
+    n_tokens: tuple[int, ...] = ()      # prompt tokens of each request
+
+    def recomputed(self, name: str) -> tuple[int, ...]:
+        return tuple(r.n_recomputed for r in self.requests[name])
+
+    def total(self, name: str, first: bool = True) -> int:
+        """Tokens recomputed over the session (`first=False`: over the requests after the first)."""
+        per = self.recomputed(name)
+        return sum(per if first else per[1:])
+
+    def share(self, name: str) -> float:
+        """The share of all prompt tokens of the session that was recomputed."""
+        return self.total(name) / max(1, sum(self.n_tokens))
+
+    def to_dict(self) -> dict:
+        return {"settings": [s.to_dict() for s in self.settings], "n_tokens": list(self.n_tokens),
+                "totals": {s.name: self.total(s.name) for s in self.settings},
+                "after_first": {s.name: self.total(s.name, first=False) for s in self.settings},
+                "requests": {s.name: [r.to_dict() for r in self.requests[s.name]] for s in self.settings}}
+
+
+def session_cost(tokens, spans: dict, *, settings: tuple[CostSetting, ...] | None = None,
+                 memory: MemoryModel | None = None, prefill: PrefillSettings | None = None) -> SessionCost:
+    """Simulate every setting over the session.
+
+    `tokens`: `TokenizedRequests`; `spans`: delimiter set name ("tmplkit", "server") -> one Spans
+    per request (a set may be missing: its settings are skipped); `memory`: the checkpointing
+    model's memory (default: Gemma 3's sliding window of 512); `prefill`: the server's batch and
+    checkpoint settings (llama-server's defaults).
+    """
+    memory = memory or MemoryModel.swa(512)
+    prefill = prefill or PrefillSettings()
+    settings = settings or default_settings(memory)
+    settings = tuple(s for s in settings if s.delimiters in spans)
+    out = {}
+    for s in settings:
+        sim = ServerSimulation(s.memory, prefill)
+        per: list[SimulatedRequest] = []
+        for k, ids in enumerate(tokens.requests):
+            per.append(sim.resume(ids, spans[s.delimiters][k], _policy_for(s.policy, tokens, k)))
+            sim.generate(tokens.generated[k])
+        out[s.name] = tuple(per)
+    return SessionCost(settings, out, tuple(len(t) for t in tokens.requests))
+
+
+def _policy_for(policy, tokens, k: int):
+    """A policy that looks ahead gets the session's renders (`for_request`); others are used as they are."""
+    ahead = getattr(policy, "for_request", None)
+    return ahead(tokens, k) if ahead is not None else policy

@@ -1,0 +1,194 @@
+"""Where each request stops matching what the server holds, and why.
+
+Request k+1 is compared with what the server holds after request k (request k and the turn it
+generated). The first differing character is the divergence; a server reuses its memory up to
+there at most. The cause is read off the renders, never off the template's name, by checks in
+this order:
+
+- "date or time": rendering request k+1 at request k's time moves the divergence later;
+- "reasoning dropped": the held text has the reasoning of an earlier assistant turn at the
+  divergence and the request no longer has it;
+- "tool list": a tool definition lies at the divergence, in either text;
+- "system prompt": the divergence lies in the system message;
+- "generation prompt": it lies in request k's generation prompt, i.e. the template renders an
+  assistant turn otherwise than the prompt it generated after;
+- "last user message": it lies at request k's last user message;
+- "other": none of these; `held_text` and `request_text` show both texts around it.
+
+With a tokenizer the token ids are compared too, as a server compares them: request k tokenized
+whole, the generated turn tokenized on its own (as the model emits it), the next request whole.
+Ids can differ before the text does (a merge across the request/turn boundary, or a special
+token the model emits where the template writes text): `token_note` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .requests import Request, common_prefix
+
+__all__ = ["CAUSES", "Divergence", "divergences", "TokenizedRequests", "tokenize_requests"]
+
+CAUSES = ("date or time", "reasoning dropped", "tool list", "system prompt", "generation prompt",
+          "last user message", "other")
+_NEAR = 256  # characters around a message's text still counted as its rendering (headers, markup)
+_SHOW = 60   # characters shown each side of an unexplained divergence
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Request `request` against what the server held after request `request - 1`.
+
+    `position`: the first differing character of the request (== `n_held` when the request
+    extends what is held: stable); `token_position`/`n_held_tokens`: the same in token ids, when
+    a tokenizer was given.
+    """
+
+    request: int
+    position: int
+    n_held: int
+    cause: str = ""
+    detail: str = ""
+    held_text: str = ""
+    request_text: str = ""
+    token_position: int | None = None
+    n_held_tokens: int | None = None
+    token_note: str = ""
+
+    @property
+    def stable(self) -> bool:
+        text_ok = self.position >= self.n_held
+        return text_ok and (self.token_position is None or self.token_position >= self.n_held_tokens)
+
+    def to_dict(self) -> dict:
+        return {"request": self.request, "stable": self.stable, "position": self.position, "n_held": self.n_held,
+                "cause": self.cause, "detail": self.detail, "held_text": self.held_text,
+                "request_text": self.request_text, "token_position": self.token_position,
+                "n_held_tokens": self.n_held_tokens, "token_note": self.token_note}
+
+
+@dataclass(frozen=True)
+class TokenizedRequests:
+    """Token ids of each request (whole) and of each generated turn (on its own)."""
+
+    requests: tuple[tuple[int, ...], ...] = field(repr=False)
+    generated: tuple[tuple[int, ...], ...] = field(repr=False)
+
+    def held(self, k: int) -> tuple[int, ...]:
+        return self.requests[k] + self.generated[k]
+
+
+def tokenize_requests(requests, tokenizer, *, add_bos: bool = False) -> TokenizedRequests:
+    """Tokenize every request whole and every generated turn on its own.
+
+    `add_bos` prepends the tokenizer's BOS to a request that does not already start with it (as
+    `prefill.build_prompt` does).
+    """
+    bos = list(tokenizer.tokenize("", add_bos=True)) if add_bos else []
+    reqs, gens = [], []
+    for r in requests:
+        ids = list(tokenizer.tokenize(r.text, add_bos=False))
+        if bos and ids[:len(bos)] != bos:
+            ids = bos + ids
+        reqs.append(tuple(ids))
+        gens.append(_emitted(tokenizer, tokenizer.tokenize(r.generated, add_bos=False)) if r.generated else ())
+    return TokenizedRequests(tuple(reqs), tuple(gens))
+
+
+def _emitted(tokenizer, ids) -> tuple[int, ...]:
+    """The generated turn's tokens the server decodes: up to its first end-of-generation token,
+    which ends the generation and is never decoded (llama-server releases the slot first; see
+    `PrefillRunner.decode_generated`); what the template writes after it, the model never emits."""
+    is_eog = getattr(tokenizer, "is_eog", None)
+    if is_eog is None and getattr(tokenizer, "_vocab", None) is not None:  # a llama.cpp vocabulary
+        lib, vocab = tokenizer._lib, tokenizer._vocab
+        is_eog = lambda t: bool(lib.llama_vocab_is_eog(vocab, int(t)))  # noqa: E731
+    if is_eog is None:
+        return tuple(ids)
+    for i, t in enumerate(ids):
+        if is_eog(t):
+            return tuple(ids[:i])
+    return tuple(ids)
+
+
+def divergences(requests, messages, tools=(), *, redraw=None, tokens: TokenizedRequests | None = None,
+                tokenizer=None) -> tuple[Divergence, ...]:
+    """The divergence of every request after the first.
+
+    `messages`/`tools`: the session's (for the causes); `redraw(k, at)`: request k rendered at the
+    time `at` (for the date check; None skips it); `tokens`/`tokenizer`: compare token ids too.
+    """
+    out = []
+    for k in range(1, len(requests)):
+        prev, cur = requests[k - 1], requests[k]
+        held = prev.held
+        pos = common_prefix(held, cur.text)
+        div = Divergence(k, pos, len(held))
+        if pos < len(held):
+            cause, detail = _cause(prev, cur, pos, messages, tools, redraw)
+            div = Divergence(k, pos, len(held), cause, detail, held[max(0, pos - _SHOW):pos + _SHOW],
+                             cur.text[max(0, pos - _SHOW):pos + _SHOW])
+        if tokens is not None:
+            div = _with_tokens(div, tokens, k, tokenizer, cur.text)
+        out.append(div)
+    return tuple(out)
+
+
+def _text(content) -> str:
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tuple[str, str]:
+    held, text = prev.held, cur.text
+    if redraw is not None:
+        again = redraw(cur.index, prev.time)
+        if common_prefix(held, again) > pos:
+            return "date or time", f"rendered at request {prev.index}'s time the request matches further ({cur.time:%H:%M:%S} vs {prev.time:%H:%M:%S})"
+    for i, m in enumerate(messages[:prev.turn[1]]):
+        r = _text(m.get("reasoning_content")).strip() if m.get("role") == "assistant" else ""
+        if r and _covers(held, r, pos, slack=_NEAR) and text.count(r) < held.count(r):
+            return "reasoning dropped", f"the reasoning of message {i} is in the held text at the divergence and not in the request"
+    for t in tools or ():
+        fn = t.get("function", t)
+        s = fn.get("description")  # a tool's name also appears in every call of it; its description does not
+        if isinstance(s, str) and s and (_covers(held, s, pos, _NEAR) or _covers(text, s, pos, _NEAR)):
+            return "tool list", f"tool '{fn.get('name')}' is defined at the divergence: the tool list moved or changed"
+    system = next((_text(m.get("content")) for m in messages[:1] if m.get("role") == "system"), "")
+    if system.strip() and _covers(held, system.strip(), pos, _NEAR):
+        return "system prompt", "the divergence lies in the system message"
+    g0 = len(prev.text) - len(prev.generation_prompt)
+    if prev.generated and g0 <= pos <= len(prev.text):
+        return "generation prompt", (f"the generation prompt {prev.generation_prompt!r} differs from the re-rendered turn "
+                                     f"{text[g0:g0 + len(prev.generation_prompt) + 20]!r}")
+    user = next((_text(m.get("content")) for m in reversed(messages[:prev.n_messages]) if m.get("role") == "user"), "")
+    if user.strip() and _covers(held[:len(prev.text)], user.strip(), pos, _NEAR):
+        return "last user message", "request %d's last user message is rendered differently" % prev.index
+    return "other", "see held_text and request_text"
+
+
+def _covers(text: str, needle: str, pos: int, slack: int) -> bool:
+    """Whether an occurrence of `needle` in `text` spans `pos`, give or take `slack` characters."""
+    start = text.find(needle, max(0, pos - len(needle) - slack))
+    return 0 <= start <= pos + slack
+
+
+def _with_tokens(div: Divergence, tokens: TokenizedRequests, k: int, tokenizer, text: str) -> Divergence:
+    held = tokens.held(k - 1)
+    nxt = tokens.requests[k]
+    tpos = common_prefix(held, nxt)
+    note = ""
+    if tpos < len(held) and tokenizer is not None and hasattr(tokenizer, "tokenize_with_offsets"):
+        # where token `tpos` of the request ends in its text: before the text divergence, the ids
+        # differ although the text is the same
+        ids, offsets = tokenizer.tokenize_with_offsets(text)
+        shift = len(nxt) - len(ids)  # a prepended BOS
+        j = tpos - shift
+        if 0 <= j < len(offsets) and offsets[j][1] <= div.position:
+            n_req = len(tokens.requests[k - 1])
+            where = "at the request/turn boundary" if abs(tpos - n_req) <= 2 else "inside the held text"
+            note = (f"ids differ at token {tpos} {where} although the text matches up to character {div.position}: "
+                    f"held {list(held[tpos:tpos + 3])} vs request {list(nxt[tpos:tpos + 3])}")
+    return Divergence(div.request, div.position, div.n_held, div.cause or ("token ids" if note else ""), div.detail,
+                      div.held_text, div.request_text, tpos, len(held), note)

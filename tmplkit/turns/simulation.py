@@ -1,0 +1,152 @@
+"""llama-server's prompt cache as a pure simulation over token positions.
+
+`PrefillRunner.resume` and `PrefillRunner._prefill` decide, request by request, how much of the
+held memory is reused, which checkpoint is restored, where batches end and where checkpoints are
+saved. This module makes the same decisions without a model, so the recompute of a session can be
+predicted for any template, delimiter set and policy, and checked against a replay.
+
+The batch policy's rules are not repeated here: `BatchPolicy.break_before` and the checkpoint
+store (`CheckpointStore.add/find_restorable/drop_after`) are called as the runner calls them.
+What is repeated is the runner's loop around them (which positions it asks about, when a
+checkpoint is due); `plan_batches` is that loop without the decoding, written so the runner can
+call it too.
+
+The only thing about the model it needs is `MemoryModel`: whether the memory can roll back, and
+which positions it still holds after n tokens (the sliding-window cache keeps the last
+`swa_cells` positions; a recurrent state only the newest).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..prefill.checkpoints import Checkpoint, CheckpointStore
+from ..prefill.policies import BatchSchedule, PlannedBatch, get_policy
+from .requests import common_prefix
+
+__all__ = ["MemoryModel", "SimulatedRequest", "ServerSimulation", "plan_batches"]
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """What the simulation needs to know of a model's memory.
+
+    `kind`: "full" (attention over the whole context; rolls back anywhere), "swa" (a sliding
+    window of `n_swa` positions in a cache of `swa_cells` cells) or "recurrent".
+    """
+
+    kind: str = "full"
+    n_swa: int = 0
+    swa_cells: int = 0
+
+    @property
+    def checkpointing(self) -> bool:
+        return self.kind != "full"
+
+    def pos_min(self, n_tokens: int) -> int:
+        """The oldest position held after `n_tokens` tokens (-1: none)."""
+        if n_tokens <= 0:
+            return -1
+        if self.kind == "swa":
+            return max(0, n_tokens - self.swa_cells)
+        if self.kind == "recurrent":
+            return n_tokens - 1
+        return 0
+
+    @classmethod
+    def swa(cls, n_swa: int, n_ubatch: int = 512) -> "MemoryModel":
+        """llama.cpp's small SWA cache: n_swa + n_ubatch cells, padded to 256 (llama-kv-cache-iswa.cpp)."""
+        return cls("swa", n_swa, -(-(n_swa + n_ubatch) // 256) * 256)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "n_swa": self.n_swa, "swa_cells": self.swa_cells}
+
+
+def plan_batches(n: int, start: int, spans, policy, settings, store: CheckpointStore | None, run_id: int = 0,
+                 memory: MemoryModel | None = None) -> list[PlannedBatch]:
+    """The batches `PrefillRunner._prefill` decodes for a prompt of `n` tokens from `start`, from the
+    same `BatchSchedule`; `store` (None: no checkpoints) receives the checkpoints saved on the way,
+    as the runner adds them, with pos_min/pos_max from `memory`.
+
+    A policy with `checkpoint_before(pos, spans)` (the divergence-aware one) also gets a
+    checkpoint before a batch starting at such a position.
+    """
+    pol = get_policy(policy)
+    memory = memory or MemoryModel()
+    sched = BatchSchedule(pol, spans, n, n_batch=settings.n_batch, n_ubatch=min(settings.n_ubatch, settings.n_batch),
+                          min_step=settings.checkpoint_min_step, checkpointing=store is not None)
+    wants = getattr(pol, "checkpoint_before", None)
+    out, pos = [], start
+    while pos < n:
+        last = store.last() if store is not None else None
+        batch = sched.next_batch(pos, last.n_tokens if last else None)
+        if store is not None and batch.checkpoint is None and batch.begin > 0 and wants is not None \
+                and wants(batch.begin, sched.spans):
+            batch = replace(batch, checkpoint="next divergence")
+        if store is not None and batch.checkpoint is not None and batch.begin > 0:
+            store.add(Checkpoint(batch.begin, memory.pos_min(batch.begin), batch.begin - 1, b"", run_id))
+        out.append(batch)
+        pos = batch.end
+    return out
+
+
+@dataclass(frozen=True)
+class SimulatedRequest:
+    """One request as the server processes it: reused, restored from, recomputed."""
+
+    n_prompt: int
+    n_reused: int
+    n_recomputed: int
+    restored: int | None  # n_tokens of the restored checkpoint
+    n_common: int         # the common prefix of the prompt and the held tokens
+    checkpoints: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"n_prompt": self.n_prompt, "n_reused": self.n_reused, "n_recomputed": self.n_recomputed,
+                "restored": self.restored, "n_common": self.n_common, "checkpoints": list(self.checkpoints)}
+
+
+class ServerSimulation:
+    """A slot's memory and checkpoints across requests, as `PrefillRunner.resume` keeps them.
+
+        >>> sim = ServerSimulation(MemoryModel.swa(512), PrefillSettings())       # doctest: +SKIP
+        >>> sim.resume(tokens, spans, "gated").n_recomputed                        # doctest: +SKIP
+    """
+
+    def __init__(self, memory: MemoryModel, settings):
+        self.memory = memory
+        self.settings = settings
+        self.store = CheckpointStore(settings.max_checkpoints, settings.checkpoint_min_step) if memory.checkpointing else None
+        self.held: list[int] = []
+        self.run_id = 0
+
+    def resume(self, tokens, spans=None, policy="gated") -> SimulatedRequest:
+        toks = list(tokens)
+        self.run_id += 1
+        held = self.held
+        n_past = common_prefix(held, toks)
+        common = n_past
+        restored = None
+        pos_next = n_past
+        thold = max(0, pos_next - self.memory.n_swa - (0 if n_past < len(toks) else 1))
+        if 0 < n_past <= len(held) and self.memory.pos_min(len(held)) >= thold:
+            ck = self.store.find_restorable(pos_next, thold) if self.store is not None else None
+            if ck is not None:
+                restored = ck.n_tokens
+                pos_next = min(pos_next, max(ck.pos_min + 1, ck.pos_max))
+                n_past = min(pos_next, ck.n_tokens)
+            else:
+                pos_next = n_past = 0
+        if self.store is not None:
+            self.store.drop_after(pos_next)
+        if n_past == len(toks) and n_past > 0:
+            n_past -= 1
+        batches = plan_batches(len(toks), n_past, spans, policy, self.settings, self.store, self.run_id, self.memory)
+        self.held = toks
+        new = tuple(b.begin for b in batches if b.checkpoint is not None and b.begin > 0)
+        return SimulatedRequest(len(toks), n_past, len(toks) - n_past, restored, common, new)
+
+    def generate(self, tokens) -> None:
+        """The generated turn, decoded after the prompt (no checkpoints are saved while generating)."""
+        self.held = self.held + list(tokens)
+

@@ -1,0 +1,156 @@
+"""One template over one session: stable or not, the first divergence and its cause, the cost.
+
+    >>> r = study_turns(load_one("Qwen3.5-4B.jinja"), generate_session(30000, style="agent"), tokenizer=tok)  # doctest: +SKIP
+    >>> r.stable, r.first.cause, r.cost.total("tmplkit")                                                  # doctest: +SKIP
+    (False, 'reasoning dropped', 5120)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ..errors import TmplkitError
+from ..probes import THINKING_FLAGS
+from ..sources import ChatTemplate
+from .cost import SessionCost, session_cost
+from .divergence import Divergence, divergences, tokenize_requests
+from .requests import DEFAULT_INTERVAL, session_requests
+
+__all__ = ["TurnsReport", "study_turns", "HISTORY_FLAGS"]
+
+# Switches some templates read to keep or clear the reasoning of earlier turns (besides the
+# thinking switches the analysis finds); tried when their name appears in the template.
+HISTORY_FLAGS: tuple[tuple[str, tuple], ...] = (
+    ("preserve_thinking", (True, False)),
+    ("clear_thinking", (False, True)),
+    ("keep_reasoning", (True, False)),
+    ("truncate_history_thinking", (False, True)),
+)
+
+
+@dataclass(frozen=True)
+class TurnsReport:
+    """`switches`: (setting, stable) for each value of each thinking switch the template reads."""
+
+    template: str
+    n_requests: int
+    divergences: tuple[Divergence, ...] = field(repr=False)
+    switches: tuple[tuple[str, bool], ...] = ()
+    cost: SessionCost | None = field(default=None, repr=False)
+    notes: tuple[str, ...] = ()
+    error: str = ""
+
+    @property
+    def stable(self) -> bool:
+        return not self.error and all(d.stable for d in self.divergences)
+
+    @property
+    def first(self) -> Divergence | None:
+        return next((d for d in self.divergences if not d.stable), None)
+
+    @property
+    def stable_with(self) -> tuple[str, ...]:
+        return tuple(name for name, ok in self.switches if ok)
+
+    def causes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for d in self.divergences:
+            if not d.stable:
+                out[d.cause] = out.get(d.cause, 0) + 1
+        return out
+
+    def to_dict(self) -> dict:
+        first = self.first
+        return {"template": self.template, "stable": self.stable, "n_requests": self.n_requests,
+                "first_divergence": first.to_dict() if first else None, "causes": self.causes(),
+                "switches": [{"setting": n, "stable": ok} for n, ok in self.switches],
+                "stable_with": list(self.stable_with), "cost": self.cost.to_dict() if self.cost else None,
+                "divergences": [d.to_dict() for d in self.divergences], "notes": list(self.notes), "error": self.error}
+
+
+def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: bool = False, memory=None,
+                prefill=None, kwargs=None, switches: bool = True, interval=DEFAULT_INTERVAL) -> TurnsReport:
+    """Requests, divergences, thinking switches and (with a tokenizer) the cost of `session` on `template`.
+
+    A template that cannot render the session gives a report with `error` set (a corpus table
+    goes on); other problems raise.
+    """
+    from ..prefill.session import messages_for_template
+
+    try:
+        reqs = session_requests(session, template, kwargs=kwargs, interval=interval)
+    except TmplkitError as exc:
+        if type(exc).__name__ not in ("RenderError", "RenderLimitError"):
+            raise
+        return TurnsReport(template.name, 0, (), error=str(exc))
+    messages = messages_for_template(session)
+    redraw = _redraw(template, session, reqs, kwargs)
+    tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos) if tokenizer is not None else None
+    divs = divergences(reqs, messages, session.tools, redraw=redraw, tokens=tokens, tokenizer=tokenizer)
+    notes: list[str] = []
+    cost = None
+    if tokens is not None:
+        spans = _spans(template, tokenizer, reqs, tokens, notes)
+        if spans:
+            cost = session_cost(tokens, spans, memory=memory, prefill=prefill)
+    tried = _switches(template, session, messages, kwargs, interval) if switches else ()
+    return TurnsReport(template.name, len(reqs), divs, tried, cost, tuple(notes))
+
+
+def _redraw(template, session, reqs, kwargs):
+    """request k rendered at another time (for the date check)."""
+    from ..prefill.session import messages_for_template
+    from ..sandbox import render
+    from .requests import _LIMITS
+
+    messages = messages_for_template(session)
+
+    def redraw(k: int, at: datetime) -> str:
+        return render(template, messages[:reqs[k].n_messages], tools=list(session.tools or ()) or None,
+                      add_generation_prompt=True, limits=_LIMITS, clock=lambda: at, **dict(kwargs or {}))
+
+    return redraw
+
+
+def _switches(template, session, messages, kwargs, interval) -> tuple[tuple[str, bool], ...]:
+    out = []
+    for name, values in THINKING_FLAGS + HISTORY_FLAGS:
+        if name not in template.text:
+            continue
+        for value in values:
+            try:
+                reqs = session_requests(session, template, kwargs={**dict(kwargs or {}), name: value}, interval=interval)
+            except TmplkitError:
+                continue
+            ok = all(d.stable for d in divergences(reqs, messages, session.tools))
+            out.append((f"{name}={value!r}", ok))
+    return tuple(out)
+
+
+def _spans(template, tokenizer, reqs, tokens, notes: list) -> dict:
+    """One Spans per request for each delimiter set that works here ("tmplkit", "server")."""
+    from ..analysis import Analysis, RoundTrip
+    from ..prefill.prompt import server_delimiters, text_delimiters
+    from ..spans import SpanDetector
+    from ..tokenize import token_delimiters
+
+    out = {}
+    try:
+        delims, _ = text_delimiters(template)
+        probe = Analysis(name=template.name, source=template.source, status="pass", delimiters=delims,
+                         round_trip=RoundTrip(True, (), (), rendered=reqs[-1].text))
+        tdelims = token_delimiters(probe, tokenizer)
+        if tdelims.passed:
+            det = SpanDetector(tdelims)
+            out["tmplkit"] = [det.split(list(ids)) for ids in tokens.requests]
+        else:
+            notes.append("tmplkit's delimiters do not split the tokens as the text: " + "; ".join(tdelims.problems[:2]))
+    except TmplkitError as exc:
+        notes.append(f"no tmplkit delimiters: {exc}")
+    try:
+        det = SpanDetector(list(server_delimiters(template)), tokenizer)
+        out["server"] = [det.split(list(ids)) for ids in tokens.requests]
+    except TmplkitError as exc:
+        notes.append(f"no llama-server delimiters: {exc}")
+    return out
