@@ -12,7 +12,7 @@ import pytest
 
 from tmplkit import GGUFError, SourceError
 from tmplkit import sources
-from tmplkit.gguf_meta import GGUFValueType, GGUF_MAGIC
+from tmplkit.gguf_meta import GGUF_MAGIC, GGUFValueType, Keys
 
 CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 
@@ -22,6 +22,30 @@ def test_value_type_codes_match_gguf_package():
 
     assert GGUF_MAGIC == gguf.GGUF_MAGIC
     assert {t.name: t.value for t in GGUFValueType} == {t.name: t.value for t in gguf.GGUFValueType}
+
+
+def test_metadata_keys_match_gguf_package():
+    import gguf
+
+    names = [n for n in vars(Keys.Tokenizer) if n.isupper() and n != "PREFIX"]
+    assert names
+    assert {n: getattr(Keys.Tokenizer, n) for n in names} == {n: getattr(gguf.Keys.Tokenizer, n) for n in names}
+    assert Keys.Tokenizer.LIST.startswith(Keys.Tokenizer.PREFIX)
+
+
+def test_gguf_chat_templates_list_is_not_a_template(write_gguf, tmp_path):
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "listed.gguf"
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    w.add_chat_template([{"name": "default", "template": CHATML}, {"name": "rag", "template": "RAG"}])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    from tmplkit.gguf_meta import read_metadata
+
+    assert Keys.Tokenizer.CHAT_TEMPLATES in read_metadata(path, lambda k: True)  # the list of names is there
+    assert [t.name for t in sources.load(path)] == ["listed", "listed:rag"]
 
 
 def test_gguf_default_and_named_templates_with_bos_eos(write_gguf):

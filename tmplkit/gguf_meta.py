@@ -6,6 +6,8 @@ section through mmap, check every length against the bytes left before using it,
 values we are asked for, so a 20 GB model loads its chat template quickly and a corrupted file
 ends in a GGUFError, never in a huge allocation. The value type codes are those of gguf-py's
 GGUFValueType (a test checks they agree); importing gguf itself costs more than the whole parse.
+`Keys` names every metadata key tmplkit reads, once; `sources.load_gguf`, the tokenizer adapters
+and the tiny-model builder all use it.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from __future__ import annotations
 import mmap
 import stat
 import struct
+from enum import IntEnum
 from pathlib import Path
 from typing import Callable
 
-from enum import IntEnum
-
 from .errors import GGUFError
+
+__all__ = ["GGUF_MAGIC", "GGUFValueType", "Keys", "read_metadata"]
 
 GGUF_MAGIC = 0x46554747  # b"GGUF" read as little-endian uint32
 
@@ -37,6 +40,22 @@ class GGUFValueType(IntEnum):
     UINT64 = 10
     INT64 = 11
     FLOAT64 = 12
+
+
+class Keys:
+    """Every GGUF metadata key tmplkit reads or writes, named once (names as in gguf-py's Keys;
+    a test checks the values agree)."""
+
+    class Tokenizer:
+        MODEL = "tokenizer.ggml.model"
+        LIST = "tokenizer.ggml.tokens"
+        BOS_ID = "tokenizer.ggml.bos_token_id"
+        EOS_ID = "tokenizer.ggml.eos_token_id"
+        CHAT_TEMPLATE = "tokenizer.chat_template"
+        CHAT_TEMPLATE_N = "tokenizer.chat_template.{name}"
+        CHAT_TEMPLATES = "tokenizer.chat_templates"  # a list of the named templates, not a template
+        PREFIX = "tokenizer."
+
 
 _SCALARS: dict[int, struct.Struct] = {
     GGUFValueType.UINT8: struct.Struct("B"),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import GGUFError, SourceError
-from .jsonio import read_json, read_text
+from .jsonio import parse_json, read_json, read_text
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ def load(source: str | os.PathLike) -> list[ChatTemplate]:
     'chatml'
     """
     text = str(source)
+    if text == "-":
+        return _load_stdin()
     if text.startswith("hf:"):
         return load_hf(text[3:])
     if text.startswith("corpus:"):
@@ -147,7 +149,23 @@ def _templates_from_value(value, path: Path, base: str, bos, eos, key: str = "ch
 
 def load_json(path: Path, base: str | None = None) -> list[ChatTemplate]:
     """tokenizer_config.json or chat_template.json (any JSON object with a `chat_template`)."""
-    data = _read_json(path)
+    return _json_templates(_read_json(path), path, base)
+
+
+def _load_stdin() -> list[ChatTemplate]:
+    """`-`: a Jinja template, or a tokenizer_config.json / chat_template.json, on standard input."""
+    import re
+    import sys
+
+    where = "<stdin>"
+    text = read_text(sys.stdin.buffer, what="a chat template", where=where, error=SourceError)
+    if re.match(r'\s*\{\s*"', text):  # a JSON object; a Jinja template starts with text, {{ or {%
+        return _json_templates(parse_json(text, what="a tokenizer config", where=where, error=SourceError),
+                               Path(where), "stdin")
+    return [ChatTemplate(text, "stdin", where)]
+
+
+def _json_templates(data, path: Path, base: str | None) -> list[ChatTemplate]:
     if not isinstance(data, dict):
         raise SourceError(f"{path}: expected a JSON object with 'chat_template', got {type(data).__name__}")
     if "chat_template" not in data:
@@ -232,16 +250,21 @@ def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
 
     Reads the key/value header only (never the tensors), so large models load quickly.
     """
-    from .gguf_meta import read_metadata
+    from .gguf_meta import Keys, read_metadata
 
     p = Path(path)
-    bos_key, eos_key, tokens_key = "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.tokens"
+    tk = Keys.Tokenizer
+    named = tk.CHAT_TEMPLATE_N.format(name="")  # the prefix of a named template's key
+
+    def is_template(key: str) -> bool:  # not tk.CHAT_TEMPLATES, a list of the names
+        return key == tk.CHAT_TEMPLATE or key.startswith(named)
+
     md = read_metadata(
         p,
-        lambda k: k.startswith("tokenizer.chat_template") or k in (bos_key, eos_key, tokens_key, "general.name"),
-        pick={tokens_key: lambda m: {v for v in (m.get(bos_key), m.get(eos_key)) if isinstance(v, int)}},
+        lambda k: is_template(k) or k in (tk.BOS_ID, tk.EOS_ID, tk.LIST),
+        pick={tk.LIST: lambda m: {v for v in (m.get(tk.BOS_ID), m.get(tk.EOS_ID)) if isinstance(v, int)}},
     )
-    tokens = md.get(tokens_key)
+    tokens = md.get(tk.LIST)
     if not isinstance(tokens, dict):  # absent, or corrupted into another type: BOS/EOS unknown
         tokens = {}
 
@@ -250,15 +273,12 @@ def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
         raw = tokens.get(idx) if isinstance(idx, int) else None
         return raw.decode("utf-8", errors="replace") if raw is not None else None
 
-    bos, eos = token(bos_key), token(eos_key)
+    bos, eos = token(tk.BOS_ID), token(tk.EOS_ID)
     base = p.stem
     out: list[ChatTemplate] = []
-    keys = sorted(k for k in md if k.startswith("tokenizer.chat_template"))
     # The default template first, then the named ones in name order.
-    keys.sort(key=lambda k: (k != "tokenizer.chat_template", k))
+    keys = sorted(filter(is_template, md), key=lambda k: (k != tk.CHAT_TEMPLATE, k))
     for key in keys:
-        if key == "tokenizer.chat_templates":
-            continue  # a list of names, not a template
         raw = md[key]
         if not isinstance(raw, bytes):
             raise GGUFError(f"{p}: '{key}' is not a string; the file's metadata is corrupted")
@@ -266,11 +286,11 @@ def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise GGUFError(f"{p}: '{key}' is not valid UTF-8 at byte {exc.start}; re-convert the model with a fixed template") from None
-        name = base if key == "tokenizer.chat_template" else f"{base}:{key[len('tokenizer.chat_template.'):]}"
+        name = base if key == tk.CHAT_TEMPLATE else f"{base}:{key[len(named):]}"
         out.append(ChatTemplate(text, name, str(p), bos, eos))
     if not out:
         raise SourceError(
-            f"{p}: this GGUF has no chat template (no tokenizer.chat_template key); "
+            f"{p}: this GGUF has no chat template (no {Keys.Tokenizer.CHAT_TEMPLATE} key); "
             "give the template from another source, e.g. --template hf:org/name or a .jinja file"
         )
     return out

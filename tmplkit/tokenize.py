@@ -1,4 +1,4 @@
-"""Tokenizer adapters, and role delimiters as token ids of one tokenizer, checked in context.
+"""Tokenizer adapters.
 
 Two adapters share one small protocol (`Tokenizer`):
 
@@ -9,29 +9,27 @@ Two adapters share one small protocol (`Tokenizer`):
 `load_tokenizer(spec)` picks one from a path, a `vocab:NAME` corpus vocab or an `hf:ORG/NAME` repo
 in the local Hugging Face cache.
 
-`token_delimiters(analysis, tokenizer)` turns an Analysis's text delimiters into token sequences.
-Tokenizing a delimiter on its own (what llama-server does) is wrong whenever the tokenizer merges
-its first or last characters with what surrounds it: in the qwen35 vocab `>\\n` is one token, so
-`<|im_start|>user\\n<tool_response>` ends inside a token once the template's newline follows. The
-sequences are therefore read off the tokenized probe render, at every place each delimiter occurs.
+Delimiters as token ids of one of these tokenizers are derived in `token_delims`; its names are
+importable from here too, as they were before it had a module of its own.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import ctypes
 import logging
 import os
-import struct
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Protocol, Sequence, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .delimiters import Delimiter, sort_delimiters
-from .errors import TokenizerError
+from .errors import GGUFError, TokenizerError
+from .gguf_meta import Keys, read_metadata
+from .token_delims import TokenDelimiter, TokenDelimiters, token_delimiters  # noqa: F401  (re-exported)
+
+__all__ = ["HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenDelimiter", "TokenDelimiters", "Tokenizer",
+           "load_tokenizer", "token_delimiters"]
 
 Offsets = list[tuple[int, int]]
 
@@ -130,72 +128,21 @@ def _align_pieces(data: bytes, pieces: Sequence[bytes]) -> list[tuple[int, int]]
 
 
 # ---------------------------------------------------------------------------------------------
-# GGUF: a minimal header scan, enough to say why a file has no vocabulary
-
-_GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
+# GGUF: which tokenizer the file declares, read through the one GGUF metadata reader
 
 
-def _gguf_tokenizer_model(path: Path, *, full: bool = False) -> str | None:
-    """The value of `tokenizer.ggml.model` in a GGUF header, or None when the key is absent.
+def _gguf_vocab_model(path: Path) -> str | None:
+    """The value of `tokenizer.ggml.model` in a GGUF's metadata, or None when the key is absent.
 
-    Raises TokenizerError when the file is not a readable GGUF. Reads keys only up to that one,
-    or, with `full`, every key (to tell a truncated file).
+    Reads the whole key/value header, so a truncated or corrupted file is told before llama.cpp
+    opens it; raises TokenizerError then.
     """
     try:
-        with path.open("rb") as f:
-            head = f.read(24)
-            if len(head) < 24 or head[:4] != b"GGUF":
-                raise TokenizerError(f"{path} is not a GGUF file (no GGUF magic); give a .gguf model or vocab, or a tokenizer.json")
-            version = struct.unpack_from("<I", head, 4)[0]
-            if version < 2:
-                raise TokenizerError(f"{path} is a GGUF v{version} file, too old to read; convert it with a current llama.cpp")
-            n_kv = struct.unpack_from("<Q", head, 16)[0]
-
-            def read(n: int) -> bytes:
-                b = f.read(n)
-                if len(b) != n:
-                    raise EOFError
-                return b
-
-            def read_str() -> bytes:
-                (length,) = struct.unpack("<Q", read(8))
-                return read(length)
-
-            def skip_value(vtype: int) -> None:
-                if vtype in _GGUF_SCALAR:
-                    f.seek(_GGUF_SCALAR[vtype], os.SEEK_CUR)
-                elif vtype == _GGUF_STRING:
-                    (length,) = struct.unpack("<Q", read(8))
-                    f.seek(length, os.SEEK_CUR)
-                elif vtype == _GGUF_ARRAY:
-                    etype, count = struct.unpack("<IQ", read(12))
-                    if etype in _GGUF_SCALAR:
-                        f.seek(_GGUF_SCALAR[etype] * count, os.SEEK_CUR)
-                    else:
-                        for _ in range(count):
-                            skip_value(etype)
-                else:
-                    raise ValueError(f"unknown GGUF value type {vtype}")
-
-            found = None
-            for _ in range(n_kv):
-                key = read_str()
-                (vtype,) = struct.unpack("<I", read(4))
-                if key == b"tokenizer.ggml.model" and vtype == _GGUF_STRING:
-                    found = read_str().decode("utf-8", "replace")
-                    if not full:
-                        return found
-                else:
-                    skip_value(vtype)
-            if full and f.tell() > path.stat().st_size:
-                raise EOFError
-            return found
-    except (EOFError, ValueError, struct.error) as exc:
-        raise TokenizerError(f"{path} is a truncated or corrupted GGUF file ({exc or 'unexpected end of file'}); download it again") from None
-    except OSError as exc:
-        raise TokenizerError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return None
+        md = read_metadata(path, lambda key: key == Keys.Tokenizer.MODEL)
+    except GGUFError as exc:
+        raise TokenizerError(str(exc)) from None
+    raw = md.get(Keys.Tokenizer.MODEL)
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None
 
 
 @contextlib.contextmanager
@@ -222,11 +169,11 @@ class LlamaCppTokenizer:
         path = Path(path)
         if not path.is_file():
             raise TokenizerError(f"tokenizer file not found: {path}")
-        model = _gguf_tokenizer_model(path)
+        model = _gguf_vocab_model(path)
         if model is None:
-            raise TokenizerError(f"{path} has no vocabulary (no tokenizer.ggml.* keys); use the model's GGUF or a vocab GGUF")
+            raise TokenizerError(f"{path} has no vocabulary (no {Keys.Tokenizer.MODEL} key); use the model's GGUF or a vocab GGUF")
         if model in ("none", "no_vocab"):
-            raise TokenizerError(f"{path} has no vocabulary (tokenizer.ggml.model = '{model}'); use the model's GGUF or a vocab GGUF")
+            raise TokenizerError(f"{path} has no vocabulary ({Keys.Tokenizer.MODEL} = '{model}'); use the model's GGUF or a vocab GGUF")
         try:
             import llama_cpp
         except ImportError:
@@ -238,7 +185,6 @@ class LlamaCppTokenizer:
             params.vocab_only = True
             self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
-            _gguf_tokenizer_model(path, full=True)  # says so when the file is truncated
             raise TokenizerError(f"llama.cpp could not load the vocabulary of {path} (tokenizer '{model}'); the file may be damaged or from a newer llama.cpp")
         self._use_vocab(self._model, path, add_bos, name)
         if self.n_vocab <= 0:
@@ -444,418 +390,3 @@ def _hf_from_cache(repo_id: str, add_bos: bool = False) -> HFTokenizer:
     if not isinstance(found, str):
         raise TokenizerError(f"no tokenizer.json for '{repo_id}' in the local Hugging Face cache; download it first (e.g. `hf download {repo_id} tokenizer.json`) or give a path")
     return HFTokenizer(found, add_bos=add_bos, name=f"hf:{repo_id}")
-
-
-# ---------------------------------------------------------------------------------------------
-# Delimiters as token ids, derived in context
-
-
-@dataclass(frozen=True)
-class TokenDelimiter:
-    """One role delimiter as token ids of one tokenizer.
-
-    `ids` is what the span detector matches. `occurrences` counts where the delimiter starts a
-    message in the probe render; `aligned` says its text began and ended on token boundaries at
-    all of them; `stable` that the tokens covering it were the same ids at all of them.
-    `standalone_ids` is the delimiter tokenized on its own (what llama-server uses); `adjusted`
-    explains, when ids differ from the exact tokens of the text, what was changed and why.
-    """
-
-    role: str
-    text: str
-    ids: tuple[int, ...]
-    occurrences: int
-    aligned: bool
-    stable: bool
-    standalone_ids: tuple[int, ...]
-    adjusted: str | None = None
-    # The text the ids stand for (the delimiter as llama-server should be given it).
-    token_text: str = ""
-    # Further id sequences matched for this delimiter, where its edge tokens vary with context.
-    alternatives: tuple[tuple[int, ...], ...] = ()
-    alternative_texts: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict:
-        return {
-            "role": self.role,
-            "text": self.text,
-            "ids": list(self.ids),
-            "token_text": self.token_text,
-            "occurrences": self.occurrences,
-            "aligned": self.aligned,
-            "stable": self.stable,
-            "standalone_ids": list(self.standalone_ids),
-            "adjusted": self.adjusted,
-            "alternatives": [list(a) for a in self.alternatives],
-        }
-
-
-@dataclass(frozen=True)
-class TokenDelimiters:
-    """Every delimiter of an Analysis as token ids, longest first, with the check's verdict.
-
-    `passed` is true when splitting the tokenized probe render with these ids finds exactly the
-    message starts that splitting its text finds, at the same places; `problems` says otherwise.
-    `warnings` note what does not fail the check (a delimiter absent from the render, one whose
-    text tokenizes differently on its own).
-    """
-
-    tokenizer: str
-    template: str
-    delimiters: tuple[TokenDelimiter, ...]
-    passed: bool
-    problems: tuple[str, ...] = ()
-    n_tokens: int = 0
-    warnings: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict:
-        return {
-            "tokenizer": self.tokenizer,
-            "template": self.template,
-            "passed": self.passed,
-            "n_tokens": self.n_tokens,
-            "delimiters": [d.to_dict() for d in self.delimiters],
-            "problems": list(self.problems),
-            "warnings": list(self.warnings),
-        }
-
-    def message_delimiters(self) -> list[dict]:
-        """llama-server's `message_delimiters` form: `[{"role": ..., "delimiter": ...}]`.
-
-        The delimiter strings are the text of the token-aligned sequences, so that llama-server,
-        which tokenizes each on its own, gets the ids checked here.
-        """
-        return [{"role": d.role, "delimiter": text} for d in self.delimiters
-                for text in (d.token_text,) + d.alternative_texts]
-
-    def id_lists(self) -> list[dict]:
-        """`[{"role": ..., "ids": [...]}]`, longest first."""
-        return [{"role": d.role, "ids": list(q)} for d in self.delimiters for q in (d.ids,) + d.alternatives]
-
-    def __iter__(self):
-        return iter(self.delimiters)
-
-    def __len__(self) -> int:
-        return len(self.delimiters)
-
-
-@dataclass
-class _Occ:
-    """Where one delimiter occurrence lies in the token list."""
-
-    first: int  # first token overlapping the delimiter
-    last: int  # last token overlapping it (inclusive)
-    left_aligned: bool
-    right_aligned: bool
-    at: int = 0  # character offset where the delimiter starts
-
-    def bounds(self, left_inner: bool, right_inner: bool) -> tuple[int, int]:
-        lo = self.first + (1 if left_inner and not self.left_aligned else 0)
-        hi = self.last + 1 - (1 if right_inner and not self.right_aligned else 0)
-        return lo, hi
-
-
-def _locate(starts: list[int], ends: list[int], a: int, b: int) -> _Occ | None:
-    """Tokens overlapping characters [a, b), or None when no token does."""
-    i = bisect.bisect_right(ends, a)  # first token with end > a
-    while i < len(starts) and ends[i] == starts[i] and starts[i] <= a:  # zero-width tokens at a
-        i += 1
-    j = bisect.bisect_left(starts, b) - 1  # last token with start < b
-    if i >= len(starts) or j < i:
-        return None
-    return _Occ(i, j, starts[i] >= a, ends[j] <= b, a)
-
-
-# (left_inner, right_inner) in order of preference: cut back to the tokens wholly inside the
-# delimiter first (they depend on the template only), extend to whole tokens after that.
-_MODES = ((True, True), (True, False), (False, True), (False, False))
-
-
-def _describe(occ: Sequence[_Occ], lo: int, hi: int, left_inner: bool, right_inner: bool,
-              offsets: Offsets, text: str) -> str | None:
-    """A note on how the chosen ids differ from the delimiter's text, or None when they match."""
-    notes = []
-    left = [x for x in occ if not x.left_aligned]
-    right = [x for x in occ if not x.right_aligned]
-    where = lambda xs: "" if len(xs) == len(occ) else f" at {len(xs)} of its {len(occ)} occurrences"  # noqa: E731
-    if left:
-        piece = text[offsets[left[0].first][0]:offsets[left[0].first][1]]
-        if left_inner:
-            notes.append(f"starts inside token {piece!r}{where(left)}; the match starts after it")
-        else:
-            notes.append(f"starts inside token {piece!r}{where(left)}; kept the whole token")
-    if right:
-        piece = text[offsets[right[0].last][0]:offsets[right[0].last][1]]
-        if right_inner:
-            kept = text[offsets[lo][0]:offsets[hi - 1][1]] if hi > lo else ""
-            notes.append(f"ends inside token {piece!r}{where(right)}; dropped it, matching {kept!r}")
-        else:
-            notes.append(f"ends inside token {piece!r}{where(right)}; kept the whole token")
-    return "; ".join(notes) if notes else None
-
-
-def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
-    """Derive each delimiter's token ids from the tokenized probe render of `analysis`.
-
-    For each delimiter, the tokens covering it are read at every place it starts a message in
-    `analysis.round_trip.rendered`. Where its text begins or ends inside a token, the ids are cut
-    back to the tokens wholly inside it (or, where that leaves nothing or does not mark every
-    place, extended to whole tokens); the choice is kept only if splitting the tokenized render
-    finds exactly the starts the text split finds. What was changed is in each `adjusted`.
-
-    >>> td = token_delimiters(analyze(load("Qwen3.5-4B.jinja")), load_tokenizer("vocab:qwen35"))  # doctest: +SKIP
-    >>> [d.token_text for d in td][:1]                                                          # doctest: +SKIP
-    ['<|im_start|>user\\n<tool_response']
-    """
-    from .spans import SpanDetector, text_matches
-
-    delimiters = sort_delimiters(getattr(analysis, "delimiters", ()) or ())
-    rt = getattr(analysis, "round_trip", None)
-    rendered = getattr(rt, "rendered", "") or ""
-    name = getattr(analysis, "name", "")
-    tok_name = getattr(tokenizer, "name", type(tokenizer).__name__)
-    if not delimiters:
-        return TokenDelimiters(tok_name, name, (), False, ("the analysis has no delimiters",))
-    problems: list[str] = []
-    warnings: list[str] = []
-    ids, offsets = tokenizer.tokenize_with_offsets(rendered) if rendered else ([], [])
-    starts = [s for s, _ in offsets]
-    ends = [e for _, e in offsets]
-    # offsets are non-decreasing for the tokenizers we support; bisect relies on it
-    if any(ends[k] > ends[k + 1] for k in range(len(ends) - 1)):
-        ends = list(np.maximum.accumulate(ends)) if ends else ends
-    matches = text_matches(rendered, delimiters) if rendered else []
-
-    per: dict[Delimiter, list[_Occ]] = {d: [] for d in delimiters}
-    order: list[tuple[Delimiter, int]] = []  # (delimiter, index into per[d]) in text order
-    for pos, d in matches:
-        o = _locate(starts, ends, pos, pos + len(d.text))
-        if o is None:
-            problems.append(f"{d.role} delimiter {d.text!r} at character {pos} is covered by no token")
-            continue
-        order.append((d, len(per[d])))
-        per[d].append(o)
-
-    # Candidate id sequences per delimiter, in order of preference:
-    # (ids, match start per occurrence, note, alternative ids matched as well)
-    candidates: dict[Delimiter, list[tuple[tuple[int, ...], list[int], str | None, tuple]]] = {}
-    info: dict[Delimiter, tuple[bool, bool, tuple[int, ...]]] = {}
-    for d in delimiters:
-        occ = per[d]
-        standalone = tuple(tokenizer.tokenize(d.text))
-        if not occ:
-            candidates[d] = [(standalone, [], "not found in the probe render; tokenized on its own, unchecked", ())]
-            warnings.append(f"{d.role} delimiter {d.text!r} does not start a message in the probe render; its ids are unchecked")
-            info[d] = (False, False, standalone)
-            continue
-        aligned = all(o.left_aligned and o.right_aligned for o in occ)
-        covering = {tuple(ids[o.first:o.last + 1]) for o in occ}
-        info[d] = (aligned, len(covering) == 1, standalone)
-        exact: list = []
-        trimmed: list = []
-        variants: list = []
-        seen: set[tuple[int, ...]] = set()
-        for left_inner, right_inner in _MODES:
-            bounds = [o.bounds(left_inner, right_inner) for o in occ]
-            seqs = [tuple(ids[lo:hi]) for lo, hi in bounds]
-            distinct = sorted(set(seqs), key=lambda q: (-seqs.count(q), seqs.index(q)))
-            if 1 < len(distinct) <= 4 and all(distinct) and distinct[0] not in seen:
-                # the tokens at its edge differ with what surrounds it: match each variant
-                note = _describe(occ, bounds[0][0], bounds[0][1], left_inner, right_inner, offsets, rendered)
-                extra = f"its tokens differ between its {len(occ)} occurrences; matching {len(distinct)} variants"
-                variants.append((distinct[0], [lo for lo, _ in bounds], f"{note}; {extra}" if note else extra,
-                                 tuple(distinct[1:])))
-            seq = _common_prefix(seqs)  # all of it when every occurrence has the same tokens
-            if not seq or seq in seen:
-                continue
-            seen.add(seq)
-            lo0, hi0 = bounds[0]
-            note = _describe(occ, lo0, lo0 + len(seq), left_inner, right_inner, offsets, rendered)
-            if len(set(seqs)) > 1:
-                extra = f"the tokens differ between its {len(occ)} occurrences; kept the common first {len(seq)}"
-                note = f"{note}; {extra}" if note else extra
-                trimmed.append((seq, [lo for lo, _ in bounds], note, ()))
-            else:
-                exact.append((seq, [lo for lo, _ in bounds], note, ()))
-        cands = exact + _common_cores(d, occ, ids, starts, seen) + trimmed + variants
-        cands = _robust_first(tokenizer, d, occ, cands, rendered, offsets, seen)
-        if not cands:
-            cands.append((standalone, [], "no token sequence is common to all its occurrences; tokenized on its own", ()))
-            problems.append(f"{d.role} delimiter {d.text!r}: no token sequence is common to all {len(occ)} occurrences")
-        candidates[d] = cands
-
-    choice = {d: 0 for d in delimiters}
-
-    def expected_and_found():
-        chosen = [(d.role, q) for d in delimiters
-                  for q in (candidates[d][choice[d]][0],) + candidates[d][choice[d]][3]]
-        found = SpanDetector(chosen).split(ids) if ids else None
-        exp = []
-        for d, k in order:
-            los = candidates[d][choice[d]][1]
-            if k < len(los):
-                exp.append((los[k], d.role))
-        got = [(s.pos, s.role) for s in found] if found is not None else []
-        return sorted(exp), got
-
-    def cost() -> int:
-        exp, got = expected_and_found()
-        return len(set(exp).symmetric_difference(got)) + (len(exp) != len(got))
-
-    # Start from each delimiter's preferred candidate; while the token split disagrees with the
-    # text split, change one delimiter's candidate at a time where that lowers the disagreement.
-    best = cost()
-    for _ in range(4):
-        if best == 0:
-            break
-        improved = False
-        for d in delimiters:
-            keep = choice[d]
-            for k in range(len(candidates[d])):
-                if k == keep:
-                    continue
-                choice[d] = k
-                c = cost()
-                if c < best:
-                    best, keep, improved = c, k, True
-            choice[d] = keep
-        if not improved:
-            break
-    exp, got = expected_and_found()
-    if exp != got:
-        missing = sorted(set(exp) - set(got))
-        extra = sorted(set(got) - set(exp))
-        if missing:
-            problems.append("token split misses message starts at " + _fmt_positions(missing, offsets))
-        if extra:
-            problems.append("token split finds extra message starts at " + _fmt_positions(extra, offsets))
-
-    out = []
-    for d in delimiters:
-        seq, _, note, alts = candidates[d][choice[d]]
-        aligned, stable, standalone = info[d]
-        token_text = tokenizer.detokenize(list(seq))
-        if note is None and token_text != d.text:
-            note = f"its tokens stand for {token_text!r}: the tokenizer drops or normalises characters here"
-        out.append(TokenDelimiter(
-            role=d.role, text=d.text, ids=seq, occurrences=len(per[d]), aligned=aligned, stable=stable,
-            standalone_ids=standalone, adjusted=note, token_text=token_text, alternatives=alts,
-            alternative_texts=tuple(tokenizer.detokenize(list(a)) for a in alts),
-        ))
-    # Longest (in tokens) first, as the detector matches them.
-    out.sort(key=lambda t: -len(t.ids))
-    for t in out:
-        if t.occurrences and tuple(tokenizer.tokenize(t.token_text)) != t.ids:
-            warnings.append(f"{t.role} delimiter {t.token_text!r} tokenizes on its own to other ids than in context; give llama-server the ids")
-    return TokenDelimiters(tok_name, name, tuple(out), not problems, tuple(problems), len(ids), tuple(warnings))
-
-
-# What message content may begin with: a delimiter's last tokens must not merge with any of it.
-_CONTINUATIONS = ("a", "A", " a", "1", ".", ",", "<", "{", "[", "\"", "'", "\n", "\n\n", " ", "  ", "\t", "é", "😀")
-
-
-def _robust_len(tokenizer: Tokenizer, rendered: str, offsets: Offsets, seq: tuple[int, ...], lo: int,
-                end: int) -> tuple[int, str | None]:
-    """How many of `seq`'s leading ids survive whatever content follows the delimiter.
-
-    Re-tokenizes the text from a few tokens before the match to the delimiter's `end`, followed
-    by each of `_CONTINUATIONS`; returns the shortest surviving length and the continuation that
-    cut it (None when nothing did).
-    """
-    start = offsets[lo][0]
-    left_start = offsets[max(0, lo - 8)][0]
-    head = rendered[left_start:end]
-    k, culprit = len(seq), None
-    for cont in _CONTINUATIONS:
-        got, offs = tokenizer.tokenize_with_offsets(head + cont)
-        at = bisect.bisect_left([s for s, _ in offs], start - left_start)
-        if at >= len(got) or offs[at][0] != start - left_start:
-            continue  # the match start itself moved: not something a continuation explains
-        m = 0
-        while m < k and at + m < len(got) and got[at + m] == seq[m]:
-            m += 1
-        if m < k:
-            k, culprit = m, cont
-    return k, culprit
-
-
-def _robust_first(tokenizer: Tokenizer, d: Delimiter, occ: Sequence[_Occ], cands, rendered: str,
-                  offsets: Offsets, seen: set[tuple[int, ...]]):
-    """Put before each candidate its version without the last tokens that content can merge with.
-
-    In the qwen35 vocab `<|im_start|>user\n<tool_response>\n` ends in `>\n`, which becomes `>\n\n`
-    when the tool response itself starts with a newline: the delimiter would then miss.
-    """
-    if not occ:
-        return cands
-    end = occ[0].at + len(d.text)
-    out = []
-    for seq, los, note, alts in cands:
-        if los and not alts and offsets[los[0] + len(seq) - 1][1] <= end:
-            k, culprit = _robust_len(tokenizer, rendered, offsets, seq, los[0], end)
-            if 0 < k < len(seq) and seq[:k] not in seen:
-                seen.add(seq[:k])
-                dropped = rendered[offsets[los[0] + k][0]:offsets[los[0] + len(seq) - 1][1]]
-                extra = f"dropped {dropped!r} at the end: content starting with {culprit!r} merges with it"
-                out.append((seq[:k], los, f"{note}; {extra}" if note else extra, ()))
-        out.append((seq, los, note, alts))
-    return out
-
-
-def _common_cores(d: Delimiter, occ: Sequence[_Occ], ids: Sequence[int], starts: Sequence[int],
-                  seen: set[tuple[int, ...]], keep: int = 3) -> list[tuple[tuple[int, ...], list[int], str | None]]:
-    """Token sequences that start at the same character of the delimiter at every occurrence.
-
-    Where a neighbour merges into the delimiter at some occurrences only (`><` after a textual
-    end marker, `<` alone after a word), the tokens differ at its edges but share a core: match
-    from a character offset that begins a token everywhere, as far as the ids agree.
-    """
-    if len(occ) < 2 or all(o.left_aligned and o.right_aligned for o in occ):
-        return []
-    n = len(d.text)
-    offsets_per = []
-    for o in occ:
-        offsets_per.append({starts[t] - o.at for t in range(o.first, o.last + 1) if o.at <= starts[t] < o.at + n})
-    common = set.intersection(*offsets_per)
-    found = []
-    for c in sorted(common):
-        for right_inner in (True, False):
-            seqs, los = [], []
-            for o in occ:
-                lo = bisect.bisect_left(starts, o.at + c, o.first, o.last + 1)
-                hi = o.last + 1 - (1 if right_inner and not o.right_aligned else 0)
-                seqs.append(tuple(ids[lo:hi]))
-                los.append(lo)
-            seq = _common_prefix(seqs)
-            if seq:
-                found.append((len(seq), c, not right_inner, seq, los))
-    found.sort(key=lambda f: (-f[0], f[1], f[2]))
-    out = []
-    for _, c, _, seq, los in found:
-        if seq in seen:
-            continue
-        seen.add(seq)
-        note = (f"the tokens at its edges differ between its {len(occ)} occurrences (a neighbour merges into it at some); "
-                f"matching {len(seq)} tokens from character {c}, {d.text[c:]!r}")
-        out.append((seq, los, note, ()))
-        if len(out) == keep:
-            break
-    return out
-
-
-def _common_prefix(seqs: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
-    seqs = list(seqs)
-    if not seqs:
-        return ()
-    first = seqs[0]
-    n = min(len(s) for s in seqs)
-    k = 0
-    while k < n and all(s[k] == first[k] for s in seqs):
-        k += 1
-    return first[:k]
-
-
-def _fmt_positions(items, offsets: Offsets, limit: int = 5) -> str:
-    shown = [f"token {p} ({role}, char {offsets[p][0] if p < len(offsets) else '?'})" for p, role in items[:limit]]
-    more = f" and {len(items) - limit} more" if len(items) > limit else ""
-    return ", ".join(shown) + more

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..analysis import Analysis, RoundTrip
 from ..delimiters import Delimiter, sort_delimiters
 from ..errors import AnalysisError, InputError
 from ..sources import ChatTemplate
@@ -84,7 +83,7 @@ def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos
     `delimiters`: the template's text delimiters when already derived (`text_delimiters(template)[0]`),
     so that building many prompts of one template analyzes it once.
     """
-    from ..tokenize import token_delimiters
+    from ..token_delims import tokenize_delimiters
 
     text = render_session(session, template, add_generation_prompt)
     delims, how = text_delimiters(template) if delimiters is None else (sort_delimiters(delimiters), "given")
@@ -95,9 +94,7 @@ def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos
             tokens = bos + tokens
     # The delimiters' token ids are read off this very render (checked: the token split must
     # find exactly the message starts the text split finds).
-    probe = Analysis(name=template.name, source=template.source, status="pass", delimiters=delims,
-                     round_trip=RoundTrip(True, (), (), rendered=text))
-    tdelims = token_delimiters(probe, tokenizer)
+    tdelims = tokenize_delimiters(delims, text, tokenizer, template=template.name)
     if not tdelims.passed:
         raise AnalysisError(f"template '{template.name}': delimiters do not split the tokens as the text: "
                             f"{'; '.join(tdelims.problems)}")

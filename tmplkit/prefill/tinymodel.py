@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SourceError
+from ..gguf_meta import Keys
 
 # Bump when the layout of the generated file changes, so cached files are rebuilt.
 _FORMAT = 1
@@ -104,10 +105,11 @@ def build_tiny_model(vocab_file: str | os.PathLike, out: str | os.PathLike, chat
         reader = gguf.GGUFReader(str(vocab_file))
     except Exception as exc:
         raise SourceError(f"{vocab_file}: not a readable GGUF file ({exc})") from exc
-    tok_fields = {k: f for k, f in reader.fields.items() if k.startswith("tokenizer.")}
-    if "tokenizer.ggml.tokens" not in tok_fields:
-        raise SourceError(f"{vocab_file}: has no tokenizer.ggml.tokens; not a vocab GGUF")
-    n_vocab = len(tok_fields["tokenizer.ggml.tokens"].data)
+    tk = Keys.Tokenizer
+    tok_fields = {k: f for k, f in reader.fields.items() if k.startswith(tk.PREFIX)}
+    if tk.LIST not in tok_fields:
+        raise SourceError(f"{vocab_file}: has no {tk.LIST}; not a vocab GGUF")
+    n_vocab = len(tok_fields[tk.LIST].data)
 
     out = Path(out)
     fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=".tiny-", suffix=".gguf")
@@ -130,7 +132,7 @@ def build_tiny_model(vocab_file: str | os.PathLike, out: str | os.PathLike, chat
         w.add_sliding_window_pattern(c.sliding_window_pattern)
         w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
         for key, field in tok_fields.items():
-            if key == "tokenizer.chat_template" and chat_template is not None:
+            if key == tk.CHAT_TEMPLATE and chat_template is not None:
                 continue
             _copy_field(w, key, field)
         if chat_template is not None:

@@ -1,0 +1,551 @@
+"""Role delimiters as token ids of one tokenizer, read off a tokenized render and checked there.
+
+`tokenize_delimiters(delimiters, rendered, tokenizer)` is the core: it takes text delimiters, a
+render in which they start messages, and a tokenizer; `token_delimiters(analysis, tokenizer)`
+applies it to an Analysis's probe render.
+
+Tokenizing a delimiter on its own (what llama-server does) is wrong whenever the tokenizer merges
+its first or last characters with what surrounds it: in the qwen35 vocab `>\\n` is one token, so
+`<|im_start|>user\\n<tool_response>` ends inside a token once the template's newline follows. The
+sequences are therefore read off the tokenized render, at every place each delimiter occurs, in
+named steps:
+
+1. tokenize the render (`_Render.of`) and locate every delimiter occurrence in its tokens
+   (`_occurrences`);
+2. for each delimiter, list candidate id sequences, preferred first (`_options`): cut at its edge
+   tokens (`_edge_candidates`), a core shared by all occurrences (`_common_cores`), each first
+   without the last tokens that message content can merge with (`_robust_first`);
+3. choose one candidate per delimiter so that splitting the tokens finds exactly the message starts
+   that splitting the text finds (`_choose`), and say where it still does not (`_split_problems`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+import numpy as np
+
+from .delimiters import Delimiter, sort_delimiters
+
+if TYPE_CHECKING:
+    from .tokenize import Offsets, Tokenizer
+
+__all__ = ["TokenDelimiter", "TokenDelimiters", "token_delimiters", "tokenize_delimiters"]
+
+Ids = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TokenDelimiter:
+    """One role delimiter as token ids of one tokenizer.
+
+    `ids` is what the span detector matches. `occurrences` counts where the delimiter starts a
+    message in the probe render; `aligned` says its text began and ended on token boundaries at
+    all of them; `stable` that the tokens covering it were the same ids at all of them.
+    `standalone_ids` is the delimiter tokenized on its own (what llama-server uses); `adjusted`
+    explains, when ids differ from the exact tokens of the text, what was changed and why.
+    """
+
+    role: str
+    text: str
+    ids: Ids
+    occurrences: int
+    aligned: bool
+    stable: bool
+    standalone_ids: Ids
+    adjusted: str | None = None
+    # The text the ids stand for (the delimiter as llama-server should be given it).
+    token_text: str = ""
+    # Further id sequences matched for this delimiter, where its edge tokens vary with context.
+    alternatives: tuple[Ids, ...] = ()
+    alternative_texts: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "role": self.role,
+            "text": self.text,
+            "ids": list(self.ids),
+            "token_text": self.token_text,
+            "occurrences": self.occurrences,
+            "aligned": self.aligned,
+            "stable": self.stable,
+            "standalone_ids": list(self.standalone_ids),
+            "adjusted": self.adjusted,
+            "alternatives": [list(a) for a in self.alternatives],
+        }
+
+
+@dataclass(frozen=True)
+class TokenDelimiters:
+    """Every delimiter of an Analysis as token ids, longest first, with the check's verdict.
+
+    `passed` is true when splitting the tokenized probe render with these ids finds exactly the
+    message starts that splitting its text finds, at the same places; `problems` says otherwise.
+    `warnings` note what does not fail the check (a delimiter absent from the render, one whose
+    text tokenizes differently on its own).
+    """
+
+    tokenizer: str
+    template: str
+    delimiters: tuple[TokenDelimiter, ...]
+    passed: bool
+    problems: tuple[str, ...] = ()
+    n_tokens: int = 0
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "tokenizer": self.tokenizer,
+            "template": self.template,
+            "passed": self.passed,
+            "n_tokens": self.n_tokens,
+            "delimiters": [d.to_dict() for d in self.delimiters],
+            "problems": list(self.problems),
+            "warnings": list(self.warnings),
+        }
+
+    def message_delimiters(self) -> list[dict]:
+        """llama-server's `message_delimiters` form: `[{"role": ..., "delimiter": ...}]`.
+
+        The delimiter strings are the text of the token-aligned sequences, so that llama-server,
+        which tokenizes each on its own, gets the ids checked here.
+        """
+        return [{"role": d.role, "delimiter": text} for d in self.delimiters
+                for text in (d.token_text,) + d.alternative_texts]
+
+    def id_lists(self) -> list[dict]:
+        """`[{"role": ..., "ids": [...]}]`, longest first."""
+        return [{"role": d.role, "ids": list(q)} for d in self.delimiters for q in (d.ids,) + d.alternatives]
+
+    def __iter__(self):
+        return iter(self.delimiters)
+
+    def __len__(self) -> int:
+        return len(self.delimiters)
+
+
+# ---------------------------------------------------------------------------------------------
+# The typed values the steps pass on
+
+
+@dataclass(frozen=True)
+class _Occurrence:
+    """Where one delimiter occurrence lies in the token list."""
+
+    first: int  # first token overlapping the delimiter
+    last: int  # last token overlapping it (inclusive)
+    left_aligned: bool
+    right_aligned: bool
+    at: int = 0  # character offset where the delimiter starts
+
+    @property
+    def aligned(self) -> bool:
+        return self.left_aligned and self.right_aligned
+
+    def bounds(self, left_inner: bool, right_inner: bool) -> tuple[int, int]:
+        lo = self.first + (1 if left_inner and not self.left_aligned else 0)
+        hi = self.last + 1 - (1 if right_inner and not self.right_aligned else 0)
+        return lo, hi
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """An id sequence a delimiter may be matched by."""
+
+    ids: Ids
+    starts: tuple[int, ...]  # the token where the match starts, per occurrence (empty: unchecked)
+    note: str | None = None  # how the ids differ from the delimiter's text, and why
+    alternatives: tuple[Ids, ...] = ()  # further sequences matched as well
+
+    def noted(self, extra: str) -> "_Candidate":
+        return _Candidate(self.ids, self.starts, _join(self.note, extra), self.alternatives)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What the render says about one delimiter, and its candidates in order of preference."""
+
+    delimiter: Delimiter
+    occurrences: tuple[_Occurrence, ...]
+    candidates: tuple[_Candidate, ...]
+    standalone: Ids
+    aligned: bool = False
+    stable: bool = False
+    problem: str | None = None
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class _Render:
+    """A rendered text as tokens, with each token's [start, end) character offsets."""
+
+    text: str
+    ids: list[int]
+    offsets: Offsets
+    starts: list[int]
+    ends: list[int]  # non-decreasing (bisect relies on it)
+
+    @classmethod
+    def of(cls, text: str, tokenizer: Tokenizer) -> "_Render":
+        ids, offsets = tokenizer.tokenize_with_offsets(text) if text else ([], [])
+        starts = [s for s, _ in offsets]
+        ends = [e for _, e in offsets]
+        # offsets are non-decreasing for the tokenizers we support; bisect relies on it
+        if any(ends[k] > ends[k + 1] for k in range(len(ends) - 1)):
+            ends = list(np.maximum.accumulate(ends)) if ends else ends
+        return cls(text, ids, offsets, starts, ends)
+
+    def locate(self, a: int, b: int) -> _Occurrence | None:
+        """Tokens overlapping characters [a, b), or None when no token does."""
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_right(ends, a)  # first token with end > a
+        while i < len(starts) and ends[i] == starts[i] and starts[i] <= a:  # zero-width tokens at a
+            i += 1
+        j = bisect.bisect_left(starts, b) - 1  # last token with start < b
+        if i >= len(starts) or j < i:
+            return None
+        return _Occurrence(i, j, starts[i] >= a, ends[j] <= b, a)
+
+    def piece(self, token: int) -> str:
+        """The text token `token` covers."""
+        return self.text[self.offsets[token][0]:self.offsets[token][1]]
+
+
+# ---------------------------------------------------------------------------------------------
+# The core and its steps
+
+
+def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
+    """Derive each delimiter of `analysis` as token ids, from its tokenized probe render.
+
+    See `tokenize_delimiters`; the render is `analysis.round_trip.rendered`.
+
+    >>> td = token_delimiters(analyze(load("Qwen3.5-4B.jinja")), load_tokenizer("vocab:qwen35"))  # doctest: +SKIP
+    >>> [d.token_text for d in td][:1]                                                          # doctest: +SKIP
+    ['<|im_start|>user\\n<tool_response']
+    """
+    rt = getattr(analysis, "round_trip", None)
+    return tokenize_delimiters(getattr(analysis, "delimiters", ()) or (), getattr(rt, "rendered", "") or "",
+                               tokenizer, template=getattr(analysis, "name", ""))
+
+
+def tokenize_delimiters(delimiters: Iterable[Delimiter], rendered: str, tokenizer: Tokenizer, *,
+                        template: str = "") -> TokenDelimiters:
+    """Each delimiter's token ids, read off `rendered` tokenized by `tokenizer`, and checked there.
+
+    For each delimiter, the tokens covering it are read at every place it starts a message in
+    `rendered`. Where its text begins or ends inside a token, the ids are cut back to the tokens
+    wholly inside it (or, where that leaves nothing or does not mark every place, extended to
+    whole tokens); the choice is kept only if splitting the tokenized render finds exactly the
+    starts the text split finds. What was changed is in each `adjusted`.
+
+    >>> td = tokenize_delimiters([Delimiter("user", "<|im_start|>user")], text, tok, template="chatml")  # doctest: +SKIP
+    """
+    delimiters = sort_delimiters(delimiters)
+    tok_name = getattr(tokenizer, "name", type(tokenizer).__name__)
+    if not delimiters:
+        return TokenDelimiters(tok_name, template, (), False, ("no delimiters were given (the analysis has none)",))
+    render = _Render.of(rendered, tokenizer)
+    per, order, problems = _occurrences(render, delimiters)
+    options = {d: _options(d, per[d], render, tokenizer) for d in delimiters}
+    warnings = [o.warning for o in options.values() if o.warning]
+    problems += [o.problem for o in options.values() if o.problem]
+    choice = _choose(options, order, render)
+    problems += _split_problems(*_expected_and_found(options, choice, order, render), render.offsets)
+    out = sorted((_token_delimiter(o, o.candidates[choice[d]], tokenizer) for d, o in options.items()),
+                 key=lambda t: -len(t.ids))  # longest (in tokens) first, as the detector matches them
+    for t in out:
+        if t.occurrences and tuple(tokenizer.tokenize(t.token_text)) != t.ids:
+            warnings.append(f"{t.role} delimiter {t.token_text!r} tokenizes on its own to other ids than in context; give llama-server the ids")
+    return TokenDelimiters(tok_name, template, tuple(out), not problems, tuple(problems), len(render.ids), tuple(warnings))
+
+
+def _occurrences(render: _Render, delimiters: Sequence[Delimiter]):
+    """Where each delimiter starts a message in the render, as tokens.
+
+    Returns ({delimiter: occurrences}, [(delimiter, index into its occurrences)] in text order,
+    problems for matches no token covers).
+    """
+    from .spans import text_matches
+
+    per: dict[Delimiter, list[_Occurrence]] = {d: [] for d in delimiters}
+    order: list[tuple[Delimiter, int]] = []
+    problems: list[str] = []
+    for pos, d in text_matches(render.text, delimiters) if render.text else []:
+        o = render.locate(pos, pos + len(d.text))
+        if o is None:
+            problems.append(f"{d.role} delimiter {d.text!r} at character {pos} is covered by no token")
+            continue
+        order.append((d, len(per[d])))
+        per[d].append(o)
+    return per, order, problems
+
+
+def _options(d: Delimiter, occ: Sequence[_Occurrence], render: _Render, tokenizer: Tokenizer) -> _Options:
+    """The candidate id sequences of delimiter `d`, in order of preference."""
+    standalone = tuple(tokenizer.tokenize(d.text))
+    if not occ:
+        unchecked = _Candidate(standalone, (), "not found in the probe render; tokenized on its own, unchecked")
+        return _Options(d, (), (unchecked,), standalone,
+                        warning=f"{d.role} delimiter {d.text!r} does not start a message in the probe render; its ids are unchecked")
+    seen: set[Ids] = set()  # sequences already offered, shared by the steps so none repeats
+    exact, trimmed, variants = _edge_candidates(occ, render, seen)
+    cands = exact + _common_cores(d, occ, render, seen) + trimmed + variants
+    cands = _robust_first(tokenizer, d, occ, cands, render, seen)
+    problem = None
+    if not cands:
+        cands = [_Candidate(standalone, (), "no token sequence is common to all its occurrences; tokenized on its own")]
+        problem = f"{d.role} delimiter {d.text!r}: no token sequence is common to all {len(occ)} occurrences"
+    covering = {tuple(render.ids[o.first:o.last + 1]) for o in occ}
+    return _Options(d, tuple(occ), tuple(cands), standalone, aligned=all(o.aligned for o in occ),
+                    stable=len(covering) == 1, problem=problem)
+
+
+# (left_inner, right_inner) in order of preference: cut back to the tokens wholly inside the
+# delimiter first (they depend on the template only), extend to whole tokens after that.
+_MODES = ((True, True), (True, False), (False, True), (False, False))
+
+
+def _edge_candidates(occ: Sequence[_Occurrence], render: _Render, seen: set[Ids]):
+    """Candidates from cutting every occurrence at its edge tokens, in each of `_MODES`.
+
+    Returns (exact: every occurrence has these ids; trimmed: the first ids common to all;
+    variants: up to 4 distinct sequences, all matched, where the edge tokens differ with context).
+    """
+    exact: list[_Candidate] = []
+    trimmed: list[_Candidate] = []
+    variants: list[_Candidate] = []
+    for left_inner, right_inner in _MODES:
+        bounds = [o.bounds(left_inner, right_inner) for o in occ]
+        seqs = [tuple(render.ids[lo:hi]) for lo, hi in bounds]
+        los = tuple(lo for lo, _ in bounds)
+        distinct = sorted(set(seqs), key=lambda q: (-seqs.count(q), seqs.index(q)))
+        if 1 < len(distinct) <= 4 and all(distinct) and distinct[0] not in seen:
+            note = _describe(occ, bounds[0][0], bounds[0][1], left_inner, right_inner, render)
+            extra = f"its tokens differ between its {len(occ)} occurrences; matching {len(distinct)} variants"
+            variants.append(_Candidate(distinct[0], los, _join(note, extra), tuple(distinct[1:])))
+        seq = _common_prefix(seqs)  # all of it when every occurrence has the same tokens
+        if not seq or seq in seen:
+            continue
+        seen.add(seq)
+        note = _describe(occ, los[0], los[0] + len(seq), left_inner, right_inner, render)
+        if len(set(seqs)) > 1:
+            extra = f"the tokens differ between its {len(occ)} occurrences; kept the common first {len(seq)}"
+            trimmed.append(_Candidate(seq, los, _join(note, extra)))
+        else:
+            exact.append(_Candidate(seq, los, note))
+    return exact, trimmed, variants
+
+
+def _common_cores(d: Delimiter, occ: Sequence[_Occurrence], render: _Render, seen: set[Ids],
+                  keep: int = 3) -> list[_Candidate]:
+    """Token sequences that start at the same character of the delimiter at every occurrence.
+
+    Where a neighbour merges into the delimiter at some occurrences only (`><` after a textual
+    end marker, `<` alone after a word), the tokens differ at its edges but share a core: match
+    from a character offset that begins a token everywhere, as far as the ids agree.
+    """
+    if len(occ) < 2 or all(o.aligned for o in occ):
+        return []
+    ids, starts, n = render.ids, render.starts, len(d.text)
+    common = set.intersection(*({starts[t] - o.at for t in range(o.first, o.last + 1) if o.at <= starts[t] < o.at + n}
+                                for o in occ))
+    found = []
+    for c in sorted(common):
+        for right_inner in (True, False):
+            seqs, los = [], []
+            for o in occ:
+                lo = bisect.bisect_left(starts, o.at + c, o.first, o.last + 1)
+                hi = o.last + 1 - (1 if right_inner and not o.right_aligned else 0)
+                seqs.append(tuple(ids[lo:hi]))
+                los.append(lo)
+            seq = _common_prefix(seqs)
+            if seq:
+                found.append((len(seq), c, not right_inner, seq, tuple(los)))
+    found.sort(key=lambda f: (-f[0], f[1], f[2]))
+    out: list[_Candidate] = []
+    for _, c, _, seq, los in found:
+        if seq in seen:
+            continue
+        seen.add(seq)
+        note = (f"the tokens at its edges differ between its {len(occ)} occurrences (a neighbour merges into it at some); "
+                f"matching {len(seq)} tokens from character {c}, {d.text[c:]!r}")
+        out.append(_Candidate(seq, los, note))
+        if len(out) == keep:
+            break
+    return out
+
+
+# What message content may begin with: a delimiter's last tokens must not merge with any of it.
+_CONTINUATIONS = ("a", "A", " a", "1", ".", ",", "<", "{", "[", "\"", "'", "\n", "\n\n", " ", "  ", "\t", "é", "😀")
+
+
+def _robust_first(tokenizer: Tokenizer, d: Delimiter, occ: Sequence[_Occurrence], cands: list[_Candidate],
+                  render: _Render, seen: set[Ids]) -> list[_Candidate]:
+    """Put before each candidate its version without the last tokens that content can merge with.
+
+    In the qwen35 vocab `<|im_start|>user\\n<tool_response>\\n` ends in `>\\n`, which becomes `>\\n\\n`
+    when the tool response itself starts with a newline: the delimiter would then miss.
+    """
+    if not occ:
+        return cands
+    end = occ[0].at + len(d.text)
+    offsets = render.offsets
+    out: list[_Candidate] = []
+    for cand in cands:
+        seq, los = cand.ids, cand.starts
+        if los and not cand.alternatives and offsets[los[0] + len(seq) - 1][1] <= end:
+            k, culprit = _robust_len(tokenizer, render, seq, los[0], end)
+            if 0 < k < len(seq) and seq[:k] not in seen:
+                seen.add(seq[:k])
+                dropped = render.text[offsets[los[0] + k][0]:offsets[los[0] + len(seq) - 1][1]]
+                extra = f"dropped {dropped!r} at the end: content starting with {culprit!r} merges with it"
+                out.append(_Candidate(seq[:k], los, cand.note).noted(extra))
+        out.append(cand)
+    return out
+
+
+def _robust_len(tokenizer: Tokenizer, render: _Render, seq: Ids, lo: int, end: int) -> tuple[int, str | None]:
+    """How many of `seq`'s leading ids survive whatever content follows the delimiter.
+
+    Re-tokenizes the text from a few tokens before the match to the delimiter's `end`, followed
+    by each of `_CONTINUATIONS`; returns the shortest surviving length and the continuation that
+    cut it (None when nothing did).
+    """
+    start = render.offsets[lo][0]
+    left_start = render.offsets[max(0, lo - 8)][0]
+    head = render.text[left_start:end]
+    k, culprit = len(seq), None
+    for cont in _CONTINUATIONS:
+        got, offs = tokenizer.tokenize_with_offsets(head + cont)
+        at = bisect.bisect_left([s for s, _ in offs], start - left_start)
+        if at >= len(got) or offs[at][0] != start - left_start:
+            continue  # the match start itself moved: not something a continuation explains
+        m = 0
+        while m < k and at + m < len(got) and got[at + m] == seq[m]:
+            m += 1
+        if m < k:
+            k, culprit = m, cont
+    return k, culprit
+
+
+def _choose(options: dict[Delimiter, _Options], order, render: _Render) -> dict[Delimiter, int]:
+    """One candidate index per delimiter.
+
+    Start from each delimiter's preferred candidate; while the token split disagrees with the
+    text split, change one delimiter's candidate at a time where that lowers the disagreement.
+    """
+    choice = {d: 0 for d in options}
+
+    def cost() -> int:
+        exp, got = _expected_and_found(options, choice, order, render)
+        return len(set(exp).symmetric_difference(got)) + (len(exp) != len(got))
+
+    best = cost()
+    for _ in range(4):
+        if best == 0:
+            break
+        improved = False
+        for d, opts in options.items():
+            keep = choice[d]
+            for k in range(len(opts.candidates)):
+                if k == keep:
+                    continue
+                choice[d] = k
+                c = cost()
+                if c < best:
+                    best, keep, improved = c, k, True
+            choice[d] = keep
+        if not improved:
+            break
+    return choice
+
+
+def _expected_and_found(options: dict[Delimiter, _Options], choice: dict[Delimiter, int], order,
+                        render: _Render) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(token, role) of each message start: as the text split says, and as the chosen ids find."""
+    from .spans import SpanDetector
+
+    picked = {d: o.candidates[choice[d]] for d, o in options.items()}
+    chosen = [(d.role, q) for d, c in picked.items() for q in (c.ids,) + c.alternatives]
+    found = SpanDetector(chosen).split(render.ids) if render.ids else None
+    expected = sorted((picked[d].starts[k], d.role) for d, k in order if k < len(picked[d].starts))
+    got = [(s.pos, s.role) for s in found] if found is not None else []
+    return expected, got
+
+
+def _split_problems(expected, got, offsets: Offsets) -> list[str]:
+    if expected == got:
+        return []
+    problems = []
+    missing = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    if missing:
+        problems.append("token split misses message starts at " + _fmt_positions(missing, offsets))
+    if extra:
+        problems.append("token split finds extra message starts at " + _fmt_positions(extra, offsets))
+    return problems
+
+
+def _token_delimiter(opts: _Options, cand: _Candidate, tokenizer: Tokenizer) -> TokenDelimiter:
+    d = opts.delimiter
+    token_text = tokenizer.detokenize(list(cand.ids))
+    note = cand.note
+    if note is None and token_text != d.text:
+        note = f"its tokens stand for {token_text!r}: the tokenizer drops or normalises characters here"
+    return TokenDelimiter(
+        role=d.role, text=d.text, ids=cand.ids, occurrences=len(opts.occurrences), aligned=opts.aligned,
+        stable=opts.stable, standalone_ids=opts.standalone, adjusted=note, token_text=token_text,
+        alternatives=cand.alternatives, alternative_texts=tuple(tokenizer.detokenize(list(a)) for a in cand.alternatives),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def _describe(occ: Sequence[_Occurrence], lo: int, hi: int, left_inner: bool, right_inner: bool,
+              render: _Render) -> str | None:
+    """A note on how the chosen ids differ from the delimiter's text, or None when they match."""
+    notes = []
+    left = [x for x in occ if not x.left_aligned]
+    right = [x for x in occ if not x.right_aligned]
+
+    def where(xs) -> str:
+        return "" if len(xs) == len(occ) else f" at {len(xs)} of its {len(occ)} occurrences"
+
+    if left:
+        how = "the match starts after it" if left_inner else "kept the whole token"
+        notes.append(f"starts inside token {render.piece(left[0].first)!r}{where(left)}; {how}")
+    if right:
+        if right_inner:
+            kept = render.text[render.offsets[lo][0]:render.offsets[hi - 1][1]] if hi > lo else ""
+            how = f"dropped it, matching {kept!r}"
+        else:
+            how = "kept the whole token"
+        notes.append(f"ends inside token {render.piece(right[0].last)!r}{where(right)}; {how}")
+    return "; ".join(notes) if notes else None
+
+
+def _join(note: str | None, extra: str) -> str:
+    return f"{note}; {extra}" if note else extra
+
+
+def _common_prefix(seqs: Iterable[Ids]) -> Ids:
+    seqs = list(seqs)
+    if not seqs:
+        return ()
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    k = 0
+    while k < n and all(s[k] == first[k] for s in seqs):
+        k += 1
+    return first[:k]
+
+
+def _fmt_positions(items, offsets: Offsets, limit: int = 5) -> str:
+    shown = [f"token {p} ({role}, char {offsets[p][0] if p < len(offsets) else '?'})" for p, role in items[:limit]]
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(shown) + more
