@@ -81,6 +81,10 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
     ...                    "tools": []}).flattened().messages[0]["content"]
     'hi'
     """
+    if isinstance(path_or_obj, str) and path_or_obj == "-":  # standard input, as command-line tools read it
+        import sys
+
+        path_or_obj, source = sys.stdin.buffer, source or "<stdin>"
     if isinstance(path_or_obj, (str, os.PathLike)) or hasattr(path_or_obj, "read"):
         where = source or source_name(path_or_obj)
         data = read_json(path_or_obj, what="a conversation (a JSON list of messages)", where=where)

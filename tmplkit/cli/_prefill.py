@@ -34,6 +34,9 @@ def add_prefill(sub) -> None:
 
 
 def _cmd_prefill(args) -> int:
+    from ._common import require_extra
+
+    require_extra("llama", "tmplkit prefill")  # before any work
     from ..prefill import PrefillSettings, compare_policies
     from ..prefill.compare import TerminalProgress
     from ..prefill.plot import plot_comparison, require_matplotlib

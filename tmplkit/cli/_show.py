@@ -16,8 +16,9 @@ def _cmd_show(args) -> int:
     from ..auditing import format_show
     from ..isolate import analyze_isolated
     from ..sources import load_one
+    from ._common import use_color
 
     # The template is untrusted: analyze it in a worker with the audit's default limits.
     (analysis,) = analyze_isolated([load_one(args.source, args.name)], jobs=1)
-    sys.stdout.write(format_show(analysis, color=sys.stdout.isatty()))
+    sys.stdout.write(format_show(analysis, color=use_color(args, sys.stdout)))
     return 0

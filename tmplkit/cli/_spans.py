@@ -23,7 +23,9 @@ def _cmd_spans(args) -> int:
     from ..sources import load_one
     from ..tokenize import load_tokenizer
     from ..token_audit import conversation_spans, format_spans_text
+    from ._common import require_tokenizers
 
+    require_tokenizers([args.tokenizer], "tmplkit spans --tokenizer " + args.tokenizer)  # before any work
     template = load_one(args.template, args.name)
     tokenizer = load_tokenizer(args.tokenizer)
     result = conversation_spans(template, tokenizer, args.conversation, add_generation_prompt=args.add_generation_prompt)
