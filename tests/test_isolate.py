@@ -66,6 +66,13 @@ def _by_name(template):
     return _ok(template)
 
 
+def _hint_of_worker(template):
+    """Reports how a limit hint reads inside the worker."""
+    from tmplkit.sandbox import hint
+
+    return Analysis(name=template.name, source=template.source, status="pass", warnings=(hint("seconds"),))
+
+
 def T(name, text="{{ messages }}"):
     return ChatTemplate(text=text, name=name, source=f"test:{name}")
 
@@ -100,6 +107,7 @@ def test_timeout_kills_the_worker_and_the_run_goes_on():
     elapsed = time.monotonic() - t0
     assert _statuses(results) == ["pass", "timeout", "pass"]
     assert "longer than 0.5 s" in results[1].errors[0]
+    assert "If the template is legitimately slow, raise the timeout argument" in results[1].errors[0]
     assert 0.5 <= results[1].seconds < 3
     assert elapsed < 10
     assert not [p for p in psutil.Process().children(recursive=True) if p.name().startswith("tmplkit-analyze")]
@@ -265,3 +273,15 @@ def test_corpus_same_results_with_any_number_of_jobs():
     assert [a.name for a in two] == [t.name for t in templates]
     assert _comparable(two) == _comparable(one)
     assert _comparable(one) == _comparable([analyze(t) for t in templates])
+
+
+def test_hints_follow_the_caller_into_the_workers():
+    from tmplkit.sandbox import hints_for
+
+    (library,) = analyze_isolated([T("ok-1")], target=_hint_of_worker)
+    assert library.warnings == ("raise Limits(seconds=...)",)
+    with hints_for("cli"):
+        ok, slow = analyze_isolated([T("ok-1"), T("sleep-2")], jobs=2, timeout=0.5, target=_by_name)
+        (cli,) = analyze_isolated([T("ok-1")], target=_hint_of_worker)
+    assert "not a command-line option" in cli.warnings[0]
+    assert slow.status == "timeout" and slow.errors[0].endswith("If the template is legitimately slow, raise --timeout")

@@ -177,3 +177,24 @@ def test_limits_can_be_turned_off_and_are_validated():
     with pytest.raises(InputError, match="must be a number"):
         Limits(max_output_chars=True)
     assert Limits().to_dict() == {"seconds": 2.0, "max_output_chars": 10_000_000}
+
+
+def test_limit_messages_name_what_the_user_can_change_where_they_are():
+    from tmplkit.sandbox import hint_place, hints_for
+
+    endless = T("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+    with pytest.raises(RenderLimitError) as info:
+        render(endless, HI, limits=QUICK)
+    assert "If it is legitimately slow, raise Limits(seconds=...)" in str(info.value)
+    with pytest.raises(RenderLimitError, match=r"legitimately that long, raise Limits\(max_output_chars=\.\.\.\)"):
+        render(T("{{ 'x' * 200000 }}"), HI, limits=QUICK)
+    with hints_for("cli"):
+        assert hint_place() == "cli"
+        with pytest.raises(RenderLimitError) as info:
+            render(endless, HI, limits=QUICK)
+        # No flag sets one render's limit: the command line says where it can be changed instead.
+        assert "not a command-line option" in str(info.value) and "\n" not in str(info.value)
+    assert hint_place() == "library"
+    with pytest.raises(ValueError):
+        with hints_for("gui"):
+            pass

@@ -41,6 +41,7 @@ from typing import Callable, Iterable
 
 from .analysis import Analysis, failed_analysis, failure_reason, status_of
 from .errors import InputError, RenderLimitError, TmplkitError
+from .sandbox import hint, hint_place, hints_for
 from .static_scan import scan
 
 __all__ = [
@@ -216,20 +217,24 @@ def _analyze_in_worker(conn, index: int, template, target) -> None:
         conn.send(("result", index, _failed(template, "error", reason, elapsed, warnings)))
 
 
-def _worker(conn, target, memory_mb) -> None:
-    """A worker: analyze (index, template) tasks until told to stop (None) or the pipe closes."""
+def _worker(conn, target, memory_mb, place: str = "library") -> None:
+    """A worker: analyze (index, template) tasks until told to stop (None) or the pipe closes.
+
+    `place`: where the parent's user is, so that limit messages name what they can change there.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _release_forkserver()
     _set_parent_death_signal()
     _limit_memory(memory_mb)
-    while True:
-        try:
-            task = conn.recv()
-        except (EOFError, OSError):
-            return
-        if task is None:
-            return
-        _analyze_in_worker(conn, task[0], task[1], target)
+    with hints_for(place):
+        while True:
+            try:
+                task = conn.recv()
+            except (EOFError, OSError):
+                return
+            if task is None:
+                return
+            _analyze_in_worker(conn, task[0], task[1], target)
 
 
 # --- the parent -----------------------------------------------------------------------------------
@@ -271,7 +276,8 @@ class _Worker:
 
 def _describe_exit(code: int | None) -> tuple[str, str]:
     if code == _EXIT_MEMORY:
-        return "memory", "ran out of memory (the worker could not even report it)"
+        return "memory", ("ran out of memory (the worker could not even report it); if the template legitimately "
+                          f"needs more, {hint('memory_mb')}")
     if code is not None and code < 0:
         try:
             name = signal.Signals(-code).name
@@ -281,6 +287,199 @@ def _describe_exit(code: int | None) -> tuple[str, str]:
             return "memory", f"the worker was killed by {name}, most likely by the system for using too much memory"
         return "error", f"the worker crashed ({name})"
     return "error", f"the worker exited with code {code} without a result"
+
+
+def _check_options(jobs, timeout, memory_mb, max_tasks_per_worker, target) -> None:
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise InputError(f"jobs must be a positive whole number, got {jobs!r}")
+    if timeout is not None and not timeout > 0:
+        raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if memory_mb is not None and (not isinstance(memory_mb, int) or memory_mb < 16):
+        raise InputError(f"memory limit must be at least 16 MiB, got {memory_mb!r}")
+    if not isinstance(max_tasks_per_worker, int) or max_tasks_per_worker < 1:
+        raise InputError(f"max_tasks_per_worker must be a positive whole number, got {max_tasks_per_worker!r}")
+    try:
+        pickle.dumps(target)
+    except Exception as exc:
+        raise InputError(f"the analysis target must be a module-level function (it is pickled by name): {exc}") from None
+
+
+class _Pool:
+    """Up to `jobs` worker processes working through `templates`, each template under a deadline.
+
+    `run()` repeats one step until every template has a result: start templates on idle (or new)
+    workers, wait for a message, a worker's exit or the nearest deadline, then collect what
+    finished or died and stop what ran out of time. A worker is replaced after a crash, a kill,
+    `max_tasks` templates, or a template that exhausted its memory. `close()` stops every worker.
+    """
+
+    def __init__(self, templates: list, target: Callable, *, jobs: int, timeout: float | None,
+                 memory_mb: int | None, max_tasks: int, progress: Progress | None):
+        self._ctx = _context()
+        self._target = target
+        self._jobs = jobs
+        self._timeout = timeout
+        self._memory_mb = memory_mb
+        self._max_tasks = max_tasks
+        self._progress = progress
+        self._hint_place = hint_place()  # the workers word limit messages as this process does
+        self._pending = collections.deque(enumerate(templates))
+        self._results: list[Analysis | None] = [None] * len(templates)
+        self._done = 0
+        self._workers: dict[int, _Worker] = {}  # by process sentinel
+
+    def __enter__(self) -> "_Pool":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def run(self) -> list[Analysis]:
+        while self._pending or self._busy():
+            self._start_jobs()
+            running = self._busy()
+            if running:
+                self._collect(self._wait(running))
+                self._stop_overdue()
+        return self._results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        for w in list(self._workers.values()):
+            self._retire(w, kill=w.job is not None)
+
+    # --- the steps of run() -------------------------------------------------------------------
+
+    def _start_jobs(self) -> None:
+        while self._pending and len(self._busy()) < self._jobs:
+            self._assign(*self._pending.popleft())
+
+    def _wait(self, running: list[_Worker]) -> list:
+        """Handles that became ready: a worker's pipe (a message) or sentinel (it exited)."""
+        wait_for = max(0.0, min(w.job.deadline for w in running) - time.monotonic())
+        handles = [w.sentinel for w in self._workers.values()] + [w.conn for w in running]
+        return multiprocessing.connection.wait(handles, timeout=min(wait_for, 3600.0))
+
+    def _collect(self, ready: list) -> None:
+        for w in list(self._workers.values()):
+            if w.job is not None and (w.conn in ready or w.sentinel in ready):
+                self._drain(w)
+            if w.job is not None and w.job.result is not None:
+                self._finish(w)
+            elif w.sentinel in ready:  # died: idle, or in the middle of a template
+                self._lost(w)
+
+    def _stop_overdue(self) -> None:
+        now = time.monotonic()
+        for w in [w for w in self._busy() if w.job.deadline <= now]:
+            self._drain(w)  # a result may have arrived just in time
+            if w.job.result is not None:
+                self._finish(w)
+                continue
+            job, w.job = w.job, None
+            self._retire(w, kill=True)
+            self._record(job.index, _failed(
+                job.template, "timeout",
+                f"template '{job.template.name}': the analysis took longer than {self._timeout:g} s; the worker was "
+                f"stopped. If the template is legitimately slow, {hint('timeout')}",
+                now - job.started, job.warnings))
+
+    # --- one worker ---------------------------------------------------------------------------
+
+    def _busy(self) -> list[_Worker]:
+        return [w for w in self._workers.values() if w.job is not None]
+
+    def _spawn(self) -> _Worker:
+        parent_conn, child_conn = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker, args=(child_conn, self._target, self._memory_mb, self._hint_place),
+                                 name="tmplkit-analyze", daemon=True)
+        try:
+            proc.start()
+        except BaseException:
+            parent_conn.close()
+            raise
+        finally:
+            child_conn.close()
+        w = _Worker(proc, parent_conn, proc.sentinel)
+        self._workers[w.sentinel] = w
+        return w
+
+    def _assign(self, index: int, template) -> None:
+        w = next((w for w in self._workers.values() if w.job is None), None)
+        try:
+            if w is None:
+                w = self._spawn()
+            now = time.monotonic()
+            # Until the worker reports in, allow for its start-up (the first one starts the forkserver).
+            deadline = now + self._timeout + _STARTUP_GRACE if self._timeout is not None else float("inf")
+            w.job = _Job(index, template, now, deadline)
+            w.conn.send((index, template))
+        except Exception as exc:  # fork failure, no file descriptors left, a worker that died idle, ...
+            if w is not None:
+                self._retire(w, kill=True)
+            self._record(index, _failed(
+                template, "error",
+                f"could not start a worker process ({type(exc).__name__}: {exc}); a script that calls "
+                "tmplkit's isolated analysis needs the `if __name__ == '__main__':` guard", 0.0))
+
+    def _drain(self, w: _Worker) -> None:
+        """Read the worker's messages about its current job: its scan warnings, then its result."""
+        job = w.job
+        try:
+            while job is not None and job.result is None and w.conn.poll():
+                kind, index, value = w.conn.recv()
+                if index != job.index:
+                    continue
+                if kind == "scan":
+                    job.warnings = list(value)
+                    if self._timeout is not None:  # the clock starts when the worker has the template
+                        job.started = time.monotonic()
+                        job.deadline = job.started + self._timeout
+                elif kind == "result":
+                    job.result = value
+        except (EOFError, OSError):
+            pass
+        except Exception as exc:  # a result that cannot be unpickled
+            job.result = _failed(job.template, "error", f"the worker's result could not be read: {exc}",
+                                 time.monotonic() - job.started, job.warnings)
+
+    def _finish(self, w: _Worker) -> None:
+        """Record the worker's result; retire the worker when it has done its share or ran out of memory."""
+        job, w.job = w.job, None
+        w.tasks += 1
+        self._record(job.index, job.result)
+        if w.tasks >= self._max_tasks or job.result.status == "memory":
+            self._retire(w, kill=False)
+
+    def _lost(self, w: _Worker) -> None:
+        """The worker exited: retire it, and give its template (if any) a verdict from the exit code."""
+        code, job = w.process.exitcode, w.job
+        self._retire(w, kill=True)
+        if job is not None:
+            status, reason = _describe_exit(code)
+            self._record(job.index, _failed(job.template, status, f"template '{job.template.name}': {reason}",
+                                            time.monotonic() - job.started, job.warnings))
+
+    def _retire(self, w: _Worker, kill: bool) -> None:
+        self._workers.pop(w.sentinel, None)
+        if kill:
+            w.process.kill()
+        else:
+            try:
+                w.conn.send(None)
+            except (OSError, ValueError):
+                w.process.kill()
+        w.conn.close()
+        w.process.join(_KILL_GRACE)
+        if w.process.is_alive():  # pragma: no cover - a worker that ignored the stop message
+            w.process.kill()
+            w.process.join(_KILL_GRACE)
+        w.process.close()
+
+    def _record(self, index: int, analysis: Analysis) -> None:
+        self._results[index] = analysis
+        self._done += 1
+        if self._progress is not None:
+            self._progress(self._done, len(self._results), analysis)
 
 
 def analyze_isolated(
@@ -308,151 +507,11 @@ def analyze_isolated(
         ...     print(a.name, a.status)
     """
     templates = list(templates)
-    if jobs is None:
-        jobs = os.cpu_count() or 1
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
-        raise InputError(f"jobs must be a positive whole number, got {jobs!r}")
-    if timeout is not None and not timeout > 0:
-        raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if memory_mb is not None and (not isinstance(memory_mb, int) or memory_mb < 16):
-        raise InputError(f"memory limit must be at least 16 MiB, got {memory_mb!r}")
-    if not isinstance(max_tasks_per_worker, int) or max_tasks_per_worker < 1:
-        raise InputError(f"max_tasks_per_worker must be a positive whole number, got {max_tasks_per_worker!r}")
+    jobs = (os.cpu_count() or 1) if jobs is None else jobs
     target = target or _default_target
-    try:
-        pickle.dumps(target)
-    except Exception as exc:
-        raise InputError(f"the analysis target must be a module-level function (it is pickled by name): {exc}") from None
-    total = len(templates)
-    results: list[Analysis | None] = [None] * total
-    if not total:
+    _check_options(jobs, timeout, memory_mb, max_tasks_per_worker, target)
+    if not templates:
         return []
-    ctx = _context()
-    pending = collections.deque(enumerate(templates))
-    workers: dict[int, _Worker] = {}  # by process sentinel
-    done = 0
-
-    def record(index: int, analysis: Analysis) -> None:
-        nonlocal done
-        results[index] = analysis
-        done += 1
-        if progress is not None:
-            progress(done, total, analysis)
-
-    def spawn() -> _Worker:
-        parent_conn, child_conn = ctx.Pipe()
-        proc = ctx.Process(target=_worker, args=(child_conn, target, memory_mb), name="tmplkit-analyze", daemon=True)
-        try:
-            proc.start()
-        except BaseException:
-            parent_conn.close()
-            raise
-        finally:
-            child_conn.close()
-        w = _Worker(proc, parent_conn, proc.sentinel)
-        workers[w.sentinel] = w
-        return w
-
-    def retire(w: _Worker, kill: bool) -> None:
-        workers.pop(w.sentinel, None)
-        if kill:
-            w.process.kill()
-        else:
-            try:
-                w.conn.send(None)
-            except (OSError, ValueError):
-                w.process.kill()
-        w.conn.close()
-        w.process.join(_KILL_GRACE)
-        if w.process.is_alive():  # pragma: no cover - a worker that ignored the stop message
-            w.process.kill()
-            w.process.join(_KILL_GRACE)
-        w.process.close()
-
-    def drain(w: _Worker) -> None:
-        job = w.job
-        try:
-            while job is not None and job.result is None and w.conn.poll():
-                kind, index, value = w.conn.recv()
-                if index != job.index:
-                    continue
-                if kind == "scan":
-                    job.warnings = list(value)
-                    if timeout is not None:  # the clock starts when the worker has the template
-                        job.started = time.monotonic()
-                        job.deadline = job.started + timeout
-                elif kind == "result":
-                    job.result = value
-        except (EOFError, OSError):
-            pass
-        except Exception as exc:  # a result that cannot be unpickled
-            job.result = _failed(job.template, "error", f"the worker's result could not be read: {exc}",
-                                 time.monotonic() - job.started, job.warnings)
-
-    def assign(index: int, template) -> None:
-        w = next((w for w in workers.values() if w.job is None), None)
-        try:
-            if w is None:
-                w = spawn()
-            now = time.monotonic()
-            # Until the worker reports in, allow for its start-up (the first one starts the forkserver).
-            deadline = now + timeout + _STARTUP_GRACE if timeout is not None else float("inf")
-            w.job = _Job(index, template, now, deadline)
-            w.conn.send((index, template))
-        except Exception as exc:  # fork failure, no file descriptors left, a worker that died idle, ...
-            if w is not None:
-                retire(w, kill=True)
-            record(index, _failed(
-                template, "error",
-                f"could not start a worker process ({type(exc).__name__}: {exc}); a script that calls "
-                "tmplkit's isolated analysis needs the `if __name__ == '__main__':` guard", 0.0))
-
-    def busy() -> list[_Worker]:
-        return [w for w in workers.values() if w.job is not None]
-
-    try:
-        while pending or busy():
-            while pending and len(busy()) < jobs:
-                assign(*pending.popleft())
-            running = busy()
-            if not running:
-                continue
-            now = time.monotonic()
-            wait_for = max(0.0, min(w.job.deadline for w in running) - now)
-            handles = [w.sentinel for w in workers.values()] + [w.conn for w in running]
-            ready = multiprocessing.connection.wait(handles, timeout=min(wait_for, 3600.0))
-            for w in list(workers.values()):
-                if w.job is not None and (w.conn in ready or w.sentinel in ready):
-                    drain(w)
-                job = w.job
-                if job is not None and job.result is not None:
-                    w.job = None
-                    w.tasks += 1
-                    record(job.index, job.result)
-                    if w.tasks >= max_tasks_per_worker or job.result.status == "memory":
-                        retire(w, kill=False)
-                elif w.sentinel in ready:  # died: idle, or in the middle of a template
-                    code = w.process.exitcode
-                    retire(w, kill=True)
-                    if job is not None:
-                        status, reason = _describe_exit(code)
-                        record(job.index, _failed(job.template, status, f"template '{job.template.name}': {reason}",
-                                                  time.monotonic() - job.started, job.warnings))
-            now = time.monotonic()
-            for w in [w for w in busy() if w.job.deadline <= now]:
-                drain(w)
-                job = w.job
-                w.job = None
-                if job.result is not None:
-                    w.tasks += 1
-                    record(job.index, job.result)
-                    continue
-                retire(w, kill=True)
-                record(job.index, _failed(
-                    job.template, "timeout",
-                    f"template '{job.template.name}': the analysis took longer than {timeout:g} s; the worker was stopped",
-                    now - job.started, job.warnings))
-    finally:
-        for w in list(workers.values()):
-            retire(w, kill=w.job is not None)
-    return results  # type: ignore[return-value]
+    with _Pool(templates, target, jobs=jobs, timeout=timeout, memory_mb=memory_mb,
+               max_tasks=max_tasks_per_worker, progress=progress) as pool:
+        return pool.run()

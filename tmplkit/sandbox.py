@@ -24,12 +24,13 @@ Two things differ on purpose:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
 import string
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import datetime
 from functools import lru_cache
@@ -44,7 +45,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from .errors import InputError, RenderError, RenderLimitError
 from .sources import ChatTemplate
 
-__all__ = ["Limits", "DEFAULT_LIMITS", "PINNED_NOW", "system_clock", "render", "compile_template"]
+__all__ = ["Limits", "DEFAULT_LIMITS", "PINNED_NOW", "system_clock", "render", "compile_template", "hint", "hint_place",
+           "hints_for"]
 
 # The time `strftime_now` reports unless a clock is given.
 PINNED_NOW = datetime(2025, 1, 1, 12, 0, 0)
@@ -97,10 +99,62 @@ class _State:
 _STATE: ContextVar[_State | None] = ContextVar("tmplkit_render_state", default=None)
 
 
+# --- hints: how a user raises a limit, in the terms of where they are -------------------------------
+
+# A library caller raises a limit with `Limits(...)` or a function's argument, a command-line user
+# with a flag; the CLI runs its commands inside `hints_for("cli")`, and isolate.py carries the place
+# into its workers. The per-render limits have no flag: on the command line the hint says so.
+_HINTS = {
+    "library": {
+        "seconds": "raise Limits(seconds=...)",
+        "max_output_chars": "raise Limits(max_output_chars=...)",
+        "timeout": "raise the timeout argument (seconds per template)",
+        "memory_mb": "raise the memory_mb argument (MiB per worker)",
+    },
+    "cli": {
+        "seconds": "analyze it from Python with a larger Limits(seconds=...) (one render's limit is not a command-line option)",
+        "max_output_chars": "analyze it from Python with a larger Limits(max_output_chars=...) "
+                            "(the output limit is not a command-line option)",
+        "timeout": "raise --timeout",
+        "memory_mb": "raise --memory",
+    },
+}
+_HINT_PLACE: ContextVar[str] = ContextVar("tmplkit_hint_place", default="library")
+
+
+def hint(limit: str) -> str:
+    """How to raise `limit` ('seconds', 'max_output_chars', 'timeout' or 'memory_mb') from where the user is.
+
+    >>> with hints_for("cli"):
+    ...     hint("timeout")
+    'raise --timeout'
+    >>> hint("seconds")
+    'raise Limits(seconds=...)'
+    """
+    return _HINTS[_HINT_PLACE.get()][limit]
+
+
+def hint_place() -> str:
+    """Where limit hints are worded for now: 'library' (the default) or 'cli'."""
+    return _HINT_PLACE.get()
+
+
+@contextlib.contextmanager
+def hints_for(place: str) -> Iterator[None]:
+    """Word limit hints for `place` ('library' or 'cli') inside the `with` block."""
+    if place not in _HINTS:
+        raise ValueError(f"hint place must be one of {', '.join(_HINTS)}, not {place!r}")
+    token = _HINT_PLACE.set(place)
+    try:
+        yield
+    finally:
+        _HINT_PLACE.reset(token)
+
+
 def _timeout(state: _State):
     raise RenderLimitError(
         f"rendering template '{state.name}' took longer than {state.seconds:g} s; the template may loop "
-        "without end. Raise Limits(seconds=...) if it is legitimately slow",
+        f"without end. If it is legitimately slow, {hint('seconds')}",
         kind="timeout",
     )
 
@@ -108,7 +162,7 @@ def _timeout(state: _State):
 def _too_big(state: _State, size: int, what: str):
     raise RenderLimitError(
         f"template '{state.name}' {what} of {size} characters, over the limit of {state.max_chars}; "
-        "raise Limits(max_output_chars=...) if the conversation is legitimately that long",
+        f"if the conversation is legitimately that long, {hint('max_output_chars')}",
         kind="size",
     )
 
