@@ -1,42 +1,59 @@
 """The divergence-aware batch policy: checkpoints where the template's next render will diverge.
 
-`gated` saves checkpoints at user starts (llama.cpp PR 25420) and near the prompt's end. A
-resumed agent session is recomputed from where the template rewrites what the server holds, and
-templates that drop the reasoning of earlier turns (Qwen3, Qwen3.5, GLM: the reasoning of the
-assistant turns after the last user message is printed only until the next user message comes)
-rewrite it at the first assistant turn after the last user message. This policy is `gated` plus a
-checkpoint there: at the assistant start that follows the last user start, when the prompt holds
-one (its generation prompt, when the prompt ends with the user message), so that the next user
-request recomputes only from there.
+`gated` saves checkpoints at user starts (llama.cpp PR 25420) and near the prompt's end, and
+llama-server keeps at most 32, evicting old ones within `checkpoint_min_step` of each other. A
+resumed agent session is recomputed from where the template rewrites what the server holds:
+templates that drop the reasoning of earlier turns (Qwen3, Qwen3.5, GLM) rewrite it at the first
+assistant turn after the last user message once the next user message comes; a template whose
+generation prompt differs from its rendered turn rewrites the end of every request.
 
-Given `positions`, it uses those instead (e.g. the divergences `tmplkit turns` found for the
-session's renders).
+Given `positions` (where the next render is predicted to diverge, e.g. from the renders of the
+requests that can follow: `tmplkit.turns.next_renders`), the policy saves checkpoints there and
+nowhere else, so the few that matter are not evicted by ones that cannot be used. Without them
+(the registry's instance), it is `gated` plus a checkpoint at the assistant start that follows
+the last user start, the position Qwen-style templates rewrite.
+
+The runner's schedule asks a policy for two things besides batch breaks, when it has them:
+`checkpoint_before(pos, spans)` (save one before a batch starting at pos) and
+`keeps_checkpoint(pos, spans)` (keep one the schedule's own rules would save).
 
     >>> from tmplkit.prefill.policies import get_policy
     >>> get_policy("divergence-aware").name
     'divergence-aware'
+    >>> sorted(DivergenceAware.for_prompt([40, 990], n_prompt=1000).positions)
+    [41, 996]
 """
 
 from __future__ import annotations
 
 import bisect
 
-from .policies import BreakContext, Gated
+from .checkpoints import near_end_breaks
+from .policies import POLICIES, BreakContext, Gated
 
 __all__ = ["DivergenceAware"]
 
 
 class DivergenceAware(Gated):
-    """`gated`, and a checkpoint (so a batch break) where the next render is predicted to diverge."""
+    """Checkpoints where the next render is predicted to diverge (see the module doc)."""
 
     name = "divergence-aware"
-    description = "gated, plus a checkpoint where the template's next render will diverge"
+    description = "checkpoints where the template's next render will diverge"
+    reason = "next divergence"
 
     def __init__(self, positions=None):
         self.positions = None if positions is None else frozenset(int(p) for p in positions)
 
+    @classmethod
+    def for_prompt(cls, divergences, n_prompt: int) -> "DivergenceAware":
+        """The policy for a prompt of `n_prompt` tokens whose next renders diverge at token positions
+        `divergences`. Restoring a checkpoint saved before position c recomputes from c - 1, so it
+        goes one past the divergence; past the prompt's end (in the generated turn) the last
+        near-end position is as close as a prompt can get."""
+        last = near_end_breaks(n_prompt, n_prompt, 0)[-1:] or [n_prompt - 1]
+        return cls({min(int(p) + 1, last[0]) for p in divergences if int(p) + 1 > 0})
+
     def predicted(self, spans) -> frozenset:
-        """The positions of predicted divergences in a prompt with these spans."""
         if self.positions is not None:
             return self.positions
         if spans is None or not hasattr(spans, "starts"):
@@ -49,15 +66,21 @@ class DivergenceAware(Gated):
         return frozenset(after[i:i + 1])
 
     def candidates(self, spans, n_tokens: int):
-        return sorted(set(super().candidates(spans, n_tokens)) | self.predicted(spans))
+        own = self.predicted(spans)
+        return sorted(own if self.positions is not None else set(super().candidates(spans, n_tokens)) | own)
 
     def break_before(self, pos: int, ctx: BreakContext) -> str | None:
         if pos in self.predicted(ctx.spans):
             return "next divergence"
-        if ctx.spans is not None and ctx.spans.is_user_start(pos):
+        if self.positions is None and ctx.spans is not None and ctx.spans.is_user_start(pos):
             return super().break_before(pos, ctx)
         return None
 
     def checkpoint_before(self, pos: int, spans=None) -> bool:
-        """Whether a checkpoint is saved before the batch starting at `pos` (besides gated's own)."""
         return pos in self.predicted(spans)
+
+    def keeps_checkpoint(self, pos: int, spans=None) -> bool:
+        return self.positions is None or pos in self.positions
+
+
+POLICIES.setdefault(DivergenceAware.name, DivergenceAware())

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 
 from ..prefill.policies import Gated, ServerGated
 from ..prefill.runner import PrefillSettings
+from .requests import common_prefix
 from .simulation import MemoryModel, ServerSimulation, SimulatedRequest
 
-__all__ = ["SETTINGS", "CostSetting", "SessionCost", "session_cost", "default_settings"]
+__all__ = ["SETTINGS", "CostSetting", "SessionCost", "session_cost", "default_settings", "policy_for",
+           "predicted_divergences"]
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,8 @@ class SessionCost:
         return sum(per if first else per[1:])
 
     def share(self, name: str) -> float:
-        """The share of all prompt tokens of the session that was recomputed."""
-        return self.total(name) / max(1, sum(self.n_tokens))
+        """The share of the prompt tokens sent after the first request that was recomputed."""
+        return self.total(name, first=False) / max(1, sum(self.n_tokens[1:]))
 
     def to_dict(self) -> dict:
         return {"settings": [s.to_dict() for s in self.settings], "n_tokens": list(self.n_tokens),
@@ -82,14 +84,16 @@ class SessionCost:
                 "requests": {s.name: [r.to_dict() for r in self.requests[s.name]] for s in self.settings}}
 
 
-def session_cost(tokens, spans: dict, *, settings: tuple[CostSetting, ...] | None = None,
+def session_cost(tokens, spans: dict, *, predicted=None, settings: tuple[CostSetting, ...] | None = None,
                  memory: MemoryModel | None = None, prefill: PrefillSettings | None = None) -> SessionCost:
     """Simulate every setting over the session.
 
     `tokens`: `TokenizedRequests`; `spans`: delimiter set name ("tmplkit", "server") -> one Spans
-    per request (a set may be missing: its settings are skipped); `memory`: the checkpointing
-    model's memory (default: Gemma 3's sliding window of 512); `prefill`: the server's batch and
-    checkpoint settings (llama-server's defaults).
+    per request (a set may be missing: its settings are skipped); `predicted`: per request, the
+    token positions where its next renders diverge from what is held (`predicted_divergences`),
+    for the divergence-aware policy (without them it predicts from the spans); `memory`: the
+    checkpointing model's memory (default: Gemma 3's sliding window of 512); `prefill`: the
+    server's batch and checkpoint settings (llama-server's defaults).
     """
     memory = memory or MemoryModel.swa(512)
     prefill = prefill or PrefillSettings()
@@ -100,13 +104,29 @@ def session_cost(tokens, spans: dict, *, settings: tuple[CostSetting, ...] | Non
         sim = ServerSimulation(s.memory, prefill)
         per: list[SimulatedRequest] = []
         for k, ids in enumerate(tokens.requests):
-            per.append(sim.resume(ids, spans[s.delimiters][k], _policy_for(s.policy, tokens, k)))
+            per.append(sim.resume(ids, spans[s.delimiters][k], policy_for(s.policy, predicted, k, len(ids))))
             sim.generate(tokens.generated[k])
         out[s.name] = tuple(per)
     return SessionCost(settings, out, tuple(len(t) for t in tokens.requests))
 
 
-def _policy_for(policy, tokens, k: int):
-    """A policy that looks ahead gets the session's renders (`for_request`); others are used as they are."""
-    ahead = getattr(policy, "for_request", None)
-    return ahead(tokens, k) if ahead is not None else policy
+def policy_for(policy, predicted, k: int, n_prompt: int):
+    """The policy for request k: the divergence-aware one gets that request's predicted divergences."""
+    from ..prefill.divergence_policy import DivergenceAware
+
+    if isinstance(policy, DivergenceAware) and predicted is not None:
+        return DivergenceAware.for_prompt(predicted[k], n_prompt)
+    return policy
+
+
+def predicted_divergences(tokens, next_texts, tokenizer, *, add_bos: bool = False) -> tuple[tuple[int, ...], ...]:
+    """Per request, the token positions where each of its next renders (`requests.next_renders`)
+    stops matching the tokens held after it (positions at the held end are left out: nothing diverges)."""
+    from .divergence import tokenize_texts
+
+    out = []
+    for k, texts in enumerate(next_texts):
+        held = tokens.held(k)
+        pos = {common_prefix(held, ids) for ids in tokenize_texts(texts, tokenizer, add_bos=add_bos)}
+        out.append(tuple(sorted(p for p in pos if p < len(held))))
+    return tuple(out)

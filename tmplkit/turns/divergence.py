@@ -84,15 +84,22 @@ def tokenize_requests(requests, tokenizer, *, add_bos: bool = False) -> Tokenize
     `add_bos` prepends the tokenizer's BOS to a request that does not already start with it (as
     `prefill.build_prompt` does).
     """
-    bos = list(tokenizer.tokenize("", add_bos=True)) if add_bos else []
-    reqs, gens = [], []
+    reqs, gens = tokenize_texts([r.text for r in requests], tokenizer, add_bos=add_bos), []
     for r in requests:
-        ids = list(tokenizer.tokenize(r.text, add_bos=False))
+        gens.append(_emitted(tokenizer, tokenizer.tokenize(r.generated, add_bos=False)) if r.generated else ())
+    return TokenizedRequests(reqs, tuple(gens))
+
+
+def tokenize_texts(texts, tokenizer, *, add_bos: bool = False) -> tuple[tuple[int, ...], ...]:
+    """Each text tokenized whole, with the BOS prepended when `add_bos` and the text lacks it."""
+    bos = list(tokenizer.tokenize("", add_bos=True)) if add_bos else []
+    out = []
+    for text in texts:
+        ids = list(tokenizer.tokenize(text, add_bos=False))
         if bos and ids[:len(bos)] != bos:
             ids = bos + ids
-        reqs.append(tuple(ids))
-        gens.append(_emitted(tokenizer, tokenizer.tokenize(r.generated, add_bos=False)) if r.generated else ())
-    return TokenizedRequests(tuple(reqs), tuple(gens))
+        out.append(tuple(ids))
+    return tuple(out)
 
 
 def _emitted(tokenizer, ids) -> tuple[int, ...]:

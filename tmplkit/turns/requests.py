@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Mapping
 
-from ..errors import InputError
+from ..errors import InputError, TmplkitError
 from ..sandbox import PINNED_NOW, Limits, render
 from ..sources import ChatTemplate
 
-__all__ = ["Request", "session_requests", "request_points", "common_prefix"]
+__all__ = ["Request", "session_requests", "request_points", "common_prefix", "next_renders"]
 
 _NEEDLE = "\u2063needle\u2063"
 _LIMITS = Limits(seconds=60, max_output_chars=50_000_000)
@@ -165,3 +165,37 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
             break
     turn = full[shared - opening:]
     return turn[common_prefix(gprompt, turn):], "newest-turn"
+
+
+def next_renders(session, template: ChatTemplate, requests, *, kwargs: Mapping | None = None) -> tuple[tuple[str, ...], ...]:
+    """For each request, the renders of the two requests that can follow it, known before they come:
+    the generated turn's tool calls answered (when it makes any) and a new user message.
+
+    Where these stop matching what the server holds is where the template's next render will
+    diverge; the divergence-aware policy puts its checkpoints there. Only the template and the
+    conversation so far are used, never the session's later messages.
+    """
+    from ..prefill.session import messages_for_template
+
+    messages = messages_for_template(session)
+    tools = list(session.tools or ()) or None
+    out = []
+    for r in requests:
+        if not r.generated:
+            out.append(())
+            continue
+        upto = messages[:r.turn[1]]
+        calls = [c for m in messages[r.turn[0]:r.turn[1]] for c in (m.get("tool_calls") or ())]
+        follow = [[{"role": "user", "content": "next request"}]]
+        if calls:
+            follow.append([{"role": "tool", "tool_call_id": c.get("id", ""), "name": c.get("function", c).get("name", ""),
+                            "content": "result"} for c in calls])
+        texts = []
+        for extra in follow:
+            try:
+                texts.append(render(template, upto + extra, tools=tools, add_generation_prompt=True, limits=_LIMITS,
+                                    clock=lambda t=r.time: t, **dict(kwargs or {})))
+            except TmplkitError:  # a template may refuse a shape; that follow-up is then not predicted
+                continue
+        out.append(tuple(texts))
+    return tuple(out)

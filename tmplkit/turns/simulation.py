@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..errors import InputError
 from ..prefill.checkpoints import Checkpoint, CheckpointStore
 from ..prefill.policies import BatchSchedule, PlannedBatch, get_policy
 from .requests import common_prefix
@@ -58,6 +59,16 @@ class MemoryModel:
         """llama.cpp's small SWA cache: n_swa + n_ubatch cells, padded to 256 (llama-kv-cache-iswa.cpp)."""
         return cls("swa", n_swa, -(-(n_swa + n_ubatch) // 256) * 256)
 
+    @classmethod
+    def parse(cls, spec: str, n_ubatch: int = 512) -> "MemoryModel":
+        """"swa:N" (a sliding window of N), "recurrent" or "full"; InputError otherwise."""
+        kind, _, arg = spec.partition(":")
+        if kind == "swa" and arg.isdigit() and int(arg) > 0:
+            return cls.swa(int(arg), n_ubatch)
+        if kind in ("recurrent", "full") and not arg:
+            return cls(kind)
+        raise InputError(f"unknown memory model {spec!r}; give swa:N (e.g. swa:512, Gemma 3), recurrent or full")
+
     def to_dict(self) -> dict:
         return {"kind": self.kind, "n_swa": self.n_swa, "swa_cells": self.swa_cells}
 
@@ -68,21 +79,24 @@ def plan_batches(n: int, start: int, spans, policy, settings, store: CheckpointS
     same `BatchSchedule`; `store` (None: no checkpoints) receives the checkpoints saved on the way,
     as the runner adds them, with pos_min/pos_max from `memory`.
 
-    A policy with `checkpoint_before(pos, spans)` (the divergence-aware one) also gets a
-    checkpoint before a batch starting at such a position.
+    A policy with `checkpoint_before(pos, spans)` / `keeps_checkpoint(pos, spans)` (the
+    divergence-aware one) adds checkpoints / drops ones the schedule's rules would save.
     """
     pol = get_policy(policy)
     memory = memory or MemoryModel()
     sched = BatchSchedule(pol, spans, n, n_batch=settings.n_batch, n_ubatch=min(settings.n_ubatch, settings.n_batch),
                           min_step=settings.checkpoint_min_step, checkpointing=store is not None)
     wants = getattr(pol, "checkpoint_before", None)
+    keeps = getattr(pol, "keeps_checkpoint", None)
     out, pos = [], start
     while pos < n:
         last = store.last() if store is not None else None
         batch = sched.next_batch(pos, last.n_tokens if last else None)
-        if store is not None and batch.checkpoint is None and batch.begin > 0 and wants is not None \
-                and wants(batch.begin, sched.spans):
-            batch = replace(batch, checkpoint="next divergence")
+        if store is not None and batch.begin > 0:
+            if batch.checkpoint is None and wants is not None and wants(batch.begin, sched.spans):
+                batch = replace(batch, checkpoint="next divergence")
+            elif batch.checkpoint is not None and keeps is not None and not keeps(batch.begin, sched.spans):
+                batch = replace(batch, checkpoint=None)
         if store is not None and batch.checkpoint is not None and batch.begin > 0:
             store.add(Checkpoint(batch.begin, memory.pos_min(batch.begin), batch.begin - 1, b"", run_id))
         out.append(batch)

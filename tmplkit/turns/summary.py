@@ -13,9 +13,9 @@ from datetime import datetime
 from ..errors import TmplkitError
 from ..probes import THINKING_FLAGS
 from ..sources import ChatTemplate
-from .cost import SessionCost, session_cost
+from .cost import SessionCost, predicted_divergences, session_cost
 from .divergence import Divergence, divergences, tokenize_requests
-from .requests import DEFAULT_INTERVAL, session_requests
+from .requests import DEFAULT_INTERVAL, next_renders, session_requests
 
 __all__ = ["TurnsReport", "study_turns", "HISTORY_FLAGS"]
 
@@ -93,7 +93,9 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     if tokens is not None:
         spans = _spans(template, tokenizer, reqs, tokens, notes)
         if spans:
-            cost = session_cost(tokens, spans, memory=memory, prefill=prefill)
+            ahead = predicted_divergences(tokens, next_renders(session, template, reqs, kwargs=kwargs), tokenizer,
+                                          add_bos=add_bos)
+            cost = session_cost(tokens, spans, predicted=ahead, memory=memory, prefill=prefill)
     tried = _switches(template, session, messages, kwargs, interval) if switches else ()
     return TurnsReport(template.name, len(reqs), divs, tried, cost, tuple(notes))
 

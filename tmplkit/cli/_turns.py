@@ -1,0 +1,41 @@
+"""The `turns` subcommand: an agent session request by request on each template."""
+
+from __future__ import annotations
+
+
+def add_turns(sub) -> None:
+    p = sub.add_parser("turns", help="per template: is a resumed agent session's prefix stable, where and why it "
+                                     "diverges, and the tokens each request recomputes")
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="templates: .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
+    p.add_argument("--session", metavar="FILE", help="a session JSON (messages with reasoning_content, tool calls, "
+                                                     "tool results); default: a generated agent session")
+    p.add_argument("--tokenizer", metavar="PATH", help="compare token ids and count tokens recomputed: a .gguf, "
+                                                       "tokenizer.json, vocab:NAME or hf:org/name")
+    p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request")
+    p.add_argument("--memory", default="swa:512", help="the checkpointing model's memory: swa:N, recurrent (default swa:512)")
+    p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
+    p.add_argument("--format", choices=["text", "json", "markdown", "csv"], default="text")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
+    p.set_defaults(func=_cmd_turns)
+
+
+def _cmd_turns(args) -> int:
+    from ..prefill.session import generate_session, load_session
+    from ..turns import MemoryModel, study_turns
+    from ..turns.formats import format_turns
+    from ._common import emit, load_templates, require_tokenizers
+
+    memory = MemoryModel.parse(args.memory)  # refuse a bad option before any work
+    if args.tokenizer:
+        require_tokenizers([args.tokenizer], "tmplkit turns --tokenizer " + args.tokenizer)
+    session = load_session(args.session) if args.session else generate_session(20000, seed=0, style="agent", requests=3)
+    templates = load_templates(args.sources)
+    tokenizer = None
+    if args.tokenizer:
+        from ..tokenize import load_tokenizer
+
+        tokenizer = load_tokenizer(args.tokenizer)
+    reports = [study_turns(t, session, tokenizer=tokenizer, add_bos=args.add_bos, memory=memory,
+                           switches=not args.no_switches) for t in templates]
+    emit(format_turns(reports, args.format), args.output)
+    return 0

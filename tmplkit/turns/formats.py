@@ -1,0 +1,90 @@
+"""`tmplkit turns` reports: text, markdown, CSV and JSON over a list of `TurnsReport`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from .cost import SETTINGS
+
+__all__ = ["format_turns", "FORMATS"]
+
+FORMATS = ("text", "json", "markdown", "csv")
+
+
+def format_turns(reports, fmt: str = "text") -> str:
+    """One report per template in `fmt` (one of FORMATS)."""
+    if fmt == "json":
+        return json.dumps([r.to_dict() for r in reports], ensure_ascii=False, indent=1) + "\n"
+    rows = [_row(r) for r in reports]
+    if fmt == "csv":
+        out = io.StringIO()
+        w = csv.DictWriter(out, fieldnames=list(_row_keys()), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        return out.getvalue()
+    if fmt == "markdown":
+        head = ["template", "stable", "requests", "first divergence", "cause", "stable with"] + \
+            [f"{s} (share)" for s in SETTINGS]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r, row in zip(reports, rows):
+            where = f"request {row['first_request']}, token {row['first_token']}" if row["first_request"] != "" else ""
+            cells = [row["template"], "yes" if row["stable"] else "no", str(row["requests"]), where,
+                     row["cause"] or row["error"], row["stable_with"]] + [_share(r, s) for s in SETTINGS]
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        return "\n".join(lines) + "\n"
+    return "".join(_text(r) for r in reports)
+
+
+def _row_keys():
+    return ("template", "stable", "requests", "first_request", "first_position", "first_token", "cause",
+            "stable_with", *SETTINGS, "prompt_tokens", "error")
+
+
+def _row(r) -> dict:
+    first = r.first
+    row = dict.fromkeys(_row_keys(), "")
+    row.update(template=r.template, stable=r.stable, requests=r.n_requests, stable_with=" ".join(r.stable_with),
+               error=r.error)
+    if first is not None:
+        row.update(first_request=first.request, first_position=first.position,
+                   first_token="" if first.token_position is None else first.token_position, cause=first.cause)
+    if r.cost is not None:
+        row["prompt_tokens"] = sum(r.cost.n_tokens)
+        for s in SETTINGS:
+            if s in r.cost.requests:
+                row[s] = r.cost.total(s, first=False)
+    return row
+
+
+def _share(r, setting: str) -> str:
+    if r.cost is None or setting not in r.cost.requests:
+        return ""
+    return f"{r.cost.total(setting, first=False)} ({r.cost.share(setting):.0%})"
+
+
+def _text(r) -> str:
+    if r.error:
+        return f"{r.template}: cannot render the session: {r.error}\n"
+    lines = [f"{r.template}: {'stable' if r.stable else 'NOT stable'} over {r.n_requests} requests"]
+    first = r.first
+    if first is not None:
+        tok = "" if first.token_position is None else f" (token {first.token_position} of {first.n_held_tokens})"
+        lines.append(f"  first divergence: request {first.request}, character {first.position} of {first.n_held} held{tok}: "
+                     f"{first.cause} ({first.detail})")
+        if first.cause in ("other", "generation prompt"):
+            lines.append(f"    held:    {first.held_text!r}")
+            lines.append(f"    request: {first.request_text!r}")
+        if first.token_note:
+            lines.append(f"    {first.token_note}")
+        causes = ", ".join(f"{c} x{n}" for c, n in r.causes().items())
+        lines.append(f"  causes: {causes}")
+    if r.switches:
+        lines.append("  stable with: " + (", ".join(r.stable_with) or "no setting of its switches") +
+                     f" (tried {', '.join(n for n, _ in r.switches)})")
+    if r.cost is not None:
+        parts = [f"{s} {r.cost.total(s, first=False)}" for s in SETTINGS if s in r.cost.requests]
+        lines.append(f"  tokens recomputed after the first request (of {sum(r.cost.n_tokens[1:])} sent): " + ", ".join(parts))
+    lines += [f"  note: {n}" for n in r.notes]
+    return "\n".join(lines) + "\n"
