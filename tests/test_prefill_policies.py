@@ -18,7 +18,8 @@ SPANS = SpanDetector([("user", [9]), ("assistant", [8])]).split([0, 0, 9, 1, 8, 
 
 
 def ctx(last_checkpoint=None, min_step=8192, pending=None):
-    return BreakContext(SPANS, SPANS.last_user_start(), last_checkpoint, min_step, pending)
+    return BreakContext(spans=SPANS, last_user=SPANS.last_user_start(), last_checkpoint=last_checkpoint,
+                        min_step=min_step, pending_checkpoint=pending)
 
 
 def test_policy_registry_and_unknown_name():
@@ -63,12 +64,13 @@ def test_gated_counts_the_checkpoint_the_batch_starts_with():
 def test_gated_ends_no_batch_for_a_checkpoint_too_small_to_pay_for_it():
     # below min_tokens (the runner passes n_ubatch) a resume from the checkpoint would save less
     # than the extra batch costs; llama-server's gate breaks anyway (its BOS-only batch)
-    small = BreakContext(SPANS, SPANS.last_user_start(), None, 8192, None, 4)
+    small = BreakContext(spans=SPANS, last_user=SPANS.last_user_start(), last_checkpoint=None, min_step=8192, min_tokens=4)
     gated, server = get_policy("gated"), ServerGated()
     assert gated.break_before(2, small) is None
     assert server.break_before(2, small) == "no checkpoint yet"
     assert gated.break_before(6, small) == "no checkpoint yet"
-    assert gated.break_before(12, BreakContext(SPANS, 12, 6, 8192, None, 13)) is None  # the last user message too
+    last = BreakContext(spans=SPANS, last_user=12, last_checkpoint=6, min_step=8192, min_tokens=13)
+    assert gated.break_before(12, last) is None  # the last user message too
 
 
 def test_gated_picks_the_user_start_that_leaves_the_last_ubatch_fullest():
@@ -80,7 +82,8 @@ def test_gated_picks_the_user_start_that_leaves_the_last_ubatch_fullest():
     gated, server = get_policy("gated"), ServerGated()
 
     def c(begin, end, last_checkpoint=None):
-        return BreakContext(spans, 30, last_checkpoint, 4, None, 2, begin, end, 8)
+        return BreakContext(spans=spans, last_user=30, last_checkpoint=last_checkpoint, min_step=4, min_tokens=2,
+                            batch_begin=begin, batch_end=end, n_ubatch=8)
 
     def first_break(policy, ctx):  # asked in order, as the runner fills the batch
         return next(((p, r) for p in spans.starts("user") if ctx.batch_begin < p < ctx.batch_end
@@ -206,3 +209,97 @@ def test_settings_refuse_a_poll_level_out_of_range():
         with pytest.raises(InputError, match="poll"):
             PrefillSettings(poll=bad)
     assert PrefillSettings(poll=None).poll is None and PrefillSettings(poll=0).poll == 0
+
+
+# ---- the checkpoint rule and the schedule of one prompt ----------------------------------------------
+
+
+def test_break_context_is_built_by_keyword():
+    with pytest.raises(TypeError):
+        BreakContext(SPANS, 12, None, 8192)  # noqa
+
+
+def test_one_checkpoint_rule_for_the_schedule_and_gated():
+    from tmplkit.prefill.checkpoints import checkpoint_due
+
+    assert checkpoint_due(12, last_user=12, newest=10, min_step=100) == "last user message"
+    assert checkpoint_due(6, last_user=12, newest=None, min_step=100) == "no checkpoint yet"
+    assert checkpoint_due(6, last_user=12, newest=2, min_step=3) == "min step"
+    assert checkpoint_due(6, last_user=12, newest=2, min_step=4) is None
+    gated = get_policy("gated")
+    for pos in (2, 6, 12):
+        for newest in (None, 0, 2, 5):
+            for step in (0, 3, 100):
+                c = BreakContext(spans=SPANS, last_user=12, last_checkpoint=newest, min_step=step)
+                assert gated.due(pos, c) == checkpoint_due(pos, last_user=12, newest=newest, min_step=step)
+
+
+def _spans_with_users(n, users):
+    from tmplkit.spans import SpanDetector
+
+    toks = [1] * n
+    for u in users:
+        toks[u] = 9
+    return SpanDetector([("user", [9])]).split(toks)
+
+
+def _schedule(policy, spans, n, checkpointing=True, min_step=8192):
+    from tmplkit.prefill.policies import BatchSchedule
+
+    return BatchSchedule(get_policy(policy), spans, n, n_batch=2048, n_ubatch=512, min_step=min_step,
+                         checkpointing=checkpointing)
+
+
+def test_schedule_of_none_is_full_batches_and_the_near_end_breaks():
+    # the 16,155-token session of issue 15 (-b 2048 -ub 512): its `none` schedule as reported there
+    plan = _schedule("none", None, 16155).plan()
+    assert [(b.begin, b.size, b.reason) for b in plan] == [
+        *[(k * 2048, 2048, "full") for k in range(7)], (14336, 1303, "near end"), (15639, 512, "near end"),
+        (16151, 4, "end")]
+    assert [(b.begin, b.checkpoint) for b in plan if b.checkpoint] == [(15639, "near end"), (16151, "near end")]
+    # a model that can roll back: no near-end breaks, no checkpoints
+    plain = _schedule("none", None, 16155, checkpointing=False).plan()
+    assert [b.size for b in plain] == [2048] * 7 + [1819] and not any(b.checkpoint for b in plain)
+
+
+def test_schedule_of_gated_breaks_only_where_it_then_saves_a_checkpoint():
+    users = [1, 300, 700, 2500, 5000, 9100, 9300, 12000, 13500]
+    spans = _spans_with_users(16155, users)
+    plan = _schedule("gated", spans, 16155).plan()
+    starts = [b.begin for b in plan]
+    assert starts == sorted(set(starts)) and plan[-1].end == 16155
+    assert all(b.size <= 2048 for b in plan)
+    early = {b.end for b in plan if b.rule}
+    saved = {b.begin: b.checkpoint for b in plan if b.checkpoint}
+    assert early and early <= set(saved)
+    # the first checkpoint: at a user start of at least n_ubatch tokens (not the BOS-only one at 1)
+    assert plan[0].rule == "no checkpoint yet" and plan[0].end in (300, 700)
+    assert saved[13500] == "last user message"
+    # llama-server's gate cuts at 1 (a BOS-only batch) and again after each checkpoint
+    server = _plan_for(ServerGated(), spans)
+    assert server[0].size == 1 and len(server) > len(plan)
+    # every-user-start: a break before every user start
+    every = _schedule("every-user-start", spans, 16155).plan()
+    assert set(users) <= {b.begin for b in every}
+
+
+def _plan_for(policy, spans):
+    from tmplkit.prefill.policies import BatchSchedule
+
+    return BatchSchedule(policy, spans, 16155, n_batch=2048, n_ubatch=512, min_step=8192, checkpointing=True).plan()
+
+
+def test_a_registered_policy_is_offered_by_the_cli_with_the_settings_defaults(monkeypatch):
+    from tmplkit.cli import build_parser
+    from tmplkit.prefill.runner import PrefillSettings
+
+    monkeypatch.setitem(POLICIES, "mine", FixedBreaks([100]))
+    args = build_parser().parse_args(["prefill", "m.gguf", "s.json", "--policy", "mine"])
+    assert args.policy == "mine"
+    d = PrefillSettings()
+    assert (args.n_ctx, args.n_batch, args.n_ubatch, args.poll, args.max_checkpoints, args.checkpoint_min_step,
+            args.flash_attn, args.cache_type_k) == (d.n_ctx, d.n_batch, d.n_ubatch, d.poll, d.max_checkpoints,
+                                                    d.checkpoint_min_step, d.flash_attn, d.cache_type_k)
+    monkeypatch.delitem(POLICIES, "mine")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["prefill", "m.gguf", "s.json", "--policy", "mine"])

@@ -242,6 +242,55 @@ def test_qwen_tool_responses_get_no_break_and_no_checkpoint_with_tmplkit_spans()
         assert len(tool_turns & {c.start for c in rep.decode_calls}) >= len(tool_turns) - 3
 
 
+def test_a_run_makes_exactly_the_batches_and_checkpoints_its_schedule_plans(runner, gemma_prompt, policy_runs):
+    from tmplkit.prefill import BatchSchedule, get_policy
+
+    n = len(gemma_prompt.tokens)
+    for policy in ("none", "every-user-start", "gated"):
+        rep, _ = policy_runs[policy]
+        plan = BatchSchedule(get_policy(policy), gemma_prompt.spans, n, n_batch=512, n_ubatch=128, min_step=1024,
+                             checkpointing=True).plan()
+        assert [(c.start, c.size, c.reason, c.rule) for c in rep.decode_calls] == \
+            [(b.begin, b.size, b.reason, b.rule) for b in plan]
+        assert [(c.n_tokens, c.why) for c in rep.checkpoints] == [(b.begin, b.checkpoint) for b in plan if b.checkpoint]
+
+
+def test_decode_generated_extends_the_memory_one_token_per_call_without_checkpoints():
+    """After a prompt, the model's reply decoded as llama-server generates it; the next request
+    (the reply and a new user turn appended) reuses all of it from memory."""
+    rng = np.random.default_rng(5)
+    prompt = rng.integers(0, 150000, 1500).tolist()
+    reply = rng.integers(0, 150000, 40).tolist()
+    more = rng.integers(0, 150000, 300).tolist()
+    with PrefillRunner(tiny_model_path("qwen35"), **SMALL) as r:
+        with pytest.raises(InputError, match="no prompt has been processed"):
+            r.decode_generated(reply)
+        first = r.run(prompt, None, "none")
+        gen = r.decode_generated(reply)
+        assert r.tokens == prompt + reply
+        assert r._pos_range()[1] == len(prompt) + len(reply) - 1
+        assert [(c.start, c.size, c.reason) for c in gen.decode_calls] == \
+            [(len(prompt) + i, 1, "generated") for i in range(len(reply))]
+        assert gen.n_prompt == len(prompt) and gen.n_generated == len(reply) == gen.n_decode_calls
+        assert [c.n_tokens for c in r.store] == [c.n_tokens for c in first.checkpoints]  # none taken while generating
+        teacher_forced = r.logits()
+        nxt = r.resume(prompt + reply + more, None, "none")
+        assert nxt.n_reused == len(prompt) + len(reply) and nxt.n_processed == len(more) and nxt.restored is None
+        assert r.tokens == prompt + reply + more
+        # a request that rewrites the reply (a template dropping its reasoning, say) falls back to
+        # the prompt's near-end checkpoint, 4 tokens before the prompt's end
+        rewritten = prompt + [7] * 10 + more
+        back = r.resume(rewritten, None, "none")
+        assert back.restored is not None and back.restored.n_tokens == len(prompt) - 4
+        assert r.tokens == rewritten
+        with pytest.raises(InputError, match="more than the context size"):
+            r.decode_generated([5] * 4096)
+        assert r.decode_generated([]).n_decode_calls == 0
+    with PrefillRunner(tiny_model_path("qwen35"), **SMALL) as cold:
+        cold.run(prompt + reply, None, "none")
+        assert np.abs(cold.logits() - teacher_forced).max() < 0.05 * np.abs(teacher_forced).max() + 1e-3
+
+
 # ---- bad input -------------------------------------------------------------------------------------
 
 

@@ -9,11 +9,47 @@ The store keeps at most `max_count`; adding to a full store first drops checkpoi
 runs that lie within `min_step` of the one before them, then the oldest; a checkpoint at the same
 n_tokens as the new one is replaced. Resuming picks the newest checkpoint that ends at or before
 the first position to recompute and reaches far enough back for the attention window.
+
+When one is taken is decided here too, once, for the runner and the `gated` policy alike
+(`checkpoint_due`, `near_end`, `near_end_breaks`): llama-server's rules in
+tools/server/server-context.cpp (0.3.36, "do_checkpoint").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+
+# llama-server ends a batch this many tokens before the prompt's end (4 + n_ubatch, and 4), so
+# that checkpoints exist there (llama.cpp PR 20288); a resume then recomputes at most a ubatch.
+_NEAR_END_OFFSET = 4
+
+
+def checkpoint_due(pos: int, *, last_user: int, newest: int | None, min_step: int) -> str | None:
+    """The rule that takes a checkpoint at user start `pos`, or None (llama-server's order).
+
+    `newest`: n_tokens of the newest checkpoint (None: none yet). A checkpoint is due at the last
+    user message, when there is none yet, and more than `min_step` tokens past the newest.
+    """
+    if pos == last_user:
+        return "last user message"
+    if newest is None:
+        return "no checkpoint yet"
+    if pos > newest + min_step:
+        return "min step"
+    return None
+
+
+def near_end(n_prompt: int, batch_end: int, n_ubatch: int) -> bool:
+    """Whether a batch ending at `batch_end` lies near the prompt's end, where a checkpoint is
+    always taken before it is decoded (the last batch always does)."""
+    return n_prompt < batch_end + n_ubatch
+
+
+def near_end_breaks(n_prompt: int, n_batch: int, n_ubatch: int) -> list[int]:
+    """The positions where a batch ends so that near-end checkpoints exist, ascending."""
+    offsets = (_NEAR_END_OFFSET + n_ubatch, _NEAR_END_OFFSET)
+    return sorted({n_prompt - min(n_batch, off) for off in offsets} - {0})
 
 
 @dataclass(eq=False)
