@@ -4,6 +4,8 @@
     python scripts/bench_prefill.py                        # full run (about 45 minutes on 2 cores)
     python scripts/bench_prefill.py --quick                # smaller sessions, 1 repeat (a few minutes)
     python scripts/bench_prefill.py --no-server            # tmplkit only
+    python scripts/bench_prefill.py --session S.json --template SRC --rounds 5 --diagnose --no-server
+                                                           # a session of your own (or --prompt TEXT)
 
 Sections (all in one process; variants interleaved within each repeat, each repeat starting one
 variant later than the one before):
@@ -22,6 +24,17 @@ variant later than the one before):
    tokens reused and recomputed and seconds, by spans / checkpoints on or off; llama-server's own
    cache_n / prompt_n for the same two requests (cache_prompt true) as a cross-check.
 
+4. given (`--session FILE` or `--prompt FILE`, instead of gemma and qwen): a session written
+   elsewhere (OpenAI-style messages JSON) rendered with `--template` (default: Gemma's turn format
+   for the Gemma model, else the model's own), or a prompt text already rendered, on `--model`
+   (default Gemma 3 270M). `--diagnose` adds variants that take one suspect at a time out of
+   `gated`: `gated-breaks-no-saves` (gated's batches exactly, saving only the near-end checkpoints
+   `none` saves too), and `gated-poll-off` (ggml's per-graph threadpool instead of llama-server's
+   persistent, polling one).
+
+Every run's decode calls are in the JSON with their seconds (`runs[label][i]["calls"]`: start,
+size, reason, rule, seconds) and its checkpoints with theirs; `same_batches` lists the batches
+(same start and size) that several variants decode, with their median seconds per variant.
 Writes JSON (default scripts/results/prefill.json) and prints a markdown summary; the sessions used
 are saved next to the JSON so `tmplkit prefill` can be run on them.
 """
@@ -46,8 +59,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tmplkit import corpus  # noqa: E402
-from tmplkit.prefill import (PrefillRunner, PrefillSettings, ServerGated, build_prompt, generate_session,  # noqa: E402
-                             next_user_turn, save_session, server_delimiters, server_spans, tiny_model_path)
+from tmplkit.errors import InputError  # noqa: E402
+from tmplkit.prefill import (BatchSchedule, FixedBreaks, PrefillRunner, PrefillSettings, ServerGated,  # noqa: E402
+                             build_prompt, generate_session, get_policy, load_session, next_user_turn, save_session,
+                             server_delimiters, server_spans, tiny_model_path)
 from tmplkit.prefill.report import write_json  # noqa: E402
 from tmplkit.prefill.prompt import text_delimiters  # noqa: E402
 from tmplkit.prefill.session import Session  # noqa: E402
@@ -145,7 +160,24 @@ def summarize(rep) -> dict:
     return {"tokens_per_second": rep.tokens_per_second, "seconds": rep.seconds, "decode_calls": rep.n_decode_calls,
             "checkpoints": [c.n_tokens for c in rep.checkpoints], "rules": rep.rules(), "breaks": rep.breaks(),
             "n_processed": rep.n_processed, "n_reused": rep.n_reused,
-            "outside_decode": (rep.seconds - rep.decode_seconds) / rep.seconds if rep.seconds else 0.0}
+            "outside_decode": (rep.seconds - rep.decode_seconds) / rep.seconds if rep.seconds else 0.0,
+            "checkpoint_seconds": rep.checkpoint_seconds, "load_average": round(os.getloadavg()[0], 2),
+            # every decode call: [start, size, reason, rule, seconds]; every checkpoint: [n_tokens, bytes, seconds, why]
+            "calls": [[c.start, c.size, c.reason, c.rule, round(c.seconds, 6)] for c in rep.decode_calls],
+            "checkpoint_records": [[c.n_tokens, c.bytes, round(c.seconds, 6), c.why] for c in rep.checkpoints]}
+
+
+def same_batches(runs: dict) -> list[dict]:
+    """Batches (same start and size) decoded by more than one variant: median seconds per variant,
+    over all its runs, so one batch's cost can be compared across policies and repeats."""
+    by_batch: dict[tuple[int, int], dict[str, list[float]]] = {}
+    for label, rs in runs.items():
+        for r in rs:
+            for start, size, _reason, _rule, secs in r.get("calls", ()):
+                by_batch.setdefault((start, size), {}).setdefault(label, []).append(secs)
+    return [{"start": start, "size": size, "median_seconds": {k: med(v) for k, v in per.items()},
+             "all_seconds": per}
+            for (start, size), per in sorted(by_batch.items()) if len(per) > 1]
 
 
 def on_tool(rep, tool_starts: set[int]) -> dict:
@@ -172,62 +204,133 @@ class Variant:
     spans: object = None
     on_server: bool = False
     delimiters: tuple | None = None  # llama-server's message delimiters (None: no spans)
+    overrides: tuple = ()  # settings this variant's runner changes, e.g. (("poll", None),): a runner of its own
+    baseline_label: str | None = None  # what its paired ratio divides by (default `none`, or llama-server's)
 
     @property
     def baseline(self) -> str:
-        return SERVER_NONE if self.on_server else "none"
+        return self.baseline_label or (SERVER_NONE if self.on_server else "none")
 
 
-def bench_policies(name, model, template, session, settings, repeat, threads, server_bin, outdir):
-    """Runner policies (tmplkit spans; also llama-server's spans) and llama-server, interleaved."""
-    res: dict = {"model": str(model), "template": template.name, "settings": settings.to_dict()}
+def prompt_from_text(text: str, template, tok, add_bos: bool):
+    """A prompt text already rendered, as the runner takes it: tokens and tmplkit's spans (the
+    template's delimiters, token ids checked on this text, as build_prompt does for a session)."""
+    from tmplkit.prefill.prompt import Prompt
+    from tmplkit.spans import SpanDetector
+    from tmplkit.token_delims import tokenize_delimiters
+
+    tokens = tok.tokenize(text, add_bos=False)
+    bos = tok.tokenize("", add_bos=True) if add_bos else []
+    if bos and tokens[:len(bos)] != bos:
+        tokens = bos + tokens
+    tdelims = tokenize_delimiters(text_delimiters(template)[0], text, tok, template=template.name)
+    if not tdelims.passed:
+        raise SystemExit(f"template '{template.name}': its delimiters do not split this text's tokens: {tdelims.problems}")
+    return Prompt(tuple(tokens), SpanDetector(tdelims).split(tokens), text, template.name, tdelims)
+
+
+def diagnostic_variants(prompt, settings) -> list[Variant]:
+    """Variants that take one suspect at a time out of `gated` (issue: gated slower than its breaks explain).
+
+    `gated-breaks-no-saves`: gated's batches exactly (its early breaks as fixed ones, no spans),
+    so only the near-end checkpoints are saved, as `none` saves them: against `gated`, the cost of
+    its extra checkpoint saves; against `none`, the cost of its breaks. `*-poll-off`: ggml's
+    per-graph threadpool instead of the persistent polling one (llama-server's default).
+    """
+    n = len(prompt.tokens)
+    sched = lambda pol, spans: BatchSchedule(pol, spans, n, n_batch=settings.n_batch, n_ubatch=min(settings.n_ubatch, settings.n_batch),  # noqa: E731
+                                             min_step=settings.checkpoint_min_step, checkpointing=True).plan()
+    gated = sched(get_policy("gated"), prompt.spans)
+    fixed = FixedBreaks([b.end for b in gated if b.rule])
+    same = [(b.begin, b.end) for b in sched(fixed, None)] == [(b.begin, b.end) for b in gated]
+    log(f"gated-breaks-no-saves: {'the same batches as gated' if same else 'WARNING: other batches than gated'}")
+    off = (("poll", None),)
+    return [Variant("gated-breaks-no-saves", fixed, None, baseline_label="none"),
+            Variant("none-poll-off", "none", prompt.spans, overrides=off, baseline_label="none"),
+            Variant("gated-poll-off", "gated", prompt.spans, overrides=off, baseline_label="none-poll-off")]
+
+
+def bench_policies(name, model, template, source, settings, repeat, threads, server_bin, outdir,
+                   diagnose=False, only=None):
+    """Runner policies (tmplkit spans; also llama-server's spans) and llama-server, interleaved.
+
+    `source`: a Session, or a prompt text already rendered. `only`: labels to run (default all)."""
+    res: dict = {"model": str(model), "template": template.name, "settings": settings.to_dict(),
+                 "load_average_start": round(os.getloadavg()[0], 2)}
+    runners: dict[tuple, PrefillRunner] = {}
     with PrefillRunner(model, settings) as runner:
+        runners[()] = runner
         tok = runner.tokenizer
-        prompt = build_prompt(session, template, tok, add_bos=runner.info.add_bos)
-        sspans = server_spans(prompt.tokens, template, tok)
+        prompt = (prompt_from_text(source, template, tok, runner.info.add_bos) if isinstance(source, str)
+                  else build_prompt(source, template, tok, add_bos=runner.info.add_bos))
+        try:  # llama-server's two delimiters are known for a few template families only
+            sdelims = server_delimiters(template)
+        except InputError:
+            sdelims = ()
+        sspans = server_spans(prompt.tokens, template, tok) if sdelims else None
         runner.check_prompt(prompt.tokens)
         tool_starts = set(prompt.spans.starts("tool"))
         res.update(n_tokens=len(prompt.tokens), spans_by_role=prompt.role_counts(),
-                   server_user_starts=len(sspans.starts("user")), tmplkit_user_starts=len(prompt.spans.starts("user")),
-                   tool_starts=len(tool_starts), delimiters=[d.to_dict() for d in prompt.delimiters],
-                   server_delimiters=[list(d) for d in server_delimiters(template)])
+                   server_user_starts=len(sspans.starts("user")) if sspans else None,
+                   tmplkit_user_starts=len(prompt.spans.starts("user")), tool_starts=len(tool_starts),
+                   delimiters=[d.to_dict() for d in prompt.delimiters], server_delimiters=[list(d) for d in sdelims])
         log(f"[{name}] {len(prompt.tokens)} tokens, user starts: tmplkit {res['tmplkit_user_starts']}, "
             f"llama-server {res['server_user_starts']}, tool starts {len(tool_starts)}")
         jobs = [Variant("none", "none", prompt.spans), Variant("every-user-start", "every-user-start", prompt.spans),
                 Variant("gated", "gated", prompt.spans)]
-        if tool_starts:  # what llama-server's two delimiters do, with llama-server's own gate
+        if tool_starts and sspans:  # what llama-server's two delimiters do, with llama-server's own gate
             jobs += [Variant("every-user-start@server-spans", "every-user-start", sspans),
                      Variant("gated-llama-server@server-spans", ServerGated(), sspans)]
+        if diagnose:
+            jobs += diagnostic_variants(prompt, settings)
         server = None
         if server_bin:
             server = Server(server_bin, str(model), server_args(settings, threads), outdir / f"llama-server-{name}.log")
+            jobs += [Variant(SERVER_NONE, on_server=True),
+                     Variant("llama-server (its 2 delimiters)", on_server=True, delimiters=sdelims)][:2 if sdelims else 1]
+        if only:
+            jobs = [v for v in jobs if v.label in only]
         try:
-            runner.run(prompt.tokens[:2 * settings.n_batch], None, "none")  # warm-up
+            for v in jobs:
+                if not v.on_server and v.overrides not in runners:
+                    runners[v.overrides] = PrefillRunner(model, settings, **dict(v.overrides))
+            for r in runners.values():
+                r.run(prompt.tokens[:2 * settings.n_batch], None, "none")  # warm-up
             if server:
                 server.completion(prompt.tokens[:2 * settings.n_batch])
-                jobs += [Variant(SERVER_NONE, on_server=True),
-                         Variant("llama-server (its 2 delimiters)", on_server=True, delimiters=server_delimiters(template))]
-            runs: dict[str, list] = {v.label: [] for v in jobs}
-            for k in range(repeat):
-                # each repeat starts one variant later (no variant always runs first)
-                for v in jobs[k % len(jobs):] + jobs[:k % len(jobs)]:
-                    if v.on_server:
-                        d = server.completion(prompt.tokens, v.delimiters)
-                    else:
-                        rep = runner.run(prompt.tokens, v.spans, v.policy)
-                        d = summarize(rep)
-                        d.update(on_tool(rep, tool_starts))
-                    runs[v.label].append(d)
-                    log(f"[{name}] {k + 1}/{repeat} {v.label:32s} {d['tokens_per_second']:9.1f} tok/s  {d['decode_calls']:4d} calls")
+            runs = run_rounds(name, jobs, runners, server, prompt, tool_starts, repeat)
         finally:
             if server:
                 server.stop()
+            for key, r in runners.items():
+                if key:
+                    r.close()
     res["runs"] = runs
+    res["load_average_end"] = round(os.getloadavg()[0], 2)
     res["median_tokens_per_second"] = {k: med([r["tokens_per_second"] for r in v]) for k, v in runs.items()}
     res["paired"] = paired_ratios(runs, {v.label: v.baseline for v in jobs})
+    res["same_batches"] = same_batches(runs)
     # the runner's own share: time not spent inside llama_decode (batch filling, checkpoints, Python)
     res["outside_decode"] = med([r["outside_decode"] for v in jobs if not v.on_server for r in runs[v.label]])
     return res
+
+
+def run_rounds(name, jobs, runners, server, prompt, tool_starts, repeat) -> dict[str, list]:
+    """`repeat` rounds of every variant, each round starting one variant later (no variant always runs first)."""
+    runs: dict[str, list] = {v.label: [] for v in jobs}
+    for k in range(repeat):
+        for v in jobs[k % len(jobs):] + jobs[:k % len(jobs)]:
+            if v.on_server:
+                d = server.completion(prompt.tokens, v.delimiters)
+            else:
+                rep = runners[v.overrides].run(prompt.tokens, v.spans, v.policy)
+                d = summarize(rep)
+                d.update(on_tool(rep, tool_starts))
+            d["round"] = k
+            runs[v.label].append(d)
+            log(f"[{name}] {k + 1}/{repeat} {v.label:32s} {d['tokens_per_second']:9.1f} tok/s  {d['decode_calls']:4d} calls"
+                f"  (load {os.getloadavg()[0]:.2f})")
+    return runs
 
 
 def paired_ratios(runs: dict, baseline: dict) -> dict:
@@ -244,7 +347,7 @@ def paired_ratios(runs: dict, baseline: dict) -> dict:
         if not base:
             continue
         ratios = [r["tokens_per_second"] / b["tokens_per_second"] for r, b in zip(rs, base)]
-        out[label] = {"median": med(ratios), "min": min(ratios), "max": max(ratios)}
+        out[label] = {"median": med(ratios), "min": min(ratios), "max": max(ratios), "all": ratios}
     return out
 
 
@@ -324,7 +427,7 @@ def bench_resume(name, model, template, session, settings, repeat, threads, serv
 def markdown(out: dict) -> str:
     lines = [f"`{out['command']}` ({out['machine']}, {out['threads']} threads, medians of the repeats given per section; "
              f"load average {out.get('load_average', '?')} at the start)", ""]
-    for name in ("gemma", "qwen"):
+    for name in ("gemma", "qwen", "given"):
         sec = out.get(name)
         if not sec:
             continue
@@ -349,9 +452,14 @@ def markdown(out: dict) -> str:
             pr = paired.get(label)
             pr = f"{pr['median']:.3f} ({pr['min']:.3f}-{pr['max']:.3f})" if pr else "-"
             lines.append(
-                f"| {label} | {tps:.1f} | {tps / base:.3f} | {pr} | {vs_srv} | {first['decode_calls']} | "
+                f"| {label} | {tps:.1f} | {f'{tps / base:.3f}' if base else '-'} | {pr} | {vs_srv} | {first['decode_calls']} | "
                 f"{len(ck) if ck is not None else '-'} | {first.get('breaks_on_tool', '-')} | {first.get('checkpoints_on_tool', '-')} | "
                 f"{', '.join(f'{k} {v}' for k, v in sorted(first.get('rules', {}).items())) or '-'} |")
+        if "load_average_start" in sec:
+            lines.append(f"\nload average (1 min): {sec['load_average_start']} at the start of the section, "
+                         f"{sec['load_average_end']} at its end; paired: each variant over its baseline in the same round "
+                         f"(`none`; llama-server's over its own no-spans run; `gated-poll-off` over `none-poll-off`)")
+        lines += same_batch_lines(sec)
         if sec.get("outside_decode") is not None:
             lines.append(f"\ntmplkit's runner outside `llama_decode` (filling batches, saving checkpoints, Python): "
                          f"{100 * sec['outside_decode']:.2f}% of its prefill time (median over its runs)")
@@ -373,10 +481,49 @@ def markdown(out: dict) -> str:
     return "\n".join(lines)
 
 
+def same_batch_lines(sec: dict) -> list[str]:
+    """The batches both of two variants decode, summed (medians per batch): where their time differs."""
+    lines = []
+    for a, b in (("gated", "gated-breaks-no-saves"), ("gated-poll-off", "gated")):
+        shared = [x for x in sec.get("same_batches", ()) if a in x["median_seconds"] and b in x["median_seconds"]]
+        if shared:
+            sa = sum(x["median_seconds"][a] for x in shared)
+            sb = sum(x["median_seconds"][b] for x in shared)
+            lines.append(f"\nthe {len(shared)} batches `{a}` and `{b}` both decode: {sa:.2f} s and {sb:.2f} s "
+                         f"(sums of per-batch medians; ratio {sa / sb:.3f})")
+    return lines
+
+
+def bench_given(args, settings, repeat, server_bin, outdir, t0) -> int:
+    """The policies (and with --diagnose the suspects) on a session or prompt text of the user's."""
+    model = Path(args.model) if args.model else corpus.gemma_model_path()
+    if args.template:
+        template = load_one(args.template)
+    elif model == corpus.gemma_model_path():
+        template = load_one(corpus.templates_dir() / f"{GEMMA_TEMPLATE}.jinja")
+    else:
+        template = load_one(model)
+    source = load_session(args.session) if args.session else Path(args.prompt).read_text(encoding="utf-8")
+    only = set(args.variants.split(",")) if args.variants else None
+    out: dict = {"command": "python scripts/bench_prefill.py " + " ".join(sys.argv[1:] if args.argv is None else args.argv),
+                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "threads": args.threads,
+                 "repeat": repeat, "llama_server": server_bin, "load_average": round(os.getloadavg()[0], 2),
+                 "repack": effective_repack(settings.repack), "source": args.session or args.prompt}
+    out["given"] = bench_policies("given", model, template, source, settings, repeat, args.threads, server_bin, outdir,
+                                  diagnose=args.diagnose, only=only)
+    out["seconds"] = time.time() - t0
+    out["markdown"] = markdown(out)
+    write_json(args.out, out)
+    print(out["markdown"])
+    log(f"wrote {args.out} in {out['seconds']:.0f} s")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sessions and 1 repeat")
-    ap.add_argument("--repeat", type=int, default=None)
+    ap.add_argument("--rounds", "--repeat", type=int, default=None, dest="repeat",
+                    help="interleaved rounds of every variant; ratios are paired within a round (default 7, 1 with --quick)")
     ap.add_argument("--qwen-repeat", type=int, default=None, help="repeats of the qwen section (default: 9, 1 with --quick; a tiny-model run takes seconds)")
     ap.add_argument("--resume-repeat", type=int, default=1, help="repeats of the resume section (its token counts are exact)")
     ap.add_argument("--threads", type=int, default=2)
@@ -391,7 +538,17 @@ def main(argv=None) -> int:
     ap.add_argument("--server", default=None, help="llama-server binary (default: build or reuse it with scripts/build_llama_server.sh)")
     ap.add_argument("--no-server", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "scripts" / "results" / "prefill.json"))
+    g = ap.add_argument_group("a session or prompt of your own (the 'given' section, instead of the generated ones)")
+    src = g.add_mutually_exclusive_group()
+    src.add_argument("--session", metavar="FILE", help="OpenAI-style messages JSON, rendered with --template")
+    src.add_argument("--prompt", metavar="FILE", help="a prompt text already rendered (spans from --template's delimiters)")
+    g.add_argument("--template", metavar="SOURCE", help=f"its chat template (default: {GEMMA_TEMPLATE} on the Gemma model, "
+                   "else the model's own)")
+    g.add_argument("--model", metavar="FILE.gguf", help="the model (default: Gemma 3 270M Q4_K_M from the corpus)")
+    g.add_argument("--diagnose", action="store_true", help="add the variants that take one suspect at a time out of gated")
+    g.add_argument("--variants", metavar="LABELS", help="run only these variants (comma-separated labels)")
     args = ap.parse_args(argv)
+    args.argv = argv
     repeat = args.repeat or (1 if args.quick else 7)
     gemma_tokens = args.gemma_tokens or (4000 if args.quick else 16000)
     qwen_tokens = args.qwen_tokens or (8000 if args.quick else 30000)
@@ -420,6 +577,8 @@ def main(argv=None) -> int:
                                     measure=lambda s: len(build_prompt(s, tmpl, r.tokenizer, add_bos=r.info.add_bos, delimiters=delims).tokens))
 
     t0 = time.time()
+    if args.session or args.prompt:
+        return bench_given(args, settings, repeat, server_bin, outdir, t0)
     out: dict = {"command": "python scripts/bench_prefill.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
                  "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "threads": args.threads,
                  "repeat": repeat, "tiny_model": asdict(tiny_cfg), "llama_server": server_bin, "load_average": round(os.getloadavg()[0], 2), "repack": effective_repack(settings.repack)}
