@@ -1,0 +1,151 @@
+"""What tmplkit hands llama-server: the /completion body, its message_delimiters, and the split
+llama-server makes with them (its algorithm, ported), without a server. The end-to-end run on a
+real llama-server is in test_llama_server_e2e.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tmplkit import analyze, corpus
+from tmplkit.cli import main
+from tmplkit.errors import AnalysisError
+from tmplkit.llama_server import (CompletionRequest, MessageDelimiter, _split_problem, completion_request,
+                                  message_delimiters, read_prefill_log, server_message_starts)
+from tmplkit.sandbox import render
+from tmplkit.sources import load_one
+from tmplkit.spans import SpanDetector
+from tmplkit.token_delims import token_delimiters
+
+pytestmark = pytest.mark.corpus
+
+# An agent turn: a user request, two tool calls answered in one user turn (Qwen3.5's template
+# wraps tool responses in <|im_start|>user), a second user request.
+CONVERSATION = {
+    "messages": [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing test."},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "run", "arguments": {"cmd": "pytest -x"}}},
+            {"type": "function", "function": {"name": "read", "arguments": {"path": "a.py"}}}]},
+        {"role": "tool", "content": "1 failed"},
+        {"role": "tool", "content": "\ndef f():\n    return 1\n"},
+        {"role": "assistant", "content": "Fixed."},
+        {"role": "user", "content": "Thanks. Now run it again."},
+    ],
+    "tools": [{"type": "function", "function": {"name": "run", "description": "Run a command.",
+                                                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}],
+}
+# llama-server's own two delimiters for this family (prefill.prompt.SERVER_DELIMITERS)
+SERVER_OWN = (MessageDelimiter("assistant", "<|im_start|>assistant"), MessageDelimiter("user", "<|im_start|>user"))
+
+
+@pytest.fixture(scope="module")
+def qwen_template():
+    return load_one(str(corpus.templates_dir() / "Qwen3.5-4B.jinja"))
+
+
+def test_completion_body_is_what_llama_server_reads(qwen_template, qwen35, tmp_path):
+    req = completion_request(qwen_template, qwen35, CONVERSATION)
+    body = req.to_dict()
+    # exactly the fields tools/server reads: prompt, message_delimiters, cache_prompt
+    assert set(body) == {"prompt", "message_delimiters", "cache_prompt"} and body["cache_prompt"] is True
+    assert body["prompt"] == render(qwen_template, CONVERSATION["messages"], tools=CONVERSATION["tools"],
+                                    add_generation_prompt=True)
+    assert body["prompt"].endswith("<|im_start|>assistant\n<think>\n")  # the generation prompt
+    assert all(set(d) == {"role", "delimiter"} and d["role"] in ("system", "user", "assistant", "tool")
+               for d in body["message_delimiters"])
+    # the text of tmplkit's token-checked delimiters, each tokenizing on its own to the checked ids
+    td = token_delimiters(analyze(qwen_template), qwen35)
+    assert sorted(map(json.dumps, body["message_delimiters"])) == sorted(map(json.dumps, td.message_delimiters()))
+    assert {"role": "tool", "delimiter": "<|im_start|>user\n<tool_response"} in body["message_delimiters"]
+    # longest first in tokens, since llama-server takes the first that matches
+    lengths = [len(qwen35.tokenize(d["delimiter"])) for d in body["message_delimiters"]]
+    assert lengths == sorted(lengths, reverse=True)
+    assert json.loads(json.dumps(body)) == body
+    with_n = completion_request(qwen_template, qwen35, CONVERSATION, n_predict=0, cache_prompt=False).to_dict()
+    assert with_n["n_predict"] == 0 and with_n["cache_prompt"] is False
+
+
+def test_llama_server_split_breaks_only_at_real_users_with_tmplkit_delimiters(qwen_template, qwen35):
+    req = completion_request(qwen_template, qwen35, CONVERSATION)
+    ids = qwen35.tokenize(req.prompt)
+    tmplkit_spans = SpanDetector(token_delimiters(analyze(qwen_template), qwen35)).split(ids)
+    real_users = tmplkit_spans.starts("user")
+    tools = set(tmplkit_spans.starts("tool"))
+    assert len(real_users) == 2 and tools
+    ours = server_message_starts(ids, req.message_delimiters, qwen35)
+    assert [p for r, p in ours if r == "user"] == real_users
+    # llama-server's own two delimiters take the tool responses' user turn for a user message
+    own = [p for r, p in server_message_starts(ids, SERVER_OWN, qwen35) if r == "user"]
+    assert len(own) == 3 and set(own) - set(real_users) <= tools and set(own) & tools
+
+
+def test_server_split_is_llama_servers_algorithm():
+    # common_chat_msg_delimiters::split: first in list order wins, the scan moves on by one token
+    class Chars:  # one token per character
+        def tokenize(self, text, add_bos=False):
+            return [ord(c) for c in text]
+
+    ids = [ord(c) for c in "xUTyUz"]
+    first_wins = server_message_starts(ids, [MessageDelimiter("user", "U"), MessageDelimiter("tool", "UT")], Chars())
+    assert first_wins == [("user", 1), ("user", 4)]
+    by_one = server_message_starts(ids, [MessageDelimiter("tool", "UT"), MessageDelimiter("user", "T")], Chars())
+    assert by_one == [("tool", 1), ("user", 2)]  # a match inside the previous one counts
+
+
+def test_a_split_that_misplaces_user_starts_is_refused(qwen_template, qwen35):
+    prompt = render(qwen_template, CONVERSATION["messages"], tools=CONVERSATION["tools"])
+    analysis = analyze(qwen_template)
+    assert _split_problem(prompt, analysis.delimiters, message_delimiters(qwen_template, qwen35, analysis=analysis), qwen35) is None
+    problem = _split_problem(prompt, analysis.delimiters, SERVER_OWN, qwen35)
+    assert "3 user-message starts, the text has 2" in problem
+
+
+def test_a_delimiter_that_tokenizes_otherwise_alone_is_refused(qwen_template, qwen35):
+    class Retokenizing:  # the vocabulary, except that the tool delimiter alone gains a token
+        name = "qwen35-variant"
+
+        def __getattr__(self, attr):
+            return getattr(qwen35, attr)
+
+        def tokenize(self, text, add_bos=None):
+            ids = qwen35.tokenize(text, add_bos=add_bos)
+            return ids + [0] if text == "<|im_start|>user\n<tool_response" else ids
+
+    with pytest.raises(AnalysisError, match="tokenizes on its own to .* not to the ids checked in context"):
+        message_delimiters(qwen_template, Retokenizing())
+
+
+def test_request_cli(qwen_template, qwen35, tmp_path, capsys):
+    conv = tmp_path / "conv.json"
+    conv.write_text(json.dumps(CONVERSATION))
+    src = str(corpus.templates_dir() / "Qwen3.5-4B.jinja")
+    assert main(["request", str(conv), "--template", src, "--tokenizer", "vocab:qwen35"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body == completion_request(qwen_template, qwen35, CONVERSATION).to_dict()
+    assert main(["request", "--delimiters-only", "--template", src, "--tokenizer", "vocab:qwen35"]) == 0
+    assert json.loads(capsys.readouterr().out) == body["message_delimiters"]
+    out = tmp_path / "body.json"
+    assert main(["request", str(conv), "--template", src, "--tokenizer", "vocab:qwen35", "--n-predict", "8", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["n_predict"] == 8
+    for bad in (["request", "--template", src, "--tokenizer", "vocab:qwen35"],
+                ["request", str(conv), "--delimiters-only", "--template", src, "--tokenizer", "vocab:qwen35"]):
+        assert main(bad) == 2
+        assert "give a CONVERSATION file, or --delimiters-only" in capsys.readouterr().err
+
+
+def test_read_prefill_log():
+    # lines as tools/server/server-context.cpp writes them (SLT_DBG / SLT_TRC, -lv 5)
+    log = "\n".join([
+        "slot update_slots: id  0 | task 0 | main/do_checkpoint = no, pos_min = -1, pos_max = -1",
+        "slot update_slots: id  0 | task 0 | main/do_checkpoint = no, pos_min = 0, pos_max = 2047",
+        "slot update_slots: id  0 | task 0 | main/do_checkpoint = yes, pos_min = 0, pos_max = 2999",
+        "slot create_check: id  0 | task 0 | created context checkpoint 1 of 32 (pos_min = 0, pos_max = 2999, n_tokens = 3000, size = 0.1 MiB)",
+        "slot update_slots: id  0 | task 0 | main/do_checkpoint = no, pos_min = 0, pos_max = 5047",
+    ])
+    got = read_prefill_log(log)
+    assert got.batch_starts == (0, 2048, 3000, 5048) and got.checkpoints == (3000,)
+    assert got.breaks(2048, 6000) == (3000,)  # 2048 and 5048 end full batches; 6000 is the end
+    assert CompletionRequest("p", ()).to_dict() == {"prompt": "p", "message_delimiters": [], "cache_prompt": True}

@@ -1,0 +1,47 @@
+"""The `request` subcommand: what to send llama-server, with tmplkit's delimiters."""
+
+from __future__ import annotations
+
+
+def add_request(sub) -> None:
+    p = sub.add_parser(
+        "request", help="print the llama-server /completion body for a conversation, or its message_delimiters alone",
+        description="Print the JSON body of a llama-server /completion request: the conversation rendered with "
+                    "the template, message_delimiters from tmplkit's token-checked delimiters, and cache_prompt. "
+                    "With --delimiters-only, print the message_delimiters list alone, for clients that render "
+                    "the prompt themselves.")
+    p.add_argument("conversation", metavar="CONVERSATION", nargs="?",
+                   help="a conversation JSON file (list of messages or {messages, tools}); not with --delimiters-only")
+    p.add_argument("--template", required=True, metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
+    p.add_argument("--name", help="which template of the source (default: the first)")
+    p.add_argument("--tokenizer", required=True, metavar="PATH",
+                   help="the model's vocabulary as llama-server loads it: its .gguf (vocab-only is enough), or vocab:NAME (corpus)")
+    p.add_argument("--delimiters-only", action="store_true", help="print only the message_delimiters list")
+    p.add_argument("--no-generation-prompt", dest="add_generation_prompt", action="store_false",
+                   help="render without the generation prompt (default: with it, to ask for the next turn)")
+    p.add_argument("--n-predict", type=int, metavar="N", help="add n_predict to the body (default: the server's)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the JSON to FILE instead of stdout")
+    p.set_defaults(func=_cmd_request)
+
+
+def _cmd_request(args) -> int:
+    import json
+
+    from ..errors import InputError
+    from ..llama_server import completion_request, message_delimiters
+    from ..sources import load_one
+    from ..tokenize import load_tokenizer
+    from ._common import emit, require_tokenizers
+
+    if args.delimiters_only == (args.conversation is not None):
+        raise InputError("give a CONVERSATION file, or --delimiters-only without one")
+    require_tokenizers([args.tokenizer], "tmplkit request --tokenizer " + args.tokenizer)  # before any work
+    template = load_one(args.template, args.name)
+    tokenizer = load_tokenizer(args.tokenizer)
+    if args.delimiters_only:
+        out = [d.to_dict() for d in message_delimiters(template, tokenizer)]
+    else:
+        out = completion_request(template, tokenizer, args.conversation, add_generation_prompt=args.add_generation_prompt,
+                                 n_predict=args.n_predict).to_dict()
+    emit(json.dumps(out, ensure_ascii=False, indent=2) + "\n", args.output)
+    return 0
