@@ -1,15 +1,19 @@
-# Two entry points (see README Quick start): `make audit` and `make test`.
-# Both set up a virtual environment in .venv and fetch the pinned corpus into the cache first.
+# Entry points (see README Quick start): `make audit` and `make test`.
+# Both set up a virtual environment in .venv with every extra, at the versions the suite is known to
+# pass with (constraints.txt), and fetch the pinned corpus into the cache first.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+CONSTRAINTS ?= constraints.txt
+# mypy's targets: the package (its configuration in pyproject.toml).
+MYPY_TARGETS ?=
 
-.PHONY: setup audit test clean
+.PHONY: setup audit test lint llama-server test-latest constraints install-check clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[all]'
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[all]'
 	touch $@
 
 setup: $(BIN)/.installed
@@ -25,5 +29,34 @@ audit: setup
 test: setup
 	$(BIN)/python -m pytest -q -ra
 
+lint: $(BIN)/.installed
+	$(BIN)/ruff check
+	$(BIN)/mypy $(MYPY_TARGETS)
+
+# llama-server from the same pinned llama.cpp, for the end-to-end tests and the prefill benchmark;
+# built once into the cache (minutes on 2 cores), instant when already built.
+llama-server: $(BIN)/.installed
+	PYTHON=$(BIN)/python bash scripts/build_llama_server.sh
+
+# The suite against the newest release of every dependency (not pinned): run before raising
+# constraints.txt, or to see what an upstream release breaks. A separate venv: .venv-latest.
+test-latest:
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install -q --upgrade pip
+	.venv-latest/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e '.[all]'
+	.venv-latest/bin/tmplkit corpus fetch
+	.venv-latest/bin/python -m pytest -q -ra
+
+# Rewrite constraints.txt from what .venv has installed (after a passing test run).
+constraints: $(BIN)/.installed
+	$(BIN)/python .ci/freeze_constraints.py > $(CONSTRAINTS)
+
+# What a user gets from `pip install .`: the core, Python-only wheels, nothing compiled.
+install-check:
+	rm -rf .venv-install-check
+	$(PYTHON) -m venv .venv-install-check
+	.venv-install-check/bin/python -m pip install -q .
+	.venv-install-check/bin/tmplkit audit fixtures/templates
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-latest .venv-install-check .pytest_cache .hypothesis
