@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""Benchmark: analyze every template of the pinned llama.cpp corpus, with the round trip.
+"""Benchmark: analyze every template of the pinned llama.cpp corpus, with the round trip, cold and warm.
 
-Each run is a fresh Python process (nothing compiled or cached beforehand), that analyzes the 70
-templates one after the other, as `tmplkit audit --in-process` does: each template is compiled
-once and rendered by all its probes. Per template it times the compile and the whole analysis.
-The script prints medians over templates and over runs as JSON, and writes them with --json FILE.
+Each run is a pair of fresh Python processes sharing a new, empty cache folder: the cold one
+compiles every template (and fills the cache with the compiled code), the warm one is a second
+audit of the same, unchanged templates that loads the compiled code instead (tmplkit.compile_cache).
+Each analyzes the 70 templates one after the other, as `tmplkit audit --in-process` does: each
+template is compiled (or loaded) once and rendered by all its probes. Per template it times the
+compile and the whole analysis, and checks that warm and cold analyses are identical. The script
+prints medians over templates and over runs, and the warm/cold ratio, as JSON, and writes them
+with --json FILE.
 
     python scripts/bench_audit.py --runs 3 --json bench_audit.json
 
-Goal on a 2-core machine: median under 30 ms per template and all 70 under 3 s.
+Goals on a 2-core machine: cold, median under 30 ms per template and all 70 under 3 s; warm, at
+most a third of cold.
 """
 
 from __future__ import annotations
@@ -18,21 +23,23 @@ import json
 import os
 import platform
 import statistics
+import hashlib
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_MEDIAN_MS = 30.0
 GOAL_TOTAL_S = 3.0
+GOAL_WARM_RATIO = 1 / 3
 
 
-def worker() -> dict:
-    """One run, in this (fresh) process."""
+def worker(templates_dir: Path) -> dict:
+    """One run, in this (fresh) process, with the cache folder its environment names."""
     t0 = time.perf_counter()
     sys.path.insert(0, str(ROOT))
-    from tmplkit import corpus
     from tmplkit.analysis import analyze
     from tmplkit.sandbox import compile_template
     from tmplkit.sources import ChatTemplate
@@ -40,7 +47,7 @@ def worker() -> dict:
     import_s = time.perf_counter() - t0
     tokens = json.loads((ROOT / "fixtures/templates/corpus_tokens.json").read_text(encoding="utf-8"))
     templates = []
-    for path in sorted(corpus.templates_dir().glob("*.jinja")):
+    for path in sorted(templates_dir.glob("*.jinja")):
         tok = tokens.get(path.stem, {})
         templates.append(ChatTemplate(text=path.read_text(encoding="utf-8"), name=path.stem, source=str(path),
                                       bos_token=tok.get("bos_token"), eos_token=tok.get("eos_token")))
@@ -55,12 +62,16 @@ def worker() -> dict:
         a1 = time.perf_counter()
         a = analyze(t)  # the compile is cached from here on, as in a real audit
         a2 = time.perf_counter()
-        rows.append({"name": t.name, "status": a.status, "compile_s": a1 - a0, "probes_s": a2 - a1, "total_s": a2 - a0})
+        result = {k: v for k, v in a.to_dict().items() if k != "seconds"}
+        digest = hashlib.sha256(json.dumps(result, sort_keys=True).encode()).hexdigest()
+        rows.append({"name": t.name, "status": a.status, "compile_s": a1 - a0, "probes_s": a2 - a1, "total_s": a2 - a0,
+                     "result_sha256": digest})
     total = time.perf_counter() - start
     return {"import_s": import_s, "total_s": total, "templates": rows}
 
 
-def summarize(runs: list[dict]) -> dict:
+def figures(runs: list[dict]) -> dict:
+    """Medians of a list of runs of one kind (cold or warm)."""
     per_run = []
     for r in runs:
         rows = r["templates"]
@@ -73,38 +84,70 @@ def summarize(runs: list[dict]) -> dict:
             "max_ms": round(max(x["total_s"] for x in rows) * 1000, 3),
             "passed": sum(x["status"] == "pass" for x in rows),
         })
-    names = [x["name"] for x in runs[0]["templates"]]
-    per_template = {
-        n: round(statistics.median(r["templates"][i]["total_s"] for r in runs) * 1000, 3) for i, n in enumerate(names)
-    }
-    median_ms = statistics.median(p["median_ms"] for p in per_run)
-    total_s = statistics.median(p["total_s"] for p in per_run)
     return {
-        "benchmark": "bench_audit",
-        "templates": len(names),
-        "runs": len(runs),
-        "median_ms_per_template": median_ms,
-        "total_s": total_s,
+        "median_ms_per_template": statistics.median(p["median_ms"] for p in per_run),
+        "total_s": statistics.median(p["total_s"] for p in per_run),
         "median_compile_ms": statistics.median(p["median_compile_ms"] for p in per_run),
         "median_probes_ms": statistics.median(p["median_probes_ms"] for p in per_run),
         "passed": per_run[0]["passed"],
-        "goal": {"median_ms_per_template": GOAL_MEDIAN_MS, "total_s": GOAL_TOTAL_S,
-                 "met": median_ms < GOAL_MEDIAN_MS and total_s < GOAL_TOTAL_S},
         "per_run": per_run,
+    }
+
+
+def summarize(cold: list[dict], warm: list[dict]) -> dict:
+    names = [x["name"] for x in cold[0]["templates"]]
+    per_template = {
+        n: round(statistics.median(r["templates"][i]["total_s"] for r in cold) * 1000, 3) for i, n in enumerate(names)
+    }
+    c, w = figures(cold), figures(warm)
+    ratio = w["total_s"] / c["total_s"]
+    same = all([x["result_sha256"] for x in r["templates"]] == [x["result_sha256"] for x in cold[0]["templates"]]
+               for r in cold + warm)
+    return {
+        "benchmark": "bench_audit",
+        "templates": len(names),
+        "runs": len(cold),
+        # The top-level figures are the cold ones (nothing compiled beforehand), as before the cache.
+        **{k: v for k, v in c.items() if k != "per_run"},
+        "warm": w,
+        "warm_to_cold": round(ratio, 4),
+        "same_results_warm_and_cold": same,
+        "goal": {"median_ms_per_template": GOAL_MEDIAN_MS, "total_s": GOAL_TOTAL_S, "warm_to_cold": round(GOAL_WARM_RATIO, 4),
+                 "met": c["median_ms_per_template"] < GOAL_MEDIAN_MS and c["total_s"] < GOAL_TOTAL_S
+                 and ratio <= GOAL_WARM_RATIO and same},
+        "per_run": c["per_run"],
         "slowest": dict(sorted(per_template.items(), key=lambda kv: -kv[1])[:5]),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "cpu": cpu_model(),
                     "loadavg_at_start": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None},
     }
 
 
+def cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        return platform.processor() or None
+
+
+def run_worker(templates_dir: Path, cache: str) -> dict:
+    env = {**os.environ, "TMPLKIT_CACHE": cache}
+    env.pop("TMPLKIT_NO_CACHE", None)
+    proc = subprocess.run([sys.executable, __file__, "--worker", str(templates_dir)], capture_output=True, text=True,
+                          cwd=ROOT, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "worker failed")
+    return json.loads(proc.stdout)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=3, help="fresh processes to run (default 3)")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    p.add_argument("--runs", type=int, default=3, help="cold/warm pairs of fresh processes to run (default 3)")
     p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--worker", metavar="TEMPLATES", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        json.dump(worker(), sys.stdout)
+        json.dump(worker(Path(args.worker)), sys.stdout)
         return 0
     sys.path.insert(0, str(ROOT))
     from tmplkit import corpus
@@ -112,19 +155,24 @@ def main(argv: list[str] | None = None) -> int:
     if not corpus.is_fetched():
         print("the llama.cpp corpus is not in the cache; run `tmplkit corpus fetch` first", file=sys.stderr)
         return 2
+    templates_dir = corpus.templates_dir()  # read before the runs point TMPLKIT_CACHE elsewhere
     loadavg = os.getloadavg() if hasattr(os, "getloadavg") else None
-    runs = []
-    for _ in range(max(1, args.runs)):
-        proc = subprocess.run([sys.executable, __file__, "--worker"], capture_output=True, text=True, cwd=ROOT)
-        if proc.returncode != 0:
-            print(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "worker failed", file=sys.stderr)
-            return 1
-        runs.append(json.loads(proc.stdout))
-    result = summarize(runs)
+    cold, warm = [], []
+    try:
+        for _ in range(max(1, args.runs)):
+            with tempfile.TemporaryDirectory(prefix="bench-audit-cache-") as cache:
+                cold.append(run_worker(templates_dir, cache))  # an empty cache: compiles, and fills it
+                warm.append(run_worker(templates_dir, cache))  # the same templates again: loads
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    result = summarize(cold, warm)
     if loadavg is not None:
         result["machine"]["loadavg_at_start"] = [round(x, 2) for x in loadavg]
     text = json.dumps(result, indent=2)
     print(text)
+    print(f"warm/cold: {result['warm_to_cold']:.3f} ({result['warm']['total_s']:.3f} s vs {result['total_s']:.3f} s "
+          f"for {result['templates']} templates; same results: {result['same_results_warm_and_cold']})", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(text + "\n", encoding="utf-8")
     return 0

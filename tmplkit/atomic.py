@@ -50,11 +50,13 @@ def atomic_open(
     encoding: str | None = "utf-8",
     newline: str | None = None,
     fsync: bool = True,
+    permissions: int | None = None,
 ) -> Iterator[IO]:
     """Open `path` for writing so that it is replaced only when the `with` block succeeds.
 
-    `mode` is "w" (text) or "wb" (bytes). The file gets the permissions the existing target
-    had, or the usual ones for a new file (0o666 less the umask).
+    `mode` is "w" (text) or "wb" (bytes). The file gets `permissions` when given, else the
+    permissions the existing target had, or the usual ones for a new file (0o666 less the umask).
+    `fsync=False` skips flushing to disk (for caches, which may lose a file but never see half of one).
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "out.txt"
@@ -67,14 +69,17 @@ def atomic_open(
         raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
     target = Path(path)
     folder = target.parent
-    try:
-        existing_mode = target.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        existing_mode = 0o666 & ~_UMASK
+    if permissions is not None:
+        file_mode = permissions
+    else:
+        try:
+            file_mode = target.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            file_mode = 0o666 & ~_UMASK
     fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
     try:
-        os.chmod(fd, existing_mode)
+        os.chmod(fd, file_mode)
         if "b" in mode:
             f = os.fdopen(fd, "wb")
         else:

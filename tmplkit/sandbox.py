@@ -42,6 +42,7 @@ import jinja2.utils
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from .compile_cache import compile_template_cached
 from .errors import InputError, RenderError, RenderLimitError
 from .sources import ChatTemplate
 
@@ -470,9 +471,13 @@ def _environment() -> _Environment:
 
 @lru_cache(maxsize=256)
 def _compile(text: str):
-    """The compiled template, or the TemplateError that compiling raised (cached as well)."""
+    """The compiled template, or the TemplateError that compiling raised (cached as well).
+
+    Compiled code is also kept between runs in the cache folder (tmplkit.compile_cache), so a
+    later run of unchanged templates skips compiling; TMPLKIT_NO_CACHE=1 turns that off.
+    """
     try:
-        return _environment().from_string(text)
+        return compile_template_cached(_environment(), text)
     except (TemplateError, RecursionError) as exc:  # deeply nested source: the parser recurses
         return exc.with_traceback(None)
 

@@ -1,0 +1,167 @@
+"""Compiled templates kept between runs, in the cache folder.
+
+Compiling a template (Jinja's parser and code generator, then Python's compiler) is most of an
+analysis's time, and for the same template text, Jinja, Python and sandbox it always gives the
+same module code. So the sandbox keeps that code, marshalled as Jinja's own bytecode cache keeps
+it, in `<cache folder>/compiled/` ($TMPLKIT_CACHE, else ~/.cache/tmplkit; see corpus.cache_root),
+and a later run loads it in well under a millisecond instead of compiling it again.
+
+- The key is a hash of the template text and of everything the code depends on: tmplkit's
+  version, the source of the module that defines the environment (its sandbox hooks are compiled
+  into the code), Jinja's version and bytecode format, and Python's bytecode format. A changed
+  template, tmplkit, Jinja or Python simply misses.
+- The sandbox is the same either way: the code makes the same calls into the same environment
+  (attribute access, calls, operators are checked there, at render time).
+- A file that is truncated, corrupted or of another format fails its magic or its checksum and
+  is ignored (then compiled and written again); the cache never turns into an error. Writing is
+  best effort (a read-only or full disk only costs the time).
+- Loaded code runs in this process, so only files this user alone can write are trusted: the
+  folder is created private (0700), and a folder or file that another user owns or may write is
+  not used (as Jinja's FileSystemBytecodeCache does for its default folder).
+- `TMPLKIT_NO_CACHE=1` turns it off; deleting the folder at any time is safe.
+
+>>> import jinja2
+>>> compile_template_cached(jinja2.Environment(), "{{ 1 + 1 }}").render()
+'2'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import marshal
+import os
+import stat
+import sys
+from pathlib import Path
+from types import CodeType
+
+import jinja2
+import jinja2.bccache
+
+__all__ = ["cache_dir", "compile_template_cached", "enabled"]
+
+# Bumped when the file layout below changes.
+_FORMAT = b"tmplkit-compiled-1\n"
+_DIGEST = 32  # sha256 of the payload, after the magic
+
+
+def enabled() -> bool:
+    """False when TMPLKIT_NO_CACHE is set (to anything but '' or '0')."""
+    return os.environ.get("TMPLKIT_NO_CACHE", "") in ("", "0")
+
+
+def cache_dir() -> Path:
+    """Where compiled templates are kept: `compiled/` in the cache folder."""
+    from .corpus import cache_root
+
+    return cache_root() / "compiled"
+
+
+def compile_template_cached(env: jinja2.Environment, text: str) -> jinja2.Template:
+    """`env.from_string(text)`, loading the compiled code from the cache when it is there.
+
+    Raises what compiling raises (TemplateSyntaxError, ...); never an error of the cache itself.
+    """
+    if not enabled():
+        return env.from_string(text)
+    path = _entry(env, text)
+    code = _load(path) if path is not None else None
+    if code is not None:
+        try:
+            return env.template_class.from_code(env, code, env.make_globals(None), None)
+        except Exception:  # a file that passed the checks but is not code this environment made
+            pass
+    code = env.compile(text)
+    if path is not None:
+        _store(path, code)
+    return env.template_class.from_code(env, code, env.make_globals(None), None)
+
+
+# --- keys --------------------------------------------------------------------------------------------
+
+_FINGERPRINTS: dict[type, bytes] = {}
+
+
+def _fingerprint(env: jinja2.Environment) -> bytes:
+    """Everything besides the template text that the compiled code depends on (once per class)."""
+    kind = type(env)
+    if kind not in _FINGERPRINTS:
+        from . import __version__
+
+        h = hashlib.sha256()
+        for part in (__version__.encode(), f"{kind.__module__}.{kind.__qualname__}".encode(),
+                     jinja2.__version__.encode(), jinja2.bccache.bc_magic, importlib.util.MAGIC_NUMBER):
+            h.update(len(part).to_bytes(4, "big") + part)
+        module_file = getattr(sys.modules.get(kind.__module__), "__file__", None)
+        try:
+            h.update(Path(module_file).read_bytes() if module_file else b"?")
+        except OSError:
+            h.update(b"?")
+        _FINGERPRINTS[kind] = h.digest()
+    return _FINGERPRINTS[kind]
+
+
+def _entry(env: jinja2.Environment, text: str) -> Path | None:
+    """The file for `text`, or None when no private cache folder can be had."""
+    try:
+        folder = cache_dir()
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _private(os.lstat(folder), want_dir=True):
+            return None
+    except (OSError, RuntimeError):  # RuntimeError: no home folder to put the cache in
+        return None
+    key = hashlib.sha256(_fingerprint(env) + text.encode("utf-8", "surrogatepass")).hexdigest()
+    return folder / f"{key}.bin"
+
+
+def _private(info: os.stat_result, want_dir: bool) -> bool:
+    """A folder or regular file (never a link) of this user that no one else may write."""
+    kind_ok = stat.S_ISDIR(info.st_mode) if want_dir else stat.S_ISREG(info.st_mode)
+    if not kind_ok:
+        return False
+    if not hasattr(os, "getuid"):  # Windows: the folder is the user's own profile
+        return True
+    return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+
+def _load(path: Path) -> CodeType | None:
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:  # not there yet (or a link, which O_NOFOLLOW refuses)
+        return None
+    try:
+        if not _private(os.fstat(fd), want_dir=False):
+            return None
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            data = f.read()
+    except OSError:
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    head, digest, payload = data[:len(_FORMAT)], data[len(_FORMAT):len(_FORMAT) + _DIGEST], data[len(_FORMAT) + _DIGEST:]
+    if head != _FORMAT or hashlib.sha256(payload).digest() != digest:
+        return None
+    try:
+        code = marshal.loads(payload)
+    except (EOFError, ValueError, TypeError):
+        return None
+    return code if isinstance(code, CodeType) else None
+
+
+def _store(path: Path, code: CodeType) -> None:
+    from .atomic import atomic_open
+
+    try:
+        payload = marshal.dumps(code)
+        # No fsync: a cache file lost in a crash is compiled again; the rename keeps it whole.
+        with atomic_open(path, "wb", fsync=False, permissions=0o600) as f:
+            f.write(_FORMAT + hashlib.sha256(payload).digest() + payload)
+    except (OSError, ValueError):
+        pass
