@@ -1,0 +1,156 @@
+"""The ready CI steps: the pre-commit hook (.pre-commit-hooks.yaml) and the GitHub Action
+(action.yml) run the exact commands their files declare, here on temporary repositories."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "templates"
+FAILING = "{% for m in messages %}{{ m.content }}{% endfor %}"
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+
+def _env() -> dict[str, str]:
+    # The `tmplkit` script of the environment running the tests first on PATH, as pre-commit's
+    # own environment would have it; no configuration file, no colour.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("NO_COLOR", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def hook() -> dict:
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    (found,) = [h for h in hooks if h["id"] == "tmplkit-audit"]
+    assert found["language"] == "python" and found["entry"].split()[0] == "tmplkit"
+    return found
+
+
+def _repo(tmp_path: Path, files: dict[str, str]) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    return repo
+
+
+def _run_hook(hook: dict, repo: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """What pre-commit does: the staged files its `files` pattern matches (re.search, as pre-commit),
+    passed after the entry and its args, in one process (require_serial)."""
+    staged = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=repo, check=True,
+                            capture_output=True, text=True).stdout.split()
+    files = [f for f in staged if re.search(hook["files"], f) and not re.search(hook.get("exclude", "^$"), f)]
+    assert hook.get("require_serial") is True
+    cmd = [*shlex.split(hook["entry"]), *hook.get("args", []), *files]
+    return subprocess.run(cmd, cwd=repo, env=_env(), capture_output=True, text=True), files
+
+
+CHATML = (FIXTURES / "chatml.jinja").read_text()
+OTHERS = {
+    # what a model repository holds besides its templates: none of it may reach the audit
+    "README.md": "# a model\n",
+    "config.json": '{"architectures": ["X"]}',
+    "tokenizer.json": '{"version": "1.0"}',
+    "templates/notes.txt": "not a template",
+}
+
+
+def test_hook_passes_on_good_templates_and_skips_other_files(hook, tmp_path):
+    repo = _repo(tmp_path, {
+        "chat.jinja": CHATML,
+        "models/llama3/chat_template.json": '{"chat_template": ' + json.dumps((FIXTURES / "llama3.jinja").read_text()) + "}",
+        "models/qwen/tokenizer_config.json": '{"chat_template": ' + json.dumps(CHATML) + ', "eos_token": "<|im_end|>"}',
+        "legacy/phi.j2": (FIXTURES / "phi.jinja").read_text(),
+        **OTHERS,
+    })
+    proc, files = _run_hook(hook, repo)
+    assert sorted(files) == ["chat.jinja", "legacy/phi.j2", "models/llama3/chat_template.json",
+                             "models/qwen/tokenizer_config.json"]
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""  # --quiet: nothing when all is well
+
+
+def test_hook_fails_on_a_broken_template_naming_it(hook, tmp_path):
+    repo = _repo(tmp_path, {"chat.jinja": CHATML, "broken.jinja": FAILING, **OTHERS})
+    proc, files = _run_hook(hook, repo)
+    assert sorted(files) == ["broken.jinja", "chat.jinja"]
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("FAIL") and "broken" in lines[0] and "chat " not in proc.stdout
+    assert lines[-1] == "2 templates: 1 fail, 1 pass -> FAILED"
+
+
+def test_hook_honours_the_project_configuration(hook, tmp_path):
+    repo = _repo(tmp_path, {
+        "broken.jinja": FAILING,
+        "pyproject.toml": '[tool.tmplkit.expected-failures]\nbroken = "kept for a test"\n',
+    })
+    proc, _ = _run_hook(hook, repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ---- the GitHub Action ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def action() -> dict:
+    return yaml.safe_load((ROOT / "action.yml").read_text())
+
+
+def _audit_step(action: dict) -> dict:
+    (step,) = [s for s in action["runs"]["steps"] if s.get("name") == "Audit"]
+    return step
+
+
+def _run_action(action: dict, cwd: Path, **inputs: str) -> subprocess.CompletedProcess:
+    """The Audit step's script under bash, its env filled from the inputs (defaults from the file)."""
+    values = {k: str(v.get("default", "")) for k, v in action["inputs"].items()} | inputs
+    step = _audit_step(action)
+    env = _env()
+    for key, expr in step["env"].items():
+        (name,) = re.fullmatch(r"\$\{\{ inputs\.([\w-]+) \}\}", expr).groups()
+        env[key] = values[name]
+    return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def test_action_audits_the_paths_and_writes_junit(action, tmp_path):
+    assert action["runs"]["using"] == "composite"
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "chat.jinja").write_text(CHATML)
+    (tmp_path / "t" / "broken.jinja").write_text(FAILING)
+    proc = _run_action(action, tmp_path, paths="t/chat.jinja")
+    assert proc.returncode == 0, proc.stderr
+    suite = ET.parse(tmp_path / "tmplkit-audit.xml").getroot()
+    assert suite.get("tests") == "1" and suite.get("failures") == "0"
+    assert "1 templates: 1 pass -> ok" in proc.stderr
+
+    proc = _run_action(action, tmp_path, paths="t/chat.jinja\nt/broken.jinja", junit="out/report.xml",
+                       args="--timeout 30")
+    assert proc.returncode == 2 and "out/report.xml" in proc.stderr  # no such folder: one line, exit 2
+    (tmp_path / "out").mkdir()
+    proc = _run_action(action, tmp_path, paths="t/chat.jinja\nt/broken.jinja", junit="out/report.xml",
+                       args="--timeout 30")
+    assert proc.returncode == 1
+    suite = ET.parse(tmp_path / "out" / "report.xml").getroot()
+    assert suite.get("tests") == "2" and suite.get("failures") == "1"
+
+
+def test_action_fail_on_warning(action, tmp_path):
+    (tmp_path / "llama3.jinja").write_text((FIXTURES / "llama3.jinja").read_text())
+    assert _run_action(action, tmp_path, paths="llama3.jinja").returncode == 0
+    assert _run_action(action, tmp_path, paths="llama3.jinja", **{"fail-on": "warning"}).returncode == 1
