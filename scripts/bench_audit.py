@@ -19,11 +19,11 @@ most a third of cold.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
 import statistics
-import hashlib
 import subprocess
 import sys
 import tempfile

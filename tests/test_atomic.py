@@ -150,7 +150,7 @@ def test_write_output_and_json(tmp_path):
 
     p = tmp_path / "out.json"
     write_output(p, "héllo\n")
-    assert p.read_bytes() == "héllo\n".encode("utf-8")  # UTF-8 whatever the locale, no newline translation
+    assert p.read_bytes() == "héllo\n".encode()  # UTF-8 whatever the locale, no newline translation
     write_json(p, {"a": "é", "b": [1]})
     assert p.read_text(encoding="utf-8") == '{\n  "a": "é",\n  "b": [\n    1\n  ]\n}\n'
     assert _leftovers(tmp_path) == []

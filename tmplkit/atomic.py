@@ -22,8 +22,9 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from .errors import InputError
 
@@ -80,6 +81,7 @@ def atomic_open(
     tmp = Path(tmp_name)
     try:
         os.chmod(fd, file_mode)
+        f: IO
         if "b" in mode:
             f = os.fdopen(fd, "wb")
         else:
@@ -128,10 +130,11 @@ def write_output(path: str | os.PathLike, data: str | bytes) -> None:
     """Write an output file the user named (text as UTF-8) atomically; a failure is one InputError line.
 
     >>> import tempfile, pathlib
-    >>> write_output(pathlib.Path(tempfile.mkdtemp()) / "missing" / "out.txt", "x")
-    Traceback (most recent call last):
-    ...
-    tmplkit.errors.InputError: .../missing/out.txt: cannot write the output file (No such file or directory); give a writable file path in an existing folder
+    >>> try:
+    ...     write_output(pathlib.Path(tempfile.mkdtemp()) / "missing" / "out.txt", "x")
+    ... except InputError as exc:
+    ...     print(str(exc).split(": ", 1)[1])
+    cannot write the output file (No such file or directory); give a writable file path in an existing folder
     """
     try:
         write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data)

@@ -63,7 +63,7 @@ class Conversation:
     def roles(self) -> tuple[str, ...]:
         return tuple(m["role"] for m in self.messages)
 
-    def flattened(self) -> "Conversation":
+    def flattened(self) -> Conversation:
         """The same conversation with every list of text parts joined into one string."""
         messages = []
         for m in self.messages:

@@ -37,11 +37,14 @@ import pickle
 import signal
 import sys
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 
 from .analysis import Analysis, failed_analysis, failure_reason, status_of
-from .errors import InputError, RenderLimitError, TmplkitError
+from .errors import InputError
 from .sandbox import hint, hint_place, hints_for
+from .sources import ChatTemplate
 from .static_scan import scan
 
 __all__ = [
@@ -74,14 +77,6 @@ def _one_line(text: str, limit: int = _MAX_MESSAGE) -> str:
     if len(text) > limit:
         text = f"{text[:limit]}... ({len(text) - limit} more characters)"
     return text
-
-
-def _chain(exc: BaseException):
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
 
 
 def analysis_from_exception(template, exc: BaseException, seconds: float = 0.0) -> Analysis:
@@ -158,7 +153,7 @@ def _release_forkserver() -> None:
         fd = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
         if fd is not None:
             os.close(fd)
-            forkserver._forkserver._forkserver_alive_fd = None
+            forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
     except (ImportError, AttributeError, OSError):  # pragma: no cover - spawn context, other Pythons
         pass
 
@@ -193,8 +188,8 @@ def _analyze_in_worker(conn, index: int, template, target) -> None:
         warnings = [f"scan failed: {type(exc).__name__}"]
     conn.send(("scan", index, warnings))
     start = time.perf_counter()
-    analysis = None
-    failure = None
+    analysis: Analysis | None = None
+    failure: BaseException | None = None
     try:
         analysis = target(template)
         if not isinstance(analysis, Analysis):
@@ -202,9 +197,9 @@ def _analyze_in_worker(conn, index: int, template, target) -> None:
     except BaseException as exc:  # noqa: BLE001 - everything becomes a verdict
         failure = exc
     elapsed = time.perf_counter() - start
-    if failure is not None:
+    if failure is not None or analysis is None:
         try:
-            analysis = analysis_from_exception(template, failure, elapsed)
+            analysis = analysis_from_exception(template, failure or RuntimeError("no result"), elapsed)
         except MemoryError:
             os._exit(_EXIT_MEMORY)
         failure = None  # drops the traceback and whatever huge values its frames held
@@ -258,7 +253,7 @@ def _context():
 @dataclasses.dataclass
 class _Job:
     index: int
-    template: object
+    template: ChatTemplate
     started: float
     deadline: float
     warnings: list = dataclasses.field(default_factory=list)
@@ -267,8 +262,8 @@ class _Job:
 
 @dataclasses.dataclass
 class _Worker:
-    process: object
-    conn: object
+    process: BaseProcess
+    conn: Connection
     sentinel: int
     tasks: int = 0
     job: _Job | None = None
@@ -313,7 +308,7 @@ class _Pool:
     `max_tasks` templates, or a template that exhausted its memory. `close()` stops every worker.
     """
 
-    def __init__(self, templates: list, target: Callable, *, jobs: int, timeout: float | None,
+    def __init__(self, templates: list[ChatTemplate], target: Callable, *, jobs: int, timeout: float | None,
                  memory_mb: int | None, max_tasks: int, progress: Progress | None):
         self._ctx = _context()
         self._target = target
@@ -323,12 +318,12 @@ class _Pool:
         self._max_tasks = max_tasks
         self._progress = progress
         self._hint_place = hint_place()  # the workers word limit messages as this process does
-        self._pending = collections.deque(enumerate(templates))
+        self._pending: collections.deque[tuple[int, ChatTemplate]] = collections.deque(enumerate(templates))
         self._results: list[Analysis | None] = [None] * len(templates)
         self._done = 0
         self._workers: dict[int, _Worker] = {}  # by process sentinel
 
-    def __enter__(self) -> "_Pool":
+    def __enter__(self) -> _Pool:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -341,7 +336,9 @@ class _Pool:
             if running:
                 self._collect(self._wait(running))
                 self._stop_overdue()
-        return self._results  # type: ignore[return-value]
+        results = [a for a in self._results if a is not None]
+        assert len(results) == len(self._results), "every template gets a result before the loop ends"
+        return results
 
     def close(self) -> None:
         for w in list(self._workers.values()):
@@ -353,29 +350,32 @@ class _Pool:
         while self._pending and len(self._busy()) < self._jobs:
             self._assign(*self._pending.popleft())
 
-    def _wait(self, running: list[_Worker]) -> list:
+    def _wait(self, running: list[tuple[_Worker, _Job]]) -> list:
         """Handles that became ready: a worker's pipe (a message) or sentinel (it exited)."""
-        wait_for = max(0.0, min(w.job.deadline for w in running) - time.monotonic())
-        handles = [w.sentinel for w in self._workers.values()] + [w.conn for w in running]
+        wait_for = max(0.0, min(job.deadline for _, job in running) - time.monotonic())
+        handles: list = [w.sentinel for w in self._workers.values()] + [w.conn for w, _ in running]
         return multiprocessing.connection.wait(handles, timeout=min(wait_for, 3600.0))
 
     def _collect(self, ready: list) -> None:
         for w in list(self._workers.values()):
-            if w.job is not None and (w.conn in ready or w.sentinel in ready):
-                self._drain(w)
-            if w.job is not None and w.job.result is not None:
-                self._finish(w)
+            job = w.job
+            if job is not None and (w.conn in ready or w.sentinel in ready):
+                self._drain(w, job)
+            if job is not None and job.result is not None:
+                self._finish(w, job, job.result)
             elif w.sentinel in ready:  # died: idle, or in the middle of a template
                 self._lost(w)
 
     def _stop_overdue(self) -> None:
         now = time.monotonic()
-        for w in [w for w in self._busy() if w.job.deadline <= now]:
-            self._drain(w)  # a result may have arrived just in time
-            if w.job.result is not None:
-                self._finish(w)
+        for w, job in self._busy():
+            if job.deadline > now:
                 continue
-            job, w.job = w.job, None
+            self._drain(w, job)  # a result may have arrived just in time
+            if job.result is not None:
+                self._finish(w, job, job.result)
+                continue
+            w.job = None
             self._retire(w, kill=True)
             self._record(job.index, _failed(
                 job.template, "timeout",
@@ -385,8 +385,8 @@ class _Pool:
 
     # --- one worker ---------------------------------------------------------------------------
 
-    def _busy(self) -> list[_Worker]:
-        return [w for w in self._workers.values() if w.job is not None]
+    def _busy(self) -> list[tuple[_Worker, _Job]]:
+        return [(w, w.job) for w in self._workers.values() if w.job is not None]
 
     def _spawn(self) -> _Worker:
         parent_conn, child_conn = self._ctx.Pipe()
@@ -403,7 +403,7 @@ class _Pool:
         self._workers[w.sentinel] = w
         return w
 
-    def _assign(self, index: int, template) -> None:
+    def _assign(self, index: int, template: ChatTemplate) -> None:
         w = next((w for w in self._workers.values() if w.job is None), None)
         try:
             if w is None:
@@ -421,11 +421,10 @@ class _Pool:
                 f"could not start a worker process ({type(exc).__name__}: {exc}); a script that calls "
                 "tmplkit's isolated analysis needs the `if __name__ == '__main__':` guard", 0.0))
 
-    def _drain(self, w: _Worker) -> None:
+    def _drain(self, w: _Worker, job: _Job) -> None:
         """Read the worker's messages about its current job: its scan warnings, then its result."""
-        job = w.job
         try:
-            while job is not None and job.result is None and w.conn.poll():
+            while job.result is None and w.conn.poll():
                 kind, index, value = w.conn.recv()
                 if index != job.index:
                     continue
@@ -442,12 +441,12 @@ class _Pool:
             job.result = _failed(job.template, "error", f"the worker's result could not be read: {exc}",
                                  time.monotonic() - job.started, job.warnings)
 
-    def _finish(self, w: _Worker) -> None:
+    def _finish(self, w: _Worker, job: _Job, result: Analysis) -> None:
         """Record the worker's result; retire the worker when it has done its share or ran out of memory."""
-        job, w.job = w.job, None
+        w.job = None
         w.tasks += 1
-        self._record(job.index, job.result)
-        if w.tasks >= self._max_tasks or job.result.status == "memory":
+        self._record(job.index, result)
+        if w.tasks >= self._max_tasks or result.status == "memory":
             self._retire(w, kill=False)
 
     def _lost(self, w: _Worker) -> None:

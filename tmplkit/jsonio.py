@@ -51,7 +51,7 @@ _BOM = "\ufeff"
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
 
-Source = Union[str, os.PathLike, IO]
+Source = Union[str, os.PathLike, IO]  # noqa: UP007 - a runtime alias; `|` on typing.IO needs 3.12
 
 
 def read_text(
@@ -69,8 +69,10 @@ def read_text(
     the path, or the open file's name). Whitespace-only text is refused as empty.
     """
     where = source_name(source, where)
-    raw = _read_stream(source, where, error, max_bytes) if hasattr(source, "read") else \
-        _read_path(Path(source), what, where, error, max_bytes)
+    if isinstance(source, (str, os.PathLike)):
+        raw = _read_path(Path(source), what, where, error, max_bytes)
+    else:
+        raw = _read_stream(source, where, error, max_bytes)
     if isinstance(raw, bytes):
         try:
             text = raw.decode("utf-8")
