@@ -285,3 +285,14 @@ def test_hints_follow_the_caller_into_the_workers():
         (cli,) = analyze_isolated([T("ok-1")], target=_hint_of_worker)
     assert "not a command-line option" in cli.warnings[0]
     assert slow.status == "timeout" and slow.errors[0].endswith("If the template is legitimately slow, raise --timeout")
+
+
+@pytest.mark.xfail(strict=True, reason="needs tmplkit.cli.main() to run the command inside sandbox.hints_for('cli')")
+def test_the_command_line_names_its_flags(tmp_path, capsys):
+    from tmplkit.cli import main
+
+    hang = tmp_path / "hang.jinja"
+    hang.write_text("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+    assert main(["audit", "--timeout", "0.5", str(hang)]) == 1
+    out = capsys.readouterr().out
+    assert "raise --timeout" in out and "timeout argument" not in out
