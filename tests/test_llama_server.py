@@ -11,8 +11,15 @@ import pytest
 from tmplkit import analyze, corpus
 from tmplkit.cli import main
 from tmplkit.errors import AnalysisError
-from tmplkit.llama_server import (CompletionRequest, MessageDelimiter, _split_problem, completion_request,
-                                  message_delimiters, read_prefill_log, server_message_starts)
+from tmplkit.llama_server import (
+    CompletionRequest,
+    MessageDelimiter,
+    _split_problem,
+    completion_request,
+    message_delimiters,
+    read_prefill_log,
+    server_message_starts,
+)
 from tmplkit.sandbox import render
 from tmplkit.sources import load_one
 from tmplkit.spans import SpanDetector
@@ -58,7 +65,8 @@ def test_completion_body_is_what_llama_server_reads(qwen_template, qwen35, tmp_p
                for d in body["message_delimiters"])
     # the text of tmplkit's token-checked delimiters, each tokenizing on its own to the checked ids
     td = token_delimiters(analyze(qwen_template), qwen35)
-    assert sorted(map(json.dumps, body["message_delimiters"])) == sorted(map(json.dumps, td.message_delimiters()))
+    known = [d for d in td.message_delimiters() if d["role"] in ("system", "user", "assistant", "tool")]
+    assert sorted(map(json.dumps, body["message_delimiters"])) == sorted(map(json.dumps, known))
     assert {"role": "tool", "delimiter": "<|im_start|>user\n<tool_response"} in body["message_delimiters"]
     # longest first in tokens, since llama-server takes the first that matches
     lengths = [len(qwen35.tokenize(d["delimiter"])) for d in body["message_delimiters"]]

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit import GGUFError, SourceError
-from tmplkit import sources
+from tmplkit import GGUFError, SourceError, sources
 from tmplkit.gguf_meta import GGUF_MAGIC, GGUFValueType, Keys
 
 CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"

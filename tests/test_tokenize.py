@@ -325,7 +325,8 @@ def test_delimiter_absent_from_render_is_a_warning(qwen35):
 
 def test_token_delimiters_with_hf(tiny_hf):
     tok = load_tokenizer(tiny_hf)
-    rendered = "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nworld<|im_end|>\n<|im_start|>user\n<tool_response>\nresult\n</tool_response><|im_end|>\n"
+    rendered = ("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nworld<|im_end|>\n"
+                "<|im_start|>user\n<tool_response>\nresult\n</tool_response><|im_end|>\n")
     delims = (Delimiter("user", "<|im_start|>user\n"), Delimiter("assistant", "<|im_start|>assistant\n"),
               Delimiter("tool", "<|im_start|>user\n<tool_response>"))
     roles = ("user", "assistant", "tool")

@@ -15,9 +15,9 @@ from __future__ import annotations
 import mmap
 import stat
 import struct
+from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
-from typing import Callable
 
 from .errors import GGUFError
 

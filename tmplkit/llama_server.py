@@ -31,10 +31,11 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
+from .delimiters import ROLES
 from .errors import AnalysisError, ModelError
 
 __all__ = ["CompletionRequest", "LlamaServer", "MessageDelimiter", "PrefillLog", "completion_request",
@@ -74,7 +75,8 @@ def message_delimiters(template, tokenizer, *, analysis=None) -> tuple[MessageDe
     the prompt themselves.
 
     They are the text of the ids tmplkit derived and checked on the template's probe render
-    (`token_delimiters`), longest first in tokens (llama-server takes the first that matches).
+    (`token_delimiters`), longest first in tokens (llama-server takes the first that matches),
+    for the roles llama-server knows (system, user, assistant, tool).
     Raises AnalysisError when those ids do not split the probe render as its text, or when a
     delimiter's text tokenizes on its own (as llama-server tokenizes it) to other ids.
 
@@ -93,7 +95,9 @@ def message_delimiters(template, tokenizer, *, analysis=None) -> tuple[MessageDe
         raise AnalysisError(f"template '{name}': its delimiters do not split the tokens as the text "
                             f"({'; '.join(td.problems[:2])}); llama-server cannot be given them as text")
     out: list[tuple[int, MessageDelimiter]] = []
-    for d in td.delimiters:
+    # llama-server knows the four message roles only (common_chat_role_from_string); a reasoning
+    # delimiter would start a span of no role there, which decides nothing: left out.
+    for d in (d for d in td.delimiters if d.role in ROLES):
         for ids, text in zip((d.ids,) + d.alternatives, (d.token_text,) + d.alternative_texts):
             alone = tuple(tokenizer.tokenize(text, add_bos=False))
             if d.occurrences and alone != ids:
@@ -264,7 +268,7 @@ class LlamaServer:
                 self.proc.wait()
         self._log_file.close()
 
-    def __enter__(self) -> "LlamaServer":
+    def __enter__(self) -> LlamaServer:
         return self
 
     def __exit__(self, *exc) -> None:

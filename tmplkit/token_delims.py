@@ -22,8 +22,9 @@ named steps:
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -159,7 +160,7 @@ class _Candidate:
     note: str | None = None  # how the ids differ from the delimiter's text, and why
     alternatives: tuple[Ids, ...] = ()  # further sequences matched as well
 
-    def noted(self, extra: str) -> "_Candidate":
+    def noted(self, extra: str) -> _Candidate:
         return _Candidate(self.ids, self.starts, _join(self.note, extra), self.alternatives)
 
 
@@ -188,7 +189,7 @@ class _Render:
     ends: list[int]  # non-decreasing (bisect relies on it)
 
     @classmethod
-    def of(cls, text: str, tokenizer: Tokenizer) -> "_Render":
+    def of(cls, text: str, tokenizer: Tokenizer) -> _Render:
         ids, offsets = tokenizer.tokenize_with_offsets(text) if text else ([], [])
         starts = [s for s, _ in offsets]
         ends = [e for _, e in offsets]
@@ -366,13 +367,13 @@ def _common_cores(d: Delimiter, occ: Sequence[_Occurrence], render: _Render, see
                 found.append((len(seq), c, not right_inner, seq, tuple(los)))
     found.sort(key=lambda f: (-f[0], f[1], f[2]))
     out: list[_Candidate] = []
-    for _, c, _, seq, los in found:
+    for _, c, _, seq, match_starts in found:
         if seq in seen:
             continue
         seen.add(seq)
         note = (f"the tokens at its edges differ between its {len(occ)} occurrences (a neighbour merges into it at some); "
                 f"matching {len(seq)} tokens from character {c}, {d.text[c:]!r}")
-        out.append(_Candidate(seq, los, note))
+        out.append(_Candidate(seq, match_starts, note))
         if len(out) == keep:
             break
     return out

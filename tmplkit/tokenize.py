@@ -19,8 +19,9 @@ import contextlib
 import ctypes
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -185,7 +186,8 @@ class LlamaCppTokenizer:
             params.vocab_only = True
             self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
-            raise TokenizerError(f"llama.cpp could not load the vocabulary of {path} (tokenizer '{model}'); the file may be damaged or from a newer llama.cpp")
+            raise TokenizerError(f"llama.cpp could not load the vocabulary of {path} (tokenizer '{model}'); "
+                                 "the file may be damaged or from a newer llama.cpp")
         self._use_vocab(self._model, path, add_bos, name)
         if self.n_vocab <= 0:
             self.close()
@@ -202,7 +204,7 @@ class LlamaCppTokenizer:
         self._buf = ctypes.create_string_buffer(256)
 
     @classmethod
-    def of_model(cls, model, path: str | os.PathLike, *, add_bos: bool = False, name: str | None = None) -> "LlamaCppTokenizer":
+    def of_model(cls, model, path: str | os.PathLike, *, add_bos: bool = False, name: str | None = None) -> LlamaCppTokenizer:
         """The vocabulary of a llama.cpp model already loaded (a `llama_model` pointer, e.g. the
         prefill runner's), without loading the file again. The owner frees the model; it must
         close this tokenizer first (using a closed one raises TokenizerError)."""
@@ -388,5 +390,6 @@ def _hf_from_cache(repo_id: str, add_bos: bool = False) -> HFTokenizer:
     except Exception as exc:  # invalid repo id
         raise TokenizerError(f"'{repo_id}' is not a Hugging Face repo id ({exc})") from None
     if not isinstance(found, str):
-        raise TokenizerError(f"no tokenizer.json for '{repo_id}' in the local Hugging Face cache; download it first (e.g. `hf download {repo_id} tokenizer.json`) or give a path")
+        raise TokenizerError(f"no tokenizer.json for '{repo_id}' in the local Hugging Face cache; download it first "
+                             f"(e.g. `hf download {repo_id} tokenizer.json`) or give a path")
     return HFTokenizer(found, add_bos=add_bos, name=f"hf:{repo_id}")

@@ -14,8 +14,8 @@ assistant start, each tokenized on its own), to compare against.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ..delimiters import Delimiter, sort_delimiters
 from ..errors import AnalysisError, InputError

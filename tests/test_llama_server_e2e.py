@@ -1,0 +1,89 @@
+"""End to end on llama-server itself: given tmplkit's delimiters in the /completion body, it ends
+prompt batches and takes context checkpoints only at real user messages of a Qwen-style agent
+session; given its own two delimiters, it puts them on tool responses too (read from its log).
+
+Needs the llama-server binary scripts/build_llama_server.sh builds from the pinned sdist (or
+$TMPLKIT_LLAMA_SERVER), llama-cpp-python and the corpus (for the tiny Qwen3.5-vocab model).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tmplkit import analyze, corpus
+from tmplkit.llama_server import LlamaServer, MessageDelimiter, completion_request, llama_server_binary, read_prefill_log, server_message_starts
+
+pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.corpus]
+
+N_BATCH, N_UBATCH, MIN_STEP = 2048, 512, 512
+
+
+@pytest.fixture(scope="module")
+def setup():
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip("llama-server is not built: run `bash scripts/build_llama_server.sh` "
+                    "(one CMake target from the pinned sdist) or set TMPLKIT_LLAMA_SERVER")
+    from tmplkit.prefill import generate_session, tiny_model_path
+    from tmplkit.prefill.prompt import server_delimiters
+    from tmplkit.prefill.session import messages_for_template
+    from tmplkit.sources import load_one
+    from tmplkit.spans import SpanDetector
+    from tmplkit.token_delims import token_delimiters
+    from tmplkit.tokenize import LlamaCppTokenizer
+
+    model = tiny_model_path("qwen35")  # gemma3 (sliding window: llama-server takes checkpoints) with Qwen3.5's template
+    template = load_one(model)
+    tok = LlamaCppTokenizer(model)
+    session = generate_session(8000, seed=1, requests=3)
+    conversation = {"messages": messages_for_template(session), "tools": list(session.tools)}
+    analysis = analyze(template)
+    ours = completion_request(template, tok, conversation, analysis=analysis, n_predict=1)
+    own = [MessageDelimiter(role, text) for role, text in server_delimiters(template)]
+    ids = tok.tokenize(ours.prompt, add_bos=True)  # as llama-server tokenizes a prompt string
+    spans = SpanDetector(token_delimiters(analysis, tok)).split(ids)
+    yield dict(binary=binary, model=model, ours=ours, own=own, ids=ids, tok=tok,
+               users=set(spans.starts("user")), tools=set(spans.starts("tool")))
+    tok.close()
+
+
+def _prefill(setup, body: dict, log) -> tuple:
+    args = ["-c", "16384", "-b", str(N_BATCH), "-ub", str(N_UBATCH), "-t", "2", "-tb", "2", "-np", "1",
+            "-ctxcp", "32", "-cms", str(MIN_STEP), "--cache-ram", "0", "--metrics", "-lv", "5"]
+    with LlamaServer(setup["binary"], setup["model"], args, log=log) as server:
+        before = server.metrics().get("llamacpp:n_decode_total", 0)
+        answer = server.post("/completion", body)
+        calls = server.metrics().get("llamacpp:n_decode_total", 0) - before
+        text = server.log_text()
+    assert answer["timings"]["prompt_n"] == len(setup["ids"])  # it saw the tokens we split
+    return read_prefill_log(text), int(calls)
+
+
+def test_tmplkit_delimiters_keep_llama_server_off_tool_responses(setup, tmp_path):
+    n, users, tools = len(setup["ids"]), setup["users"], setup["tools"]
+    assert len(users) == 3 and len(tools) >= 15
+    # what llama-server's split will find with these delimiters (its algorithm, ported)
+    ours_body = setup["ours"].to_dict()
+    assert {p for r, p in server_message_starts(setup["ids"], setup["ours"].message_delimiters, setup["tok"]) if r == "user"} == users
+
+    log, calls = _prefill(setup, ours_body, tmp_path / "ours.log")
+    near_end = {n - 4 - N_UBATCH, n - 4}  # its two end-of-prompt checkpoints (PR 20288)
+    breaks = set(log.breaks(N_BATCH, n))
+    assert breaks & users, log  # it did break at real user messages (the test is not vacuous)
+    assert breaks <= users | near_end, (sorted(breaks - users - near_end), log)
+    assert log.checkpoints and not set(log.checkpoints) & tools, log
+    assert all(c in users or c >= n - 4 - N_UBATCH for c in log.checkpoints), log
+
+    own_body = dict(ours_body, message_delimiters=[d.to_dict() for d in setup["own"]])
+    own_log, own_calls = _prefill(setup, own_body, tmp_path / "own.log")
+    own_breaks = set(own_log.breaks(N_BATCH, n))
+    assert own_breaks & tools and set(own_log.checkpoints) & tools, own_log
+    assert own_calls > calls
+    print(f"\n{n} tokens, {len(users)} user messages, {len(tools)} tool responses; "
+          f"tmplkit's delimiters: {calls} decode calls, {len(breaks & tools)} breaks and "
+          f"{len(set(log.checkpoints) & tools)} checkpoints on tool responses; llama-server's two: {own_calls} decode calls, "
+          f"{len(own_breaks & tools)} breaks and {len(set(own_log.checkpoints) & tools)} checkpoints on tool responses")
+
