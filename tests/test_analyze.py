@@ -30,6 +30,7 @@ def test_chatml_delimiters_and_result_shape():
     assert [len(d.text) for d in a.delimiters] == sorted((len(d.text) for d in a.delimiters), reverse=True)
     assert set(a.to_dict()) == {"name", "source", "status", "user_start", "assistant_start", "system_start",
                                 "tool_response_start", "tool_response_next", "generation_prompt", "tool_placement",
+                                "reasoning_start", "reasoning_end", "earlier_reasoning", "generation_reasoning",
                                 "capabilities", "delimiters", "round_trip", "errors", "warnings", "seconds"}
     assert set(a.to_dict()["round_trip"]) == {"passed", "expected_roles", "actual_roles", "problems"}
     assert a.status in STATUSES and a.tool_placement in TOOL_PLACEMENTS
@@ -245,7 +246,8 @@ GLM = (
 def test_reasoning_kept_after_the_last_user_message_is_not_cut_into_the_assistant_start():
     a = analyze(T(GLM))
     assert a.status == "pass", a.round_trip.problems
-    assert a.assistant_start == "<|assistant|>\n<think>"
+    # Reasoning markup is no part of the assistant start: it has delimiters of its own.
+    assert (a.assistant_start, a.reasoning_start, a.reasoning_end) == ("<|assistant|>\n", "<think>", "</think>\n")
     assert a.capabilities["thinking_flags"] == ["enable_thinking"]
     rt = a.round_trip
     last_user = max(i for i, m in enumerate(rt.messages) if m["role"] == "user")

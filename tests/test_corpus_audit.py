@@ -187,18 +187,72 @@ def test_kimi_tool_start_is_the_opener_and_system_turns_keep_their_role(analyses
         assert next(s for s in spans if s.start <= at < s.end).role == "tool"
 
 
-@pytest.mark.parametrize("name,start", [
-    ("GLM-4.6", "<|assistant|>\n<think>"),
-    ("GLM-4.7-Flash", "<|assistant|>"),
-    ("Kimi-K2-Thinking", "<|im_assistant|>assistant<|im_middle|><think>"),
-    ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "<|im_start|>assistant\n<think>"),
-    ("deepseek-ai-DeepSeek-V4", "<｜Assistant｜>"),
-    ("poolside-Laguna-S-2.1", "<assistant>"),
+# Reasoning markup is part of the turn's content, not of the role's start: the assistant start is
+# the role marker alone, and reasoning gets delimiters of its own (issue 11, item 1).
+@pytest.mark.parametrize("name,start,reasoning_start,reasoning_end", [
+    ("GLM-4.6", "<|assistant|>\n", "<think>", "</think>\n"),
+    ("GLM-4.7-Flash", "<|assistant|>", "<think>", "</think>"),
+    ("Kimi-K2-Thinking", "<|im_assistant|>assistant<|im_middle|>", "<think>", "</think>"),
+    ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "<|im_start|>assistant\n", "<think>\n", "</think>\n"),
+    ("deepseek-ai-DeepSeek-V3.1", "<｜Assistant｜>", "<think>", "</think>"),
+    ("deepseek-ai-DeepSeek-V4", "<｜Assistant｜>", "<think>", "</think>"),
+    ("tencent-Hy3", "<｜hy_Assistant:opensource｜>", "<think:opensource>", "</think:opensource>"),
+    ("poolside-Laguna-S-2.1", "<assistant>", "<think>", "</think>"),
+    ("Qwen3.5-4B", "<|im_start|>assistant\n", "<think>\n", "</think>\n\n"),
+    ("Cohere2MoE", "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>", "<|START_THINKING|>", "<|END_THINKING|>"),
+    # The answer is a message of its own after the analysis channel: its start ends the reasoning.
+    ("openai-gpt-oss-120b", "<|start|>assistant", "<|channel|>analysis<|message|>", None),
 ])
-def test_assistant_start_holds_where_reasoning_is_kept_and_with_every_thinking_switch(analyses, name, start):
+def test_reasoning_has_delimiters_of_its_own_and_the_assistant_start_holds_with_every_thinking_switch(
+        analyses, name, start, reasoning_start, reasoning_end):
     a = analyses[name]
     assert a.status == "pass", a.round_trip.problems
-    assert a.assistant_start == start
+    assert (a.assistant_start, a.reasoning_start, a.reasoning_end) == (start, reasoning_start, reasoning_end)
+    roles = {d.role: d.text for d in reversed(a.delimiters)}
+    assert roles["assistant"] == start and roles["reasoning"] == reasoning_start
+    assert roles.get("reasoning_end") == reasoning_end
+
+
+@pytest.mark.parametrize("name,earlier,generation", [
+    # Qwen3.5 opens the reasoning itself unless thinking is switched off, and drops it from earlier turns.
+    ("Qwen3.5-4B", "dropped", {"default": "open", "enable_thinking=False": "closed", "enable_thinking=True": "open"}),
+    # GLM 4.6 leaves it to the model, or closes it when thinking is off.
+    ("GLM-4.6", "dropped", {"default": "model", "enable_thinking=False": "closed", "enable_thinking=True": "model"}),
+    # DeepSeek V3.1 closes it by default; `thinking=True` opens it.
+    ("deepseek-ai-DeepSeek-V3.1", None, {"default": "closed", "enable_thinking=False": "closed", "enable_thinking=True": "open",
+                                         "thinking=False": "closed", "thinking=True": "open"}),
+    ("poolside-Laguna-S-2.1", "kept", {"default": "open", "enable_thinking=False": "closed", "enable_thinking=True": "open"}),
+])
+def test_generation_prompt_opens_closes_or_leaves_reasoning_per_thinking_switch(analyses, name, earlier, generation):
+    a = analyses[name]
+    assert a.earlier_reasoning == earlier
+    assert a.generation_reasoning == generation
+
+
+def test_reasoning_lands_in_a_reasoning_span_inside_the_assistant_turn(analyses):
+    for name in ("Qwen3.5-4B", "GLM-4.6", "Cohere2MoE", "poolside-Laguna-S-2.1"):
+        a = analyses[name]
+        rt = a.round_trip
+        spans = split_text(rt.rendered, a.delimiters)
+        kept = [m["reasoning_content"] for m in rt.messages if m.get("reasoning_content") and m["reasoning_content"] in rt.rendered]
+        assert kept, name
+        for text in kept:
+            at = rt.rendered.index(text)
+            k = next(i for i, s in enumerate(spans) if s.start <= at < s.end)
+            assert spans[k].role == "reasoning" and spans[k - 1].role == "assistant", name
+        assert "reasoning" in rt.expected_roles and rt.expected_roles == rt.actual_roles
+
+
+def test_every_template_that_renders_reasoning_text_has_a_reasoning_delimiter(analyses):
+    missing = []
+    for name, a in analyses.items():
+        if a.status != "pass":
+            continue
+        rt = a.round_trip
+        if any(m.get("reasoning_content") and m["reasoning_content"] in rt.rendered for m in rt.messages):
+            if not (a.reasoning_start or a.reasoning_end):
+                missing.append(name)
+    assert not missing
 
 
 @pytest.mark.parametrize("name,system_start", [

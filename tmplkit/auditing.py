@@ -360,7 +360,8 @@ AUDIT_FORMATS: dict[str, Callable[[AuditReport], str]] = {
 # ---- the delimiter table ------------------------------------------------------------------------
 
 TABLE_COLUMNS = ("name", "status", "user_start", "assistant_start", "system_start",
-                 "tool_response_start", "tool_response_next", "generation_prompt", "tool_placement")
+                 "tool_response_start", "tool_response_next", "generation_prompt", "tool_placement",
+                 "reasoning_start", "reasoning_end", "generation_reasoning")
 
 
 def table_rows(results: Iterable[Analysis]) -> list[dict]:
@@ -372,6 +373,8 @@ def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
     rows = table_rows(results)
     if fmt == "json":
         return json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
+    for r in rows:  # one cell: how the generation prompt treats reasoning, per thinking-switch setting
+        r["generation_reasoning"] = " ".join(f"{k}:{v}" for k, v in r["generation_reasoning"].items()) or None
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=TABLE_COLUMNS, lineterminator="\n")
@@ -379,10 +382,11 @@ def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
         writer.writerows(rows)
         return buf.getvalue()
     head = ["template", "status", "user", "assistant", "system", "tool response", "next tool response",
-            "generation prompt", "tool placement"]
+            "generation prompt", "tool placement", "reasoning", "reasoning end", "generation reasoning"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["name"], r["status"]] + [_md(r[c]) for c in TABLE_COLUMNS[2:8]] + [r["tool_placement"]]
+        cells = ([r["name"], r["status"]] + [_md(r[c]) for c in TABLE_COLUMNS[2:8]] + [r["tool_placement"]]
+                 + [_md(r[c]) for c in TABLE_COLUMNS[9:]])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

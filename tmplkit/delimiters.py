@@ -5,9 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-# Role order is also the tie-break order when delimiters have the same length.
+# Message roles. Role order is also the tie-break order when delimiters have the same length.
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
-_ROLE_RANK = {role: i for i, role in enumerate(ROLES)}
+# Spans inside an assistant turn: its reasoning (from `<think>`) and what follows the reasoning's
+# end (from `</think>`). Delimiters of these roles start no message: a reasoning span is never a
+# user start, and splitting treats it as part of the assistant turn before it.
+REASONING_ROLES: tuple[str, ...] = ("reasoning", "reasoning_end")
+# Every role a delimiter or span may have, in tie-break order.
+SPAN_ROLES: tuple[str, ...] = ROLES + REASONING_ROLES
+_ROLE_RANK = {role: i for i, role in enumerate(SPAN_ROLES)}
 
 
 @dataclass(frozen=True)
@@ -22,7 +28,7 @@ class Delimiter:
 
 
 def sort_delimiters(delimiters: Iterable[Delimiter]) -> tuple[Delimiter, ...]:
-    """Longest first; ties by role order (system, user, assistant, tool), then by text.
+    """Longest first; ties by role order (system, user, assistant, tool, reasoning, reasoning_end), then by text.
 
     Duplicates (same role and text) are dropped. Splitting always tries the longest first,
     so `<|im_start|>user\\n<tool_response>` wins over `<|im_start|>user`.
@@ -32,5 +38,5 @@ def sort_delimiters(delimiters: Iterable[Delimiter]) -> tuple[Delimiter, ...]:
     """
     unique = {(d.role, d.text): d for d in delimiters if d.text}
     return tuple(
-        sorted(unique.values(), key=lambda d: (-len(d.text), _ROLE_RANK.get(d.role, len(ROLES)), d.text))
+        sorted(unique.values(), key=lambda d: (-len(d.text), _ROLE_RANK.get(d.role, len(SPAN_ROLES)), d.text))
     )

@@ -116,6 +116,10 @@ def extra_variable(name: str, shape: Shape):
 
 EXTRA_VARIABLES = ("functions", "datetime", "date_string", "bos_token", "eos_token")
 
+# Message keys templates read a message's reasoning from (Qwen3 and most: reasoning_content; gpt-oss,
+# Command A Reasoning: thinking; Laguna, Hy3, Solar: reasoning). A probe sets them all to one needle.
+REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
+
 # Template variables that switch thinking/reasoning, with the values probed for each.
 THINKING_FLAGS: tuple[tuple[str, tuple], ...] = (
     ("enable_thinking", (False, True)),
@@ -197,6 +201,12 @@ class ProbeBuilder:
         needle = self.needles(tag)
         return {"role": "tool", "tool_call_id": call_id, "name": TOOL_NAME, "content": self._content(needle)}, (needle,)
 
+    def _reason(self, msg: dict, tag: str) -> str:
+        """Give `msg` the reasoning needle `tag` under every key templates read it from."""
+        needle = self.needles(tag)
+        msg.update((key, needle) for key in REASONING_KEYS)
+        return needle
+
     def build(self, spec: str, *, add_generation_prompt: bool = False, tools: bool | None = None) -> Probe:
         """Build a conversation from a compact spec, e.g. "S1 U1 A1 U2 C1(G1,G2) T1 T2 A3".
 
@@ -216,8 +226,7 @@ class ProbeBuilder:
                 arg_tags = tuple(a for a in args.rstrip(")").split(",") if a)
                 msg, nd, ids = self.tool_call_message(tag, arg_tags)
                 if reasoning:
-                    msg["reasoning_content"] = self.needles(reasoning)
-                    nd = nd + (msg["reasoning_content"],)
+                    nd = nd + (self._reason(msg, reasoning),)
                 pending_ids.extend(ids)
                 role = "assistant"
             elif kind == "T":
@@ -229,8 +238,7 @@ class ProbeBuilder:
                 tag, _, reasoning = item.partition("/")
                 msg, nd = self.message(role, tag)
                 if reasoning:
-                    msg["reasoning_content"] = self.needles(reasoning)
-                    nd = nd + (msg["reasoning_content"],)
+                    nd = nd + (self._reason(msg, reasoning),)
             messages.append(msg)
             needles.append(nd)
             roles.append(role)

@@ -206,7 +206,7 @@ class SpanDetector:
     """
 
     def __init__(self, delimiters, tokenizer=None):
-        from .delimiters import ROLES
+        from .delimiters import SPAN_ROLES as ROLES
         from .errors import InputError
 
         items: list[tuple[str, tuple[int, ...]]] = []
@@ -315,7 +315,7 @@ def split_reference(tokens, delimiters, skips=None) -> list[TokenSpan]:
     `delimiters` are (role, ids) pairs; at each position the one with the most tokens wins
     (ties: role order, then ids), as in SpanDetector.
     """
-    from .delimiters import ROLES
+    from .delimiters import SPAN_ROLES as ROLES
 
     rank = {r: i for i, r in enumerate(ROLES)}
     ordered = sorted(((r, list(s)) for r, s in delimiters if len(s)),

@@ -10,10 +10,9 @@ from ..errors import InputError, RenderError, RenderLimitError
 from ..sandbox import Limits, compile_template
 from ._chat import ChatDelimiters, ChatFindings, Stop, assistant_delimiters, chat_delimiters, probe_chat
 from ._probing import Prober
-from ._reasoning import switched_renders, thinking_flags
+from ._reasoning import ReasoningFindings, probe_reasoning, switched_renders, thinking_flags, without_reasoning
 from ._result import Analysis, failed_analysis, status_of
 from ._system import SystemFindings, probe_system, refine_system_start
-from ._text import Note
 from ._tools import ToolFindings, ToolProbe, probe_tools, tool_delimiters
 from ._verdict import message_modes, render_round_trip, round_trip
 
@@ -52,8 +51,7 @@ def _analysis(template, limits: Limits | None) -> Analysis:
         chat = probe_chat(prober)
     except Stop as stop:
         return failed_analysis(template, stop.status, (stop.reason,))
-    first = _Stages(prober, chat)
-    return first.finish()
+    return _Stages(prober, chat).finish()
 
 
 class _Stages:
@@ -73,19 +71,22 @@ class _Stages:
                                                         self.tool_probe, self.tools_probed)
         self.rt_probe, self.rt_text, self.rt_error = rt_probe, rt_text, rt_error
         self.variants: list[tuple[str, str]] = []
+        self.renders: list = []  # the round-trip conversation as rendered, plain and with each switch
         self.system_start = self.system.start
         self.chat_final, self.tools_final = self.chat_probed, self.tools_probed
         if rt_text is not None:
             self.variants = switched_renders(prober, rt_probe, rt_text, self.thinking_flags)
-            renders = [prober.seen(rt_text, rt_probe)] + [prober.seen(v, rt_probe, switched=True) for _, v in self.variants]
+            self.renders = [prober.seen(rt_text, rt_probe)] + [prober.seen(v, rt_probe, switched=True) for _, v in self.variants]
             if self.system.mode == "own_turn" and "system" in rt_probe.roles:
-                self.system_start = refine_system_start(self.system.start, renders, rt_probe.roles.index("system"),
+                self.system_start = refine_system_start(self.system.start, self.renders, rt_probe.roles.index("system"),
                                                         chat, self.chat_probed, prober.clean)
             self.chat_final = chat_delimiters(prober, chat)
             if self.tools_probed.placement not in (None, "rejected", "dropped"):
                 self.tools_final = self._tool_delimiters(self.chat_final)
-        self.assistant_start, self.assistant, self.assistant_notes = assistant_delimiters(
-            prober, chat, self.chat_final, self.tools_final)
+        assistant_start, assistant, self.assistant_notes = assistant_delimiters(prober, chat, self.chat_final, self.tools_final)
+        self.reasoning: ReasoningFindings = probe_reasoning(prober, chat, assistant_start, self.thinking_flags, self.renders)
+        self.assistant_start = without_reasoning(assistant_start, self.reasoning)
+        self.assistant = [without_reasoning(d, self.reasoning) for d in assistant]
 
     def _tool_delimiters(self, delims: ChatDelimiters) -> ToolFindings:
         if self.tool_probe.placement is not None:
@@ -99,6 +100,7 @@ class _Stages:
         if self.system.mode == "own_turn":
             out.append(Delimiter("system", self.system_start))
         out += [Delimiter("tool", tools.start), Delimiter("tool", tools.next)]
+        out += [Delimiter("reasoning", self.reasoning.start), Delimiter("reasoning_end", self.reasoning.end)]
         return sort_delimiters(out)  # drops the empty ones
 
     def capabilities(self) -> dict:
@@ -121,7 +123,7 @@ class _Stages:
     def warnings(self) -> tuple[str, ...]:
         """Every note once (a delimiter that differs between contexts is reported the first time)."""
         groups = (self.chat_probed.notes, self.system.notes, self.tool_probe.notes, self.tools_probed.notes,
-                  self.chat_final.notes, self.tools_final.notes, self.assistant_notes)
+                  self.chat_final.notes, self.tools_final.notes, self.assistant_notes, self.reasoning.notes)
         said: dict[str, str] = {}
         for note in (n for g in groups for n in g):
             said.setdefault(note.key, note.text)
@@ -143,9 +145,13 @@ class _Stages:
             tool_response_next=tools.next or None,
             generation_prompt=self.chat.generation_prompt,
             tool_placement=tools.placement,
+            reasoning_start=self.reasoning.start or None,
+            reasoning_end=self.reasoning.end or None,
+            earlier_reasoning=self.reasoning.earlier_turns,
+            generation_reasoning=dict(self.reasoning.generation),
             capabilities=self.capabilities(),
             delimiters=delimiters,
             round_trip=verdict,
             errors=self.chat_final.errors + tools.errors,
-            warnings=self.warnings(),
+            warnings=self.warnings() + verdict.notes,
         )

@@ -9,7 +9,7 @@ from ._probing import Prober, Seen
 from ._result import status_of
 from ._text import UNIT, Note, agree, back_to_boundary, distinctive, from_first_unit, lcp, lcs, template_message, unit_prefix, unit_suffix
 
-__all__ = ["ChatDelimiters", "ChatFindings", "Stop", "assistant_delimiters", "chat_delimiters", "probe_chat"]
+__all__ = ["ChatDelimiters", "ChatFindings", "Stop", "assistant_delimiters", "chat_delimiters", "generation_prompt_of", "probe_chat"]
 
 
 class Stop(Exception):
@@ -31,6 +31,7 @@ class ChatFindings:
     opener: str | None  # the markup that opens every turn (<|im_start|>, <|start_header_id|>, ...)
     generation_prompt: str | None
     generation_render: str | None  # the one-message chat with the generation prompt
+    one_render: str = ""  # the one-message chat without it
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,10 @@ def probe_chat(prober: Prober) -> ChatFindings:
     bos_like = find_bos(prober.template.bos_token, pre_user0, between_turns)
     opener = find_opener(pre_user0[len(bos_like):], between_turns)
     return ChatFindings(builder, pre_user0, bos_like, opener,
-                        _generation_prompt(prober, gp_text, one.text, opener), gp_text)
+                        generation_prompt_of(prober, gp_text, one.text, opener), gp_text, one.text)
 
 
-def _generation_prompt(prober: Prober, text: str | None, without: str, opener: str | None) -> str | None:
+def generation_prompt_of(prober: Prober, text: str | None, without: str, opener: str | None) -> str | None:
     """What the generation prompt adds to a one-message chat, cut like a delimiter: a closer the
     user turn gets only before a next turn, and the whitespace that ends it, belong to the user turn
     (Apriel 1.6's `\\n` before `<|begin_assistant|>`)."""

@@ -34,6 +34,9 @@ class RoundTrip:
     messages: tuple = field(default=(), repr=False, compare=False)
     render_kwargs: dict = field(default_factory=dict, repr=False, compare=False)
     rendered: str = field(default="", repr=False, compare=False)
+    # What the split showed that misreads no role (reasoning markup quoted inside another turn);
+    # the Analysis reports it among its warnings.
+    notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict:
         return {
@@ -57,6 +60,16 @@ class Analysis:
     tool_response_next: str | None = None
     generation_prompt: str | None = None
     tool_placement: str = "unknown"
+    # Reasoning markup inside an assistant turn (`<think>`, `</think>\n\n`); not part of assistant_start.
+    reasoning_start: str | None = None
+    reasoning_end: str | None = None
+    # Whether assistant turns before the last user message keep their reasoning: 'kept', 'dropped',
+    # or None where no reasoning renders.
+    earlier_reasoning: str | None = None
+    # What the generation prompt does with reasoning, per thinking-switch setting ('default': none
+    # set, else 'name=value'): 'open' (it opens the reasoning: forced open), 'closed' (it closes it:
+    # forced closed) or 'model' (left to the model).
+    generation_reasoning: dict = field(default_factory=dict)
     capabilities: dict = field(default_factory=dict)
     delimiters: tuple[Delimiter, ...] = ()
     round_trip: RoundTrip | None = None
@@ -76,6 +89,10 @@ class Analysis:
             "tool_response_next": self.tool_response_next,
             "generation_prompt": self.generation_prompt,
             "tool_placement": self.tool_placement,
+            "reasoning_start": self.reasoning_start,
+            "reasoning_end": self.reasoning_end,
+            "earlier_reasoning": self.earlier_reasoning,
+            "generation_reasoning": dict(self.generation_reasoning),
             "capabilities": dict(self.capabilities),
             "delimiters": [d.to_dict() for d in self.delimiters],
             "round_trip": self.round_trip.to_dict() if self.round_trip else None,
