@@ -111,7 +111,7 @@ def parse_config(data: dict[str, Any], path: Path) -> Config:
         sources=tuple(_resolve(s, base) for s in _strings(data, "sources", path)),
         fail_on=_choice(data, "fail-on", FAIL_ON, path),
         tokenizer=_tokenizer(data.get("tokenizer"), base, path, "tokenizer"),
-        tokenizers={name: _tokenizer(spec, base, path, f"tokenizers.{name}") for name, spec in pairing.items()},
+        tokenizers={name: _tokenizer_spec(spec, base) for name, spec in pairing.items()},
         expected_failures=_expected_failures(data.get("expected-failures"), base, path),
         timeout=_number(limits, "timeout", path, float),
         memory=_number(limits, "memory", path, int),
@@ -169,7 +169,11 @@ def _tokenizer(value: object, base: Path, path: Path, key: str) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise _bad(path, key, "must be a tokenizer: auto, a .gguf, a tokenizer.json, vocab:NAME or hf:ORG/NAME", value)
-    return value if value == "auto" else _resolve(value, base)
+    return _tokenizer_spec(value, base)
+
+
+def _tokenizer_spec(spec: str, base: Path) -> str:
+    return spec if spec == "auto" else _resolve(spec, base)
 
 
 def _expected_failures(value: object, base: Path, path: Path) -> dict[str, str] | None:
