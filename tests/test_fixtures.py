@@ -14,7 +14,8 @@ from tmplkit.spans import split_text
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "templates"
 EXPECTED = {k: v for k, v in json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8")).items() if not k.startswith("_")}
-FAMILIES = ("chatml", "chatml-tools-in-user", "llama3", "mistral", "gemma", "harmony", "deepseek", "command-r", "granite", "phi")
+FAMILIES = ("chatml", "chatml-tools-in-user", "llama3", "mistral", "gemma", "harmony", "deepseek", "command-r", "granite", "phi",
+            "reasoning")
 
 
 def fixture(name: str) -> ChatTemplate:
@@ -38,6 +39,10 @@ def observed(name: str) -> dict:
         "tool_response_next": a.tool_response_next,
         "generation_prompt": a.generation_prompt,
         "tool_placement": a.tool_placement,
+        "reasoning_start": a.reasoning_start,
+        "reasoning_end": a.reasoning_end,
+        "earlier_reasoning": a.earlier_reasoning,
+        "generation_reasoning": a.generation_reasoning,
         "system": caps.get("system"),
         "tool_calls": caps.get("tool_calls"),
         "tool_responses_grouped": caps.get("tool_responses_grouped"),
