@@ -14,8 +14,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
 from xml.sax.saxutils import escape as xml_escape
 
 from .analysis import Analysis

@@ -21,8 +21,8 @@ def _cmd_spans(args) -> int:
     import json
 
     from ..sources import load_one
-    from ..tokenize import load_tokenizer
     from ..token_audit import conversation_spans, format_spans_text
+    from ..tokenize import load_tokenizer
     from ._common import require_tokenizers
 
     require_tokenizers([args.tokenizer], "tmplkit spans --tokenizer " + args.tokenizer)  # before any work
