@@ -564,7 +564,7 @@ def main(argv=None) -> int:
     templates = corpus.templates_dir()
     gemma_tmpl = load_one(templates / f"{GEMMA_TEMPLATE}.jinja")
     qwen_tmpl = load_one(templates / f"{QWEN_TEMPLATE}.jinja")
-    gemma = corpus.gemma_model_path()
+    gemma = corpus.gemma_model_path() if sections & {"gemma", "resume"} else None  # (a GPU machine may lack it)
     if args.tiny_heads < 1 or 64 % args.tiny_heads:
         ap.error("--tiny-heads must divide 64")
     tiny_cfg = TinyConfig(n_head=args.tiny_heads, n_head_kv=max(1, args.tiny_heads // 4), head_dim=64 // args.tiny_heads)
@@ -582,10 +582,12 @@ def main(argv=None) -> int:
     out: dict = {"command": "python scripts/bench_prefill.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
                  "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "threads": args.threads,
                  "repeat": repeat, "tiny_model": asdict(tiny_cfg), "llama_server": server_bin, "load_average": round(os.getloadavg()[0], 2), "repack": effective_repack(settings.repack)}
-    gsession = sized(gemma, gemma_tmpl, "user-turns", gemma_tokens, seed=0)
-    qsession = sized(tiny, qwen_tmpl, "tool-role", qwen_tokens, seed=0)
-    save_session(gsession, outdir / "prefill-session-gemma.json")
-    save_session(qsession, outdir / "prefill-session-qwen.json")
+    if gemma:
+        gsession = sized(gemma, gemma_tmpl, "user-turns", gemma_tokens, seed=0)
+        save_session(gsession, outdir / "prefill-session-gemma.json")
+    if sections & {"qwen", "resume"}:
+        qsession = sized(tiny, qwen_tmpl, "tool-role", qwen_tokens, seed=0)
+        save_session(qsession, outdir / "prefill-session-qwen.json")
     if "gemma" in sections:
         out["gemma"] = bench_policies("gemma", gemma, gemma_tmpl, gsession, settings, repeat, args.threads, server_bin, outdir)
     if "qwen" in sections:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tmplkit import corpus
@@ -51,7 +53,8 @@ def test_tiny_model_loads_and_needs_checkpoints():
 
     from tmplkit.prefill import PrefillRunner
 
-    with PrefillRunner(tiny_model_path("qwen35"), n_ctx=4096, n_threads=2) as r:
+    ngl = int(os.environ.get("TMPLKIT_TEST_GPU_LAYERS", "0"))  # scripts/gpu_check.sh offloads every layer
+    with PrefillRunner(tiny_model_path("qwen35"), n_ctx=4096, n_threads=2, n_gpu_layers=ngl) as r:
         assert r.info.n_swa == 512 and not r.info.can_roll_back and r.checkpointing
         assert "<tool_response>" in r.info.chat_template
         assert r.tokenize("<|im_start|>user") == [151644, 872]

