@@ -8,10 +8,10 @@ this order:
 - "date or time": rendering request k+1 at request k's time moves the divergence later;
 - "reasoning dropped": the held text has the reasoning of an earlier assistant turn at the
   divergence and the request no longer has it;
-- "tool list": a tool definition lies at the divergence, in either text;
-- "system prompt": the divergence lies in the system message;
 - "generation prompt": it lies in request k's generation prompt, i.e. the template renders an
   assistant turn otherwise than the prompt it generated after;
+- "tool list": a tool definition lies at the divergence, in either text;
+- "system prompt": the divergence lies in the system message;
 - "last user message": it lies at request k's last user message;
 - "other": none of these; `held_text` and `request_text` show both texts around it.
 
@@ -29,7 +29,7 @@ from .requests import Request, common_prefix
 
 __all__ = ["CAUSES", "Divergence", "divergences", "TokenizedRequests", "tokenize_requests"]
 
-CAUSES = ("date or time", "reasoning dropped", "tool list", "system prompt", "generation prompt",
+CAUSES = ("date or time", "reasoning dropped", "generation prompt", "tool list", "system prompt",
           "last user message", "other")
 _NEAR = 256  # characters around a message's text still counted as its rendering (headers, markup)
 _SHOW = 60   # characters shown each side of an unexplained divergence
@@ -157,6 +157,10 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
         r = _text(m.get("reasoning_content")).strip() if m.get("role") == "assistant" else ""
         if r and _covers(held, r, pos, slack=_NEAR) and text.count(r) < held.count(r):
             return "reasoning dropped", f"the reasoning of message {i} is in the held text at the divergence and not in the request"
+    g0 = len(prev.text) - len(prev.generation_prompt)
+    if prev.generated and g0 <= pos <= len(prev.text):
+        return "generation prompt", (f"the generation prompt {prev.generation_prompt!r} differs from the re-rendered turn "
+                                     f"{text[g0:g0 + len(prev.generation_prompt) + 20]!r}")
     for t in tools or ():
         fn = t.get("function", t)
         s = fn.get("description")  # a tool's name also appears in every call of it; its description does not
@@ -165,19 +169,16 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
     system = next((_text(m.get("content")) for m in messages[:1] if m.get("role") == "system"), "")
     if system.strip() and _covers(held, system.strip(), pos, _NEAR):
         return "system prompt", "the divergence lies in the system message"
-    g0 = len(prev.text) - len(prev.generation_prompt)
-    if prev.generated and g0 <= pos <= len(prev.text):
-        return "generation prompt", (f"the generation prompt {prev.generation_prompt!r} differs from the re-rendered turn "
-                                     f"{text[g0:g0 + len(prev.generation_prompt) + 20]!r}")
     user = next((_text(m.get("content")) for m in reversed(messages[:prev.n_messages]) if m.get("role") == "user"), "")
     if user.strip() and _covers(held[:len(prev.text)], user.strip(), pos, _NEAR):
         return "last user message", "request %d's last user message is rendered differently" % prev.index
     return "other", "see held_text and request_text"
 
 
-def _covers(text: str, needle: str, pos: int, slack: int) -> bool:
-    """Whether an occurrence of `needle` in `text` spans `pos`, give or take `slack` characters."""
-    start = text.find(needle, max(0, pos - len(needle) - slack))
+def _covers(text: str, needle: str, pos: int, slack: int, after: int = 32) -> bool:
+    """Whether an occurrence of `needle` in `text` spans `pos`, from `slack` characters before it
+    (its header) to `after` characters past its end."""
+    start = text.find(needle, max(0, pos - len(needle) - after))
     return 0 <= start <= pos + slack
 
 

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -17,7 +18,7 @@ from .cost import SessionCost, predicted_divergences, session_cost
 from .divergence import Divergence, divergences, tokenize_requests
 from .requests import DEFAULT_INTERVAL, next_renders, session_requests
 
-__all__ = ["TurnsReport", "study_turns", "HISTORY_FLAGS"]
+__all__ = ["TurnsReport", "study_turns", "HISTORY_FLAGS", "request_spans"]
 
 # Switches some templates read to keep or clear the reasoning of earlier turns (besides the
 # thinking switches the analysis finds); tried when their name appears in the template.
@@ -91,12 +92,12 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     notes: list[str] = []
     cost = None
     if tokens is not None:
-        spans = _spans(template, tokenizer, reqs, tokens, notes)
+        spans = request_spans(template, tokenizer, reqs, tokens, notes)
         if spans:
             ahead = predicted_divergences(tokens, next_renders(session, template, reqs, kwargs=kwargs), tokenizer,
                                           add_bos=add_bos)
             cost = session_cost(tokens, spans, predicted=ahead, memory=memory, prefill=prefill)
-    tried = _switches(template, session, messages, kwargs, interval) if switches else ()
+    tried = _switches(template, session, messages, kwargs, interval, reqs) if switches else ()
     return TurnsReport(template.name, len(reqs), divs, tried, cost, tuple(notes))
 
 
@@ -115,22 +116,26 @@ def _redraw(template, session, reqs, kwargs):
     return redraw
 
 
-def _switches(template, session, messages, kwargs, interval) -> tuple[tuple[str, bool], ...]:
+def _switches(template, session, messages, kwargs, interval, default) -> tuple[tuple[str, bool], ...]:
+    """(setting, stable) for each value of each switch that changes some request's render."""
     out = []
+    plain = [(r.text, r.generated) for r in default]
     for name, values in THINKING_FLAGS + HISTORY_FLAGS:
-        if name not in template.text:
+        if not re.search(rf"\b{name}\b", template.text):  # `reasoning` is not `reasoning_content`
             continue
         for value in values:
             try:
                 reqs = session_requests(session, template, kwargs={**dict(kwargs or {}), name: value}, interval=interval)
             except TmplkitError:
                 continue
+            if [(r.text, r.generated) for r in reqs] == plain:
+                continue
             ok = all(d.stable for d in divergences(reqs, messages, session.tools))
             out.append((f"{name}={value!r}", ok))
     return tuple(out)
 
 
-def _spans(template, tokenizer, reqs, tokens, notes: list) -> dict:
+def request_spans(template, tokenizer, reqs, tokens, notes: list) -> dict:
     """One Spans per request for each delimiter set that works here ("tmplkit", "server")."""
     from ..analysis import Analysis, RoundTrip
     from ..prefill.prompt import server_delimiters, text_delimiters

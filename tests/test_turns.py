@@ -1,0 +1,129 @@
+"""A session turn by turn: requests, divergences and their causes, on templates written for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tmplkit import load_one
+from tmplkit.errors import InputError
+from tmplkit.prefill.session import Session, generate_session, load_session
+from tmplkit.turns import CAUSES, common_prefix, request_points, session_requests, study_turns
+from tmplkit.turns.formats import format_turns
+
+FIX = Path(__file__).parent.parent / "fixtures" / "turns"
+
+
+@pytest.fixture(scope="module")
+def session():
+    return generate_session(3000, seed=0, style="agent", requests=2)
+
+
+def tmpl(name: str):
+    return load_one(str(FIX / f"{name}.jinja"))
+
+
+def test_request_points_follow_user_messages_and_tool_batches():
+    msgs = [{"role": "system"}, {"role": "user"}, {"role": "assistant"}, {"role": "tool"}, {"role": "tool"},
+            {"role": "assistant"}, {"role": "assistant"}, {"role": "user"}]
+    # the model speaks after the user message, after both tool results (not between them), and at the end
+    assert request_points(msgs) == [(2, 3), (5, 7), (8, 8)]
+
+
+def test_requests_hold_the_generated_turn_after_the_prompt(session):
+    reqs = session_requests(session, tmpl("stable"))
+    assert len(reqs) == len(request_points(session.messages))
+    for r in reqs[:-1]:
+        assert r.rule == "prefix" and r.generation_prompt == "<|im_start|>assistant\n"
+        assert r.text.endswith(r.generation_prompt) and r.generated.endswith("<|im_end|>\n")
+    # the reasoning of the turn is part of what the model generated
+    first_turn = session.messages[reqs[0].turn[0]]
+    assert first_turn["reasoning_content"] in reqs[0].generated
+
+
+def test_stable_template_is_stable(session):
+    r = study_turns(tmpl("stable"), session)
+    assert r.stable and r.first is None and r.n_requests > 10
+    assert all(d.position == d.n_held for d in r.divergences)
+
+
+def test_date_stamping_template_diverges_on_the_date(session):
+    r = study_turns(tmpl("date"), session)
+    assert not r.stable
+    assert r.first.request == 1 and r.first.cause == "date or time"
+    assert set(r.causes()) == {"date or time"}
+    assert "Now: " in r.first.held_text
+
+
+def test_dropped_reasoning_is_found_and_the_switch_that_keeps_it(session):
+    r = study_turns(tmpl("drops-reasoning"), session)
+    assert not r.stable
+    assert r.first.cause == "reasoning dropped"
+    # it diverges when the second user message comes, not on tool results
+    user_at = [i for i, m in enumerate(session.messages) if m["role"] == "user"][1]
+    assert r.first.request == next(k for k, (n, _) in enumerate(request_points(session.messages)) if n == user_at + 1)
+    assert r.stable_with == ("preserve_thinking=True",)
+
+
+def test_generation_prompt_that_differs_from_the_rendered_turn(session):
+    reqs = session_requests(session, tmpl("gp-differs"))
+    assert reqs[0].rule == "newest-turn"  # request 0 is no prefix of the render with the turn
+    assert reqs[0].generation_prompt.endswith("<think>\n\n</think>\n\n")
+    # the model continues after the generation prompt with what the template prints for the turn
+    turn = session.messages[reqs[0].turn[0]]
+    assert reqs[0].generated.startswith(turn["content"])
+    r = study_turns(tmpl("gp-differs"), session)
+    assert r.first.request == 1 and r.first.cause == "generation prompt"
+    assert r.first.position == len(reqs[0].text) - len("<think>\n\n</think>\n\n")
+
+
+def test_tool_list_that_moves(session):
+    r = study_turns(tmpl("tools-last-user"), session)
+    assert r.first.cause == "tool list"
+
+
+def test_causes_are_from_the_renders_not_the_name(session, tmp_path):
+    # the same template under another name gives the same verdict
+    p = tmp_path / "qwen3-totally.jinja"
+    p.write_text((FIX / "stable.jinja").read_text())
+    assert study_turns(load_one(str(p)), session).stable
+
+
+def test_common_prefix():
+    assert common_prefix("abcdef", "abcxef") == 3
+    assert common_prefix("abc", "abcdef") == 3
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix("", "x") == 0
+
+
+def test_formats(session):
+    reports = [study_turns(tmpl("stable"), session), study_turns(tmpl("date"), session)]
+    text = format_turns(reports, "text")
+    assert "stable: stable over" in text and "date: NOT stable" in text and "date or time" in text
+    data = json.loads(format_turns(reports, "json"))
+    assert [d["stable"] for d in data] == [True, False]
+    assert data[1]["first_divergence"]["cause"] in CAUSES
+    md = format_turns(reports, "markdown").splitlines()
+    assert md[0].startswith("| template | stable |") and len(md) == 4
+    csv_lines = format_turns(reports, "csv").splitlines()
+    assert csv_lines[0].startswith("template,stable,") and csv_lines[2].startswith("date,False,")
+
+
+@pytest.mark.parametrize("messages, message", [
+    ([{"role": "system", "content": "s"}], "no request in the session"),
+    ([{"role": "user", "content": "hi"}, {"role": "robot", "content": "x"}], "messages[1].role"),
+])
+def test_bad_sessions_are_one_line_errors(tmp_path, messages, message):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"messages": messages}))
+    with pytest.raises(InputError) as e:
+        session_requests(load_session(p), tmpl("stable"))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_session_without_a_generated_turn_has_one_request():
+    s = Session(({"role": "user", "content": "hi"},))
+    (r,) = session_requests(s, tmpl("stable"))
+    assert r.generated == "" and r.rule == "" and r.held == r.text
