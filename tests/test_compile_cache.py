@@ -7,6 +7,7 @@ rewrites it), never from timing.
 
 from __future__ import annotations
 
+import hashlib
 import marshal
 import os
 import stat
@@ -18,7 +19,7 @@ import pytest
 
 import tmplkit
 from tmplkit import compile_cache
-from tmplkit.compile_cache import cache_dir, compile_template_cached
+from tmplkit.compile_cache import cache_dir, cached_by_text, compile_template_cached
 from tmplkit.errors import RenderLimitError
 from tmplkit.sandbox import _compile, _environment, render
 from tmplkit.sources import ChatTemplate
@@ -98,8 +99,6 @@ def test_the_sandbox_is_the_same_with_cached_code(cache):
 
 
 def _valid_entry(code) -> bytes:
-    import hashlib
-
     payload = marshal.dumps(code)
     return compile_cache._FORMAT + hashlib.sha256(payload).digest() + payload
 
@@ -192,7 +191,8 @@ def test_a_second_audit_in_new_processes_loads_the_compiled_templates(tmp_path):
     first = audit()
     folder = tmp_path / "cache" / "compiled"
     entries = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
-    assert len(entries) == len(fixtures)
+    # Per template: its compiled code, and its static scan's warnings.
+    assert sorted(Path(n).suffix for n in entries) == [".bin"] * len(fixtures) + [".json"] * len(fixtures)
     second = audit()
     assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()} == entries
 
@@ -204,3 +204,52 @@ def test_a_second_audit_in_new_processes_loads_the_compiled_templates(tmp_path):
         return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
 
     assert without_seconds(first) == without_seconds(second)
+
+
+_COMPUTED: list[str] = []
+
+
+def _words(text: str) -> list[str]:
+    _COMPUTED.append(text)
+    return text.split()
+
+
+def _word_set(text: str):
+    _COMPUTED.append(text)
+    return set(text.split())  # not JSON data
+
+
+def test_results_of_the_text_are_kept_as_json(cache):
+    _COMPUTED.clear()
+    assert cached_by_text(_words, "a b") == ["a", "b"]
+    assert cached_by_text(_words, "a b") == ["a", "b"]
+    assert _COMPUTED == ["a b"]
+    (entry,) = _files()
+    assert entry.suffix == ".json" and stat.S_IMODE(entry.stat().st_mode) == 0o600
+    # Another function of the same text is another entry; a result that is not JSON is not kept.
+    assert cached_by_text(_word_set, "a b") == {"a", "b"}
+    assert cached_by_text(_word_set, "a b") == {"a", "b"}
+    assert _COMPUTED == ["a b", "a b", "a b"] and len(_files()) == 1
+    # A payload with a valid checksum that is not JSON is computed again, and replaced.
+    entry.write_bytes(compile_cache._FORMAT + hashlib.sha256(b"{").digest() + b"{")
+    os.chmod(entry, 0o600)
+    assert cached_by_text(_words, "a b") == ["a", "b"]
+    assert len(_COMPUTED) == 4
+    assert cached_by_text(_words, "a b") == ["a", "b"] and len(_COMPUTED) == 4
+
+
+def test_the_scan_warnings_come_from_the_cache(cache, monkeypatch):
+    from tmplkit import isolate
+    from tmplkit.analysis import Analysis
+
+    hostile = "{{ x.__class__ }}"
+    plain = Analysis(name="t", source="-", status="pass")
+    first = isolate.add_scan_warnings(plain, hostile)
+    assert any("__class__" in w for w in first.warnings)
+
+    def no_scan(text):
+        raise AssertionError("the scan ran again")
+
+    no_scan.__qualname__, no_scan.__module__ = "scan", "tmplkit.static_scan"  # the same key as the real scan
+    monkeypatch.setattr(isolate, "scan", no_scan)
+    assert isolate.add_scan_warnings(plain, hostile) == first

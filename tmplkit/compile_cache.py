@@ -4,12 +4,13 @@ Compiling a template (Jinja's parser and code generator, then Python's compiler)
 analysis's time, and for the same template text, Jinja, Python and sandbox it always gives the
 same module code. So the sandbox keeps that code, marshalled as Jinja's own bytecode cache keeps
 it, in `<cache folder>/compiled/` ($TMPLKIT_CACHE, else ~/.cache/tmplkit; see corpus.cache_root),
-and a later run loads it in well under a millisecond instead of compiling it again.
+and a later run loads it in well under a millisecond instead of compiling it again. The audit's
+static scan, which parses each template once more, keeps its warnings there too (`cached_by_text`).
 
-- The key is a hash of the template text and of everything the code depends on: tmplkit's
+- The key is a hash of the template text and of everything the value depends on: tmplkit's
   version, the source of the module that defines the environment (its sandbox hooks are compiled
-  into the code), Jinja's version and bytecode format, and Python's bytecode format. A changed
-  template, tmplkit, Jinja or Python simply misses.
+  into the code) or the scan, Jinja's version and bytecode format, and Python's bytecode format.
+  A changed template, tmplkit, Jinja or Python simply misses.
 - The sandbox is the same either way: the code makes the same calls into the same environment
   (attribute access, calls, operators are checked there, at render time).
 - A file that is truncated, corrupted or of another format fails its magic or its checksum and
@@ -29,21 +30,25 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import marshal
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import CodeType
+from typing import TypeVar
 
 import jinja2
 import jinja2.bccache
 
-__all__ = ["cache_dir", "compile_template_cached", "enabled"]
+__all__ = ["cache_dir", "cached_by_text", "compile_template_cached", "enabled"]
 
 # Bumped when the file layout below changes.
 _FORMAT = b"tmplkit-compiled-1\n"
 _DIGEST = 32  # sha256 of the payload, after the magic
+T = TypeVar("T")
 
 
 def enabled() -> bool:
@@ -65,8 +70,9 @@ def compile_template_cached(env: jinja2.Environment, text: str) -> jinja2.Templa
     """
     if not enabled():
         return env.from_string(text)
-    path = _entry(env, text)
-    code = _load(path) if path is not None else None
+    kind = type(env)
+    path = _entry(_fingerprint(f"code:{kind.__qualname__}", kind.__module__), text, ".bin")
+    code = _code(_read_entry(path)) if path is not None else None
     if code is not None:
         try:
             return env.template_class.from_code(env, code, env.make_globals(None), None)
@@ -74,35 +80,66 @@ def compile_template_cached(env: jinja2.Environment, text: str) -> jinja2.Templa
             pass
     code = env.compile(text)
     if path is not None:
-        _store(path, code)
+        _write_entry(path, marshal.dumps(code))
     return env.template_class.from_code(env, code, env.make_globals(None), None)
+
+
+def cached_by_text(compute: Callable[[str], T], text: str) -> T:
+    """`compute(text)`, kept in the cache folder as JSON, for a function of the template text alone.
+
+    The key covers the text and the source of the module that defines `compute`; a result that is
+    not JSON data is returned without being kept. (The static scan's warnings are kept this way: a
+    warm audit would otherwise still parse every template once for them.)
+
+    >>> from tmplkit.static_scan import scan
+    >>> cached_by_text(scan, "{{ x.__class__ }}") == scan("{{ x.__class__ }}")
+    True
+    """
+    if not enabled():
+        return compute(text)
+    path = _entry(_fingerprint(f"json:{compute.__qualname__}", compute.__module__), text, ".json")
+    payload = _read_entry(path) if path is not None else None
+    if payload is not None:
+        try:
+            return json.loads(payload)
+        except ValueError:  # passed the checksum, yet not JSON: compute it again
+            pass
+    result = compute(text)
+    if path is not None:
+        try:
+            _write_entry(path, json.dumps(result).encode("utf-8"))
+        except (TypeError, ValueError):
+            pass
+    return result
 
 
 # --- keys --------------------------------------------------------------------------------------------
 
-_FINGERPRINTS: dict[type, bytes] = {}
+_FINGERPRINTS: dict[tuple[str, str], bytes] = {}
 
 
-def _fingerprint(env: jinja2.Environment) -> bytes:
-    """Everything besides the template text that the compiled code depends on (once per class)."""
-    kind = type(env)
-    if kind not in _FINGERPRINTS:
+def _fingerprint(kind: str, module: str) -> bytes:
+    """Everything besides the template text a kept value depends on (computed once per kind)."""
+    if (kind, module) not in _FINGERPRINTS:
         from . import __version__
 
         h = hashlib.sha256()
-        for part in (__version__.encode(), f"{kind.__module__}.{kind.__qualname__}".encode(),
-                     jinja2.__version__.encode(), jinja2.bccache.bc_magic, importlib.util.MAGIC_NUMBER):
-            h.update(len(part).to_bytes(4, "big") + part)
-        module_file = getattr(sys.modules.get(kind.__module__), "__file__", None)
-        try:
-            h.update(Path(module_file).read_bytes() if module_file else b"?")
-        except OSError:
-            h.update(b"?")
-        _FINGERPRINTS[kind] = h.digest()
-    return _FINGERPRINTS[kind]
+        for part in (_FORMAT, kind.encode(), __version__.encode(), jinja2.__version__.encode(), jinja2.bccache.bc_magic,
+                     importlib.util.MAGIC_NUMBER, _module_source(module)):
+            h.update(len(part).to_bytes(8, "big") + part)
+        _FINGERPRINTS[kind, module] = h.digest()
+    return _FINGERPRINTS[kind, module]
 
 
-def _entry(env: jinja2.Environment, text: str) -> Path | None:
+def _module_source(module: str) -> bytes:
+    path = getattr(sys.modules.get(module), "__file__", None)
+    try:
+        return Path(path).read_bytes() if path else b"?"
+    except OSError:
+        return b"?"
+
+
+def _entry(fingerprint: bytes, text: str, suffix: str) -> Path | None:
     """The file for `text`, or None when no private cache folder can be had."""
     try:
         folder = cache_dir()
@@ -111,8 +148,8 @@ def _entry(env: jinja2.Environment, text: str) -> Path | None:
             return None
     except (OSError, RuntimeError):  # RuntimeError: no home folder to put the cache in
         return None
-    key = hashlib.sha256(_fingerprint(env) + text.encode("utf-8", "surrogatepass")).hexdigest()
-    return folder / f"{key}.bin"
+    key = hashlib.sha256(fingerprint + text.encode("utf-8", "surrogatepass")).hexdigest()
+    return folder / f"{key}{suffix}"
 
 
 def _private(info: os.stat_result, want_dir: bool) -> bool:
@@ -128,7 +165,8 @@ def _private(info: os.stat_result, want_dir: bool) -> bool:
 # --- files ---------------------------------------------------------------------------------------
 
 
-def _load(path: Path) -> CodeType | None:
+def _read_entry(path: Path) -> bytes | None:
+    """The payload of a cache file, or None: missing, not private, a link, or failing its magic or checksum."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)
@@ -145,8 +183,14 @@ def _load(path: Path) -> CodeType | None:
     finally:
         if fd >= 0:
             os.close(fd)
-    head, digest, payload = data[:len(_FORMAT)], data[len(_FORMAT):len(_FORMAT) + _DIGEST], data[len(_FORMAT) + _DIGEST:]
-    if head != _FORMAT or hashlib.sha256(payload).digest() != digest:
+    start = len(_FORMAT) + _DIGEST
+    if data[:len(_FORMAT)] != _FORMAT or hashlib.sha256(data[start:]).digest() != data[len(_FORMAT):start]:
+        return None
+    return data[start:]
+
+
+def _code(payload: bytes | None) -> CodeType | None:
+    if payload is None:
         return None
     try:
         code = marshal.loads(payload)
@@ -155,13 +199,12 @@ def _load(path: Path) -> CodeType | None:
     return code if isinstance(code, CodeType) else None
 
 
-def _store(path: Path, code: CodeType) -> None:
+def _write_entry(path: Path, payload: bytes) -> None:
     from .atomic import atomic_open
 
     try:
-        payload = marshal.dumps(code)
-        # No fsync: a cache file lost in a crash is compiled again; the rename keeps it whole.
+        # No fsync: a cache file lost in a crash is made again; the rename keeps it whole.
         with atomic_open(path, "wb", fsync=False, permissions=0o600) as f:
             f.write(_FORMAT + hashlib.sha256(payload).digest() + payload)
-    except (OSError, ValueError):
+    except OSError:
         pass

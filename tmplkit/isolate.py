@@ -42,6 +42,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from .analysis import Analysis, failed_analysis, failure_reason, status_of
+from .compile_cache import cached_by_text
 from .errors import InputError
 from .sandbox import hint, hint_place, hints_for
 from .sources import ChatTemplate
@@ -109,7 +110,7 @@ def add_scan_warnings(analysis: Analysis, template_text: str) -> Analysis:
     >>> add_scan_warnings(a, "{{ x.__class__ }}").warnings
     ("line 1: reads '__class__', a Python internal (a known sandbox escape route)",)
     """
-    return _finish(analysis, scan(template_text))
+    return _finish(analysis, cached_by_text(scan, template_text))
 
 
 def scan_only(template) -> Analysis:
@@ -183,7 +184,7 @@ def _limit_memory(memory_mb: int | None) -> None:
 
 def _analyze_in_worker(conn, index: int, template, target) -> None:
     try:
-        warnings = scan(template.text)
+        warnings = cached_by_text(scan, template.text)  # kept between runs, like the compiled template
     except Exception as exc:  # the scan parses only; still, never let it stop the analysis
         warnings = [f"scan failed: {type(exc).__name__}"]
     conn.send(("scan", index, warnings))
