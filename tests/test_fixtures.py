@@ -15,7 +15,7 @@ from tmplkit.spans import split_text
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "templates"
 EXPECTED = {k: v for k, v in json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8")).items() if not k.startswith("_")}
 FAMILIES = ("chatml", "chatml-tools-in-user", "llama3", "mistral", "gemma", "harmony", "deepseek", "command-r", "granite", "phi",
-            "reasoning")
+            "reasoning", "source-destination", "system-as-user", "needs-system")
 
 
 def fixture(name: str) -> ChatTemplate:
@@ -44,6 +44,7 @@ def observed(name: str) -> dict:
         "earlier_reasoning": a.earlier_reasoning,
         "generation_reasoning": a.generation_reasoning,
         "system": caps.get("system"),
+        "system_required": caps.get("system_required"),
         "tool_calls": caps.get("tool_calls"),
         "tool_responses_grouped": caps.get("tool_responses_grouped"),
         "assistant_after_tool": caps.get("assistant_after_tool"),

@@ -18,6 +18,8 @@ from .sandbox import PINNED_NOW
 # vary per call in real conversations, so a delimiter is cut where one of them appears.
 TOOL_NAME = "kq_lookup"
 TOOL_DESCRIPTION = "Look up a record."
+# The system message given to templates that cannot render a chat without one (Shape.system_first).
+SYSTEM_PREAMBLE = "You are a helpful assistant."
 # Mistral templates require tool-call ids of exactly 9 alphanumeric characters; others take any.
 CALL_ID_FORMAT = "Kq{:02d}call0"
 
@@ -34,6 +36,7 @@ class Shape:
     tools_always: bool = False  # declare tools even in plain chat (templates that iterate `tools` unguarded)
     call_content: bool = True  # give assistant messages with tool calls a text content too
     tool_calls: bool = True  # False: tool responses follow a plain assistant message (calls rejected)
+    system_first: bool = False  # start every conversation with a system message (templates that need one)
     extra: tuple[tuple[str, object], ...] = ()  # extra template variables (e.g. Firefunction's `functions`)
 
     def with_extra(self, name: str, value) -> "Shape":
@@ -58,6 +61,8 @@ class Shape:
             out.append("no_text_with_tool_calls")
         if not self.tool_calls:
             out.append("tool_responses_without_calls")
+        if self.system_first:
+            out.append("system_first")
         out.extend(f"variable:{name}" for name, _ in self.extra)
         return out
 
@@ -156,6 +161,12 @@ class Probe:
     needles: list[tuple[str, ...]]  # per message: content needle first, then tool-call argument needles
     roles: list[str] = field(default_factory=list)
     tool_call_flags: list[bool] = field(default_factory=list)
+    # Messages rendered before `messages` but probed by none (the system message a template needs).
+    preamble: list[dict] = field(default_factory=list)
+
+    def conversation(self) -> list[dict]:
+        """Every message rendered: the preamble, then the probed messages."""
+        return self.preamble + self.messages
 
 
 class ProbeBuilder:
@@ -249,7 +260,10 @@ class ProbeBuilder:
         if wants_tools and self.shape.tools_list:
             kwargs["tools"] = tools_for(self.shape)
         kwargs.update(dict(self.shape.extra))
-        return Probe(messages, kwargs, needles, roles, flags)
+        preamble = []
+        if self.shape.system_first and roles[:1] != ["system"]:
+            preamble = [{"role": "system", "content": self._content(SYSTEM_PREAMBLE)}]
+        return Probe(messages, kwargs, needles, roles, flags, preamble)
 
 
 def variable_strings() -> tuple[str, ...]:

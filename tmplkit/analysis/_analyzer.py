@@ -14,7 +14,7 @@ from ._reasoning import ReasoningFindings, probe_reasoning, switched_renders, th
 from ._result import Analysis, failed_analysis, status_of
 from ._system import SystemFindings, probe_system, refine_system_start
 from ._tools import ToolFindings, ToolProbe, probe_tools, tool_delimiters
-from ._verdict import message_modes, render_round_trip, round_trip
+from ._verdict import message_modes, prompt_cuts, render_round_trip, round_trip
 
 __all__ = ["analyze"]
 
@@ -117,6 +117,8 @@ class _Stages:
         caps.update((key, getattr(tools, attr)) for key, attr in present if (key, attr) not in probed)
         caps["system"] = self.system.mode
         caps["system_supported"] = self.system.mode != "rejected"
+        # The template renders no chat without a system message: every probe starts with one.
+        caps["system_required"] = self.chat.builder.shape.system_first
         caps["tools_supported"] = bool(caps.get("tools")) or caps.get("tool_calls") not in (None, "rejected")
         return caps
 
@@ -132,7 +134,8 @@ class _Stages:
     def finish(self) -> Analysis:
         delimiters = self.delimiters()
         modes = message_modes(self.rt_probe, self.system.mode, self.tools_final)
-        verdict = round_trip(self.rt_probe, self.rt_text, self.rt_error, self.variants, delimiters, modes)
+        cuts = prompt_cuts(self.prober, self.rt_probe) if self.rt_text is not None else []
+        verdict = round_trip(self.rt_probe, self.rt_text, self.rt_error, self.variants, delimiters, modes, cuts)
         tools = self.tools_final
         return Analysis(
             name=self.prober.template.name,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..probes import CHAT_SHAPES, ProbeBuilder
 from ._probing import Prober, Seen
@@ -54,7 +54,10 @@ class ChatDelimiters:
 def _one_message(prober: Prober) -> tuple[ProbeBuilder, Seen]:
     """One user message, in the first shape the template accepts."""
     first_error = None
-    for shape in CHAT_SHAPES:
+    # A template that sets its system prompt only from a first system message, and reads it
+    # unconditionally (`{{ '<s>' + system_message }}`), renders no chat without one: such shapes
+    # come last, with a system message before every probe.
+    for shape in CHAT_SHAPES + tuple(replace(s, system_first=True) for s in CHAT_SHAPES):
         text, probe, builder, err = prober.attempt(ProbeBuilder(prober.needles, shape), "U1")
         if text is not None and Seen(text, probe).found(0):
             return builder, prober.seen(text, probe)

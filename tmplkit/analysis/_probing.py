@@ -94,7 +94,7 @@ class Prober:
     # -- rendering -----------------------------------------------------------------------------------
 
     def render(self, probe: Probe, clock=None) -> str:
-        return render(self.template, probe.messages, limits=self.limits, clock=clock, **probe.kwargs)
+        return render(self.template, probe.conversation(), limits=self.limits, clock=clock, **probe.kwargs)
 
     def attempt(self, builder: ProbeBuilder, spec: str, **kw) -> Attempt:
         """Render a probe; where the template reads a known extra variable that is undefined, supply

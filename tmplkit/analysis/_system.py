@@ -27,7 +27,8 @@ def _other_clock() -> datetime:
 @dataclass(frozen=True)
 class SystemFindings:
     start: str
-    # 'own_turn', 'inside_user', 'inside_assistant', 'preamble' (before any delimiter), 'dropped', 'rejected'
+    # 'own_turn'; 'as_user' (a user turn of its own); 'inside_user' / 'inside_assistant' (folded into
+    # the next message's turn); 'preamble' (before any delimiter); 'dropped'; 'rejected'
     mode: str
     builder: ProbeBuilder  # the chat shape, adapted with any variable the system probe needed
     notes: tuple[Note, ...] = ()
@@ -45,6 +46,10 @@ def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> 
     at = seen.bounds[0][0]
     inside = next((s for s in split_text(text, chat_delims) if s.start <= at < s.end), None)
     if inside is not None:
+        if inside.role == "user" and seen.found(1) and not inside.start <= seen.bounds[1][0] < inside.end:
+            # A user turn of its own (`<|im_start|>user\n` + the system text): to a prefill engine it
+            # is one user start more than the conversation has user messages.
+            return SystemFindings("", "as_user", builder)
         return SystemFindings("", "inside_user" if inside.role == "user" else "inside_assistant", builder)
     candidate = system_candidate(seen.head(0), chat, delims, prober.clean)
     if candidate:

@@ -6,6 +6,7 @@ import bisect
 from dataclasses import replace
 
 from ..delimiters import REASONING_ROLES
+from ..errors import RenderError
 from ..probes import Probe, ProbeBuilder
 from ..spans import split_text
 from ._probing import Prober, Seen
@@ -13,7 +14,7 @@ from ._result import RoundTrip
 from ._text import template_message
 from ._tools import ToolFindings, ToolProbe
 
-__all__ = ["message_modes", "render_round_trip", "round_trip", "verdict"]
+__all__ = ["message_modes", "prompt_cuts", "render_round_trip", "round_trip", "verdict"]
 
 
 def _turn_role(role: str) -> str:
@@ -59,13 +60,13 @@ def render_round_trip(prober: Prober, builder: ProbeBuilder, system_mode: str, t
 
 
 def message_modes(probe: Probe, system_mode: str, tools: ToolFindings) -> list[str]:
-    """How each message of `probe` is expected in the spans: 'own' span, 'in_user' (a system prompt
-    folded into a user turn), 'before' the first delimiter, 'continues' the span before it, or
-    'dropped'."""
+    """How each message of `probe` is expected in the spans: 'own' span, 'as_user' (a system message
+    rendered as a user turn of its own), 'in_user' (a system prompt folded into a user turn),
+    'before' the first delimiter, 'continues' the span before it, or 'dropped'."""
     modes = []
     for i, role in enumerate(probe.roles):
         if role == "system":
-            modes.append({"inside_user": "in_user", "preamble": "before", "dropped": "dropped"}.get(system_mode, "own"))
+            modes.append({"inside_user": "in_user", "as_user": "as_user", "preamble": "before", "dropped": "dropped"}.get(system_mode, "own"))
         elif role == "tool":
             if tools.placement == "dropped":
                 modes.append("dropped")
@@ -81,20 +82,54 @@ def message_modes(probe: Probe, system_mode: str, tools: ToolFindings) -> list[s
     return modes
 
 
-def round_trip(probe: Probe, text: str | None, error, variants, delimiters, modes: list[str]) -> RoundTrip:
-    """The verdict over the plain render and every render with a thinking switch set; a switched
-    render's problems are reported once more only where they differ from the plain render's."""
+def prompt_cuts(prober: Prober, probe: Probe) -> list[tuple[str, Probe, str]]:
+    """The round-trip conversation cut where a server is given it: after its last user message and
+    after its last tool results, each rendered with the generation prompt. (label, probe, render)."""
+    ends = {}
+    for i, role in enumerate(probe.roles):
+        if role == "user":
+            ends["after the last user message"] = i + 1
+        elif role == "tool" and (i + 1 == len(probe.roles) or probe.roles[i + 1] != "tool"):
+            ends["after the last tool results"] = i + 1
+    out = []
+    for label, n in ends.items():
+        if n == len(probe.roles) and probe.kwargs.get("add_generation_prompt"):
+            continue  # the round-trip render itself
+        cut = Probe(probe.messages[:n], {**probe.kwargs, "add_generation_prompt": True}, probe.needles[:n],
+                    probe.roles[:n], probe.tool_call_flags[:n], probe.preamble)
+        try:
+            out.append((label, cut, prober.render(cut)))
+        except RenderError:
+            continue  # a template may refuse to end there (a tool call without its results)
+    return out
+
+
+def _cut_modes(cut: Probe, text: str, modes: list[str]) -> list[str]:
+    """`modes` for a cut conversation: a system prompt the template writes only before a final user
+    message (Mistral Nemo) is dropped when the conversation ends otherwise."""
+    seen = Seen(text, cut)
+    return ["dropped" if role == "system" and not seen.found(i) else mode
+            for i, (role, mode) in enumerate(zip(cut.roles, modes))]
+
+
+def round_trip(probe: Probe, text: str | None, error, variants, delimiters, modes: list[str], cuts=()) -> RoundTrip:
+    """The verdict over the plain render, every render with a thinking switch set (`variants`:
+    (switch, render)), and the conversation cut where a server is given it (`cuts`: (label, probe,
+    render)); another render's problems are reported once more only where they differ from the
+    plain render's."""
     if text is None:
         return RoundTrip(False, (), (), (f"the round-trip conversation does not render: {template_message(error)}",),
-                         messages=tuple(probe.messages), render_kwargs=dict(probe.kwargs))
+                         messages=tuple(probe.conversation()), render_kwargs=dict(probe.kwargs))
     result = verdict(text, probe, delimiters, modes)
     base = result.problems
-    for switch, other_text in variants:
-        other = verdict(other_text, probe, delimiters, modes)
+    others = [(f"with {switch}", probe, other, modes) for switch, other in variants]
+    others += [(f"cut {label}", cut, other, _cut_modes(cut, other, modes)) for label, cut, other in cuts]
+    for label, other_probe, other_text, other_modes in others:
+        other = verdict(other_text, other_probe, delimiters, other_modes)
         if not other.passed:
             result = replace(result, passed=False, problems=result.problems + tuple(
-                f"with {switch}: {p}" for p in other.problems if p not in base))
-        result = replace(result, notes=result.notes + tuple(f"with {switch}: {n}" for n in other.notes if n not in result.notes))
+                f"{label}: {p}" for p in other.problems if p not in base))
+        result = replace(result, notes=result.notes + tuple(f"{label}: {n}" for n in other.notes if n not in result.notes))
     return result
 
 
@@ -130,11 +165,16 @@ class _Placement:
             roles.append(role)
         return roles
 
+    def expected_role(self, i: int) -> str:
+        """The role of the spans message `i` owns: its own, or 'user' for a system message the
+        template renders as a user turn of its own."""
+        return "user" if self.modes[i] == "as_user" else self.seen.probe.roles[i]
+
     def describe(self, i: int) -> str:
         return f"message {i} ({self.seen.probe.roles[i]})"
 
     def _place(self, i: int) -> None:
-        mode, role, spans = self.modes[i], self.seen.probe.roles[i], self.spans
+        mode, role, spans = self.modes[i], self.expected_role(i), self.spans
         if not self.seen.found(i):
             if mode != "dropped":
                 self.problems.append(f"{self.describe(i)}: its content is not in the render")
@@ -173,7 +213,9 @@ class _Placement:
         is_reasoning = bool(message.get("reasoning_content")) and self.seen.text.startswith(message["reasoning_content"], pos)
         if is_reasoning and self.reasoning_spans and span_role != "reasoning":
             return f"its reasoning lies in a {span_role} span, not in a reasoning span"
-        if not is_reasoning and span_role == "reasoning":
+        if not is_reasoning and span_role == "reasoning" and not self.seen.probe.tool_call_flags[i]:
+            # (The text of a message with tool calls may be written as reasoning: gpt-oss puts it in
+            # the analysis channel while the calls are in progress.)
             return "its content lies in a reasoning span"
         return ""
 
@@ -214,12 +256,18 @@ class _Placement:
                 self.problems.append(f"{self.describe(i)}: its reasoning does not follow an assistant start")
             order.append(ks[0])
             # Spans inside the turn (its reasoning) keep their own role.
-            expected.extend(spans[k].role if spans[k].role in REASONING_ROLES else roles[i] for k in ks)
+            expected.extend(spans[k].role if spans[k].role in REASONING_ROLES else self.expected_role(i) for k in ks)
         if order != sorted(order):
             self.problems.append("messages are not in their order in the spans")
         for k in range(first + 1, last):
             if k not in self.owner:
                 expected.insert(min(k, len(expected)), spans[k].role)  # reported already; keeps the lists aligned
+        for k in range(last + 1, len(spans)):
+            # After the last message comes only the generation prompt (with what the template adds
+            # before it, like Command R+'s closing system instructions): a prefill engine sees it at
+            # the end of every request, so no user or tool start may match inside it.
+            if spans[k].role in ("user", "tool"):
+                self.problems.append(f"a {spans[k].role} delimiter matches in the generation prompt, at character {spans[k].start}")
         expected.extend(s.role for s in spans[last + 1:])
         return expected
 
@@ -237,7 +285,7 @@ def verdict(text: str, probe: Probe, delimiters, modes: list[str]) -> RoundTrip:
     spans = split_text(text, delimiters)
     placed = _Placement(spans, Seen(text, probe), modes, any(d.role == "reasoning" for d in delimiters))
     actual = tuple(s.role for s in spans)
-    keep = dict(messages=tuple(probe.messages), render_kwargs=dict(probe.kwargs), rendered=text)
+    keep = dict(messages=tuple(probe.conversation()), render_kwargs=dict(probe.kwargs), rendered=text)
     if not placed.owner:
         return RoundTrip(False, (), actual, tuple(dict.fromkeys(placed.problems)) or ("no message lies in any span",), **keep)
     placed.adopt_empty_spans()

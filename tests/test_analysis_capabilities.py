@@ -1,0 +1,106 @@
+"""The prompt a server is given, a role rendered as another role, templates that need a system message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tmplkit.analysis import analyze
+from tmplkit.analysis._probing import Prober
+from tmplkit.analysis._verdict import verdict
+from tmplkit.delimiters import Delimiter, sort_delimiters
+from tmplkit.probes import SYSTEM_PREAMBLE, ProbeBuilder
+from tmplkit.sandbox import render
+from tmplkit.sources import ChatTemplate
+from tmplkit.spans import split_text
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "templates"
+
+
+def fixture(name: str, bos=None, eos=None) -> ChatTemplate:
+    return ChatTemplate(text=(FIXTURES / f"{name}.jinja").read_text(encoding="utf-8"), name=name, source="fixture",
+                        bos_token=bos, eos_token=eos)
+
+
+# --- the generation prompt ----------------------------------------------------------------------
+
+
+def test_round_trip_includes_the_conversation_cut_where_a_server_is_given_it():
+    a = analyze(fixture("source-destination"))
+    assert a.status == "pass", a.round_trip.problems
+    assert a.user_start == "Source: user\n\n " and a.generation_prompt == "Source: assistant\nDestination: user\n\n "
+    # The round-trip render itself ends with the generation prompt.
+    assert a.round_trip.rendered.endswith(a.generation_prompt)
+
+
+def test_a_user_start_that_matches_inside_the_generation_prompt_fails_the_round_trip():
+    a = analyze(fixture("source-destination"))
+    rt = a.round_trip
+    cut = sort_delimiters([Delimiter(d.role, "user\n\n ") if d.role == "user" else d for d in a.delimiters])
+    # `user\n\n ` still splits every user turn; only the generation prompt tells it is one start too many.
+    spans = split_text(rt.rendered, cut)
+    assert spans[-1].role == "user" and rt.rendered[spans[-1].start - len("Destination: "):].startswith("Destination: ")
+    probe = ProbeBuilder(Prober(fixture("source-destination"), None).needles).build("S1 U1 A1 U2", add_generation_prompt=True)
+    text = render(fixture("source-destination"), probe.messages, **probe.kwargs)
+    bad = verdict(text, probe, cut, ["own"] * 4)
+    assert not bad.passed
+    assert any("a user delimiter matches in the generation prompt" in p for p in bad.problems)
+    assert verdict(text, probe, a.delimiters, ["own"] * 4).passed
+
+
+def test_a_template_that_refuses_a_cut_is_not_failed_for_it():
+    # Mistral Nemo's shape: the system prompt goes into the last user message only; a conversation
+    # cut after tool results renders without it, and that is no failure.
+    nemo = ("{%- set sys = messages[0].content if messages[0].role == 'system' else '' %}"
+            "{%- set ns = namespace(last=-1) %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.last = loop.index0 %}{% endif %}{% endfor %}"
+            "{%- for m in messages %}{% if m.role == 'user' %}[INST]{% if loop.index0 == ns.last and sys %}{{ sys }}\n\n{% endif %}{{ m.content }}[/INST]"
+            "{% elif m.role == 'assistant' %}{{ m.content or '' }}{% for c in m.tool_calls | default([]) %}[TOOL_CALLS]{{ c.function.arguments | tojson }}{% endfor %}</s>"
+            "{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% endif %}{% endfor %}")
+    a = analyze(ChatTemplate(text=nemo, name="nemo", source="-"))
+    assert a.status == "pass", a.round_trip.problems
+
+
+# --- a role rendered as another -----------------------------------------------------------------
+
+
+def test_system_rendered_as_a_user_turn_of_its_own_is_reported():
+    a = analyze(fixture("system-as-user", eos="<|im_end|>"))
+    assert a.status == "pass", a.round_trip.problems
+    assert a.capabilities["system"] == "as_user" and a.system_start is None
+    rt = a.round_trip
+    system = next(m["content"] for m in rt.messages if m["role"] == "system")
+    spans = split_text(rt.rendered, a.delimiters)
+    at = rt.rendered.index(system)
+    first = next(s for s in spans if s.start <= at < s.end)
+    user = next(m["content"] for m in rt.messages if m["role"] == "user")
+    # Its own user span, not the next user message's: a prefill engine counts one user start more.
+    assert first.role == "user" and not first.start <= rt.rendered.index(user) < first.end
+    assert rt.expected_roles[:2] == ("user", "user")
+
+
+def test_system_folded_into_the_first_user_turn_stays_inside_user():
+    folded = ("{%- set sys = messages[0].content + '\n\n' if messages[0].role == 'system' else '' %}"
+              "{%- for m in messages if m.role != 'system' %}<|im_start|>{{ m.role }}\n{% if loop.first %}{{ sys }}{% endif %}"
+              "{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    a = analyze(ChatTemplate(text=folded, name="folded", source="-"))
+    assert a.status == "pass", a.round_trip.problems
+    assert a.capabilities["system"] == "inside_user"
+
+
+# --- a template that needs a system message -----------------------------------------------------
+
+
+def test_a_template_that_needs_a_system_message_is_probed_with_one():
+    t = fixture("needs-system", eos="</s>")
+    a = analyze(t)
+    assert a.status == "pass", (a.errors, a.round_trip.problems)
+    assert a.capabilities["system_required"] is True
+    assert (a.user_start, a.assistant_start, a.tool_response_start) == ("### User:\n", "### Assistant:\n", "### Tool result:\n")
+    # The probes it was analyzed with render as they are kept.
+    rt = a.round_trip
+    assert render(t, list(rt.messages), **rt.render_kwargs) == rt.rendered
+
+
+def test_templates_that_render_without_a_system_message_do_not_get_one():
+    a = analyze(fixture("system-as-user", eos="<|im_end|>"))
+    assert a.capabilities["system_required"] is False
+    assert SYSTEM_PREAMBLE not in a.round_trip.rendered
