@@ -1,0 +1,61 @@
+"""The `replay` subcommand: an agent session request by request on a model, predicted beside measured."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_replay(sub) -> None:
+    p = sub.add_parser("replay", help="replay an agent session on a model as llama-server serves it: per request the "
+                                      "tokens reused, the checkpoint restored, the tokens recomputed (and predicted)")
+    p.add_argument("model", metavar="MODEL", help="a GGUF file, `gemma` (Gemma 3 270M) or `tiny:VOCAB` (e.g. tiny:qwen35)")
+    p.add_argument("session", metavar="SESSION.json", help="a session (e.g. from `tmplkit session generate`)")
+    p.add_argument("--template", metavar="SOURCE", help="chat template source (default: the model GGUF's own)")
+    p.add_argument("--settings", default="llama-server,tmplkit,divergence-aware",
+                   help="comma-separated, among llama-server, tmplkit, divergence-aware (default: all three)")
+    p.add_argument("--json", metavar="FILE", help="write the replay as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="plot tokens recomputed per request, one line per setting")
+    g = p.add_argument_group("llama.cpp settings (llama-server's names)")
+    g.add_argument("-c", "--ctx-size", type=int, default=65536, dest="n_ctx")
+    g.add_argument("-b", "--batch-size", type=int, default=2048, dest="n_batch")
+    g.add_argument("-ub", "--ubatch-size", type=int, default=512, dest="n_ubatch")
+    g.add_argument("-t", "--threads", type=int, default=None, dest="n_threads")
+    g.add_argument("--poll", type=int, default=50, help="threadpool polling level 0-100 (default 50, llama-server's)")
+    g.add_argument("-ctxcp", "--ctx-checkpoints", type=int, default=32, dest="max_checkpoints")
+    g.add_argument("-cms", "--checkpoint-min-step", type=int, default=8192)
+    p.set_defaults(func=_cmd_replay)
+
+
+def _cmd_replay(args) -> int:
+    from ..atomic import check_writable, write_json
+    from ..errors import InputError
+    from ..prefill import PrefillRunner, PrefillSettings
+    from ..prefill.compare import resolve_template
+    from ..prefill.models import resolve_model
+    from ..prefill.plot import require_matplotlib
+    from ..prefill.replay import REPLAYED, plot_replay, replay_session
+    from ..prefill.session import load_session
+
+    names = [n.strip() for n in args.settings.split(",") if n.strip()]
+    bad = [n for n in names if n not in REPLAYED]
+    if bad or not names:
+        raise InputError(f"unknown --settings {', '.join(bad) or '(none)'}; give some of {', '.join(REPLAYED)}")
+    for out in (args.json, args.plot):  # refuse before the run, not after it
+        if out:
+            check_writable(out)
+    if args.plot:
+        require_matplotlib()
+    session = load_session(args.session)
+    settings = PrefillSettings(n_ctx=args.n_ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch, n_threads=args.n_threads,
+                               poll=args.poll, max_checkpoints=args.max_checkpoints,
+                               checkpoint_min_step=args.checkpoint_min_step)
+    with PrefillRunner(resolve_model(args.model), settings) as runner:
+        rep = replay_session(runner, session, resolve_template(args.template, runner), settings=tuple(names))
+    if args.json:
+        write_json(args.json, rep.to_dict())
+    if args.plot:
+        plot_replay(rep, args.plot)
+    sys.stdout.write(rep.to_markdown())
+    if not rep.matches:
+        print("prediction differs from the replay: " + "; ".join(rep.mismatches()[:5]), file=sys.stderr)
+    return 0

@@ -1,0 +1,29 @@
+"""The `session` subcommand: generate an agent session file."""
+
+from __future__ import annotations
+
+
+def add_session(sub) -> None:
+    p = sub.add_parser("session", help="agent sessions: generate one to try `tmplkit prefill`, `turns` and `replay`")
+    ss = p.add_subparsers(dest="session_command", required=True)
+    g = ss.add_parser("generate", help="write a seeded coding-agent session (OpenAI-style messages JSON)")
+    g.add_argument("--tokens", type=int, default=16000, metavar="N", help="about how long (default 16000; estimated "
+                                                                          "from characters)")
+    g.add_argument("--style", default="agent", help="agent (reasoning, parallel calls, long outputs; the default), "
+                                                    "tool-role (tool messages), user-turns (for templates without tools)")
+    g.add_argument("--requests", type=int, metavar="N", help="this many user requests instead of a length")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("-o", "--output", metavar="FILE", help="write the session to FILE (default: print it)")
+    g.set_defaults(func=_cmd_generate)
+
+
+def _cmd_generate(args) -> int:
+    import json
+
+    from ..prefill.session import generate_session
+    from ._common import emit, positive
+
+    positive(args.requests, "--requests")
+    session = generate_session(args.tokens, seed=args.seed, style=args.style, requests=args.requests)
+    emit(json.dumps(session.to_dict(), indent=1, ensure_ascii=False) + "\n", args.output)
+    return 0
