@@ -34,6 +34,8 @@ from .prefill import (
     load_session,
     tiny_model_path,
 )
+from .prefill.models import resolve_model
+from .prefill.replay import SessionReplay, replay_session
 from .sandbox import Limits, render
 from .static_scan import scan
 from .sources import ChatTemplate, load, load_gguf, load_many, load_one
@@ -48,6 +50,7 @@ from .tokenize import (
     load_tokenizer,
     token_delimiters,
 )
+from .turns import Divergence, MemoryModel, Request, SessionCost, TurnsReport, session_cost, session_requests, study_turns
 
 __version__ = "0.1.0"
 
@@ -60,4 +63,6 @@ __all__ = [
     "analyze", "analyze_isolated", "audit", "compare_policies", "conversation_spans", "generate_session", "load", "load_conversation", "load_gguf", "load_session",
     "load_many", "load_one", "load_tokenizer", "render", "scan", "sort_delimiters", "split_text",
     "tiny_model_path", "token_delimiters", "token_round_trip", "vocab_for_template",
+    "Divergence", "MemoryModel", "Request", "SessionCost", "SessionReplay", "TurnsReport", "replay_session",
+    "resolve_model", "session_cost", "session_requests", "study_turns",
 ]
