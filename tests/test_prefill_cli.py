@@ -14,7 +14,8 @@ from tmplkit.errors import SourceError
 pytestmark = [pytest.mark.model, pytest.mark.corpus]
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from tmplkit.prefill import PrefillSettings, compare_policies, generate_session, save_session, tiny_model_path  # noqa: E402
+from tmplkit.prefill import (POLICIES, PrefillSettings, compare_policies, generate_session, save_session,  # noqa: E402
+                             tiny_model_path)
 
 # TMPLKIT_TEST_GPU_LAYERS: layers offloaded to a GPU (scripts/gpu_check.sh sets 99); 0 here
 FAST = ["-c", "8192", "-b", "1024", "-ub", "256", "-t", "2", "-cms", "1024", "-ngl", os.environ.get("TMPLKIT_TEST_GPU_LAYERS", "0")]
@@ -37,12 +38,13 @@ def test_prefill_compares_policies_and_writes_json_and_plot(model, session_file,
     rc = main(["prefill", model, session_file, "--repeat", "2", "--json", str(out_json), "--plot", str(out_png), *FAST])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "| | `none` | `every-user-start` | `gated` |" in out.replace("|  |", "| |")
+    # every registered policy (the registry is the CLI's list)
+    assert "| | " + " | ".join(f"`{name}`" for name in POLICIES) + " |" in out.replace("|  |", "| |")
     assert "| vs `none` | 1.000 |" in out
     data = json.loads(out_json.read_text())
-    assert [r["policy"] for r in data["results"]] == ["none", "every-user-start", "gated"]
+    assert [r["policy"] for r in data["results"]] == list(POLICIES)
     assert all(r["repeats"] == 2 for r in data["results"])
-    gated = data["results"][2]["report"]
+    gated = next(r for r in data["results"] if r["policy"] == "gated")["report"]
     assert gated["n_prompt"] == data["n_prompt"] and gated["checkpoints"]
     assert any(d["role"] == "tool" for d in data["delimiters"])
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

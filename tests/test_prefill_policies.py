@@ -23,7 +23,7 @@ def ctx(last_checkpoint=None, min_step=8192, pending=None):
 
 
 def test_policy_registry_and_unknown_name():
-    assert set(POLICIES) == {"none", "every-user-start", "gated"}
+    assert set(POLICIES) >= {"none", "every-user-start", "gated"}
     assert get_policy("gated") is POLICIES["gated"]
     with pytest.raises(InputError, match="unknown batch policy 'fast'"):
         get_policy("fast")
@@ -281,6 +281,29 @@ def test_schedule_of_gated_breaks_only_where_it_then_saves_a_checkpoint():
     # every-user-start: a break before every user start
     every = _schedule("every-user-start", spans, 16155).plan()
     assert set(users) <= {b.begin for b in every}
+
+
+def test_a_policy_may_add_checkpoints_and_drop_the_shared_rules_ones():
+    from tmplkit.prefill.policies import BatchPolicy
+
+    class Mine(BatchPolicy):
+        name = "mine"
+
+        def candidates(self, spans, n_tokens):
+            return [3000]
+
+        def break_before(self, pos, ctx):
+            return "mine" if pos == 3000 else None
+
+        def checkpoint_before(self, pos, spans=None):
+            return pos == 3000
+
+        def keeps_checkpoint(self, pos, spans=None):
+            return pos != 16151  # drops the last near-end one
+
+    plan = _plan_for(Mine(), None)
+    assert [(b.begin, b.checkpoint) for b in plan if b.checkpoint] == [(3000, "next divergence"), (15639, "near end")]
+    assert (plan[1].begin, plan[1].end, plan[1].rule) == (2048, 3000, "mine")
 
 
 def _plan_for(policy, spans):

@@ -11,7 +11,7 @@ memory back, no checkpoint is needed and no policy breaks a batch.
     >>> get_policy("gated").name
     'gated'
     >>> sorted(POLICIES)
-    ['every-user-start', 'gated', 'none']
+    ['divergence-aware', 'every-user-start', 'gated', 'none']
 
 To add one, subclass BatchPolicy and register it: `POLICIES["mine"] = Mine()`; `tmplkit prefill
 --policy` offers every registered name.
@@ -69,14 +69,19 @@ class BatchPolicy:
     uses_spans = True
 
     def candidates(self, spans, n_tokens: int):
-        if spans is None:
-            return ()
-        if hasattr(spans, "starts"):
-            return spans.starts("user")
-        return [s[1] for s in spans if s[0] == "user"]
+        return user_starts(spans)
 
     def break_before(self, pos: int, ctx: BreakContext) -> str | None:
         return None
+
+    def checkpoint_before(self, pos: int, spans=None) -> bool:
+        """Whether to save a checkpoint before a batch starting at `pos` that the shared rules
+        would not save one before (no policy here does; see divergence_policy)."""
+        return False
+
+    def keeps_checkpoint(self, pos: int, spans=None) -> bool:
+        """Whether to save the checkpoint the shared rules would save before a batch starting at `pos`."""
+        return True
 
     def __repr__(self) -> str:
         return f"<policy {self.name}>"
@@ -233,9 +238,8 @@ class BatchSchedule:
 
         >>> sched = BatchSchedule(get_policy("none"), None, 5000, n_batch=2048, n_ubatch=512,
         ...                       min_step=8192, checkpointing=True)
-        >>> b = sched.next_batch(4096, newest=None)
-        >>> b.end, b.reason, b.checkpoint
-        (4484, 'near end', 'near end')
+        >>> [(b.begin, b.end, b.reason, b.checkpoint) for b in sched.plan(4096)]
+        [(4096, 4484, 'near end', None), (4484, 4996, 'near end', 'near end'), (4996, 5000, 'end', 'near end')]
     """
 
     def __init__(self, policy: BatchPolicy, spans, n_prompt: int, *, n_batch: int, n_ubatch: int,
@@ -283,10 +287,12 @@ class BatchSchedule:
         if not self.checkpointing or begin == 0:
             return None
         if near_end(self.n_prompt, end, self.n_ubatch):
-            return "near end"
-        if due:
-            return "last user message" if begin == self.last_user else "user start"
-        return None
+            why = "near end"
+        elif due:
+            why = "last user message" if begin == self.last_user else "user start"
+        else:  # the policy may want one where the shared rules do not (and drop one where they do)
+            return "next divergence" if self.policy.checkpoint_before(begin, self.spans) else None
+        return why if self.policy.keeps_checkpoint(begin, self.spans) else None
 
     def _early_end(self, begin: int, full: int, newest: int | None, due: bool) -> tuple[int, str | None, str | None]:
         """(end, reason, rule): the first break before `full` that the policy (at its candidate
@@ -310,6 +316,15 @@ class BatchSchedule:
                 i += 1
             if e == p:
                 return p, "near end", None
+
+
+def user_starts(spans) -> list[int]:
+    """Positions of the user spans of a span value (tmplkit Spans or any iterable of (role, pos, len))."""
+    if spans is None:
+        return []
+    if hasattr(spans, "starts"):
+        return [int(p) for p in spans.starts("user")]
+    return [int(s[1]) for s in spans if s[0] == "user"]
 
 
 def last_user_start(spans) -> int:

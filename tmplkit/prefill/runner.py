@@ -33,7 +33,7 @@ from ..errors import InputError, ModelError
 from ._llama import (CACHE_TYPES, FLASH_ATTN, SEQ, STATE_PARTIAL, Threadpool, TokenBatch, clear_log, cpu_has_amx,
                      effective_repack, ensure_backend, import_llama_cpp, log_cause)
 from .checkpoints import Checkpoint, CheckpointStore
-from .policies import BatchPolicy, BatchSchedule, PlannedBatch, get_policy
+from .policies import BatchPolicy, BatchSchedule, PlannedBatch, get_policy, user_starts
 from .report import CheckpointRecord, DecodeCall, GenerationReport, PrefillReport
 
 __all__ = ["CACHE_TYPES", "ModelInfo", "PrefillRunner", "PrefillSettings", "cpu_has_amx", "effective_repack"]
@@ -422,7 +422,7 @@ class PrefillRunner:
             n_processed=n - start, seconds=time.perf_counter() - t0, decode_seconds=sum(c.seconds for c in calls),
             checkpoint_seconds=sum(r.seconds for r in records), decode_calls=tuple(calls), checkpoints=tuple(records),
             restored=restored, restore_seconds=restore_seconds, n_evicted=n_evicted,
-            user_starts=tuple(_user_starts(spans)), settings=self._report_settings(pol))
+            user_starts=tuple(user_starts(spans)), settings=self._report_settings(pol))
 
     def _report_settings(self, pol: BatchPolicy) -> dict:
         return {**self.settings.to_dict(), "policy": pol.name, "n_ctx_actual": self.info.n_ctx,
@@ -510,15 +510,6 @@ class PrefillRunner:
         return GenerationReport(model=self.model_path, n_prompt=len(self._tokens) - len(toks), n_generated=len(toks),
                                 seconds=time.perf_counter() - t0, decode_seconds=sum(c.seconds for c in calls),
                                 decode_calls=tuple(calls))
-
-
-def _user_starts(spans) -> list[int]:
-    """Positions of the user spans of a span value (tmplkit Spans or any iterable of (role, pos, len))."""
-    if spans is None:
-        return []
-    if hasattr(spans, "starts"):
-        return [int(p) for p in spans.starts("user")]
-    return [int(s[1]) for s in spans if s[0] == "user"]
 
 
 def _decode_error(ret: int, begin: int, size: int, n_ctx: int) -> str:
