@@ -104,3 +104,45 @@ def test_templates_that_render_without_a_system_message_do_not_get_one():
     a = analyze(fixture("system-as-user", eos="<|im_end|>"))
     assert a.capabilities["system_required"] is False
     assert SYSTEM_PREAMBLE not in a.round_trip.rendered
+
+
+# --- BOS inside a turn --------------------------------------------------------------------------
+
+
+def test_bos_written_at_every_turn_is_part_of_the_user_start_with_the_real_token():
+    a = analyze(fixture("llama2", bos="<s>", eos="</s>"))
+    assert a.status == "pass", a.round_trip.problems
+    assert a.user_start == "<s>[INST] " and a.assistant_start == "[/INST] "
+    assert a.round_trip.rendered.count("<s>[INST] ") == a.round_trip.expected_roles.count("user")
+
+
+def test_delimiters_derived_without_bos_eos_are_proved_with_the_common_ones():
+    bare = fixture("llama2")
+    a = analyze(bare)
+    assert a.status == "pass", a.round_trip.problems
+    assert a.user_start == "[INST] "
+    from tmplkit.analysis._verdict import COMMON_SPECIAL_TOKENS, round_trip, special_token_renders
+
+    prober = Prober(bare, None)
+    text, probe, _, _ = prober.attempt(ProbeBuilder(prober.needles), "S1 U1 A1 U2 A2 U3", add_generation_prompt=True)
+    renders = special_token_renders(prober, probe)
+    assert [label for label, _, _ in renders] == [f"with bos_token={b!r}, eos_token={e!r}" for b, e in COMMON_SPECIAL_TOKENS]
+    assert "<s>[INST] " in renders[0][2] and "</s>" in renders[0][2]
+    modes = ["in_user", "own", "own", "own", "own", "own"]
+    assert round_trip(probe, text, None, [], a.delimiters, modes, renders).passed
+    # A delimiter that holds only while the EOS renders empty is caught by the renders with real tokens.
+    eos_bound = sort_delimiters(a.delimiters + (Delimiter("tool", "</s>"),))
+    assert verdict(text, probe, eos_bound, modes).passed
+    proved = round_trip(probe, text, None, [], eos_bound, modes, renders)
+    assert not proved.passed and any(p.startswith("with bos_token='<s>', eos_token='</s>': ") for p in proved.problems)
+
+
+def test_a_source_with_real_tokens_is_not_proved_with_other_ones():
+    assert special_token_renders_for(fixture("llama2", bos="<s>", eos="</s>")) == []
+
+
+def special_token_renders_for(t):
+    from tmplkit.analysis._verdict import special_token_renders
+
+    probe = ProbeBuilder(Prober(t, None).needles).build("U1 A1")
+    return special_token_renders(Prober(t, None), probe)

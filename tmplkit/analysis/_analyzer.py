@@ -14,7 +14,7 @@ from ._reasoning import ReasoningFindings, probe_reasoning, switched_renders, th
 from ._result import Analysis, failed_analysis, status_of
 from ._system import SystemFindings, probe_system, refine_system_start
 from ._tools import ToolFindings, ToolProbe, probe_tools, tool_delimiters
-from ._verdict import message_modes, prompt_cuts, render_round_trip, round_trip
+from ._verdict import message_modes, prompt_cuts, render_round_trip, round_trip, special_token_renders
 
 __all__ = ["analyze"]
 
@@ -134,7 +134,9 @@ class _Stages:
     def finish(self) -> Analysis:
         delimiters = self.delimiters()
         modes = message_modes(self.rt_probe, self.system.mode, self.tools_final)
-        cuts = prompt_cuts(self.prober, self.rt_probe) if self.rt_text is not None else []
+        cuts = []
+        if self.rt_text is not None:
+            cuts = prompt_cuts(self.prober, self.rt_probe) + special_token_renders(self.prober, self.rt_probe)
         verdict = round_trip(self.rt_probe, self.rt_text, self.rt_error, self.variants, delimiters, modes, cuts)
         tools = self.tools_final
         return Analysis(

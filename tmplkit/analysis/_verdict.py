@@ -14,7 +14,7 @@ from ._result import RoundTrip
 from ._text import template_message
 from ._tools import ToolFindings, ToolProbe
 
-__all__ = ["message_modes", "prompt_cuts", "render_round_trip", "round_trip", "verdict"]
+__all__ = ["COMMON_SPECIAL_TOKENS", "message_modes", "prompt_cuts", "special_token_renders", "render_round_trip", "round_trip", "verdict"]
 
 
 def _turn_role(role: str) -> str:
@@ -98,9 +98,31 @@ def prompt_cuts(prober: Prober, probe: Probe) -> list[tuple[str, Probe, str]]:
         cut = Probe(probe.messages[:n], {**probe.kwargs, "add_generation_prompt": True}, probe.needles[:n],
                     probe.roles[:n], probe.tool_call_flags[:n], probe.preamble)
         try:
-            out.append((label, cut, prober.render(cut)))
+            out.append((f"cut {label}", cut, prober.render(cut)))
         except RenderError:
             continue  # a template may refuse to end there (a tool call without its results)
+    return out
+
+
+# BOS/EOS strings of common model families: a template whose source gives none is also proved
+# with each, since a delimiter derived with empty tokens must hold with the real ones.
+COMMON_SPECIAL_TOKENS = (("<s>", "</s>"), ("<|begin_of_text|>", "<|eot_id|>"),
+                         ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"), ("<bos>", "<eos>"))
+
+
+def special_token_renders(prober: Prober, probe: Probe) -> list[tuple[str, Probe, str]]:
+    """The round-trip conversation rendered with each common BOS/EOS pair, where the template reads
+    them and its source gives none. (label, probe, render)."""
+    t = prober.template
+    if t.bos_token is not None or t.eos_token is not None or ("bos_token" not in t.text and "eos_token" not in t.text):
+        return []
+    out = []
+    for bos, eos in COMMON_SPECIAL_TOKENS:
+        other = replace(probe, kwargs={**probe.kwargs, "bos_token": bos, "eos_token": eos})
+        try:
+            out.append((f"with bos_token={bos!r}, eos_token={eos!r}", other, prober.render(other)))
+        except RenderError:
+            continue
     return out
 
 
@@ -114,16 +136,16 @@ def _cut_modes(cut: Probe, text: str, modes: list[str]) -> list[str]:
 
 def round_trip(probe: Probe, text: str | None, error, variants, delimiters, modes: list[str], cuts=()) -> RoundTrip:
     """The verdict over the plain render, every render with a thinking switch set (`variants`:
-    (switch, render)), and the conversation cut where a server is given it (`cuts`: (label, probe,
-    render)); another render's problems are reported once more only where they differ from the
-    plain render's."""
+    (switch, render)), and other renders of the conversation (`cuts`: (label, probe, render): cut
+    where a server is given it, with common BOS/EOS strings); another render's problems are
+    reported once more only where they differ from the plain render's."""
     if text is None:
         return RoundTrip(False, (), (), (f"the round-trip conversation does not render: {template_message(error)}",),
                          messages=tuple(probe.conversation()), render_kwargs=dict(probe.kwargs))
     result = verdict(text, probe, delimiters, modes)
     base = result.problems
     others = [(f"with {switch}", probe, other, modes) for switch, other in variants]
-    others += [(f"cut {label}", cut, other, _cut_modes(cut, other, modes)) for label, cut, other in cuts]
+    others += [(label, cut, other, _cut_modes(cut, other, modes)) for label, cut, other in cuts]
     for label, other_probe, other_text, other_modes in others:
         other = verdict(other_text, other_probe, delimiters, other_modes)
         if not other.passed:
