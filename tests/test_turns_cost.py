@@ -1,0 +1,157 @@
+"""The prompt cache simulated over token positions, the cost settings, the divergence-aware policy,
+and token-level divergence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tmplkit import load_one
+from tmplkit.errors import InputError
+from tmplkit.prefill.divergence_policy import DivergenceAware
+from tmplkit.prefill.policies import ServerGated, get_policy
+from tmplkit.prefill.runner import PrefillSettings
+from tmplkit.prefill.session import Session, generate_session
+from tmplkit.spans import SpanDetector
+from tmplkit.turns import MemoryModel, ServerSimulation, study_turns
+from tmplkit.turns.simulation import plan_batches
+
+FIX = Path(__file__).parent.parent / "fixtures" / "turns"
+SETTINGS = PrefillSettings(n_batch=2048, n_ubatch=512, max_checkpoints=32, checkpoint_min_step=8192)
+
+
+class FakeTokenizer:
+    """Characters as token ids: enough for SpanDetector over delimiter strings."""
+
+    def tokenize(self, text, *, add_bos=None):
+        return [ord(c) for c in text]
+
+
+def spans_of(ids):
+    return SpanDetector([("user", "U"), ("assistant", "A")], FakeTokenizer()).split(ids)
+
+
+def prompt(n_turns: int, body: int = 300) -> list[int]:
+    out = []
+    for _ in range(n_turns):
+        out += [ord("U")] + [ord("u")] * body + [ord("A")] + [ord("a")] * body
+    return out
+
+
+def test_memory_models():
+    swa = MemoryModel.swa(512, 512)
+    assert swa.swa_cells == 1024 and swa.pos_min(5000) == 5000 - 1024 and swa.pos_min(10) == 0
+    assert MemoryModel("recurrent").pos_min(100) == 99 and MemoryModel("full").pos_min(100) == 0
+    assert MemoryModel.parse("swa:256").n_swa == 256 and MemoryModel.parse("recurrent").kind == "recurrent"
+    with pytest.raises(InputError):
+        MemoryModel.parse("swa:x")
+
+
+def test_full_attention_recomputes_from_the_divergence():
+    sim = ServerSimulation(MemoryModel("full"), SETTINGS)
+    a = prompt(6)
+    assert sim.resume(a).n_recomputed == len(a)
+    b = a[:1000] + [ord("x")] * 50
+    r = sim.resume(b)
+    assert (r.n_common, r.n_reused, r.n_recomputed, r.restored) == (1000, 1000, 50, None)
+    assert sim.resume(b).n_recomputed == 1  # a repeated prompt still decodes its last token
+
+
+def test_sliding_window_extends_without_restore_and_restores_before_a_far_divergence():
+    sim = ServerSimulation(MemoryModel.swa(512), SETTINGS)
+    a = prompt(8)
+    first = sim.resume(a, spans_of(a), "gated")
+    assert first.checkpoints  # user starts and near the end
+    sim.generate([ord("g")] * 20)
+    longer = sim.held + prompt(1)
+    r = sim.resume(longer, spans_of(longer), "gated")
+    assert r.restored is None and r.n_recomputed == len(longer) - len(a) - 20
+    # diverge early: the newest checkpoint at or before the divergence is restored, one token before it
+    cut = 2000
+    other = longer[:cut] + [ord("z")] * 100
+    r = sim.resume(other, spans_of(other), "gated")
+    assert r.restored is not None and r.restored <= cut
+    assert r.n_reused == r.restored - 1 and r.n_recomputed == len(other) - r.n_reused
+
+
+def test_plan_batches_is_the_runners_schedule():
+    a = prompt(4)
+    store_sim = ServerSimulation(MemoryModel.swa(512), SETTINGS).store
+    batches = plan_batches(len(a), 0, spans_of(a), "gated", SETTINGS, store_sim, 1, MemoryModel.swa(512))
+    assert batches[0].begin == 0 and batches[-1].end == len(a)
+    assert all(b.end == c.begin for b, c in zip(batches, batches[1:]))
+    assert [c.n_tokens for c in store_sim] == [b.begin for b in batches if b.checkpoint and b.begin > 0]
+
+
+def test_divergence_aware_keeps_only_its_checkpoints():
+    a = prompt(10)
+    policy = DivergenceAware.for_prompt([1500, len(a) + 40], len(a))
+    assert policy.positions == {1501, len(a) - 4}
+    sim = ServerSimulation(MemoryModel.swa(512), SETTINGS)
+    r = sim.resume(a, spans_of(a), policy)
+    assert set(r.checkpoints) == {1501, len(a) - 4}
+    assert get_policy("divergence-aware").positions is None  # the registry's instance predicts from the spans
+
+
+def test_divergence_aware_survives_eviction_where_llama_server_does_not():
+    # 40 requests of tool rounds after one user message, then a rewrite right after that message:
+    # llama-server's checkpoints (its gate at every user start, two near the end of each request)
+    # fill the store and evict the one before the rewrite; the divergence-aware one keeps it.
+    base = prompt(1)
+    held_len = len(base)
+    results = {}
+    for name, policy in (("server", ServerGated()), ("aware", None)):
+        sim = ServerSimulation(MemoryModel.swa(512), SETTINGS)
+        ids = list(base)
+        for k in range(40):
+            pol = policy or DivergenceAware.for_prompt([held_len], len(ids))
+            sim.resume(ids, spans_of(ids), pol)
+            ids = sim.held + [ord("U")] + [ord("t")] * 150
+        rewritten = ids[:held_len] + [ord("r")] * 20 + ids[held_len + 20:]
+        pol = policy or DivergenceAware.for_prompt([], len(rewritten))
+        results[name] = sim.resume(rewritten, spans_of(rewritten), pol)
+    assert results["aware"].n_reused >= held_len - 5
+    assert results["server"].n_reused < results["aware"].n_reused
+
+
+@pytest.fixture(scope="module")
+def agent():
+    return generate_session(3000, seed=0, style="agent", requests=2)
+
+
+def test_costs_on_a_template_that_drops_reasoning(agent, qwen35):
+    r = study_turns(load_one(str(FIX / "drops-reasoning.jinja")), agent, tokenizer=qwen35, switches=False)
+    c = r.cost
+    assert set(c.requests) == {"full attention", "llama-server", "tmplkit", "divergence-aware"}
+    bound = c.total("full attention", first=False)
+    for name in ("llama-server", "tmplkit", "divergence-aware"):
+        assert c.total(name, first=False) >= bound  # the physical limit
+        assert all(x >= y for x, y in zip(c.recomputed(name), c.recomputed("full attention")))
+    assert c.total("divergence-aware", first=False) <= 1.1 * bound
+    # the token divergence is where the text diverges
+    first = r.first
+    assert first.token_position is not None and first.token_position < first.n_held_tokens and not first.token_note
+
+
+def test_stable_template_recomputes_only_new_tokens(agent, qwen35):
+    r = study_turns(load_one(str(FIX / "stable.jinja")), agent, tokenizer=qwen35, switches=False)
+    assert r.stable
+    c = r.cost
+    for k, done in enumerate(c.requests["full attention"][1:], start=1):
+        # all that is held is reused; the new tokens (tool results, the generation prompt) are computed
+        assert done.n_common == done.n_reused and done.n_recomputed == c.n_tokens[k] - done.n_common
+    # a short prompt's memory still holds position 0, so llama-server's rule (n_past <= n_tokens,
+    # pos_min >= pos_min_thold) looks for a checkpoint although the prompt extends what is held
+    assert c.requests["tmplkit"][1].restored is not None
+
+
+def test_ids_that_differ_where_the_text_is_the_same(qwen35):
+    # The generated turn starts with newlines that merge with the generation prompt's own newline
+    # when the next request is tokenized whole.
+    s = Session(({"role": "user", "content": "hi"}, {"role": "assistant", "content": "\n\n\nok"},
+                 {"role": "user", "content": "more"}))
+    r = study_turns(load_one(str(FIX / "stable.jinja")), s, tokenizer=qwen35, switches=False)
+    (d,) = r.divergences
+    assert d.position == d.n_held  # the text is a prefix
+    assert not d.stable and d.cause == "token ids" and "request/turn boundary" in d.token_note
