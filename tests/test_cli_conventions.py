@@ -250,3 +250,16 @@ def test_audit_token_round_trip_without_llama_refuses_before_analysis(capsys, no
 def test_core_commands_need_no_llama(capsys, no_llama):
     assert run(capsys, "audit", "--in-process", CHATML)[0] == 0
     assert run(capsys, "table", "--format", "csv", CHATML)[0] == 0
+
+
+def test_core_install_imports_no_extra(tmp_path):
+    # A fresh process in which the extras cannot be imported, as after `pip install .`: the
+    # package, every subcommand's parser and the audit work.
+    code = ("import sys\n"
+            "for m in ('llama_cpp', 'tokenizers', 'transformers', 'matplotlib'): sys.modules[m] = None\n"
+            "from tmplkit.cli import build_parser, main\n"
+            "build_parser().format_help()\n"
+            f"sys.exit(main(['--no-config', 'audit', '--in-process', {CHATML!r}]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 templates: 1 pass -> ok" in proc.stdout

@@ -154,3 +154,34 @@ def test_action_fail_on_warning(action, tmp_path):
     (tmp_path / "llama3.jinja").write_text((FIXTURES / "llama3.jinja").read_text())
     assert _run_action(action, tmp_path, paths="llama3.jinja").returncode == 0
     assert _run_action(action, tmp_path, paths="llama3.jinja", **{"fail-on": "warning"}).returncode == 1
+
+
+# ---- reproducible CI, shipped types ----------------------------------------------------------------
+
+def _requirement_names() -> set[str]:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        specs += [s for s in extra if not s.startswith("tmplkit[")]
+    return {re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9._-]+", s).group()).lower() for s in specs}
+
+
+def test_constraints_pin_every_dependency_and_ci_installs_with_them():
+    pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    assert _requirement_names() <= set(pins), "a dependency of pyproject.toml is not pinned: make constraints"
+    assert "transformers" in pins and "jinja2" in pins
+    makefile = (ROOT / "Makefile").read_text()
+    assert "CONSTRAINTS ?= constraints.txt" in makefile and "-c $(CONSTRAINTS) -e '.[all]'" in makefile
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert ci[-1] == "make test" and "make setup" in ci
+
+
+def test_the_package_ships_py_typed():
+    import tomllib
+
+    assert (ROOT / "tmplkit" / "py.typed").is_file()
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "py.typed" in config["tool"]["setuptools"]["package-data"]["tmplkit"]
