@@ -55,6 +55,8 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -464,6 +466,8 @@ def markdown(out: dict) -> str:
             lines.append(f"\ntmplkit's runner outside `llama_decode` (filling batches, saving checkpoints, Python): "
                          f"{100 * sec['outside_decode']:.2f}% of its prefill time (median over its runs)")
         lines.append("")
+    if out.get("suspects"):
+        lines += suspect_lines(out["suspects"])
     for name in ("gemma_resume", "qwen_resume"):
         sec = out.get(name)
         if not sec:
@@ -494,6 +498,85 @@ def same_batch_lines(sec: dict) -> list[str]:
     return lines
 
 
+def bench_suspects(name, model, tokens, settings, at, size, rounds) -> dict:
+    """The suspects of a slow `gated`, each measured on one batch: tokens [at, at + size) decoded
+    from the same state again and again, with and without the suspect, in rotated order.
+
+    Arms: `save` (a checkpoint saved right before the batch, as gated does before its extra
+    batches: size query, buffer allocation, read, copy to bytes), `plain` (no save), `no-poll`
+    (no save, ggml's per-graph threadpool instead of the persistent polling one). Each decode
+    starts from the state after `at` tokens, restored from a snapshot, so every arm decodes the
+    same batch on the same memory. Per arm: decode seconds, save seconds, minor page faults
+    during the save and during the decode; ratios paired within a round against `plain`.
+    """
+    import ctypes
+    import resource
+
+    from tmplkit.prefill._llama import SEQ, STATE_PARTIAL
+
+    def faults() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    def take(r) -> bytes:  # what PrefillRunner._save_checkpoint does with llama.cpp
+        lc = r._llama_cpp
+        n = int(lc.llama_state_seq_get_size_ext(r._ctx, SEQ, STATE_PARTIAL))
+        buf = (ctypes.c_uint8 * n)()
+        lc.llama_state_seq_get_data_ext(r._ctx, buf, n, SEQ, STATE_PARTIAL)
+        return bytes(buf)
+
+    def restore(r, snap: bytes) -> None:
+        lc = r._llama_cpp
+        lc.llama_memory_seq_rm(r._mem, SEQ, at, -1)
+        buf = (ctypes.c_uint8 * len(snap)).from_buffer_copy(snap)
+        lc.llama_state_seq_set_data_ext(r._ctx, buf, len(snap), SEQ, STATE_PARTIAL)
+        lc.llama_memory_seq_rm(r._mem, SEQ, at, -1)
+
+    arr = np.asarray(tokens, dtype=np.int32)
+    runners = {"poll": PrefillRunner(model, settings), "no-poll": PrefillRunner(model, settings, poll=None)}
+    arms = [("save", "poll", True), ("plain", "poll", False), ("no-poll", "no-poll", False)]
+    runs: dict[str, list] = {a[0]: [] for a in arms}
+    try:
+        snaps = {}
+        for key, r in runners.items():
+            r.run(tokens[:at], None, "none")
+            snaps[key] = take(r)
+        log(f"[{name}] suspects on batch [{at}, {at + size}); checkpoint {len(snaps['poll']) / 2**20:.1f} MiB")
+        for k in range(rounds):
+            for label, key, save in arms[k % len(arms):] + arms[:k % len(arms)]:
+                r = runners[key]
+                restore(r, snaps[key])
+                f0, c0 = faults(), time.perf_counter()
+                kept = take(r) if save else None
+                save_s, save_f = time.perf_counter() - c0, faults() - f0
+                f1 = faults()
+                dec = r._decode(arr[at:at + size], at, logits_last=False)
+                runs[label].append({"round": k, "decode_seconds": dec, "save_seconds": save_s, "save_faults": save_f,
+                                    "decode_faults": faults() - f1, "load_average": round(os.getloadavg()[0], 2)})
+                del kept
+                log(f"[{name}] {k + 1}/{rounds} {label:8s} decode {dec:7.3f} s  save {save_s * 1000:7.2f} ms "
+                    f"{save_f:6d} faults  (load {os.getloadavg()[0]:.2f})")
+    finally:
+        for r in runners.values():
+            r.close()
+    paired = {label: [x["decode_seconds"] / p["decode_seconds"] for x, p in zip(rs, runs["plain"])] for label, rs in runs.items()}
+    return {"at": at, "size": size, "rounds": rounds, "checkpoint_bytes": len(snaps["poll"]), "runs": runs,
+            "median_decode_seconds": {k: med([x["decode_seconds"] for x in v]) for k, v in runs.items()},
+            "paired_vs_plain": {k: {"median": med(v), "min": min(v), "max": max(v)} for k, v in paired.items()}}
+
+
+def suspect_lines(sec: dict) -> list[str]:
+    lines = [f"**suspects** on batch [{sec['at']}, {sec['at'] + sec['size']}) ({sec['rounds']} rounds, rotated; "
+             f"checkpoint {sec['checkpoint_bytes'] / 2**20:.1f} MiB)", "",
+             "| arm | decode s (median) | paired vs plain (min-max) | save ms (median) | faults in save | faults in decode |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for label, rs in sec["runs"].items():
+        p = sec["paired_vs_plain"][label]
+        lines.append(f"| {label} | {sec['median_decode_seconds'][label]:.3f} | {p['median']:.3f} ({p['min']:.3f}-{p['max']:.3f}) | "
+                     f"{1000 * med([x['save_seconds'] for x in rs]):.2f} | {med([x['save_faults'] for x in rs]):.0f} | "
+                     f"{med([x['decode_faults'] for x in rs]):.0f} |")
+    return lines + [""]
+
+
 def bench_given(args, settings, repeat, server_bin, outdir, t0) -> int:
     """The policies (and with --diagnose the suspects) on a session or prompt text of the user's."""
     model = Path(args.model) if args.model else corpus.gemma_model_path()
@@ -509,8 +592,15 @@ def bench_given(args, settings, repeat, server_bin, outdir, t0) -> int:
                  "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "threads": args.threads,
                  "repeat": repeat, "llama_server": server_bin, "load_average": round(os.getloadavg()[0], 2),
                  "repack": effective_repack(settings.repack), "source": args.session or args.prompt}
-    out["given"] = bench_policies("given", model, template, source, settings, repeat, args.threads, server_bin, outdir,
-                                  diagnose=args.diagnose, only=only)
+    if args.suspects:
+        with PrefillRunner(model, settings, n_ctx=256) as r:
+            tokens = (prompt_from_text(source, template, r.tokenizer, r.info.add_bos) if isinstance(source, str)
+                      else build_prompt(source, template, r.tokenizer, add_bos=r.info.add_bos)).tokens
+        at = args.at if args.at is not None else (len(tokens) * 3 // 4) // settings.n_batch * settings.n_batch
+        out["suspects"] = bench_suspects("given", model, tokens, settings, at, args.size or settings.n_batch, repeat)
+    if not args.suspects or args.variants:
+        out["given"] = bench_policies("given", model, template, source, settings, repeat, args.threads, server_bin,
+                                      outdir, diagnose=args.diagnose, only=only)
     out["seconds"] = time.time() - t0
     out["markdown"] = markdown(out)
     write_json(args.out, out)
@@ -547,6 +637,10 @@ def main(argv=None) -> int:
     g.add_argument("--model", metavar="FILE.gguf", help="the model (default: Gemma 3 270M Q4_K_M from the corpus)")
     g.add_argument("--diagnose", action="store_true", help="add the variants that take one suspect at a time out of gated")
     g.add_argument("--variants", metavar="LABELS", help="run only these variants (comma-separated labels)")
+    g.add_argument("--suspects", action="store_true",
+                   help="measure the suspects on one batch instead (a checkpoint save before it, the polling threadpool)")
+    g.add_argument("--at", type=int, default=None, help="--suspects: the batch's first token (default: 3/4 into the prompt)")
+    g.add_argument("--size", type=int, default=None, help="--suspects: the batch's size (default n_batch)")
     args = ap.parse_args(argv)
     args.argv = argv
     repeat = args.repeat or (1 if args.quick else 7)
