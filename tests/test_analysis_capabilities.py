@@ -146,3 +146,28 @@ def special_token_renders_for(t):
 
     probe = ProbeBuilder(Prober(t, None).needles).build("U1 A1")
     return special_token_renders(Prober(t, None), probe)
+
+
+# --- turns that differ by context ---------------------------------------------------------------
+
+
+def test_a_first_user_turn_with_an_opener_of_its_own_gets_a_delimiter_of_its_own():
+    t = fixture("first-turn-opener")
+    a = analyze(t)
+    assert a.status == "pass", a.round_trip.problems
+    users = [d.text for d in a.delimiters if d.role == "user"]
+    assert users == ['<tools>\n{"type": "function", "function": {"name": "', "<|user|>\n"]  # longest first
+    assert a.user_start == "<|user|>\n"
+    rt = a.round_trip
+    first_user = next(m["content"] for m in rt.messages if m["role"] == "user")
+    spans = split_text(rt.rendered, a.delimiters)
+    at = rt.rendered.index(first_user)
+    assert next(s for s in spans if s.start <= at < s.end).role == "user"
+    assert rt.expected_roles.count("user") == sum(m["role"] == "user" for m in rt.messages)
+
+
+def test_context_delimiters_are_added_only_where_the_round_trip_needs_and_proves_them():
+    # The same template with one opener everywhere: no second user delimiter.
+    same = (FIXTURES / "first-turn-opener.jinja").read_text(encoding="utf-8").replace("Question:\\n", "<|user|>\\n")
+    a = analyze(ChatTemplate(text=same, name="same", source="-"))
+    assert a.status == "pass" and [d.text for d in a.delimiters if d.role == "user"] == ["<|user|>\n"]

@@ -8,7 +8,7 @@ from dataclasses import replace
 from ..delimiters import Delimiter, sort_delimiters
 from ..errors import InputError, RenderError, RenderLimitError
 from ..sandbox import Limits, compile_template
-from ._chat import ChatDelimiters, ChatFindings, Stop, assistant_delimiters, chat_delimiters, probe_chat
+from ._chat import ChatDelimiters, ChatFindings, Stop, assistant_delimiters, chat_delimiters, context_starts, probe_chat
 from ._probing import Prober
 from ._reasoning import ReasoningFindings, probe_reasoning, switched_renders, thinking_flags, without_reasoning
 from ._result import Analysis, failed_analysis, status_of
@@ -93,9 +93,9 @@ class _Stages:
             return ToolFindings(placement=self.tool_probe.placement)
         return tool_delimiters(self.prober, self.chat, delims, self.tool_probe)
 
-    def delimiters(self) -> tuple[Delimiter, ...]:
+    def delimiters(self, context_users=()) -> tuple[Delimiter, ...]:
         tools = self.tools_final
-        out = [Delimiter("user", self.chat_final.user_start)]
+        out = [Delimiter("user", self.chat_final.user_start)] + [Delimiter("user", d) for d in context_users]
         out += [Delimiter("assistant", d) for d in self.assistant]
         if self.system.mode == "own_turn":
             out.append(Delimiter("system", self.system_start))
@@ -138,6 +138,15 @@ class _Stages:
         if self.rt_text is not None:
             cuts = prompt_cuts(self.prober, self.rt_probe) + special_token_renders(self.prober, self.rt_probe)
         verdict = round_trip(self.rt_probe, self.rt_text, self.rt_error, self.variants, delimiters, modes, cuts)
+        if not verdict.passed and self.renders:
+            # Turns that differ by context (a first user turn after the tool list with an opener of
+            # its own): a user delimiter for each context, kept where the round trip proves them all.
+            extra = context_starts(self.prober, self.renders, "user", self.chat_final.user_start, self.chat.opener)
+            if extra:
+                widened = self.delimiters(extra)
+                other = round_trip(self.rt_probe, self.rt_text, self.rt_error, self.variants, widened, modes, cuts)
+                if other.passed:
+                    delimiters, verdict = widened, other
         tools = self.tools_final
         return Analysis(
             name=self.prober.template.name,

@@ -9,7 +9,7 @@ from ._probing import Prober, Seen
 from ._result import status_of
 from ._text import UNIT, Note, agree, back_to_boundary, distinctive, from_first_unit, lcp, lcs, template_message, unit_prefix, unit_suffix
 
-__all__ = ["ChatDelimiters", "ChatFindings", "Stop", "assistant_delimiters", "chat_delimiters", "generation_prompt_of", "probe_chat"]
+__all__ = ["ChatDelimiters", "ChatFindings", "Stop", "assistant_delimiters", "chat_delimiters", "context_starts", "generation_prompt_of", "probe_chat"]
 
 
 class Stop(Exception):
@@ -188,3 +188,21 @@ def assistant_delimiters(prober: Prober, chat: ChatFindings, delims: ChatDelimit
     if common.strip() and not any(o.startswith(common) or common.startswith(o) for o in others):
         return common, [common], tuple(notes)
     return main, [variants[0]] + [v for v in variants[1:] if not v.startswith(variants[0])], tuple(notes)
+
+
+def context_starts(prober: Prober, renders: list[Seen], role: str, start: str, opener: str | None) -> list[str]:
+    """Starts of `role` messages in the contexts where `start` does not open them (a first user turn
+    that follows the tool list with an opener of its own), cut like every other start."""
+    out: list[str] = []
+    for seen in renders:
+        for i, r in enumerate(seen.probe.roles):
+            if r != role or seen.probe.tool_call_flags[i] or not seen.found(i):
+                continue
+            prev = max((j for j in range(i) if seen.found(j)), default=None)
+            seg = seen.between(prev, i) if prev is not None else None
+            if seg is None or (start and seg.endswith(start)):
+                continue
+            candidate = prober.start_in(seg, seen.kind(prev), opener)
+            if distinctive(candidate) and candidate not in out and candidate != start:
+                out.append(candidate)
+    return out
