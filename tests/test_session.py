@@ -45,6 +45,27 @@ def test_user_turns_session_sends_tool_results_as_user_messages():
     assert sum(m["content"].startswith("Tool result") for m in s.messages) >= 10
 
 
+def test_agent_session_has_reasoning_parallel_calls_long_outputs_and_several_requests():
+    s = generate_session(20000, seed=1, style="agent", requests=3)
+    roles = s.roles
+    assert roles[0] == "system" and roles.count("user") == 3 and roles[-1] == "tool"
+    assistants = [m for m in s.messages if m["role"] == "assistant"]
+    assert all(m["reasoning_content"] for m in assistants)
+    assert max(len(m.get("tool_calls") or ()) for m in assistants) >= 3  # parallel tool calls
+    assert max(len(m["content"].splitlines()) for m in s.messages if m["role"] == "tool") >= 40  # long outputs
+    # each later user request follows the agent's answer to the previous one
+    for i, role in enumerate(roles):
+        if role == "user" and i > 1:
+            assert roles[i - 1] == "assistant" and not s.messages[i - 1].get("tool_calls")
+
+
+def test_agent_style_leaves_the_other_styles_as_they_were():
+    # the benchmark's sessions are seeded: adding a style must not change theirs
+    a = generate_session(3000, seed=1, style="tool-role")
+    assert not any("reasoning_content" in m for m in a.messages)
+    assert max(len(m.get("tool_calls") or ()) for m in a.messages if m["role"] == "assistant") <= 2
+
+
 def test_target_length_is_met_with_a_real_measure():
     measure = lambda s: sum(len(m.get("content") or "") for m in s.messages) // 4  # noqa: E731
     s = generate_session(5000, seed=3, measure=measure)

@@ -15,7 +15,9 @@ from ..errors import TmplkitError
 from ._audit import add_audit, add_table
 from ._corpus import add_corpus
 from ._prefill import add_prefill
+from ._replay import add_replay
 from ._serve import add_request
+from ._session import add_session
 from ._show import add_show
 from ._spans import add_spans
 from ._turns import add_turns
@@ -23,7 +25,7 @@ from ._turns import add_turns
 __all__ = ["build_parser", "main"]
 
 # Each subcommand registers itself here: an add-parser function per subcommand.
-_SUBCOMMANDS = [add_audit, add_table, add_show, add_corpus, add_spans, add_prefill, add_turns, add_request]
+_SUBCOMMANDS = [add_audit, add_table, add_show, add_corpus, add_spans, add_prefill, add_turns, add_request, add_session, add_replay]
 
 
 EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)", 1: "the audit failed",
