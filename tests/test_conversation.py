@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pytest
 
@@ -132,6 +133,15 @@ def test_bad_file_errors(tmp_path):
     p.write_bytes(b'[{"role": "user", "content": "caf\xe9"}]')
     with pytest.raises(InputError, match="not valid UTF-8 at byte 33"):
         load_conversation(p)
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        load_conversation(fifo)  # must not wait for a writer
+    deep = _write(tmp_path, [{"role": "user", "content": "x", "meta": [[[[[["..."]]]]]]}], "deep.json")
+    assert load_conversation(deep).messages[0]["meta"]  # ordinary nesting is fine
+    too_deep = _write(tmp_path, "[" * 300 + "]" * 300, "too-deep.json")  # under Python's limit, over tmplkit's
+    with pytest.raises(InputError, match=r"nested too deeply for a conversation .*\(more than 256 levels\)"):
+        load_conversation(too_deep)
 
 
 def test_object_errors_name_the_source():

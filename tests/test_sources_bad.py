@@ -81,6 +81,12 @@ def test_odd_files_and_folders(tmp_path):
     with pytest.raises(SourceError) as info:
         sources.load(fifo)  # must not block waiting for a writer
     assert "not a regular file" in _check(info.value, fifo)
+    json_fifo = tmp_path / "fifo-model" / "tokenizer_config.json"
+    json_fifo.parent.mkdir()
+    os.mkfifo(json_fifo)
+    with pytest.raises(SourceError) as info:
+        sources.load(json_fifo)
+    assert "not a regular file" in _check(info.value, json_fifo)
 
     too_long = tmp_path / ("x" * 5000)
     with pytest.raises(SourceError, match="cannot use this path"):
