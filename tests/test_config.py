@@ -100,6 +100,7 @@ def test_tmplkit_toml_first_and_a_pyproject_without_the_table_is_no_config(proje
     ("limits = 3\n", "'limits' must be a table of timeout, memory and jobs, got 3"),
     ("tokenizer = 3\n", "'tokenizer' must be a tokenizer"),
     ("[tokenizers]\nllama3 = 1\n", "'tokenizers' must be a table of template name = tokenizer"),
+    ("[tokenizers]\nllama3 = 'auto'\n", "'tokenizers.llama3' must name a tokenizer"),
     ("expected-failures = 1\n", "'expected-failures' must be a JSON file name or a table"),
     ("expected-failures = 'missing.json'\n", "missing.json: cannot read"),
     ("fail-on = \n", "not valid TOML"),

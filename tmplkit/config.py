@@ -106,6 +106,9 @@ def parse_config(data: dict[str, Any], path: Path) -> Config:
     pairing = data.get("tokenizers", {})
     if not isinstance(pairing, dict) or not all(isinstance(v, str) and v for v in pairing.values()):
         raise _bad(path, "tokenizers", "must be a table of template name = tokenizer", pairing)
+    for name, spec in pairing.items():
+        if spec == "auto":  # 'auto' chooses per template; a pairing names the tokenizer itself
+            raise _bad(path, f"tokenizers.{name}", "must name a tokenizer (a .gguf, a tokenizer.json, vocab:NAME)", spec)
     return Config(
         path=path,
         sources=tuple(_resolve(s, base) for s in _strings(data, "sources", path)),
