@@ -5,11 +5,10 @@ held memory is reused, which checkpoint is restored, where batches end and where
 saved. This module makes the same decisions without a model, so the recompute of a session can be
 predicted for any template, delimiter set and policy, and checked against a replay.
 
-The batch policy's rules are not repeated here: `BatchPolicy.break_before` and the checkpoint
-store (`CheckpointStore.add/find_restorable/drop_after`) are called as the runner calls them.
-What is repeated is the runner's loop around them (which positions it asks about, when a
-checkpoint is due); `plan_batches` is that loop without the decoding, written so the runner can
-call it too.
+No rule is repeated here: where batches end and which start with a checkpoint is the runner's
+own `BatchSchedule`, and the checkpoint store (`CheckpointStore.add/find_restorable/drop_after`)
+is the runner's too. What is repeated is `PrefillRunner.resume`'s choice of the prefix to keep
+(`ServerSimulation.resume`, a few lines of llama-server's server-context.cpp).
 
 The only thing about the model it needs is `MemoryModel`: whether the memory can roll back, and
 which positions it still holds after n tokens (the sliding-window cache keeps the last
@@ -18,7 +17,7 @@ which positions it still holds after n tokens (the sliding-window cache keeps th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..errors import InputError
 from ..prefill.checkpoints import Checkpoint, CheckpointStore
@@ -78,25 +77,15 @@ def plan_batches(n: int, start: int, spans, policy, settings, store: CheckpointS
     """The batches `PrefillRunner._prefill` decodes for a prompt of `n` tokens from `start`, from the
     same `BatchSchedule`; `store` (None: no checkpoints) receives the checkpoints saved on the way,
     as the runner adds them, with pos_min/pos_max from `memory`.
-
-    A policy with `checkpoint_before(pos, spans)` / `keeps_checkpoint(pos, spans)` (the
-    divergence-aware one) adds checkpoints / drops ones the schedule's rules would save.
     """
     pol = get_policy(policy)
     memory = memory or MemoryModel()
     sched = BatchSchedule(pol, spans, n, n_batch=settings.n_batch, n_ubatch=min(settings.n_ubatch, settings.n_batch),
                           min_step=settings.checkpoint_min_step, checkpointing=store is not None)
-    wants = getattr(pol, "checkpoint_before", None)
-    keeps = getattr(pol, "keeps_checkpoint", None)
     out, pos = [], start
     while pos < n:
         last = store.last() if store is not None else None
         batch = sched.next_batch(pos, last.n_tokens if last else None)
-        if store is not None and batch.begin > 0:
-            if batch.checkpoint is None and wants is not None and wants(batch.begin, sched.spans):
-                batch = replace(batch, checkpoint="next divergence")
-            elif batch.checkpoint is not None and keeps is not None and not keeps(batch.begin, sched.spans):
-                batch = replace(batch, checkpoint=None)
         if store is not None and batch.checkpoint is not None and batch.begin > 0:
             store.add(Checkpoint(batch.begin, memory.pos_min(batch.begin), batch.begin - 1, b"", run_id))
         out.append(batch)
