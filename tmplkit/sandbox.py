@@ -497,8 +497,21 @@ def compile_template(template: ChatTemplate) -> jinja2.Template:
 # --- input preparation, as transformers' apply_chat_template does it ------------------------------
 
 
+# Exact types that need no conversion. Checked first, with plain dicts and lists, because messages
+# are nearly all made of them and the general checks (an ABC's isinstance, is_dataclass, a
+# model_dump lookup) are most of an input preparation's time when run on every string.
+_PLAIN_TYPES = (str, int, float, bool, type(None))
+
+
 def _to_dicts(value):
     # Message objects (dataclasses, pydantic models, mappings) become dicts, recursively.
+    kind = type(value)
+    if kind in _PLAIN_TYPES:
+        return value
+    if kind is dict:
+        return {k: _to_dicts(v) for k, v in value.items()}
+    if kind is list:
+        return [_to_dicts(v) for v in value]
     if isinstance(value, Mapping):
         return {k: _to_dicts(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -516,8 +529,12 @@ def _plain(value):
     # Everything a template sees is rebuilt from plain JSON-like types; anything else becomes an
     # inert "<TypeName>" placeholder.
     kind = type(value)
-    if value is None or kind in (str, int, float, bool):
+    if kind in _PLAIN_TYPES:
         return value
+    if kind is dict:
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if kind is list:
+        return [_plain(v) for v in value]
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
