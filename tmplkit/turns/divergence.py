@@ -187,16 +187,23 @@ def _with_tokens(div: Divergence, tokens: TokenizedRequests, k: int, tokenizer, 
     nxt = tokens.requests[k]
     tpos = common_prefix(held, nxt)
     note = ""
-    if tpos < len(held) and tokenizer is not None and hasattr(tokenizer, "tokenize_with_offsets"):
-        # where token `tpos` of the request ends in its text: before the text divergence, the ids
-        # differ although the text is the same
-        ids, offsets = tokenizer.tokenize_with_offsets(text)
-        shift = len(nxt) - len(ids)  # a prepended BOS
-        j = tpos - shift
-        if 0 <= j < len(offsets) and offsets[j][1] <= div.position:
+    if tpos < len(held):
+        ids = f"held {list(held[tpos:tpos + 3])} vs request {list(nxt[tpos:tpos + 3])}"
+        end = _token_end(tokenizer, text, tpos - (len(nxt) - len(tokenizer.tokenize(text, add_bos=False))))
+        if end is not None and end <= div.position:
             n_req = len(tokens.requests[k - 1])
             where = "at the request/turn boundary" if abs(tpos - n_req) <= 2 else "inside the held text"
-            note = (f"ids differ at token {tpos} {where} although the text matches up to character {div.position}: "
-                    f"held {list(held[tpos:tpos + 3])} vs request {list(nxt[tpos:tpos + 3])}")
-    return Divergence(div.request, div.position, div.n_held, div.cause or ("token ids" if note else ""), div.detail,
-                      div.held_text, div.request_text, tpos, len(held), note)
+            note = f"ids differ at token {tpos} {where} although the text matches up to character {div.position}: {ids}"
+        elif div.position >= div.n_held:
+            note = f"token {tpos} of the request runs past the end of the held text (it merges with what follows): {ids}"
+    cause = div.cause or ("token ids" if tpos < len(held) else "")
+    return Divergence(div.request, div.position, div.n_held, cause, div.detail, div.held_text, div.request_text,
+                      tpos, len(held), note)
+
+
+def _token_end(tokenizer, text: str, j: int) -> int | None:
+    """Where token j of `text` ends (characters), when the tokenizer gives offsets."""
+    if tokenizer is None or not hasattr(tokenizer, "tokenize_with_offsets") or j < 0:
+        return None
+    _, offsets = tokenizer.tokenize_with_offsets(text)
+    return offsets[j][1] if j < len(offsets) else None

@@ -1,0 +1,179 @@
+#!/usr/bin/env python
+"""Agent sessions turn by turn: the corpus table and the replay benchmark.
+
+    python scripts/bench_turns.py corpus                 # every corpus template: stable?, cause, shares recomputed
+    python scripts/bench_turns.py replay                 # the tiny Qwen3.5-vocab model and Gemma 3 270M
+    python scripts/bench_turns.py replay --quick         # a short session, the tiny model only
+
+corpus: one generated agent session (`--tokens`, default 30000; reasoning on every assistant turn,
+parallel tool calls, several user requests) on every llama.cpp corpus template, tokenized with the
+template's corpus vocabulary (qwen35 when it has none), the four settings of `tmplkit.turns.cost`
+simulated (a sliding window of 512, llama-server's defaults). Prints a markdown table.
+
+replay: the same kind of session replayed on a model as llama-server serves it, one runner per
+setting (llama-server's delimiters with its gate, tmplkit's with `gated`, tmplkit's with
+`divergence-aware`) and one more with `none` for the first prefill, interleaved request by
+request (each request starts with a different setting), so the settings share the machine's
+state; per request the recompute seconds (prefill, restores included; the teacher-forced
+generated turn excluded) and tokens, the prediction beside them, and paired ratios per request.
+The goals of issue 12 are checked at the end. Results as JSON (default scripts/results/turns.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tmplkit import corpus, load_one  # noqa: E402
+from tmplkit.prefill.session import generate_session  # noqa: E402
+from tmplkit.turns import SETTINGS, study_turns  # noqa: E402
+from tmplkit.turns.formats import format_turns  # noqa: E402
+
+REPLAYED = ("llama-server", "tmplkit", "divergence-aware")
+
+
+def corpus_table(args) -> dict:
+    from tmplkit.token_audit import vocab_for_template
+    from tmplkit.tokenize import load_tokenizer
+
+    session = generate_session(args.tokens, seed=args.seed, style="agent")
+    tokenizers: dict = {}
+    reports = []
+    for path in sorted(corpus.templates_dir().glob("*.jinja")):
+        template = load_one(path)
+        vocab = vocab_for_template(template.name) or "qwen35"
+        if vocab not in tokenizers:
+            tokenizers[vocab] = load_tokenizer(f"vocab:{vocab}")
+        t0 = time.perf_counter()
+        try:
+            r = study_turns(template, session, tokenizer=tokenizers[vocab])
+        except Exception as exc:  # one template's failure is a row, not the end of the table
+            print(f"{template.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        reports.append(r)
+        print(f"{template.name}: {'stable' if r.stable else (r.first.cause if r.first else r.error)} "
+              f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    table = format_turns(reports, "markdown")
+    print(table)
+    n_req = max((r.n_requests for r in reports), default=0)
+    print(f"session: seed {args.seed}, {n_req} requests, {session.roles.count('user')} user requests", file=sys.stderr)
+    return {"session": {"seed": args.seed, "tokens": args.tokens, "requests": n_req}, "table": table,
+            "reports": [{k: v for k, v in r.to_dict().items() if k != "divergences"} for r in reports]}
+
+
+def replay_bench(args) -> dict:
+    from tmplkit.prefill import PrefillRunner, tiny_model_path
+    from tmplkit.prefill.compare import resolve_template
+
+    out = {}
+    models = [("qwen", tiny_model_path(), corpus.templates_dir() / "Qwen3.5-4B.jinja", "agent")]
+    if not args.quick:
+        models.append(("gemma", corpus.gemma_model_path(), None, "user-turns"))
+    for label, path, template, style in models:
+        session = generate_session(args.tokens if not args.quick else 3000, seed=args.seed, style=style,
+                                   requests=None if not args.quick else 2)
+        runners = {name: PrefillRunner(path, n_ctx=args.n_ctx, n_threads=args.threads) for name in REPLAYED + ("none",)}
+        try:
+            tmpl = resolve_template(str(template) if template else None, runners["tmplkit"])
+            out[label] = _interleaved(runners, session, tmpl)
+        finally:
+            for r in runners.values():
+                r.close()
+        _print_section(label, out[label])
+    return out
+
+
+def _interleaved(runners, session, template) -> dict:
+    """Each setting on its own runner, request by request, the order rotated per request."""
+    from tmplkit.prefill.replay import memory_of
+    from tmplkit.turns import session_requests, tokenize_requests
+    from tmplkit.turns.cost import default_settings, policy_for, predicted_divergences, session_cost
+    from tmplkit.turns.requests import next_renders
+    from tmplkit.turns.summary import request_spans
+
+    lead = runners["tmplkit"]
+    tok = lead.tokenizer
+    reqs = session_requests(session, template)
+    tokens = tokenize_requests(reqs, tok, add_bos=lead.info.add_bos)
+    spans = request_spans(template, tok, reqs, tokens, [])
+    ahead = predicted_divergences(tokens, next_renders(session, template, reqs), tok, add_bos=lead.info.add_bos)
+    every = {s.name: s for s in default_settings(memory_of(lead))}
+    predicted = session_cost(tokens, spans, predicted=ahead, prefill=lead.settings)
+    rows = {name: [] for name in REPLAYED}
+    first_none = None
+    for k, ids in enumerate(tokens.requests):
+        order = list(REPLAYED[k % 3:] + REPLAYED[:k % 3])
+        if k == 0:
+            order.insert(0, "none")
+        for name in order:
+            runner = runners[name]
+            if name == "none":
+                first_none = runner.run(ids, None, "none").seconds
+                continue
+            s = every[name]
+            pol = policy_for(s.policy, ahead, k, len(ids))
+            sp = spans[s.delimiters][k]
+            rep = runner.run(ids, sp, pol) if k == 0 else runner.resume(ids, sp, pol)
+            if tokens.generated[k]:
+                runner.decode_generated(tokens.generated[k])
+            rows[name].append({"recomputed": rep.n_processed, "predicted": predicted.requests[name][k].n_recomputed,
+                               "seconds": rep.seconds, "restored": rep.restored.n_tokens if rep.restored else None})
+    bound = predicted.recomputed("full attention")
+    return {"template": template.name, "requests": len(tokens.requests), "prompt_tokens": sum(map(len, tokens.requests)),
+            "bound": list(bound), "rows": rows, "first_none_seconds": first_none}
+
+
+def _print_section(label: str, res: dict) -> None:
+    rows, bound = res["rows"], res["bound"]
+    after = lambda name, key: sum(r[key] for r in rows[name][1:])  # noqa: E731
+    print(f"\n## {label}: {res['template']}, {res['requests']} requests, {res['prompt_tokens']} prompt tokens sent\n")
+    print("| setting | tokens recomputed (after the first) | x full-attention bound | seconds | predicted = measured |")
+    print("|---|---|---|---|---|")
+    b = sum(bound[1:])
+    for name in REPLAYED:
+        ok = all(r["recomputed"] == r["predicted"] for r in rows[name])
+        print(f"| {name} | {after(name, 'recomputed')} | {after(name, 'recomputed') / max(1, b):.3f} | "
+              f"{after(name, 'seconds'):.2f} | {'yes' if ok else 'NO'} |")
+    print(f"| full attention (bound) | {b} | 1.000 | | |")
+    aware, server = rows["divergence-aware"], rows["llama-server"]
+    paired = [a["seconds"] / s["seconds"] for a, s in zip(aware[1:], server[1:]) if s["recomputed"] != a["recomputed"]]
+    tok_ratio = after("divergence-aware", "recomputed") / max(1, after("llama-server", "recomputed"))
+    time_ratio = after("divergence-aware", "seconds") / max(1e-9, after("llama-server", "seconds"))
+    first = res["first_none_seconds"] / max(1e-9, aware[0]["seconds"])
+    print(f"\ngoals: divergence-aware within 1.1x of the bound: {after('divergence-aware', 'recomputed') <= 1.1 * b} "
+          f"({after('divergence-aware', 'recomputed') / max(1, b):.3f}x); at most half of llama-server's tokens: "
+          f"{tok_ratio <= 0.5} ({tok_ratio:.3f}x); recompute time at most 0.6x of llama-server's: {time_ratio <= 0.6} "
+          f"({time_ratio:.3f}x; median paired ratio over the {len(paired)} requests that differ: "
+          f"{statistics.median(paired) if paired else float('nan'):.3f}); first prefill speed vs none: {first:.3f}x "
+          f"({'met' if first >= 0.98 else 'not met'}, goal >= 0.98)")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["corpus", "replay"])
+    p.add_argument("--tokens", type=int, default=30000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--n-ctx", type=int, default=65536)
+    p.add_argument("--json", default=str(ROOT / "scripts" / "results" / "turns.json"))
+    args = p.parse_args()
+    result = corpus_table(args) if args.what == "corpus" else replay_bench(args)
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(out.read_text()) if out.is_file() else {}
+    data[args.what] = result
+    out.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    print(f"\nwrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

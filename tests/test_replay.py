@@ -1,0 +1,47 @@
+"""Replay on a model: the recompute `tmplkit.turns` predicts equals the runner's, request by request."""
+
+from __future__ import annotations
+
+import pytest
+
+from tmplkit import corpus
+from tmplkit.prefill.session import generate_session
+from tmplkit.sources import load_one
+
+pytestmark = [pytest.mark.model, pytest.mark.corpus]
+
+
+def replay(model_path, template, session):
+    from tmplkit.prefill import PrefillRunner
+    from tmplkit.prefill.compare import resolve_template
+    from tmplkit.prefill.replay import replay_session
+
+    # one thread and no busy-polling threadpool: a generated turn is decoded one token per call
+    with PrefillRunner(model_path, n_ctx=32768, n_threads=1, poll=None) as runner:
+        return replay_session(runner, session, resolve_template(template, runner))
+
+
+def test_prediction_equals_replay_on_the_tiny_qwen35_model():
+    pytest.importorskip("llama_cpp")
+    from tmplkit.prefill import tiny_model_path
+
+    session = generate_session(1500, seed=3, style="agent", requests=2)
+    rep = replay(tiny_model_path(), load_one(corpus.templates_dir() / "Qwen3.5-4B.jinja"), session)
+    assert set(rep.requests) == {"llama-server", "tmplkit", "divergence-aware"}
+    assert rep.matches, rep.mismatches()
+    # the second user request makes the template drop reasoning: a checkpoint is restored there
+    assert any(r.restored is not None for r in rep.requests["tmplkit"])
+    for name in rep.requests:
+        assert all(r.n_recomputed >= b for r, b in zip(rep.requests[name], rep.bound))  # the full-attention bound
+        assert all(r.n_reused + r.n_recomputed == r.n_prompt for r in rep.requests[name])
+
+
+def test_prediction_equals_replay_on_gemma():
+    pytest.importorskip("llama_cpp")
+    try:
+        path = corpus.gemma_model_path()
+    except Exception as exc:  # the model package is optional
+        pytest.skip(str(exc))
+    session = generate_session(1200, seed=4, style="user-turns", requests=2)
+    rep = replay(path, None, session)  # the model's own template
+    assert rep.matches, rep.mismatches()
