@@ -88,3 +88,18 @@ def test_model_shortcuts(tmp_path):
 def test_replay_refuses_unknown_settings_before_loading(capsys, session_file):
     assert main(["replay", "tiny:qwen35", str(session_file), "--settings", "fastest"]) == 2
     assert "unknown --settings fastest" in capsys.readouterr().err
+
+
+def test_replay_table_json_and_plot(tmp_path):
+    from tmplkit.prefill.replay import ReplayedRequest, SessionReplay, plot_replay
+
+    reqs = {name: tuple(ReplayedRequest(k, 100 * (k + 1), 100 * k, 100 if k else 100, None, 100, 0.01, 0.0, 5)
+                        for k in range(3)) for name in ("llama-server", "tmplkit")}
+    rep = SessionReplay("m.gguf", "t", {"kind": "swa"}, reqs, (100, 90, 95))
+    assert rep.matches and rep.total("tmplkit") == 200
+    md = rep.to_markdown()
+    assert md.splitlines()[0].startswith("| request | prompt | llama-server") and "MISMATCH" not in md
+    assert rep.to_dict()["full_attention_bound"] == 185
+    pytest.importorskip("matplotlib")
+    plot_replay(rep, tmp_path / "r.png")
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
