@@ -12,7 +12,8 @@ this order:
   assistant turn otherwise than the prompt it generated after;
 - "tool list": a tool definition lies at the divergence, in either text;
 - "system prompt": the divergence lies in the system message;
-- "last user message": it lies at request k's last user message;
+- "last user message" / "last tool result": it lies at request k's last message (the template
+  renders the newest message otherwise once the model has answered it);
 - "other": none of these; `held_text` and `request_text` show both texts around it.
 
 With a tokenizer the token ids are compared too, as a server compares them: request k tokenized
@@ -30,7 +31,7 @@ from .requests import Request, common_prefix
 __all__ = ["CAUSES", "Divergence", "divergences", "TokenizedRequests", "tokenize_requests"]
 
 CAUSES = ("date or time", "reasoning dropped", "generation prompt", "tool list", "system prompt",
-          "last user message", "other")
+          "last user message", "last tool result", "other")
 _NEAR = 256  # characters around a message's text still counted as its rendering (headers, markup)
 _SHOW = 60   # characters shown each side of an unexplained divergence
 
@@ -169,9 +170,12 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
     system = next((_text(m.get("content")) for m in messages[:1] if m.get("role") == "system"), "")
     if system.strip() and _covers(held, system.strip(), pos, _NEAR):
         return "system prompt", "the divergence lies in the system message"
-    user = next((_text(m.get("content")) for m in reversed(messages[:prev.n_messages]) if m.get("role") == "user"), "")
-    if user.strip() and _covers(held[:len(prev.text)], user.strip(), pos, _NEAR):
-        return "last user message", "request %d's last user message is rendered differently" % prev.index
+    last = next((m for m in reversed(messages[:prev.n_messages]) if m.get("role") in ("user", "tool")), None)
+    body = _text(last.get("content")).strip() if last is not None else ""
+    if body and _covers(held[:len(prev.text)], body, pos, _NEAR):
+        role = last["role"]
+        return ("last user message" if role == "user" else "last tool result",
+                f"request {prev.index}'s last message ({role}) is rendered differently once the model has answered it")
     return "other", "see held_text and request_text"
 
 
