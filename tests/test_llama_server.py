@@ -152,8 +152,10 @@ def test_read_prefill_log():
         "slot update_slots: id  0 | task 0 | main/do_checkpoint = yes, pos_min = 0, pos_max = 2999",
         "slot create_check: id  0 | task 0 | created context checkpoint 1 of 32 (pos_min = 0, pos_max = 2999, n_tokens = 3000, size = 0.1 MiB)",
         "slot update_slots: id  0 | task 0 | main/do_checkpoint = no, pos_min = 0, pos_max = 5047",
+        "slot update_slots: id  0 | task 2 | restored context checkpoint (pos_min = 0, pos_max = 2999, n_tokens = 3000, "
+        "n_past = 2999, size = 0.1 MiB)",
     ])
     got = read_prefill_log(log)
-    assert got.batch_starts == (0, 2048, 3000, 5048) and got.checkpoints == (3000,)
+    assert got.batch_starts == (0, 2048, 3000, 5048) and got.checkpoints == (3000,) and got.restored == (3000,)
     assert got.breaks(2048, 6000) == (3000,)  # 2048 and 5048 end full batches; 6000 is the end
     assert CompletionRequest("p", ()).to_dict() == {"prompt": "p", "message_delimiters": [], "cache_prompt": True}

@@ -45,15 +45,17 @@ def setup():
     own = [MessageDelimiter(role, text) for role, text in server_delimiters(template)]
     ids = tok.tokenize(ours.prompt, add_bos=True)  # as llama-server tokenizes a prompt string
     spans = SpanDetector(token_delimiters(analysis, tok)).split(ids)
-    yield dict(binary=binary, model=model, ours=ours, own=own, ids=ids, tok=tok,
-               users=set(spans.starts("user")), tools=set(spans.starts("tool")))
+    yield dict(binary=binary, model=model, ours=ours, own=own, ids=ids, tok=tok, template=template, analysis=analysis,
+               session=session, users=set(spans.starts("user")), tools=set(spans.starts("tool")))
     tok.close()
 
 
+SERVER_ARGS = ["-c", "16384", "-b", str(N_BATCH), "-ub", str(N_UBATCH), "-t", "2", "-tb", "2", "-np", "1",
+               "-ctxcp", "32", "-cms", str(MIN_STEP), "--cache-ram", "0", "--metrics", "-lv", "5"]
+
+
 def _prefill(setup, body: dict, log) -> tuple:
-    args = ["-c", "16384", "-b", str(N_BATCH), "-ub", str(N_UBATCH), "-t", "2", "-tb", "2", "-np", "1",
-            "-ctxcp", "32", "-cms", str(MIN_STEP), "--cache-ram", "0", "--metrics", "-lv", "5"]
-    with LlamaServer(setup["binary"], setup["model"], args, log=log) as server:
+    with LlamaServer(setup["binary"], setup["model"], SERVER_ARGS, log=log) as server:
         before = server.metrics().get("llamacpp:n_decode_total", 0)
         answer = server.post("/completion", body)
         calls = server.metrics().get("llamacpp:n_decode_total", 0) - before
@@ -87,3 +89,37 @@ def test_tmplkit_delimiters_keep_llama_server_off_tool_responses(setup, tmp_path
           f"{len(set(log.checkpoints) & tools)} checkpoints on tool responses; llama-server's two: {own_calls} decode calls, "
           f"{len(own_breaks & tools)} breaks and {len(set(own_log.checkpoints) & tools)} checkpoints on tool responses")
 
+
+
+def test_a_resume_restores_the_checkpoint_tmplkit_runner_predicts(setup, tmp_path):
+    from tmplkit.prefill import PrefillRunner, PrefillSettings, ServerGated
+    from tmplkit.prefill.session import messages_for_template, next_user_turn
+    from tmplkit.spans import SpanDetector
+    from tmplkit.token_delims import token_delimiters
+
+    later = next_user_turn(setup["session"])  # the agent answers, the user asks again
+    first = setup["ours"]
+    second = completion_request(setup["template"], setup["tok"], {"messages": messages_for_template(later),
+                                                                  "tools": list(later.tools)}, analysis=setup["analysis"], n_predict=1)
+    ids1, ids2 = setup["ids"], setup["tok"].tokenize(second.prompt, add_bos=True)
+    with LlamaServer(setup["binary"], setup["model"], SERVER_ARGS, log=tmp_path / "resume.log") as server:
+        server.post("/completion", first.to_dict())
+        cold = read_prefill_log(server.log_text())
+        mark = len(server.log_text())
+        answer = server.post("/completion", second.to_dict())
+        warm = read_prefill_log(server.log_text()[mark:])
+
+    # tmplkit's runner, by llama-server's rules (ServerGated) with tmplkit's spans, on the same model
+    settings = PrefillSettings(n_ctx=16384, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=2, n_threads_batch=2,
+                               max_checkpoints=32, checkpoint_min_step=MIN_STEP)
+    detector = SpanDetector(token_delimiters(setup["analysis"], setup["tok"]))
+    with PrefillRunner(setup["model"], settings) as runner:
+        run = runner.run(ids1, detector.split(ids1), ServerGated())
+        resumed = runner.resume(ids2, detector.split(ids2), ServerGated())
+    assert tuple(c.start for c in run.decode_calls) == cold.batch_starts
+    assert tuple(c.n_tokens for c in run.checkpoints) == cold.checkpoints
+    assert resumed.restored is not None and warm.restored == (resumed.restored.n_tokens,)
+    assert resumed.restored.n_tokens in setup["users"]  # the last real user message, not a tool response
+    assert answer["timings"]["cache_n"] == resumed.n_reused and answer["timings"]["prompt_n"] == resumed.n_processed
+    print(f"\nresume {len(ids1)} -> {len(ids2)} tokens: llama-server and tmplkit's runner both restore the checkpoint at "
+          f"{resumed.restored.n_tokens} and recompute {resumed.n_processed} tokens")

@@ -287,10 +287,12 @@ def _free_port() -> int:
 
 @dataclass(frozen=True)
 class PrefillLog:
-    """Where llama-server started each prompt batch and took each context checkpoint (token positions)."""
+    """Where llama-server started each prompt batch, took each context checkpoint and restored one
+    (token positions)."""
 
     batch_starts: tuple[int, ...]
     checkpoints: tuple[int, ...]
+    restored: tuple[int, ...] = ()
 
     def breaks(self, n_batch: int, n_tokens: int) -> tuple[int, ...]:
         """The positions where a batch ended early: before n_batch tokens, and not at the prompt's end."""
@@ -298,20 +300,24 @@ class PrefillLog:
         return tuple(e for s, e in zip(self.batch_starts, ends) if e - s < n_batch and e < n_tokens)
 
     def to_dict(self) -> dict:
-        return {"batch_starts": list(self.batch_starts), "checkpoints": list(self.checkpoints)}
+        return {"batch_starts": list(self.batch_starts), "checkpoints": list(self.checkpoints), "restored": list(self.restored)}
 
 
 # At -lv 5 the server logs, once per prompt batch, the memory's last position before it
 # ("main/do_checkpoint = yes|no, pos_min = A, pos_max = B": the batch starts at B + 1), and at
-# -lv 4 each checkpoint it takes ("created context checkpoint ... n_tokens = N", N its position).
+# -lv 4 each checkpoint it takes or restores ("created context checkpoint ... n_tokens = N",
+# "restored context checkpoint (... n_tokens = N", N its position).
 _BATCH = re.compile(r"main/do_checkpoint = (?:yes|no), pos_min = -?\d+, pos_max = (-?\d+)")
 _CHECKPOINT = re.compile(r"created context checkpoint \d+ of \d+ \(.*?n_tokens = (\d+)")
+_RESTORED = re.compile(r"restored context checkpoint \(.*?n_tokens = (\d+)")
 
 
 def read_prefill_log(text: str) -> PrefillLog:
-    """The batch starts and checkpoints in a llama-server log (run with `-lv 5`), in log order.
+    """The batch starts, checkpoints and restored checkpoints in a llama-server log (run with
+    `-lv 5`), in log order.
 
     Give the log of one request (the part written after it began).
     """
     return PrefillLog(tuple(int(m.group(1)) + 1 for m in _BATCH.finditer(text)),
-                      tuple(int(m.group(1)) for m in _CHECKPOINT.finditer(text)))
+                      tuple(int(m.group(1)) for m in _CHECKPOINT.finditer(text)),
+                      tuple(int(m.group(1)) for m in _RESTORED.finditer(text)))
