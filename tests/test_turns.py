@@ -127,3 +127,9 @@ def test_a_session_without_a_generated_turn_has_one_request():
     s = Session(({"role": "user", "content": "hi"},))
     (r,) = session_requests(s, tmpl("stable"))
     assert r.generated == "" and r.rule == "" and r.held == r.text
+
+
+def test_newest_tool_result_rendered_otherwise_once_answered(session):
+    r = study_turns(tmpl("open-last-tool"), session)
+    assert r.first.request == 2 and r.first.cause == "last tool result"  # request 1 ended with a tool result
+    assert "<|im_end|>" in r.first.request_text and set(r.causes()) == {"last tool result"}

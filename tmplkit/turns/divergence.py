@@ -159,7 +159,9 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
         if r and _covers(held, r, pos, slack=_NEAR) and text.count(r) < held.count(r):
             return "reasoning dropped", f"the reasoning of message {i} is in the held text at the divergence and not in the request"
     g0 = len(prev.text) - len(prev.generation_prompt)
-    if prev.generated and g0 <= pos <= len(prev.text):
+    # (text inserted before an intact generation prompt belongs to the message before it)
+    moved = 0 < text.find(prev.generation_prompt, g0) - g0 <= _NEAR
+    if prev.generated and g0 <= pos <= len(prev.text) and not moved:
         return "generation prompt", (f"the generation prompt {prev.generation_prompt!r} differs from the re-rendered turn "
                                      f"{text[g0:g0 + len(prev.generation_prompt) + 20]!r}")
     for t in tools or ():
