@@ -1,7 +1,9 @@
 """Reading a user's text and JSON files: one set of checks, one-line errors of the caller's class.
 
-Every file tmplkit reads on a user's behalf (templates, tokenizer configs, conversations, sessions,
-expected-failures lists) goes through `read_text` / `read_json`, so each goes through the same checks:
+The text and JSON files tmplkit reads on a user's behalf (.jinja templates, tokenizer configs,
+conversations and sessions, expected-failures lists; standard input too) go through `read_text` /
+`read_json` / `parse_json`, so each gets the same checks (GGUF files have their own reader,
+gguf_meta, and TOML configuration files tomllib):
 
 - a pipe, socket or device is refused before it is read (reading a FIFO would wait for a writer
   forever; /dev/zero would never end);
