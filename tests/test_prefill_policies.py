@@ -326,3 +326,10 @@ def test_a_registered_policy_is_offered_by_the_cli_with_the_settings_defaults(mo
     monkeypatch.delitem(POLICIES, "mine")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["prefill", "m.gguf", "s.json", "--policy", "mine"])
+
+
+def test_the_prefill_package_exports_what_it_lists():
+    import tmplkit.prefill as prefill
+
+    assert all(hasattr(prefill, name) for name in prefill.__all__)
+    assert {"BatchSchedule", "PlannedBatch", "GenerationReport", "checkpoint_due", "FixedBreaks"} <= set(prefill.__all__)
