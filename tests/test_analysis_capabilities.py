@@ -121,53 +121,27 @@ def test_delimiters_derived_without_bos_eos_are_proved_with_the_common_ones():
     a = analyze(bare)
     assert a.status == "pass", a.round_trip.problems
     assert a.user_start == "[INST] "
-    from tmplkit.analysis._verdict import COMMON_SPECIAL_TOKENS, round_trip, special_token_renders
+    from tmplkit.analysis._verdict import prompt_cuts, round_trip, special_tokens
 
+    assert special_tokens(bare) == {"bos_token": "<s>", "eos_token": "</s>"}
     prober = Prober(bare, None)
     text, probe, _, _ = prober.attempt(ProbeBuilder(prober.needles), "S1 U1 A1 U2 A2 U3", add_generation_prompt=True)
-    renders = special_token_renders(prober, probe)
-    assert [label for label, _, _ in renders] == [f"with bos_token={b!r}, eos_token={e!r}" for b, e in COMMON_SPECIAL_TOKENS]
-    assert "<s>[INST] " in renders[0][2] and "</s>" in renders[0][2]
+    cuts = prompt_cuts(prober, probe)
+    # The conversation cut after a user message, rendered with the family's BOS/EOS.
+    assert [label for label, _, _ in cuts] == ["cut after a user message, bos_token='<s>', eos_token='</s>'"]
+    assert "</s><s>[INST] " in cuts[0][2]
     modes = ["in_user", "own", "own", "own", "own", "own"]
-    assert round_trip(probe, text, None, [], a.delimiters, modes, renders).passed
-    # A delimiter that holds only while the EOS renders empty is caught by the renders with real tokens.
+    assert round_trip(probe, text, None, [], a.delimiters, modes, cuts).passed
+    # A delimiter that holds only while the EOS renders empty is caught by the render with real tokens.
     eos_bound = sort_delimiters(a.delimiters + (Delimiter("tool", "</s>"),))
     assert verdict(text, probe, eos_bound, modes).passed
-    proved = round_trip(probe, text, None, [], eos_bound, modes, renders)
-    assert not proved.passed and any(p.startswith("with bos_token='<s>', eos_token='</s>': ") for p in proved.problems)
+    proved = round_trip(probe, text, None, [], eos_bound, modes, cuts)
+    assert not proved.passed and any(p.startswith("cut after a user message, bos_token='<s>', eos_token='</s>': ") for p in proved.problems)
 
 
 def test_a_source_with_real_tokens_is_not_proved_with_other_ones():
-    assert special_token_renders_for(fixture("llama2", bos="<s>", eos="</s>")) == []
+    from tmplkit.analysis._verdict import special_tokens
 
-
-def special_token_renders_for(t):
-    from tmplkit.analysis._verdict import special_token_renders
-
-    probe = ProbeBuilder(Prober(t, None).needles).build("U1 A1")
-    return special_token_renders(Prober(t, None), probe)
-
-
-# --- turns that differ by context ---------------------------------------------------------------
-
-
-def test_a_first_user_turn_with_an_opener_of_its_own_gets_a_delimiter_of_its_own():
-    t = fixture("first-turn-opener")
-    a = analyze(t)
-    assert a.status == "pass", a.round_trip.problems
-    users = [d.text for d in a.delimiters if d.role == "user"]
-    assert users == ['<tools>\n{"type": "function", "function": {"name": "', "<|user|>\n"]  # longest first
-    assert a.user_start == "<|user|>\n"
-    rt = a.round_trip
-    first_user = next(m["content"] for m in rt.messages if m["role"] == "user")
-    spans = split_text(rt.rendered, a.delimiters)
-    at = rt.rendered.index(first_user)
-    assert next(s for s in spans if s.start <= at < s.end).role == "user"
-    assert rt.expected_roles.count("user") == sum(m["role"] == "user" for m in rt.messages)
-
-
-def test_context_delimiters_are_added_only_where_the_round_trip_needs_and_proves_them():
-    # The same template with one opener everywhere: no second user delimiter.
-    same = (FIXTURES / "first-turn-opener.jinja").read_text(encoding="utf-8").replace("Question:\\n", "<|user|>\\n")
-    a = analyze(ChatTemplate(text=same, name="same", source="-"))
-    assert a.status == "pass" and [d.text for d in a.delimiters if d.role == "user"] == ["<|user|>\n"]
+    assert special_tokens(fixture("llama2", bos="<s>", eos="</s>")) == {}
+    assert special_tokens(ChatTemplate(text="{{ bos_token }}<|start_header_id|>", name="l3", source="-")) == {
+        "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}

@@ -10,11 +10,11 @@ from ..errors import InputError, RenderError, RenderLimitError
 from ..sandbox import Limits, compile_template
 from ._chat import ChatDelimiters, ChatFindings, Stop, assistant_delimiters, chat_delimiters, context_starts, probe_chat
 from ._probing import Prober
-from ._reasoning import ReasoningFindings, probe_reasoning, switched_renders, thinking_flags, without_reasoning
+from ._reasoning import ReasoningFindings, probe_reasoning, switch_renders, switched_renders, thinking_flags, without_reasoning
 from ._result import Analysis, failed_analysis, status_of
 from ._system import SystemFindings, probe_system, refine_system_start
 from ._tools import ToolFindings, ToolProbe, probe_tools, tool_delimiters
-from ._verdict import message_modes, prompt_cuts, render_round_trip, round_trip, special_token_renders
+from ._verdict import message_modes, prompt_cuts, render_round_trip, round_trip
 
 __all__ = ["analyze"]
 
@@ -66,7 +66,8 @@ class _Stages:
         self.system: SystemFindings = probe_system(prober, chat, self.chat_probed)
         self.tool_probe: ToolProbe = probe_tools(prober, self.system.builder)
         self.tools_probed = self._tool_delimiters(self.chat_probed)
-        self.thinking_flags = thinking_flags(prober, chat)
+        self.switches = switch_renders(prober, chat)
+        self.thinking_flags = thinking_flags(chat, self.switches)
         rt_probe, rt_text, rt_error = render_round_trip(prober, self.system.builder, self.system.mode,
                                                         self.tool_probe, self.tools_probed)
         self.rt_probe, self.rt_text, self.rt_error = rt_probe, rt_text, rt_error
@@ -84,7 +85,8 @@ class _Stages:
             if self.tools_probed.placement not in (None, "rejected", "dropped"):
                 self.tools_final = self._tool_delimiters(self.chat_final)
         assistant_start, assistant, self.assistant_notes = assistant_delimiters(prober, chat, self.chat_final, self.tools_final)
-        self.reasoning: ReasoningFindings = probe_reasoning(prober, chat, assistant_start, self.thinking_flags, self.renders)
+        self.reasoning: ReasoningFindings = probe_reasoning(prober, chat, assistant_start, self.switches,
+                                                          self.thinking_flags, self.renders)
         self.assistant_start = without_reasoning(assistant_start, self.reasoning)
         self.assistant = [without_reasoning(d, self.reasoning) for d in assistant]
 
@@ -136,7 +138,7 @@ class _Stages:
         modes = message_modes(self.rt_probe, self.system.mode, self.tools_final)
         cuts = []
         if self.rt_text is not None:
-            cuts = prompt_cuts(self.prober, self.rt_probe) + special_token_renders(self.prober, self.rt_probe)
+            cuts = prompt_cuts(self.prober, self.rt_probe)
         verdict = round_trip(self.rt_probe, self.rt_text, self.rt_error, self.variants, delimiters, modes, cuts)
         if not verdict.passed and self.renders:
             # Turns that differ by context (a first user turn after the tool list with an opener of

@@ -6,31 +6,47 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ..errors import RenderError
-from ..probes import THINKING_FLAGS, Probe
+from ..probes import REASONING_KEYS, THINKING_FLAGS, Probe
 from ._chat import ChatFindings, generation_prompt_of
 from ._probing import Prober, Seen
 from ._text import UNIT, Note, agree, canon, distinctive, lcp, unit_prefix
 
-__all__ = ["ReasoningFindings", "generation_prompts", "probe_reasoning", "switched_renders", "thinking_flags", "without_reasoning"]
+__all__ = ["ReasoningFindings", "generation_prompts", "probe_reasoning", "switch_renders", "switched_renders", "thinking_flags",
+           "without_reasoning"]
 
 
-def thinking_flags(prober: Prober, chat: ChatFindings) -> list[str]:
-    """The thinking switches (enable_thinking, thinking, ...) that change the generation prompt."""
-    flags: list[str] = []
+_NAMED = {name: re.compile(rf"\b{name}\b") for name, _ in THINKING_FLAGS}
+
+
+def switch_renders(prober: Prober, chat: ChatFindings, names=None, have=None) -> dict[tuple[str, object], str]:
+    """The one-message chat with the generation prompt, rendered with values of the thinking switches
+    (enable_thinking, thinking, ...) the template names: {(name, value): render}. Without `names`,
+    each switch's values until one changes the render (enough to tell which switches matter);
+    with them, every value of those switches (those in `have` are not rendered again)."""
+    out: dict[tuple[str, object], str] = dict(have or {})
     if chat.generation_render is None:
-        return flags
+        return out
     probe = chat.builder.build("U1", add_generation_prompt=True)
     for name, values in THINKING_FLAGS:
-        if name not in prober.template.text:
+        # Only a switch the template names can change its render (`thinking` inside
+        # `enable_thinking` is no mention of its own).
+        if (names is not None and name not in names) or name not in prober.template.text \
+                or not _NAMED[name].search(prober.template.text):
             continue
         for value in values:
             try:
-                if prober.render(replace(probe, kwargs={**probe.kwargs, name: value})) != chat.generation_render:
-                    flags.append(name)
-                    break
+                if (name, value) not in out:
+                    out[(name, value)] = prober.render(replace(probe, kwargs={**probe.kwargs, name: value}))
             except RenderError:
                 continue
-    return flags
+            if names is None and out.get((name, value)) != chat.generation_render:
+                break
+    return out
+
+
+def thinking_flags(chat: ChatFindings, renders: dict[tuple[str, object], str]) -> list[str]:
+    """The thinking switches that change the generation prompt."""
+    return list(dict.fromkeys(name for (name, _), text in renders.items() if text != chat.generation_render))
 
 
 def switched_renders(prober: Prober, probe: Probe, text: str, flags) -> list[tuple[str, str]]:
@@ -204,32 +220,32 @@ def _generation_verdict(prompt: str | None, start: str, end: str) -> str:
     return "model"
 
 
-def generation_prompts(prober: Prober, chat: ChatFindings, flags) -> dict[str, str | None]:
+def generation_prompts(prober: Prober, chat: ChatFindings, renders: dict[tuple[str, object], str], flags) -> dict[str, str | None]:
     """The generation prompt of a one-message chat with each thinking-switch setting ('default':
     none set), cut like the analysis's generation prompt."""
     out: dict[str, str | None] = {"default": chat.generation_prompt}
-    probe = chat.builder.build("U1", add_generation_prompt=True)
     for name, values in THINKING_FLAGS:
-        if name not in flags:
-            continue
         for value in values:
-            try:
-                text = prober.render(replace(probe, kwargs={**probe.kwargs, name: value}))
-            except RenderError:
-                continue
-            out[f"{name}={value!r}"] = generation_prompt_of(prober, text, chat.one_render, chat.opener)
+            if name in flags and (name, value) in renders:
+                out[f"{name}={value!r}"] = generation_prompt_of(prober, renders[(name, value)], chat.one_render, chat.opener)
     return out
 
 
-def _earlier_turns(prober: Prober, builder) -> str | None:
+def _earlier_turns(prober: Prober, builder, renders) -> str | None:
     """'kept' where an answer before the last user message keeps its reasoning, 'dropped' where
-    only the answer after it does, None where no reasoning renders."""
-    seen = _with_reasoning(prober, builder, "U1 A1/R1 U2 A2/R2")
-    if seen is None:
-        return None
-    if seen.pos[1][-1] >= 0:
-        return "kept"
-    return "dropped" if seen.pos[3][-1] >= 0 else None
+    only the answer after it does, None where no reasoning renders. The round-trip render tells
+    where it has reasoning on both sides of its last user message; else a probe does."""
+    for seen in [*renders[:1], None]:
+        seen = seen or _with_reasoning(prober, builder, "U1 A1/R1 U2 A2/R2")
+        if seen is None:
+            return None
+        last_user = max(i for i, r in enumerate(seen.probe.roles) if r == "user")
+        shown = [(i < last_user, seen.pos[i][-1] >= 0) for i, m in enumerate(seen.probe.messages) if m.get("reasoning_content")]
+        if any(early and found for early, found in shown):
+            return "kept"
+        if any(not early and found for early, found in shown) and any(early for early, _ in shown):
+            return "dropped"
+    return None
 
 
 def _through_closer(end: str, start: str) -> str:
@@ -264,16 +280,21 @@ def _ends_in(renders) -> list[str]:
     return out
 
 
-def probe_reasoning(prober: Prober, chat: ChatFindings, assistant_start: str, flags, renders=()) -> ReasoningFindings:
+def probe_reasoning(prober: Prober, chat: ChatFindings, assistant_start: str, switches: dict, flags,
+                    renders=()) -> ReasoningFindings:
     """Reasoning markers, from the first of: a render whose reasoning text shows (`U1 A1/R1`), an
     empty reasoning block the template writes into answers, generation prompts that differ by a
     thinking switch. A role's start is the markup that says whose turn it is; reasoning is part of
     the turn's content, so the assistant start becomes the role marker alone."""
-    one = _with_reasoning(prober, chat.builder, "U1 A1/R1")
-    prompts = generation_prompts(prober, chat, flags)
-    markers = next((m for m in (_markers_from_text(prober, r, chat, assistant_start) for r in [one, *renders] if r) if m), None) \
-        or _markers_from_block(prober, chat, assistant_start) or _markers_from_prompts(list(prompts.values()))
-    earlier = _earlier_turns(prober, chat.builder)
+    # A template that names none of the keys renders no reasoning text from them.
+    named = any(key in prober.template.text for key in REASONING_KEYS)
+    markers = next((m for m in (_markers_from_text(prober, r, chat, assistant_start) for r in renders) if m), None)
+    if not markers and named:
+        one = _with_reasoning(prober, chat.builder, "U1 A1/R1")
+        markers = one is not None and _markers_from_text(prober, one, chat, assistant_start)
+    markers = markers or _markers_from_block(prober, chat, assistant_start) \
+        or _markers_from_prompts(list(generation_prompts(prober, chat, switches, flags).values()))
+    earlier = _earlier_turns(prober, chat.builder, list(renders)) if named else None
     if not markers:
         return ReasoningFindings(earlier_turns=earlier)
     marker, start, end = markers
@@ -292,6 +313,8 @@ def probe_reasoning(prober: Prober, chat: ChatFindings, assistant_start: str, fl
         message = (f"reasoning has no opening marker of its own: it follows the assistant start {marker!r} "
                    "directly, so the reasoning lies in the assistant span up to the reasoning end")
         notes.append(Note(message, message))
+    # Every value of each switch, for a verdict per setting.
+    prompts = generation_prompts(prober, chat, switch_renders(prober, chat, flags, switches), flags)
     generation = {setting: _generation_verdict(p, start, end) for setting, p in prompts.items()}
     return ReasoningFindings(start, end, marker if distinctive(marker) else None, earlier, generation, tuple(notes))
 

@@ -52,8 +52,9 @@ def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> 
             return SystemFindings("", "as_user", builder)
         return SystemFindings("", "inside_user" if inside.role == "user" else "inside_assistant", builder)
     candidate = system_candidate(seen.head(0), chat, delims, prober.clean)
-    if candidate:
-        # Text that depends on today's date is no fixed marker.
+    if candidate and "strftime_now" in prober.template.text:
+        # Text that depends on today's date is no fixed marker (the date reaches a template only
+        # through strftime_now).
         try:
             other = Seen(prober.render(probe, clock=_other_clock), probe)
             if other.found(0):

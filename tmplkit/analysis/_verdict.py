@@ -14,7 +14,7 @@ from ._result import RoundTrip
 from ._text import template_message
 from ._tools import ToolFindings, ToolProbe
 
-__all__ = ["COMMON_SPECIAL_TOKENS", "message_modes", "prompt_cuts", "special_token_renders", "render_round_trip", "round_trip", "verdict"]
+__all__ = ["COMMON_SPECIAL_TOKENS", "message_modes", "prompt_cuts", "special_tokens", "render_round_trip", "round_trip", "verdict"]
 
 
 def _turn_role(role: str) -> str:
@@ -82,55 +82,62 @@ def message_modes(probe: Probe, system_mode: str, tools: ToolFindings) -> list[s
     return modes
 
 
+def _cut(probe: Probe, n: int, **kwargs) -> Probe:
+    """The first `n` messages of `probe`, with `kwargs` set."""
+    return Probe(probe.messages[:n], {**probe.kwargs, **kwargs}, probe.needles[:n], probe.roles[:n],
+                 probe.tool_call_flags[:n], probe.preamble)
+
+
+def _end_of(probe: Probe, role: str, nth: int) -> int | None:
+    """The number of messages up to the end of the `nth` run of `role` messages (0-based), if any."""
+    ends = [i + 1 for i, r in enumerate(probe.roles) if r == role and (i + 1 == len(probe.roles) or probe.roles[i + 1] != role)]
+    return ends[nth] if len(ends) > nth else None
+
+
 def prompt_cuts(prober: Prober, probe: Probe) -> list[tuple[str, Probe, str]]:
-    """The round-trip conversation cut where a server is given it: after its last user message and
-    after its last tool results, each rendered with the generation prompt. (label, probe, render)."""
-    ends = {}
-    for i, role in enumerate(probe.roles):
-        if role == "user":
-            ends["after the last user message"] = i + 1
-        elif role == "tool" and (i + 1 == len(probe.roles) or probe.roles[i + 1] != "tool"):
-            ends["after the last tool results"] = i + 1
+    """The round-trip conversation cut where a server is given it, rendered with the generation
+    prompt: after a user message (the second: a short render, where that message is the last one,
+    as the template sees a request) and after tool results, unless the round-trip render itself
+    ends there. A template whose source gives no BOS/EOS gets its family's common pair in these
+    renders, so the delimiters derived without them are proved with them too. [(label, probe, render)]."""
     out = []
-    for label, n in ends.items():
-        if n == len(probe.roles) and probe.kwargs.get("add_generation_prompt"):
-            continue  # the round-trip render itself
-        cut = Probe(probe.messages[:n], {**probe.kwargs, "add_generation_prompt": True}, probe.needles[:n],
-                    probe.roles[:n], probe.tool_call_flags[:n], probe.preamble)
+    tokens = special_tokens(prober.template)
+    with_tokens = "".join(f", {k}={v!r}" for k, v in tokens.items())
+    ends_with = probe.roles[-1] if probe.kwargs.get("add_generation_prompt") else None
+    for label, role in (("after a user message", "user"), ("after tool results", "tool")):
+        n = _end_of(probe, role, 1 if role == "user" else 0)
+        if n is None or (ends_with == role and not tokens):
+            continue  # none there, or the round-trip render itself ends there
+        cut = _cut(probe, n, add_generation_prompt=True, **tokens)
         try:
-            out.append((f"cut {label}", cut, prober.render(cut)))
+            out.append((f"cut {label}{with_tokens}", cut, prober.render(cut)))
         except RenderError:
-            continue  # a template may refuse to end there (a tool call without its results)
+            continue  # a template may refuse to end there
     return out
 
 
-# BOS/EOS strings of common model families: a template whose source gives none is also proved
-# with each, since a delimiter derived with empty tokens must hold with the real ones.
+# BOS/EOS strings of common model families, each with markup that names the family in a template;
+# a template whose source gives no tokens is also proved with its family's (`<s>`/`</s>` by default),
+# since a delimiter derived with empty tokens must hold with the real ones.
 COMMON_SPECIAL_TOKENS = (("<s>", "</s>"), ("<|begin_of_text|>", "<|eot_id|>"),
                          ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"), ("<bos>", "<eos>"))
+_FAMILY_MARKUP = (("<|start_header_id|>", 1), ("<｜", 2), ("<start_of_turn>", 3))
 
 
-def special_token_renders(prober: Prober, probe: Probe) -> list[tuple[str, Probe, str]]:
-    """The round-trip conversation rendered with each common BOS/EOS pair, where the template reads
-    them and its source gives none. (label, probe, render)."""
-    t = prober.template
+def special_tokens(template) -> dict:
+    """The common BOS/EOS pair of the template's family as render variables, where the template
+    reads them and its source gives none; else {}."""
+    t = template
     if t.bos_token is not None or t.eos_token is not None or ("bos_token" not in t.text and "eos_token" not in t.text):
-        return []
-    out = []
-    for bos, eos in COMMON_SPECIAL_TOKENS:
-        other = replace(probe, kwargs={**probe.kwargs, "bos_token": bos, "eos_token": eos})
-        try:
-            out.append((f"with bos_token={bos!r}, eos_token={eos!r}", other, prober.render(other)))
-        except RenderError:
-            continue
-    return out
+        return {}
+    bos, eos = COMMON_SPECIAL_TOKENS[next((i for markup, i in _FAMILY_MARKUP if markup in t.text), 0)]
+    return {"bos_token": bos, "eos_token": eos}
 
 
 def _cut_modes(cut: Probe, text: str, modes: list[str]) -> list[str]:
     """`modes` for a cut conversation: a system prompt the template writes only before a final user
     message (Mistral Nemo) is dropped when the conversation ends otherwise."""
-    seen = Seen(text, cut)
-    return ["dropped" if role == "system" and not seen.found(i) else mode
+    return ["dropped" if role == "system" and cut.needles[i][0] not in text else mode
             for i, (role, mode) in enumerate(zip(cut.roles, modes))]
 
 
@@ -151,7 +158,8 @@ def round_trip(probe: Probe, text: str | None, error, variants, delimiters, mode
         if not other.passed:
             result = replace(result, passed=False, problems=result.problems + tuple(
                 f"{label}: {p}" for p in other.problems if p not in base))
-        result = replace(result, notes=result.notes + tuple(f"{label}: {n}" for n in other.notes if n not in result.notes))
+        if other.notes:
+            result = replace(result, notes=result.notes + tuple(f"{label}: {n}" for n in other.notes if n not in result.notes))
     return result
 
 
@@ -167,6 +175,7 @@ class _Placement:
         self.problems: list[str] = []
         self.stray: list[str] = []  # reasoning markup matched outside an assistant turn
         self.roles = self._turn_roles()
+        self.any_reasoning = any(role in REASONING_ROLES for role in self.roles)
         self.owner: dict[int, int] = {}  # span index -> message index
         self.spans_of: dict[int, list[int]] = {}  # message index -> its span indexes
         self.last_span: dict[int, int] = {}  # message index -> the span its content ends in
@@ -222,7 +231,7 @@ class _Placement:
                 what = ("in a user span: a tool response classified as a user message" if (role, self.roles[k]) == ("tool", "user")
                         else f"in a {self.roles[k]} span")
                 self.problems.append(f"{self.describe(i)}: its content lies {what}")
-            elif self._misplaced_reasoning(i, pos, self.roles[k]):
+            elif self.any_reasoning and self._misplaced_reasoning(i, pos, self.roles[k]):
                 self.problems.append(f"{self.describe(i)}: {self._misplaced_reasoning(i, pos, self.roles[k])}")
             elif self.owner.setdefault(k, i) != i:
                 self.problems.append(f"{self.describe(i)}: shares one span with {self.describe(self.owner[k])}")
@@ -273,12 +282,10 @@ class _Placement:
                 continue
             if ks != list(range(ks[0], ks[-1] + 1)):
                 self.problems.append(f"{self.describe(i)}: its content is split over spans of other messages")
-            if roles[i] == "assistant" and self.modes[i] != "continues" and any(
-                    self.roles[k] in REASONING_ROLES and (k == 0 or _turn_role(self.roles[k - 1]) != "assistant") for k in ks):
-                self.problems.append(f"{self.describe(i)}: its reasoning does not follow an assistant start")
             order.append(ks[0])
             # Spans inside the turn (its reasoning) keep their own role.
-            expected.extend(spans[k].role if spans[k].role in REASONING_ROLES else self.expected_role(i) for k in ks)
+            own = self.expected_role(i)
+            expected.extend(spans[k].role if spans[k].role in REASONING_ROLES else own for k in ks)
         if order != sorted(order):
             self.problems.append("messages are not in their order in the spans")
         for k in range(first + 1, last):
