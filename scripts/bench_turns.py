@@ -4,6 +4,7 @@
     python scripts/bench_turns.py corpus                 # every corpus template: stable?, cause, shares recomputed
     python scripts/bench_turns.py replay                 # the tiny Qwen3.5-vocab model and Gemma 3 270M
     python scripts/bench_turns.py replay --quick         # a short session, the tiny model only
+    python scripts/bench_turns.py replay --models qwen   # one of the two models
 
 corpus: one generated agent session (`--tokens`, default 30000; reasoning on every assistant turn,
 parallel tool calls, several user requests) on every llama.cpp corpus template, tokenized with the
@@ -73,10 +74,10 @@ def replay_bench(args) -> dict:
     from tmplkit.prefill.compare import resolve_template
 
     out = {}
-    models = [("qwen", tiny_model_path(), corpus.templates_dir() / "Qwen3.5-4B.jinja", "agent")]
-    if not args.quick:
-        models.append(("gemma", corpus.gemma_model_path(), None, "user-turns"))
-    for label, path, template, style in models:
+    models = {"qwen": lambda: (tiny_model_path(), corpus.templates_dir() / "Qwen3.5-4B.jinja", "agent"),
+              "gemma": lambda: (corpus.gemma_model_path(), None, "user-turns")}
+    for label in (["qwen"] if args.quick else args.models.split(",")):
+        path, template, style = models[label]()
         session = generate_session(args.tokens if not args.quick else 3000, seed=args.seed, style=style,
                                    requests=None if not args.quick else 2)
         runners = {name: PrefillRunner(path, n_ctx=args.n_ctx, n_threads=args.threads) for name in REPLAYED + ("none",)}
@@ -161,6 +162,7 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=30000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--models", default="qwen,gemma", help="replay: which of qwen (the tiny model), gemma")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--n-ctx", type=int, default=65536)
     p.add_argument("--json", default=str(ROOT / "scripts" / "results" / "turns.json"))
@@ -169,7 +171,10 @@ def main() -> int:
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(out.read_text()) if out.is_file() else {}
-    data[args.what] = result
+    if args.what == "replay":  # one model at a time keeps the other's figures
+        data.setdefault("replay", {}).update(result)
+    else:
+        data["corpus"] = result
     out.write_text(json.dumps(data, indent=1, default=str) + "\n")
     print(f"\nwrote {out}", file=sys.stderr)
     return 0

@@ -37,7 +37,7 @@ from ..errors import InputError, TmplkitError
 from ..sandbox import PINNED_NOW, Limits, render
 from ..sources import ChatTemplate
 
-__all__ = ["Request", "session_requests", "request_points", "common_prefix", "next_renders"]
+__all__ = ["Request", "session_requests", "iter_requests", "request_points", "common_prefix", "next_renders"]
 
 _NEEDLE = "\u2063needle\u2063"
 _LIMITS = Limits(seconds=60, max_output_chars=50_000_000)
@@ -118,6 +118,12 @@ def session_requests(session, template: ChatTemplate, *, kwargs: Mapping | None 
         >>> [r.n_messages for r in session_requests(session, template)]   # doctest: +SKIP
         [2, 4, 6]
     """
+    return tuple(iter_requests(session, template, kwargs=kwargs, start=start, interval=interval))
+
+
+def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = None,
+                  start: datetime = PINNED_NOW, interval: timedelta = DEFAULT_INTERVAL):
+    """`session_requests` one request at a time (a caller looking for the first divergence stops early)."""
     from ..prefill.session import messages_for_template
 
     messages = messages_for_template(session)
@@ -127,7 +133,6 @@ def session_requests(session, template: ChatTemplate, *, kwargs: Mapping | None 
         raise InputError(f"{getattr(session, 'source', 'session')}: no request in the session: the model speaks after a "
                          "user message or tool results; add a user message")
     extra = dict(kwargs or {})
-    out = []
     for k, (n, end) in enumerate(points):
         when = start + k * interval
         clock = (lambda t=when: t)  # noqa: E731 - each request at its own time
@@ -140,8 +145,7 @@ def session_requests(session, template: ChatTemplate, *, kwargs: Mapping | None 
         generated, rule = "", ""
         if end > n:
             generated, rule = _generated_turn(draw, messages[:end], text, gprompt)
-        out.append(Request(k, n, text, gprompt, generated, (n, end), rule, when))
-    return tuple(out)
+        yield Request(k, n, text, gprompt, generated, (n, end), rule, when)
 
 
 def _generation_prompt(with_gp: str, without: str) -> str:

@@ -16,7 +16,7 @@ from ..probes import THINKING_FLAGS
 from ..sources import ChatTemplate
 from .cost import SessionCost, predicted_divergences, session_cost
 from .divergence import Divergence, divergences, tokenize_requests
-from .requests import DEFAULT_INTERVAL, next_renders, session_requests
+from .requests import DEFAULT_INTERVAL, iter_requests, next_renders, session_requests
 
 __all__ = ["TurnsReport", "study_turns", "HISTORY_FLAGS", "request_spans"]
 
@@ -97,7 +97,7 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
             ahead = predicted_divergences(tokens, next_renders(session, template, reqs, kwargs=kwargs), tokenizer,
                                           add_bos=add_bos)
             cost = session_cost(tokens, spans, predicted=ahead, memory=memory, prefill=prefill)
-    tried = _switches(template, session, messages, kwargs, interval, reqs) if switches else ()
+    tried = _switches(template, session, kwargs, interval, reqs) if switches else ()
     return TurnsReport(template.name, len(reqs), divs, tried, cost, tuple(notes))
 
 
@@ -116,23 +116,37 @@ def _redraw(template, session, reqs, kwargs):
     return redraw
 
 
-def _switches(template, session, messages, kwargs, interval, default) -> tuple[tuple[str, bool], ...]:
-    """(setting, stable) for each value of each switch that changes some request's render."""
+def _switches(template, session, kwargs, interval, default) -> tuple[tuple[str, bool], ...]:
+    """(setting, stable) for each value of each switch that changes some request's render.
+
+    Requests are rendered one at a time and the walk stops at the first divergence, so a switch
+    that leaves the session unstable costs a few renders; one that changes nothing up to there
+    is left out (it is no switch for this session)."""
     out = []
-    plain = [(r.text, r.generated) for r in default]
     for name, values in THINKING_FLAGS + HISTORY_FLAGS:
         if not re.search(rf"\b{name}\b", template.text):  # `reasoning` is not `reasoning_content`
             continue
         for value in values:
             try:
-                reqs = session_requests(session, template, kwargs={**dict(kwargs or {}), name: value}, interval=interval)
+                verdict = _walk(iter_requests(session, template, kwargs={**dict(kwargs or {}), name: value},
+                                              interval=interval), default)
             except TmplkitError:
                 continue
-            if [(r.text, r.generated) for r in reqs] == plain:
-                continue
-            ok = all(d.stable for d in divergences(reqs, messages, session.tools))
-            out.append((f"{name}={value!r}", ok))
+            if verdict is not None:
+                out.append((f"{name}={value!r}", verdict))
     return tuple(out)
+
+
+def _walk(requests, default) -> bool | None:
+    """Stable (True) or not (False) for requests that differ from `default` somewhere; None when
+    they do not differ up to where the walk ends."""
+    changed, prev = False, None
+    for r in requests:
+        changed = changed or (r.text, r.generated) != (default[r.index].text, default[r.index].generated)
+        if prev is not None and not r.text.startswith(prev.held):
+            return False if changed else None
+        prev = r
+    return True if changed else None
 
 
 def request_spans(template, tokenizer, reqs, tokens, notes: list) -> dict:
