@@ -287,7 +287,6 @@ def test_hints_follow_the_caller_into_the_workers():
     assert slow.status == "timeout" and slow.errors[0].endswith("If the template is legitimately slow, raise --timeout")
 
 
-@pytest.mark.xfail(strict=True, reason="needs tmplkit.cli.main() to run the command inside sandbox.hints_for('cli')")
 def test_the_command_line_names_its_flags(tmp_path, capsys):
     from tmplkit.cli import main
 

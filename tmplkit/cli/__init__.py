@@ -12,11 +12,12 @@ import argparse
 import sys
 
 from ..errors import TmplkitError
+from ..sandbox import hints_for
 from ._audit import add_audit, add_table
 from ._corpus import add_corpus
 from ._prefill import add_prefill
 from ._replay import add_replay
-from ._serve import add_request
+from ._serve import add_engine_parity, add_request
 from ._session import add_session
 from ._show import add_show
 from ._spans import add_spans
@@ -25,7 +26,7 @@ from ._turns import add_turns
 __all__ = ["build_parser", "main"]
 
 # Each subcommand registers itself here: an add-parser function per subcommand.
-_SUBCOMMANDS = [add_audit, add_table, add_show, add_corpus, add_spans, add_prefill, add_turns, add_request, add_session, add_replay]
+_SUBCOMMANDS = [add_audit, add_table, add_show, add_corpus, add_spans, add_prefill, add_turns, add_request, add_engine_parity, add_session, add_replay]
 
 
 EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)", 1: "the audit failed",
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with hints_for("cli"):  # limit messages name the flags a command-line user can change
+            return int(args.func(args) or 0)
     except TmplkitError as exc:
         print(f"tmplkit: error: {exc}", file=sys.stderr)
         return exc.exit_code
