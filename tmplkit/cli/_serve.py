@@ -39,9 +39,50 @@ def _cmd_request(args) -> int:
     template = load_one(args.template, args.name)
     tokenizer = load_tokenizer(args.tokenizer)
     if args.delimiters_only:
-        out = [d.to_dict() for d in message_delimiters(template, tokenizer)]
+        out: object = [d.to_dict() for d in message_delimiters(template, tokenizer)]
     else:
         out = completion_request(template, tokenizer, args.conversation, add_generation_prompt=args.add_generation_prompt,
                                  n_predict=args.n_predict).to_dict()
     emit(json.dumps(out, ensure_ascii=False, indent=2) + "\n", args.output)
+    return 0
+
+
+def add_engine_parity(sub) -> None:
+    p = sub.add_parser(
+        "engine-parity", help="render templates with llama-server's own Jinja engine and compare with tmplkit's render",
+        description="For each template, render the analysis's round-trip conversation (without and with the "
+                    "generation prompt) through llama-server's /apply-template (--jinja --chat-template-file) and "
+                    "with tmplkit, compare byte for byte, and check the round trip on llama.cpp's render.")
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="templates: files, folders, hf:org/name, corpus:llama.cpp")
+    p.add_argument("--server", metavar="PATH", help="the llama-server binary (default: the one scripts/build_llama_server.sh built)")
+    p.add_argument("--model", metavar="GGUF", help="the model llama-server loads (default: the tiny qwen35-vocab model)")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--log-dir", metavar="DIR", help="keep llama-server's logs in DIR")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.set_defaults(func=_cmd_engine_parity)
+
+
+def _cmd_engine_parity(args) -> int:
+    import json
+
+    from ..engine_parity import engine_parity, format_parity_table
+    from ..errors import InputError
+    from ..llama_server import llama_server_binary
+    from ._common import emit, load_templates, require_extra
+
+    binary = args.server or llama_server_binary()
+    if binary is None:
+        raise InputError("llama-server is not built; run `bash scripts/build_llama_server.sh` or give --server PATH")
+    if args.model:
+        model = args.model
+    else:
+        require_extra("llama", "tmplkit engine-parity (its default tiny model)")
+        from ..prefill import tiny_model_path
+
+        model = tiny_model_path("qwen35")
+    rows = [row for t in load_templates(args.sources) for row in engine_parity(t, binary, model, log_dir=args.log_dir)]
+    if args.format == "json":
+        emit(json.dumps([r.to_dict() for r in rows], ensure_ascii=False, indent=2) + "\n", args.output)
+    else:
+        emit(format_parity_table(rows), args.output)
     return 0

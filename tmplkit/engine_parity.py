@@ -1,0 +1,181 @@
+"""Engine parity: a template rendered by llama-server's own C++ Jinja engine and by tmplkit.
+
+tmplkit renders as transformers does (tests/test_parity.py). llama-server renders with its own
+engine and its own message handling (common/chat.cpp: content trimmed, a system message folded
+where the template has no system role, tool-call arguments parsed for templates that want
+objects), so a template may render differently there. For each template this sends the analysis's
+round-trip conversation, without and with the generation prompt, to llama-server's
+`/apply-template` (started with `--jinja --chat-template-file`, on any small model: the
+template's BOS/EOS are then that model's, and tmplkit's side renders with the same, and with the
+variables llama.cpp adds: `enable_thinking` and the date), compares
+the two texts byte for byte, and splits llama.cpp's render with tmplkit's delimiters: the round
+trip holds there when it passed on tmplkit's render and the spans' roles are the same on both.
+
+    >>> rows = engine_parity(load_one("Qwen3.5-4B.jinja"), llama_server_binary(), tiny_model_path("qwen35"))  # doctest: +SKIP
+    >>> [(r.variant, r.status) for r in rows]                                                                  # doctest: +SKIP
+    [('round trip', 'identical'), ('generation prompt', 'identical')]
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+from .errors import ModelError, TmplkitError
+
+__all__ = ["EngineComparison", "engine_parity", "format_parity_table"]
+
+_EXCERPT = 40  # characters shown on each side of the first difference
+
+
+@dataclass(frozen=True)
+class EngineComparison:
+    """One conversation of one template, rendered by both engines.
+
+    `status`: "identical", "differs" (`at` is the first differing character, `ours`/`theirs` the
+    texts around it), "refused" (llama-server's error in `error`) or "unrendered" (tmplkit's
+    own render failed: nothing to compare). `round_trip`: the round trip passed on tmplkit's render
+    and holds on llama.cpp's (None when llama.cpp gave no render to split).
+    """
+
+    template: str
+    variant: str
+    status: str
+    at: int | None = None
+    ours: str = ""
+    theirs: str = ""
+    error: str | None = None
+    round_trip: bool | None = None
+
+    def to_dict(self) -> dict:
+        return {"template": self.template, "variant": self.variant, "status": self.status, "at": self.at,
+                "ours": self.ours, "theirs": self.theirs, "error": self.error, "round_trip": self.round_trip}
+
+
+_SERVER_ARGS = ("--jinja", "--no-prefill-assistant", "-c", "1024", "-np", "1", "-t", "1", "--no-warmup")
+
+
+def engine_parity(template, binary, model, *, analysis=None, log_dir=None) -> tuple[EngineComparison, ...]:
+    """Render the round-trip conversation of `template` (without, then with the generation
+    prompt) with llama-server `binary` on `model` and with tmplkit; compare.
+
+    Starts one llama-server for the template (its text in a temporary file); its log goes to
+    `log_dir` (default: a temporary folder, removed).
+    """
+    from .sources import ChatTemplate, load_gguf
+
+    if analysis is None:
+        from .analysis import analyze
+
+        analysis = analyze(template)
+    rt = analysis.round_trip
+    if not rt.messages:
+        return (EngineComparison(template.name, "round trip", "unrendered", error="; ".join(rt.problems[:1]) or "no round trip"),)
+    vocab = load_gguf(model)[0]  # llama-server's bos_token / eos_token are the model's
+    ours_template = ChatTemplate(template.text, template.name, template.source, vocab.bos_token, vocab.eos_token)
+    with tempfile.TemporaryDirectory(prefix="tmplkit-parity-") as tmp:
+        path = Path(tmp) / "template.jinja"
+        path.write_text(template.text, encoding="utf-8")
+        log = Path(log_dir or tmp) / f"llama-server-{_safe(template.name)}.log"
+        try:
+            server = _start(binary, model, path, log)
+        except ModelError as exc:  # llama-server refuses the template at start
+            return (EngineComparison(template.name, "round trip", "refused", error=_last_error(log) or str(exc)),)
+        with server:
+            return tuple(_compare(server, ours_template, analysis, gen) for gen in (False, True))
+
+
+def _start(binary, model, template_file: Path, log: Path):
+    from .llama_server import LlamaServer
+
+    return LlamaServer(binary, model, [*_SERVER_ARGS, "--chat-template-file", str(template_file)], log=log, startup_s=120)
+
+
+def _compare(server, template, analysis, add_generation_prompt: bool) -> EngineComparison:
+    from .sandbox import render
+
+    rt = analysis.round_trip
+    variant = "generation prompt" if add_generation_prompt else "round trip"
+    kwargs = dict(rt.render_kwargs, add_generation_prompt=add_generation_prompt)
+    tools = kwargs.pop("tools", None)
+    kwargs.pop("add_generation_prompt")
+    row = EngineComparison(template.name, variant, "identical")
+    now = datetime.now()
+    try:
+        ours = render(template, list(rt.messages), tools=tools, add_generation_prompt=add_generation_prompt,
+                      clock=lambda: now, **{**_llama_context(now), **kwargs})
+    except TmplkitError as exc:
+        return replace(row, status="unrendered", error=str(exc))
+    body = {"messages": list(rt.messages), "add_generation_prompt": add_generation_prompt}
+    if tools is not None:
+        body["tools"] = tools
+    if kwargs:
+        body["chat_template_kwargs"] = kwargs
+    try:
+        theirs = server.post("/apply-template", body, timeout=120)["prompt"]
+    except ModelError as exc:
+        return replace(row, status="refused", error=str(exc))
+    row = replace(row, round_trip=_round_trip_holds(theirs, ours, analysis))
+    if theirs == ours:
+        return row
+    at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    lo = max(0, at - _EXCERPT)
+    return replace(row, status="differs", at=at, ours=ours[lo:at + _EXCERPT], theirs=theirs[lo:at + _EXCERPT])
+
+
+def _llama_context(now: datetime) -> dict:
+    """What llama-server adds to every render's context (common/chat.cpp: `enable_thinking`,
+    true unless the request or --reasoning off says otherwise, and the date variables of
+    common_chat_extra_context); tmplkit's side gets the same, so that what differs is the
+    engine and its message handling, not the variables."""
+    return {"enable_thinking": True, "datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
+
+
+def _round_trip_holds(theirs: str, ours: str, analysis) -> bool:
+    """The round trip passed on tmplkit's render, and tmplkit's delimiters split llama.cpp's render
+    into the same message roles as tmplkit's (the generation prompt adds an assistant span to both).
+    Reasoning spans are left out: where llama.cpp renders a past turn's reasoning that
+    transformers drops, the messages still start where they should."""
+    from .delimiters import ROLES
+    from .spans import split_text
+
+    def roles(text: str) -> tuple[str, ...]:
+        return tuple(s.role for s in split_text(text, analysis.delimiters) if s.role in ROLES)
+
+    return analysis.round_trip.passed and roles(theirs) == roles(ours)
+
+
+def _last_error(log: Path) -> str | None:
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    errors = [ln.strip() for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
+    return errors[-1][:300] if errors else None
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100] or "template"
+
+
+def format_parity_table(rows) -> str:
+    """A markdown table: one row per template and variant, then the counts."""
+    lines = ["| template | variant | llama.cpp render | round trip on it | first difference (tmplkit / llama.cpp) |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        rt = {True: "pass", False: "fail", None: "-"}[r.round_trip]
+        detail = f"at {r.at}: `{_cell(r.ours)}` / `{_cell(r.theirs)}`" if r.status == "differs" else _cell(r.error or "")
+        lines.append(f"| {r.template} | {r.variant} | {r.status} | {rt} | {detail} |")
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    passed = sum(1 for r in rows if r.round_trip)
+    lines.append("")
+    lines.append(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + f"; round trip holds on llama.cpp's render: {passed} of {len(rows)}")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("\n", "\\n").replace("|", "\\|").replace("`", "'")
