@@ -12,8 +12,9 @@ The stages, each in its own module and each returning a frozen findings value:
 - `_chat`      user and assistant starts, the generation prompt, BOS and turn opener
 - `_system`    where system messages go, and the system start
 - `_tools`     tool calls and responses, and the tool-response delimiters
-- `_reasoning` thinking switches and the renders they give
-- `_verdict`   the round-trip conversation, split and checked
+- `_reasoning` reasoning markers, thinking switches and what the generation prompt does with them
+- `_verdict`   the round-trip conversation, split and checked (also cut where a server is given
+               it, with each thinking switch, and with the family's BOS/EOS where none is known)
 - `_analyzer`  `analyze()`, composing them
 - `_result`    Analysis, RoundTrip, and the one way a failed Analysis is built
 

@@ -49,6 +49,15 @@ class RoundTrip:
 
 @dataclass(frozen=True)
 class Analysis:
+    """What `analyze()` derived for one template, and its round-trip verdict.
+
+    Role starts (`user_start`, ...) are the markup that says whose turn it is; reasoning markup
+    inside an assistant turn has fields of its own (`reasoning_start`, `reasoning_end`), and so does
+    what a per-request consumer needs to know about reasoning: `earlier_reasoning` and
+    `generation_reasoning`. `delimiters` holds every delimiter with its role (`system`, `user`,
+    `assistant`, `tool`, and `reasoning` / `reasoning_end`, which start no message), longest first.
+    """
+
     name: str
     source: str
     status: str
@@ -78,6 +87,12 @@ class Analysis:
     seconds: float = 0.0
 
     def to_dict(self) -> dict:
+        """Every field as JSON (what `tmplkit audit --format json` prints): the role starts, the
+        generation prompt, `tool_placement`, `reasoning_start`/`reasoning_end` (None where the
+        template has no reasoning markup), `earlier_reasoning` ('kept', 'dropped' or None: whether
+        answers before the last user message keep their reasoning), `generation_reasoning`
+        ({setting: 'open' | 'closed' | 'model'}, per thinking-switch setting, 'default' for none),
+        `capabilities`, `delimiters`, the round trip's verdict, errors, warnings and seconds."""
         return {
             "name": self.name,
             "source": self.source,
