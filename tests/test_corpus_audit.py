@@ -229,6 +229,15 @@ def test_generation_prompt_opens_closes_or_leaves_reasoning_per_thinking_switch(
     assert a.generation_reasoning == generation
 
 
+@pytest.mark.parametrize("name", ["deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "llama-cpp-deepseek-r1", "NVIDIA-Nemotron-Nano-v2"])
+def test_a_generation_prompt_that_opens_reasoning_gives_its_start_without_guessing_its_end(analyses, name):
+    # These templates drop reasoning from every earlier answer, so no render shows how it ends.
+    a = analyses[name]
+    assert a.status == "pass", a.round_trip.problems
+    assert a.reasoning_start == "<think>\n" and a.reasoning_end is None
+    assert a.generation_reasoning == {"default": "open"} and a.generation_prompt.endswith("<think>\n")
+
+
 def test_reasoning_lands_in_a_reasoning_span_inside_the_assistant_turn(analyses):
     for name in ("Qwen3.5-4B", "GLM-4.6", "Cohere2MoE", "poolside-Laguna-S-2.1"):
         a = analyses[name]

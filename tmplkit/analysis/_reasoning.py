@@ -209,6 +209,20 @@ def _markers_from_prompts(prompts: list[str]):
     return (head, start, end) if distinctive(head) else None
 
 
+def _markers_from_prompt_end(prompts: list[str]):
+    """(role marker, start, "") where a generation prompt ends by opening the reasoning and no render
+    shows how it ends (DeepSeek R1: `<｜Assistant｜><think>\n`, its history keeps no reasoning)."""
+    for prompt in (p for p in prompts if p):
+        units = list(UNIT.finditer(prompt))
+        if not units or prompt[units[-1].end():].strip():
+            continue
+        last = units[-1]
+        name, closing = _unit_name(last.group(0))
+        if not closing and any(w in name for w in _REASONING_WORDS) and distinctive(prompt[:last.start()]):
+            return prompt[:last.start()], prompt[last.start():], ""
+    return None
+
+
 def _generation_verdict(prompt: str | None, start: str, end: str) -> str:
     """'closed' where the generation prompt closes the reasoning, 'open' where it opens it,
     'model' where it leaves that to the model."""
@@ -292,8 +306,10 @@ def probe_reasoning(prober: Prober, chat: ChatFindings, assistant_start: str, sw
     if not markers and named:
         one = _with_reasoning(prober, chat.builder, "U1 A1/R1")
         markers = one is not None and _markers_from_text(prober, one, chat, assistant_start)
-    markers = markers or _markers_from_block(prober, chat, assistant_start) \
-        or _markers_from_prompts(list(generation_prompts(prober, chat, switches, flags).values()))
+    if not markers:
+        prompts = list(generation_prompts(prober, chat, switches, flags).values())
+        markers = _markers_from_block(prober, chat, assistant_start) or _markers_from_prompts(prompts) \
+            or _markers_from_prompt_end(prompts)
     earlier = _earlier_turns(prober, chat.builder, list(renders)) if named else None
     if not markers:
         return ReasoningFindings(earlier_turns=earlier)
