@@ -3,15 +3,21 @@
 The audit is a thin layer: it runs `analyze` on each template (in worker processes when asked)
 and formats the results. The JSON is one object: `schema_version` (JSON_SCHEMA_VERSION), the
 `summary` and the `results`, each exactly `Analysis.to_dict()` (plus `token_round_trip` when a
-tokenizer was given).
+tokenizer was given, and `prefix_stability`, a `PrefixStability.to_dict()`, when that check ran;
+the summary then also has `prefix_stability`, `unstable`, `expected_unstable` and
+`unexpected_stable`).
 
 What ends an audit non-zero is `fail_on`: "fail" (a failing template, or a listed expected failure
-that passes) or "warning" (also a template with a warning).
+that passes) or "warning" (also a template with a warning); and, with `prefix_stability="fail"`,
+a template whose resumed agent session is not a prefix of what the server holds (unless listed as
+{"name": {"unstable": "reason"}} in the expected failures, which then must stay unstable).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import functools
 import io
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -19,7 +25,7 @@ from dataclasses import dataclass, field
 from xml.sax.saxutils import escape as xml_escape
 
 from .analysis import Analysis
-from .config import FAIL_ON
+from .config import EXPECTED_KINDS, FAIL_ON, PREFIX_STABILITY, is_expected_failures
 from .sources import ChatTemplate
 
 # Statuses that make an audit fail (exit 1). 'unsupported' is reported but is not a failure:
@@ -27,27 +33,92 @@ from .sources import ChatTemplate
 FAILING = frozenset({"fail", "error", "timeout", "memory", "unsafe"})
 # The audit JSON's layout; raised when a field is removed or changes meaning (adding one does not).
 JSON_SCHEMA_VERSION = 1
+NOT_APPLICABLE = "not applicable"
+
+
+@dataclass(frozen=True)
+class PrefixStability:
+    """Whether each request of a resumed agent session extends what the server holds (tmplkit.turns).
+
+    `verdict`: "stable", "unstable", or "not applicable" (the analysis did not pass, or the
+    template cannot render the session; `detail` says why). When unstable: the first divergence's
+    `cause` (one of tmplkit.turns.CAUSES), the `request` it happens at and its character `position`.
+
+    >>> PrefixStability("unstable", "reasoning dropped", 1, 5120, 3).label
+    'unstable (reasoning dropped)'
+    """
+
+    verdict: str
+    cause: str = ""
+    request: int | None = None
+    position: int | None = None
+    n_requests: int = 0
+    detail: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"unstable ({self.cause})" if self.verdict == "unstable" else self.verdict
+
+    def to_dict(self) -> dict:
+        return {"verdict": self.verdict, "cause": self.cause, "request": self.request, "position": self.position,
+                "n_requests": self.n_requests, "detail": self.detail}
+
+
+def _check_modes(fail_on: str, prefix_stability: str) -> None:
+    from .errors import InputError
+
+    if fail_on not in FAIL_ON:
+        raise InputError(f"fail_on must be one of {', '.join(FAIL_ON)}, got {fail_on!r}")
+    if prefix_stability not in PREFIX_STABILITY:
+        raise InputError(f"prefix_stability must be one of {', '.join(PREFIX_STABILITY)}, got {prefix_stability!r}")
 
 
 @dataclass(frozen=True)
 class AuditReport:
     results: tuple[Analysis, ...]
-    # Templates listed as expected failures (name -> reason), as given by the user.
+    # Templates listed as expected failures, as given by the user: name -> reason (its analysis
+    # fails), or name -> {"fail": reason, "unstable": reason} (see `expected`).
     expected_failures: dict = field(default_factory=dict)
     # With a tokenizer: one TokenRoundTrip (or None: no tokenizer for it / analysis did not pass)
     # per result, in the same order.
     token_checks: tuple = ()
     # "fail": failing templates fail the audit; "warning": templates with warnings too.
     fail_on: str = "fail"
+    # With the prefix-stability check: one PrefixStability per result, in the same order.
+    prefix_checks: tuple = ()
+    # "off" (not checked), "report" (a column only) or "fail" (unstable templates fail the audit).
+    prefix_stability: str = "off"
 
     def __post_init__(self):
-        if self.fail_on not in FAIL_ON:
-            from .errors import InputError
-
-            raise InputError(f"fail_on must be one of {', '.join(FAIL_ON)}, got {self.fail_on!r}")
+        _check_modes(self.fail_on, self.prefix_stability)
 
     def token_check(self, i: int):
         return self.token_checks[i] if i < len(self.token_checks) else None
+
+    def prefix_check(self, i: int) -> PrefixStability | None:
+        return self.prefix_checks[i] if i < len(self.prefix_checks) else None
+
+    def expected(self, name: str, kind: str = "fail") -> str | None:
+        """The reason `name` is listed as expected to `kind` ("fail" or "unstable"), or None."""
+        entry = self.expected_failures.get(name)
+        if isinstance(entry, str):  # the original format: {name: reason} is an expected failure
+            return entry if kind == "fail" else None
+        return entry.get(kind) if isinstance(entry, dict) else None
+
+    def unstable(self, i: int) -> bool:
+        """An unstable prefix, when the prefix-stability gate is on (prefix_stability="fail")."""
+        check = self.prefix_check(i)
+        return self.prefix_stability == "fail" and check is not None and check.verdict == "unstable"
+
+    def counts_against(self, i: int) -> bool:
+        """Result i fails the audit: it fails (or is unstable under the gate) and is not listed so."""
+        name = self.results[i].name
+        return ((self.failed(i) and self.expected(name) is None)
+                or (self.unstable(i) and self.expected(name, "unstable") is None))
+
+    def excused(self, i: int) -> bool:
+        """Result i fails or is unstable under the gate, and the expected failures list it so."""
+        return (self.failed(i) or self.unstable(i)) and not self.counts_against(i)
 
     def failed(self, i: int) -> bool:
         a = self.results[i]
@@ -65,6 +136,8 @@ class AuditReport:
         if self.token_checks:
             tc = self.token_check(i)
             d["token_round_trip"] = tc.to_dict() if tc is not None else None
+        if self.prefix_checks:
+            d["prefix_stability"] = self.prefix_checks[i].to_dict()
         return d
 
     @property
@@ -77,31 +150,48 @@ class AuditReport:
     @property
     def failures(self) -> list[Analysis]:
         """Failing results (analysis or token round trip) that are not listed as expected failures."""
-        return [a for i, a in enumerate(self.results) if self.failed(i) and a.name not in self.expected_failures]
+        return [a for i, a in enumerate(self.results) if self.counts_against(i)]
 
     @property
     def unexpected_passes(self) -> list[Analysis]:
         """Listed as expected failures, yet passing: the list must be updated."""
         return [a for i, a in enumerate(self.results)
-                if a.status == "pass" and not self.failed(i) and a.name in self.expected_failures]
+                if a.status == "pass" and not self.failed(i) and self.expected(a.name) is not None]
+
+    @property
+    def unexpected_stable(self) -> list[Analysis]:
+        """Under the gate, listed as unstable, yet passing with a prefix that is not unstable (now
+        stable, or not applicable): the list must be updated."""
+        return [a for i, a in enumerate(self.results)
+                if self.prefix_stability == "fail" and a.status == "pass" and self.expected(a.name, "unstable")
+                and self.prefix_check(i) is not None and self.prefix_check(i).verdict != "unstable"]
 
     @property
     def ok(self) -> bool:
-        return not self.failures and not self.unexpected_passes
+        return not self.failures and not self.unexpected_passes and not self.unexpected_stable
 
     def summary(self) -> dict:
         """The audit's outcome: counts by status and the names behind the verdict."""
-        failing = [a.name for i, a in enumerate(self.results) if self.failed(i)]
-        return {
+        names = [a.name for a in self.results]
+        out = {
             "templates": len(self.results),
             "counts": self.counts,
             "warnings": sum(len(a.warnings) for a in self.results),
             "failures": [a.name for a in self.failures],
-            "expected_failures": [n for n in failing if n in self.expected_failures],
+            "expected_failures": [n for i, n in enumerate(names) if self.failed(i) and self.expected(n) is not None],
             "unexpected_passes": [a.name for a in self.unexpected_passes],
             "fail_on": self.fail_on,
-            "ok": self.ok,
         }
+        if self.prefix_checks:  # only when checked, so that an audit without it keeps its summary
+            out.update({
+                "prefix_stability": self.prefix_stability,
+                "unstable": [n for n, c in zip(names, self.prefix_checks) if c.verdict == "unstable"],
+                "expected_unstable": [n for i, n in enumerate(names)
+                                      if self.unstable(i) and self.expected(n, "unstable") is not None],
+                "unexpected_stable": [a.name for a in self.unexpected_stable],
+            })
+        out["ok"] = self.ok
+        return out
 
     def to_dict(self) -> dict:
         """The audit JSON: {schema_version, tmplkit_version, summary, results}."""
@@ -121,6 +211,8 @@ def audit(
     tokenizer: str | None = None,
     tokenizers: Mapping[str, str] | None = None,
     fail_on: str = "fail",
+    prefix_stability: str = "off",
+    session=None,
     progress: Callable[[int, int, Analysis], None] | None = None,
 ) -> AuditReport:
     """Analyze every template and collect the results in input order.
@@ -129,19 +221,26 @@ def audit(
     process with a wall-clock and memory limit (see tmplkit.isolate), `jobs` at a time.
     `tokenizer` (a path/spec for `load_tokenizer`, or "auto") adds the token-level round trip;
     `tokenizers` pairs template names with tokenizers, ahead of `tokenizer`. `fail_on`: see
-    AuditReport.
+    AuditReport. `prefix_stability` "report" or "fail" adds the prefix-stability check of each
+    passing template over `session` (a `Session`; default `default_turns_session()`), run in the
+    same worker as its analysis and under the same limits; "fail" makes an unstable one fail.
 
     >>> from tmplkit.sources import load
     >>> audit(load("fixtures/templates/chatml.jinja")).ok
     True
     """
+    _check_modes(fail_on, prefix_stability)  # before any work
+    target = None
+    if prefix_stability != "off":
+        target = functools.partial(analyze_with_prefix_stability,
+                                   session=session if session is not None else default_turns_session())
     if jobs == 1 and timeout is None and memory_mb is None:
         from .analysis import analyze
         from .isolate import add_scan_warnings
 
         results = []
         for i, t in enumerate(templates):
-            a = add_scan_warnings(analyze(t), t.text)
+            a = add_scan_warnings((target or analyze)(t), t.text)
             results.append(a)
             if progress:
                 progress(i + 1, len(templates), a)
@@ -153,9 +252,78 @@ def audit(
             kwargs["timeout"] = timeout
         if memory_mb is not None:
             kwargs["memory_mb"] = memory_mb
-        results = analyze_isolated(list(templates), jobs=jobs, progress=progress, **kwargs)
+        results = analyze_isolated(list(templates), jobs=jobs, progress=progress, target=target, **kwargs)
+    prefix = ()
+    if target is not None:
+        results, prefix = _split_prefix_checks(results)
     checks = token_checks(results, tokenizer, tokenizers) if tokenizer or tokenizers else ()
-    return AuditReport(tuple(results), dict(expected_failures or {}), checks, fail_on)
+    return AuditReport(tuple(results), dict(expected_failures or {}), checks, fail_on, prefix, prefix_stability)
+
+
+# ---- prefix stability ----------------------------------------------------------------------------
+
+def default_turns_session():
+    """The session the prefix-stability check renders unless given one: a generated agent session
+    (seed 0) of three user requests with reasoning, parallel tool calls and long tool outputs."""
+    from .prefill.session import generate_session
+
+    return generate_session(20000, seed=0, style="agent", requests=3)
+
+
+def prefix_stability_of(template: ChatTemplate, session=None) -> PrefixStability:
+    """Whether `session` (default `default_turns_session()`), resumed request by request on
+    `template`, always extends what the server holds; see tmplkit.turns.study_turns.
+
+    >>> from tmplkit.sources import load_one
+    >>> prefix_stability_of(load_one("fixtures/turns/drops-reasoning.jinja")).label
+    'unstable (reasoning dropped)'
+    """
+    from .turns import study_turns
+
+    report = study_turns(template, session if session is not None else default_turns_session(), switches=False)
+    if report.error:
+        return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, detail=_bounded(report.error))
+    first = report.first
+    if first is None:
+        return PrefixStability("stable", n_requests=report.n_requests)
+    return PrefixStability("unstable", first.cause, first.request, first.position, report.n_requests,
+                           _bounded(first.detail))
+
+
+def _bounded(text: str, limit: int = 500) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+@dataclass(frozen=True)
+class _WithPrefixStability(Analysis):
+    """An Analysis that carries its prefix-stability verdict out of the worker process (a worker's
+    target must return an Analysis); `_split_prefix_checks` takes the two apart again."""
+
+    prefix_stability: PrefixStability | None = None
+
+
+def analyze_with_prefix_stability(template: ChatTemplate, session=None) -> Analysis:
+    """A worker target (tmplkit.isolate): the analysis, then, if it passed, the prefix-stability
+    check, in the same sandboxed process and under the same limits, since both render the template."""
+    from .analysis import analyze
+
+    a = analyze(template)
+    check = prefix_stability_of(template, session) if a.status == "pass" else None
+    return _WithPrefixStability(**{f.name: getattr(a, f.name) for f in dataclasses.fields(Analysis)},
+                                prefix_stability=check)
+
+
+def _split_prefix_checks(results: Sequence[Analysis]) -> tuple[list[Analysis], tuple[PrefixStability, ...]]:
+    """Plain Analyses and, for each, its PrefixStability ("not applicable" where the analysis did not
+    pass or the worker ended without a result: a timeout, a crash)."""
+    plain, checks = [], []
+    for a in results:
+        check = getattr(a, "prefix_stability", None)
+        plain.append(Analysis(**{f.name: getattr(a, f.name) for f in dataclasses.fields(Analysis)}))
+        checks.append(check if check is not None else
+                      PrefixStability(NOT_APPLICABLE, detail=f"the analysis ended with status '{a.status}'"))
+    return plain, tuple(checks)
 
 
 def tokenizer_for(name: str, source: str, tokenizer: str | None, tokenizers: Mapping[str, str] | None = None) -> str | None:
@@ -201,13 +369,16 @@ def token_checks(results: Sequence[Analysis], tokenizer: str | None, tokenizers:
 
 
 def load_expected_failures(path) -> dict:
-    """A JSON object {template name: reason}."""
+    """A JSON object {template name: reason} (the template is expected to fail), where a reason may
+    also be an object {"fail": reason, "unstable": reason} (either key or both; "unstable": its
+    prefix is expected to be unstable under the prefix-stability gate)."""
     from .errors import InputError
     from .jsonio import read_json
 
     data = read_json(path, what="an expected-failures file (a JSON object of template name -> reason)")
-    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
-        raise InputError(f"{path}: the expected-failures file must be a JSON object of template name -> reason")
+    if not is_expected_failures(data):
+        raise InputError(f"{path}: the expected-failures file must be a JSON object of template name -> reason "
+                         f"(or -> {{{', '.join(f'{k!r}: reason' for k in EXPECTED_KINDS)}}})".replace("'", '"'))
     return data
 
 
@@ -228,21 +399,25 @@ def _why(a: Analysis) -> str:
 
 
 def _verdict(report: AuditReport, i: int) -> tuple[str, str, tuple[str, ...]]:
-    """(status, why, all problems) of result i, with a failed token round trip counted as 'fail'
-    and, with fail_on="warning", a pass with warnings as 'warning', so that every format agrees
-    with the audit's exit code."""
+    """(status, why, all problems) of result i, with a failed token round trip counted as 'fail',
+    an unstable prefix under the gate as 'unstable' and, with fail_on="warning", a pass with
+    warnings as 'warning', so that every format agrees with the audit's exit code."""
     a = report.results[i]
     tc = report.token_check(i)
     if a.status == "pass" and tc is not None and not tc.passed:
         problems = tuple(f"token round trip ({tc.tokenizer}): {p}" for p in tc.problems) or ("token round trip failed",)
         return "fail", problems[0], problems
+    if a.status == "pass" and report.unstable(i):
+        check = report.prefix_checks[i]
+        why = f"prefix unstable at request {check.request}: {check.cause}"
+        return "unstable", why, (why + (f" ({check.detail})" if check.detail else ""),)
     if report.warned(i):
         return "warning", f"warning: {a.warnings[0]}", tuple(a.warnings)
     return a.status, _why(a), a.errors + (a.round_trip.problems if a.round_trip else ())
 
 
 def _is_failure(status: str) -> bool:
-    return status in FAILING or status == "warning"
+    return status in FAILING or status in ("warning", "unstable")
 
 
 # ANSI SGR codes of the text report's marks (used with color=True only).
@@ -261,11 +436,14 @@ def format_text(report: AuditReport, *, color: bool = False, verbosity: int = 0)
     width = max([len(a.name) for a in report.results] + [8])
     lines = []
     for i, a in enumerate(report.results):
-        if verbosity < 0 and not (report.failed(i) and a.name not in report.expected_failures):
+        if verbosity < 0 and not report.counts_against(i):
             continue
         lines.extend(_text_rows(report, i, width, color, verbosity))
     notes = [f"note: {a.name} is listed as an expected failure but passes; remove it from the list"
              for a in report.unexpected_passes]
+    verdicts = {a.name: c.verdict for a, c in zip(report.results, report.prefix_checks)}
+    notes += [f"note: {a.name} is listed as unstable but is {verdicts[a.name]}; remove it from the list"
+              for a in report.unexpected_stable]
     if verbosity < 0 and report.ok:
         return ""
     lines.append(summary_line(report, color=color))
@@ -277,14 +455,17 @@ def _text_rows(report: AuditReport, i: int, width: int, color: bool, verbosity: 
     tc = report.token_check(i)
     status, why, problems = _verdict(report, i)
     mark = status.upper()
-    if a.name in report.expected_failures and report.failed(i):
+    if report.excused(i):
         mark += " (expected)"
     mark = _paint(f"{mark:<16}", _MARK_COLORS.get(status, _FAIL_COLOR), color)
     detail = f"user={show(a.user_start)} assistant={show(a.assistant_start)} tool={show(a.tool_response_start)}"
-    pad = f"{'':<16} {'':<{width}}  "
-    if status != "warning":
+    check = report.prefix_check(i)
+    # The prefix-stability column, as wide as its longest label (absent when not checked).
+    column = f"{check.label:<{max(len(c.label) for c in report.prefix_checks)}}  " if check is not None else ""
+    pad = f"{'':<16} {'':<{width}}  {'':<{len(column)}}"
+    if status not in ("warning", "unstable"):
         why = _why(a)  # a failed token round trip has its own row below
-    rows = [f"{mark} {a.name:<{width}}  {why if why else detail}"]
+    rows = [f"{mark} {a.name:<{width}}  {column}{why if why else detail}"]
     if tc is not None:
         verdict = "passed" if tc.passed else "FAILED: " + "; ".join(tc.problems[:2])
         rows.append(f"{pad}tokens ({tc.tokenizer}, {tc.n_tokens} ids): {verdict}")
@@ -292,17 +473,26 @@ def _text_rows(report: AuditReport, i: int, width: int, color: bool, verbosity: 
         rows += [f"{pad}warning: {w}" for w in a.warnings]
     if verbosity > 0:
         rows += [f"{pad}problem: {p}" for p in problems[1:]]
+        if check is not None and (check.detail or check.verdict == "unstable"):
+            where = f"request {check.request}, character {check.position}: " if check.verdict == "unstable" else ""
+            rows.append(f"{pad}prefix stability: {where}{check.detail or check.cause}")
         rows += [f"{pad}{d.role}: {show(d.text)}" for d in a.delimiters]
         rows.append(f"{pad}{a.seconds:.3f} s")
     return rows
 
 
 def summary_line(report: AuditReport, *, color: bool = False) -> str:
-    """'N templates: counts -> ok|FAILED', the counts by analysis status."""
+    """'N templates: counts -> ok|FAILED', the counts by analysis status (and by prefix-stability
+    verdict, when checked)."""
     counts = ", ".join(f"{n} {s}" for s, n in sorted(report.counts.items()))
     warned = sum(1 for i in range(len(report.results)) if report.warned(i))
     if warned:
         counts += f" ({warned} with warnings)"
+    if report.prefix_checks:
+        verdicts: dict[str, int] = {}
+        for c in report.prefix_checks:
+            verdicts[c.verdict] = verdicts.get(c.verdict, 0) + 1
+        counts += "; prefix: " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
     verdict = _paint("ok", "32", color) if report.ok else _paint("FAILED", _FAIL_COLOR, color)
     return f"{len(report.results)} templates: {counts} -> {verdict}"
 
@@ -317,10 +507,13 @@ def _md(text: str | None) -> str:
 
 
 def format_markdown(report: AuditReport) -> str:
-    lines = ["| template | status | tool placement | why |", "|---|---|---|---|"]
+    checked = bool(report.prefix_checks)
+    stability = " prefix stability |" if checked else ""
+    lines = [f"| template | status |{stability} tool placement | why |", "|---|---|" + "---|" * (2 + checked)]
     for i, a in enumerate(report.results):
         status, why, _ = _verdict(report, i)
-        lines.append(f"| {a.name} | {status} | {a.tool_placement} | {why.replace('|', '/')} |")
+        cell = f" {report.prefix_checks[i].label} |" if checked else ""
+        lines.append(f"| {a.name} | {status} |{cell} {a.tool_placement} | {why.replace('|', '/')} |")
     lines += ["", summary_line(report)]
     return "\n".join(lines) + "\n"
 
@@ -336,15 +529,18 @@ def format_junit(report: AuditReport) -> str:
         f'skipped="{skipped}" time="{total:.3f}">',
     ]
     quote = {chr(34): "&quot;"}
-    for a, (status, why, problems) in zip(report.results, verdicts):
+    for i, (a, (status, why, problems)) in enumerate(zip(report.results, verdicts)):
         attrs = f'classname="tmplkit.auditing" name="{xml_escape(a.name, quote)}" time="{a.seconds:.3f}"'
-        if status == "pass":
-            out.append(f"  <testcase {attrs}/>")
-        elif status == "unsupported":
-            out.append(f'  <testcase {attrs}><skipped message="{xml_escape(why, quote)}"/></testcase>')
-        else:
+        check = report.prefix_check(i)
+        # The prefix-stability column: a testcase property (JUnit's per-test key/value).
+        inner = (f'<properties><property name="prefix_stability" value="{xml_escape(check.label, quote)}"/></properties>'
+                 if check is not None else "")
+        if status == "unsupported":
+            inner += f'<skipped message="{xml_escape(why, quote)}"/>'
+        elif status != "pass":
             body = xml_escape("\n".join(problems))
-            out.append(f'  <testcase {attrs}><failure type="{status}" message="{xml_escape(why, quote)}">{body}</failure></testcase>')
+            inner += f'<failure type="{status}" message="{xml_escape(why, quote)}">{body}</failure>'
+        out.append(f"  <testcase {attrs}>{inner}</testcase>" if inner else f"  <testcase {attrs}/>")
     out.append("</testsuite>")
     return "\n".join(out) + "\n"
 

@@ -9,6 +9,7 @@ command line override it. Unknown keys and bad values are errors naming the file
     fail-on = "fail"                              # or "warning": warnings fail the audit too
     tokenizer = "auto"                            # token round trip: auto, a .gguf, tokenizer.json, vocab:NAME
     expected-failures = "expected.json"           # a JSON file {name: reason}, or a table of them
+    prefix-stability = "report"                   # off (default), report, or fail: unstable templates fail
     [limits]                                      # [tool.tmplkit.limits] in pyproject.toml
     timeout = 10                                  # wall-clock seconds per template
     memory = 1024                                 # MiB a worker may allocate
@@ -32,13 +33,19 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["FAIL_ON", "Config", "find_config", "load_config", "parse_config"]
+__all__ = ["EXPECTED_KINDS", "FAIL_ON", "PREFIX_STABILITY", "Config", "find_config", "is_expected_failures",
+           "load_config", "parse_config"]
 
 # What ends an audit non-zero: "fail" (failing templates) or "warning" (warnings as well).
 # Here rather than in auditing so that reading a configuration imports no analysis code.
 FAIL_ON = ("fail", "warning")
+# The prefix-stability check of the audit: not run, run and reported, or run with unstable
+# templates failing the audit (the CI gate).
+PREFIX_STABILITY = ("off", "report", "fail")
+# What an expected-failures entry may excuse: {name: reason} is {name: {"fail": reason}}.
+EXPECTED_KINDS = ("fail", "unstable")
 
-_TOP_KEYS = ("sources", "fail-on", "tokenizer", "expected-failures", "limits", "tokenizers")
+_TOP_KEYS = ("sources", "fail-on", "tokenizer", "expected-failures", "prefix-stability", "limits", "tokenizers")
 _LIMIT_KEYS = ("timeout", "memory", "jobs")
 # Sources and tokenizer specs that are not paths, so not relative to the configuration file.
 _NOT_PATHS = ("hf:", "corpus:", "vocab:")
@@ -53,7 +60,8 @@ class Config:
     fail_on: str | None = None
     tokenizer: str | None = None
     tokenizers: dict[str, str] = field(default_factory=dict)
-    expected_failures: dict[str, str] | None = None
+    expected_failures: dict[str, str | dict[str, str]] | None = None
+    prefix_stability: str | None = None
     timeout: float | None = None
     memory: int | None = None
     jobs: int | None = None
@@ -62,7 +70,7 @@ class Config:
         return {
             "path": str(self.path) if self.path else None, "sources": list(self.sources), "fail_on": self.fail_on,
             "tokenizer": self.tokenizer, "tokenizers": dict(self.tokenizers),
-            "expected_failures": self.expected_failures, "timeout": self.timeout, "memory": self.memory,
+            "expected_failures": self.expected_failures, "prefix_stability": self.prefix_stability, "timeout": self.timeout, "memory": self.memory,
             "jobs": self.jobs,
         }
 
@@ -116,6 +124,7 @@ def parse_config(data: dict[str, Any], path: Path) -> Config:
         tokenizer=_tokenizer(data.get("tokenizer"), base, path, "tokenizer"),
         tokenizers={name: _tokenizer_spec(spec, base) for name, spec in pairing.items()},
         expected_failures=_expected_failures(data.get("expected-failures"), base, path),
+        prefix_stability=_choice(data, "prefix-stability", PREFIX_STABILITY, path),
         timeout=_number(limits, "timeout", path, float),
         memory=_number(limits, "memory", path, int),
         jobs=_number(limits, "jobs", path, int),
@@ -179,16 +188,31 @@ def _tokenizer_spec(spec: str, base: Path) -> str:
     return spec if spec == "auto" else _resolve(spec, base)
 
 
-def _expected_failures(value: object, base: Path, path: Path) -> dict[str, str] | None:
+def is_expected_failures(data: object) -> bool:
+    """Whether `data` is an expected-failures mapping: template name -> reason (the template fails),
+    or template name -> {kind: reason} with kinds from EXPECTED_KINDS ("unstable": its prefix is).
+
+    >>> is_expected_failures({"a": "why", "b": {"unstable": "drops reasoning"}}), is_expected_failures({"a": {}})
+    (True, False)
+    """
+    def entry(v: object) -> bool:
+        return isinstance(v, str) or (isinstance(v, dict) and bool(v) and all(
+            k in EXPECTED_KINDS and isinstance(r, str) for k, r in v.items()))
+
+    return isinstance(data, dict) and all(isinstance(k, str) and entry(v) for k, v in data.items())
+
+
+def _expected_failures(value: object, base: Path, path: Path) -> dict[str, str | dict[str, str]] | None:
     if value is None:
         return None
     if isinstance(value, str):
         from .auditing import load_expected_failures
 
         return load_expected_failures(_resolve(value, base))
-    if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
-        return dict(value)
-    raise _bad(path, "expected-failures", "must be a JSON file name or a table of template name = reason", value)
+    if is_expected_failures(value):
+        return {k: dict(v) if isinstance(v, dict) else v for k, v in value.items()}
+    raise _bad(path, "expected-failures", "must be a JSON file name or a table of template name = reason "
+               f"(or = {{{' | '.join(EXPECTED_KINDS)} = reason}})", value)
 
 
 def _number(limits: dict, key: str, path: Path, kind: type) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from .. import auditing as audit_mod
-from ..config import FAIL_ON
+from ..config import FAIL_ON, PREFIX_STABILITY
 from ..errors import InputError
 from ._common import (
     config_of,
@@ -44,10 +44,19 @@ def add_audit(sub) -> None:
                    help="also run the token-level round trip with this tokenizer (.gguf, tokenizer.json, vocab:NAME); "
                         "auto: the template's own GGUF or the corpus vocab paired with it")
     p.add_argument("--expected-failures", metavar="FILE",
-                   help="JSON {template name: reason}: listed failures do not fail the audit, listed passes do")
+                   help="JSON {template name: reason}: listed failures do not fail the audit, listed passes do; "
+                        "{name: {\"unstable\": reason}} does the same for --prefix-stability fail")
     p.add_argument("--fail-on", choices=FAIL_ON, default=None,
                    help="what ends the audit with exit code 1: fail (default; failing templates) or warning "
                         "(templates with warnings too)")
+    p.add_argument("--prefix-stability", choices=PREFIX_STABILITY, default=None,
+                   help="whether each request of a resumed agent session extends what the server holds (see "
+                        "'tmplkit turns'): report adds a column (stable / unstable (first cause) / not applicable), "
+                        "fail also makes an unstable template fail the audit. Default off: it renders a whole "
+                        "session per template, several times the audit's own time; it runs in the template's "
+                        "worker, within --timeout")
+    p.add_argument("--session", metavar="FILE",
+                   help="the session JSON the prefix-stability check resumes (default: a generated agent session)")
     p.set_defaults(func=_cmd_audit)
 
 
@@ -72,6 +81,14 @@ def _cmd_audit(args) -> int:
     timeout = positive(_first(args.timeout, cfg.timeout, _DEFAULT_TIMEOUT), "--timeout")
     memory = positive(_first(args.memory, cfg.memory, _DEFAULT_MEMORY_MB), "--memory")
     tokenizer = _first(args.tokenizer, cfg.tokenizer)
+    prefix_stability = _first(args.prefix_stability, cfg.prefix_stability, "off")
+    if args.session and prefix_stability == "off":
+        raise InputError("--session is the prefix-stability check's session; add --prefix-stability report (or fail)")
+    session = None
+    if args.session:
+        from ..prefill.session import load_session
+
+        session = load_session(args.session)
     sources = _sources(args, cfg)
     expected = (audit_mod.load_expected_failures(args.expected_failures) if args.expected_failures
                 else cfg.expected_failures)
@@ -86,7 +103,7 @@ def _cmd_audit(args) -> int:
     limits = {"jobs": 1} if args.in_process else {"jobs": jobs, "timeout": timeout, "memory_mb": memory}
     report = audit_mod.audit(templates, **limits, expected_failures=expected, tokenizer=tokenizer,
                              tokenizers=cfg.tokenizers, fail_on=_first(args.fail_on, cfg.fail_on, "fail"),
-                             progress=progress)
+                             prefix_stability=prefix_stability, session=session, progress=progress)
     if args.format == "text":
         color = use_color(args, sys.stdout) if not args.output else args.color == "always"
         text = audit_mod.format_text(report, color=color, verbosity=verbosity(args))
