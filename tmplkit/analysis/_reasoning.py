@@ -15,7 +15,15 @@ __all__ = ["ReasoningFindings", "generation_prompts", "probe_reasoning", "switch
            "without_reasoning"]
 
 
-_NAMED = {name: re.compile(rf"\b{name}\b") for name, _ in THINKING_FLAGS}
+def _names(text: str, name: str) -> bool:
+    """Whether `text` holds `name` as a word of its own (`thinking`, not `enable_thinking`)."""
+    i = text.find(name)
+    while i >= 0:
+        j = i + len(name)
+        if (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")) and (j == len(text) or not (text[j].isalnum() or text[j] == "_")):
+            return True
+        i = text.find(name, j)
+    return False
 
 
 def switch_renders(prober: Prober, chat: ChatFindings, names=None, have=None) -> dict[tuple[str, object], str]:
@@ -30,8 +38,7 @@ def switch_renders(prober: Prober, chat: ChatFindings, names=None, have=None) ->
     for name, values in THINKING_FLAGS:
         # Only a switch the template names can change its render (`thinking` inside
         # `enable_thinking` is no mention of its own).
-        if (names is not None and name not in names) or name not in prober.template.text \
-                or not _NAMED[name].search(prober.template.text):
+        if (names is not None and name not in names) or not _names(prober.template.text, name):
             continue
         for value in values:
             try:
