@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..errors import TmplkitError
+from ..errors import RenderError, TmplkitError
 from ..probes import THINKING_FLAGS
 from ..sources import ChatTemplate
 from .cost import SessionCost, predicted_divergences, session_cost
@@ -81,9 +81,7 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
 
     try:
         reqs = session_requests(session, template, kwargs=kwargs, interval=interval)
-    except TmplkitError as exc:
-        if type(exc).__name__ not in ("RenderError", "RenderLimitError"):
-            raise
+    except RenderError as exc:  # (RenderLimitError too)
         return TurnsReport(template.name, 0, (), error=str(exc))
     messages = messages_for_template(session)
     redraw = _redraw(template, session, reqs, kwargs)
