@@ -43,6 +43,7 @@ class PrefixStability:
     `verdict`: "stable", "unstable", or "not applicable" (the analysis did not pass, or the
     template cannot render the session; `detail` says why). When unstable: the first divergence's
     `cause` (one of tmplkit.turns.CAUSES), the `request` it happens at and its character `position`.
+    `seconds`: the time the check took (not compared: it differs from run to run).
 
     >>> PrefixStability("unstable", "reasoning dropped", 1, 5120, 3).label
     'unstable (reasoning dropped)'
@@ -54,6 +55,7 @@ class PrefixStability:
     position: int | None = None
     n_requests: int = 0
     detail: str = ""
+    seconds: float = field(default=0.0, compare=False)
 
     @property
     def label(self) -> str:
@@ -61,7 +63,7 @@ class PrefixStability:
 
     def to_dict(self) -> dict:
         return {"verdict": self.verdict, "cause": self.cause, "request": self.request, "position": self.position,
-                "n_requests": self.n_requests, "detail": self.detail}
+                "n_requests": self.n_requests, "detail": self.detail, "seconds": round(self.seconds, 6)}
 
 
 def _check_modes(fail_on: str, prefix_stability: str) -> None:
@@ -278,16 +280,20 @@ def prefix_stability_of(template: ChatTemplate, session=None) -> PrefixStability
     >>> prefix_stability_of(load_one("fixtures/turns/drops-reasoning.jinja")).label
     'unstable (reasoning dropped)'
     """
+    import time
+
     from .turns import study_turns
 
+    start = time.perf_counter()
     report = study_turns(template, session if session is not None else default_turns_session(), switches=False)
+    took = time.perf_counter() - start
     if report.error:
-        return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, detail=_bounded(report.error))
+        return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, detail=_bounded(report.error), seconds=took)
     first = report.first
     if first is None:
-        return PrefixStability("stable", n_requests=report.n_requests)
+        return PrefixStability("stable", n_requests=report.n_requests, seconds=took)
     return PrefixStability("unstable", first.cause, first.request, first.position, report.n_requests,
-                           _bounded(first.detail))
+                           _bounded(first.detail), took)
 
 
 def _bounded(text: str, limit: int = 500) -> str:
@@ -476,6 +482,8 @@ def _text_rows(report: AuditReport, i: int, width: int, color: bool, verbosity: 
         if check is not None and (check.detail or check.verdict == "unstable"):
             where = f"request {check.request}, character {check.position}: " if check.verdict == "unstable" else ""
             rows.append(f"{pad}prefix stability: {where}{check.detail or check.cause}")
+        if check is not None:
+            rows.append(f"{pad}prefix stability checked in {check.seconds:.3f} s")
         rows += [f"{pad}{d.role}: {show(d.text)}" for d in a.delimiters]
         rows.append(f"{pad}{a.seconds:.3f} s")
     return rows
@@ -522,7 +530,9 @@ def format_junit(report: AuditReport) -> str:
     verdicts = [_verdict(report, i) for i in range(len(report.results))]
     failures = sum(1 for v in verdicts if _is_failure(v[0]))
     skipped = sum(1 for v in verdicts if v[0] == "unsupported")
-    total = sum(a.seconds for a in report.results)
+    # A test case's time is its analysis and, when checked, its prefix-stability check.
+    times = [a.seconds + getattr(report.prefix_check(i), "seconds", 0.0) for i, a in enumerate(report.results)]
+    total = sum(times)
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<testsuite name="tmplkit-audit" tests="{len(report.results)}" failures="{failures}" '
@@ -530,7 +540,7 @@ def format_junit(report: AuditReport) -> str:
     ]
     quote = {chr(34): "&quot;"}
     for i, (a, (status, why, problems)) in enumerate(zip(report.results, verdicts)):
-        attrs = f'classname="tmplkit.auditing" name="{xml_escape(a.name, quote)}" time="{a.seconds:.3f}"'
+        attrs = f'classname="tmplkit.auditing" name="{xml_escape(a.name, quote)}" time="{times[i]:.3f}"'
         check = report.prefix_check(i)
         # The prefix-stability column: a testcase property (JUnit's per-test key/value).
         inner = (f'<properties><property name="prefix_stability" value="{xml_escape(check.label, quote)}"/></properties>'

@@ -53,8 +53,8 @@ def add_audit(sub) -> None:
                    help="whether each request of a resumed agent session extends what the server holds (see "
                         "'tmplkit turns'): report adds a column (stable / unstable (first cause) / not applicable), "
                         "fail also makes an unstable template fail the audit. Default off: it renders a whole "
-                        "session per template, several times the audit's own time; it runs in the template's "
-                        "worker, within --timeout")
+                        "agent session per template, about 15 times the audit's own time on the llama.cpp corpus; "
+                        "it runs in the template's worker, within --timeout and --memory")
     p.add_argument("--session", metavar="FILE",
                    help="the session JSON the prefix-stability check resumes (default: a generated agent session)")
     p.set_defaults(func=_cmd_audit)
