@@ -191,6 +191,10 @@ def test_cli_session_file(capsys, tmp_path):
     code, out, _ = run(capsys, "--no-config", "audit", "--in-process", "--prefix-stability", "report",
                        "--session", str(session), DROPS)
     assert code == 0 and "unstable (reasoning dropped)" in out
+    session.write_text(json.dumps([{"role": "user", "content": "fix the parser"}]))
+    code, out, _ = run(capsys, "--no-config", "audit", "--in-process", "--prefix-stability", "fail",
+                       "--session", str(session), DROPS)
+    assert code == 0 and "not applicable" in out  # one request: nothing is resumed, nothing to judge
     code, _, err = run(capsys, "--no-config", "audit", "--in-process", "--session", str(session), DROPS)
     assert code == 2 and "add --prefix-stability report" in err and len(err.strip().splitlines()) == 1
 

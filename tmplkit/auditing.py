@@ -40,8 +40,8 @@ NOT_APPLICABLE = "not applicable"
 class PrefixStability:
     """Whether each request of a resumed agent session extends what the server holds (tmplkit.turns).
 
-    `verdict`: "stable", "unstable", or "not applicable" (the analysis did not pass, or the
-    template cannot render the session; `detail` says why). When unstable: the first divergence's
+    `verdict`: "stable", "unstable", or "not applicable" (the analysis did not pass, the template
+    cannot render the session, or the session has a single request; `detail` says why). When unstable: the first divergence's
     `cause` (one of tmplkit.turns.CAUSES), the `request` it happens at and its character `position`.
     `seconds`: the time the check took (not compared: it differs from run to run).
 
@@ -164,9 +164,10 @@ class AuditReport:
     def unexpected_stable(self) -> list[Analysis]:
         """Under the gate, listed as unstable, yet passing with a prefix that is not unstable (now
         stable, or not applicable): the list must be updated."""
-        return [a for i, a in enumerate(self.results)
-                if self.prefix_stability == "fail" and a.status == "pass" and self.expected(a.name, "unstable")
-                and self.prefix_check(i) is not None and self.prefix_check(i).verdict != "unstable"]
+        if self.prefix_stability != "fail":
+            return []
+        return [a for a, c in zip(self.results, self.prefix_checks)
+                if a.status == "pass" and self.expected(a.name, "unstable") is not None and c.verdict != "unstable"]
 
     @property
     def ok(self) -> bool:
@@ -255,7 +256,7 @@ def audit(
         if memory_mb is not None:
             kwargs["memory_mb"] = memory_mb
         results = analyze_isolated(list(templates), jobs=jobs, progress=progress, target=target, **kwargs)
-    prefix = ()
+    prefix: tuple[PrefixStability, ...] = ()
     if target is not None:
         results, prefix = _split_prefix_checks(results)
     checks = token_checks(results, tokenizer, tokenizers) if tokenizer or tokenizers else ()
@@ -289,6 +290,9 @@ def prefix_stability_of(template: ChatTemplate, session=None) -> PrefixStability
     took = time.perf_counter() - start
     if report.error:
         return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, detail=_bounded(report.error), seconds=took)
+    if report.n_requests < 2:  # nothing is resumed, so "stable" would say nothing
+        return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, seconds=took,
+                               detail="the session has one request: nothing is resumed")
     first = report.first
     if first is None:
         return PrefixStability("stable", n_requests=report.n_requests, seconds=took)
@@ -441,7 +445,7 @@ def format_text(report: AuditReport, *, color: bool = False, verbosity: int = 0)
     each template's time. `color`: ANSI colours on the status marks and the verdict."""
     width = max([len(a.name) for a in report.results] + [8])
     lines = []
-    for i, a in enumerate(report.results):
+    for i in range(len(report.results)):
         if verbosity < 0 and not report.counts_against(i):
             continue
         lines.extend(_text_rows(report, i, width, color, verbosity))

@@ -209,7 +209,7 @@ def _expected_failures(value: object, base: Path, path: Path) -> dict[str, str |
         from .auditing import load_expected_failures
 
         return load_expected_failures(_resolve(value, base))
-    if is_expected_failures(value):
+    if isinstance(value, dict) and is_expected_failures(value):
         return {k: dict(v) if isinstance(v, dict) else v for k, v in value.items()}
     raise _bad(path, "expected-failures", "must be a JSON file name or a table of template name = reason "
                f"(or = {{{' | '.join(EXPECTED_KINDS)} = reason}})", value)
