@@ -195,6 +195,9 @@ def test_cli_session_file(capsys, tmp_path):
     code, out, _ = run(capsys, "--no-config", "audit", "--in-process", "--prefix-stability", "fail",
                        "--session", str(session), DROPS)
     assert code == 0 and "not applicable" in out  # one request: nothing is resumed, nothing to judge
+    session.write_text(json.dumps([{"role": "system", "content": "you are a coding agent"}]))
+    code, _, err = run(capsys, "--no-config", "audit", "--prefix-stability", "report", "--session", str(session), DROPS)
+    assert code == 2 and "no request in the session" in err and len(err.strip().splitlines()) == 1
     code, _, err = run(capsys, "--no-config", "audit", "--in-process", "--session", str(session), DROPS)
     assert code == 2 and "add --prefix-stability report" in err and len(err.strip().splitlines()) == 1
 

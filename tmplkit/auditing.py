@@ -235,8 +235,9 @@ def audit(
     _check_modes(fail_on, prefix_stability)  # before any work
     target = None
     if prefix_stability != "off":
-        target = functools.partial(analyze_with_prefix_stability,
-                                   session=session if session is not None else default_turns_session())
+        session = session if session is not None else default_turns_session()
+        _check_session(session)
+        target = functools.partial(analyze_with_prefix_stability, session=session)
     if jobs == 1 and timeout is None and memory_mb is None:
         from .analysis import analyze
         from .isolate import add_scan_warnings
@@ -271,6 +272,17 @@ def default_turns_session():
     from .prefill.session import generate_session
 
     return generate_session(20000, seed=0, style="agent", requests=3)
+
+
+def _check_session(session) -> None:
+    """Refuse a session without a request here, before the workers would make it every template's error."""
+    from .errors import InputError
+    from .prefill.session import messages_for_template
+    from .turns import request_points
+
+    if not request_points(messages_for_template(session)):
+        raise InputError(f"{getattr(session, 'source', '') or 'the session'}: no request in the session (the model "
+                         "speaks after a user message or tool results); add a user message")
 
 
 def prefix_stability_of(template: ChatTemplate, session=None) -> PrefixStability:
