@@ -20,8 +20,10 @@ The runner's schedule asks a policy for two things besides batch breaks, when it
     >>> from tmplkit.prefill.policies import get_policy
     >>> get_policy("divergence-aware").name
     'divergence-aware'
-    >>> sorted(DivergenceAware.for_prompt([40, 990], n_prompt=1000).positions)
+    >>> sorted(DivergenceAware.for_prompt([40, 1200], n_prompt=1000).positions)
     [41, 996]
+    >>> sorted(DivergenceAware.for_prompt([], n_prompt=1000).positions)
+    [996]
 """
 
 from __future__ import annotations
@@ -50,8 +52,11 @@ class DivergenceAware(Gated):
         `divergences`. Restoring a checkpoint saved before position c recomputes from c - 1, so it
         goes one past the divergence; past the prompt's end (in the generated turn) the last
         near-end position is as close as a prompt can get."""
-        last = near_end_breaks(n_prompt, n_prompt, 0)[-1:] or [n_prompt - 1]
-        return cls({min(int(p) + 1, last[0]) for p in divergences if int(p) + 1 > 0})
+        last = (near_end_breaks(n_prompt, n_prompt, 0)[-1:] or [n_prompt - 1])[0]
+        positions = {min(int(p) + 1, last) for p in divergences if int(p) + 1 > 0}
+        # nothing predicted: still one at the end, as a safety net (a request nobody predicted, and
+        # llama-server's rule that looks for a checkpoint while the memory still holds position 0)
+        return cls(positions or {last})
 
     def predicted(self, spans) -> frozenset:
         if self.positions is not None:
