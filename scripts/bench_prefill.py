@@ -62,14 +62,27 @@ sys.path.insert(0, str(ROOT))
 
 from tmplkit import corpus  # noqa: E402
 from tmplkit.errors import InputError  # noqa: E402
-from tmplkit.prefill import (BatchSchedule, FixedBreaks, PrefillRunner, PrefillSettings, ServerGated,  # noqa: E402
-                             build_prompt, generate_session, get_policy, load_session, next_user_turn, save_session,
-                             server_delimiters, server_spans, tiny_model_path)
-from tmplkit.prefill.report import write_json  # noqa: E402
+from tmplkit.prefill import (  # noqa: E402
+    BatchSchedule,
+    FixedBreaks,
+    PrefillRunner,
+    PrefillSettings,
+    ServerGated,
+    build_prompt,
+    generate_session,
+    get_policy,
+    load_session,
+    next_user_turn,
+    save_session,
+    server_delimiters,
+    server_spans,
+    tiny_model_path,
+)
 from tmplkit.prefill.prompt import text_delimiters  # noqa: E402
+from tmplkit.prefill.report import write_json  # noqa: E402
+from tmplkit.prefill.runner import effective_repack  # noqa: E402
 from tmplkit.prefill.session import Session  # noqa: E402
 from tmplkit.prefill.tinymodel import TinyConfig  # noqa: E402
-from tmplkit.prefill.runner import effective_repack  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
 
 GEMMA_TEMPLATE = "google-gemma-2-2b-it"  # Gemma's turn format (<start_of_turn>user / model), no tool role
@@ -440,10 +453,13 @@ def markdown(out: dict) -> str:
         if name == "qwen" and out.get("tiny_model"):
             t = out["tiny_model"]
             shape = f" ({t['n_layer']} layers, {t['n_embd']} wide, {t['n_head']} query heads over {t['n_head_kv']} KV heads of {t['head_dim']})"
-        lines += [f"**{name}** ({len(next(iter(sec['runs'].values())))} repeats): `{Path(sec['model']).name}`{shape}, template {sec['template']}, {sec['n_tokens']} tokens; "
+        n_rounds = len(next(iter(sec["runs"].values())))
+        lines += [f"**{name}** ({n_rounds} repeats): `{Path(sec['model']).name}`{shape}, template {sec['template']}, "
+                  f"{sec['n_tokens']} tokens; "
                   f"user starts: tmplkit {sec['tmplkit_user_starts']}, llama-server {sec['server_user_starts']}; "
                   f"tool-response starts {sec['tool_starts']}", "",
-                  "| variant | tokens/s | vs none | paired (min-max) | vs llama-server no-spans | decode calls | checkpoints | breaks on tool responses | checkpoints on tool responses | early-break rules |",
+                  "| variant | tokens/s | vs none | paired (min-max) | vs llama-server no-spans | decode calls | checkpoints "
+                  "| breaks on tool responses | checkpoints on tool responses | early-break rules |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         paired = sec.get("paired", {})
         for label, runs in sec["runs"].items():
@@ -618,7 +634,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sessions and 1 repeat")
     ap.add_argument("--rounds", "--repeat", type=int, default=None, dest="repeat",
                     help="interleaved rounds of every variant; ratios are paired within a round (default 7, 1 with --quick)")
-    ap.add_argument("--qwen-repeat", type=int, default=None, help="repeats of the qwen section (default: 9, 1 with --quick; a tiny-model run takes seconds)")
+    ap.add_argument("--qwen-repeat", type=int, default=None,
+                    help="repeats of the qwen section (default: 9, 1 with --quick; a tiny-model run takes seconds)")
     ap.add_argument("--resume-repeat", type=int, default=1, help="repeats of the resume section (its token counts are exact)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gemma-tokens", type=int, default=None)
@@ -679,7 +696,8 @@ def main(argv=None) -> int:
         return bench_given(args, settings, repeat, server_bin, outdir, t0)
     out: dict = {"command": "python scripts/bench_prefill.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
                  "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "threads": args.threads,
-                 "repeat": repeat, "tiny_model": asdict(tiny_cfg), "llama_server": server_bin, "load_average": round(os.getloadavg()[0], 2), "repack": effective_repack(settings.repack)}
+                 "repeat": repeat, "tiny_model": asdict(tiny_cfg), "llama_server": server_bin,
+                 "load_average": round(os.getloadavg()[0], 2), "repack": effective_repack(settings.repack)}
     if gemma:
         gsession = sized(gemma, gemma_tmpl, "user-turns", gemma_tokens, seed=0)
         save_session(gsession, outdir / "prefill-session-gemma.json")

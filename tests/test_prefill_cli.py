@@ -14,8 +14,7 @@ from tmplkit.errors import SourceError
 pytestmark = [pytest.mark.model, pytest.mark.corpus]
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from tmplkit.prefill import (POLICIES, PrefillSettings, compare_policies, generate_session, save_session,  # noqa: E402
-                             tiny_model_path)
+from tmplkit.prefill import POLICIES, PrefillSettings, compare_policies, generate_session, save_session, tiny_model_path  # noqa: E402
 
 # TMPLKIT_TEST_GPU_LAYERS: layers offloaded to a GPU (scripts/gpu_check.sh sets 99); 0 here
 FAST = ["-c", "8192", "-b", "1024", "-ub", "256", "-t", "2", "-cms", "1024", "-ngl", os.environ.get("TMPLKIT_TEST_GPU_LAYERS", "0")]

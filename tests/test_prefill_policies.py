@@ -9,8 +9,7 @@ import pytest
 from tmplkit.errors import InputError
 from tmplkit.prefill.checkpoints import Checkpoint, CheckpointStore
 from tmplkit.prefill.policies import POLICIES, BreakContext, FixedBreaks, ServerGated, get_policy
-from tmplkit.prefill.report import (CheckpointRecord, Comparison, DecodeCall, PolicyResult, PrefillReport,
-                                    markdown_summary, write_atomic)
+from tmplkit.prefill.report import CheckpointRecord, Comparison, DecodeCall, PolicyResult, PrefillReport, markdown_summary, write_atomic
 from tmplkit.spans import SpanDetector
 
 # user starts at 2, 6, 12; an assistant start at 4

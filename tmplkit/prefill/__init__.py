@@ -17,8 +17,19 @@
 
 from .checkpoints import Checkpoint, CheckpointStore, checkpoint_due
 from .compare import compare_policies, prepare
-from .policies import (POLICIES, BatchPolicy, BatchSchedule, BreakContext, EveryUserStart, FixedBreaks, Gated, NoBreaks,
-                       PlannedBatch, ServerGated, get_policy)
+from .policies import (
+    POLICIES,
+    BatchPolicy,
+    BatchSchedule,
+    BreakContext,
+    EveryUserStart,
+    FixedBreaks,
+    Gated,
+    NoBreaks,
+    PlannedBatch,
+    ServerGated,
+    get_policy,
+)
 from .prompt import Prompt, build_prompt, server_delimiters, server_spans
 from .report import CheckpointRecord, Comparison, DecodeCall, GenerationReport, PolicyResult, PrefillReport
 from .runner import ModelInfo, PrefillRunner, PrefillSettings

@@ -143,7 +143,7 @@ class Threadpool:
         self._cpu, self._pool, self._batch = cpu, pool, batch
 
     @classmethod
-    def attach(cls, llama_cpp, ctx, n_threads: int, n_threads_batch: int, poll: int | None) -> "Threadpool | None":
+    def attach(cls, llama_cpp, ctx, n_threads: int, n_threads_batch: int, poll: int | None) -> Threadpool | None:
         """Attach new threadpools to `ctx`; None when `poll` is None or ggml's symbols are missing
         (the context then keeps ggml's per-graph default threadpool)."""
         libs = _ggml_libs(llama_cpp) if poll is not None else None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 # llama-server ends a batch this many tokens before the prompt's end (4 + n_ubatch, and 4), so
 # that checkpoints exist there (llama.cpp PR 20288); a resume then recomputes at most a ubatch.
 _NEAR_END_OFFSET = 4

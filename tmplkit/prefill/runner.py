@@ -23,15 +23,27 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
 from ..errors import InputError, ModelError
-from ._llama import (CACHE_TYPES, FLASH_ATTN, SEQ, STATE_PARTIAL, Threadpool, TokenBatch, clear_log, cpu_has_amx,
-                     effective_repack, ensure_backend, import_llama_cpp, log_cause)
+from ._llama import (
+    CACHE_TYPES,
+    FLASH_ATTN,
+    SEQ,
+    STATE_PARTIAL,
+    Threadpool,
+    TokenBatch,
+    clear_log,
+    cpu_has_amx,
+    effective_repack,
+    ensure_backend,
+    import_llama_cpp,
+    log_cause,
+)
 from .checkpoints import Checkpoint, CheckpointStore
 from .policies import BatchPolicy, BatchSchedule, PlannedBatch, get_policy, user_starts
 from .report import CheckpointRecord, DecodeCall, GenerationReport, PrefillReport
@@ -250,7 +262,7 @@ class PrefillRunner:
         self.store = CheckpointStore(self.settings.max_checkpoints, self.settings.checkpoint_min_step)
         self._tokens = []
 
-    def __enter__(self) -> "PrefillRunner":
+    def __enter__(self) -> PrefillRunner:
         return self
 
     def __exit__(self, *exc) -> None:
