@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from tmplkit import corpus, load_one  # noqa: E402
 from tmplkit.prefill.session import generate_session  # noqa: E402
-from tmplkit.turns import SETTINGS, study_turns  # noqa: E402
+from tmplkit.turns import study_turns  # noqa: E402
 from tmplkit.turns.formats import format_turns  # noqa: E402
 
 REPLAYED = ("llama-server", "tmplkit", "divergence-aware")

@@ -8,8 +8,7 @@ import pytest
 
 from tmplkit import corpus
 from tmplkit.errors import InputError
-from tmplkit.prefill.session import (Session, generate_session, load_session, messages_for_template, next_user_turn,
-                                     save_session, session_from_json)
+from tmplkit.prefill.session import Session, generate_session, load_session, messages_for_template, next_user_turn, save_session, session_from_json
 
 
 def test_generator_is_seeded_and_deterministic():

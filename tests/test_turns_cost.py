@@ -104,7 +104,7 @@ def test_divergence_aware_survives_eviction_where_llama_server_does_not():
     for name, policy in (("server", ServerGated()), ("aware", None)):
         sim = ServerSimulation(MemoryModel.swa(512), SETTINGS)
         ids = list(base)
-        for k in range(40):
+        for _ in range(40):
             pol = policy or DivergenceAware.for_prompt([held_len], len(ids))
             sim.resume(ids, spans_of(ids), pol)
             ids = sim.held + [ord("U")] + [ord("t")] * 150

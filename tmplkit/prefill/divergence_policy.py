@@ -47,7 +47,7 @@ class DivergenceAware(Gated):
         self.positions = None if positions is None else frozenset(int(p) for p in positions)
 
     @classmethod
-    def for_prompt(cls, divergences, n_prompt: int) -> "DivergenceAware":
+    def for_prompt(cls, divergences, n_prompt: int) -> DivergenceAware:
         """The policy for a prompt of `n_prompt` tokens whose next renders diverge at token positions
         `divergences`. Restoring a checkpoint saved before position c recomputes from c - 1, so it
         goes one past the divergence; past the prompt's end (in the generated turn) the last

@@ -153,7 +153,8 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
     if redraw is not None:
         again = redraw(cur.index, prev.time)
         if common_prefix(held, again) > pos:
-            return "date or time", f"rendered at request {prev.index}'s time the request matches further ({cur.time:%H:%M:%S} vs {prev.time:%H:%M:%S})"
+            return "date or time", (f"rendered at request {prev.index}'s time the request matches further "
+                                    f"({cur.time:%H:%M:%S} vs {prev.time:%H:%M:%S})")
     for i, m in enumerate(messages[:prev.turn[1]]):
         r = _text(m.get("reasoning_content")).strip() if m.get("role") == "assistant" else ""
         if r and _covers(held, r, pos, slack=_NEAR) and text.count(r) < held.count(r):

@@ -29,9 +29,9 @@ time or date shows it as a clock would.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Mapping
 
 from ..errors import InputError, TmplkitError
 from ..sandbox import PINNED_NOW, Limits, render

@@ -54,12 +54,12 @@ class MemoryModel:
         return 0
 
     @classmethod
-    def swa(cls, n_swa: int, n_ubatch: int = 512) -> "MemoryModel":
+    def swa(cls, n_swa: int, n_ubatch: int = 512) -> MemoryModel:
         """llama.cpp's small SWA cache: n_swa + n_ubatch cells, padded to 256 (llama-kv-cache-iswa.cpp)."""
         return cls("swa", n_swa, -(-(n_swa + n_ubatch) // 256) * 256)
 
     @classmethod
-    def parse(cls, spec: str, n_ubatch: int = 512) -> "MemoryModel":
+    def parse(cls, spec: str, n_ubatch: int = 512) -> MemoryModel:
         """"swa:N" (a sliding window of N), "recurrent" or "full"; InputError otherwise."""
         kind, _, arg = spec.partition(":")
         if kind == "swa" and arg.isdigit() and int(arg) > 0:
