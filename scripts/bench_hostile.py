@@ -50,8 +50,8 @@ from tmplkit.atomic import write_text_atomic  # noqa: E402
 from tmplkit.errors import TmplkitError  # noqa: E402
 from tmplkit.isolate import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, analyze_isolated  # noqa: E402
 from tmplkit.sandbox import Limits  # noqa: E402
-from tmplkit.static_scan import scan  # noqa: E402
 from tmplkit.sources import load, load_gguf  # noqa: E402
+from tmplkit.static_scan import scan  # noqa: E402
 
 HANG_SLACK = 2.0
 GGUF_HANG_S = 5.0  # a load that takes this long on a file of at most a few MB counts as a hang

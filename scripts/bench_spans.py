@@ -56,7 +56,8 @@ def session(rounds: int, seed: int = 0) -> list[dict]:
 
 
 def render(messages: list[dict]) -> str:
-    from tmplkit.sandbox import Limits, render as render_template
+    from tmplkit.sandbox import Limits
+    from tmplkit.sandbox import render as render_template
     from tmplkit.sources import load_one
 
     template = load_one(corpus.templates_dir() / f"{TEMPLATE}.jinja")

@@ -37,9 +37,9 @@ from .prefill import (
 from .prefill.models import resolve_model
 from .prefill.replay import SessionReplay, replay_session
 from .sandbox import Limits, render
-from .static_scan import scan
 from .sources import ChatTemplate, load, load_gguf, load_many, load_one
 from .spans import SpanDetector, Spans, TextSpan, TokenSpan, split_text
+from .static_scan import scan
 from .token_audit import TokenRoundTrip, conversation_spans, token_round_trip, vocab_for_template
 from .tokenize import (
     HFTokenizer,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 # Message roles. Role order is also the tie-break order when delimiters have the same length.
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")

@@ -39,7 +39,7 @@ class Shape:
     system_first: bool = False  # start every conversation with a system message (templates that need one)
     extra: tuple[tuple[str, object], ...] = ()  # extra template variables (e.g. Firefunction's `functions`)
 
-    def with_extra(self, name: str, value) -> "Shape":
+    def with_extra(self, name: str, value) -> Shape:
         return replace(self, extra=self.extra + ((name, value),))
 
     def describe(self) -> list[str]:
@@ -177,7 +177,7 @@ class ProbeBuilder:
         self.shape = shape
         self._calls = 0
 
-    def with_shape(self, shape: Shape) -> "ProbeBuilder":
+    def with_shape(self, shape: Shape) -> ProbeBuilder:
         return ProbeBuilder(self.needles, shape)
 
     def _content(self, text: str):

@@ -222,9 +222,8 @@ def load_hf(spec: str) -> list[ChatTemplate]:
     repo, _, revision = spec.partition("@")
     if repo.count("/") != 1 or not all(repo.split("/")):
         raise SourceError(f"hf:{spec}: a Hub source is hf:org/name[@revision]")
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub import errors as hf_errors
-    from huggingface_hub import constants
 
     offline = bool(constants.HF_HUB_OFFLINE)
     try:

@@ -7,7 +7,8 @@ length.
 from __future__ import annotations
 
 import re
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from ..probes import CALL_ID_FORMAT
 

@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..errors import InputError
 from ..sources import ChatTemplate, load_one

@@ -8,7 +8,9 @@ from pathlib import Path
 
 # Writing results: tmplkit.atomic is the one writer (atomic, one-line InputError on failure);
 # these names stay importable from here for the prefill code and scripts.
-from ..atomic import check_writable, write_json, write_output
+from ..atomic import check_writable as check_writable  # re-exported
+from ..atomic import write_json as write_json  # re-exported
+from ..atomic import write_output
 
 # Why a batch ended ("generated": one token of the model's reply, see GenerationReport).
 REASONS = ("full", "user start", "near end", "end")

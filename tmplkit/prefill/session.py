@@ -34,9 +34,9 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..conversation import load_conversation
 from ..errors import InputError
@@ -58,7 +58,7 @@ class Session:
     def roles(self) -> list[str]:
         return [m["role"] for m in self.messages]
 
-    def with_messages(self, extra) -> "Session":
+    def with_messages(self, extra) -> Session:
         """A new session with `extra` messages appended (e.g. the next user turn)."""
         return Session(tuple(self.messages) + tuple(extra), self.tools, self.source)
 
