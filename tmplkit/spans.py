@@ -183,7 +183,7 @@ def _normalize_skips(skips, n: int) -> list[tuple[int, int]]:
     items = skips.items() if isinstance(skips, dict) else skips
     out: list[tuple[int, int]] = []
     reach = -1
-    for start, length in sorted((int(s), int(l)) for s, l in items):
+    for start, length in sorted((int(s), int(size)) for s, size in items):
         if length <= 0 or start < 0 or start >= n or start < reach:
             continue
         end = min(n, start + length)
@@ -322,7 +322,8 @@ def split_reference(tokens, delimiters, skips=None) -> list[TokenSpan]:
                      key=lambda it: (-len(it[1]), rank.get(it[0], len(ROLES)), it[1]))
     tokens = list(tokens)
     n = len(tokens)
-    skip_at = {int(s): int(l) for s, l in (skips.items() if isinstance(skips, dict) else (skips or [])) if int(l) > 0}
+    skip_at = {int(s): int(count) for s, count in (skips.items() if isinstance(skips, dict) else (skips or []))
+               if int(count) > 0}
     starts: list[tuple[int, str]] = []
     i = 0
     while i < n:

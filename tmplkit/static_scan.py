@@ -19,8 +19,9 @@ What is flagged (each warning names the line):
 
 >>> scan("{{ messages[0].content }}")
 []
->>> scan("{{ ''.__class__.__mro__ }}")
-["line 1: reads '__class__', a Python internal (a known sandbox escape route)", "line 1: reads '__mro__', a Python internal (a known sandbox escape route)"]
+>>> scan("{{ ''.__class__.__mro__ }}")  # doctest: +NORMALIZE_WHITESPACE
+["line 1: reads '__class__', a Python internal (a known sandbox escape route)",
+ "line 1: reads '__mro__', a Python internal (a known sandbox escape route)"]
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ from ._probing import Prober, Seen
 from ._result import status_of
 from ._text import UNIT, Note, agree, back_to_boundary, distinctive, from_first_unit, lcp, lcs, template_message, unit_prefix, unit_suffix
 
-__all__ = ["ChatDelimiters", "ChatFindings", "Stop", "assistant_delimiters", "chat_delimiters", "context_starts", "generation_prompt_of", "probe_chat"]
+__all__ = ["ChatDelimiters", "ChatFindings", "Stop", "assistant_delimiters", "chat_delimiters", "context_starts",
+           "generation_prompt_of", "probe_chat"]
 
 
 class Stop(Exception):

@@ -205,7 +205,7 @@ class _Placement:
         return f"message {i} ({self.seen.probe.roles[i]})"
 
     def _place(self, i: int) -> None:
-        mode, role, spans = self.modes[i], self.expected_role(i), self.spans
+        mode, role = self.modes[i], self.expected_role(i)
         if not self.seen.found(i):
             if mode != "dropped":
                 self.problems.append(f"{self.describe(i)}: its content is not in the render")

@@ -251,7 +251,8 @@ def _tool_step(repo: _Repo, rng: random.Random, mod: str, func: str, kind: str, 
                 {"name": "edit_file", "arguments": {"path": mod, "old": "    return out", "new": "    return out[:limit]"}},
                 f"Edited {mod}: 1 replacement.")
     if kind == "diff":
-        lines = [f"diff --git a/{mod} b/{mod}", f"--- a/{mod}", f"+++ b/{mod}", f"@@ -{rng.randint(10, 90)},7 +{rng.randint(10, 90)},8 @@ def {func}("]
+        lines = [f"diff --git a/{mod} b/{mod}", f"--- a/{mod}", f"+++ b/{mod}",
+                 f"@@ -{rng.randint(10, 90)},7 +{rng.randint(10, 90)},8 @@ def {func}("]
         for _ in range(rng.randint(3, 8)):
             sign = rng.choice([" ", " ", "-", "+"])
             lines.append(f"{sign}    {rng.choice(_VERBS)}_{rng.choice(_NOUNS)}(out, limit)")
