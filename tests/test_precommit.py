@@ -176,7 +176,7 @@ def test_constraints_pin_every_dependency_and_ci_installs_with_them():
     makefile = (ROOT / "Makefile").read_text()
     assert "CONSTRAINTS ?= constraints.txt" in makefile and "-c $(CONSTRAINTS) -e '.[all]'" in makefile
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
-    assert ci[-1] == "make test" and "make setup" in ci
+    assert ci[-1] == "make test" and "make setup" in ci and "make lint" in ci
 
 
 def test_the_package_ships_py_typed():
