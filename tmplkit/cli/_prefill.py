@@ -15,7 +15,7 @@ def add_prefill(sub) -> None:
 
     d = {f.name: f.default for f in dataclasses.fields(PrefillSettings)}
     p = sub.add_parser("prefill", help="prefill an agent session on a model with each batch policy and compare them")
-    p.add_argument("model", metavar="MODEL.gguf", help="a GGUF model llama.cpp can load")
+    p.add_argument("model", metavar="MODEL", help="a GGUF model llama.cpp can load, gemma or tiny:VOCAB (built on first use)")
     p.add_argument("session", metavar="SESSION.json", help="OpenAI-style messages JSON (a list, or {messages, tools})")
     p.add_argument("--template", metavar="SOURCE", help="chat template source (default: the model GGUF's own)")
     p.add_argument("--policy", default="all", choices=[*POLICIES, "all"],
@@ -57,6 +57,7 @@ def _cmd_prefill(args) -> int:
     require_extra("llama", "tmplkit prefill")  # before any work
     from ..prefill import PrefillSettings, compare_policies
     from ..prefill.compare import TerminalProgress
+    from ..prefill.models import resolve_model
     from ..prefill.plot import plot_comparison, require_matplotlib
     from ..prefill.report import check_writable, write_json
 
@@ -73,7 +74,7 @@ def _cmd_prefill(args) -> int:
         max_checkpoints=args.max_checkpoints, checkpoint_min_step=args.checkpoint_min_step)
     bar = TerminalProgress(sys.stderr, args.repeat) if sys.stderr.isatty() else None
     try:
-        comp = compare_policies(args.model, args.session, template=args.template, policies=args.policy,
+        comp = compare_policies(resolve_model(args.model), args.session, template=args.template, policies=args.policy,
                                 repeat=args.repeat, settings=settings, progress=bar)
     finally:
         if bar is not None:
