@@ -7,7 +7,7 @@ length.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from ..probes import CALL_ID_FORMAT
@@ -35,8 +35,9 @@ class Note(NamedTuple):
     text: str
 
 
-def lcp(a: str, b: str) -> int:
-    """Length of the longest common prefix (binary search on slices: fast on long renders)."""
+def lcp(a: Sequence, b: Sequence) -> int:
+    """Length of the longest common prefix of two strings or token lists (binary search on
+    slices: fast on long renders and sessions)."""
     hi = min(len(a), len(b))
     if a[:hi] == b[:hi]:
         return hi

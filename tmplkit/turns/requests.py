@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from ..analysis._text import lcp as common_prefix  # strings and token lists alike
 from ..errors import InputError, TmplkitError
 from ..sandbox import PINNED_NOW, Limits, render
 from ..sources import ChatTemplate
@@ -72,24 +73,6 @@ class Request:
         return {"index": self.index, "n_messages": self.n_messages, "n_chars": len(self.text),
                 "n_generated_chars": len(self.generated), "turn": list(self.turn), "rule": self.rule,
                 "generation_prompt": self.generation_prompt, "time": self.time.isoformat()}
-
-
-def common_prefix(a, b) -> int:
-    """Length of the longest common prefix of two sequences (strings or token lists)."""
-    n = min(len(a), len(b))
-    if isinstance(a, str) and isinstance(b, str):
-        lo, hi = 0, n  # binary search on slices: fast for the long renders of a session
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if a[:mid] == b[:mid]:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def request_points(messages) -> list[tuple[int, int]]:
