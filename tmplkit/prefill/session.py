@@ -284,6 +284,32 @@ def _estimate(messages) -> int:
     return sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) // 3
 
 
+def _append_tool_calls(msgs: list[dict], calls, call_id: int, reasoning_rng: random.Random | None,
+                       func: str, mod: str) -> int:
+    """One assistant message with OpenAI `tool_calls` (reasoning when `reasoning_rng` is given), then
+    one `tool` message per call; returns the last call id used."""
+    thought = calls[0][0]
+    tcs = []
+    for _, call, _ in calls:
+        call_id += 1
+        tcs.append({"id": f"call_{call_id:04d}", "type": "function",
+                    "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}})
+    msgs.append({"role": "assistant", "content": thought, "tool_calls": tcs})
+    if reasoning_rng is not None:
+        msgs[-1]["reasoning_content"] = _reasoning(reasoning_rng, thought, func, mod)
+    for tc, (_, call, result) in zip(tcs, calls):
+        msgs.append({"role": "tool", "tool_call_id": tc["id"], "name": call["name"], "content": result})
+    return call_id
+
+
+def _append_user_turn_call(msgs: list[dict], step) -> None:
+    """The call written in the assistant's text and its result sent back as a user turn (templates
+    without tools)."""
+    thought, call, result = step
+    msgs.append({"role": "assistant", "content": f"{thought}\n```tool_call\n{json.dumps(call, ensure_ascii=False)}\n```"})
+    msgs.append({"role": "user", "content": f"Tool result ({call['name']}):\n```\n{result}\n```"})
+
+
 def generate_session(target_tokens: int = 16000, seed: int = 0, style: str = "tool-role",
                      measure: Callable[[Session], int] | None = None, requests: int | None = None) -> Session:
     """A seeded coding-agent session of about `target_tokens` tokens.
@@ -353,22 +379,10 @@ def generate_session(target_tokens: int = 16000, seed: int = 0, style: str = "to
             else:
                 parallel = 2 if (style == "tool-role" and kind in ("read_file", "grep") and rng.random() < 0.25) else 1
             calls = [_tool_step(repo, rng, mod if p == 0 else repo.func()[0], func, kind, agent) for p in range(parallel)]
-            thought = calls[0][0]
             if tool_role:
-                tcs = []
-                for _, call, _ in calls:
-                    call_id += 1
-                    tcs.append({"id": f"call_{call_id:04d}", "type": "function",
-                                "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}})
-                msgs.append({"role": "assistant", "content": thought, "tool_calls": tcs})
-                if agent:
-                    msgs[-1]["reasoning_content"] = _reasoning(rng, thought, func, mod)
-                for tc, (_, call, result) in zip(tcs, calls):
-                    msgs.append({"role": "tool", "tool_call_id": tc["id"], "name": call["name"], "content": result})
+                call_id = _append_tool_calls(msgs, calls, call_id, rng if agent else None, func, mod)
             else:
-                _, call, result = calls[0]
-                msgs.append({"role": "assistant", "content": f"{thought}\n```tool_call\n{json.dumps(call, ensure_ascii=False)}\n```"})
-                msgs.append({"role": "user", "content": f"Tool result ({call['name']}):\n```\n{result}\n```"})
+                _append_user_turn_call(msgs, calls[0])
             if done():
                 finished = True
                 break

@@ -92,6 +92,36 @@ def tiny_model_path(vocab: str = "qwen35", template: str | None = "default", con
     return out
 
 
+def _add_weights(w, c: TinyConfig, n_vocab: int) -> None:
+    """Random weights (seeded) for every tensor of a gemma3 model of shape `c`."""
+    rng = np.random.default_rng(c.seed)
+
+    def mat(rows: int, cols: int, dtype=np.float16) -> np.ndarray:
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * (1.0 / np.sqrt(cols))).astype(dtype)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    # numpy shapes are ggml shapes reversed: a {n_in, n_out} ggml matrix is (n_out, n_in) here.
+    w.add_tensor("token_embd.weight", mat(n_vocab, c.n_embd))
+    w.add_tensor("output_norm.weight", ones(c.n_embd))
+    for i in range(c.n_layer):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", ones(c.n_embd))
+        w.add_tensor(p + "attn_q.weight", mat(c.n_head * c.head_dim, c.n_embd, np.float32))
+        w.add_tensor(p + "attn_k.weight", mat(c.n_head_kv * c.head_dim, c.n_embd, np.float32))
+        w.add_tensor(p + "attn_v.weight", mat(c.n_head_kv * c.head_dim, c.n_embd, np.float32))
+        w.add_tensor(p + "attn_output.weight", mat(c.n_embd, c.n_head * c.head_dim, np.float32))
+        w.add_tensor(p + "attn_q_norm.weight", ones(c.head_dim))
+        w.add_tensor(p + "attn_k_norm.weight", ones(c.head_dim))
+        w.add_tensor(p + "post_attention_norm.weight", ones(c.n_embd))
+        w.add_tensor(p + "ffn_norm.weight", ones(c.n_embd))
+        w.add_tensor(p + "ffn_gate.weight", mat(c.n_ff, c.n_embd, np.float32))
+        w.add_tensor(p + "ffn_up.weight", mat(c.n_ff, c.n_embd, np.float32))
+        w.add_tensor(p + "ffn_down.weight", mat(c.n_embd, c.n_ff, np.float32))
+        w.add_tensor(p + "post_ffw_norm.weight", ones(c.n_embd))
+
+
 def build_tiny_model(vocab_file: str | os.PathLike, out: str | os.PathLike, chat_template: str | None = None,
                      config: TinyConfig | None = None) -> Path:
     """Write a tiny gemma3 GGUF with the tokenizer of `vocab_file` to `out` (atomically)."""
@@ -138,32 +168,7 @@ def build_tiny_model(vocab_file: str | os.PathLike, out: str | os.PathLike, chat
         if chat_template is not None:
             w.add_chat_template(chat_template)
 
-        rng = np.random.default_rng(c.seed)
-
-        def mat(rows: int, cols: int, dtype=np.float16) -> np.ndarray:
-            return (rng.standard_normal((rows, cols), dtype=np.float32) * (1.0 / np.sqrt(cols))).astype(dtype)
-
-        def ones(n: int) -> np.ndarray:
-            return np.ones(n, dtype=np.float32)
-
-        # numpy shapes are ggml shapes reversed: a {n_in, n_out} ggml matrix is (n_out, n_in) here.
-        w.add_tensor("token_embd.weight", mat(n_vocab, c.n_embd))
-        w.add_tensor("output_norm.weight", ones(c.n_embd))
-        for i in range(c.n_layer):
-            p = f"blk.{i}."
-            w.add_tensor(p + "attn_norm.weight", ones(c.n_embd))
-            w.add_tensor(p + "attn_q.weight", mat(c.n_head * c.head_dim, c.n_embd, np.float32))
-            w.add_tensor(p + "attn_k.weight", mat(c.n_head_kv * c.head_dim, c.n_embd, np.float32))
-            w.add_tensor(p + "attn_v.weight", mat(c.n_head_kv * c.head_dim, c.n_embd, np.float32))
-            w.add_tensor(p + "attn_output.weight", mat(c.n_embd, c.n_head * c.head_dim, np.float32))
-            w.add_tensor(p + "attn_q_norm.weight", ones(c.head_dim))
-            w.add_tensor(p + "attn_k_norm.weight", ones(c.head_dim))
-            w.add_tensor(p + "post_attention_norm.weight", ones(c.n_embd))
-            w.add_tensor(p + "ffn_norm.weight", ones(c.n_embd))
-            w.add_tensor(p + "ffn_gate.weight", mat(c.n_ff, c.n_embd, np.float32))
-            w.add_tensor(p + "ffn_up.weight", mat(c.n_ff, c.n_embd, np.float32))
-            w.add_tensor(p + "ffn_down.weight", mat(c.n_embd, c.n_ff, np.float32))
-            w.add_tensor(p + "post_ffw_norm.weight", ones(c.n_embd))
+        _add_weights(w, c, n_vocab)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
