@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from typing import Any
 
 
 def add_prefill(sub) -> None:
@@ -13,7 +14,7 @@ def add_prefill(sub) -> None:
     from ..prefill.policies import POLICIES
     from ..prefill.runner import PrefillSettings
 
-    d = {f.name: f.default for f in dataclasses.fields(PrefillSettings)}
+    d: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(PrefillSettings)}
     p = sub.add_parser("prefill", help="prefill an agent session on a model with each batch policy and compare them")
     p.add_argument("model", metavar="MODEL", help="a GGUF model llama.cpp can load, gemma or tiny:VOCAB (built on first use)")
     p.add_argument("session", metavar="SESSION.json", help="OpenAI-style messages JSON (a list, or {messages, tools})")

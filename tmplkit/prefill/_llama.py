@@ -146,7 +146,9 @@ class Threadpool:
     def attach(cls, llama_cpp, ctx, n_threads: int, n_threads_batch: int, poll: int | None) -> Threadpool | None:
         """Attach new threadpools to `ctx`; None when `poll` is None or ggml's symbols are missing
         (the context then keeps ggml's per-graph default threadpool)."""
-        libs = _ggml_libs(llama_cpp) if poll is not None else None
+        if poll is None:
+            return None
+        libs = _ggml_libs(llama_cpp)
         if libs is None:
             return None
         base, cpu, lib = libs

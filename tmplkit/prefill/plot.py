@@ -25,6 +25,7 @@ def plot_reports(reports: list[PrefillReport], path: str | os.PathLike, title: s
     matplotlib = require_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.artist import Artist
     from matplotlib.patches import Patch
 
     n = len(reports)
@@ -47,7 +48,7 @@ def plot_reports(reports: list[PrefillReport], path: str | os.PathLike, title: s
                      f"{rep.tokens_per_second:.0f} tokens/s", fontsize=9, loc="left")
         ax.set_yscale("log")
     axes[-1, 0].set_xlabel("prompt position (tokens)")
-    handles = [Patch(color=c, label=f"ended: {r}") for r, c in _COLORS.items()]
+    handles: list[Artist] = [Patch(color=c, label=f"ended: {r}") for r, c in _COLORS.items()]
     handles.append(plt.Line2D([], [], color="crimson", linestyle="--", label="checkpoint"))
     fig.legend(handles=handles, loc="lower center", fontsize=8, ncol=len(handles), frameon=False)
     if title:

@@ -25,9 +25,13 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from .checkpoints import checkpoint_due, near_end, near_end_breaks
+
+if TYPE_CHECKING:
+    from ..spans import Spans
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,7 +44,7 @@ class BreakContext:
     (llama-server's gate looks only at `last_checkpoint`).
     """
 
-    spans: object
+    spans: Spans | None
     last_user: int
     last_checkpoint: int | None
     min_step: int
@@ -264,6 +268,8 @@ class BatchSchedule:
             reason, rule = "end", None
         elif end - begin == self.n_batch:
             reason, rule = "full", None  # the batch was full anyway; a rule cost nothing
+        # without an early end the batch ends at `full`: the prompt's end or a full batch, both named above
+        assert reason is not None
         return PlannedBatch(begin, end, reason, rule, self._checkpoint_why(begin, end, due))
 
     def plan(self, start: int = 0, newest: int | None = None) -> list[PlannedBatch]:

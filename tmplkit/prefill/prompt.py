@@ -16,12 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..delimiters import Delimiter, sort_delimiters
 from ..errors import AnalysisError, InputError
 from ..sources import ChatTemplate
 from ..spans import SpanDetector, Spans
 from .session import Session, messages_for_template
+
+if TYPE_CHECKING:
+    from ..token_delims import TokenDelimiters
 
 # llama-server's delimiters (its autoparser's user_start / assistant_start, as pinned by the
 # vendored llama.cpp's tests/test-chat-auto-parser.cpp), by a marker of the template family.
@@ -36,7 +40,7 @@ class Prompt:
     spans: Spans
     text: str = field(repr=False)
     template: str
-    delimiters: object = field(repr=False)  # TokenDelimiters
+    delimiters: TokenDelimiters = field(repr=False)
     derived_by: str = "analysis"
 
     def role_counts(self) -> dict[str, int]:

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -47,6 +48,9 @@ from ._llama import (
 from .checkpoints import Checkpoint, CheckpointStore
 from .policies import BatchPolicy, BatchSchedule, PlannedBatch, get_policy, user_starts
 from .report import CheckpointRecord, DecodeCall, GenerationReport, PrefillReport
+
+if TYPE_CHECKING:
+    from ..tokenize import LlamaCppTokenizer
 
 __all__ = ["CACHE_TYPES", "ModelInfo", "PrefillRunner", "PrefillSettings", "cpu_has_amx", "effective_repack"]
 
@@ -137,7 +141,7 @@ class PrefillRunner:
         self._threadpool: Threadpool | None = None
         self.model_path = str(model_path)
         self._tokens: list[int] = []
-        self._tokenizer = None
+        self._tokenizer: LlamaCppTokenizer | None = None
         self._run_id = 0
         self._load()
         self.store = CheckpointStore(self.settings.max_checkpoints, self.settings.checkpoint_min_step)
@@ -244,17 +248,20 @@ class PrefillRunner:
     def close(self) -> None:
         """Free everything, users before what they use: tokenizer, batch, context, threadpool, model."""
         lc = self._llama_cpp
-        if getattr(self, "_tokenizer", None) is not None:
-            self._tokenizer.close()
+        tokenizer = getattr(self, "_tokenizer", None)
+        if tokenizer is not None:
+            tokenizer.close()
             self._tokenizer = None
-        if getattr(self, "_batch", None) is not None:
-            self._batch.free()
+        batch = getattr(self, "_batch", None)
+        if batch is not None:
+            batch.free()
             self._batch = None
         if self._ctx:
             lc.llama_free(self._ctx)
             self._ctx = None
-        if getattr(self, "_threadpool", None) is not None:
-            self._threadpool.free()
+        threadpool = getattr(self, "_threadpool", None)
+        if threadpool is not None:
+            threadpool.free()
             self._threadpool = None
         if self._model:
             lc.llama_model_free(self._model)
@@ -445,6 +452,7 @@ class PrefillRunner:
         """One llama_decode call of `tokens` at positions pos0...; its seconds (to the end of the
         computation). A failure resets the runner and raises ModelError."""
         lc = self._llama_cpp
+        assert self._batch is not None, "the runner is closed"
         self._batch.set(tokens, pos0, logits_last)
         d0 = time.perf_counter()
         ret = lc.llama_decode(self._ctx, self._batch.batch)
@@ -461,6 +469,7 @@ class PrefillRunner:
         create_checkpoint; returns its record and how many checkpoints it evicted, or None when
         the memory holds nothing yet."""
         lc = self._llama_cpp
+        assert batch.checkpoint is not None, "called only for a batch that asks for a checkpoint"
         pmin, pmax = self._pos_range()
         if pmin < 0:
             return None
