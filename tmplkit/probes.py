@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .sandbox import PINNED_NOW
 
@@ -77,7 +78,7 @@ CHAT_SHAPES = (
     Shape(tools_always=True, content_parts=True),
 )
 # Tool shapes (applied on top of the chat shape), tried in this order until a tool round renders.
-TOOL_SHAPES = (
+TOOL_SHAPES: tuple[dict[str, Any], ...] = (
     dict(),
     dict(string_arguments=True),
     dict(flat_tools=True),

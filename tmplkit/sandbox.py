@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import datetime
 from functools import lru_cache
+from typing import Any
 
 import jinja2
 import jinja2.ext
@@ -298,8 +299,9 @@ def _width_filter(func, width_at: int):
             _check_planned(width * lines, "asked for a padded string")
         return _check_size(func(*args, **kwargs), "built a value")
 
-    if hasattr(func, "jinja_pass_arg"):
-        wrapped.jinja_pass_arg = func.jinja_pass_arg
+    for attr in ("jinja_pass_arg",):
+        if hasattr(func, attr):
+            setattr(wrapped, attr, getattr(func, attr))
     return wrapped
 
 
@@ -362,8 +364,9 @@ def _planned_filter(func, size_of):
         _check_planned(size_of(plain, kwargs), "asked a filter for a value")
         return _check_size(func(*args, **kwargs), "built a value")
 
-    if hasattr(func, "jinja_pass_arg"):
-        wrapped.jinja_pass_arg = func.jinja_pass_arg
+    for attr in ("jinja_pass_arg",):
+        if hasattr(func, attr):
+            setattr(wrapped, attr, getattr(func, attr))
     return wrapped
 
 
@@ -659,7 +662,7 @@ def render(
     """
     limits = DEFAULT_LIMITS if limits is None else limits
     prepared = _prepare_messages(messages)
-    context = {}
+    context: dict[str, Any] = {}
     if template.bos_token is not None:
         context["bos_token"] = template.bos_token
     if template.eos_token is not None:

@@ -93,8 +93,7 @@ def token_round_trip(analysis, tokenizer: Tokenizer) -> TokenRoundTrip:
     expected = tuple(getattr(rt, "expected_roles", ()) or ())
     td = token_delimiters(analysis, tokenizer)
     if rt is None or not getattr(rt, "rendered", ""):
-        problems = ("the analysis has no round-trip render to tokenize",)
-        return TokenRoundTrip(name, tok_name, False, expected, (), 0, td, problems)
+        return TokenRoundTrip(name, tok_name, False, expected, (), 0, td, ("the analysis has no round-trip render to tokenize",))
     ids = tokenizer.tokenize(rt.rendered)
     spans = SpanDetector(td).split(ids)
     actual = spans.roles

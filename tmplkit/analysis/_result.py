@@ -117,7 +117,7 @@ class Analysis:
         }
 
 
-def _chain(exc: BaseException):
+def _chain(exc: BaseException | None):
     """`exc` and the exceptions it was raised from or during, once each."""
     seen = set()
     while exc is not None and id(exc) not in seen:

@@ -59,7 +59,10 @@ class Divergence:
     @property
     def stable(self) -> bool:
         text_ok = self.position >= self.n_held
-        return text_ok and (self.token_position is None or self.token_position >= self.n_held_tokens)
+        if not text_ok or self.token_position is None:
+            return text_ok
+        assert self.n_held_tokens is not None, "token_position and n_held_tokens are set together"
+        return self.token_position >= self.n_held_tokens
 
     def to_dict(self) -> dict:
         return {"request": self.request, "stable": self.stable, "position": self.position, "n_held": self.n_held,
@@ -175,7 +178,7 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
         return "system prompt", "the divergence lies in the system message"
     last = next((m for m in reversed(messages[:prev.n_messages]) if m.get("role") in ("user", "tool")), None)
     body = _text(last.get("content")).strip() if last is not None else ""
-    if body and _covers(held[:len(prev.text)], body, pos, _NEAR):
+    if last is not None and body and _covers(held[:len(prev.text)], body, pos, _NEAR):
         role = last["role"]
         return ("last user message" if role == "user" else "last tool result",
                 f"request {prev.index}'s last message ({role}) is rendered differently once the model has answered it")

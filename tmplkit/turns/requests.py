@@ -29,7 +29,7 @@ time or date shows it as a clock would.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -42,6 +42,13 @@ __all__ = ["Request", "session_requests", "iter_requests", "request_points", "co
 
 _NEEDLE = "\u2063needle\u2063"
 _LIMITS = Limits(seconds=60, max_output_chars=50_000_000)
+
+
+def _clock_at(t: datetime) -> Callable[[], datetime]:
+    """A clock that always reads `t` (a request's time, for `strftime_now`)."""
+    return lambda: t
+
+
 DEFAULT_INTERVAL = timedelta(seconds=90)
 
 
@@ -154,7 +161,7 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
     return turn[common_prefix(gprompt, turn):], "newest-turn"
 
 
-def next_renders(session, template: ChatTemplate, requests, *, kwargs: Mapping | None = None) -> tuple[tuple[str, ...], ...]:
+def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *, kwargs: Mapping | None = None) -> tuple[tuple[str, ...], ...]:
     """For each request, the renders of the two requests that can follow it, known before they come:
     the generated turn's tool calls answered (when it makes any) and a new user message.
 
@@ -166,7 +173,7 @@ def next_renders(session, template: ChatTemplate, requests, *, kwargs: Mapping |
 
     messages = messages_for_template(session)
     tools = list(session.tools or ()) or None
-    out = []
+    out: list[tuple[str, ...]] = []
     for r in requests:
         if not r.generated:
             out.append(())
@@ -177,11 +184,11 @@ def next_renders(session, template: ChatTemplate, requests, *, kwargs: Mapping |
         if calls:
             follow.append([{"role": "tool", "tool_call_id": c.get("id", ""), "name": c.get("function", c).get("name", ""),
                             "content": "result"} for c in calls])
-        texts = []
+        texts: list[str] = []
         for extra in follow:
             try:
                 texts.append(render(template, upto + extra, tools=tools, add_generation_prompt=True, limits=_LIMITS,
-                                    clock=lambda t=r.time: t, **dict(kwargs or {})))
+                                    clock=_clock_at(r.time), **dict(kwargs or {})))
             except TmplkitError:  # a template may refuse a shape; that follow-up is then not predicted
                 continue
         out.append(tuple(texts))
