@@ -76,11 +76,13 @@ def probe_chat(prober: Prober) -> ChatFindings:
     pre_user0 = one.head(0)
     text, probe, builder, err = prober.attempt(builder, "U1 A1 U2")
     if text is None:
+        assert err is not None, "a failed attempt carries its error"
         raise Stop(status_of(err), f"cannot render a user/assistant/user chat: {template_message(err)}")
     chat = prober.seen(text, probe)
     if not all(chat.found(i) for i in range(3)):
         raise Stop("unsupported", "the template drops the content of user or assistant messages")
-    if chat.between(0, 1) is None or chat.between(1, 2) is None:
+    user_to_assistant, assistant_to_user = chat.between(0, 1), chat.between(1, 2)
+    if user_to_assistant is None or assistant_to_user is None:
         raise Stop("unsupported", "the template does not render messages in their order")
     text, probe, builder, err = prober.attempt(builder, "U1 A1")
     if text is not None:
@@ -88,10 +90,10 @@ def probe_chat(prober: Prober) -> ChatFindings:
     if "assistant" not in prober.tails:
         # The template wants the conversation to end elsewhere: take as the assistant's closer
         # the part of the user's closer that the assistant-to-user text starts with.
-        seg = chat.between(1, 2)
+        seg = assistant_to_user
         prober.tails["assistant"] = seg[: lcp(seg, prober.tails["user"])]
     gp_text, probe, builder, err = prober.attempt(builder, "U1", add_generation_prompt=True)
-    between_turns = chat.between(0, 1) + chat.between(1, 2)
+    between_turns = user_to_assistant + assistant_to_user
     bos_like = find_bos(prober.template.bos_token, pre_user0, between_turns)
     opener = find_opener(pre_user0[len(bos_like):], between_turns)
     return ChatFindings(builder, pre_user0, bos_like, opener,
@@ -200,7 +202,9 @@ def context_starts(prober: Prober, renders: list[Seen], role: str, start: str, o
             if r != role or seen.probe.tool_call_flags[i] or not seen.found(i):
                 continue
             prev = max((j for j in range(i) if seen.found(j)), default=None)
-            seg = seen.between(prev, i) if prev is not None else None
+            if prev is None:
+                continue
+            seg = seen.between(prev, i)
             if seg is None or (start and seg.endswith(start)):
                 continue
             candidate = prober.start_in(seg, seen.kind(prev), opener)

@@ -33,7 +33,9 @@ class Seen:
         self.pos: list[list[int]] = []
         self.bounds: list[tuple[int, int] | None] = []
         for needles in probe.needles:
-            positions, lo, hi = [], None, None
+            positions: list[int] = []
+            lo: int | None = None
+            hi: int | None = None
             for needle in needles:
                 p = text.find(needle)
                 positions.append(p)
@@ -45,7 +47,7 @@ class Seen:
                 lo = a if lo is None else min(lo, a)
                 hi = b if hi is None else max(hi, b)
             self.pos.append(positions)
-            self.bounds.append(None if lo is None else (lo, hi))
+            self.bounds.append(None if lo is None or hi is None else (lo, hi))  # set together
 
     def kind(self, i: int) -> str:
         return "call" if self.probe.tool_call_flags[i] else self.probe.roles[i]
@@ -54,16 +56,19 @@ class Seen:
         return self.bounds[i] is not None
 
     def between(self, i: int, j: int) -> str | None:
-        if self.bounds[i] is None or self.bounds[j] is None:
+        bi, bj = self.bounds[i], self.bounds[j]
+        if bi is None or bj is None:
             return None
-        a, b = self.bounds[i][1], self.bounds[j][0]
+        a, b = bi[1], bj[0]
         return canon(self.text[a:b]) if a <= b else None
 
     def head(self, i: int) -> str:
-        return canon(self.text[: self.bounds[i][0]]) if self.bounds[i] else ""
+        b = self.bounds[i]
+        return canon(self.text[: b[0]]) if b else ""
 
     def tail(self, i: int) -> str | None:
-        return canon(self.text[self.bounds[i][1]:]) if self.bounds[i] else None
+        b = self.bounds[i]
+        return canon(self.text[b[1]:]) if b else None
 
 
 class Attempt(NamedTuple):

@@ -109,6 +109,7 @@ def _unit_name(unit: str) -> tuple[str, bool]:
     body = unit.strip("<>[]|｜〈〉")
     closing = body.startswith("/")
     m = re.match(r"[\w:.-]*", body.lstrip("/").lower())
+    assert m is not None, "the pattern matches the empty string"
     return m.group(0), closing
 
 
@@ -169,7 +170,9 @@ def _markers_from_text(prober: Prober, seen: Seen, chat: ChatFindings, assistant
             continue
         reasoning = seen.pos[i][-1]
         after = [p for p in seen.pos[i][:-1] if p > reasoning]
-        user_end = seen.bounds[i - 1][1]
+        user_bounds = seen.bounds[i - 1]
+        assert user_bounds is not None, "found(i - 1) above"
+        user_end = user_bounds[1]
         if reasoning < 0 or not after or not user_end <= reasoning:
             continue
         before = prober.start_in(canon(seen.text[user_end:reasoning]), "user", chat.opener)
@@ -193,7 +196,7 @@ def _closes(unit: str) -> bool:
     return closing or _partners(unit) != {name}
 
 
-def _markers_from_prompts(prompts: list[str]):
+def _markers_from_prompts(prompts: list[str | None]):
     """(role marker, start, end) from generation prompts that differ by a thinking switch: what they
     share is the role marker, and they end by opening the reasoning or closing it (DeepSeek V4:
     `<｜Assistant｜>` then `<think>` or `</think>`)."""
@@ -216,7 +219,7 @@ def _markers_from_prompts(prompts: list[str]):
     return (head, start, end) if distinctive(head) else None
 
 
-def _markers_from_prompt_end(prompts: list[str]):
+def _markers_from_prompt_end(prompts: list[str | None]):
     """(role marker, start, "") where a generation prompt ends by opening the reasoning and no render
     shows how it ends (DeepSeek R1: `<｜Assistant｜><think>\n`, its history keeps no reasoning)."""
     for prompt in (p for p in prompts if p):
@@ -337,8 +340,8 @@ def probe_reasoning(prober: Prober, chat: ChatFindings, assistant_start: str, sw
                    "directly, so the reasoning lies in the assistant span up to the reasoning end")
         notes.append(Note(message, message))
     # Every value of each switch, for a verdict per setting.
-    prompts = generation_prompts(prober, chat, switch_renders(prober, chat, flags, switches), flags)
-    generation = {setting: _generation_verdict(p, start, end) for setting, p in prompts.items()}
+    by_setting = generation_prompts(prober, chat, switch_renders(prober, chat, flags, switches), flags)
+    generation = {setting: _generation_verdict(p, start, end) for setting, p in by_setting.items()}
     return ReasoningFindings(start, end, marker if distinctive(marker) else None, earlier, generation, tuple(notes))
 
 

@@ -40,13 +40,14 @@ def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> 
         message = f"system messages are rejected by the template: {template_message(err)}"
         return SystemFindings("", "rejected", chat.builder, (Note(message, message),))
     seen = prober.seen(text, probe)
-    if not seen.found(0):
+    first = seen.bounds[0]
+    if first is None:  # not seen.found(0)
         return SystemFindings("", "dropped", builder)
     chat_delims = [Delimiter("user", delims.user_start or ""), Delimiter("assistant", delims.assistant_start or "")]
-    at = seen.bounds[0][0]
+    at = first[0]
     inside = next((s for s in split_text(text, chat_delims) if s.start <= at < s.end), None)
     if inside is not None:
-        if inside.role == "user" and seen.found(1) and not inside.start <= seen.bounds[1][0] < inside.end:
+        if inside.role == "user" and (second := seen.bounds[1]) is not None and not inside.start <= second[0] < inside.end:
             # A user turn of its own (`<|im_start|>user\n` + the system text): to a prefill engine it
             # is one user start more than the conversation has user messages.
             return SystemFindings("", "as_user", builder)

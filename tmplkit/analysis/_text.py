@@ -93,7 +93,9 @@ def unit_suffix(s: str, j: int) -> int:
 def distinctive(d: str | None) -> bool:
     """Whether `d` can mark a turn: it holds a markup unit or a word, not just punctuation (`, `
     between list items does not)."""
-    return bool(d) and (bool(UNIT.search(d)) or sum(c.isalnum() for c in d) >= 2)
+    if not d:
+        return False
+    return bool(UNIT.search(d)) or sum(c.isalnum() for c in d) >= 2
 
 
 def from_first_unit(text: str) -> str:

@@ -109,7 +109,9 @@ def _consecutive_responses(prober: Prober, builder: ProbeBuilder, notes: list) -
             continue
         g = prober.seen(text, probe)
         if g.found(2) and g.found(3) and g.found(4):
-            prober.tails["tool"] = g.tail(4)
+            tail = g.tail(4)
+            assert tail is not None, "found(4) above"
+            prober.tails["tool"] = tail
             return " ".join(spec.split()[1:]), kind
     return "C1(G1) T1", "single"
 

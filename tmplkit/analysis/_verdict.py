@@ -43,6 +43,7 @@ def render_round_trip(prober: Prober, builder: ProbeBuilder, system_mode: str, t
             head + ["U1", "A1", "U2", *calls, "A3", "U3", "C2(G3)", "T3", "A4", "U4"],
             head + ["U1", "A1", "U2", *calls, "A3", "U3"],
         ]
+        assert tool_probe.builder is not None, "a tool round rendered (its placement is not 'rejected')"
         builder = tool_probe.builder.with_shape(replace(tool_probe.builder.shape, extra=builder.shape.extra))
     first = rendered = None
     for spec in specs:
@@ -56,6 +57,7 @@ def render_round_trip(prober: Prober, builder: ProbeBuilder, system_mode: str, t
         rendered = rendered or (probe, text)
     if rendered:
         return rendered[0], rendered[1], None
+    assert first is not None, "no spec rendered, so the first failure is kept"
     return first[0], None, first[1]
 
 
@@ -314,13 +316,15 @@ def verdict(text: str, probe: Probe, delimiters, modes: list[str]) -> RoundTrip:
     spans = split_text(text, delimiters)
     placed = _Placement(spans, Seen(text, probe), modes, any(d.role == "reasoning" for d in delimiters))
     actual = tuple(s.role for s in spans)
-    keep = dict(messages=tuple(probe.conversation()), render_kwargs=dict(probe.kwargs), rendered=text)
+    messages, render_kwargs = tuple(probe.conversation()), dict(probe.kwargs)
     if not placed.owner:
-        return RoundTrip(False, (), actual, tuple(dict.fromkeys(placed.problems)) or ("no message lies in any span",), **keep)
+        return RoundTrip(False, (), actual, tuple(dict.fromkeys(placed.problems)) or ("no message lies in any span",),
+                         messages=messages, render_kwargs=render_kwargs, rendered=text)
     placed.adopt_empty_spans()
     expected = placed.expected_roles()
     problems = placed.problems
     if tuple(expected) != actual and not problems:
         problems.append(f"span roles {list(actual)} differ from the expected {expected}")
     passed = not problems and tuple(expected) == actual
-    return RoundTrip(passed, tuple(expected), actual, tuple(dict.fromkeys(problems)), notes=tuple(placed.stray), **keep)
+    return RoundTrip(passed, tuple(expected), actual, tuple(dict.fromkeys(problems)), notes=tuple(placed.stray),
+                     messages=messages, render_kwargs=render_kwargs, rendered=text)
