@@ -42,16 +42,12 @@ are saved next to the JSON so `tmplkit prefill` can be run on them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -62,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 
 from tmplkit import corpus  # noqa: E402
 from tmplkit.errors import InputError  # noqa: E402
+from tmplkit.llama_server import LlamaServer  # noqa: E402
 from tmplkit.prefill import (  # noqa: E402
     BatchSchedule,
     FixedBreaks,
@@ -92,67 +89,23 @@ QWEN_TEMPLATE = "Qwen3.5-4B"
 # ---- llama-server ---------------------------------------------------------------------------------
 
 
-class Server:
-    """A llama-server process on 127.0.0.1, started and stopped by us."""
+class Server(LlamaServer):
+    """llama-server on 127.0.0.1 (tmplkit.llama_server.LlamaServer), plus one timed prefill request."""
 
     def __init__(self, binary: str, model: str, args: list[str], log: Path):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(log, "w")
-        self.proc = subprocess.Popen([binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port), *args],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self.proc.returncode}; see {log}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if json.loads(r.read()).get("status") == "ok":
-                        return
-            except Exception:
-                time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"llama-server did not come up; see {log}")
+        super().__init__(binary, model, args, log=log)
 
     def completion(self, tokens, delimiters=None, cache_prompt=False) -> dict:
-        body = {"prompt": list(tokens), "n_predict": 0, "cache_prompt": cache_prompt}
+        body: dict = {"prompt": list(tokens), "n_predict": 0, "cache_prompt": cache_prompt}
         if delimiters:
             body["message_delimiters"] = [{"role": r, "delimiter": d} for r, d in delimiters]
         m0 = self.metrics()
-        req = urllib.request.Request(self.url + "/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=3600) as r:
-            res = json.loads(r.read())
+        res = self.post("/completion", body)
         m1 = self.metrics()
         t = res["timings"]
         return {"prompt_n": t["prompt_n"], "cache_n": t.get("cache_n", 0), "prompt_ms": t["prompt_ms"],
                 "tokens_per_second": t["prompt_n"] / (t["prompt_ms"] / 1000.0),
                 "decode_calls": int(m1.get("llamacpp:n_decode_total", 0) - m0.get("llamacpp:n_decode_total", 0))}
-
-    def metrics(self) -> dict:
-        with urllib.request.urlopen(self.url + "/metrics", timeout=30) as r:
-            text = r.read().decode()
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                k, v = line.split()[:2]
-                out[k] = float(v)
-        return out
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_args(s: PrefillSettings, threads: int) -> list[str]:
