@@ -574,11 +574,16 @@ def bench_given(args, settings, repeat, server_bin, outdir, t0) -> int:
     if not args.suspects or args.variants:
         out["given"] = bench_policies("given", model, template, source, settings, repeat, args.threads, server_bin,
                                       outdir, diagnose=args.diagnose, only=only)
+    return _finish(out, args.out, t0)
+
+
+def _finish(out: dict, path: str, t0: float) -> int:
+    """Write the results JSON, print the markdown summary."""
     out["seconds"] = time.time() - t0
     out["markdown"] = markdown(out)
-    write_json(args.out, out)
+    write_json(path, out)
     print(out["markdown"])
-    log(f"wrote {args.out} in {out['seconds']:.0f} s")
+    log(f"wrote {path} in {out['seconds']:.0f} s")
     return 0
 
 
@@ -666,12 +671,7 @@ def main(argv=None) -> int:
         rr = args.resume_repeat
         out["gemma_resume"] = bench_resume("gemma", gemma, gemma_tmpl, gsession, settings, rr, args.threads, server_bin, outdir)
         out["qwen_resume"] = bench_resume("qwen", tiny, qwen_tmpl, qsession, settings, rr, args.threads, server_bin, outdir)
-    out["seconds"] = time.time() - t0
-    out["markdown"] = markdown(out)
-    write_json(args.out, out)
-    print(out["markdown"])
-    log(f"wrote {args.out} in {out['seconds']:.0f} s")
-    return 0
+    return _finish(out, args.out, t0)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,9 @@ def _text(r) -> str:
         causes = ", ".join(f"{c} x{n}" for c, n in r.causes().items())
         lines.append(f"  causes: {causes}")
     if r.switches:
-        lines.append("  stable with: " + (", ".join(r.stable_with) or "no setting of its switches") +
+        # stable as sent: the other settings are only of interest where they are stable too
+        label, none = ("also stable with", "no other setting") if r.stable else ("stable with", "no setting of its switches")
+        lines.append(f"  {label}: " + (", ".join(r.stable_with) or none) +
                      f" (tried {', '.join(n for n, _ in r.switches)})")
     if r.cost is not None:
         parts = [f"{s} {r.cost.total(s, first=False)}" for s in SETTINGS if s in r.cost.requests]
