@@ -159,3 +159,20 @@ def test_read_prefill_log():
     assert got.batch_starts == (0, 2048, 3000, 5048) and got.checkpoints == (3000,) and got.restored == (3000,)
     assert got.breaks(2048, 6000) == (3000,)  # 2048 and 5048 end full batches; 6000 is the end
     assert CompletionRequest("p", ()).to_dict() == {"prompt": "p", "message_delimiters": [], "cache_prompt": True}
+
+
+def test_a_llama_server_binary_that_cannot_run_is_one_line(tmp_path, capsys):
+    from tmplkit.cli import main
+    from tmplkit.errors import ModelError
+    from tmplkit.llama_server import LlamaServer
+
+    with pytest.raises(ModelError, match="cannot run llama-server"):
+        LlamaServer(tmp_path / "no-such-server", tmp_path / "m.gguf", log=tmp_path / "server.log")
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}")
+    from tmplkit.prefill import tiny_model_path
+
+    assert main(["engine-parity", str(template), "--server", str(tmp_path / "no-such-server"),
+                 "--model", str(tiny_model_path())]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tmplkit: error: ") and "cannot run llama-server" in err and "Traceback" not in err

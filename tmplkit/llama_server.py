@@ -205,7 +205,12 @@ class LlamaServer:
         self.log = Path(log)
         self._log_file = self.log.open("w")
         cmd = [os.fspath(binary), "-m", os.fspath(model), "--host", "127.0.0.1", "--port", str(self.port), *args]
-        self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT)
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            self._log_file.close()
+            raise ModelError(f"{os.fspath(binary)}: cannot run llama-server ({exc.strerror or exc}); give the "
+                             "binary built by scripts/build_llama_server.sh (make llama-server)") from None
         try:
             self._wait_ready(startup_s)
         except BaseException:

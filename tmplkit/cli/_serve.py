@@ -64,6 +64,7 @@ def add_engine_parity(sub) -> None:
 
 def _cmd_engine_parity(args) -> int:
     import json
+    import os
 
     from ..engine_parity import engine_parity, format_parity_table
     from ..errors import InputError
@@ -73,6 +74,9 @@ def _cmd_engine_parity(args) -> int:
     binary = args.server or llama_server_binary()
     if binary is None:
         raise InputError("llama-server is not built; run `bash scripts/build_llama_server.sh` or give --server PATH")
+    if not os.path.isfile(binary) or not os.access(binary, os.X_OK):  # before any template is analyzed
+        raise InputError(f"{binary}: cannot run llama-server (not an executable file); give --server PATH to the "
+                         "binary scripts/build_llama_server.sh built")
     if args.model:
         model = args.model
     else:
