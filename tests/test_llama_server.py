@@ -176,3 +176,19 @@ def test_a_llama_server_binary_that_cannot_run_is_one_line(tmp_path, capsys):
                  "--model", str(tiny_model_path())]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tmplkit: error: ") and "cannot run llama-server" in err and "Traceback" not in err
+
+
+def test_openai_tool_call_arguments_are_parsed_as_llama_server_does(qwen_template, qwen35, tmp_path, capsys):
+    # OpenAI logs keep arguments as a JSON string; Qwen's template iterates over them as a mapping
+    conv = [{"role": "user", "content": "read it"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "print(1)"}]
+    body = completion_request(qwen_template, qwen35, conv).to_dict()
+    assert "<parameter=path>\na.py\n</parameter>" in body["prompt"]
+    assert conv[1]["tool_calls"][0]["function"]["arguments"] == '{"path": "a.py"}'  # the caller's copy untouched
+    path = tmp_path / "conv.json"
+    path.write_text(json.dumps(conv))
+    src = str(corpus.templates_dir() / "Qwen3.5-4B.jinja")
+    assert main(["request", str(path), "--template", src, "--tokenizer", "vocab:qwen35", "--n-predict", "-3"]) == 2
+    assert "n_predict must be -1" in capsys.readouterr().err

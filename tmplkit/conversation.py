@@ -21,7 +21,9 @@ Every problem is reported as an InputError naming the file and the JSON path, e.
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +65,10 @@ class Conversation:
     def roles(self) -> tuple[str, ...]:
         return tuple(m["role"] for m in self.messages)
 
+    def template_messages(self) -> list[dict]:
+        """The messages as chat templates expect them (see `template_messages`)."""
+        return template_messages(self.messages)
+
     def flattened(self) -> Conversation:
         """The same conversation with every list of text parts joined into one string."""
         messages = []
@@ -72,6 +78,34 @@ class Conversation:
                 m = {**m, "content": "".join(part["text"] for part in content)}
             messages.append(m)
         return Conversation(tuple(messages), self.tools, self.source)
+
+
+def template_messages(messages: Iterable[dict]) -> list[dict]:
+    """Messages as chat templates expect them: tool-call arguments as objects, not JSON strings.
+
+    OpenAI-style logs keep `arguments` as a JSON string; templates such as Qwen's iterate over them
+    as a mapping, and llama-server parses them before rendering, so tmplkit does the same. Arguments
+    that are not valid JSON stay the string they were.
+    """
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("tool_calls"):
+            m["tool_calls"] = [_parsed_call(c) for c in m["tool_calls"]]
+        out.append(m)
+    return out
+
+
+def _parsed_call(call: dict) -> dict:
+    call = json.loads(json.dumps(call))  # a deep copy: the caller's messages stay as they were
+    fn = call.get("function", call)
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            fn["arguments"] = json.loads(args)
+        except json.JSONDecodeError:
+            pass
+    return call
 
 
 def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation:

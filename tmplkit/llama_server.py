@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .delimiters import ROLES
-from .errors import AnalysisError, ModelError
+from .errors import AnalysisError, InputError, ModelError
 
 __all__ = ["CompletionRequest", "LlamaServer", "MessageDelimiter", "PrefillLog", "completion_request",
            "llama_server_binary", "message_delimiters", "read_prefill_log", "server_message_starts"]
@@ -121,6 +121,8 @@ def completion_request(template, tokenizer, conversation, *, analysis=None, add_
     from .conversation import Conversation, load_conversation
     from .sandbox import render
 
+    if n_predict is not None and n_predict < -1:  # llama-server: -1 generates until the model stops
+        raise InputError(f"n_predict must be -1 (until the model stops), 0 or more, got {n_predict}")
     if not isinstance(conversation, Conversation):
         conversation = load_conversation(conversation)
     if analysis is None:
@@ -128,7 +130,7 @@ def completion_request(template, tokenizer, conversation, *, analysis=None, add_
 
         analysis = analyze(template)
     delims = message_delimiters(template, tokenizer, analysis=analysis)
-    prompt = render(template, list(conversation.messages),
+    prompt = render(template, conversation.template_messages(),
                     tools=list(conversation.tools) if conversation.tools is not None else None,
                     add_generation_prompt=add_generation_prompt)
     problem = _split_problem(prompt, analysis.delimiters, delims, tokenizer)

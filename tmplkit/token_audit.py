@@ -152,7 +152,7 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
 
         analysis = analyze(template)
     td = token_delimiters(analysis, tokenizer)
-    rendered = render(template, list(conversation.messages),
+    rendered = render(template, conversation.template_messages(),
                       tools=list(conversation.tools) if conversation.tools is not None else None,
                       add_generation_prompt=add_generation_prompt)
     ids = tokenizer.tokenize(rendered)

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conversation import load_conversation
+from ..conversation import load_conversation, template_messages
 from ..errors import InputError
 from .report import write_atomic
 
@@ -93,29 +93,9 @@ def save_session(session: Session, path: str | os.PathLike) -> None:
 
 
 def messages_for_template(session: Session) -> list[dict]:
-    """Messages as chat templates expect them: tool-call arguments as objects, not JSON strings.
-
-    (OpenAI-style logs keep arguments as a JSON string; templates such as Qwen's iterate over them
-    as a mapping, and llama-server parses them before rendering, so we do the same.)
-    """
-    out = []
-    for m in session.messages:
-        m = dict(m)
-        if m.get("tool_calls"):
-            calls = []
-            for c in m["tool_calls"]:
-                c = json.loads(json.dumps(c))
-                fn = c.get("function", c)
-                args = fn.get("arguments")
-                if isinstance(args, str):
-                    try:
-                        fn["arguments"] = json.loads(args)
-                    except json.JSONDecodeError:
-                        pass
-                calls.append(c)
-            m["tool_calls"] = calls
-        out.append(m)
-    return out
+    """The session's messages as chat templates expect them (tool-call arguments parsed, as
+    llama-server does: `tmplkit.conversation.template_messages`)."""
+    return template_messages(session.messages)
 
 
 # ---- generating -----------------------------------------------------------------------------------
