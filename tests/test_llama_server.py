@@ -192,3 +192,22 @@ def test_openai_tool_call_arguments_are_parsed_as_llama_server_does(qwen_templat
     src = str(corpus.templates_dir() / "Qwen3.5-4B.jinja")
     assert main(["request", str(path), "--template", src, "--tokenizer", "vocab:qwen35", "--n-predict", "-3"]) == 2
     assert "n_predict must be -1" in capsys.readouterr().err
+
+
+def test_every_corpus_template_with_a_vocab_gets_delimiters_llama_server_can_use():
+    # the README's claim: all template/vocabulary pairs of the corpus pass the checks of `request`
+    pytest.importorskip("llama_cpp")
+    from tmplkit.token_audit import corpus_pairs
+    from tmplkit.tokenize import load_tokenizer
+
+    pairs = corpus_pairs()
+    assert len(pairs) == 27
+    refused = {}
+    for name, vocab in pairs:
+        try:
+            delims = message_delimiters(load_one(corpus.templates_dir() / f"{name}.jinja"), load_tokenizer(f"vocab:{vocab}"))
+        except AnalysisError as exc:
+            refused[name] = str(exc)
+            continue
+        assert delims and all(d.role in ("system", "user", "assistant", "tool") for d in delims), name
+    assert refused == {}
