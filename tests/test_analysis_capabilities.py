@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tmplkit.analysis import analyze
 from tmplkit.analysis._probing import Prober
-from tmplkit.analysis._verdict import verdict
+from tmplkit.analysis._verdict import GENERATION_PROMPT_MATCH, extend_back, replaced, verdict
 from tmplkit.delimiters import Delimiter, sort_delimiters
 from tmplkit.probes import SYSTEM_PREAMBLE, ProbeBuilder
 from tmplkit.sandbox import render
@@ -145,3 +145,61 @@ def test_a_source_with_real_tokens_is_not_proved_with_other_ones():
     assert special_tokens(fixture("llama2", bos="<s>", eos="</s>")) == {}
     assert special_tokens(ChatTemplate(text="{{ bos_token }}<|start_header_id|>", name="l3", source="-")) == {
         "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+
+
+# --- a start cut too short for the generation prompt --------------------------------------------
+
+
+def test_a_user_start_that_matches_in_the_generation_prompt_is_extended_back_to_its_markup():
+    t = fixture("header-ahead")
+    a = analyze(t)
+    assert a.status == "pass", a.round_trip.problems
+    # Each turn ends with ` <step> Source: `, so the start cut after that closer is `user\n\n `,
+    # which the generation prompt's `Destination: user\n\n ` also holds; `Source: ` is kept.
+    assert a.user_start == "Source: user\n\n " and "user\n\n " in a.generation_prompt
+    assert Delimiter("user", "Source: user\n\n ") in a.delimiters
+    prober = Prober(t, None)
+    text, probe, _, _ = prober.attempt(ProbeBuilder(prober.needles), "S1 U1 A1 U2", add_generation_prompt=True)
+    short = replaced(a.delimiters, "user", "Source: user\n\n ", "user\n\n ")
+    bad = verdict(text, probe, short, ["own"] * 4)
+    assert any(GENERATION_PROMPT_MATCH in p for p in bad.problems)
+    assert verdict(text, probe, a.delimiters, ["own"] * 4).passed
+
+
+def test_extend_back_takes_the_shortest_form_at_a_markup_boundary_that_passes():
+    contexts = [" <step> [hdr] Source: user\n\n ", "\n[hdr] Source: user\n\n ", "[hdr] Source: user\n\n "]
+    prompt = "[hdr] Source: assistant\nDestination: user\n\n "
+    seen = []
+
+    def passes(d):
+        seen.append(d)
+        return d not in prompt
+
+    assert extend_back("user\n\n ", contexts, passes) == "Source: user\n\n "
+    assert seen == ["Source: user\n\n "]  # `: user`, `e: user` start inside a word: never tried
+    # Needing more than every context shows before the content: nothing is made up.
+    assert extend_back("user\n\n ", contexts, lambda d: d.startswith("<step>")) is None
+    # A delimiter the contexts do not end with is not extended.
+    assert extend_back("tool\n\n ", contexts, lambda d: True) is None
+
+
+def test_a_start_that_passes_is_not_extended():
+    a = analyze(fixture("source-destination"))
+    assert a.user_start == "Source: user\n\n " and a.assistant_start == "Source: assistant\n\n "
+
+
+# --- tool results rendered as user turns ----------------------------------------------------------
+
+_CHATML_TOOLS = ("{% for m in messages %}<|im_start|>{{ ROLE }}\n{{ m.content or '' }}"
+                 "{% for c in m.tool_calls | default([]) %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}<|im_end|>\n"
+                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_tool_results_rendered_as_user_turns_are_reported_as_user():
+    as_user = _CHATML_TOOLS.replace("ROLE", "'user' if m.role == 'tool' else m.role")
+    a = analyze(ChatTemplate(text=as_user, name="tool-as-user", source="-"))
+    assert a.capabilities["tool"] == "as_user"
+    # Still no delimiter can tell them from user messages: the round trip fails honestly.
+    assert a.status == "fail" and any("render exactly like user messages" in e for e in a.errors)
+    own = analyze(ChatTemplate(text=_CHATML_TOOLS.replace("ROLE", "m.role"), name="tool-own", source="-"))
+    assert own.status == "pass" and "tool" not in own.capabilities

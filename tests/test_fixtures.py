@@ -16,7 +16,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "templates"
 EXPECTED = {k: v for k, v in json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8")).items() if not k.startswith("_")}
 FAMILIES = ("chatml", "chatml-tools-in-user", "llama3", "mistral", "gemma", "harmony", "deepseek", "command-r", "granite", "phi",
             "reasoning", "source-destination", "system-as-user", "needs-system", "llama2",
-            "first-turn-opener")
+            "first-turn-opener", "header-ahead")
 
 
 def fixture(name: str) -> ChatTemplate:

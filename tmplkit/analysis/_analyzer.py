@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 
 from ..delimiters import Delimiter, sort_delimiters
 from ..errors import InputError, RenderError, RenderLimitError
@@ -11,10 +12,10 @@ from ..sandbox import Limits, compile_template
 from ._chat import ChatDelimiters, ChatFindings, Stop, assistant_delimiters, chat_delimiters, context_starts, probe_chat
 from ._probing import Prober
 from ._reasoning import ReasoningFindings, probe_reasoning, switch_renders, switched_renders, thinking_flags, without_reasoning
-from ._result import Analysis, failed_analysis, status_of
+from ._result import Analysis, RoundTrip, failed_analysis, status_of
 from ._system import SystemFindings, probe_system, refine_system_start
 from ._tools import ToolFindings, ToolProbe, probe_tools, tool_delimiters
-from ._verdict import message_modes, prompt_cuts, render_round_trip, round_trip
+from ._verdict import GENERATION_PROMPT_MATCH, extend_back, message_modes, prompt_cuts, render_round_trip, replaced, round_trip
 
 __all__ = ["analyze"]
 
@@ -52,6 +53,11 @@ def _analysis(template, limits: Limits | None) -> Analysis:
     except Stop as stop:
         return failed_analysis(template, stop.status, (stop.reason,))
     return _Stages(prober, chat).finish()
+
+
+def _proves(check, delimiters, role: str, old: str, new: str) -> bool:
+    """Whether the round trip (`check`) passes with the `role` delimiter `old` replaced by `new`."""
+    return check(replaced(delimiters, role, old, new)).passed
 
 
 class _Stages:
@@ -118,6 +124,9 @@ class _Stages:
         caps["thinking_flags"] = self.thinking_flags
         caps.update((key, getattr(tools, attr)) for key, attr in present if (key, attr) not in probed)
         caps["system"] = self.system.mode
+        if tools.same_as_user:
+            # Rendered exactly as user turns, like a system 'as_user': each is one user start more.
+            caps["tool"] = "as_user"
         caps["system_supported"] = self.system.mode != "rejected"
         # The template renders no chat without a system message: every probe starts with one.
         caps["system_required"] = self.chat.builder.shape.system_first
@@ -133,31 +142,62 @@ class _Stages:
             said.setdefault(note.key, note.text)
         return tuple(said.values())
 
-    def finish(self) -> Analysis:
+    def contexts(self, role: str) -> list[str]:
+        """The texts before each content of `role` after another message (and, for a user, as the
+        first message), in every render so far."""
+        segs = [*self.prober.segs.items(), *self.prober.switched_segs.items()]
+        out = [seg for (prev, kind), texts in segs if kind == role and prev != role for seg in texts]
+        return out + [self.chat.pre_user0] if role == "user" else out
+
+    def extended(self, delimiters, check) -> tuple[tuple[Delimiter, ...], dict[str, str]]:
+        """The delimiters with a user or tool start that matched inside the generation prompt
+        extended back to the shortest form the round trip proves (`extend_back`), and {role: that
+        start} ({} where none is)."""
+        for role, old in (("user", self.chat_final.user_start), ("tool", self.tools_final.start)):
+            new = extend_back(old, self.contexts(role), partial(_proves, check, delimiters, role, old))
+            if new:
+                return replaced(delimiters, role, old, new), {role: new}
+        return delimiters, {}
+
+    def proved(self) -> tuple[tuple[Delimiter, ...], RoundTrip, dict[str, str]]:
+        """The delimiters, their round-trip verdict, and {role: start} for a start extended back.
+
+        Where the delimiters as derived fail: widened with a user start for each context, or with a
+        user or tool start that matched in the generation prompt extended back, kept if it passes."""
         delimiters = self.delimiters()
         modes = message_modes(self.rt_probe, self.system.mode, self.tools_final)
-        cuts = []
-        if self.rt_text is not None:
-            cuts = prompt_cuts(self.prober, self.rt_probe)
-        verdict = round_trip(self.rt_probe, self.rt_text, self.rt_error, self.variants, delimiters, modes, cuts)
+        cuts = prompt_cuts(self.prober, self.rt_probe) if self.rt_text is not None else []
+
+        def check(delims):
+            return round_trip(self.rt_probe, self.rt_text, self.rt_error, self.variants, delims, modes, cuts)
+
+        verdict = check(delimiters)
         if not verdict.passed and self.renders:
             # Turns that differ by context (a first user turn after the tool list with an opener of
             # its own): a user delimiter for each context, kept where the round trip proves them all.
             extra = context_starts(self.prober, self.renders, "user", self.chat_final.user_start, self.chat.opener)
             if extra:
                 widened = self.delimiters(extra)
-                other = round_trip(self.rt_probe, self.rt_text, self.rt_error, self.variants, widened, modes, cuts)
+                other = check(widened)
                 if other.passed:
                     delimiters, verdict = widened, other
+        ext: dict[str, str] = {}
+        if any(GENERATION_PROMPT_MATCH in p for p in verdict.problems):
+            delimiters, ext = self.extended(delimiters, check)
+            verdict = check(delimiters) if ext else verdict
+        return delimiters, verdict, ext
+
+    def finish(self) -> Analysis:
+        delimiters, verdict, ext = self.proved()
         tools = self.tools_final
         return Analysis(
             name=self.prober.template.name,
             source=self.prober.template.source,
             status="pass" if verdict.passed else "fail",
-            user_start=self.chat_final.user_start or None,
+            user_start=ext.get("user", self.chat_final.user_start) or None,
             assistant_start=self.assistant_start or None,
             system_start=self.system_start if self.system.mode == "own_turn" and self.system_start else None,
-            tool_response_start=tools.start or None,
+            tool_response_start=ext.get("tool", tools.start) or None,
             tool_response_next=tools.next or None,
             generation_prompt=self.chat.generation_prompt,
             tool_placement=tools.placement,

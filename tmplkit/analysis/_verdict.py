@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from ..delimiters import REASONING_ROLES
+from ..delimiters import REASONING_ROLES, Delimiter, sort_delimiters
 from ..errors import RenderError
 from ..probes import Probe, ProbeBuilder
 from ..spans import split_text
 from ._probing import Prober, Seen
 from ._result import RoundTrip
-from ._text import template_message
+from ._text import back_to_boundary, lcs, template_message
 from ._tools import ToolFindings, ToolProbe
 
-__all__ = ["COMMON_SPECIAL_TOKENS", "message_modes", "prompt_cuts", "special_tokens", "render_round_trip", "round_trip", "verdict"]
+__all__ = ["COMMON_SPECIAL_TOKENS", "GENERATION_PROMPT_MATCH", "extend_back", "message_modes", "prompt_cuts", "replaced",
+           "special_tokens", "render_round_trip", "round_trip", "verdict"]
+
+# How a problem says that a user or tool start matches after the last message.
+GENERATION_PROMPT_MATCH = "matches in the generation prompt"
 
 
 def _turn_role(role: str) -> str:
@@ -298,7 +303,7 @@ class _Placement:
             # before it, like Command R+'s closing system instructions): a prefill engine sees it at
             # the end of every request, so no user or tool start may match inside it.
             if spans[k].role in ("user", "tool"):
-                self.problems.append(f"a {spans[k].role} delimiter matches in the generation prompt, at character {spans[k].start}")
+                self.problems.append(f"a {spans[k].role} delimiter {GENERATION_PROMPT_MATCH}, at character {spans[k].start}")
         expected.extend(s.role for s in spans[last + 1:])
         return expected
 
@@ -328,3 +333,36 @@ def verdict(text: str, probe: Probe, delimiters, modes: list[str]) -> RoundTrip:
     passed = not problems and tuple(expected) == actual
     return RoundTrip(passed, tuple(expected), actual, tuple(dict.fromkeys(problems)), notes=tuple(placed.stray),
                      messages=messages, render_kwargs=render_kwargs, rendered=text)
+
+
+def extend_back(delim: str, contexts: Sequence[str], passes: Callable[[str], bool]) -> str | None:
+    """`delim` extended back (to the left) over the text every context ends with (the text before
+    each content of its role), to the shortest form starting at a markup boundary that `passes`;
+    None where `delim` does not end that text or no longer form passes.
+
+    A start cut as short as its contexts allow (`user\\n\\n ` where the previous turn's closer is
+    ` <step> Source: `) may match inside the generation prompt (`Destination: user\\n\\n `); the
+    markup before it in every render of the role is what tells the turn apart.
+
+    >>> extend_back("user: ", ["<step> Source: user: ", "Source: user: "], lambda d: d.startswith("S"))
+    'Source: user: '
+    """
+    if not delim or not contexts:
+        return None
+    first = contexts[0]
+    shared = first[len(first) - min(lcs(first, c) for c in contexts):]
+    if not shared.endswith(delim):
+        return None
+    k, tried = len(shared) - len(delim), delim
+    while k > 0:
+        k = back_to_boundary(shared, k - 1)
+        candidate = shared[k:].lstrip()
+        if candidate != tried and passes(candidate):
+            return candidate
+        tried = candidate
+    return None
+
+
+def replaced(delimiters, role: str, old: str, new: str) -> tuple[Delimiter, ...]:
+    """`delimiters` with the `role` delimiter `old` replaced by `new`, longest first."""
+    return sort_delimiters(Delimiter(d.role, new) if (d.role, d.text) == (role, old) else d for d in delimiters)
