@@ -14,6 +14,7 @@ assistant start, each tokenized on its own), to compare against.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 from ..delimiters import Delimiter, sort_delimiters
 from ..errors import AnalysisError, InputError
 from ..sources import ChatTemplate
-from ..spans import SpanDetector, Spans
+from ..spans import SpanDetector, Spans, split_text
 from .session import Session, messages_for_template
 
 if TYPE_CHECKING:
@@ -42,18 +43,36 @@ class Prompt:
     template: str
     delimiters: TokenDelimiters = field(repr=False)
     derived_by: str = "analysis"
+    # (token position, role) of each user start that opens a message of another role: a system
+    # message (or tool result) the template renders as a user turn of its own. The engine counts
+    # it as a user start; a checkpoint policy may not want to.
+    as_user: tuple[tuple[int, str], ...] = ()
 
     def role_counts(self) -> dict[str, int]:
+        """Spans by role, as the engine sees them (a system message rendered as a user turn counts as 'user')."""
         out: dict[str, int] = {}
         for s in self.spans:
             out[s.role] = out.get(s.role, 0) + 1
         return out
+
+    def as_user_counts(self) -> dict[str, int]:
+        """How many of the user starts open a message of another role, by that role."""
+        out: dict[str, int] = {}
+        for _, role in self.as_user:
+            out[role] = out.get(role, 0) + 1
+        return out
+
+    def user_message_starts(self) -> list[int]:
+        """The user starts that open a user message (those in `as_user` left out)."""
+        other = {pos for pos, _ in self.as_user}
+        return [p for p in self.spans.starts("user") if p not in other]
 
     def to_dict(self) -> dict:
         return {
             "n_tokens": len(self.tokens),
             "template": self.template,
             "spans_by_role": self.role_counts(),
+            "user_starts_of_other_roles": self.as_user_counts(),
             "delimiters_derived_by": self.derived_by,
             "delimiters": self.delimiters.to_dict() if hasattr(self.delimiters, "to_dict") else None,
         }
@@ -103,7 +122,33 @@ def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos
         raise AnalysisError(f"template '{template.name}': delimiters do not split the tokens as the text: "
                             f"{'; '.join(tdelims.problems)}")
     spans = SpanDetector(tdelims).split(tokens)
-    return Prompt(tuple(tokens), spans, text, template.name, tdelims, how)
+    as_user = user_starts_of_other_roles(text, delims, messages_for_template(session), spans)
+    return Prompt(tuple(tokens), spans, text, template.name, tdelims, how, as_user)
+
+
+def user_starts_of_other_roles(text: str, delimiters: Sequence[Delimiter], messages, spans: Spans) -> tuple[tuple[int, str], ...]:
+    """(token position, role) of each user span that holds the content of another role's message
+    and of no user message: a turn the template renders as a user turn (system `as_user`).
+
+    Contents are found in message order; the text spans are the token spans (build_prompt checked
+    that both splits find the same starts)."""
+    tspans = split_text(text, delimiters)
+    if [s.role for s in tspans] != list(spans.roles):
+        return ()
+    starts = [s.start for s in tspans]
+    held: dict[int, list[str]] = {}
+    pos = 0
+    for m in messages:
+        content = m.get("content")
+        at = text.find(content, pos) if isinstance(content, str) and content.strip() else -1
+        if at < 0:
+            continue
+        pos = at + len(content)
+        k = bisect.bisect_right(starts, at) - 1
+        if k >= 0:
+            held.setdefault(k, []).append(m["role"])
+    return tuple((spans[k].pos, roles[0]) for k, roles in sorted(held.items())
+                 if tspans[k].role == "user" and "user" not in roles)
 
 
 def server_delimiters(template: ChatTemplate) -> tuple[tuple[str, str], ...]:
