@@ -121,7 +121,8 @@ def test_delimiters_derived_without_bos_eos_are_proved_with_the_common_ones():
     a = analyze(bare)
     assert a.status == "pass", a.round_trip.problems
     assert a.user_start == "[INST] "
-    from tmplkit.analysis._verdict import prompt_cuts, round_trip, special_tokens
+    from tmplkit.analysis._verdict import prompt_cuts, round_trip
+    from tmplkit.sources import family_special_tokens as special_tokens
 
     assert special_tokens(bare) == {"bos_token": "<s>", "eos_token": "</s>"}
     prober = Prober(bare, None)
@@ -140,7 +141,7 @@ def test_delimiters_derived_without_bos_eos_are_proved_with_the_common_ones():
 
 
 def test_a_source_with_real_tokens_is_not_proved_with_other_ones():
-    from tmplkit.analysis._verdict import special_tokens
+    from tmplkit.sources import family_special_tokens as special_tokens
 
     assert special_tokens(fixture("llama2", bos="<s>", eos="</s>")) == {}
     assert special_tokens(ChatTemplate(text="{{ bos_token }}<|start_header_id|>", name="l3", source="-")) == {
@@ -203,3 +204,4 @@ def test_tool_results_rendered_as_user_turns_are_reported_as_user():
     assert a.status == "fail" and any("render exactly like user messages" in e for e in a.errors)
     own = analyze(ChatTemplate(text=_CHATML_TOOLS.replace("ROLE", "m.role"), name="tool-own", source="-"))
     assert own.status == "pass" and "tool" not in own.capabilities
+

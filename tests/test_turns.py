@@ -133,3 +133,22 @@ def test_newest_tool_result_rendered_otherwise_once_answered(session):
     r = study_turns(tmpl("open-last-tool"), session)
     assert r.first.request == 2 and r.first.cause == "last tool result"  # request 1 ended with a tool result
     assert "<|im_end|>" in r.first.request_text and set(r.causes()) == {"last tool result"}
+
+
+def test_a_bare_template_that_writes_eos_after_each_reply_renders_the_session(session):
+    # Mistral's shape: `eos_token` after every answer; a bare .jinja gives none, so the requests are
+    # rendered with the family's common pair, as the analysis renders (it used to fail: undefined).
+    text = ("{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]"
+            "{% elif m.role == 'assistant' %}{{ m.content or '' }}{% for c in m.tool_calls | default([]) %}"
+            "[TOOL_CALLS]{{ c.function.arguments | tojson }}{% endfor %}{{ eos_token }}"
+            "{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% endif %}{% endfor %}")
+    from tmplkit.sources import ChatTemplate
+    from tmplkit.turns.requests import render_variables
+
+    t = ChatTemplate(text=text, name="bare-mistral", source="-")
+    assert render_variables(t) == {"bos_token": "<s>", "eos_token": "</s>"}
+    assert render_variables(t, {"eos_token": "<end>"})["eos_token"] == "<end>"  # the caller's win
+    reqs = session_requests(session, t)
+    assert len(reqs) == len(request_points(session.messages))
+    assert reqs[0].text.startswith("<s>[INST]") and "</s>" in reqs[1].text
+    assert not study_turns(t, session, switches=False).error

@@ -43,6 +43,30 @@ class ChatTemplate:
         }
 
 
+# BOS/EOS strings of common model families, each with markup that names the family in a template;
+# a template whose source gives no tokens is also proved with its family's (`<s>`/`</s>` by default),
+# since a delimiter derived with empty tokens must hold with the real ones.
+COMMON_SPECIAL_TOKENS = (("<s>", "</s>"), ("<|begin_of_text|>", "<|eot_id|>"),
+                         ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"), ("<bos>", "<eos>"))
+_FAMILY_MARKUP = (("<|start_header_id|>", 1), ("<｜", 2), ("<start_of_turn>", 3))
+
+
+def family_special_tokens(template: ChatTemplate) -> dict:
+    """The common BOS/EOS pair of the template's family as render variables, where the template
+    reads them and its source gives none; else {}. The analysis proves its delimiters with them, and
+    a session's requests are rendered with them (a bare .jinja of a Mistral-style template that
+    writes `eos_token` after each reply renders no conversation without one).
+
+    >>> family_special_tokens(ChatTemplate("{{ bos_token }}<start_of_turn>user", "g", "-"))
+    {'bos_token': '<bos>', 'eos_token': '<eos>'}
+    """
+    t = template
+    if t.bos_token is not None or t.eos_token is not None or ("bos_token" not in t.text and "eos_token" not in t.text):
+        return {}
+    bos, eos = COMMON_SPECIAL_TOKENS[next((i for markup, i in _FAMILY_MARKUP if markup in t.text), 0)]
+    return {"bos_token": bos, "eos_token": eos}
+
+
 _HF_FILES = ("tokenizer_config.json", "chat_template.json", "chat_template.jinja")
 _HF_PATTERNS = [*_HF_FILES, "additional_chat_templates/*.jinja", "special_tokens_map.json"]
 

@@ -9,14 +9,15 @@ from dataclasses import replace
 from ..delimiters import REASONING_ROLES, Delimiter, sort_delimiters
 from ..errors import RenderError
 from ..probes import Probe, ProbeBuilder
+from ..sources import family_special_tokens
 from ..spans import split_text
 from ._probing import Prober, Seen
 from ._result import RoundTrip
 from ._text import back_to_boundary, lcs, template_message
 from ._tools import ToolFindings, ToolProbe
 
-__all__ = ["COMMON_SPECIAL_TOKENS", "GENERATION_PROMPT_MATCH", "extend_back", "message_modes", "prompt_cuts", "replaced",
-           "special_tokens", "render_round_trip", "round_trip", "verdict"]
+__all__ = ["GENERATION_PROMPT_MATCH", "extend_back", "message_modes", "prompt_cuts", "replaced",
+           "render_round_trip", "round_trip", "verdict"]
 
 # How a problem says that a user or tool start matches after the last message.
 GENERATION_PROMPT_MATCH = "matches in the generation prompt"
@@ -108,7 +109,7 @@ def prompt_cuts(prober: Prober, probe: Probe) -> list[tuple[str, Probe, str]]:
     ends there. A template whose source gives no BOS/EOS gets its family's common pair in these
     renders, so the delimiters derived without them are proved with them too. [(label, probe, render)]."""
     out = []
-    tokens = special_tokens(prober.template)
+    tokens = family_special_tokens(prober.template)
     with_tokens = "".join(f", {k}={v!r}" for k, v in tokens.items())
     ends_with = probe.roles[-1] if probe.kwargs.get("add_generation_prompt") else None
     for label, role in (("after a user message", "user"), ("after tool results", "tool")):
@@ -123,22 +124,6 @@ def prompt_cuts(prober: Prober, probe: Probe) -> list[tuple[str, Probe, str]]:
     return out
 
 
-# BOS/EOS strings of common model families, each with markup that names the family in a template;
-# a template whose source gives no tokens is also proved with its family's (`<s>`/`</s>` by default),
-# since a delimiter derived with empty tokens must hold with the real ones.
-COMMON_SPECIAL_TOKENS = (("<s>", "</s>"), ("<|begin_of_text|>", "<|eot_id|>"),
-                         ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"), ("<bos>", "<eos>"))
-_FAMILY_MARKUP = (("<|start_header_id|>", 1), ("<｜", 2), ("<start_of_turn>", 3))
-
-
-def special_tokens(template) -> dict:
-    """The common BOS/EOS pair of the template's family as render variables, where the template
-    reads them and its source gives none; else {}."""
-    t = template
-    if t.bos_token is not None or t.eos_token is not None or ("bos_token" not in t.text and "eos_token" not in t.text):
-        return {}
-    bos, eos = COMMON_SPECIAL_TOKENS[next((i for markup, i in _FAMILY_MARKUP if markup in t.text), 0)]
-    return {"bos_token": bos, "eos_token": eos}
 
 
 def _cut_modes(cut: Probe, text: str, modes: list[str]) -> list[str]:

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from ..analysis._text import lcp as common_prefix  # strings and token lists alike
 from ..errors import InputError, TmplkitError
 from ..sandbox import PINNED_NOW, Limits, render
-from ..sources import ChatTemplate
+from ..sources import ChatTemplate, family_special_tokens
 
 __all__ = ["Request", "session_requests", "iter_requests", "request_points", "common_prefix", "next_renders"]
 
@@ -122,7 +122,7 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
     if not points:
         raise InputError(f"{getattr(session, 'source', 'session')}: no request in the session: the model speaks after a "
                          "user message or tool results; add a user message")
-    extra = dict(kwargs or {})
+    extra = render_variables(template, kwargs)
     for k, (n, end) in enumerate(points):
         when = start + k * interval
         clock = (lambda t=when: t)  # noqa: E731 - each request at its own time
@@ -136,6 +136,13 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
         if end > n:
             generated, rule = _generated_turn(draw, messages[:end], text, gprompt)
         yield Request(k, n, text, gprompt, generated, (n, end), rule, when)
+
+
+def render_variables(template: ChatTemplate, kwargs: Mapping | None = None) -> dict:
+    """The variables of every render of a session: the family's common BOS/EOS strings where the
+    template reads them and its source gives none (as the analysis renders, so a bare .jinja of a
+    Mistral-style template that writes `eos_token` after each reply renders), then `kwargs`."""
+    return {**family_special_tokens(template), **dict(kwargs or {})}
 
 
 def _generation_prompt(with_gp: str, without: str) -> str:
@@ -188,7 +195,7 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
         for extra in follow:
             try:
                 texts.append(render(template, upto + extra, tools=tools, add_generation_prompt=True, limits=_LIMITS,
-                                    clock=_clock_at(r.time), **dict(kwargs or {})))
+                                    clock=_clock_at(r.time), **render_variables(template, kwargs)))
             except TmplkitError:  # a template may refuse a shape; that follow-up is then not predicted
                 continue
         out.append(tuple(texts))

@@ -103,13 +103,13 @@ def _redraw(template, session, reqs, kwargs):
     """request k rendered at another time (for the date check)."""
     from ..prefill.session import messages_for_template
     from ..sandbox import render
-    from .requests import _LIMITS
+    from .requests import _LIMITS, render_variables
 
     messages = messages_for_template(session)
 
     def redraw(k: int, at: datetime) -> str:
         return render(template, messages[:reqs[k].n_messages], tools=list(session.tools or ()) or None,
-                      add_generation_prompt=True, limits=_LIMITS, clock=lambda: at, **dict(kwargs or {}))
+                      add_generation_prompt=True, limits=_LIMITS, clock=lambda: at, **render_variables(template, kwargs))
 
     return redraw
 
