@@ -205,3 +205,31 @@ def test_tool_results_rendered_as_user_turns_are_reported_as_user():
     own = analyze(ChatTemplate(text=_CHATML_TOOLS.replace("ROLE", "m.role"), name="tool-own", source="-"))
     assert own.status == "pass" and "tool" not in own.capabilities
 
+
+# --- turns that differ by context -----------------------------------------------------------------
+
+
+def test_a_first_turn_after_the_tool_list_starts_at_its_own_opener_not_at_the_tool_list():
+    a = analyze(fixture("first-turn-opener"))
+    assert a.status == "pass", a.round_trip.problems
+    users = [d.text for d in a.delimiters if d.role == "user"]
+    assert users == ["Question:\n", "<|user|>\n"]
+    # The tool list lies before the first user span: a checkpoint at that start holds it.
+    spans = split_text(a.round_trip.rendered, a.delimiters)
+    first_user = next(s for s in spans if s.role == "user")
+    assert a.round_trip.rendered.rfind("</tools>", 0, first_user.start) >= 0
+    assert "</tools>" not in a.round_trip.rendered[first_user.start:]
+
+
+def test_context_candidates_are_the_lines_after_the_last_varying_text_shortest_first():
+    from tmplkit.analysis._chat import context_candidates
+
+    prober = Prober(fixture("first-turn-opener"), None)
+    name = prober.needles.prefix + "tool"
+    seg = '<tools>\n{"name": "' + name + '"}\n</tools>\nQuestion:\n'
+    got = context_candidates(prober, seg, "system", None)
+    assert got[:2] == ["Question:\n", "</tools>\nQuestion:\n"]
+    assert got[-1] == '<tools>\n{"name": "'  # the start cut like every other, last
+    # Without varying text there is nothing to skip: the plain start alone.
+    assert context_candidates(prober, "<|user|>\n", "system", None) == ["<|user|>\n"]
+

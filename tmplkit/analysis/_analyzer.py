@@ -175,12 +175,12 @@ class _Stages:
         if not verdict.passed and self.renders:
             # Turns that differ by context (a first user turn after the tool list with an opener of
             # its own): a user delimiter for each context, kept where the round trip proves them all.
-            extra = context_starts(self.prober, self.renders, "user", self.chat_final.user_start, self.chat.opener)
-            if extra:
+            for extra in context_starts(self.prober, self.renders, "user", self.chat_final.user_start, self.chat.opener):
                 widened = self.delimiters(extra)
                 other = check(widened)
                 if other.passed:
                     delimiters, verdict = widened, other
+                    break
         ext: dict[str, str] = {}
         if any(GENERATION_PROMPT_MATCH in p for p in verdict.problems):
             delimiters, ext = self.extended(delimiters, check)

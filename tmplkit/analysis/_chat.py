@@ -9,7 +9,7 @@ from ._probing import Prober, Seen
 from ._result import status_of
 from ._text import UNIT, Note, agree, back_to_boundary, distinctive, from_first_unit, lcp, lcs, template_message, unit_prefix, unit_suffix
 
-__all__ = ["ChatDelimiters", "ChatFindings", "Stop", "assistant_delimiters", "chat_delimiters", "context_starts",
+__all__ = ["ChatDelimiters", "ChatFindings", "Stop", "assistant_delimiters", "chat_delimiters", "context_candidates", "context_starts",
            "generation_prompt_of", "probe_chat"]
 
 
@@ -193,10 +193,11 @@ def assistant_delimiters(prober: Prober, chat: ChatFindings, delims: ChatDelimit
     return main, [variants[0]] + [v for v in variants[1:] if not v.startswith(variants[0])], tuple(notes)
 
 
-def context_starts(prober: Prober, renders: list[Seen], role: str, start: str, opener: str | None) -> list[str]:
+def context_starts(prober: Prober, renders: list[Seen], role: str, start: str, opener: str | None) -> list[list[str]]:
     """Starts of `role` messages in the contexts where `start` does not open them (a first user turn
-    that follows the tool list with an opener of its own), cut like every other start."""
-    out: list[str] = []
+    that follows the tool list with an opener of its own), as sets to try in turn: one start per
+    context, the i-th set taking each context's i-th candidate (`context_candidates`)."""
+    per_context: list[list[str]] = []
     for seen in renders:
         for i, r in enumerate(seen.probe.roles):
             if r != role or seen.probe.tool_call_flags[i] or not seen.found(i):
@@ -207,7 +208,34 @@ def context_starts(prober: Prober, renders: list[Seen], role: str, start: str, o
             seg = seen.between(prev, i)
             if seg is None or (start and seg.endswith(start)):
                 continue
-            candidate = prober.start_in(seg, seen.kind(prev), opener)
-            if distinctive(candidate) and candidate not in out and candidate != start:
+            options = [c for c in context_candidates(prober, seg, seen.kind(prev), opener) if c != start]
+            if options and options not in per_context:
+                per_context.append(options)
+    depth = max(map(len, per_context), default=0)
+    sets = [list(dict.fromkeys(opts[min(k, len(opts) - 1)] for opts in per_context)) for k in range(depth)]
+    return [s for n, s in enumerate(sets) if s not in sets[:n]]
+
+
+def context_candidates(prober: Prober, seg: str, prev: str, opener: str | None) -> list[str]:
+    """The start candidates in `seg`, the text before a message in a context of its own.
+
+    Where the segment holds text that varies (a tool list the template writes right before the first
+    user turn), the turn's opener is the markup after it: the lines that follow the last varying
+    line, shortest first (`Question:\n`, then `</tools>\nQuestion:\n`), so the tool list stays with
+    what came before and a checkpoint at the turn's start holds it. The start cut like every other
+    start (from the previous closer up to the first varying text) comes last."""
+    out: list[str] = []
+    ends = [m.end() for m in prober.varying.finditer(seg)]
+    line_end = seg.find("\n", ends[-1]) if ends else -1
+    if line_end >= 0:
+        rest = seg[line_end + 1:]
+        k = len(rest)
+        while k > 0:
+            k = back_to_boundary(rest, k - 1)
+            candidate = rest[k:].lstrip()
+            if distinctive(candidate) and candidate not in out:
                 out.append(candidate)
+    plain = prober.start_in(seg, prev, opener)
+    if distinctive(plain) and plain not in out:
+        out.append(plain)
     return out
