@@ -233,3 +233,45 @@ def test_context_candidates_are_the_lines_after_the_last_varying_text_shortest_f
     # Without varying text there is nothing to skip: the plain start alone.
     assert context_candidates(prober, "<|user|>\n", "system", None) == ["<|user|>\n"]
 
+
+# --- reasoning decided by context, and fused with the assistant's start ---------------------------
+
+_KEEPS_WITH_TOOLS = (
+    "{%- set keep = tools is not none and tools | length > 0 %}"
+    "{%- set ns = namespace(last=-1) %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.last = loop.index0 %}{% endif %}{% endfor %}"
+    "{%- for m in messages %}<|{{ m.role }}|>\n"
+    "{%- if m.role == 'assistant' and m.reasoning_content and (keep or loop.index0 > ns.last) %}<think>{{ m.reasoning_content }}</think>{% endif %}"
+    "{{- m.content or '' }}{% for c in m.tool_calls | default([]) %}<call>{{ c.function.arguments | tojson }}</call>{% endfor %}\n"
+    "{%- endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+
+
+def test_reasoning_kept_only_when_tools_are_given_is_said_in_a_warning():
+    a = analyze(ChatTemplate(text=_KEEPS_WITH_TOOLS, name="keeps-with-tools", source="-"))
+    assert a.status == "pass", a.round_trip.problems
+    assert (a.reasoning_start, a.reasoning_end) == ("<think>", "</think>")
+    assert a.earlier_reasoning == "kept"
+    assert any("kept in an agent conversation with tools but dropped in a plain chat" in w for w in a.warnings)
+
+
+def test_reasoning_kept_everywhere_gets_no_context_warning():
+    always = _KEEPS_WITH_TOOLS.replace("(keep or loop.index0 > ns.last)", "true")
+    a = analyze(ChatTemplate(text=always, name="keeps", source="-"))
+    assert a.earlier_reasoning == "kept"
+    assert not any("by context" in w or "plain chat" in w for w in a.warnings)
+
+
+def test_an_answer_after_tool_results_that_opens_with_reasoning_markup_is_said_to_be_fused():
+    # DeepSeek-V3.2's shape: after tool results the answer has no role marker, only `</think>`.
+    fused = (
+        "{%- set ns = namespace(tool=false) %}{% for m in messages %}"
+        "{%- if m.role == 'user' %}<|U|>{{ m.content }}{% set ns.tool = false %}"
+        "{%- elif m.role == 'assistant' %}{{ '\n\n' if ns.tool else '<|A|>' }}"
+        "{%- if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% else %}</think>{% endif %}"
+        "{{- m.content or '' }}{% for c in m.tool_calls | default([]) %}<call>{{ c.function.arguments | tojson }}</call>{% endfor %}<|end|>"
+        "{%- set ns.tool = false %}"
+        "{%- elif m.role == 'tool' %}<result>{{ m.content }}</result>{% set ns.tool = true %}"
+        "{%- elif m.role == 'system' %}{{ m.content }}{% endif %}{% endfor %}"
+        "{%- if add_generation_prompt %}{% if ns.tool %}\n\n<think></think>{% else %}<|A|><think></think>{% endif %}{% endif %}")
+    a = analyze(ChatTemplate(text=fused, name="fused", source="-"))
+    assert "</think>" in [d.text for d in a.delimiters if d.role == "assistant"], a.delimiters
+    assert any("'</think>' is also the reasoning end" in w and "fused" in w for w in a.warnings), a.warnings

@@ -140,7 +140,17 @@ class _Stages:
         said: dict[str, str] = {}
         for note in (n for g in groups for n in g):
             said.setdefault(note.key, note.text)
-        return tuple(said.values())
+        return tuple(said.values()) + self.fused()
+
+    def fused(self) -> tuple[str, ...]:
+        """Where an assistant turn opens with reasoning markup alone (DeepSeek-V3.2's answer after
+        tool results: `</function_results>` then `\n\n</think>`, no role marker), its assistant
+        delimiter is that marker: the two are fused, and it is said."""
+        r = self.reasoning
+        marks = {m.strip(): name for m, name in ((r.start, "reasoning start"), (r.end, "reasoning end")) if m.strip()}
+        return tuple(f"the assistant delimiter {d!r} is also the {marks[d.strip()]}: some assistant turns open with "
+                     "reasoning markup alone, no role marker of their own (fused)"
+                     for d in self.assistant if d.strip() in marks)
 
     def contexts(self, role: str) -> list[str]:
         """The texts before each content of `role` after another message (and, for a user, as the

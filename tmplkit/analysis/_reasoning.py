@@ -255,20 +255,31 @@ def generation_prompts(prober: Prober, chat: ChatFindings, renders: dict[tuple[s
     return out
 
 
-def _earlier_turns(prober: Prober, builder, renders) -> str | None:
+def _earlier_turns(prober: Prober, builder, renders) -> tuple[str | None, Note | None]:
     """'kept' where an answer before the last user message keeps its reasoning, 'dropped' where
-    only the answer after it does, None where no reasoning renders. The round-trip render tells
-    where it has reasoning on both sides of its last user message; else a probe does."""
-    for seen in [*renders[:1], None]:
-        seen = seen or _with_reasoning(prober, builder, "U1 A1/R1 U2 A2/R2")
-        if seen is None:
-            return None
-        last_user = max(i for i, r in enumerate(seen.probe.roles) if r == "user")
-        shown = [(i < last_user, seen.pos[i][-1] >= 0) for i, m in enumerate(seen.probe.messages) if m.get("reasoning_content")]
-        if any(early and found for early, found in shown):
-            return "kept"
-        if any(not early and found for early, found in shown) and any(early for early, _ in shown):
-            return "dropped"
+    only the answer after it does, None where no reasoning renders; and a note where the answer
+    depends on the conversation. The round-trip render (an agent session, with tools) tells where
+    it has reasoning on both sides of its last user message; a plain chat probe is rendered too,
+    since a template may keep reasoning only when tools are given (Hy3's `preserved_thinking`
+    defaults to true with tools, false without)."""
+    agent = _earlier_in(renders[0]) if renders else None
+    seen = _with_reasoning(prober, builder, "U1 A1/R1 U2 A2/R2")
+    plain = _earlier_in(seen) if seen is not None else None
+    if agent and plain and agent != plain:
+        text = (f"earlier reasoning is {agent} in an agent conversation with tools but {plain} in a plain chat: "
+                "the template decides by context; earlier_reasoning reports the agent conversation")
+        return agent, Note("earlier reasoning by context", text)
+    return agent or plain, None
+
+
+def _earlier_in(seen: Seen) -> str | None:
+    """`_earlier_turns`' verdict on one render."""
+    last_user = max(i for i, r in enumerate(seen.probe.roles) if r == "user")
+    shown = [(i < last_user, seen.pos[i][-1] >= 0) for i, m in enumerate(seen.probe.messages) if m.get("reasoning_content")]
+    if any(early and found for early, found in shown):
+        return "kept"
+    if any(not early and found for early, found in shown) and any(early for early, _ in shown):
+        return "dropped"
     return None
 
 
@@ -320,9 +331,9 @@ def probe_reasoning(prober: Prober, chat: ChatFindings, assistant_start: str, sw
         prompts = list(generation_prompts(prober, chat, switches, flags).values())
         markers = _markers_from_block(prober, chat, assistant_start) or _markers_from_prompts(prompts) \
             or _markers_from_prompt_end(prompts)
-    earlier = _earlier_turns(prober, chat.builder, list(renders)) if named else None
+    earlier, earlier_note = _earlier_turns(prober, chat.builder, list(renders)) if named else (None, None)
     if not markers:
-        return ReasoningFindings(earlier_turns=earlier)
+        return ReasoningFindings(earlier_turns=earlier, notes=(earlier_note,) if earlier_note else ())
     marker, start, end = markers
     if end:
         # The reasoning ends alike before an answer and before tool calls (Command A Reasoning:
@@ -334,7 +345,7 @@ def probe_reasoning(prober: Prober, chat: ChatFindings, assistant_start: str, sw
         # `<|content|>`): its assistant start ends the reasoning, and what comes before that is the
         # closer of every turn, no marker.
         end = ""
-    notes = []
+    notes = [earlier_note] if earlier_note else []
     if not start and end:
         message = (f"reasoning has no opening marker of its own: it follows the assistant start {marker!r} "
                    "directly, so the reasoning lies in the assistant span up to the reasoning end")
