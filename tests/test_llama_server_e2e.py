@@ -39,7 +39,7 @@ def setup():
     template = load_one(model)
     tok = LlamaCppTokenizer(model)
     session = generate_session(8000, seed=1, requests=3)
-    conversation = {"messages": messages_for_template(session), "tools": list(session.tools)}
+    conversation = {"messages": messages_for_template(session, template), "tools": list(session.tools)}
     analysis = analyze(template)
     ours = completion_request(template, tok, conversation, analysis=analysis, n_predict=1)
     own = [MessageDelimiter(role, text) for role, text in server_delimiters(template)]
@@ -99,7 +99,7 @@ def test_a_resume_restores_the_checkpoint_tmplkit_runner_predicts(setup, tmp_pat
 
     later = next_user_turn(setup["session"])  # the agent answers, the user asks again
     first = setup["ours"]
-    second = completion_request(setup["template"], setup["tok"], {"messages": messages_for_template(later),
+    second = completion_request(setup["template"], setup["tok"], {"messages": messages_for_template(later, setup["template"]),
                                                                   "tools": list(later.tools)}, analysis=setup["analysis"], n_predict=1)
     ids1, ids2 = setup["ids"], setup["tok"].tokenize(second.prompt, add_bos=True)
     with LlamaServer(setup["binary"], setup["model"], SERVER_ARGS, log=tmp_path / "resume.log") as server:

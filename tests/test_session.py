@@ -9,6 +9,7 @@ import pytest
 from tmplkit import corpus
 from tmplkit.errors import InputError
 from tmplkit.prefill.session import Session, generate_session, load_session, messages_for_template, next_user_turn, save_session, session_from_json
+from tmplkit.sources import ChatTemplate
 
 
 def test_generator_is_seeded_and_deterministic():
@@ -98,7 +99,9 @@ def test_accepts_a_bare_list_and_content_parts():
                             "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
                            {"role": "tool", "tool_call_id": "1", "content": "ok"}])
     assert s.roles == ["user", "assistant", "tool"] and s.tools == ()
-    assert messages_for_template(s)[1]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+    reads = ChatTemplate("{% for m in messages %}{% for c in m.tool_calls | default([]) %}{{ c.function.arguments | tojson }}"
+                         "{% endfor %}{% endfor %}", "objects", "-")
+    assert messages_for_template(s, reads)[1]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
     assert s.messages[1]["tool_calls"][0]["function"]["arguments"] == "{\"a\": 1}"  # the session is not changed
 
 

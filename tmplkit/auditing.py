@@ -277,10 +277,9 @@ def default_turns_session():
 def _check_session(session) -> None:
     """Refuse a session without a request here, before the workers would make it every template's error."""
     from .errors import InputError
-    from .prefill.session import messages_for_template
     from .turns import request_points
 
-    if not request_points(messages_for_template(session)):
+    if not request_points(list(session.messages)):
         raise InputError(f"{getattr(session, 'source', '') or 'the session'}: no request in the session (the model "
                          "speaks after a user message or tool results); add a user message")
 

@@ -65,10 +65,6 @@ class Conversation:
     def roles(self) -> tuple[str, ...]:
         return tuple(m["role"] for m in self.messages)
 
-    def template_messages(self) -> list[dict]:
-        """The messages as chat templates expect them (see `template_messages`)."""
-        return template_messages(self.messages)
-
     def flattened(self) -> Conversation:
         """The same conversation with every list of text parts joined into one string."""
         messages = []
@@ -80,17 +76,19 @@ class Conversation:
         return Conversation(tuple(messages), self.tools, self.source)
 
 
-def template_messages(messages: Iterable[dict]) -> list[dict]:
-    """Messages as chat templates expect them: tool-call arguments as objects, not JSON strings.
+def template_messages(messages: Iterable[dict], *, parse_arguments: bool = True) -> list[dict]:
+    """Messages as chat templates expect them: tool-call arguments as objects, not JSON strings
+    (`parse_arguments=False`: as they were given; `tmplkit.tool_arguments.messages_for` decides per
+    template, as llama-server does).
 
     OpenAI-style logs keep `arguments` as a JSON string; templates such as Qwen's iterate over them
-    as a mapping, and llama-server parses them before rendering, so tmplkit does the same. Arguments
-    that are not valid JSON stay the string they were.
+    as a mapping, and llama-server parses them before rendering for such templates. Arguments that
+    are not valid JSON stay the string they were.
     """
     out = []
     for m in messages:
         m = dict(m)
-        if m.get("tool_calls"):
+        if m.get("tool_calls") and parse_arguments:
             m["tool_calls"] = [_parsed_call(c) for c in m["tool_calls"]]
         out.append(m)
     return out

@@ -120,6 +120,7 @@ def completion_request(template, tokenizer, conversation, *, analysis=None, add_
     """
     from .conversation import Conversation, load_conversation
     from .sandbox import render
+    from .tool_arguments import messages_for
 
     if n_predict is not None and n_predict < -1:  # llama-server: -1 generates until the model stops
         raise InputError(f"n_predict must be -1 (until the model stops), 0 or more, got {n_predict}")
@@ -130,7 +131,7 @@ def completion_request(template, tokenizer, conversation, *, analysis=None, add_
 
         analysis = analyze(template)
     delims = message_delimiters(template, tokenizer, analysis=analysis)
-    prompt = render(template, conversation.template_messages(),
+    prompt = render(template, messages_for(template, conversation.messages),
                     tools=list(conversation.tools) if conversation.tools is not None else None,
                     add_generation_prompt=add_generation_prompt)
     problem = _split_problem(prompt, analysis.delimiters, delims, tokenizer)

@@ -144,6 +144,7 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
     """
     from .conversation import Conversation, load_conversation
     from .sandbox import render
+    from .tool_arguments import messages_for
 
     if not isinstance(conversation, Conversation):
         conversation = load_conversation(conversation)
@@ -152,7 +153,7 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
 
         analysis = analyze(template)
     td = token_delimiters(analysis, tokenizer)
-    rendered = render(template, conversation.template_messages(),
+    rendered = render(template, messages_for(template, conversation.messages),
                       tools=list(conversation.tools) if conversation.tools is not None else None,
                       add_generation_prompt=add_generation_prompt)
     ids = tokenizer.tokenize(rendered)

@@ -81,7 +81,7 @@ class Prompt:
 def render_session(session: Session, template: ChatTemplate, add_generation_prompt: bool = True) -> str:
     from ..sandbox import Limits, render
 
-    return render(template, messages_for_template(session), tools=list(session.tools) or None,
+    return render(template, messages_for_template(session, template), tools=list(session.tools) or None,
                   add_generation_prompt=add_generation_prompt, limits=Limits(seconds=60, max_output_chars=50_000_000))
 
 
@@ -122,7 +122,7 @@ def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos
         raise AnalysisError(f"template '{template.name}': delimiters do not split the tokens as the text: "
                             f"{'; '.join(tdelims.problems)}")
     spans = SpanDetector(tdelims).split(tokens)
-    as_user = user_starts_of_other_roles(text, delims, messages_for_template(session), spans)
+    as_user = user_starts_of_other_roles(text, delims, messages_for_template(session, template), spans)
     return Prompt(tuple(tokens), spans, text, template.name, tdelims, how, as_user)
 
 

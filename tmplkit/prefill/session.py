@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conversation import load_conversation, template_messages
+from ..conversation import load_conversation
 from ..errors import InputError
 from .report import write_atomic
 
@@ -92,10 +92,12 @@ def save_session(session: Session, path: str | os.PathLike) -> None:
     write_atomic(path, json.dumps(session.to_dict(), indent=1, ensure_ascii=False) + "\n")
 
 
-def messages_for_template(session: Session) -> list[dict]:
-    """The session's messages as chat templates expect them (tool-call arguments parsed, as
-    llama-server does: `tmplkit.conversation.template_messages`)."""
-    return template_messages(session.messages)
+def messages_for_template(session: Session, template) -> list[dict]:
+    """The session's messages as `template` is given them by llama-server (tool-call arguments
+    parsed into objects where the template reads them so: `tmplkit.tool_arguments`)."""
+    from ..tool_arguments import messages_for
+
+    return messages_for(template, session.messages)
 
 
 # ---- generating -----------------------------------------------------------------------------------

@@ -116,7 +116,7 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
     """`session_requests` one request at a time (a caller looking for the first divergence stops early)."""
     from ..prefill.session import messages_for_template
 
-    messages = messages_for_template(session)
+    messages = messages_for_template(session, template)
     tools = list(session.tools or ()) or None
     points = request_points(messages)
     if not points:
@@ -178,7 +178,7 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
     """
     from ..prefill.session import messages_for_template
 
-    messages = messages_for_template(session)
+    messages = messages_for_template(session, template)
     tools = list(session.tools or ()) or None
     out: list[tuple[str, ...]] = []
     for r in requests:

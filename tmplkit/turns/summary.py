@@ -83,7 +83,7 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
         reqs = session_requests(session, template, kwargs=kwargs, interval=interval)
     except RenderError as exc:  # (RenderLimitError too)
         return TurnsReport(template.name, 0, (), error=str(exc))
-    messages = messages_for_template(session)
+    messages = messages_for_template(session, template)
     redraw = _redraw(template, session, reqs, kwargs)
     tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos) if tokenizer is not None else None
     divs = divergences(reqs, messages, session.tools, redraw=redraw, tokens=tokens, tokenizer=tokenizer)
@@ -105,7 +105,7 @@ def _redraw(template, session, reqs, kwargs):
     from ..sandbox import render
     from .requests import _LIMITS, render_variables
 
-    messages = messages_for_template(session)
+    messages = messages_for_template(session, template)
 
     def redraw(k: int, at: datetime) -> str:
         return render(template, messages[:reqs[k].n_messages], tools=list(session.tools or ()) or None,

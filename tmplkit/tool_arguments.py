@@ -1,0 +1,62 @@
+"""Tool-call arguments as a template expects them: JSON strings, or objects for templates that read them.
+
+OpenAI-style clients send `arguments` as a JSON string. llama.cpp keeps them so, and parses them
+into objects only for a template that reads what is inside them when given an object (its jinja
+capability `supports_object_arguments`, vendored `common/jinja/caps.cpp`: rendering touches
+`arguments.arg`, `tojson` included, then `func_args_not_string` in `common/chat.cpp`). Qwen3.5
+iterates `arguments|items` and needs objects; functionary v3.2 concatenates `arguments` to a string
+and fails on one. tmplkit renders what llama-server renders, so it decides the same way, once per
+template.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+from .conversation import template_messages
+from .errors import TmplkitError
+from .sandbox import render
+from .sources import ChatTemplate, family_special_tokens
+
+__all__ = ["object_arguments", "messages_for"]
+
+_NEEDLE = "tmplkit-argument-7f3a"
+
+
+def object_arguments(template: ChatTemplate) -> bool:
+    """Whether `template` reads tool-call arguments as an object: rendered with `{"arg": ...}` as an
+    object it succeeds and prints the value. Cached by template text.
+
+    >>> object_arguments(ChatTemplate("{% for m in messages %}{% for c in m.tool_calls | default([]) %}"
+    ...                               "{{ c.function.arguments | tojson }}{% endfor %}{% endfor %}", "t", "-"))
+    True
+    >>> object_arguments(ChatTemplate("{% for m in messages %}{% for c in m.tool_calls | default([]) %}"
+    ...                               "{{ '>>>' + c.function.arguments }}{% endfor %}{% endfor %}", "t", "-"))
+    False
+    """
+    return _object_arguments(template.text, template.bos_token, template.eos_token)
+
+
+@lru_cache(maxsize=256)
+def _object_arguments(text: str, bos: str | None, eos: str | None) -> bool:
+    template = ChatTemplate(text, "arguments probe", "-", bos, eos)
+    messages = [{"role": "user", "content": "User message"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "call00001", "type": "function", "function": {"name": "tool1", "arguments": {"arg": _NEEDLE}}}]},
+                {"role": "tool", "tool_call_id": "call00001", "content": "Tool response"}]
+    tools = [{"type": "function", "function": {"name": "tool1", "description": "Tool 1",
+                                               "parameters": {"type": "object", "properties": {"arg": {"type": "string"}},
+                                                              "required": ["arg"]}}}]
+    try:
+        text_out = render(template, messages, tools=tools, add_generation_prompt=True,
+                          **family_special_tokens(template))
+    except TmplkitError:
+        return False
+    return _NEEDLE in text_out or json.dumps(_NEEDLE) in text_out
+
+
+def messages_for(template: ChatTemplate, messages) -> list[dict]:
+    """`messages` as `template` is given them by llama-server: tool-call arguments parsed into
+    objects where it reads them as objects, else left as the client sent them."""
+    return template_messages(messages, parse_arguments=object_arguments(template))
