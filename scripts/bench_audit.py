@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _machine import cpu_model  # scripts/, beside this file
+
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_MEDIAN_MS = 30.0
 GOAL_TOTAL_S = 3.0
@@ -129,14 +131,6 @@ def summarize(cold: list[dict], warm: list[dict]) -> dict:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "cpu": cpu_model(),
                     "loadavg_at_start": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None},
     }
-
-
-def cpu_model() -> str | None:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
-    except OSError:
-        return platform.processor() or None
 
 
 def run_worker(templates_dir: Path, cache: str) -> dict:

@@ -6,7 +6,7 @@
     python scripts/bench_turns.py replay --quick         # a short session, the tiny model only
     python scripts/bench_turns.py replay --models qwen   # one of the two models
 
-corpus: one generated agent session (`--tokens`, default 30000; reasoning on every assistant turn,
+corpus: one generated agent session (`--tokens`, default 40000, about 31,500 tokens in its last request; reasoning on every assistant turn,
 parallel tool calls, several user requests) on every llama.cpp corpus template, tokenized with the
 template's corpus vocabulary (qwen35 when it has none), the four settings of `tmplkit.turns.cost`
 simulated (a sliding window of 512, llama-server's defaults). Prints a markdown table.
@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+
+from _machine import cpu_model  # scripts/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -165,7 +168,7 @@ def _print_section(label: str, res: dict) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["corpus", "replay"])
-    p.add_argument("--tokens", type=int, default=30000)
+    p.add_argument("--tokens", type=int, default=40000, help="the generator's target (a character estimate)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--models", default="qwen,gemma", help="replay: which of qwen (the tiny model), gemma")
@@ -173,12 +176,16 @@ def main() -> int:
     p.add_argument("--n-ctx", type=int, default=65536)
     p.add_argument("--json", default=str(ROOT / "scripts" / "results" / "turns.json"))
     args = p.parse_args()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     result = corpus_table(args) if args.what == "corpus" else replay_bench(args)
+    result["run"] = {"command": "python scripts/bench_turns.py " + " ".join(sys.argv[1:]), "cpu": cpu_model(),
+                     "cores": os.cpu_count(), "load_average": {"start": load, "end": os.getloadavg()[0] if load is not None else None}}
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(out.read_text()) if out.is_file() else {}
     if args.what == "replay":  # one model at a time keeps the other's figures
-        data.setdefault("replay", {}).update(result)
+        run = result.pop("run")
+        data.setdefault("replay", {}).update({label: {**res, "run": run} for label, res in result.items()})
     else:
         data["corpus"] = result
     out.write_text(json.dumps(data, indent=1, default=str) + "\n")
