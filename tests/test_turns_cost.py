@@ -155,3 +155,29 @@ def test_ids_that_differ_where_the_text_is_the_same(qwen35):
     (d,) = r.divergences
     assert d.position == d.n_held  # the text is a prefix
     assert not d.stable and d.cause == "token ids" and "request/turn boundary" in d.token_note
+
+
+def test_divergence_aware_sees_a_rewrite_of_the_last_user_message_on_a_strict_template(qwen35):
+    # The system prompt moves into each new last user message (Mistral Nemo), and the template
+    # refuses a user message right after a tool call: the rewrite of a user message is predicted
+    # from the request that first holds it, through the follow-up "tool results, a reply, the next
+    # user message", so its checkpoint exists when the user speaks again.
+    from tmplkit.turns import session_requests
+    from tmplkit.turns.requests import next_renders
+
+    template = load_one(str(FIX / "strict-alternation.jinja"))
+    session = generate_session(12000, seed=3, style="agent", requests=3)
+    reqs = session_requests(session, template)
+    follow = next_renders(session, template, reqs)
+    system = session.messages[0]["content"]
+    assert reqs[0].generated and reqs[0].text.startswith("<|im_start|>user\n" + system)
+    # request 0 ends with a tool call: its "new user message" follow-up is refused; the tool results
+    # keep the system prompt where it is, the completed follow-up moves it away from the first message
+    answered, completed = follow[0]
+    assert answered.startswith("<|im_start|>user\n" + system)
+    assert completed.startswith("<|im_start|>user\n") and not completed.startswith("<|im_start|>user\n" + system)
+    c = study_turns(template, session, tokenizer=qwen35, switches=False).cost
+    bound = c.total("full attention", first=False)
+    # (without the completed follow-up it recomputed 1.17x the bound, more than gated's 1.01x)
+    assert c.total("divergence-aware", first=False) <= 1.02 * bound
+    assert c.total("divergence-aware", first=False) <= c.total("tmplkit", first=False)

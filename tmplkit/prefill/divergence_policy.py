@@ -22,6 +22,8 @@ The runner's schedule asks a policy for two things besides batch breaks, when it
     'divergence-aware'
     >>> sorted(DivergenceAware.for_prompt([40, 1200], n_prompt=1000).positions)
     [41, 996]
+    >>> sorted(DivergenceAware.for_prompt([40], n_prompt=1000).positions)
+    [41, 996]
     >>> sorted(DivergenceAware.for_prompt([], n_prompt=1000).positions)
     [996]
 """
@@ -54,9 +56,10 @@ class DivergenceAware(Gated):
         near-end position is as close as a prompt can get."""
         last = (near_end_breaks(n_prompt, n_prompt, 0)[-1:] or [n_prompt - 1])[0]
         positions = {min(int(p) + 1, last) for p in divergences if int(p) + 1 > 0}
-        # nothing predicted: still one at the end, as a safety net (a request nobody predicted, and
-        # llama-server's rule that looks for a checkpoint while the memory still holds position 0)
-        return cls(positions or {last})
+        # always one at the end too, as a safety net: a request nobody predicted, and llama-server's
+        # rule that looks for a checkpoint while the memory still holds position 0 (a prompt shorter
+        # than the attention window's cells), even when the next request extends what is held
+        return cls(positions | {last})
 
     def predicted(self, spans) -> frozenset:
         if self.positions is not None:

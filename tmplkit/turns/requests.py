@@ -169,12 +169,17 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
 
 
 def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *, kwargs: Mapping | None = None) -> tuple[tuple[str, ...], ...]:
-    """For each request, the renders of the two requests that can follow it, known before they come:
-    the generated turn's tool calls answered (when it makes any) and a new user message.
+    """For each request, the renders of the requests that can follow it, known before they come:
+    the generated turn's tool calls answered (when it makes any), a new user message, and, after
+    tool calls, a new user message once they are answered and the model has replied.
 
     Where these stop matching what the server holds is where the template's next render will
-    diverge; the divergence-aware policy puts its checkpoints there. Only the template and the
-    conversation so far are used, never the session's later messages.
+    diverge; the divergence-aware policy puts its checkpoints there. The last follow-up matters
+    where a template refuses a user message right after a tool call (Mistral's alternation) and
+    rewrites the last user message when the next one comes (Mistral Nemo moves the system prompt
+    into it): the rewrite lies in this request's new tokens, so a checkpoint for it can be saved
+    only now, requests before the user speaks again. Only the template and the conversation so far
+    are used, never the session's later messages.
     """
     from ..prefill.session import messages_for_template
 
@@ -187,10 +192,12 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
             continue
         upto = messages[:r.turn[1]]
         calls = [c for m in messages[r.turn[0]:r.turn[1]] for c in (m.get("tool_calls") or ())]
-        follow = [[{"role": "user", "content": "next request"}]]
+        ask = {"role": "user", "content": "next request"}
+        follow = [[ask]]
         if calls:
-            follow.append([{"role": "tool", "tool_call_id": c.get("id", ""), "name": c.get("function", c).get("name", ""),
-                            "content": "result"} for c in calls])
+            answered = [{"role": "tool", "tool_call_id": c.get("id", ""), "name": c.get("function", c).get("name", ""),
+                         "content": "result"} for c in calls]
+            follow += [answered, answered + [{"role": "assistant", "content": "done"}, ask]]
         texts: list[str] = []
         for extra in follow:
             try:
