@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from _machine import cpu_model  # scripts/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -562,7 +563,7 @@ def bench_given(args, settings, repeat, server_bin, outdir, t0) -> int:
     source = load_session(args.session) if args.session else Path(args.prompt).read_text(encoding="utf-8")
     only = set(args.variants.split(",")) if args.variants else None
     out: dict = {"command": "python scripts/bench_prefill.py " + " ".join(sys.argv[1:] if args.argv is None else args.argv),
-                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "threads": args.threads,
+                 "machine": f"{cpu_model() or platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "threads": args.threads,
                  "repeat": repeat, "llama_server": server_bin, "load_average": round(os.getloadavg()[0], 2),
                  "repack": effective_repack(settings.repack), "source": args.session or args.prompt}
     if args.suspects:
@@ -653,7 +654,7 @@ def main(argv=None) -> int:
     if args.session or args.prompt:
         return bench_given(args, settings, repeat, server_bin, outdir, t0)
     out: dict = {"command": "python scripts/bench_prefill.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
-                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "threads": args.threads,
+                 "machine": f"{cpu_model() or platform.machine()}, {os.cpu_count()} cores, {platform.system()}", "threads": args.threads,
                  "repeat": repeat, "tiny_model": asdict(tiny_cfg), "llama_server": server_bin,
                  "load_average": round(os.getloadavg()[0], 2), "repack": effective_repack(settings.repack)}
     if gemma:
