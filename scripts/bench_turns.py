@@ -5,6 +5,7 @@
     python scripts/bench_turns.py replay                 # the tiny Qwen3.5-vocab model and Gemma 3 270M
     python scripts/bench_turns.py replay --quick         # a short session, the tiny model only
     python scripts/bench_turns.py replay --models qwen   # one of the two models
+    python scripts/bench_turns.py cold --models gemma    # the resumed session's first prefill, policies against none
 
 corpus: one generated agent session (`--tokens`, default 40000, about 31,500 tokens in its last request; reasoning on every assistant turn,
 parallel tool calls, several user requests) on every llama.cpp corpus template, tokenized with the
@@ -18,6 +19,11 @@ request (each request starts with a different setting), so the settings share th
 state; per request the recompute seconds (prefill, restores included; the teacher-forced
 generated turn excluded) and tokens, the prediction beside them, and paired ratios per request.
 The goals of issue 12 are checked at the end. Results as JSON (default scripts/results/turns.json).
+
+cold: the first prefill of a resumed session (issue 25213: a server restarted, or a session moved
+to it), i.e. the session's last request prefilled into an empty memory: `none` against each
+setting's policy with its spans, `--repeats` rounds (default 3), the order rotated per round,
+paired ratios of none's seconds over each setting's (>= 0.98 is the goal).
 """
 
 from __future__ import annotations
@@ -42,6 +48,18 @@ from tmplkit.turns import study_turns  # noqa: E402
 from tmplkit.turns.formats import format_turns  # noqa: E402
 
 REPLAYED = ("llama-server", "tmplkit", "divergence-aware")
+
+
+def _tiny():
+    from tmplkit.prefill import tiny_model_path
+
+    return tiny_model_path(), corpus.templates_dir() / "Qwen3.5-4B.jinja", "agent"
+
+
+# label -> (model, template, session style); the Gemma GGUF carries no chat template: Gemma's turn
+# format from the corpus
+_MODELS = {"qwen": _tiny,
+           "gemma": lambda: (corpus.gemma_model_path(), corpus.templates_dir() / "google-gemma-2-2b-it.jinja", "user-turns")}
 
 
 def corpus_table(args) -> dict:
@@ -76,14 +94,12 @@ def corpus_table(args) -> dict:
 
 
 def replay_bench(args) -> dict:
-    from tmplkit.prefill import PrefillRunner, tiny_model_path
+    from tmplkit.prefill import PrefillRunner
     from tmplkit.prefill.compare import resolve_template
 
     out = {}
-    models = {"qwen": lambda: (tiny_model_path(), corpus.templates_dir() / "Qwen3.5-4B.jinja", "agent"),
-              "gemma": lambda: (corpus.gemma_model_path(), None, "user-turns")}
     for label in (["qwen"] if args.quick else args.models.split(",")):
-        path, template, style = models[label]()
+        path, template, style = _MODELS[label]()
         session = generate_session(args.tokens if not args.quick else 3000, seed=args.seed, style=style,
                                    requests=None if not args.quick else 2)
         # poll=None: four runners in one process, so no idle threadpool may spin while another decodes
@@ -140,6 +156,63 @@ def _interleaved(runners, session, template) -> dict:
             "bound": list(bound), "rows": rows, "first_none_seconds": first_none}
 
 
+def cold_bench(args) -> dict:
+    from tmplkit.prefill import PrefillRunner
+    from tmplkit.prefill.replay import memory_of
+    from tmplkit.turns import session_requests, tokenize_requests
+    from tmplkit.turns.cost import default_settings, policy_for, predicted_divergences
+    from tmplkit.turns.requests import next_renders
+    from tmplkit.turns.summary import request_spans
+
+    out = {}
+    for label in args.models.split(","):
+        path, template_path, style = _MODELS[label]()
+        session = generate_session(args.tokens, seed=args.seed, style=style)
+        runner = PrefillRunner(path, n_ctx=args.n_ctx, n_threads=args.threads, poll=None)
+        try:
+            template = load_one(template_path)
+            tok = runner.tokenizer
+            reqs = session_requests(session, template)
+            tokens = tokenize_requests(reqs, tok, add_bos=runner.info.add_bos)
+            spans = request_spans(template, tok, reqs, tokens, [])
+            ahead = predicted_divergences(tokens, next_renders(session, template, reqs), tok, add_bos=runner.info.add_bos)
+            every = {s.name: s for s in default_settings(memory_of(runner))}
+            k = len(tokens.requests) - 1
+            ids = tokens.requests[k]
+            chosen = [a for a in args.arms.split(",") if a != "none"] if args.arms else list(REPLAYED)
+            arms = {"none": (None, "none")}
+            arms.update({name: (spans[every[name].delimiters][k], policy_for(every[name].policy, ahead, k, len(ids)))
+                         for name in chosen})
+            runner.run(ids[:256], None, "none")  # a warm-up: no arm pays for the process's first decode
+            runs: dict[str, list[dict]] = {name: [] for name in arms}
+            names = list(arms)
+            for r in range(max(1, args.repeats)):
+                for name in names[r % len(names):] + names[:r % len(names)]:
+                    sp, pol = arms[name]
+                    rep = runner.run(ids, sp, pol)
+                    # every decode call as bench_prefill.py records it, for scripts/prefill_calls.py
+                    runs[name].append({"seconds": rep.seconds, "round": r, "checkpoints": [c.n_tokens for c in rep.checkpoints],
+                                       "calls": [[c.start, c.size, c.reason, c.rule, round(c.seconds, 6)] for c in rep.decode_calls]})
+                print(f"{label} round {r}: " + ", ".join(f"{n} {v[-1]['seconds']:.2f} s" for n, v in runs.items()), file=sys.stderr)
+            settings = {"n_ubatch": runner.settings.n_ubatch, "n_batch": runner.settings.n_batch}
+        finally:
+            runner.close()
+        seconds = {name: [x["seconds"] for x in v] for name, v in runs.items()}
+        paired = {name: [n / x for n, x in zip(seconds["none"], seconds[name])] for name in chosen}
+        out[label] = {"template": template.name, "n_tokens": len(ids), "seconds": seconds, "settings": settings, "runs": runs,
+                      "none_over": {name: {"median": statistics.median(v), "min": min(v), "max": max(v)}
+                                    for name, v in paired.items()}}
+        print(f"\n## {label}: the last request ({len(ids)} tokens) prefilled cold, {args.repeats} rounds\n")
+        print("| setting | median seconds | none / setting, paired median (min-max) | goal >= 0.98 |")
+        print("|---|---:|---:|---|")
+        print(f"| none | {statistics.median(seconds['none']):.2f} | 1.000 | |")
+        for name in chosen:
+            r = out[label]["none_over"][name]
+            print(f"| {name} | {statistics.median(seconds[name]):.2f} | {r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f}) | "
+                  f"{'met' if r['median'] >= 0.98 else 'not met'} |")
+    return out
+
+
 def _print_section(label: str, res: dict) -> None:
     rows, bound = res["rows"], res["bound"]
     after = lambda name, key: sum(r[key] for r in rows[name][1:])  # noqa: E731
@@ -167,25 +240,27 @@ def _print_section(label: str, res: dict) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["corpus", "replay"])
+    p.add_argument("what", choices=["corpus", "replay", "cold"])
     p.add_argument("--tokens", type=int, default=40000, help="the generator's target (a character estimate)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--models", default="qwen,gemma", help="replay: which of qwen (the tiny model), gemma")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--n-ctx", type=int, default=65536)
+    p.add_argument("--repeats", type=int, default=3, help="cold: rounds")
+    p.add_argument("--arms", help="cold: the settings to run against none (default: all of them)")
     p.add_argument("--json", default=str(ROOT / "scripts" / "results" / "turns.json"))
     args = p.parse_args()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    result = corpus_table(args) if args.what == "corpus" else replay_bench(args)
+    result = {"corpus": corpus_table, "replay": replay_bench, "cold": cold_bench}[args.what](args)
     result["run"] = {"command": "python scripts/bench_turns.py " + " ".join(sys.argv[1:]), "cpu": cpu_model(),
                      "cores": os.cpu_count(), "load_average": {"start": load, "end": os.getloadavg()[0] if load is not None else None}}
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(out.read_text()) if out.is_file() else {}
-    if args.what == "replay":  # one model at a time keeps the other's figures
+    if args.what in ("replay", "cold"):  # one model at a time keeps the other's figures
         run = result.pop("run")
-        data.setdefault("replay", {}).update({label: {**res, "run": run} for label, res in result.items()})
+        data.setdefault(args.what, {}).update({label: {**res, "run": run} for label, res in result.items()})
     else:
         data["corpus"] = result
     out.write_text(json.dumps(data, indent=1, default=str) + "\n")

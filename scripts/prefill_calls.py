@@ -2,6 +2,7 @@
 """Where a prefill's time goes, call by call: a cost model fitted to a bench_prefill.py result.
 
     python scripts/prefill_calls.py scripts/results/prefill-quiet-16k-seed15.json [--json FILE]
+    python scripts/prefill_calls.py scripts/results/turns.json --at cold.gemma      # bench_turns.py cold
 
 Every decode call a runner variant made (`runs[variant][i]['calls']`: start, size, rule, ...,
 seconds) is one sample of
@@ -78,9 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     p.add_argument("result", help="a JSON written by scripts/bench_prefill.py (--session/--prompt runs)")
     p.add_argument("--json", metavar="FILE", help="also write the explanation to FILE")
+    p.add_argument("--at", metavar="KEY.KEY", help="where the runs are in the JSON instead of 'given' "
+                                                  "(bench_turns.py cold: cold.gemma)")
     args = p.parse_args(argv)
     data = json.loads(Path(args.result).read_text(encoding="utf-8"))
-    given = data.get("given")
+    given = data if args.at else data.get("given")
+    for key in (args.at or "").split(".") if args.at else ():
+        given = given.get(key) if isinstance(given, dict) else None
     if not given or "runs" not in given:
         print(f"{args.result}: no 'given' section with runs; give a result of bench_prefill.py --session or --prompt",
               file=sys.stderr)
