@@ -11,6 +11,11 @@ that warm and cold results are identical. The script prints medians over templat
 runs and the warm/cold ratios as JSON (the ratios also on stderr), and writes them with --json FILE.
 
     python scripts/bench_audit.py --runs 3 --json bench_audit.json
+    python scripts/bench_audit.py --against 9805995 --rounds 9 --json vs.json   # no slower than a commit?
+
+`--against REV` checks out REV into a temporary git worktree and runs its bench_audit.py and this
+one alternately, `--rounds` times (who goes first alternates too), each a `--runs` cold/warm
+measurement; it prints both medians and the paired ratios of the cold totals (this / REV).
 
 Goals on a 2-core machine: cold, median under 30 ms per template and all 70 under 3 s; warm, at
 most a third of cold.
@@ -143,14 +148,48 @@ def run_worker(templates_dir: Path, cache: str) -> dict:
     return json.loads(proc.stdout)
 
 
+def against(rev: str, rounds: int, runs: int) -> dict:
+    """This tree's bench against `rev`'s, alternately (see the module doc)."""
+    with tempfile.TemporaryDirectory(prefix="bench-audit-against-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
+        try:
+            totals: dict[str, list[float]] = {"this": [], rev: []}
+            for r in range(max(1, rounds)):
+                order = [("this", ROOT), (rev, tree)] if r % 2 else [(rev, tree), ("this", ROOT)]
+                for label, root in order:
+                    out = Path(tmp) / f"{label}-{r}.json"
+                    subprocess.run([sys.executable, str(root / "scripts" / "bench_audit.py"), "--runs", str(runs),
+                                    "--json", str(out)], cwd=root, check=True, capture_output=True)
+                    totals[label].append(json.loads(out.read_text())["total_s"])
+                print(f"round {r}: this {totals['this'][-1]:.3f} s, {rev} {totals[rev][-1]:.3f} s", file=sys.stderr)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+    paired = [a / b for a, b in zip(totals["this"], totals[rev])]
+    return {"against": rev, "rounds": rounds, "runs": runs, "total_s": totals,
+            "median_s": {k: statistics.median(v) for k, v in totals.items()},
+            "paired_this_over_rev": {"median": statistics.median(paired), "min": min(paired), "max": max(paired), "all": paired},
+            "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(),
+                        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None}}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     p.add_argument("--runs", type=int, default=3, help="cold/warm pairs of fresh processes to run (default 3)")
     p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
+    p.add_argument("--against", metavar="REV", help="compare with the bench of git revision REV, alternately")
+    p.add_argument("--rounds", type=int, default=5, help="with --against: alternating rounds (default 5)")
     p.add_argument("--worker", metavar="TEMPLATES", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         json.dump(worker(Path(args.worker)), sys.stdout)
+        return 0
+    if args.against:
+        res = against(args.against, args.rounds, args.runs)
+        text = json.dumps(res, indent=2)
+        print(text)
+        if args.json:
+            Path(args.json).write_text(text + "\n", encoding="utf-8")
         return 0
     sys.path.insert(0, str(ROOT))
     from tmplkit import corpus
