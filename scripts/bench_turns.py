@@ -116,19 +116,10 @@ def replay_bench(args) -> dict:
 
 def _interleaved(runners, session, template) -> dict:
     """Each setting on its own runner, request by request, the order rotated per request."""
-    from tmplkit.prefill.replay import memory_of
-    from tmplkit.turns import session_requests, tokenize_requests
-    from tmplkit.turns.cost import default_settings, policy_for, predicted_divergences, session_cost
-    from tmplkit.turns.requests import next_renders
-    from tmplkit.turns.summary import request_spans
+    from tmplkit.turns.cost import policy_for, session_cost
 
     lead = runners["tmplkit"]
-    tok = lead.tokenizer
-    reqs = session_requests(session, template)
-    tokens = tokenize_requests(reqs, tok, add_bos=lead.info.add_bos)
-    spans = request_spans(template, tok, reqs, tokens, [])
-    ahead = predicted_divergences(tokens, next_renders(session, template, reqs), tok, add_bos=lead.info.add_bos)
-    every = {s.name: s for s in default_settings(memory_of(lead))}
+    tokens, spans, ahead, every = _prepared(session, template, lead)
     predicted = session_cost(tokens, spans, predicted=ahead, prefill=lead.settings)
     rows = {name: [] for name in REPLAYED}
     first_none = None
@@ -156,13 +147,26 @@ def _interleaved(runners, session, template) -> dict:
             "bound": list(bound), "rows": rows, "first_none_seconds": first_none}
 
 
-def cold_bench(args) -> dict:
-    from tmplkit.prefill import PrefillRunner
+def _prepared(session, template, runner):
+    """The session's requests as `runner`'s model tokenizes them, their spans per delimiter set, the
+    divergences their next renders predict, and the cost settings by name."""
     from tmplkit.prefill.replay import memory_of
     from tmplkit.turns import session_requests, tokenize_requests
-    from tmplkit.turns.cost import default_settings, policy_for, predicted_divergences
+    from tmplkit.turns.cost import default_settings, predicted_divergences
     from tmplkit.turns.requests import next_renders
     from tmplkit.turns.summary import request_spans
+
+    tok = runner.tokenizer
+    reqs = session_requests(session, template)
+    tokens = tokenize_requests(reqs, tok, add_bos=runner.info.add_bos)
+    spans = request_spans(template, tok, reqs, tokens, [])
+    ahead = predicted_divergences(tokens, next_renders(session, template, reqs), tok, add_bos=runner.info.add_bos)
+    return tokens, spans, ahead, {s.name: s for s in default_settings(memory_of(runner))}
+
+
+def cold_bench(args) -> dict:
+    from tmplkit.prefill import PrefillRunner
+    from tmplkit.turns.cost import policy_for
 
     out = {}
     for label in args.models.split(","):
@@ -171,12 +175,7 @@ def cold_bench(args) -> dict:
         runner = PrefillRunner(path, n_ctx=args.n_ctx, n_threads=args.threads, poll=None)
         try:
             template = load_one(template_path)
-            tok = runner.tokenizer
-            reqs = session_requests(session, template)
-            tokens = tokenize_requests(reqs, tok, add_bos=runner.info.add_bos)
-            spans = request_spans(template, tok, reqs, tokens, [])
-            ahead = predicted_divergences(tokens, next_renders(session, template, reqs), tok, add_bos=runner.info.add_bos)
-            every = {s.name: s for s in default_settings(memory_of(runner))}
+            tokens, spans, ahead, every = _prepared(session, template, runner)
             k = len(tokens.requests) - 1
             ids = tokens.requests[k]
             chosen = [a for a in args.arms.split(",") if a != "none"] if args.arms else list(REPLAYED)
