@@ -152,7 +152,11 @@ def against(rev: str, rounds: int, runs: int) -> dict:
     """This tree's bench against `rev`'s, alternately (see the module doc)."""
     with tempfile.TemporaryDirectory(prefix="bench-audit-against-") as tmp:
         tree = Path(tmp) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
+        made = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev],
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            raise RuntimeError(f"--against {rev}: git cannot check it out ({(made.stderr.strip().splitlines() or ['no reason given'])[-1]}); "
+                               "give a commit of this repository")
         try:
             totals: dict[str, list[float]] = {"this": [], rev: []}
             for r in range(max(1, rounds)):
@@ -185,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(worker(Path(args.worker)), sys.stdout)
         return 0
     if args.against:
-        res = against(args.against, args.rounds, args.runs)
+        try:
+            res = against(args.against, args.rounds, args.runs)
+        except (RuntimeError, subprocess.CalledProcessError) as exc:
+            print(exc if isinstance(exc, RuntimeError) else f"a bench run failed: {exc}", file=sys.stderr)
+            return 1
         text = json.dumps(res, indent=2)
         print(text)
         if args.json:

@@ -82,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--at", metavar="KEY.KEY", help="where the runs are in the JSON instead of 'given' "
                                                   "(bench_turns.py cold: cold.gemma)")
     args = p.parse_args(argv)
-    data = json.loads(Path(args.result).read_text(encoding="utf-8"))
+    try:
+        data = json.loads(Path(args.result).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"{args.result}: cannot read it as JSON ({exc}); give a JSON written by bench_prefill.py or bench_turns.py",
+              file=sys.stderr)
+        return 2
     given = data if args.at else data.get("given")
     for key in (args.at or "").split(".") if args.at else ():
         given = given.get(key) if isinstance(given, dict) else None

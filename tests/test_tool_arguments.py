@@ -43,3 +43,10 @@ def test_a_session_renders_on_both_kinds_of_template():
     # The string form is printed verbatim where the template concatenates it.
     call = next(m for m in session.messages if m.get("tool_calls"))["tool_calls"][0]["function"]
     assert any(call["arguments"] in r.text for r in session_requests(session, CONCAT))
+
+
+def test_a_template_that_refuses_the_probe_for_another_reason_keeps_objects():
+    # Needs a system message first (so both probes fail): the parsed form is kept, as it always was.
+    needs_system = ChatTemplate("{% if messages[0].role != 'system' %}{{ raise_exception('system first') }}{% endif %}"
+                                + ITEMS.text, "needs-system", "-")
+    assert object_arguments(needs_system)

@@ -152,3 +152,16 @@ def test_a_bare_template_that_writes_eos_after_each_reply_renders_the_session(se
     assert len(reqs) == len(request_points(session.messages))
     assert reqs[0].text.startswith("<s>[INST]") and "</s>" in reqs[1].text
     assert not study_turns(t, session, switches=False).error
+
+
+def test_a_whole_session_renders_for_prefill_with_the_same_variables(session):
+    from tmplkit.prefill.prompt import render_session
+    from tmplkit.sources import ChatTemplate
+
+    text = ("{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]"
+            "{% elif m.role == 'assistant' %}{{ m.content or '' }}{{ eos_token }}"
+            "{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% endif %}{% endfor %}")
+    t = ChatTemplate(text=text, name="bare-mistral", source="-")
+    rendered = render_session(session, t)
+    assert rendered.startswith("<s>[INST]") and "</s>" in rendered
+    assert session_requests(session, t)[-1].text == render_session(Session(session.messages[:session_requests(session, t)[-1].n_messages], session.tools), t)

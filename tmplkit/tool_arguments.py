@@ -26,7 +26,8 @@ _NEEDLE = "tmplkit-argument-7f3a"
 
 def object_arguments(template: ChatTemplate) -> bool:
     """Whether `template` reads tool-call arguments as an object: rendered with `{"arg": ...}` as an
-    object it succeeds and prints the value. Cached by template text.
+    object it succeeds and prints the value; else whether it refuses them as a string too (then the
+    parsed form is kept, as before this decision existed). Cached by template text.
 
     >>> object_arguments(ChatTemplate("{% for m in messages %}{% for c in m.tool_calls | default([]) %}"
     ...                               "{{ c.function.arguments | tojson }}{% endfor %}{% endfor %}", "t", "-"))
@@ -41,19 +42,27 @@ def object_arguments(template: ChatTemplate) -> bool:
 @lru_cache(maxsize=256)
 def _object_arguments(text: str, bos: str | None, eos: str | None) -> bool:
     template = ChatTemplate(text, "arguments probe", "-", bos, eos)
+    if _shows_arguments(template, {"arg": _NEEDLE}):
+        return True
+    # Objects are not read. Strings are kept only where a template takes them: one that refuses the
+    # probe for a reason of its own (a system message it requires, say) keeps the parsed form.
+    return _shows_arguments(template, json.dumps({"arg": _NEEDLE})) is None
+
+
+def _shows_arguments(template: ChatTemplate, arguments) -> bool | None:
+    """Whether a one-call conversation with `arguments` renders the needle; None where it does not render."""
     messages = [{"role": "user", "content": "User message"},
                 {"role": "assistant", "content": "", "tool_calls": [
-                    {"id": "call00001", "type": "function", "function": {"name": "tool1", "arguments": {"arg": _NEEDLE}}}]},
+                    {"id": "call00001", "type": "function", "function": {"name": "tool1", "arguments": arguments}}]},
                 {"role": "tool", "tool_call_id": "call00001", "content": "Tool response"}]
     tools = [{"type": "function", "function": {"name": "tool1", "description": "Tool 1",
                                                "parameters": {"type": "object", "properties": {"arg": {"type": "string"}},
                                                               "required": ["arg"]}}}]
     try:
-        text_out = render(template, messages, tools=tools, add_generation_prompt=True,
-                          **family_special_tokens(template))
+        out = render(template, messages, tools=tools, add_generation_prompt=True, **family_special_tokens(template))
     except TmplkitError:
-        return False
-    return _NEEDLE in text_out or json.dumps(_NEEDLE) in text_out
+        return None
+    return _NEEDLE in out
 
 
 def messages_for(template: ChatTemplate, messages) -> list[dict]:

@@ -124,8 +124,6 @@ def prompt_cuts(prober: Prober, probe: Probe) -> list[tuple[str, Probe, str]]:
     return out
 
 
-
-
 def _cut_modes(cut: Probe, text: str, modes: list[str]) -> list[str]:
     """`modes` for a cut conversation: a system prompt the template writes only before a final user
     message (Mistral Nemo) is dropped when the conversation ends otherwise."""

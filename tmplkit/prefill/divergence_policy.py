@@ -9,9 +9,10 @@ generation prompt differs from its rendered turn rewrites the end of every reque
 
 Given `positions` (where the next render is predicted to diverge, e.g. from the renders of the
 requests that can follow: `tmplkit.turns.next_renders`), the policy saves checkpoints there and
-nowhere else, so the few that matter are not evicted by ones that cannot be used. Without them
-(the registry's instance), it is `gated` plus a checkpoint at the assistant start that follows
-the last user start, the position Qwen-style templates rewrite.
+one near the prompt's end (a safety net), and nowhere else, so the few that matter are not
+evicted by ones that cannot be used. Without them (the registry's instance), it is `gated` plus a
+checkpoint at the assistant start that follows the last user start, the position Qwen-style
+templates rewrite.
 
 The runner's schedule asks a policy for two things besides batch breaks, when it has them:
 `checkpoint_before(pos, spans)` (save one before a batch starting at pos) and

@@ -79,10 +79,14 @@ class Prompt:
 
 
 def render_session(session: Session, template: ChatTemplate, add_generation_prompt: bool = True) -> str:
+    """The whole session rendered as a prefill sees it: with the variables every session render gets
+    (the family's BOS/EOS where the source gives none, `turns.requests.render_variables`)."""
     from ..sandbox import Limits, render
+    from ..turns.requests import render_variables
 
     return render(template, messages_for_template(session, template), tools=list(session.tools) or None,
-                  add_generation_prompt=add_generation_prompt, limits=Limits(seconds=60, max_output_chars=50_000_000))
+                  add_generation_prompt=add_generation_prompt, limits=Limits(seconds=60, max_output_chars=50_000_000),
+                  **render_variables(template))
 
 
 def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]:

@@ -185,6 +185,7 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
 
     messages = messages_for_template(session, template)
     tools = list(session.tools or ()) or None
+    variables = render_variables(template, kwargs)
     out: list[tuple[str, ...]] = []
     for r in requests:
         if not r.generated:
@@ -202,7 +203,7 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
         for extra in follow:
             try:
                 texts.append(render(template, upto + extra, tools=tools, add_generation_prompt=True, limits=_LIMITS,
-                                    clock=_clock_at(r.time), **render_variables(template, kwargs)))
+                                    clock=_clock_at(r.time), **variables))
             except TmplkitError:  # a template may refuse a shape; that follow-up is then not predicted
                 continue
         out.append(tuple(texts))

@@ -106,10 +106,11 @@ def _redraw(template, session, reqs, kwargs):
     from .requests import _LIMITS, render_variables
 
     messages = messages_for_template(session, template)
+    variables = render_variables(template, kwargs)
 
     def redraw(k: int, at: datetime) -> str:
         return render(template, messages[:reqs[k].n_messages], tools=list(session.tools or ()) or None,
-                      add_generation_prompt=True, limits=_LIMITS, clock=lambda: at, **render_variables(template, kwargs))
+                      add_generation_prompt=True, limits=_LIMITS, clock=lambda: at, **variables)
 
     return redraw
 
