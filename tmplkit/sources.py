@@ -6,7 +6,8 @@
   - `template.jinja`, `tokenizer_config.json`, `chat_template.json`;
   - a model folder (with tokenizer_config.json / chat_template.json / chat_template.jinja), or a
     folder of `*.jinja` files (one template each);
-  - `corpus:llama.cpp`: the pinned llama.cpp template corpus in the cache.
+  - `corpus:llama.cpp`: the pinned llama.cpp template corpus in the cache;
+  - `corpus:hub`: the development half of the pinned Hub template corpus in the cache.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def load(source: str | os.PathLike) -> list[ChatTemplate]:
     if not exists:
         raise SourceError(
             f"{path}: no such file or folder; give a .gguf, .jinja, tokenizer_config.json, "
-            "chat_template.json, a folder, hf:org/name or corpus:llama.cpp"
+            "chat_template.json, a folder, hf:org/name, corpus:llama.cpp or corpus:hub"
         )
     suffix = path.suffix.lower()
     if suffix == ".gguf":
@@ -322,6 +323,8 @@ def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
 def _load_corpus(name: str) -> list[ChatTemplate]:
     from . import corpus
 
+    if name == "hub":
+        return load_dir(corpus.hub_templates_dir())
     if name not in ("llama.cpp", "llama-cpp", ""):
-        raise SourceError(f"corpus:{name}: unknown corpus; the one known is corpus:llama.cpp")
+        raise SourceError(f"corpus:{name}: unknown corpus; give corpus:llama.cpp or corpus:hub")
     return load_dir(corpus.templates_dir())

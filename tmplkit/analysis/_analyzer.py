@@ -140,7 +140,15 @@ class _Stages:
         said: dict[str, str] = {}
         for note in (n for g in groups for n in g):
             said.setdefault(note.key, note.text)
-        return tuple(said.values()) + self.fused()
+        return tuple(said.values()) + self.dropped_tools() + self.fused()
+
+    def dropped_tools(self) -> tuple[str, ...]:
+        """A template without tool support renders no tool result: in an agent session the model never
+        sees them (and a tool-call turn may run on into the answer after the results)."""
+        if self.tools_final.placement != "dropped":
+            return ()
+        return ("tool messages are dropped by the template (tool_placement 'dropped'): in an agent session the model "
+                "never sees the tool results",)
 
     def fused(self) -> tuple[str, ...]:
         """Where an assistant turn opens with reasoning markup alone (DeepSeek-V3.2's answer after

