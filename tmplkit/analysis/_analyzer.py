@@ -107,7 +107,7 @@ class _Stages:
         out += [Delimiter("assistant", d) for d in self.assistant]
         if self.system.mode == "own_turn":
             out.append(Delimiter("system", self.system_start))
-        out += [Delimiter("tool", tools.start), Delimiter("tool", tools.next)]
+        out += [Delimiter("tool", tools.start), Delimiter("tool", tools.next), Delimiter("tool", tools.closer_next)]
         out += [Delimiter("reasoning", self.reasoning.start), Delimiter("reasoning_end", self.reasoning.end)]
         return sort_delimiters(out)  # drops the empty ones
 

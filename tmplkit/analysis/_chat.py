@@ -181,16 +181,18 @@ def assistant_delimiters(prober: Prober, chat: ChatFindings, delims: ChatDelimit
             call, note = prober.role_start("user", "call", "the tool-call assistant start", chat.opener)
         notes += [note] if note else []
         variants.append(call)
-        if tool.after and not (main and main in tool.after):
+        if tool.after and not (main and main in tool.after) and tool.assistant_after_tool != "after_closer":
             variants.append(tool.after)
+    # An answer that opens at the responses' closer has no opener to share with the others.
+    closer = [tool.after] if tool.assistant_after_tool == "after_closer" and tool.after else []
     variants = [v for v in dict.fromkeys(variants) if v]
     if len(variants) <= 1:
-        return main, variants, tuple(notes)
+        return main, variants + closer, tuple(notes)
     others = [o for o in (delims.user_start, tool.start, tool.next) if o]
     common = variants[0][: unit_prefix(variants[0], min(lcp(variants[0], v) for v in variants[1:]))]
     if common.strip() and not any(o.startswith(common) or common.startswith(o) for o in others):
-        return common, [common], tuple(notes)
-    return main, [variants[0]] + [v for v in variants[1:] if not v.startswith(variants[0])], tuple(notes)
+        return common, [common] + closer, tuple(notes)
+    return main, [variants[0]] + [v for v in variants[1:] if not v.startswith(variants[0])] + closer, tuple(notes)
 
 
 def context_starts(prober: Prober, renders: list[Seen], role: str, start: str, opener: str | None) -> list[list[str]]:

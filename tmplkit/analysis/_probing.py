@@ -157,6 +157,14 @@ class Prober:
         m = self.varying.search(text)
         return (text[: m.start()] if m else text).lstrip()
 
+    def after_varying(self, text: str) -> str:
+        """`text` after the last text in it that varies from one conversation to the next (a tool
+        name, a call id): what a previous message's content ends with, its closer, comes after it."""
+        last = None
+        for last in self.varying.finditer(text):
+            pass
+        return text[last.end():] if last else text
+
     def closer_end(self, seg: str, prev: str, opener: str | None) -> int:
         """Where the previous message's closer ends in `seg`.
 

@@ -31,10 +31,16 @@ class ToolFindings:
     start: str = ""
     next: str = ""
     after: str = ""  # the assistant start after tool responses, where it differs
+    # Where that start is the last response's closer, and the closer also ends each response
+    # followed by another: the closer and the next response's start, a tool delimiter that
+    # (longest first) wins there over the assistant start.
+    closer_next: str = ""
     start_mode: str | None = None  # 'own', or 'call_closer' where the call's closer starts the responses
     grouped: bool | None = None
     separated: bool | None = None
-    assistant_after_tool: str | None = None  # 'own_turn' or 'continues'
+    # 'own_turn'; 'after_closer' (the answer opens at the last response's closer); 'continues' (no
+    # markup at all between the last response and the answer)
+    assistant_after_tool: str | None = None
     same_as_user: bool = False
     missing_start: bool = False  # nothing but the call's end came before the first response
     notes: tuple[Note, ...] = ()
@@ -189,10 +195,42 @@ def tool_delimiters(prober: Prober, chat: ChatFindings, delims: ChatDelimiters, 
         if grouped:
             nxt = candidate if distinctive(candidate) else ""
         separated = bool(nxt) or not grouped
-    after, after_tool = "", None
+    after, after_tool, closer_next = "", None, ""
     if prober.segs.get(("tool", "assistant")):
         rest, note = prober.role_start("tool", "assistant", "the assistant start after tool responses", chat.opener)
         notes += [note] if note else []
         after = rest if distinctive(rest) else ""
         after_tool = "own_turn" if after else "continues"
-    return ToolFindings(placement, start, nxt, after, start_mode, grouped, separated, after_tool, same_as_user, missing_start, tuple(notes))
+        if not after:
+            after, closer_next, note = _answer_after_closer(prober, start)
+            after_tool = "after_closer" if after else "continues"
+            notes += [note] if note else []
+    return ToolFindings(placement, start, nxt, after, closer_next, start_mode, grouped, separated, after_tool, same_as_user,
+                        missing_start, tuple(notes))
+
+
+def _answer_after_closer(prober: Prober, start: str) -> tuple[str, str, Note | None]:
+    """The start of an answer that has no opener of its own after tool responses: the last markup
+    unit before it, which closes the responses (Mistral's `[/TOOL_RESULTS]`, DeepSeek R1's
+    `<｜tool▁outputs▁end｜>`, Gemma 4's `<tool_response|>`), as Mistral's answers start at the
+    user's `[/INST]`. Where that unit also ends a response followed by another, the closer and the
+    next response's start make a tool delimiter that wins there. Text that varies (Mistral Nemo's
+    `"call_id": "..."`) lies before the closer, so the closer is looked for after it. Where no markup at all lies between
+    the last response and the answer (`...result]answer`), no delimiter can mark the answer: it
+    continues the responses' span, and a Note says so. (start, closer and next start, note)."""
+    segs = [prober.after_varying(seg) for seg in prober.segs.get(("tool", "assistant"), ())]
+    units = [list(UNIT.finditer(seg)) for seg in segs]
+    ends = {seg[u[-1].start():] for seg, u in zip(segs, units) if u}
+    if len(ends) != 1 or len(ends) != len(set(segs)) and any(not u for u in units):
+        shown = segs[0] if segs else ""
+        text = (f"the answer after tool results has no start of its own (nothing but {shown!r} between them): "
+                "it continues the span of the last result")
+        return "", "", Note(text, text)
+    after = ends.pop()
+    closer_next = ""
+    for seg in prober.segs.get(("tool", "tool"), ()):
+        at = seg.find(after.rstrip())
+        candidate = prober.clean(seg[at:]) if at >= 0 else ""
+        if candidate and start and candidate.endswith(start):
+            closer_next = candidate
+    return after, closer_next, None
