@@ -16,9 +16,10 @@ One exception to 1: an answer that follows tool results with no markup between t
 then the answer: the template writes no start for it, so no delimiter can exist) may lie in the span
 of the result before it.
 
-Where no delimiter can exist it says so instead of a verdict: the render of a tool result is the
-render of a user message with the same content (or a system message's the same as a user
-message's), the template renders no conversation, or it drops the user messages' content.
+Where no delimiter can exist it says so instead of a verdict: the conversation renders the same
+with every message of one role given another (tool as user, system as user, tool as system, an
+answer as a user message), the template renders no conversation, or it drops the user messages'
+content.
 
 Used by scripts/bench_hub.py and tests/test_hub_roles.py; nothing here imports tmplkit.
 """
@@ -62,9 +63,13 @@ def _agent(system: bool, as_string: bool, parallel: bool) -> list[dict]:
     ]
     msgs += [{"role": "tool", "tool_call_id": c["id"], "name": TOOL_NAME, "content": _c(f"tool{i + 1}")}
              for i, c in enumerate(calls)]
+    # A second round of calls, after a user message again.
+    third = _call(3, as_string)
     msgs += [
         {"role": "assistant", "content": _c("asst3")},
         {"role": "user", "content": _c("user3")},
+        {"role": "assistant", "content": "", "tool_calls": [third]},
+        {"role": "tool", "tool_call_id": third["id"], "name": TOOL_NAME, "content": _c("tool3")},
         {"role": "assistant", "content": _c("asst4")},
         {"role": "user", "content": _c("user4")},
     ]
@@ -173,9 +178,13 @@ def _first_render(template: str):
     return None, None, None, "; ".join(errors[:2])
 
 
-def _same_as_user(template: str, messages, tools, text: str, role: str) -> bool:
-    """Whether the render stays the same with every `role` message made a user message."""
-    swapped = [{"role": "user", "content": m["content"]} if m["role"] == role else m for m in messages]
+def _renders_as(template: str, messages, tools, text: str, role: str, other: str) -> bool:
+    """Whether the render stays the same with every `role` message (answers: without tool calls)
+    made an `other` message; only where the template renders those messages at all."""
+    chosen = [m for m in messages if m["role"] == role and not m.get("tool_calls")]
+    if not chosen or not all(_needles(m) and _needles(m)[0] in text for m in chosen):
+        return False
+    swapped = [{"role": other, "content": m["content"]} if any(m is c for c in chosen) else m for m in messages]
     try:
         return render(template, swapped, tools) == text
     except Exception:  # noqa: BLE001 - a template may refuse that shape: then it tells them apart
@@ -199,9 +208,9 @@ def check_roles(template: str, delimiters) -> RoleCheck:
     label, messages, tools, text = _first_render(template)
     if messages is None:
         return RoleCheck("no render", [text])
-    for role in ("tool", "system"):
-        if any(m["role"] == role for m in messages) and _same_as_user(template, messages, tools, text, role):
-            return RoleCheck("impossible", [f"{role} messages render exactly like user messages"], label)
+    for role, other in (("tool", "user"), ("system", "user"), ("tool", "system"), ("assistant", "user")):
+        if _renders_as(template, messages, tools, text, role, other):
+            return RoleCheck("impossible", [f"{role} messages render exactly like {other} messages"], label)
     spans = split(text, delimiters)
     starts = [s for _, s in spans]
 

@@ -63,8 +63,10 @@ def test_a_template_that_refuses_a_cut_is_not_failed_for_it():
 
 
 def test_system_rendered_as_a_user_turn_of_its_own_is_reported():
+    # Rendered exactly as a user message: refused as impossible, with the render that proves it.
     a = analyze(fixture("system-as-user", eos="<|im_end|>"))
-    assert a.status == "pass", a.round_trip.problems
+    assert a.status == "impossible", a.round_trip.problems
+    assert a.errors[0].startswith("system messages render exactly like user messages")
     assert a.capabilities["system"] == "as_user" and a.system_start is None
     rt = a.round_trip
     system = next(m["content"] for m in rt.messages if m["role"] == "system")
@@ -75,6 +77,27 @@ def test_system_rendered_as_a_user_turn_of_its_own_is_reported():
     # Its own user span, not the next user message's: a prefill engine counts one user start more.
     assert first.role == "user" and not first.start <= rt.rendered.index(user) < first.end
     assert rt.expected_roles[:2] == ("user", "user")
+
+
+def test_system_rendered_as_a_marked_user_turn_gets_a_start_of_its_own():
+    # A user turn that says it holds the system prompt: that opening is the system start.
+    marked = ("{%- for m in messages %}<|im_start|>{{ 'user' if m.role == 'system' else m.role }}\n"
+              "{% if m.role == 'system' %}[SYSTEM] {% endif %}{{ m.content }}<|im_end|>\n{% endfor %}"
+              "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    a = analyze(ChatTemplate(text=marked, name="marked", source="-"))
+    assert a.status == "pass", a.round_trip.problems
+    assert a.system_start == "<|im_start|>user\n[SYSTEM] " and a.capabilities["system"] == "own_turn"
+
+
+def test_system_rendered_as_a_user_turn_that_differs_only_elsewhere_fails():
+    # The system prompt's user turn differs from a user message's only after the content: no start
+    # tells it apart, and the verdict says why instead of passing a user start too many.
+    tail = ("{%- for m in messages %}<|im_start|>{{ 'user' if m.role == 'system' else m.role }}\n{{ m.content }}"
+            "{% if m.role == 'system' %} (instructions){% endif %}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    a = analyze(ChatTemplate(text=tail, name="tail", source="-"))
+    assert a.status == "fail" and a.capabilities["system"] == "as_user"
+    assert any("rendered as a user turn of its own" in p for p in a.round_trip.problems)
 
 
 def test_system_folded_into_the_first_user_turn_stays_inside_user():
@@ -200,8 +223,8 @@ def test_tool_results_rendered_as_user_turns_are_reported_as_user():
     as_user = _CHATML_TOOLS.replace("ROLE", "'user' if m.role == 'tool' else m.role")
     a = analyze(ChatTemplate(text=as_user, name="tool-as-user", source="-"))
     assert a.capabilities["tool"] == "as_user"
-    # Still no delimiter can tell them from user messages: the round trip fails honestly.
-    assert a.status == "fail" and any("render exactly like user messages" in e for e in a.errors)
+    # Still no delimiter can tell them from user messages: refused as impossible, with the reason.
+    assert a.status == "impossible" and any("render exactly like user messages" in e for e in a.errors)
     own = analyze(ChatTemplate(text=_CHATML_TOOLS.replace("ROLE", "m.role"), name="tool-own", source="-"))
     assert own.status == "pass" and "tool" not in own.capabilities
 

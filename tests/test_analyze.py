@@ -116,7 +116,7 @@ def test_date_in_the_system_header_is_not_part_of_the_delimiter():
 def test_tool_responses_rendered_as_user_messages_fail_the_round_trip():
     t = CHATML.replace("<|im_start|>{{ m.role }}", "<|im_start|>{{ 'user' if m.role == 'tool' else m.role }}")
     a = analyze(T(t))
-    assert a.status == "fail"
+    assert a.status == "impossible"
     assert any("render exactly like user messages" in e for e in a.errors)
     assert any("classified as a user message" in p for p in a.round_trip.problems)
 

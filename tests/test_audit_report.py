@@ -28,10 +28,12 @@ UNSUP = Analysis(name="odd", source="z.jinja", status="unsupported", errors=("te
 
 def test_gate_semantics_and_expected_failures():
     report = audit_mod.AuditReport((PASS, FAIL, UNSUP))
-    assert not report.ok and [a.name for a in report.failures] == ["broken"]
+    # A template no chat can use ('unsupported') fails the gate too, with its reason.
+    assert not report.ok and [a.name for a in report.failures] == ["broken", "odd"]
     assert report.counts == {"pass": 1, "fail": 1, "unsupported": 1}
-    listed = audit_mod.AuditReport((PASS, FAIL, UNSUP), {"broken": "known upstream bug"})
+    listed = audit_mod.AuditReport((PASS, FAIL, UNSUP), {"broken": "known upstream bug", "odd": "a guard model"})
     assert listed.ok
+    assert not audit_mod.AuditReport((PASS, FAIL, UNSUP), {"broken": "known upstream bug"}).ok
     stale = audit_mod.AuditReport((PASS,), {"qwen|like": "was broken once"})
     assert not stale.ok and [a.name for a in stale.unexpected_passes] == ["qwen|like"]
     assert "remove it from the list" in audit_mod.format_text(stale)
@@ -57,11 +59,12 @@ def test_json_is_exactly_to_dict():
 
 def test_junit_is_valid_xml_with_failures_and_skips():
     root = ET.fromstring(audit_mod.format_junit(audit_mod.AuditReport((PASS, FAIL, UNSUP))))
-    assert root.get("tests") == "3" and root.get("failures") == "1" and root.get("skipped") == "1"
+    # An unsupported template is a failure of its own type (no chat can use it), not a skip.
+    assert root.get("tests") == "3" and root.get("failures") == "2" and root.get("skipped") == "0"
     cases = root.findall("testcase")
     assert cases[0].get("name") == "qwen|like" and not list(cases[0])
     assert cases[1].find("failure").get("type") == "fail"
-    assert cases[2].find("skipped") is not None
+    assert cases[2].find("failure").get("type") == "unsupported" and "no system role" in cases[2].find("failure").get("message")
 
 
 def test_table_csv_keeps_exact_strings_markdown_escapes():

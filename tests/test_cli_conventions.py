@@ -109,14 +109,14 @@ def test_audit_json_is_one_object_with_schema_version_summary_and_rows(capsys, f
     assert list(data) == ["schema_version", "tmplkit_version", "summary", "results"]
     assert data["schema_version"] == JSON_SCHEMA_VERSION == 1
     assert data["summary"] == {
-        "templates": 2, "counts": {"pass": 1, "fail": 1}, "warnings": 0, "failures": ["nodelims"],
+        "templates": 2, "counts": {"pass": 1, "impossible": 1}, "warnings": 0, "failures": ["nodelims"],
         "expected_failures": [], "unexpected_passes": [], "fail_on": "fail", "ok": False,
     }
     # each row is exactly Analysis.to_dict() (timing aside, which differs from run to run)
     expected = analyze(load_one(CHATML)).to_dict()
     row = data["results"][0]
     assert {k: v for k, v in row.items() if k != "seconds"} == {k: v for k, v in expected.items() if k != "seconds"}
-    assert err.strip() == "2 templates: 1 fail, 1 pass -> FAILED"  # the summary on stderr, stdout stays JSON
+    assert err.strip() == "2 templates: 1 impossible, 1 pass -> FAILED"  # the summary on stderr, stdout stays JSON
 
 
 # ---- --quiet / --verbose ------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def test_quiet_prints_nothing_when_all_pass_and_only_failures_otherwise(capsys, 
     code, out, _ = run(capsys, "-q", "audit", "--in-process", CHATML, failing)
     assert code == 1
     lines = out.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("FAIL") and "nodelims" in lines[0]
+    assert len(lines) == 2 and lines[0].startswith("IMPOSSIBLE") and "nodelims" in lines[0]
     assert "chatml" not in out and lines[1].endswith("-> FAILED")
     # no summary on stderr either
     assert run(capsys, "audit", "--in-process", "-q", "--format", "json", CHATML)[2] == ""

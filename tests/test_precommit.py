@@ -92,8 +92,8 @@ def test_hook_fails_on_a_broken_template_naming_it(hook, tmp_path):
     assert sorted(files) == ["broken.jinja", "chat.jinja"]
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("FAIL") and "broken" in lines[0] and "chat " not in proc.stdout
-    assert lines[-1] == "2 templates: 1 fail, 1 pass -> FAILED"
+    assert lines[0].startswith("IMPOSSIBLE") and "broken" in lines[0] and "chat " not in proc.stdout
+    assert lines[-1] == "2 templates: 1 impossible, 1 pass -> FAILED"
 
 
 def test_hook_honours_the_project_configuration(hook, tmp_path):

@@ -28,9 +28,11 @@ from .analysis import Analysis
 from .config import EXPECTED_KINDS, FAIL_ON, PREFIX_STABILITY, is_expected_failures
 from .sources import ChatTemplate
 
-# Statuses that make an audit fail (exit 1). 'unsupported' is reported but is not a failure:
-# the template cannot render a basic chat, which is a fact about it, not a regression.
-FAILING = frozenset({"fail", "error", "timeout", "memory", "unsafe"})
+# Statuses that make an audit fail (exit 1): every status but 'pass'. 'impossible' is a template
+# refused with the proof that no delimiter can exist; 'unsupported' one that renders no chat at all
+# (it raises on every one, or renders the same text whatever the messages): no chat can use it, so
+# a gate fails on it too, with the reason.
+FAILING = frozenset({"fail", "impossible", "unsupported", "error", "timeout", "memory", "unsafe"})
 # The audit JSON's layout; raised when a field is removed or changes meaning (adding one does not).
 JSON_SCHEMA_VERSION = 1
 NOT_APPLICABLE = "not applicable"
@@ -442,7 +444,7 @@ def _is_failure(status: str) -> bool:
 
 
 # ANSI SGR codes of the text report's marks (used with color=True only).
-_MARK_COLORS = {"pass": "32", "unsupported": "33", "warning": "33"}
+_MARK_COLORS = {"pass": "32", "warning": "33"}
 _FAIL_COLOR = "31"
 
 
@@ -544,14 +546,13 @@ def format_markdown(report: AuditReport) -> str:
 def format_junit(report: AuditReport) -> str:
     verdicts = [_verdict(report, i) for i in range(len(report.results))]
     failures = sum(1 for v in verdicts if _is_failure(v[0]))
-    skipped = sum(1 for v in verdicts if v[0] == "unsupported")
     # A test case's time is its analysis and, when checked, its prefix-stability check.
     times = [a.seconds + getattr(report.prefix_check(i), "seconds", 0.0) for i, a in enumerate(report.results)]
     total = sum(times)
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<testsuite name="tmplkit-audit" tests="{len(report.results)}" failures="{failures}" '
-        f'skipped="{skipped}" time="{total:.3f}">',
+        f'skipped="0" time="{total:.3f}">',
     ]
     quote = {chr(34): "&quot;"}
     for i, (a, (status, why, problems)) in enumerate(zip(report.results, verdicts)):
@@ -560,9 +561,7 @@ def format_junit(report: AuditReport) -> str:
         # The prefix-stability column: a testcase property (JUnit's per-test key/value).
         inner = (f'<properties><property name="prefix_stability" value="{xml_escape(check.label, quote)}"/></properties>'
                  if check is not None else "")
-        if status == "unsupported":
-            inner += f'<skipped message="{xml_escape(why, quote)}"/>'
-        elif status != "pass":
+        if status != "pass":
             body = xml_escape("\n".join(problems))
             inner += f'<failure type="{status}" message="{xml_escape(why, quote)}">{body}</failure>'
         out.append(f"  <testcase {attrs}>{inner}</testcase>" if inner else f"  <testcase {attrs}/>")

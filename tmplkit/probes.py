@@ -188,8 +188,8 @@ class ProbeBuilder:
         needle = self.needles(tag)
         return {"role": role, "content": self._content(needle)}, (needle,)
 
-    def tool_call_message(self, tag: str, arg_tags: tuple[str, ...]) -> tuple[dict, tuple[str, ...], list[str]]:
-        content = self.needles(tag) if self.shape.call_content else ""
+    def tool_call_message(self, tag: str, arg_tags: tuple[str, ...], text: bool = True) -> tuple[dict, tuple[str, ...], list[str]]:
+        content = self.needles(tag) if self.shape.call_content and text else ""
         calls, arg_needles, ids = [], [], []
         for arg_tag in arg_tags:
             self._calls += 1
@@ -224,19 +224,20 @@ class ProbeBuilder:
 
         Letters: S system, U user, A assistant (`A1/R1`: with reasoning content R1), C assistant
         with tool calls (argument needles in parentheses; `C1/R1(G1)`: with reasoning content R1),
-        T tool response (answering the calls in order). `tools` defaults to passing the tools list
-        whenever the spec has tool calls.
+        D the same with no text content (as agents mostly send calls), T tool response (answering
+        the calls in order). `tools` defaults to passing the tools list whenever the spec has tool
+        calls.
         """
         self._calls = 0
         messages, needles, roles, flags = [], [], [], []
         pending_ids: list[str] = []
         for item in spec.split():
             kind = item[0]
-            if kind == "C":
+            if kind in "CD":
                 tag, _, args = item.partition("(")
                 tag, _, reasoning = tag.partition("/")
                 arg_tags = tuple(a for a in args.rstrip(")").split(",") if a)
-                msg, nd, ids = self.tool_call_message(tag, arg_tags)
+                msg, nd, ids = self.tool_call_message(tag, arg_tags, text=kind == "C")
                 if reasoning:
                     nd = nd + (self._reason(msg, reasoning),)
                 pending_ids.extend(ids)
@@ -254,7 +255,7 @@ class ProbeBuilder:
             messages.append(msg)
             needles.append(nd)
             roles.append(role)
-            flags.append(kind == "C")
+            flags.append(kind in "CD")
         has_calls = any(flags) or "T" in {i[0] for i in spec.split()}
         kwargs: dict = {"add_generation_prompt": add_generation_prompt}
         wants_tools = self.shape.tools_always or (has_calls if tools is None else tools)

@@ -11,6 +11,7 @@ from ..errors import InputError, RenderError, RenderLimitError
 from ..sandbox import Limits, compile_template
 from ._chat import ChatDelimiters, ChatFindings, Stop, assistant_delimiters, chat_delimiters, context_starts, probe_chat
 from ._probing import Prober
+from ._proofs import indistinguishable
 from ._reasoning import ReasoningFindings, probe_reasoning, switch_renders, switched_renders, thinking_flags, without_reasoning
 from ._result import Analysis, RoundTrip, failed_analysis, status_of
 from ._system import SystemFindings, probe_system, refine_system_start
@@ -208,10 +209,14 @@ class _Stages:
     def finish(self) -> Analysis:
         delimiters, verdict, ext = self.proved()
         tools = self.tools_final
+        proof = indistinguishable(self.prober, self.rt_probe, self.rt_text)
+        errors = self.chat_final.errors + tools.errors
+        if proof and not tools.same_as_user:  # (a tool result rendered as a user turn says so already)
+            errors = (proof,) + errors
         return Analysis(
             name=self.prober.template.name,
             source=self.prober.template.source,
-            status="pass" if verdict.passed else "fail",
+            status="impossible" if proof else "pass" if verdict.passed else "fail",
             user_start=ext.get("user", self.chat_final.user_start) or None,
             assistant_start=self.assistant_start or None,
             system_start=self.system_start if self.system.mode == "own_turn" and self.system_start else None,
@@ -226,6 +231,6 @@ class _Stages:
             capabilities=self.capabilities(),
             delimiters=delimiters,
             round_trip=verdict,
-            errors=self.chat_final.errors + tools.errors,
+            errors=errors,
             warnings=self.warnings() + verdict.notes,
         )

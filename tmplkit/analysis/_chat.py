@@ -157,6 +157,10 @@ def chat_delimiters(prober: Prober, chat: ChatFindings) -> ChatDelimiters:
         if user[j:].strip():
             user = user[j:].lstrip()
     assistant, note_a = prober.role_start("user", "assistant", "the assistant start", chat.opener)
+    if assistant and "" in prober.starts("user", "assistant", chat.opener):
+        # Some answer follows the user's closer directly: what opens the others (Mistral 3's
+        # `[THINK]`, a reasoning block) is content of those turns, no marker of the role.
+        assistant, note_a = "", None
     mode = "own"
     if not distinctive(assistant):
         seg = (prober.segs.get(("user", "assistant")) or [""])[0]

@@ -196,8 +196,12 @@ class Prober:
         """The start delimiter inside `seg`, the text between a `prev` message and the next one."""
         return self.clean(seg[self.closer_end(seg, prev, opener):]) if seg is not None else ""
 
+    def starts(self, prev: str, kind: str, opener: str | None) -> list[str]:
+        """The start of a `kind` message after a `prev` one in each context it was seen in."""
+        return [self.start_in(seg, prev, opener) for seg in self.segs.get((prev, kind), ())]
+
     def role_start(self, prev: str, kind: str, what: str, opener: str | None) -> tuple[str, Note | None]:
         """The start of a `kind` message after a `prev` one, agreed over every context it was seen in
         and cut to what the renders with a thinking switch set contain at the same place."""
-        start, note = agree([self.start_in(seg, prev, opener) for seg in self.segs.get((prev, kind), ())], what)
+        start, note = agree(self.starts(prev, kind, opener), what)
         return keep_contained(start, self.switched_segs.get((prev, kind), ())), note

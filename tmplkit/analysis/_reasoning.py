@@ -140,6 +140,12 @@ def _split_opener(before: str, end: str, assistant_start: str) -> tuple[str, str
         for u in reversed(list(UNIT.finditer(before))):
             if _unit_name(u.group(0))[0] in names and distinctive(before[:u.start()]):
                 return before[:u.start()], before[u.start():]
+        first = UNIT.match(before)
+        name = _unit_name(first.group(0))[0] if first else ""
+        if name in names and any(w in name for w in _REASONING_WORDS) and before != assistant_start:
+            # Nothing before the reasoning's opening unit (Mistral 3: `[/INST]` then `[THINK]`): the
+            # turn has no role marker here, and all of it opens the reasoning.
+            return "", before
     if assistant_start and before.startswith(assistant_start) and before[len(assistant_start):].strip():
         return assistant_start, before[len(assistant_start):]
     return before, ""

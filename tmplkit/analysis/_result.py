@@ -11,8 +11,10 @@ __all__ = ["STATUSES", "TOOL_PLACEMENTS", "Analysis", "RoundTrip", "failed_analy
 
 # Where a template puts tool responses.
 TOOL_PLACEMENTS = ("own_role", "inside_user", "inside_assistant", "dropped", "rejected", "unknown")
-# Analysis.status values. The last three come from the isolation limits.
-STATUSES = ("pass", "fail", "unsupported", "error", "timeout", "memory", "unsafe")
+# Analysis.status values: 'impossible' is a template refused with the proof that no delimiter can
+# exist (two roles render alike); 'unsupported' one that renders no chat at all. The last three come
+# from the isolation limits.
+STATUSES = ("pass", "fail", "impossible", "unsupported", "error", "timeout", "memory", "unsafe")
 # A render limit's kind -> the status of an analysis it stopped. An output bomb stopped by the
 # size limit is a resource exhaustion, as in the workers.
 _LIMIT_STATUS = {"timeout": "timeout", "memory": "memory", "size": "memory", "unsafe": "unsafe"}

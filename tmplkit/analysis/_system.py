@@ -49,7 +49,11 @@ def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> 
     if inside is not None:
         if inside.role == "user" and (second := seen.bounds[1]) is not None and not inside.start <= second[0] < inside.end:
             # A user turn of its own (`<|im_start|>user\n` + the system text): to a prefill engine it
-            # is one user start more than the conversation has user messages.
+            # is one user start more than the conversation has user messages, unless the turn opens
+            # with more than a user start (`<|im_start|>user\n[SYSTEM] `): that is the system start.
+            own = prober.clean(text[inside.start:at])
+            if own.startswith(delims.user_start) and own[len(delims.user_start):].strip():
+                return SystemFindings(own, "own_turn", builder)
             return SystemFindings("", "as_user", builder)
         return SystemFindings("", "inside_user" if inside.role == "user" else "inside_assistant", builder)
     candidate = system_candidate(seen.head(0), chat, delims, prober.clean)

@@ -222,7 +222,9 @@ def _answer_after_closer(prober: Prober, start: str) -> tuple[str, str, Note | N
     units = [list(UNIT.finditer(seg)) for seg in segs]
     ends = {seg[u[-1].start():] for seg, u in zip(segs, units) if u}
     if len(ends) != 1 or len(ends) != len(set(segs)) and any(not u for u in units):
-        shown = segs[0] if segs else ""
+        shown = segs[0].strip() if segs else ""
+        if not shown:  # nothing at all between them: the roles render alike, which the verdict proves
+            return "", "", None
         text = (f"the answer after tool results has no start of its own (nothing but {shown!r} between them): "
                 "it continues the span of the last result")
         return "", "", Note(text, text)

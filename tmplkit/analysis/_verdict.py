@@ -43,12 +43,13 @@ def render_round_trip(prober: Prober, builder: ProbeBuilder, system_mode: str, t
         specs = [head + "U1 A1/R1 U2 A2 U3 A3 U4".split(), head + "U1 A1 U2 A2 U3 A3 U4".split()]
     else:
         calls = tool_probe.calls.split()
-        specs = [
-            head + ["U1", "A1/R1", "U2", *calls, "A3", "U3", "C2(G3)", "T3", "A4", "U4", "C3/R5(G5)", "T5"],
-            head + ["U1", "A1/R1", "U2", *calls, "A3", "U3", "C2(G3)", "T3", "A4", "U4"],
-            head + ["U1", "A1", "U2", *calls, "A3", "U3", "C2(G3)", "T3", "A4", "U4"],
-            head + ["U1", "A1", "U2", *calls, "A3", "U3"],
-        ]
+        # The second round of calls has no text content (as agents mostly send them), where the
+        # template takes that: some open such a turn otherwise (gpt-oss: `<|start|>assistant to=`).
+        specs = [spec for second in ("D2(G3)", "C2(G3)") for spec in (
+            head + ["U1", "A1/R1", "U2", *calls, "A3", "U3", second, "T3", "A4", "U4", "C3/R5(G5)", "T5"],
+            head + ["U1", "A1/R1", "U2", *calls, "A3", "U3", second, "T3", "A4", "U4"],
+            head + ["U1", "A1", "U2", *calls, "A3", "U3", second, "T3", "A4", "U4"])]
+        specs.append(head + ["U1", "A1", "U2", *calls, "A3", "U3"])
         assert tool_probe.builder is not None, "a tool round rendered (its placement is not 'rejected')"
         builder = tool_probe.builder.with_shape(replace(tool_probe.builder.shape, extra=builder.shape.extra))
     first = rendered = None
@@ -206,6 +207,9 @@ class _Placement:
         if mode == "dropped":
             self.problems.append(f"{self.describe(i)}: rendered, though the analysis found that the template drops it")
             return
+        if mode == "as_user":
+            self.problems.append(f"{self.describe(i)}: rendered as a user turn of its own, so a prefill engine sees a user "
+                                 "start where no user message begins")
         for pos in (p for p in self.seen.pos[i] if p >= 0):
             k = bisect.bisect_right(self.starts, pos) - 1
             self.last_span[i] = max(self.last_span.get(i, k), k)
