@@ -9,8 +9,8 @@ from ._probing import Prober, Seen
 from ._result import status_of
 from ._text import UNIT, Note, agree, back_to_boundary, distinctive, from_first_unit, lcp, lcs, template_message, unit_prefix, unit_suffix
 
-__all__ = ["ChatDelimiters", "ChatFindings", "Stop", "assistant_delimiters", "chat_delimiters", "context_candidates", "context_starts",
-           "generation_prompt_of", "probe_chat"]
+__all__ = ["ChatDelimiters", "ChatFindings", "Stop", "assistant_delimiters", "chat_delimiters", "closer_header", "context_candidates",
+           "context_starts", "generation_prompt_of", "probe_chat"]
 
 
 class Stop(Exception):
@@ -164,11 +164,26 @@ def chat_delimiters(prober: Prober, chat: ChatFindings) -> ChatDelimiters:
     mode = "own"
     if not distinctive(assistant):
         seg = (prober.segs.get(("user", "assistant")) or [""])[0]
-        assistant = from_first_unit(prober.clean(seg))
+        assistant = closer_header(prober.clean(seg))
         if assistant:
             mode = "user_closer"
     return ChatDelimiters(user if distinctive(user) else "", assistant, mode,
                           tuple(n for n in (note_u, note_a) if n))
+
+
+def closer_header(closer: str) -> str:
+    """The assistant's start inside the user's closer that always precedes an answer: from its
+    first markup unit (Mistral's `[/INST]`), else its last line that holds a word (the header a
+    template prints at the end of every user turn: `|Bot|: `, `Assistant: `, `### Response:\n`)."""
+    start = from_first_unit(closer)
+    if start:
+        return start
+    lines = closer.splitlines(keepends=True)
+    for k in range(len(lines) - 1, -1, -1):
+        if lines[k].strip():
+            header = "".join(lines[k:]).lstrip()
+            return header if distinctive(header) else ""
+    return ""
 
 
 def assistant_delimiters(prober: Prober, chat: ChatFindings, delims: ChatDelimiters, tool) -> tuple[str, list[str], tuple[Note, ...]]:
