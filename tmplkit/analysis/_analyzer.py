@@ -81,12 +81,13 @@ class _Stages:
         self.variants: list[tuple[str, str]] = []
         self.renders: list = []  # the round-trip conversation as rendered, plain and with each switch
         self.system_start = self.system.start
+        self.system_others: list[str] = []  # the system turn's starts in other contexts
         self.chat_final, self.tools_final = self.chat_probed, self.tools_probed
         if rt_text is not None:
             self.variants = switched_renders(prober, rt_probe, rt_text, self.thinking_flags)
             self.renders = [prober.seen(rt_text, rt_probe)] + [prober.seen(v, rt_probe, switched=True) for _, v in self.variants]
             if self.system.mode == "own_turn" and "system" in rt_probe.roles:
-                self.system_start = refine_system_start(self.system.start, self.renders, rt_probe.roles.index("system"),
+                self.system_start, self.system_others = refine_system_start(self.system.start, self.renders, rt_probe.roles.index("system"),
                                                         chat, self.chat_probed, prober.clean)
             self.chat_final = chat_delimiters(prober, chat)
             if self.tools_probed.placement not in (None, "rejected", "dropped"):
@@ -107,7 +108,7 @@ class _Stages:
         out = [Delimiter("user", self.chat_final.user_start)] + [Delimiter("user", d) for d in context_users]
         out += [Delimiter("assistant", d) for d in self.assistant]
         if self.system.mode == "own_turn":
-            out.append(Delimiter("system", self.system_start))
+            out += [Delimiter("system", d) for d in (self.system_start, *self.system_others)]
         out += [Delimiter("tool", tools.start), Delimiter("tool", tools.next), Delimiter("tool", tools.closer_next)]
         out += [Delimiter("reasoning", self.reasoning.start), Delimiter("reasoning_end", self.reasoning.end)]
         return sort_delimiters(out)  # drops the empty ones

@@ -12,7 +12,7 @@ from ..probes import ProbeBuilder
 from ..spans import split_text
 from ._chat import ChatDelimiters, ChatFindings
 from ._probing import Prober, Seen
-from ._text import MARKUP_END, UNIT, Note, back_to_boundary, lcp, template_message, unit_prefix
+from ._text import BOUNDARY, MARKUP_END, UNIT, Note, back_to_boundary, distinctive, lcp, template_message, unit_prefix
 
 __all__ = ["SystemFindings", "probe_system", "refine_system_start"]
 
@@ -46,8 +46,12 @@ def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> 
     chat_delims = [Delimiter("user", delims.user_start or ""), Delimiter("assistant", delims.assistant_start or "")]
     at = first[0]
     inside = next((s for s in split_text(text, chat_delims) if s.start <= at < s.end), None)
+    second = seen.bounds[1]
+    holds_next = inside is not None and second is not None and inside.start <= second[0] < inside.end
+    if inside is not None and inside.role == "assistant" and not holds_next:
+        inside = None  # an assistant start's text in a preamble the template writes first: no turn of a message
     if inside is not None:
-        if inside.role == "user" and (second := seen.bounds[1]) is not None and not inside.start <= second[0] < inside.end:
+        if inside.role == "user" and second is not None and not holds_next:
             # A user turn of its own (`<|im_start|>user\n` + the system text): to a prefill engine it
             # is one user start more than the conversation has user messages, unless the turn opens
             # with more than a user start (`<|im_start|>user\n[SYSTEM] `): that is the system start.
@@ -70,14 +74,30 @@ def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> 
     return SystemFindings(candidate, "own_turn" if candidate else "preamble", builder)
 
 
-def refine_system_start(start: str, renders: list[Seen], index: int, chat: ChatFindings, delims: ChatDelimiters, clean) -> str:
-    """`start` cut to what the system turn of each round-trip render (message `index`) also starts with."""
+def refine_system_start(start: str, renders: list[Seen], index: int, chat: ChatFindings, delims: ChatDelimiters,
+                        clean) -> tuple[str, list[str]]:
+    """`start` checked against the system turn of each round-trip render (message `index`): the
+    start, and the starts of other contexts.
+
+    Where the text before the system content there ends with `start`, it holds (a tool list the
+    template writes before the system turn, EXAONE 4.5's `<|tool_declare|>...<|endofturn|>\n`, is no
+    part of it). Where it does not, the system turn opens otherwise in that context: the two starts
+    are cut to what both start with where that is whole markup, else each context keeps a start of
+    its own (LongCat's `<longcat_system>` is no `<longcat_`, the prefix it shares with every tag)."""
+    others: list[str] = []
     for rt in (r for r in renders if r.found(index)):
-        other = system_candidate(rt.head(index), chat, delims, clean)
+        head = rt.head(index)
+        if head.endswith(start):
+            continue
+        other = system_candidate(head, chat, delims, clean)
         k = lcp(start, other)
-        if other and start[:k].strip():
+        if not other:
+            continue
+        if start[:k].strip() and unit_prefix(start, k) == k and (k == len(start) or start[k - 1] in BOUNDARY or UNIT.search(start[:k])):
             start = start[:k]
-    return start
+        elif distinctive(other) and other not in others:
+            others.append(other)
+    return start, [o for o in others if o != start]
 
 
 def _turn_start(pre_system: str, chat: ChatFindings, delims: ChatDelimiters, bos: str) -> int:

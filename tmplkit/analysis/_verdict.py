@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ..delimiters import REASONING_ROLES, Delimiter, sort_delimiters
 from ..errors import RenderError
-from ..probes import Probe, ProbeBuilder
+from ..probes import CALL_ID_FORMAT, TOOL_NAME, Probe, ProbeBuilder
 from ..sources import family_special_tokens
 from ..spans import split_text
 from ._probing import Prober, Seen
@@ -21,6 +21,11 @@ __all__ = ["GENERATION_PROMPT_MATCH", "extend_back", "message_modes", "prompt_cu
 
 # How a problem says that a user or tool start matches after the last message.
 GENERATION_PROMPT_MATCH = "matches in the generation prompt"
+
+
+def _a(role: str) -> str:
+    """`role` with its article: 'a user', 'an assistant'."""
+    return f"an {role}" if role[:1] in "aeio" else f"a {role}"
 
 
 def _turn_role(role: str) -> str:
@@ -185,7 +190,7 @@ class _Placement:
         for s in self.spans:
             role = s.role
             if role in REASONING_ROLES and roles and _turn_role(roles[-1]) != "assistant":
-                self.stray.append(f"a {role} delimiter matches inside a {roles[-1]} turn (character {s.start} of the round-trip render)")
+                self.stray.append(f"{_a(role)} delimiter matches inside {_a(roles[-1])} turn (character {s.start} of the round-trip render)")
                 role = roles[-1]
             roles.append(role)
         return roles
@@ -215,27 +220,43 @@ class _Placement:
             self.last_span[i] = max(self.last_span.get(i, k), k)
             if mode == "before":
                 if k >= 0:
-                    self.problems.append(f"{self.describe(i)}: its content lies in a {self.roles[k]} span, expected before the first delimiter")
+                    self.problems.append(f"{self.describe(i)}: its content lies in {_a(self.roles[k])} span, expected before the first delimiter")
             elif k < 0:
                 self.problems.append(f"{self.describe(i)}: its content lies before the first delimiter")
             elif mode == "in_user":
                 if self.roles[k] != "user":
-                    self.problems.append(f"{self.describe(i)}: folded into a user turn, but its content lies in a {self.roles[k]} span")
+                    self.problems.append(f"{self.describe(i)}: folded into a user turn, but its content lies in {_a(self.roles[k])} span")
             elif mode == "continues" and self._continued(i) is not None:
                 if k != self.last_span[self._continued(i)]:
                     self.problems.append(f"{self.describe(i)}: continues the turn before it, but its content lies in another span")
             elif mode == "continues_or_own" and self._continued(i) is not None and k == self.last_span[self._continued(i)]:
                 continue
             elif _turn_role(self.roles[k]) != role:
-                what = ("in a user span: a tool response classified as a user message" if (role, self.roles[k]) == ("tool", "user")
-                        else f"in a {self.roles[k]} span")
-                self.problems.append(f"{self.describe(i)}: its content lies {what}")
+                self.problems.append(self._misread(i, k))
             elif self.any_reasoning and self._misplaced_reasoning(i, pos, self.roles[k]):
                 self.problems.append(f"{self.describe(i)}: {self._misplaced_reasoning(i, pos, self.roles[k])}")
             elif self.owner.setdefault(k, i) != i:
                 self.problems.append(f"{self.describe(i)}: shares one span with {self.describe(self.owner[k])}")
             elif k not in self.spans_of.setdefault(i, []):
                 self.spans_of[i].append(k)
+
+    def _misread(self, i: int, k: int) -> str:
+        """The problem of message i's content lying in span k of another role, in words a template's
+        publisher can act on where the template itself leaves out the marker: an assistant turn right
+        after a message in whose span it lies has no start of its own there."""
+        got, role = self.roles[k], self.expected_role(i)
+        if (role, got) == ("tool", "user"):
+            return f"{self.describe(i)}: its content lies in a user span: a tool response classified as a user message"
+        prev = i - 1
+        if role == "assistant" and prev >= 0 and self.last_span.get(prev) == k:
+            between = (self.seen.between(prev, i) or "").split(TOOL_NAME)[0].split(CALL_ID_FORMAT[:2])[0]
+            shown = repr(between if len(between) <= 60 else between[:57] + "...")
+            turn = "tool-call turn" if self.seen.probe.tool_call_flags[i] else "answer"
+            gap = f"only {shown}" if between.strip() else "nothing between them"
+            return (f"{self.describe(i)}: the template writes no assistant start before this {turn}: it follows the "
+                    f"{self.seen.probe.roles[prev]} message with {gap}, so it lies in that message's {got} span; "
+                    "the template should open an assistant turn there")
+        return f"{self.describe(i)}: its content lies in {_a(got)} span"
 
     def _continued(self, i: int) -> int | None:
         """The message that message i continues: the last one rendered before it, where that is a
@@ -249,12 +270,21 @@ class _Placement:
         message = self.seen.probe.messages[i]
         is_reasoning = bool(message.get("reasoning_content")) and self.seen.text.startswith(message["reasoning_content"], pos)
         if is_reasoning and self.reasoning_spans and span_role != "reasoning":
-            return f"its reasoning lies in a {span_role} span, not in a reasoning span"
+            return f"its reasoning lies in {_a(span_role)} span, not in a reasoning span"
         if not is_reasoning and span_role == "reasoning" and not self.seen.probe.tool_call_flags[i]:
             # (The text of a message with tool calls may be written as reasoning: gpt-oss puts it in
             # the analysis channel while the calls are in progress.)
             return "its content lies in a reasoning span"
         return ""
+
+    def preamble_matches(self) -> list[str]:
+        """Notes for user, assistant or tool starts that match in the text the template writes before
+        the first message (a built-in preamble that describes the turn markup, a tool list under a
+        shared marker): they move no boundary between messages, but a prefill engine sees a start there."""
+        first = min(self.owner)
+        return [f"{_a(s.role)} delimiter also matches in the text the template writes before the first message: it moves no "
+                f"message boundary, but a prefill engine sees {_a(s.role)} start there"
+                for s in self.spans[:first] if s.role in ("user", "assistant", "tool")]
 
     def adopt_empty_spans(self) -> None:
         """A span between the first and last message's spans that holds no content is a turn opener
@@ -273,7 +303,7 @@ class _Placement:
                     self.spans_of[self.owner[near]].append(k)
                     break
             else:
-                self.problems.append(f"a {role} delimiter matches at character {self.spans[k].start}, where no message starts")
+                self.problems.append(f"{_a(role)} delimiter matches at character {self.spans[k].start}, where no message starts")
 
     def expected_roles(self) -> list[str]:
         """The span roles the messages call for; spans before the first message's span and after the
@@ -302,7 +332,7 @@ class _Placement:
             # before it, like Command R+'s closing system instructions): a prefill engine sees it at
             # the end of every request, so no user or tool start may match inside it.
             if spans[k].role in ("user", "tool"):
-                self.problems.append(f"a {spans[k].role} delimiter {GENERATION_PROMPT_MATCH}, at character {spans[k].start}")
+                self.problems.append(f"{_a(spans[k].role)} delimiter {GENERATION_PROMPT_MATCH}, at character {spans[k].start}")
         expected.extend(s.role for s in spans[last + 1:])
         return expected
 
@@ -330,7 +360,7 @@ def verdict(text: str, probe: Probe, delimiters, modes: list[str]) -> RoundTrip:
     if tuple(expected) != actual and not problems:
         problems.append(f"span roles {list(actual)} differ from the expected {expected}")
     passed = not problems and tuple(expected) == actual
-    return RoundTrip(passed, tuple(expected), actual, tuple(dict.fromkeys(problems)), notes=tuple(placed.stray),
+    return RoundTrip(passed, tuple(expected), actual, tuple(dict.fromkeys(problems)), notes=tuple(dict.fromkeys(placed.stray + placed.preamble_matches())),
                      messages=messages, render_kwargs=render_kwargs, rendered=text)
 
 
