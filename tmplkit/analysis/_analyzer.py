@@ -79,12 +79,13 @@ class _Stages:
                                                         self.tool_probe, self.tools_probed)
         self.rt_probe, self.rt_text, self.rt_error = rt_probe, rt_text, rt_error
         self.variants: list[tuple[str, str]] = []
+        self.switch_notes: tuple = ()  # switch values the round-trip conversation does not render with
         self.renders: list = []  # the round-trip conversation as rendered, plain and with each switch
         self.system_start = self.system.start
         self.system_others: list[str] = []  # the system turn's starts in other contexts
         self.chat_final, self.tools_final = self.chat_probed, self.tools_probed
         if rt_text is not None:
-            self.variants = switched_renders(prober, rt_probe, rt_text, self.thinking_flags)
+            self.variants, self.switch_notes = switched_renders(prober, rt_probe, rt_text, self.thinking_flags)
             self.renders = [prober.seen(rt_text, rt_probe)] + [prober.seen(v, rt_probe, switched=True) for _, v in self.variants]
             if self.system.mode == "own_turn" and "system" in rt_probe.roles:
                 self.system_start, self.system_others = refine_system_start(self.system.start, self.renders, rt_probe.roles.index("system"),
@@ -138,7 +139,7 @@ class _Stages:
     def warnings(self) -> tuple[str, ...]:
         """Every note once (a delimiter that differs between contexts is reported the first time)."""
         groups = (self.chat_probed.notes, self.system.notes, self.tool_probe.notes, self.tools_probed.notes,
-                  self.chat_final.notes, self.tools_final.notes, self.assistant_notes, self.reasoning.notes)
+                  self.chat_final.notes, self.tools_final.notes, self.assistant_notes, self.reasoning.notes, self.switch_notes)
         said: dict[str, str] = {}
         for note in (n for g in groups for n in g):
             said.setdefault(note.key, note.text)

@@ -9,7 +9,7 @@ from ..errors import RenderError
 from ..probes import REASONING_KEYS, THINKING_FLAGS, Probe
 from ._chat import ChatFindings, generation_prompt_of
 from ._probing import Prober, Seen
-from ._text import UNIT, Note, agree, canon, distinctive, lcp, unit_prefix
+from ._text import UNIT, Note, agree, canon, distinctive, lcp, template_message, unit_prefix
 
 __all__ = ["ReasoningFindings", "generation_prompts", "probe_reasoning", "switch_renders", "switched_renders", "thinking_flags",
            "without_reasoning"]
@@ -56,23 +56,27 @@ def thinking_flags(chat: ChatFindings, renders: dict[tuple[str, object], str]) -
     return list(dict.fromkeys(name for (name, _), text in renders.items() if text != chat.generation_render))
 
 
-def switched_renders(prober: Prober, probe: Probe, text: str, flags) -> list[tuple[str, str]]:
+def switched_renders(prober: Prober, probe: Probe, text: str, flags) -> tuple[list[tuple[str, str]], tuple[Note, ...]]:
     """`probe` rendered with each value of each thinking switch in `flags`, where that changes the
     render: (the switch as `name=value`, the render). A switch is set per request, so delimiters
-    must hold either way (DeepSeek V4 opens answers with `</think>`, or with `<think>` when thinking)."""
-    out, seen = [], {text}
+    must hold either way (DeepSeek V4 opens answers with `</think>`, or with `<think>` when thinking).
+    A value the template does not render the conversation with cannot be proved: a Note names it."""
+    out, seen, notes = [], {text}, []
     for name, values in THINKING_FLAGS:
         if name not in flags:
             continue
         for value in values:
             try:
                 other = prober.render(replace(probe, kwargs={**probe.kwargs, name: value}))
-            except RenderError:
+            except RenderError as exc:
+                message = (f"with {name}={value!r} the template does not render the round-trip conversation "
+                           f"({template_message(exc)}): the delimiters are not proved for that setting")
+                notes.append(Note(message, message))
                 continue
             if other not in seen:
                 seen.add(other)
                 out.append((f"{name}={value!r}", other))
-    return out
+    return out, tuple(notes)
 
 
 @dataclass(frozen=True)

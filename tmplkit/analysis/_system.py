@@ -12,7 +12,8 @@ from ..probes import ProbeBuilder
 from ..spans import split_text
 from ._chat import ChatDelimiters, ChatFindings
 from ._probing import Prober, Seen
-from ._text import BOUNDARY, MARKUP_END, UNIT, Note, back_to_boundary, distinctive, lcp, template_message, unit_prefix
+from ._text import (BOUNDARY, MARKUP_END, UNIT, Note, back_to_boundary, distinctive, lcp, lcs, template_message, unit_prefix,
+                    unit_suffix)
 
 __all__ = ["SystemFindings", "probe_system", "refine_system_start"]
 
@@ -88,6 +89,12 @@ def refine_system_start(start: str, renders: list[Seen], index: int, chat: ChatF
     for rt in (r for r in renders if r.found(index)):
         head = rt.head(index)
         if head.endswith(start):
+            continue
+        # Text a thinking switch changes before the marker (GLM 5's `Max<|system|>`, `<|system|>` with
+        # thinking off) is no part of the start: keep what every render ends with.
+        shared = start[unit_suffix(start, len(start) - lcs(start, head)):]
+        if distinctive(shared) and UNIT.match(shared):
+            start = shared
             continue
         other = system_candidate(head, chat, delims, clean)
         k = lcp(start, other)
