@@ -81,7 +81,14 @@ def test_reasoning_markup_quoted_in_a_system_prompt_is_a_warning_not_a_failure()
                             "{%- for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'system' %}Think inside <think>\n and close with </think>\n\n. {% endif %}")
     a = analyze(T(quoting))
     assert a.status == "pass", a.round_trip.problems
-    assert any("delimiter matches inside a system turn" in w for w in a.warnings)
+    # The markers are still named, but left out of the delimiters: splitting by them would put the
+    # system prompt's text in a reasoning span (issue: reasoning delimiters that swallow a system message).
+    assert (a.reasoning_start, a.reasoning_end) == ("<think>\n", "</think>\n\n")
+    assert not [d for d in a.delimiters if d.role in ("reasoning", "reasoning_end")]
+    assert any("left out of the delimiters" in w for w in a.warnings)
+    system = next(m["content"] for m in a.round_trip.messages if m["role"] == "system")
+    at = a.round_trip.rendered.index(system)
+    assert next(sp for sp in split_text(a.round_trip.rendered, a.delimiters) if sp.start <= at < sp.end).role == "system"
 
 
 def test_reasoning_with_no_opener_of_its_own_is_said_in_a_warning():

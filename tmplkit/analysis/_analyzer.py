@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 from functools import partial
 
-from ..delimiters import Delimiter, sort_delimiters
+from ..delimiters import REASONING_ROLES, Delimiter, sort_delimiters
 from ..errors import InputError, RenderError, RenderLimitError
 from ..sandbox import Limits, compile_template
 from ._chat import ChatDelimiters, ChatFindings, Stop, assistant_delimiters, chat_delimiters, context_starts, probe_chat
@@ -80,6 +80,7 @@ class _Stages:
         self.rt_probe, self.rt_text, self.rt_error = rt_probe, rt_text, rt_error
         self.variants: list[tuple[str, str]] = []
         self.switch_notes: tuple = ()  # switch values the round-trip conversation does not render with
+        self.stray_note: tuple[str, ...] = ()  # reasoning delimiters left out (without_stray_reasoning)
         self.renders: list = []  # the round-trip conversation as rendered, plain and with each switch
         self.system_start = self.system.start
         self.system_others: list[str] = []  # the system turn's starts in other contexts
@@ -206,7 +207,25 @@ class _Stages:
         if any(GENERATION_PROMPT_MATCH in p for p in verdict.problems):
             delimiters, ext = self.extended(delimiters, check)
             verdict = check(delimiters) if ext else verdict
+        if verdict.passed and verdict.stray_reasoning:
+            delimiters, verdict = self.without_stray_reasoning(delimiters, verdict, check)
         return delimiters, verdict, ext
+
+    def without_stray_reasoning(self, delimiters, verdict, check):
+        """Reasoning markup the template's own text quotes in another turn (Command R7B's and a Qwen
+        3.6 finetune's tool instructions show `<think>`, `<|START_THINKING|>`) would split that
+        turn's text into a reasoning span for anyone splitting by every delimiter: the reasoning
+        delimiters are left out where the round trip passes without them (reasoning then lies in the
+        assistant span; `reasoning_start`/`reasoning_end` still name the markers), and it is said."""
+        plain = tuple(d for d in delimiters if d.role not in REASONING_ROLES)
+        other = check(plain)
+        if not other.passed:
+            return delimiters, verdict
+        text = ("the reasoning markers also occur in the template's own text inside another turn (its instructions quote "
+                "them), so they are left out of the delimiters: splitting by them would put that turn's text in a reasoning "
+                "span; reasoning stays in the assistant's span")
+        self.stray_note = (text,)
+        return plain, other
 
     def finish(self) -> Analysis:
         delimiters, verdict, ext = self.proved()
@@ -234,5 +253,5 @@ class _Stages:
             delimiters=delimiters,
             round_trip=verdict,
             errors=errors,
-            warnings=self.warnings() + verdict.notes,
+            warnings=self.warnings() + self.stray_note + verdict.notes,
         )

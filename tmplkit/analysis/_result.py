@@ -39,6 +39,8 @@ class RoundTrip:
     # What the split showed that misreads no role (reasoning markup quoted inside another turn);
     # the Analysis reports it among its warnings.
     notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    # Whether a reasoning delimiter matched inside a turn other than an assistant's (among `notes`).
+    stray_reasoning: bool = field(default=False, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         return {

@@ -158,7 +158,8 @@ def round_trip(probe: Probe, text: str | None, error, variants, delimiters, mode
             result = replace(result, passed=False, problems=result.problems + tuple(
                 f"{label}: {p}" for p in other.problems if p not in base))
         if other.notes:
-            result = replace(result, notes=result.notes + tuple(f"{label}: {n}" for n in other.notes if n not in result.notes))
+            result = replace(result, notes=result.notes + tuple(f"{label}: {n}" for n in other.notes if n not in result.notes),
+                             stray_reasoning=result.stray_reasoning or other.stray_reasoning)
     return result
 
 
@@ -173,6 +174,7 @@ class _Placement:
         self.modes = modes
         self.problems: list[str] = []
         self.stray: list[str] = []  # reasoning markup matched outside an assistant turn
+        self.stray_spans: list[int] = []  # ... the indexes of those spans
         self.roles = self._turn_roles()
         self.any_reasoning = any(role in REASONING_ROLES for role in self.roles)
         self.owner: dict[int, int] = {}  # span index -> message index
@@ -191,6 +193,7 @@ class _Placement:
             role = s.role
             if role in REASONING_ROLES and roles and _turn_role(roles[-1]) != "assistant":
                 self.stray.append(f"{_a(role)} delimiter matches inside {_a(roles[-1])} turn (character {s.start} of the round-trip render)")
+                self.stray_spans.append(len(roles))
                 role = roles[-1]
             roles.append(role)
         return roles
@@ -277,6 +280,12 @@ class _Placement:
             return "its content lies in a reasoning span"
         return ""
 
+    def quotes_reasoning(self) -> bool:
+        """Whether reasoning markup matched inside another role's turn ahead of that message's own
+        content (the template's instructions quote the markers), rather than opening an answer that
+        has no role marker of its own (DeepSeek V3.2's `<think>` right after tool results)."""
+        return any(k in self.owner and self.seen.probe.roles[self.owner[k]] != "assistant" for k in self.stray_spans)
+
     def preamble_matches(self) -> list[str]:
         """Notes for user, assistant or tool starts that match in the text the template writes before
         the first message (a built-in preamble that describes the turn markup, a tool list under a
@@ -360,7 +369,7 @@ def verdict(text: str, probe: Probe, delimiters, modes: list[str]) -> RoundTrip:
     if tuple(expected) != actual and not problems:
         problems.append(f"span roles {list(actual)} differ from the expected {expected}")
     passed = not problems and tuple(expected) == actual
-    return RoundTrip(passed, tuple(expected), actual, tuple(dict.fromkeys(problems)), notes=tuple(dict.fromkeys(placed.stray + placed.preamble_matches())),
+    return RoundTrip(passed, tuple(expected), actual, tuple(dict.fromkeys(problems)), notes=tuple(dict.fromkeys(placed.stray + placed.preamble_matches())), stray_reasoning=placed.quotes_reasoning(),
                      messages=messages, render_kwargs=render_kwargs, rendered=text)
 
 
