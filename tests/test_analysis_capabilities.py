@@ -298,3 +298,15 @@ def test_an_answer_after_tool_results_that_opens_with_reasoning_markup_is_said_t
     a = analyze(ChatTemplate(text=fused, name="fused", source="-"))
     assert "</think>" in [d.text for d in a.delimiters if d.role == "assistant"], a.delimiters
     assert any("'</think>' is also the reasoning end" in w and "fused" in w for w in a.warnings), a.warnings
+
+
+def test_tool_results_inside_the_assistant_turn_with_no_marker_never_pass():
+    # The results are written into the assistant turn after the calls with nothing that marks them:
+    # no delimiter can put them in a tool span, so the verdict must not pass them as assistant text.
+    unmarked = ("{%- for m in messages %}{% if m.role == 'tool' %}{{ m.content }}\n"
+                "{% else %}<|{{ m.role }}|>{{ m.content or '' }}{% for c in m.tool_calls | default([]) %}"
+                "<call>{{ c.function | tojson }}</call>{% endfor %}\n{% endif %}{% endfor %}"
+                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    a = analyze(ChatTemplate(text=unmarked, name="unmarked", source="-"))
+    assert a.status != "pass"
+    assert a.tool_response_start is None or any("tool" in p for p in a.round_trip.problems)
