@@ -71,8 +71,9 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", help="write the JSON result here")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes for the audit (default 2)")
     ap.add_argument("--only", nargs="*", help="just these template names")
+    ap.add_argument("--source", default="corpus:hub", help="the templates (default corpus:hub; a folder of them works too)")
     args = ap.parse_args(argv)
-    templates = tmplkit.load("corpus:hub")
+    templates = tmplkit.load(args.source)
     if args.only:
         templates = [t for t in templates if t.name in set(args.only)]
     t0 = time.perf_counter()
