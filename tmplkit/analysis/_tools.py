@@ -202,8 +202,12 @@ def tool_delimiters(prober: Prober, chat: ChatFindings, delims: ChatDelimiters, 
         after = rest if distinctive(rest) else ""
         after_tool = "own_turn" if after else "continues"
         if not after:
+            # The last response's ending swallowed what opens the answer: the render shows whether
+            # that is the assistant's own start (a template that opens the answer's turn after every
+            # result) or the results' closer.
             after, closer_next, note = _answer_after_closer(prober, start)
-            after_tool = "after_closer" if after else "continues"
+            own = bool(after) and bool(delims.assistant_start) and after.startswith(delims.assistant_start)
+            after_tool = "own_turn" if own else "after_closer" if after else "continues"
             notes += [note] if note else []
     return ToolFindings(placement, start, nxt, after, closer_next, start_mode, grouped, separated, after_tool, same_as_user,
                         missing_start, tuple(notes))
