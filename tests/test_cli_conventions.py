@@ -47,6 +47,16 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 # ---- exit codes ---------------------------------------------------------------------------------
 
+def test_a_template_no_chat_can_use_fails_the_gate_with_its_reason(capsys, tmp_path):
+    # Unsupported (it renders the same text whatever the messages) is a failure, not a pass: exit 1,
+    # its row says why, and the JUnit report has a failure of that type.
+    same = str(FIXTURES / "same-text.jinja")
+    code, out, _ = run(capsys, "audit", "--in-process", CHATML, same)
+    assert code == 1 and "UNSUPPORTED" in out and "does not render the content of a user message" in out
+    report = tmp_path / "report.xml"
+    code, _, _ = run(capsys, "audit", "--in-process", same, "--format", "junit", "-o", str(report))
+    assert code == 1 and 'type="unsupported"' in report.read_text(encoding="utf-8")
+
 def test_exit_codes_are_documented_in_help(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--help"])
