@@ -160,10 +160,8 @@ class Prober:
     def after_varying(self, text: str) -> str:
         """`text` after the last text in it that varies from one conversation to the next (a tool
         name, a call id): what a previous message's content ends with, its closer, comes after it."""
-        last = None
-        for last in self.varying.finditer(text):
-            pass
-        return text[last.end():] if last else text
+        ends = [m.end() for m in self.varying.finditer(text)]
+        return text[ends[-1]:] if ends else text
 
     def closer_end(self, seg: str, prev: str, opener: str | None) -> int:
         """Where the previous message's closer ends in `seg`.

@@ -12,8 +12,7 @@ from ..probes import ProbeBuilder
 from ..spans import split_text
 from ._chat import ChatDelimiters, ChatFindings
 from ._probing import Prober, Seen
-from ._text import (BOUNDARY, MARKUP_END, UNIT, Note, back_to_boundary, distinctive, lcp, lcs, template_message, unit_prefix,
-                    unit_suffix)
+from ._text import BOUNDARY, MARKUP_END, UNIT, Note, back_to_boundary, distinctive, lcp, lcs, template_message, unit_prefix, unit_suffix
 
 __all__ = ["SystemFindings", "probe_system", "refine_system_start"]
 

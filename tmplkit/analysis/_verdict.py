@@ -229,10 +229,10 @@ class _Placement:
             elif mode == "in_user":
                 if self.roles[k] != "user":
                     self.problems.append(f"{self.describe(i)}: folded into a user turn, but its content lies in {_a(self.roles[k])} span")
-            elif mode == "continues" and self._continued(i) is not None:
-                if k != self.last_span[self._continued(i)]:
+            elif mode == "continues" and (before := self._continued(i)) is not None:
+                if k != self.last_span[before]:
                     self.problems.append(f"{self.describe(i)}: continues the turn before it, but its content lies in another span")
-            elif mode == "continues_or_own" and self._continued(i) is not None and k == self.last_span[self._continued(i)]:
+            elif mode == "continues_or_own" and (before := self._continued(i)) is not None and k == self.last_span[before]:
                 continue
             elif _turn_role(self.roles[k]) != role:
                 self.problems.append(self._misread(i, k))
@@ -369,8 +369,9 @@ def verdict(text: str, probe: Probe, delimiters, modes: list[str]) -> RoundTrip:
     if tuple(expected) != actual and not problems:
         problems.append(f"span roles {list(actual)} differ from the expected {expected}")
     passed = not problems and tuple(expected) == actual
-    return RoundTrip(passed, tuple(expected), actual, tuple(dict.fromkeys(problems)), notes=tuple(dict.fromkeys(placed.stray + placed.preamble_matches())), stray_reasoning=placed.quotes_reasoning(),
-                     messages=messages, render_kwargs=render_kwargs, rendered=text)
+    notes = tuple(dict.fromkeys(placed.stray + placed.preamble_matches()))
+    return RoundTrip(passed, tuple(expected), actual, tuple(dict.fromkeys(problems)), notes=notes,
+                     stray_reasoning=placed.quotes_reasoning(), messages=messages, render_kwargs=render_kwargs, rendered=text)
 
 
 def extend_back(delim: str, contexts: Sequence[str], passes: Callable[[str], bool]) -> str | None:

