@@ -9,6 +9,7 @@ message spans over token ids, and drive a checkpointing prefill runner.
     ('pass', '<|im_start|>user\\n<tool_response>\\n')
 """
 
+from ._version import __version__
 from .analysis import Analysis, RoundTrip, analyze
 from .auditing import AuditReport, audit
 from .conversation import Conversation, load_conversation
@@ -52,7 +53,6 @@ from .tokenize import (
 )
 from .turns import Divergence, MemoryModel, Request, SessionCost, TurnsReport, session_cost, session_requests, study_turns
 
-__version__ = "0.1.0"
 
 __all__ = [
     "ROLES", "Analysis", "AnalysisError", "AuditReport", "ChatTemplate", "Conversation", "Delimiter",

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape as xml_escape
 
+from ._version import __version__
 from .analysis import Analysis
 from .config import EXPECTED_KINDS, FAIL_ON, PREFIX_STABILITY, is_expected_failures
 from .sources import ChatTemplate
@@ -198,8 +199,6 @@ class AuditReport:
 
     def to_dict(self) -> dict:
         """The audit JSON: {schema_version, tmplkit_version, summary, results}."""
-        from . import __version__
-
         return {"schema_version": JSON_SCHEMA_VERSION, "tmplkit_version": __version__, "summary": self.summary(),
                 "results": [self.result_dict(i) for i in range(len(self.results))]}
 
