@@ -64,7 +64,7 @@ _MODELS = {"qwen": _tiny,
 
 def corpus_table(args) -> dict:
     from tmplkit.token_audit import vocab_for_template
-    from tmplkit.tokenize import load_tokenizer
+    from tmplkit.tokenizers import load_tokenizer
 
     session = generate_session(args.tokens, seed=args.seed, style="agent")
     tokenizers: dict = {}

@@ -198,7 +198,7 @@ def test_every_corpus_template_with_a_vocab_gets_delimiters_llama_server_can_use
     # the README's claim: all template/vocabulary pairs of the corpus pass the checks of `request`
     pytest.importorskip("llama_cpp")
     from tmplkit.token_audit import corpus_pairs
-    from tmplkit.tokenize import load_tokenizer
+    from tmplkit.tokenizers import load_tokenizer
 
     pairs = corpus_pairs()
     assert len(pairs) == 27

@@ -33,7 +33,7 @@ def setup():
     from tmplkit.sources import load_one
     from tmplkit.spans import SpanDetector
     from tmplkit.token_delims import token_delimiters
-    from tmplkit.tokenize import LlamaCppTokenizer
+    from tmplkit.tokenizers import LlamaCppTokenizer
 
     model = tiny_model_path("qwen35")  # gemma3 (sliding window: llama-server takes checkpoints) with Qwen3.5's template
     template = load_one(model)

@@ -36,7 +36,7 @@ from tmplkit.prefill import PrefillRunner, PrefillSettings, ServerGated, build_p
 from tmplkit.prefill.prompt import text_delimiters  # noqa: E402
 from tmplkit.prefill.session import Session  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
-from tmplkit.tokenize import LlamaCppTokenizer  # noqa: E402
+from tmplkit.tokenizers import LlamaCppTokenizer  # noqa: E402
 
 # TMPLKIT_TEST_GPU_LAYERS: layers offloaded to a GPU (scripts/gpu_check.sh sets 99); 0 here
 GPU_LAYERS = int(os.environ.get("TMPLKIT_TEST_GPU_LAYERS", "0"))

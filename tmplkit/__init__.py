@@ -9,7 +9,7 @@ message spans over token ids, and drive a checkpointing prefill runner.
     ('pass', '<|im_start|>user\\n<tool_response>\\n')
 """
 
-from ._version import __version__
+from ._version import __version__ as __version__
 from .analysis import Analysis, RoundTrip, analyze
 from .auditing import AuditReport, audit
 from .conversation import Conversation, load_conversation
@@ -42,17 +42,9 @@ from .sources import ChatTemplate, load, load_gguf, load_many, load_one
 from .spans import SpanDetector, Spans, TextSpan, TokenSpan, split_text
 from .static_scan import scan
 from .token_audit import TokenRoundTrip, conversation_spans, token_round_trip, vocab_for_template
-from .tokenize import (
-    HFTokenizer,
-    LlamaCppTokenizer,
-    TokenDelimiter,
-    TokenDelimiters,
-    Tokenizer,
-    load_tokenizer,
-    token_delimiters,
-)
+from .token_delims import TokenDelimiter, TokenDelimiters, token_delimiters
+from .tokenizers import HFTokenizer, LlamaCppTokenizer, Tokenizer, load_tokenizer
 from .turns import Divergence, MemoryModel, Request, SessionCost, TurnsReport, session_cost, session_requests, study_turns
-
 
 __all__ = [
     "ROLES", "Analysis", "AnalysisError", "AuditReport", "ChatTemplate", "Conversation", "Delimiter",

@@ -372,7 +372,7 @@ def token_checks(results: Sequence[Analysis], tokenizer: str | None, tokenizers:
     """The token-level round trip of every passing analysis with a tokenizer (see `tokenizer_for`);
     None for the others."""
     from .token_audit import token_round_trip
-    from .tokenize import load_tokenizer
+    from .tokenizers import load_tokenizer
 
     opened: dict[str, object] = {}
 

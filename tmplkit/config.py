@@ -185,7 +185,10 @@ def _tokenizer(value: object, base: Path, path: Path, key: str) -> str | None:
 
 
 def _tokenizer_spec(spec: str, base: Path) -> str:
-    return spec if spec == "auto" else _resolve(spec, base)
+    """A tokenizer spec with its path, if it names one, relative to the configuration's folder."""
+    from .tokenizers import TokenizerSpec
+
+    return _resolve(spec, base) if spec != "auto" and TokenizerSpec.parse(spec).is_path else spec
 
 
 def is_expected_failures(data: object) -> bool:

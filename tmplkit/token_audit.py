@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .spans import SpanDetector, Spans
 from .token_delims import TokenDelimiters, token_delimiters
-from .tokenize import Tokenizer
+from .tokenizers import Tokenizer
 
 # Template name pattern (re.search on the template's name, e.g. the .jinja file stem) -> vocab name
 # (corpus.vocab_path), first match wins. "exact" means the vocab is the model family's own; "base"

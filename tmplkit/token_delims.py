@@ -31,7 +31,7 @@ import numpy as np
 from .delimiters import Delimiter, sort_delimiters
 
 if TYPE_CHECKING:
-    from .tokenize import Offsets, Tokenizer
+    from .tokenizers import Offsets, Tokenizer
 
 __all__ = ["TokenDelimiter", "TokenDelimiters", "token_delimiters", "tokenize_delimiters"]
 

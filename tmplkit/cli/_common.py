@@ -78,19 +78,12 @@ def require_extra(name: str, needed_by: str) -> None:
                          f"install the '{extra}' extra: pip install 'tmplkit[{extra}]'")
 
 
-def tokenizer_extra(spec: str) -> str:
-    """Which extra a tokenizer spec (as `tokenize.load_tokenizer` takes it) opens with: 'llama' for
-    a GGUF or a corpus vocab, 'hf' for a tokenizer.json or a Hugging Face repo."""
-    if spec.startswith("vocab:") or spec.lower().endswith(".gguf"):
-        return "llama"
-    if os.path.isdir(spec) and not os.path.isfile(os.path.join(spec, "tokenizer.json")):
-        return "llama"  # a folder with one .gguf
-    return "hf"
-
-
 def require_tokenizers(specs, needed_by: str) -> None:
-    """Refuse at once when any of the tokenizer `specs` needs an extra that is not installed."""
-    for extra in sorted({tokenizer_extra(s) for s in specs if s}):
+    """Refuse at once when any of the tokenizer `specs` needs an extra that is not installed
+    (`TokenizerSpec.extra`)."""
+    from ..tokenizers import TokenizerSpec
+
+    for extra in sorted({TokenizerSpec.parse(s).extra for s in specs if s}):
         require_extra(extra, needed_by)
 
 

@@ -32,7 +32,7 @@ def _cmd_turns(args) -> int:
     templates = load_templates(args.sources)
     tokenizer = None
     if args.tokenizer:
-        from ..tokenize import load_tokenizer
+        from ..tokenizers import load_tokenizer
 
         tokenizer = load_tokenizer(args.tokenizer)
     reports = [study_turns(t, session, tokenizer=tokenizer, add_bos=args.add_bos, memory=memory,

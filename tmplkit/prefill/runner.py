@@ -50,7 +50,7 @@ from .policies import BatchPolicy, BatchSchedule, PlannedBatch, get_policy, user
 from .report import CheckpointRecord, DecodeCall, GenerationReport, PrefillReport
 
 if TYPE_CHECKING:
-    from ..tokenize import LlamaCppTokenizer
+    from ..tokenizers import LlamaCppTokenizer
 
 __all__ = ["CACHE_TYPES", "ModelInfo", "PrefillRunner", "PrefillSettings", "cpu_has_amx", "effective_repack"]
 
@@ -295,7 +295,7 @@ class PrefillRunner:
         if self._tokenizer is None:
             if not self._model:
                 raise ModelError("the runner is closed")
-            from ..tokenize import LlamaCppTokenizer
+            from ..tokenizers import LlamaCppTokenizer
 
             self._tokenizer = LlamaCppTokenizer.of_model(self._model, self.model_path, add_bos=False)
         return self._tokenizer

@@ -153,7 +153,7 @@ def request_spans(template, tokenizer, reqs, tokens, notes: list) -> dict:
     from ..analysis import Analysis, RoundTrip
     from ..prefill.prompt import server_delimiters, text_delimiters
     from ..spans import SpanDetector
-    from ..tokenize import token_delimiters
+    from ..token_delims import token_delimiters
 
     out = {}
     try:
