@@ -26,7 +26,7 @@ from xml.sax.saxutils import escape as xml_escape
 
 from ._version import __version__
 from .analysis import Analysis
-from .config import EXPECTED_KINDS, FAIL_ON, PREFIX_STABILITY, is_expected_failures
+from .config import FAIL_ON, PREFIX_STABILITY
 from .sources import ChatTemplate
 
 # Statuses that make an audit fail (exit 1). 'unsupported' is reported but is not a failure:
@@ -386,20 +386,6 @@ def token_checks(results: Sequence[Analysis], tokenizer: str | None, tokenizers:
         spec = tokenizer_for(a.name, a.source, tokenizer, tokenizers)
         out.append(token_round_trip(a, get(spec)) if spec and a.status == "pass" else None)
     return tuple(out)
-
-
-def load_expected_failures(path) -> dict:
-    """A JSON object {template name: reason} (the template is expected to fail), where a reason may
-    also be an object {"fail": reason, "unstable": reason} (either key or both; "unstable": its
-    prefix is expected to be unstable under the prefix-stability gate)."""
-    from .errors import InputError
-    from .jsonio import read_json
-
-    data = read_json(path, what="an expected-failures file (a JSON object of template name -> reason)")
-    if not is_expected_failures(data):
-        raise InputError(f"{path}: the expected-failures file must be a JSON object of template name -> reason "
-                         f"(or -> {{{', '.join(f'{k!r}: reason' for k in EXPECTED_KINDS)}}})".replace("'", '"'))
-    return data
 
 
 # ---- formats ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from .. import auditing as audit_mod
-from ..config import FAIL_ON, PREFIX_STABILITY
+from ..config import FAIL_ON, PREFIX_STABILITY, load_expected_failures
 from ..errors import InputError
 from ._common import (
     config_of,
@@ -90,7 +90,7 @@ def _cmd_audit(args) -> int:
 
         session = load_session(args.session)
     sources = _sources(args, cfg)
-    expected = (audit_mod.load_expected_failures(args.expected_failures) if args.expected_failures
+    expected = (load_expected_failures(args.expected_failures) if args.expected_failures
                 else cfg.expected_failures)
     needed_by = "the token round trip (--tokenizer)"
     require_tokenizers([tokenizer if tokenizer != "auto" else None, *cfg.tokenizers.values()], needed_by)
