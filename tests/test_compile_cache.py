@@ -21,7 +21,8 @@ import tmplkit._version
 from tmplkit import compile_cache
 from tmplkit.compile_cache import cache_dir, cached_by_text, compile_template_cached
 from tmplkit.errors import RenderLimitError
-from tmplkit.sandbox import _compile, _environment, render
+from tmplkit.sandbox import render
+from tmplkit.sandbox._jinja import _compile, _environment
 from tmplkit.sources import ChatTemplate
 
 ROOT = Path(__file__).resolve().parent.parent
