@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tmplkit import corpus, load_one  # noqa: E402
-from tmplkit.prefill.session import generate_session  # noqa: E402
+from tmplkit.session import generate_session  # noqa: E402
 from tmplkit.turns import study_turns  # noqa: E402
 from tmplkit.turns.formats import format_turns  # noqa: E402
 

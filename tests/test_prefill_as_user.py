@@ -9,7 +9,7 @@ import pytest
 
 from tmplkit.delimiters import Delimiter
 from tmplkit.prefill.prompt import build_prompt, user_starts_of_other_roles
-from tmplkit.prefill.session import Session
+from tmplkit.session import Session
 from tmplkit.sources import ChatTemplate
 from tmplkit.spans import SpanDetector
 

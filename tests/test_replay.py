@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tmplkit import corpus
-from tmplkit.prefill.session import generate_session
+from tmplkit.session import generate_session
 from tmplkit.sources import load_one
 
 pytestmark = [pytest.mark.model, pytest.mark.corpus]

@@ -12,7 +12,7 @@ from tmplkit.errors import InputError
 from tmplkit.prefill.divergence_policy import DivergenceAware
 from tmplkit.prefill.policies import ServerGated, get_policy
 from tmplkit.prefill.runner import PrefillSettings
-from tmplkit.prefill.session import Session, generate_session
+from tmplkit.session import Session, generate_session
 from tmplkit.spans import SpanDetector
 from tmplkit.turns import MemoryModel, ServerSimulation, study_turns
 from tmplkit.turns.simulation import plan_batches

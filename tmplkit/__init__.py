@@ -12,7 +12,6 @@ message spans over token ids, and drive a checkpointing prefill runner.
 from ._version import __version__ as __version__
 from .analysis import Analysis, RoundTrip, analyze
 from .auditing import AuditReport, audit
-from .conversation import Conversation, load_conversation
 from .delimiters import ROLES, Delimiter, sort_delimiters
 from .errors import (
     AnalysisError,
@@ -26,18 +25,11 @@ from .errors import (
     TokenizerError,
 )
 from .isolate import analyze_isolated
-from .prefill import (
-    PrefillReport,
-    PrefillRunner,
-    PrefillSettings,
-    compare_policies,
-    generate_session,
-    load_session,
-    tiny_model_path,
-)
+from .prefill import PrefillReport, PrefillRunner, PrefillSettings, compare_policies, tiny_model_path
 from .prefill.models import resolve_model
 from .prefill.replay import SessionReplay, replay_session
 from .sandbox import Limits, render
+from .session import Conversation, generate_session, load_conversation, load_session
 from .sources import ChatTemplate, load, load_gguf, load_many, load_one
 from .spans import SpanDetector, Spans, TextSpan, TokenSpan, split_text
 from .static_scan import scan

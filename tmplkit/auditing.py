@@ -268,7 +268,7 @@ def audit(
 def default_turns_session():
     """The session the prefix-stability check renders unless given one: a generated agent session
     (seed 0) of three user requests with reasoning, parallel tool calls and long tool outputs."""
-    from .prefill.session import generate_session
+    from .session import generate_session
 
     return generate_session(20000, seed=0, style="agent", requests=3)
 

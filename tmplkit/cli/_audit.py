@@ -86,7 +86,7 @@ def _cmd_audit(args) -> int:
         raise InputError("--session is the prefix-stability check's session; add --prefix-stability report (or fail)")
     session = None
     if args.session:
-        from ..prefill.session import load_session
+        from ..session import load_session
 
         session = load_session(args.session)
     sources = _sources(args, cfg)

@@ -34,7 +34,7 @@ def _cmd_replay(args) -> int:
     from ..prefill.models import resolve_model
     from ..prefill.plot import require_matplotlib
     from ..prefill.replay import REPLAYED, plot_replay, replay_session
-    from ..prefill.session import load_session
+    from ..session import load_session
 
     names = [n.strip() for n in args.settings.split(",") if n.strip()]
     bad = [n for n in names if n not in REPLAYED]

@@ -20,7 +20,7 @@ def add_turns(sub) -> None:
 
 
 def _cmd_turns(args) -> int:
-    from ..prefill.session import generate_session, load_session
+    from ..session import generate_session, load_session
     from ..turns import MemoryModel, study_turns
     from ..turns.formats import format_turns
     from ._common import emit, load_templates, require_tokenizers

@@ -15,6 +15,7 @@
 - `compare_policies(...)`: the `tmplkit prefill` command's library twin.
 """
 
+from ..session import Session, generate_session, load_session, next_user_turn, save_session, session_from_json
 from .checkpoints import Checkpoint, CheckpointStore, checkpoint_due
 from .compare import compare_policies, prepare
 from .policies import (
@@ -33,7 +34,6 @@ from .policies import (
 from .prompt import Prompt, build_prompt, server_delimiters, server_spans
 from .report import CheckpointRecord, Comparison, DecodeCall, GenerationReport, PolicyResult, PrefillReport
 from .runner import ModelInfo, PrefillRunner, PrefillSettings
-from .session import Session, generate_session, load_session, next_user_turn, save_session, session_from_json
 from .tinymodel import TinyConfig, tiny_model_path
 
 __all__ = [

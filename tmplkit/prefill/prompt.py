@@ -1,6 +1,6 @@
 """From a session to what the prefill runner takes: prompt tokens and their message spans.
 
-The pipeline stages, in order: render the session with the chat template (sandboxed), tokenize
+The pipeline stages, in order: render the session as a server does (`session.for_server`), tokenize
 with the model's vocabulary, derive the template's role delimiters (tmplkit's analysis) as token
 ids checked in context, and split the tokens into spans.
 
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 from ..delimiters import Delimiter, sort_delimiters
 from ..errors import AnalysisError, InputError
+from ..session import Session, for_server
 from ..sources import ChatTemplate
 from ..spans import SpanDetector, Spans, split_text
-from .session import Session, messages_for_template
 
 if TYPE_CHECKING:
     from ..token_delims import TokenDelimiters
@@ -78,17 +78,6 @@ class Prompt:
         }
 
 
-def render_session(session: Session, template: ChatTemplate, add_generation_prompt: bool = True) -> str:
-    """The whole session rendered as a prefill sees it: with the variables every session render gets
-    (the family's BOS/EOS where the source gives none, `turns.requests.render_variables`)."""
-    from ..sandbox import Limits, render
-    from ..turns.requests import render_variables
-
-    return render(template, messages_for_template(session, template), tools=list(session.tools) or None,
-                  add_generation_prompt=add_generation_prompt, limits=Limits(seconds=60, max_output_chars=50_000_000),
-                  **render_variables(template))
-
-
 def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]:
     """The template's role delimiters, as tmplkit's analysis derives them (never a hand-written table)."""
     from ..analysis import analyze
@@ -112,7 +101,8 @@ def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos
     """
     from ..token_delims import tokenize_delimiters
 
-    text = render_session(session, template, add_generation_prompt)
+    conversation = for_server(template, session)  # as a server renders it (tmplkit.session.render_conversation)
+    text = conversation.render(add_generation_prompt=add_generation_prompt)
     delims, how = text_delimiters(template) if delimiters is None else (sort_delimiters(delimiters), "given")
     tokens = tokenizer.tokenize(text, add_bos=False)
     if add_bos:
@@ -126,7 +116,7 @@ def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos
         raise AnalysisError(f"template '{template.name}': delimiters do not split the tokens as the text: "
                             f"{'; '.join(tdelims.problems)}")
     spans = SpanDetector(tdelims).split(tokens)
-    as_user = user_starts_of_other_roles(text, delims, messages_for_template(session, template), spans)
+    as_user = user_starts_of_other_roles(text, delims, conversation.messages, spans)
     return Prompt(tuple(tokens), spans, text, template.name, tdelims, how, as_user)
 
 

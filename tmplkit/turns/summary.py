@@ -13,6 +13,7 @@ from datetime import datetime
 
 from ..errors import RenderError, TmplkitError
 from ..probes import THINKING_FLAGS
+from ..session import for_server
 from ..sources import ChatTemplate
 from .cost import SessionCost, predicted_divergences, session_cost
 from .divergence import Divergence, divergences, tokenize_requests
@@ -77,45 +78,35 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     A template that cannot render the session gives a report with `error` set (a corpus table
     goes on); other problems raise.
     """
-    from ..prefill.session import messages_for_template
-
+    conversation = for_server(template, session, kwargs)  # prepared once, rendered for every request
     try:
-        reqs = session_requests(session, template, kwargs=kwargs, interval=interval)
+        reqs = session_requests(conversation, template, interval=interval)
     except RenderError as exc:  # (RenderLimitError too)
         return TurnsReport(template.name, 0, (), error=str(exc))
-    messages = messages_for_template(session, template)
-    redraw = _redraw(template, session, reqs, kwargs)
+    redraw = _redraw(conversation, reqs)
     tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos) if tokenizer is not None else None
-    divs = divergences(reqs, messages, session.tools, redraw=redraw, tokens=tokens, tokenizer=tokenizer)
+    divs = divergences(reqs, conversation.messages, conversation.conversation.tools, redraw=redraw, tokens=tokens, tokenizer=tokenizer)
     notes: list[str] = []
     cost = None
     if tokens is not None:
         spans = request_spans(template, tokenizer, reqs, tokens, notes)
         if spans:
-            ahead = predicted_divergences(tokens, next_renders(session, template, reqs, kwargs=kwargs), tokenizer,
-                                          add_bos=add_bos)
+            ahead = predicted_divergences(tokens, next_renders(conversation, template, reqs), tokenizer, add_bos=add_bos)
             cost = session_cost(tokens, spans, predicted=ahead, memory=memory, prefill=prefill)
-    tried = _switches(template, session, kwargs, interval, reqs) if switches else ()
+    tried = _switches(template, conversation, kwargs, interval, reqs) if switches else ()
     return TurnsReport(template.name, len(reqs), divs, tried, cost, tuple(notes))
 
 
-def _redraw(template, session, reqs, kwargs):
+def _redraw(conversation, reqs):
     """request k rendered at another time (for the date check)."""
-    from ..prefill.session import messages_for_template
-    from ..sandbox import render
-    from .requests import _LIMITS, render_variables
-
-    messages = messages_for_template(session, template)
-    variables = render_variables(template, kwargs)
 
     def redraw(k: int, at: datetime) -> str:
-        return render(template, messages[:reqs[k].n_messages], tools=list(session.tools or ()) or None,
-                      add_generation_prompt=True, limits=_LIMITS, clock=lambda: at, **variables)
+        return conversation.render(conversation.messages[:reqs[k].n_messages], clock=lambda: at)
 
     return redraw
 
 
-def _switches(template, session, kwargs, interval, default) -> tuple[tuple[str, bool], ...]:
+def _switches(template, conversation, kwargs, interval, default) -> tuple[tuple[str, bool], ...]:
     """(setting, stable) for each value of each switch that changes some request's render.
 
     Requests are rendered one at a time and the walk stops at the first divergence, so a switch
@@ -127,7 +118,7 @@ def _switches(template, session, kwargs, interval, default) -> tuple[tuple[str, 
             continue
         for value in values:
             try:
-                verdict = _walk(iter_requests(session, template, kwargs={**dict(kwargs or {}), name: value},
+                verdict = _walk(iter_requests(conversation, template, kwargs={**dict(kwargs or {}), name: value},
                                               interval=interval), default)
             except TmplkitError:
                 continue
