@@ -76,12 +76,12 @@ from tmplkit.prefill import (  # noqa: E402
     server_spans,
     tiny_model_path,
 )
-from tmplkit.prefill.prompt import text_delimiters  # noqa: E402
+from tmplkit.prefill._llama import effective_repack  # noqa: E402
 from tmplkit.prefill.report import write_json  # noqa: E402
-from tmplkit.prefill.runner import effective_repack  # noqa: E402
 from tmplkit.prefill.tinymodel import TinyConfig  # noqa: E402
 from tmplkit.session import Session  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
+from tmplkit.token_delims import text_delimiters  # noqa: E402
 
 GEMMA_TEMPLATE = "google-gemma-2-2b-it"  # Gemma's turn format (<start_of_turn>user / model), no tool role
 QWEN_TEMPLATE = "Qwen3.5-4B"

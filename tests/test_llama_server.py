@@ -44,7 +44,7 @@ CONVERSATION = {
     "tools": [{"type": "function", "function": {"name": "run", "description": "Run a command.",
                                                 "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}],
 }
-# llama-server's own two delimiters for this family (prefill.prompt.SERVER_DELIMITERS)
+# llama-server's own two delimiters for this family (server_rules.SERVER_DELIMITERS)
 SERVER_OWN = (MessageDelimiter("assistant", "<|im_start|>assistant"), MessageDelimiter("user", "<|im_start|>user"))
 
 

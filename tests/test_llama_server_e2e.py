@@ -28,7 +28,7 @@ def setup():
         pytest.skip("llama-server is not built: run `bash scripts/build_llama_server.sh` "
                     "(one CMake target from the pinned sdist) or set TMPLKIT_LLAMA_SERVER")
     from tmplkit.prefill import generate_session, tiny_model_path
-    from tmplkit.prefill.prompt import server_delimiters
+    from tmplkit.server_rules import server_delimiters
     from tmplkit.session import messages_for
     from tmplkit.sources import load_one
     from tmplkit.spans import SpanDetector

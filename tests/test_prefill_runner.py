@@ -33,9 +33,9 @@ pytestmark = [pytest.mark.model, pytest.mark.corpus]
 llama_cpp = pytest.importorskip("llama_cpp")
 
 from tmplkit.prefill import PrefillRunner, PrefillSettings, ServerGated, build_prompt, generate_session, server_spans, tiny_model_path  # noqa: E402
-from tmplkit.prefill.prompt import text_delimiters  # noqa: E402
 from tmplkit.session import Session  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
+from tmplkit.token_delims import text_delimiters  # noqa: E402
 from tmplkit.tokenizers import LlamaCppTokenizer  # noqa: E402
 
 # TMPLKIT_TEST_GPU_LAYERS: layers offloaded to a GPU (scripts/gpu_check.sh sets 99); 0 here

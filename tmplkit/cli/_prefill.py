@@ -10,9 +10,7 @@ from typing import Any
 def add_prefill(sub) -> None:
     # Choices and defaults come from the library: a policy added to POLICIES is offered here, and
     # a default changed in PrefillSettings is the command's default too.
-    from ..prefill._llama import FLASH_ATTN
-    from ..prefill.policies import POLICIES
-    from ..prefill.runner import PrefillSettings
+    from ..server_rules import FLASH_ATTN, POLICIES, PrefillSettings
 
     d: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(PrefillSettings)}
     p = sub.add_parser("prefill", help="prefill an agent session on a model with each batch policy and compare them")
@@ -56,11 +54,12 @@ def _cmd_prefill(args) -> int:
     from ._common import require_extra
 
     require_extra("llama", "tmplkit prefill")  # before any work
-    from ..prefill import PrefillSettings, compare_policies
+    from ..prefill import compare_policies
     from ..prefill.compare import TerminalProgress
     from ..prefill.models import resolve_model
     from ..prefill.plot import plot_comparison, require_matplotlib
     from ..prefill.report import check_writable, write_json
+    from ..server_rules import PrefillSettings
 
     for out in (args.json, args.plot):  # refuse before the run, not after it
         if out:

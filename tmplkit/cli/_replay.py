@@ -29,11 +29,12 @@ def add_replay(sub) -> None:
 def _cmd_replay(args) -> int:
     from ..atomic import check_writable, write_json
     from ..errors import InputError
-    from ..prefill import PrefillRunner, PrefillSettings
+    from ..prefill import PrefillRunner
     from ..prefill.compare import resolve_template
     from ..prefill.models import resolve_model
     from ..prefill.plot import require_matplotlib
     from ..prefill.replay import REPLAYED, plot_replay, replay_session
+    from ..server_rules import PrefillSettings
     from ..session import load_session
 
     names = [n.strip() for n in args.settings.split(",") if n.strip()]

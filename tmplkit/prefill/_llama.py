@@ -17,13 +17,10 @@ import numpy as np
 from ..errors import ModelError
 
 __all__ = [
-    "CACHE_TYPES", "FLASH_ATTN", "SEQ", "STATE_PARTIAL", "Threadpool", "TokenBatch", "clear_log", "cpu_has_amx",
-    "effective_repack", "ensure_backend", "import_llama_cpp", "log_cause",
+    "SEQ", "STATE_PARTIAL", "Threadpool", "TokenBatch", "clear_log", "cpu_has_amx", "effective_repack", "ensure_backend",
+    "import_llama_cpp", "log_cause",
 ]
 
-FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}  # llama_flash_attn_type
-# ggml_type ids of the KV cache types llama.cpp accepts (ggml.h).
-CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
 STATE_PARTIAL = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 SEQ = 0  # the one sequence the runner uses
 

@@ -8,8 +8,8 @@ ids checked in context, and split the tokens into spans.
     >>> prompt = build_prompt(session, load_one("Qwen3.5-4B.jinja"), tok)      # doctest: +SKIP
     >>> runner.run(prompt.tokens, prompt.spans)                                # doctest: +SKIP
 
-`server_spans()` gives the spans llama-server finds with its own two delimiters (user and
-assistant start, each tokenized on its own), to compare against.
+The spans llama-server finds with its own two delimiters, to compare against, are
+`server_rules.server_spans()`.
 """
 
 from __future__ import annotations
@@ -20,20 +20,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..delimiters import Delimiter, sort_delimiters
-from ..errors import AnalysisError, InputError
+from ..errors import AnalysisError
 from ..session import Session, for_server
 from ..sources import ChatTemplate
 from ..spans import SpanDetector, Spans, split_text
 
 if TYPE_CHECKING:
     from ..token_delims import TokenDelimiters
-
-# llama-server's delimiters (its autoparser's user_start / assistant_start, as pinned by the
-# vendored llama.cpp's tests/test-chat-auto-parser.cpp), by a marker of the template family.
-SERVER_DELIMITERS = (
-    ("<|im_start|>", (("assistant", "<|im_start|>assistant"), ("user", "<|im_start|>user"))),
-    ("<start_of_turn>", (("assistant", "<start_of_turn>model"), ("user", "<start_of_turn>user"))),
-)
 
 @dataclass(frozen=True)
 class Prompt:
@@ -78,18 +71,6 @@ class Prompt:
         }
 
 
-def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]:
-    """The template's role delimiters, as tmplkit's analysis derives them (never a hand-written table)."""
-    from ..analysis import analyze
-
-    analysis = analyze(template)
-    if not analysis.delimiters:
-        why = "; ".join(analysis.errors[:1]) or analysis.status
-        raise InputError(f"no role delimiters could be derived for template '{template.name}' ({why}); "
-                         "give another template with --template")
-    return sort_delimiters(analysis.delimiters), "analysis"
-
-
 def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos: bool = False,
                  add_generation_prompt: bool = True, delimiters: Sequence[Delimiter] | None = None) -> Prompt:
     """Render, tokenize, and split `session` into message spans with tmplkit's delimiters.
@@ -99,7 +80,7 @@ def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos
     `delimiters`: the template's text delimiters when already derived (`text_delimiters(template)[0]`),
     so that building many prompts of one template analyzes it once.
     """
-    from ..token_delims import tokenize_delimiters
+    from ..token_delims import text_delimiters, tokenize_delimiters
 
     conversation = for_server(template, session)  # as a server renders it (tmplkit.session.render_conversation)
     text = conversation.render(add_generation_prompt=add_generation_prompt)
@@ -143,16 +124,3 @@ def user_starts_of_other_roles(text: str, delimiters: Sequence[Delimiter], messa
             held.setdefault(k, []).append(m["role"])
     return tuple((spans[k].pos, roles[0]) for k, roles in sorted(held.items())
                  if tspans[k].role == "user" and "user" not in roles)
-
-
-def server_delimiters(template: ChatTemplate) -> tuple[tuple[str, str], ...]:
-    """llama-server's two delimiters for this template's family (user and assistant start)."""
-    for marker, delims in SERVER_DELIMITERS:
-        if marker in template.text:
-            return delims
-    raise InputError(f"llama-server's delimiters for template '{template.name}' are not known here")
-
-
-def server_spans(tokens, template: ChatTemplate, tokenizer) -> Spans:
-    """The spans llama-server finds: its two delimiters, each tokenized on its own."""
-    return SpanDetector(list(server_delimiters(template)), tokenizer).split(list(tokens))

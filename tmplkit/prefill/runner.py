@@ -13,9 +13,10 @@ or hybrid memory), the runner saves context checkpoints, and batches also end wh
 says (before some user-message starts) and 4 + n_ubatch and 4 tokens before the prompt's end, so
 that checkpoints exist there. Logits are requested for the last prompt token only.
 
-Where batches end and when a checkpoint is saved is `policies.BatchSchedule`'s decision (with the
-rule in `checkpoints.checkpoint_due`); llama.cpp's set-up and the batch are in `_llama`; this
-module decodes, saves and restores checkpoints, and reports.
+Where batches end and when a checkpoint is saved is `server_rules.BatchSchedule`'s decision (with
+the rule in `checkpoint_due`), and what a resumed prompt reuses is `server_rules.plan_resume`'s;
+llama.cpp's set-up and the batch are in `_llama`; this module decodes, saves and restores
+checkpoints, and reports.
 """
 
 from __future__ import annotations
@@ -31,79 +32,36 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import InputError, ModelError
-from ._llama import (
+from ..server_rules import (
     CACHE_TYPES,
     FLASH_ATTN,
+    BatchPolicy,
+    BatchSchedule,
+    Checkpoint,
+    CheckpointStore,
+    PlannedBatch,
+    PrefillSettings,
+    get_policy,
+    plan_resume,
+    user_starts,
+)
+from ._llama import (
     SEQ,
     STATE_PARTIAL,
     Threadpool,
     TokenBatch,
     clear_log,
-    cpu_has_amx,
     effective_repack,
     ensure_backend,
     import_llama_cpp,
     log_cause,
 )
-from .checkpoints import Checkpoint, CheckpointStore
-from .policies import BatchPolicy, BatchSchedule, PlannedBatch, get_policy, user_starts
 from .report import CheckpointRecord, DecodeCall, GenerationReport, PrefillReport
 
 if TYPE_CHECKING:
     from ..tokenizers import LlamaCppTokenizer
 
-__all__ = ["CACHE_TYPES", "ModelInfo", "PrefillRunner", "PrefillSettings", "cpu_has_amx", "effective_repack"]
-
-
-@dataclass(frozen=True)
-class PrefillSettings:
-    """Everything a PrefillRunner passes to llama.cpp, plus the checkpoint rules.
-
-    `checkpoints`: None = on exactly when the model cannot roll its memory back (llama-server's
-    rule); True/False force it. `swa_full`: allocate the full-size sliding-window cache, which
-    can roll back and needs no checkpoints (llama-cpp-python's `Llama` default); False is
-    llama-server's default. `repack`: let llama.cpp repack weights into CPU-specific buffers
-    (llama-server's `--no-repack` turns it off); None = on, except on CPUs with AMX, where the
-    AMX repacking of llama.cpp in llama-cpp-python 0.3.36 crashes in llama_decode (seen with
-    Gemma 3 Q4_K_M, in llama-server too). `poll`: like llama-server, attach a persistent CPU
-    threadpool whose idle threads busy-wait at this polling level (llama-server's `--poll`,
-    default 50); None leaves ggml's per-graph default threadpool.
-    """
-
-    n_ctx: int = 32768
-    n_batch: int = 2048
-    n_ubatch: int = 512
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    n_gpu_layers: int = 0
-    flash_attn: str = "auto"
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    swa_full: bool = False
-    repack: bool | None = None
-    poll: int | None = 50
-    checkpoints: bool | None = None
-    max_checkpoints: int = 32
-    checkpoint_min_step: int = 8192
-    policy: str = "gated"
-
-    def __post_init__(self):
-        for name in ("n_ctx", "n_batch", "n_ubatch", "max_checkpoints"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.poll is not None and not 0 <= self.poll <= 100:
-            raise InputError(f"poll must be between 0 and 100, got {self.poll}")
-        if self.checkpoint_min_step < 0:
-            raise InputError(f"checkpoint_min_step must be >= 0, got {self.checkpoint_min_step}")
-        if self.flash_attn not in FLASH_ATTN:
-            raise InputError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}, got {self.flash_attn!r}")
-        for name in ("cache_type_k", "cache_type_v"):
-            if getattr(self, name) not in CACHE_TYPES:
-                raise InputError(f"{name} must be one of {', '.join(CACHE_TYPES)}, got {getattr(self, name)!r}")
-        get_policy(self.policy)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+__all__ = ["ModelInfo", "PrefillRunner"]
 
 
 @dataclass(frozen=True)
@@ -376,32 +334,15 @@ class PrefillRunner:
         return self._prefill(toks, n_past, spans, pol, t0, restored, time.perf_counter() - t0, progress)
 
     def _keep_prefix(self, toks: list[int]) -> tuple[int, CheckpointRecord | None]:
-        """Cut the memory back to what `toks` can reuse (llama-server's prompt-cache rules in
-        server-context.cpp); returns the tokens kept and the checkpoint restored, if any."""
+        """Cut the memory back to what `toks` can reuse, as the resume plan says (llama-server's
+        prompt-cache rule, `server_rules.plan_resume`); returns the tokens kept and the checkpoint
+        restored, if any."""
         lc = self._llama_cpp
-        held = self._tokens
-        n_past = 0
-        limit = min(len(held), len(toks))
-        while n_past < limit and held[n_past] == toks[n_past]:
-            n_past += 1
-        restored = None
-        pos_next = n_past
-        has_new = n_past < len(toks)
-        pos_min_thold = max(0, pos_next - self.info.n_swa - (0 if has_new else 1))
-        if 0 < n_past <= len(held):
-            pos_min, _ = self._pos_range()
-            if pos_min >= pos_min_thold:
-                ck = self.store.find_restorable(pos_next, pos_min_thold) if self.checkpointing else None
-                if ck is not None:
-                    restored = self._restore_checkpoint(ck)
-                    pos_next = min(pos_next, max(ck.pos_min + 1, ck.pos_max))
-                    n_past = min(pos_next, ck.n_tokens)
-                else:
-                    pos_next = 0
-                    n_past = 0
-        self.store.drop_after(pos_next)
-        if n_past == len(toks) and n_past > 0:
-            n_past -= 1  # at least one token is decoded, so its logits exist
+        plan = plan_resume(self._tokens, toks, pos_min=self._pos_range()[0], n_swa=self.info.n_swa,
+                           store=self.store if self.checkpointing else None)
+        restored = self._restore_checkpoint(plan.restore) if plan.restore is not None else None
+        self.store.drop_after(plan.pos_next)
+        n_past = plan.n_past
         if n_past == 0:
             lc.llama_memory_clear(self._mem, True)  # (a checkpoint ending at position 0 stays, as in llama-server)
         elif not lc.llama_memory_seq_rm(self._mem, SEQ, n_past, -1):

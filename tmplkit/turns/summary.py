@@ -142,9 +142,9 @@ def _walk(requests, default) -> bool | None:
 def request_spans(template, tokenizer, reqs, tokens, notes: list) -> dict:
     """One Spans per request for each delimiter set that works here ("tmplkit", "server")."""
     from ..analysis import Analysis, RoundTrip
-    from ..prefill.prompt import server_delimiters, text_delimiters
+    from ..server_rules import server_delimiters
     from ..spans import SpanDetector
-    from ..token_delims import token_delimiters
+    from ..token_delims import text_delimiters, token_delimiters
 
     out = {}
     try:
