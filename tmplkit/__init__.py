@@ -27,7 +27,7 @@ from .errors import (
 from .isolate import analyze_isolated
 from .prefill import PrefillReport, PrefillRunner, PrefillSettings, compare_policies, tiny_model_path
 from .prefill.models import resolve_model
-from .prefill.replay import SessionReplay, replay_session
+from .replay import SessionReplay, replay_session
 from .sandbox import Limits, render
 from .session import Conversation, generate_session, load_conversation, load_session
 from .sources import ChatTemplate, load, load_gguf, load_many, load_one

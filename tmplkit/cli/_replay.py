@@ -33,7 +33,7 @@ def _cmd_replay(args) -> int:
     from ..prefill.compare import resolve_template
     from ..prefill.models import resolve_model
     from ..prefill.plot import require_matplotlib
-    from ..prefill.replay import REPLAYED, plot_replay, replay_session
+    from ..replay import REPLAYED, plot_replay, replay_session
     from ..server_rules import PrefillSettings
     from ..session import load_session
 
