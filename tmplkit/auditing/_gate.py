@@ -16,8 +16,7 @@ from ..config import FAIL_ON, PREFIX_STABILITY
 from ..errors import InputError
 from ._prefix import PrefixStability
 
-__all__ = ["FAILING", "JSON_SCHEMA_VERSION", "REPORT_FAILURES", "AuditReport", "check_modes", "first_reason", "is_failure",
-           "verdict_of"]
+__all__ = ["FAILING", "JSON_SCHEMA_VERSION", "REPORT_FAILURES", "AuditReport", "is_failure", "verdict_of"]
 
 # Statuses that make an audit fail (exit 1). 'unsupported' is reported but is not a failure:
 # the template cannot render a basic chat, which is a fact about it, not a regression.

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from ..analysis import Analysis
 from ..sources import ChatTemplate
 
-__all__ = ["NOT_APPLICABLE", "PrefixStability", "analyze_with_prefix_stability", "check_session", "default_turns_session",
-           "prefix_stability_of", "split_prefix_checks"]
+__all__ = ["NOT_APPLICABLE", "PrefixStability", "analyze_with_prefix_stability", "default_turns_session", "prefix_stability_of"]
 
 NOT_APPLICABLE = "not applicable"
 
