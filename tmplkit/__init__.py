@@ -3,6 +3,15 @@
 Load a chat template, derive every role's start delimiter, prove it by a round trip, detect
 message spans over token ids, and drive a checkpointing prefill runner.
 
+The house, bottom up (nothing imports a stage above its own; tests/test_architecture.py checks):
+sources (`sources`, `gguf_meta`, `corpus`, `jsonio`), render (`sandbox/`, `compile_cache`,
+`static_scan`), analysis (`probes`, `analysis/`), tokens (`tokenizers`, `spans`, `token_delims`,
+`token_audit`), session (`session/`: one conversation type, its generator, one render for a
+server), server rules (`server_rules/`: what llama-server does, model-free), prefill (`prefill/`:
+the runner on a real model), turns (`turns/`: a session request by request), replay (`replay`),
+llama.cpp (`llama_server`, `engine_parity`), audit (`workers`, `isolate`, `auditing/`), surface
+(`config`, `cli/`). This module re-exports the public names; nothing inside imports it.
+
     >>> import tmplkit
     >>> a = tmplkit.analyze(tmplkit.load_one("fixtures/templates/chatml-tools-in-user.jinja"))
     >>> a.status, a.tool_response_start

@@ -75,7 +75,7 @@ class BatchPolicy:
 
     def checkpoint_before(self, pos: int, spans=None) -> bool:
         """Whether to save a checkpoint before a batch starting at `pos` that the shared rules
-        would not save one before (no policy here does; see divergence_policy)."""
+        would not save one before (no policy here does; see _divergence_aware)."""
         return False
 
     def keeps_checkpoint(self, pos: int, spans=None) -> bool:
