@@ -28,6 +28,7 @@ from ..spans import SpanDetector, Spans, split_text
 if TYPE_CHECKING:
     from ..token_delims import TokenDelimiters
 
+
 @dataclass(frozen=True)
 class Prompt:
     tokens: tuple[int, ...]

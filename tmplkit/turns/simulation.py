@@ -139,4 +139,3 @@ class ServerSimulation:
     def generate(self, tokens) -> None:
         """The generated turn, decoded after the prompt (no checkpoints are saved while generating)."""
         self.held = self.held + list(tokens)
-
