@@ -76,12 +76,12 @@ from tmplkit.prefill import (  # noqa: E402
     server_spans,
     tiny_model_path,
 )
-from tmplkit.prefill.prompt import text_delimiters  # noqa: E402
+from tmplkit.prefill._llama import effective_repack  # noqa: E402
 from tmplkit.prefill.report import write_json  # noqa: E402
-from tmplkit.prefill.runner import effective_repack  # noqa: E402
-from tmplkit.prefill.session import Session  # noqa: E402
 from tmplkit.prefill.tinymodel import TinyConfig  # noqa: E402
+from tmplkit.session import Session  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
+from tmplkit.token_delims import text_delimiters  # noqa: E402
 
 GEMMA_TEMPLATE = "google-gemma-2-2b-it"  # Gemma's turn format (<start_of_turn>user / model), no tool role
 QWEN_TEMPLATE = "Qwen3.5-4B"
@@ -479,27 +479,18 @@ def bench_suspects(name, model, tokens, settings, at, size, rounds) -> dict:
     same batch on the same memory. Per arm: decode seconds, save seconds, minor page faults
     during the save and during the decode; ratios paired within a round against `plain`.
     """
-    import ctypes
     import resource
-
-    from tmplkit.prefill._llama import SEQ, STATE_PARTIAL
 
     def faults() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
     def take(r) -> bytes:  # what PrefillRunner._save_checkpoint does with llama.cpp
-        lc = r._llama_cpp
-        n = int(lc.llama_state_seq_get_size_ext(r._ctx, SEQ, STATE_PARTIAL))
-        buf = (ctypes.c_uint8 * n)()
-        lc.llama_state_seq_get_data_ext(r._ctx, buf, n, SEQ, STATE_PARTIAL)
-        return bytes(buf)
+        return r._context.read_state()[0]
 
     def restore(r, snap: bytes) -> None:
-        lc = r._llama_cpp
-        lc.llama_memory_seq_rm(r._mem, SEQ, at, -1)
-        buf = (ctypes.c_uint8 * len(snap)).from_buffer_copy(snap)
-        lc.llama_state_seq_set_data_ext(r._ctx, buf, len(snap), SEQ, STATE_PARTIAL)
-        lc.llama_memory_seq_rm(r._mem, SEQ, at, -1)
+        r._context.remove_from(at)
+        r._context.write_state(snap)
+        r._context.remove_from(at)
 
     arr = np.asarray(tokens, dtype=np.int32)
     runners = {"poll": PrefillRunner(model, settings), "no-poll": PrefillRunner(model, settings, poll=None)}

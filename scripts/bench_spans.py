@@ -27,7 +27,8 @@ import numpy as np  # noqa: E402
 
 from tmplkit import corpus  # noqa: E402
 from tmplkit.spans import SpanDetector, split_reference  # noqa: E402
-from tmplkit.tokenize import load_tokenizer, token_delimiters  # noqa: E402
+from tmplkit.token_delims import token_delimiters  # noqa: E402
+from tmplkit.tokenizers import load_tokenizer  # noqa: E402
 
 TEMPLATE = "Qwen3.5-4B"
 VOCAB = "qwen35"

@@ -43,11 +43,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tmplkit import corpus, load_one  # noqa: E402
-from tmplkit.prefill.session import generate_session  # noqa: E402
+from tmplkit.replay import REPLAYED  # noqa: E402  (llama-server, tmplkit, divergence-aware)
+from tmplkit.session import generate_session  # noqa: E402
 from tmplkit.turns import study_turns  # noqa: E402
 from tmplkit.turns.formats import format_turns  # noqa: E402
-
-REPLAYED = ("llama-server", "tmplkit", "divergence-aware")
 
 
 def _tiny():
@@ -64,7 +63,7 @@ _MODELS = {"qwen": _tiny,
 
 def corpus_table(args) -> dict:
     from tmplkit.token_audit import vocab_for_template
-    from tmplkit.tokenize import load_tokenizer
+    from tmplkit.tokenizers import load_tokenizer
 
     session = generate_session(args.tokens, seed=args.seed, style="agent")
     tokenizers: dict = {}
@@ -149,19 +148,14 @@ def _interleaved(runners, session, template) -> dict:
 
 def _prepared(session, template, runner):
     """The session's requests as `runner`'s model tokenizes them, their spans per delimiter set, the
-    divergences their next renders predict, and the cost settings by name."""
-    from tmplkit.prefill.replay import memory_of
-    from tmplkit.turns import session_requests, tokenize_requests
-    from tmplkit.turns.cost import default_settings, predicted_divergences
-    from tmplkit.turns.requests import next_renders
-    from tmplkit.turns.summary import request_spans
+    divergences their next renders predict (tmplkit.turns.prepare_session, as the replay prepares
+    them), and the cost settings by name."""
+    from tmplkit.replay import memory_of
+    from tmplkit.turns import prepare_session
+    from tmplkit.turns.cost import default_settings
 
-    tok = runner.tokenizer
-    reqs = session_requests(session, template)
-    tokens = tokenize_requests(reqs, tok, add_bos=runner.info.add_bos)
-    spans = request_spans(template, tok, reqs, tokens, [])
-    ahead = predicted_divergences(tokens, next_renders(session, template, reqs), tok, add_bos=runner.info.add_bos)
-    return tokens, spans, ahead, {s.name: s for s in default_settings(memory_of(runner))}
+    p = prepare_session(session, template, runner.tokenizer, add_bos=runner.info.add_bos)
+    return p.tokens, p.spans, p.predicted, {s.name: s for s in default_settings(memory_of(runner))}
 
 
 def cold_bench(args) -> dict:

@@ -19,7 +19,7 @@ def pytest_collection_modifyitems(config, items):
 
 def _corpus_vocab(name: str):
     """The corpus's vocab-only GGUF `name` as a tokenizer; skips when llama_cpp or the corpus is missing."""
-    from tmplkit.tokenize import load_tokenizer
+    from tmplkit.tokenizers import load_tokenizer
 
     pytest.importorskip("llama_cpp")
     if not corpus.is_fetched():

@@ -13,6 +13,7 @@ from tmplkit import Analysis, Delimiter, InputError, RoundTrip
 
 # `tmplkit.audit` is also the audit function exported by the package; take the module itself.
 from tmplkit import auditing as audit_mod
+from tmplkit.config import load_expected_failures
 
 PASS = Analysis(
     name="qwen|like", source="x.jinja", status="pass",
@@ -78,11 +79,11 @@ def test_table_csv_keeps_exact_strings_markdown_escapes():
 def test_expected_failures_file(tmp_path):
     good = tmp_path / "ok.json"
     good.write_text('{"a": "why"}')
-    assert audit_mod.load_expected_failures(good) == {"a": "why"}
+    assert load_expected_failures(good) == {"a": "why"}
     bad = tmp_path / "bad.json"
     bad.write_text('["a"]')
     with pytest.raises(InputError, match="template name -> reason"):
-        audit_mod.load_expected_failures(bad)
+        load_expected_failures(bad)
 
 
 @pytest.mark.parametrize("where", ["missing/dir/report.txt", "."])

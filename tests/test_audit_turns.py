@@ -13,6 +13,7 @@ import pytest
 from tmplkit import Analysis, InputError, load_one
 from tmplkit import auditing as audit_mod
 from tmplkit.cli import main
+from tmplkit.config import load_expected_failures
 
 ROOT = Path(__file__).resolve().parent.parent
 TURNS = ROOT / "fixtures" / "turns"
@@ -160,11 +161,11 @@ def test_expected_failures_file_old_and_new_entries(tmp_path):
     path = tmp_path / "expected.json"
     entries = {"old": "fails", "new": {"unstable": "drops reasoning"}, "both": {"fail": "a", "unstable": "b"}}
     path.write_text(json.dumps(entries))
-    assert audit_mod.load_expected_failures(path) == entries
+    assert load_expected_failures(path) == entries
     for bad in ({"x": {"unstabel": "typo"}}, {"x": {}}, {"x": {"unstable": 1}}):
         path.write_text(json.dumps(bad))
         with pytest.raises(InputError, match="template name -> reason"):
-            audit_mod.load_expected_failures(path)
+            load_expected_failures(path)
 
 
 def test_cli_gate_with_and_without_the_expected_failures(capsys, tmp_path):

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-import tmplkit
+import tmplkit._version
 from tmplkit import compile_cache
 from tmplkit.compile_cache import cache_dir, cached_by_text, compile_template_cached
 from tmplkit.errors import RenderLimitError
-from tmplkit.sandbox import _compile, _environment, render
+from tmplkit.sandbox import render
+from tmplkit.sandbox._jinja import _compile, _environment
 from tmplkit.sources import ChatTemplate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +74,7 @@ def test_the_key_is_the_text_and_the_version(cache, monkeypatch):
     _render()
     _render(TEXT + " ")
     assert len(_files()) == 2 and len(cache) == 2
-    monkeypatch.setattr(tmplkit, "__version__", "0.0.0-other")
+    monkeypatch.setattr(tmplkit._version, "__version__", "0.0.0-other")
     monkeypatch.setattr(compile_cache, "_FINGERPRINTS", {})
     _render()
     assert len(_files()) == 3 and len(cache) == 3  # another tmplkit version does not reuse the code

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from tmplkit.conversation import Conversation, load_conversation
 from tmplkit.errors import InputError, TmplkitError
+from tmplkit.session import Conversation, load_conversation
 
 MSGS = [
     {"role": "system", "content": "be brief"},

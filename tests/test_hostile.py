@@ -173,7 +173,7 @@ def test_mutation_never_reaches_the_caller_or_the_next_render(arena):
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     before_messages, before_tools = copy.deepcopy(messages), copy.deepcopy(tools)
     clean_before = render(CLEAN, messages, tools=tools)
-    from tmplkit import sandbox as render_mod
+    from tmplkit.sandbox import _jinja as render_mod
 
     env = render_mod._environment()
     globals_before = dict(env.globals)

@@ -228,7 +228,7 @@ def test_workers_die_with_the_auditing_process():
 def test_a_worker_that_cannot_start_is_a_verdict(monkeypatch):
     import itertools
 
-    import tmplkit.isolate as iso
+    import tmplkit.workers as iso
 
     real = iso._context()
     starts = itertools.count()

@@ -44,7 +44,7 @@ CONVERSATION = {
     "tools": [{"type": "function", "function": {"name": "run", "description": "Run a command.",
                                                 "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}],
 }
-# llama-server's own two delimiters for this family (prefill.prompt.SERVER_DELIMITERS)
+# llama-server's own two delimiters for this family (server_rules.SERVER_DELIMITERS)
 SERVER_OWN = (MessageDelimiter("assistant", "<|im_start|>assistant"), MessageDelimiter("user", "<|im_start|>user"))
 
 
@@ -198,7 +198,7 @@ def test_every_corpus_template_with_a_vocab_gets_delimiters_llama_server_can_use
     # the README's claim: all template/vocabulary pairs of the corpus pass the checks of `request`
     pytest.importorskip("llama_cpp")
     from tmplkit.token_audit import corpus_pairs
-    from tmplkit.tokenize import load_tokenizer
+    from tmplkit.tokenizers import load_tokenizer
 
     pairs = corpus_pairs()
     assert len(pairs) == 27

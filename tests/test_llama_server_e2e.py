@@ -28,18 +28,18 @@ def setup():
         pytest.skip("llama-server is not built: run `bash scripts/build_llama_server.sh` "
                     "(one CMake target from the pinned sdist) or set TMPLKIT_LLAMA_SERVER")
     from tmplkit.prefill import generate_session, tiny_model_path
-    from tmplkit.prefill.prompt import server_delimiters
-    from tmplkit.prefill.session import messages_for_template
+    from tmplkit.server_rules import server_delimiters
+    from tmplkit.session import messages_for
     from tmplkit.sources import load_one
     from tmplkit.spans import SpanDetector
     from tmplkit.token_delims import token_delimiters
-    from tmplkit.tokenize import LlamaCppTokenizer
+    from tmplkit.tokenizers import LlamaCppTokenizer
 
     model = tiny_model_path("qwen35")  # gemma3 (sliding window: llama-server takes checkpoints) with Qwen3.5's template
     template = load_one(model)
     tok = LlamaCppTokenizer(model)
     session = generate_session(8000, seed=1, requests=3)
-    conversation = {"messages": messages_for_template(session, template), "tools": list(session.tools)}
+    conversation = {"messages": messages_for(template, session.messages), "tools": list(session.tools)}
     analysis = analyze(template)
     ours = completion_request(template, tok, conversation, analysis=analysis, n_predict=1)
     own = [MessageDelimiter(role, text) for role, text in server_delimiters(template)]
@@ -93,13 +93,13 @@ def test_tmplkit_delimiters_keep_llama_server_off_tool_responses(setup, tmp_path
 
 def test_a_resume_restores_the_checkpoint_tmplkit_runner_predicts(setup, tmp_path):
     from tmplkit.prefill import PrefillRunner, PrefillSettings, ServerGated
-    from tmplkit.prefill.session import messages_for_template, next_user_turn
+    from tmplkit.session import messages_for, next_user_turn
     from tmplkit.spans import SpanDetector
     from tmplkit.token_delims import token_delimiters
 
     later = next_user_turn(setup["session"])  # the agent answers, the user asks again
     first = setup["ours"]
-    second = completion_request(setup["template"], setup["tok"], {"messages": messages_for_template(later, setup["template"]),
+    second = completion_request(setup["template"], setup["tok"], {"messages": messages_for(setup["template"], later.messages),
                                                                   "tools": list(later.tools)}, analysis=setup["analysis"], n_predict=1)
     ids1, ids2 = setup["ids"], setup["tok"].tokenize(second.prompt, add_bos=True)
     with LlamaServer(setup["binary"], setup["model"], SERVER_ARGS, log=tmp_path / "resume.log") as server:

@@ -9,7 +9,7 @@ import pytest
 
 from tmplkit.delimiters import Delimiter
 from tmplkit.prefill.prompt import build_prompt, user_starts_of_other_roles
-from tmplkit.prefill.session import Session
+from tmplkit.session import Session
 from tmplkit.sources import ChatTemplate
 from tmplkit.spans import SpanDetector
 
@@ -41,7 +41,7 @@ def test_a_system_prompt_folded_into_a_user_turn_is_no_extra_start():
 def test_build_prompt_marks_the_system_turn_among_the_user_starts():
     pytest.importorskip("llama_cpp")
     from tmplkit import corpus
-    from tmplkit.tokenize import load_tokenizer
+    from tmplkit.tokenizers import load_tokenizer
 
     if not corpus.is_fetched():
         pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")

@@ -7,9 +7,8 @@ import json
 import pytest
 
 from tmplkit.errors import InputError
-from tmplkit.prefill.checkpoints import Checkpoint, CheckpointStore
-from tmplkit.prefill.policies import POLICIES, BreakContext, FixedBreaks, ServerGated, get_policy
 from tmplkit.prefill.report import CheckpointRecord, Comparison, DecodeCall, PolicyResult, PrefillReport, markdown_summary, write_atomic
+from tmplkit.server_rules import POLICIES, BreakContext, Checkpoint, CheckpointStore, FixedBreaks, ServerGated, get_policy
 from tmplkit.spans import SpanDetector
 
 # user starts at 2, 6, 12; an assistant start at 4
@@ -202,7 +201,7 @@ def test_write_atomic_failure_is_one_input_error(tmp_path):
 
 
 def test_settings_refuse_a_poll_level_out_of_range():
-    from tmplkit.prefill.runner import PrefillSettings
+    from tmplkit.server_rules import PrefillSettings
 
     for bad in (-1, 101):
         with pytest.raises(InputError, match="poll"):
@@ -219,7 +218,7 @@ def test_break_context_is_built_by_keyword():
 
 
 def test_one_checkpoint_rule_for_the_schedule_and_gated():
-    from tmplkit.prefill.checkpoints import checkpoint_due
+    from tmplkit.server_rules import checkpoint_due
 
     assert checkpoint_due(12, last_user=12, newest=10, min_step=100) == "last user message"
     assert checkpoint_due(6, last_user=12, newest=None, min_step=100) == "no checkpoint yet"
@@ -243,7 +242,7 @@ def _spans_with_users(n, users):
 
 
 def _schedule(policy, spans, n, checkpointing=True, min_step=8192):
-    from tmplkit.prefill.policies import BatchSchedule
+    from tmplkit.server_rules import BatchSchedule
 
     return BatchSchedule(get_policy(policy), spans, n, n_batch=2048, n_ubatch=512, min_step=min_step,
                          checkpointing=checkpointing)
@@ -283,7 +282,7 @@ def test_schedule_of_gated_breaks_only_where_it_then_saves_a_checkpoint():
 
 
 def test_a_policy_may_add_checkpoints_and_drop_the_shared_rules_ones():
-    from tmplkit.prefill.policies import BatchPolicy
+    from tmplkit.server_rules import BatchPolicy
 
     class Mine(BatchPolicy):
         name = "mine"
@@ -306,14 +305,14 @@ def test_a_policy_may_add_checkpoints_and_drop_the_shared_rules_ones():
 
 
 def _plan_for(policy, spans):
-    from tmplkit.prefill.policies import BatchSchedule
+    from tmplkit.server_rules import BatchSchedule
 
     return BatchSchedule(policy, spans, 16155, n_batch=2048, n_ubatch=512, min_step=8192, checkpointing=True).plan()
 
 
 def test_a_registered_policy_is_offered_by_the_cli_with_the_settings_defaults(monkeypatch):
     from tmplkit.cli import build_parser
-    from tmplkit.prefill.runner import PrefillSettings
+    from tmplkit.server_rules import PrefillSettings
 
     monkeypatch.setitem(POLICIES, "mine", FixedBreaks([100]))
     args = build_parser().parse_args(["prefill", "m.gguf", "s.json", "--policy", "mine"])

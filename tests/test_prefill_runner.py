@@ -33,10 +33,10 @@ pytestmark = [pytest.mark.model, pytest.mark.corpus]
 llama_cpp = pytest.importorskip("llama_cpp")
 
 from tmplkit.prefill import PrefillRunner, PrefillSettings, ServerGated, build_prompt, generate_session, server_spans, tiny_model_path  # noqa: E402
-from tmplkit.prefill.prompt import text_delimiters  # noqa: E402
-from tmplkit.prefill.session import Session  # noqa: E402
+from tmplkit.session import Session  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
-from tmplkit.tokenize import LlamaCppTokenizer  # noqa: E402
+from tmplkit.token_delims import text_delimiters  # noqa: E402
+from tmplkit.tokenizers import LlamaCppTokenizer  # noqa: E402
 
 # TMPLKIT_TEST_GPU_LAYERS: layers offloaded to a GPU (scripts/gpu_check.sh sets 99); 0 here
 GPU_LAYERS = int(os.environ.get("TMPLKIT_TEST_GPU_LAYERS", "0"))
@@ -195,7 +195,7 @@ def test_resume_restores_the_last_user_checkpoint_and_matches_a_cold_prefill(gem
         # llama-server's rule: resume from the checkpoint's pos_max, one token before it
         assert rep.n_reused == last_user - 1 and rep.n_processed == len(new.tokens) - rep.n_reused
         assert r.tokens == list(new.tokens)
-        assert r._pos_range()[1] == len(new.tokens) - 1
+        assert r._context.pos_range()[1] == len(new.tokens) - 1
         rep2 = r.resume(new.tokens, new.spans, "gated")  # the same prompt again: only its last token
         assert rep2.n_processed == 1 and rep2.restored is None
     with PrefillRunner(gemma, **{**SMALL, "n_ubatch": 512}) as r:
@@ -275,7 +275,7 @@ def test_decode_generated_extends_the_memory_one_token_per_call_without_checkpoi
         first = r.run(prompt, None, "none")
         gen = r.decode_generated(reply)
         assert r.tokens == prompt + reply
-        assert r._pos_range()[1] == len(prompt) + len(reply) - 1
+        assert r._context.pos_range()[1] == len(prompt) + len(reply) - 1
         assert [(c.start, c.size, c.reason) for c in gen.decode_calls] == \
             [(len(prompt) + i, 1, "generated") for i in range(len(reply))]
         assert gen.n_prompt == len(prompt) and gen.n_generated == len(reply) == gen.n_decode_calls

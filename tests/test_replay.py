@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tmplkit import corpus
-from tmplkit.prefill.session import generate_session
+from tmplkit.session import generate_session
 from tmplkit.sources import load_one
 
 pytestmark = [pytest.mark.model, pytest.mark.corpus]
@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.model, pytest.mark.corpus]
 def replay(model_path, template, session):
     from tmplkit.prefill import PrefillRunner
     from tmplkit.prefill.compare import resolve_template
-    from tmplkit.prefill.replay import replay_session
+    from tmplkit.replay import replay_session
 
     # one thread and no busy-polling threadpool: a generated turn is decoded one token per call
     with PrefillRunner(model_path, n_ctx=32768, n_threads=1, poll=None) as runner:

@@ -8,7 +8,7 @@ import pytest
 
 from tmplkit import corpus
 from tmplkit.errors import InputError
-from tmplkit.prefill.session import Session, generate_session, load_session, messages_for_template, next_user_turn, save_session, session_from_json
+from tmplkit.session import Session, generate_session, load_session, messages_for, next_user_turn, save_session, session_from_json
 from tmplkit.sources import ChatTemplate
 
 
@@ -90,7 +90,7 @@ def test_next_user_turn_appends_answer_and_request():
     s = generate_session(2000, seed=6)
     t = next_user_turn(s)
     assert t.messages[: len(s.messages)] == s.messages
-    assert t.roles[len(s.messages):] == ["assistant", "user"]
+    assert t.roles[len(s.messages):] == ("assistant", "user")
 
 
 def test_accepts_a_bare_list_and_content_parts():
@@ -98,10 +98,10 @@ def test_accepts_a_bare_list_and_content_parts():
                            {"role": "assistant", "content": None,
                             "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
                            {"role": "tool", "tool_call_id": "1", "content": "ok"}])
-    assert s.roles == ["user", "assistant", "tool"] and s.tools == ()
+    assert s.roles == ("user", "assistant", "tool") and s.tools == ()
     reads = ChatTemplate("{% for m in messages %}{% for c in m.tool_calls | default([]) %}{{ c.function.arguments | tojson }}"
                          "{% endfor %}{% endfor %}", "objects", "-")
-    assert messages_for_template(s, reads)[1]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+    assert messages_for(reads, s.messages)[1]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
     assert s.messages[1]["tool_calls"][0]["function"]["arguments"] == "{\"a\": 1}"  # the session is not changed
 
 
@@ -133,13 +133,13 @@ def test_bad_files(tmp_path):
 
 @pytest.mark.corpus
 def test_sessions_render_with_their_templates():
-    from tmplkit.prefill.prompt import render_session
+    from tmplkit.session import render_conversation
     from tmplkit.sources import load_one
 
     qwen = load_one(corpus.templates_dir() / "Qwen3.5-4B.jinja")
-    text = render_session(generate_session(3000, seed=1, style="tool-role"), qwen)
+    text = render_conversation(qwen, generate_session(3000, seed=1, style="tool-role"))
     assert text.count("<|im_start|>user\n<tool_response>") >= 5
     gemma = load_one(corpus.templates_dir() / "google-gemma-2-2b-it.jinja")
-    text = render_session(generate_session(3000, seed=1, style="user-turns"), gemma)
+    text = render_conversation(gemma, generate_session(3000, seed=1, style="user-turns"))
     assert text.count("<start_of_turn>user\nTool result") >= 5 and text.endswith("<start_of_turn>model\n")
     assert isinstance(Session(()), Session)

@@ -18,7 +18,7 @@ from tmplkit.token_audit import (
     token_round_trip,
     vocab_for_template,
 )
-from tmplkit.tokenize import load_tokenizer
+from tmplkit.tokenizers import load_tokenizer
 
 EXPECTED_FAILURES_FILE = Path(__file__).with_name("token_roundtrip_expected_failures.json")
 EXPECTED_FAILURES: dict[str, str] = json.loads(EXPECTED_FAILURES_FILE.read_text(encoding="utf-8"))

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from tmplkit.prefill.session import generate_session
+from tmplkit.session import generate_session, messages_for, object_arguments
 from tmplkit.sources import ChatTemplate
-from tmplkit.tool_arguments import messages_for, object_arguments
 from tmplkit.turns import session_requests
 
 _LOOP = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content or '' }}"

@@ -9,7 +9,7 @@ import pytest
 
 from tmplkit import load_one
 from tmplkit.errors import InputError
-from tmplkit.prefill.session import Session, generate_session, load_session
+from tmplkit.session import Session, generate_session, load_session
 from tmplkit.turns import CAUSES, common_prefix, request_points, session_requests, study_turns
 from tmplkit.turns.formats import format_turns
 
@@ -142,8 +142,8 @@ def test_a_bare_template_that_writes_eos_after_each_reply_renders_the_session(se
             "{% elif m.role == 'assistant' %}{{ m.content or '' }}{% for c in m.tool_calls | default([]) %}"
             "[TOOL_CALLS]{{ c.function.arguments | tojson }}{% endfor %}{{ eos_token }}"
             "{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% endif %}{% endfor %}")
+    from tmplkit.session import render_variables
     from tmplkit.sources import ChatTemplate
-    from tmplkit.turns.requests import render_variables
 
     t = ChatTemplate(text=text, name="bare-mistral", source="-")
     assert render_variables(t) == {"bos_token": "<s>", "eos_token": "</s>"}
@@ -155,13 +155,13 @@ def test_a_bare_template_that_writes_eos_after_each_reply_renders_the_session(se
 
 
 def test_a_whole_session_renders_for_prefill_with_the_same_variables(session):
-    from tmplkit.prefill.prompt import render_session
+    from tmplkit.session import render_conversation
     from tmplkit.sources import ChatTemplate
 
     text = ("{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]"
             "{% elif m.role == 'assistant' %}{{ m.content or '' }}{{ eos_token }}"
             "{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% endif %}{% endfor %}")
     t = ChatTemplate(text=text, name="bare-mistral", source="-")
-    rendered = render_session(session, t)
+    rendered = render_conversation(t, session)
     assert rendered.startswith("<s>[INST]") and "</s>" in rendered
-    assert session_requests(session, t)[-1].text == render_session(Session(session.messages[:session_requests(session, t)[-1].n_messages], session.tools), t)
+    assert session_requests(session, t)[-1].text == render_conversation(t, Session(session.messages[:session_requests(session, t)[-1].n_messages], session.tools))

@@ -91,7 +91,7 @@ def test_replay_refuses_unknown_settings_before_loading(capsys, session_file):
 
 
 def test_replay_table_json_and_plot(tmp_path):
-    from tmplkit.prefill.replay import ReplayedRequest, SessionReplay, plot_replay
+    from tmplkit.replay import ReplayedRequest, SessionReplay, plot_replay
 
     reqs = {name: tuple(ReplayedRequest(k, 100 * (k + 1), 100 * k, 100 if k else 100, None, 100, 0.01, 0.0, 5)
                         for k in range(3)) for name in ("llama-server", "tmplkit")}

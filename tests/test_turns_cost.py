@@ -9,10 +9,8 @@ import pytest
 
 from tmplkit import load_one
 from tmplkit.errors import InputError
-from tmplkit.prefill.divergence_policy import DivergenceAware
-from tmplkit.prefill.policies import ServerGated, get_policy
-from tmplkit.prefill.runner import PrefillSettings
-from tmplkit.prefill.session import Session, generate_session
+from tmplkit.server_rules import DivergenceAware, PrefillSettings, ServerGated, get_policy
+from tmplkit.session import Session, generate_session
 from tmplkit.spans import SpanDetector
 from tmplkit.turns import MemoryModel, ServerSimulation, study_turns
 from tmplkit.turns.simulation import plan_batches

@@ -3,15 +3,24 @@
 Load a chat template, derive every role's start delimiter, prove it by a round trip, detect
 message spans over token ids, and drive a checkpointing prefill runner.
 
+The house, bottom up (nothing imports a stage above its own; tests/test_architecture.py checks):
+sources (`sources`, `gguf_meta`, `corpus`, `jsonio`), render (`sandbox/`, `compile_cache`,
+`static_scan`), analysis (`probes`, `analysis/`), tokens (`tokenizers`, `spans`, `token_delims`,
+`token_audit`), session (`session/`: one conversation type, its generator, one render for a
+server), server rules (`server_rules/`: what llama-server does, model-free), prefill (`prefill/`:
+the runner on a real model), turns (`turns/`: a session request by request), replay (`replay`),
+llama.cpp (`llama_server`, `engine_parity`), audit (`workers`, `isolate`, `auditing/`), surface
+(`config`, `cli/`). This module re-exports the public names; nothing inside imports it.
+
     >>> import tmplkit
     >>> a = tmplkit.analyze(tmplkit.load_one("fixtures/templates/chatml-tools-in-user.jinja"))
     >>> a.status, a.tool_response_start
     ('pass', '<|im_start|>user\\n<tool_response>\\n')
 """
 
+from ._version import __version__ as __version__
 from .analysis import Analysis, RoundTrip, analyze
 from .auditing import AuditReport, audit
-from .conversation import Conversation, load_conversation
 from .delimiters import ROLES, Delimiter, sort_delimiters
 from .errors import (
     AnalysisError,
@@ -25,34 +34,18 @@ from .errors import (
     TokenizerError,
 )
 from .isolate import analyze_isolated
-from .prefill import (
-    PrefillReport,
-    PrefillRunner,
-    PrefillSettings,
-    compare_policies,
-    generate_session,
-    load_session,
-    tiny_model_path,
-)
+from .prefill import PrefillReport, PrefillRunner, PrefillSettings, compare_policies, tiny_model_path
 from .prefill.models import resolve_model
-from .prefill.replay import SessionReplay, replay_session
+from .replay import SessionReplay, replay_session
 from .sandbox import Limits, render
+from .session import Conversation, generate_session, load_conversation, load_session
 from .sources import ChatTemplate, load, load_gguf, load_many, load_one
 from .spans import SpanDetector, Spans, TextSpan, TokenSpan, split_text
 from .static_scan import scan
 from .token_audit import TokenRoundTrip, conversation_spans, token_round_trip, vocab_for_template
-from .tokenize import (
-    HFTokenizer,
-    LlamaCppTokenizer,
-    TokenDelimiter,
-    TokenDelimiters,
-    Tokenizer,
-    load_tokenizer,
-    token_delimiters,
-)
+from .token_delims import TokenDelimiter, TokenDelimiters, token_delimiters
+from .tokenizers import HFTokenizer, LlamaCppTokenizer, Tokenizer, load_tokenizer
 from .turns import Divergence, MemoryModel, Request, SessionCost, TurnsReport, session_cost, session_requests, study_turns
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ROLES", "Analysis", "AnalysisError", "AuditReport", "ChatTemplate", "Conversation", "Delimiter",

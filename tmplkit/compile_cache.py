@@ -43,6 +43,8 @@ from typing import TypeVar
 import jinja2
 import jinja2.bccache
 
+from . import _version
+
 __all__ = ["cache_dir", "cached_by_text", "compile_template_cached", "enabled"]
 
 # Bumped when the file layout below changes.
@@ -121,10 +123,8 @@ _FINGERPRINTS: dict[tuple[str, str], bytes] = {}
 def _fingerprint(kind: str, module: str) -> bytes:
     """Everything besides the template text a kept value depends on (computed once per kind)."""
     if (kind, module) not in _FINGERPRINTS:
-        from . import __version__
-
         h = hashlib.sha256()
-        for part in (_FORMAT, kind.encode(), __version__.encode(), jinja2.__version__.encode(), jinja2.bccache.bc_magic,
+        for part in (_FORMAT, kind.encode(), _version.__version__.encode(), jinja2.__version__.encode(), jinja2.bccache.bc_magic,
                      importlib.util.MAGIC_NUMBER, _module_source(module)):
             h.update(len(part).to_bytes(8, "big") + part)
         _FINGERPRINTS[kind, module] = h.digest()

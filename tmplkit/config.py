@@ -1,4 +1,5 @@
-"""Project configuration: `[tool.tmplkit]` in pyproject.toml, or a `tmplkit.toml`.
+"""Project configuration: `[tool.tmplkit]` in pyproject.toml, or a `tmplkit.toml`; and the
+expected-failures file an audit is given (`load_expected_failures`).
 
 The configuration is found by walking up from the current folder: the first folder with a
 `tmplkit.toml`, or a `pyproject.toml` that has a `[tool.tmplkit]` table, wins (`tmplkit.toml`
@@ -32,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .jsonio import read_json
 
 __all__ = ["EXPECTED_KINDS", "FAIL_ON", "PREFIX_STABILITY", "Config", "find_config", "is_expected_failures",
-           "load_config", "parse_config"]
+           "load_config", "load_expected_failures", "parse_config"]
 
 # What ends an audit non-zero: "fail" (failing templates) or "warning" (warnings as well).
 # Here rather than in auditing so that reading a configuration imports no analysis code.
@@ -185,7 +187,10 @@ def _tokenizer(value: object, base: Path, path: Path, key: str) -> str | None:
 
 
 def _tokenizer_spec(spec: str, base: Path) -> str:
-    return spec if spec == "auto" else _resolve(spec, base)
+    """A tokenizer spec with its path, if it names one, relative to the configuration's folder."""
+    from .tokenizers import TokenizerSpec
+
+    return _resolve(spec, base) if spec != "auto" and TokenizerSpec.parse(spec).is_path else spec
 
 
 def is_expected_failures(data: object) -> bool:
@@ -202,12 +207,21 @@ def is_expected_failures(data: object) -> bool:
     return isinstance(data, dict) and all(isinstance(k, str) and entry(v) for k, v in data.items())
 
 
+def load_expected_failures(path) -> dict:
+    """A JSON object {template name: reason} (the template is expected to fail), where a reason may
+    also be an object {"fail": reason, "unstable": reason} (either key or both; "unstable": its
+    prefix is expected to be unstable under the prefix-stability gate)."""
+    data = read_json(path, what="an expected-failures file (a JSON object of template name -> reason)")
+    if not is_expected_failures(data):
+        raise InputError(f"{path}: the expected-failures file must be a JSON object of template name -> reason "
+                         f"(or -> {{{', '.join(f'{k!r}: reason' for k in EXPECTED_KINDS)}}})".replace("'", '"'))
+    return data
+
+
 def _expected_failures(value: object, base: Path, path: Path) -> dict[str, str | dict[str, str]] | None:
     if value is None:
         return None
     if isinstance(value, str):
-        from .auditing import load_expected_failures
-
         return load_expected_failures(_resolve(value, base))
     if isinstance(value, dict) and is_expected_failures(value):
         return {k: dict(v) if isinstance(v, dict) else v for k, v in value.items()}

@@ -94,7 +94,7 @@ def _start(binary, model, template_file: Path, log: Path):
 
 
 def _compare(server, template, analysis, add_generation_prompt: bool) -> EngineComparison:
-    from .sandbox import render
+    from .session import Conversation, render_conversation
 
     rt = analysis.round_trip
     variant = "generation prompt" if add_generation_prompt else "round trip"
@@ -104,8 +104,9 @@ def _compare(server, template, analysis, add_generation_prompt: bool) -> EngineC
     row = EngineComparison(template.name, variant, "identical")
     now = datetime.now()
     try:
-        ours = render(template, list(rt.messages), tools=tools, add_generation_prompt=add_generation_prompt,
-                      clock=lambda: now, **{**_llama_context(now), **kwargs})
+        conversation = Conversation(tuple(rt.messages), tuple(tools) if tools else None)
+        ours = render_conversation(template, conversation, add_generation_prompt=add_generation_prompt,
+                                   kwargs={**_llama_context(now), **kwargs}, clock=lambda: now)
     except TmplkitError as exc:
         return replace(row, status="unrendered", error=str(exc))
     body = {"messages": list(rt.messages), "add_generation_prompt": add_generation_prompt}

@@ -112,15 +112,14 @@ def message_delimiters(template, tokenizer, *, analysis=None) -> tuple[MessageDe
 
 def completion_request(template, tokenizer, conversation, *, analysis=None, add_generation_prompt: bool = True,
                        cache_prompt: bool = True, n_predict: int | None = None) -> CompletionRequest:
-    """The `/completion` body for `conversation`: its render, tmplkit's delimiters and `cache_prompt`.
+    """The `/completion` body for `conversation`: its render (`session.render_conversation`),
+    tmplkit's delimiters and `cache_prompt`.
 
     `conversation` is a `Conversation` or anything `load_conversation` takes. Raises
     AnalysisError when llama-server, splitting this prompt with these delimiters, would not find
     the message starts that splitting its text finds.
     """
-    from .conversation import Conversation, load_conversation
-    from .sandbox import render
-    from .tool_arguments import messages_for
+    from .session import Conversation, load_conversation, render_conversation
 
     if n_predict is not None and n_predict < -1:  # llama-server: -1 generates until the model stops
         raise InputError(f"n_predict must be -1 (until the model stops), 0 or more, got {n_predict}")
@@ -131,9 +130,7 @@ def completion_request(template, tokenizer, conversation, *, analysis=None, add_
 
         analysis = analyze(template)
     delims = message_delimiters(template, tokenizer, analysis=analysis)
-    prompt = render(template, messages_for(template, conversation.messages),
-                    tools=list(conversation.tools) if conversation.tools is not None else None,
-                    add_generation_prompt=add_generation_prompt)
+    prompt = render_conversation(template, conversation, add_generation_prompt=add_generation_prompt)
     problem = _split_problem(prompt, analysis.delimiters, delims, tokenizer)
     if problem:
         raise AnalysisError(f"template '{getattr(template, 'name', '')}': on this conversation {problem}")

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .sandbox import PINNED_NOW
+from .sandbox import PINNED_NOW, REASONING_KEYS
 
 # The function every tool probe declares and calls. Its name, the call ids and the argument values
 # vary per call in real conversations, so a delimiter is cut where one of them appears.
@@ -121,10 +121,6 @@ def extra_variable(name: str, shape: Shape):
 
 
 EXTRA_VARIABLES = ("functions", "datetime", "date_string", "bos_token", "eos_token")
-
-# Message keys templates read a message's reasoning from (Qwen3 and most: reasoning_content; gpt-oss,
-# Command A Reasoning: thinking; Laguna, Hy3, Solar: reasoning). A probe sets them all to one needle.
-REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
 # Template variables that switch thinking/reasoning, with the values probed for each.
 THINKING_FLAGS: tuple[tuple[str, tuple], ...] = (

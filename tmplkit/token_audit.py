@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .spans import SpanDetector, Spans
 from .token_delims import TokenDelimiters, token_delimiters
-from .tokenize import Tokenizer
+from .tokenizers import Tokenizer
 
 # Template name pattern (re.search on the template's name, e.g. the .jinja file stem) -> vocab name
 # (corpus.vocab_path), first match wins. "exact" means the vocab is the model family's own; "base"
@@ -134,7 +134,8 @@ class ConversationSpans:
 
 def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis=None,
                        add_generation_prompt: bool = False) -> ConversationSpans:
-    """Render `conversation` with `template`, tokenize it, and find its message spans.
+    """Render `conversation` with `template` as a server does (`session.render_conversation`),
+    tokenize it, and find its message spans.
 
     `conversation` is a `Conversation` or anything `load_conversation` takes; `analysis` is
     `analyze(template)` when not given.
@@ -142,9 +143,7 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
     >>> cs = conversation_spans(load_one("Qwen3.5-4B.jinja"), load_tokenizer("vocab:qwen35"), "session.json")  # doctest: +SKIP
     >>> cs.spans.last_user_start()                                                                        # doctest: +SKIP
     """
-    from .conversation import Conversation, load_conversation
-    from .sandbox import render
-    from .tool_arguments import messages_for
+    from .session import Conversation, load_conversation, render_conversation
 
     if not isinstance(conversation, Conversation):
         conversation = load_conversation(conversation)
@@ -153,9 +152,7 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
 
         analysis = analyze(template)
     td = token_delimiters(analysis, tokenizer)
-    rendered = render(template, messages_for(template, conversation.messages),
-                      tools=list(conversation.tools) if conversation.tools is not None else None,
-                      add_generation_prompt=add_generation_prompt)
+    rendered = render_conversation(template, conversation, add_generation_prompt=add_generation_prompt)
     ids = tokenizer.tokenize(rendered)
     spans = SpanDetector(td).split(ids)
     return ConversationSpans(getattr(template, "name", ""), getattr(tokenizer, "name", ""), len(ids), td, spans,

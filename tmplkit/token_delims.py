@@ -2,7 +2,8 @@
 
 `tokenize_delimiters(delimiters, rendered, tokenizer)` is the core: it takes text delimiters, a
 render in which they start messages, and a tokenizer; `token_delimiters(analysis, tokenizer)`
-applies it to an Analysis's probe render.
+applies it to an Analysis's probe render; `text_delimiters(template)` gives a template's text
+delimiters as the analysis derives them (for a prompt that is not the probe render).
 
 Tokenizing a delimiter on its own (what llama-server does) is wrong whenever the tokenizer merges
 its first or last characters with what surrounds it: in the qwen35 vocab `>\\n` is one token, so
@@ -29,11 +30,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .delimiters import Delimiter, sort_delimiters
+from .errors import InputError
 
 if TYPE_CHECKING:
-    from .tokenize import Offsets, Tokenizer
+    from .sources import ChatTemplate
+    from .tokenizers import Offsets, Tokenizer
 
-__all__ = ["TokenDelimiter", "TokenDelimiters", "token_delimiters", "tokenize_delimiters"]
+__all__ = ["TokenDelimiter", "TokenDelimiters", "text_delimiters", "token_delimiters", "tokenize_delimiters"]
 
 Ids = tuple[int, ...]
 
@@ -216,6 +219,18 @@ class _Render:
 
 # ---------------------------------------------------------------------------------------------
 # The core and its steps
+
+
+def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]:
+    """The template's role delimiters, as tmplkit's analysis derives them (never a hand-written table)."""
+    from .analysis import analyze
+
+    analysis = analyze(template)
+    if not analysis.delimiters:
+        why = "; ".join(analysis.errors[:1]) or analysis.status
+        raise InputError(f"no role delimiters could be derived for template '{template.name}' ({why}); "
+                         "give another template with --template")
+    return sort_delimiters(analysis.delimiters), "analysis"
 
 
 def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:

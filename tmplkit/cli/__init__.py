@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._version import __version__
 from ..errors import TmplkitError
 from ..sandbox import hints_for
 from ._audit import add_audit, add_table
@@ -35,8 +36,6 @@ EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)", 1: "the audit f
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
-
     parser = argparse.ArgumentParser(
         prog="tmplkit", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Chat-template boundary analysis: derive role delimiters, detect spans, drive checkpointing prefill.",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from .. import auditing as audit_mod
-from ..config import FAIL_ON, PREFIX_STABILITY
+from ..config import FAIL_ON, PREFIX_STABILITY, load_expected_failures
 from ..errors import InputError
 from ._common import (
     config_of,
@@ -86,11 +86,11 @@ def _cmd_audit(args) -> int:
         raise InputError("--session is the prefix-stability check's session; add --prefix-stability report (or fail)")
     session = None
     if args.session:
-        from ..prefill.session import load_session
+        from ..session import load_session
 
         session = load_session(args.session)
     sources = _sources(args, cfg)
-    expected = (audit_mod.load_expected_failures(args.expected_failures) if args.expected_failures
+    expected = (load_expected_failures(args.expected_failures) if args.expected_failures
                 else cfg.expected_failures)
     needed_by = "the token round trip (--tokenizer)"
     require_tokenizers([tokenizer if tokenizer != "auto" else None, *cfg.tokenizers.values()], needed_by)

@@ -78,19 +78,12 @@ def require_extra(name: str, needed_by: str) -> None:
                          f"install the '{extra}' extra: pip install 'tmplkit[{extra}]'")
 
 
-def tokenizer_extra(spec: str) -> str:
-    """Which extra a tokenizer spec (as `tokenize.load_tokenizer` takes it) opens with: 'llama' for
-    a GGUF or a corpus vocab, 'hf' for a tokenizer.json or a Hugging Face repo."""
-    if spec.startswith("vocab:") or spec.lower().endswith(".gguf"):
-        return "llama"
-    if os.path.isdir(spec) and not os.path.isfile(os.path.join(spec, "tokenizer.json")):
-        return "llama"  # a folder with one .gguf
-    return "hf"
-
-
 def require_tokenizers(specs, needed_by: str) -> None:
-    """Refuse at once when any of the tokenizer `specs` needs an extra that is not installed."""
-    for extra in sorted({tokenizer_extra(s) for s in specs if s}):
+    """Refuse at once when any of the tokenizer `specs` needs an extra that is not installed
+    (`TokenizerSpec.extra`)."""
+    from ..tokenizers import TokenizerSpec
+
+    for extra in sorted({TokenizerSpec.parse(s).extra for s in specs if s}):
         require_extra(extra, needed_by)
 
 
@@ -100,3 +93,66 @@ def positive(value, flag: str):
     if value is not None and not value > 0:  # also refuses nan
         raise InputError(f"{flag} must be positive, got {value}")
     return value
+
+
+# ---- llama.cpp's settings, as llama-server names them ---------------------------------------------------
+
+# The option of each `PrefillSettings` field a command may offer, declared once (`prefill` offers
+# them all, `replay` some): the field, its flags and argparse's keywords. Defaults are the
+# settings' own unless the command gives its own (`add_llama_options(..., n_ctx=65536)`).
+_CHECKPOINTS = {"auto": None, "on": True, "off": False}
+_LLAMA_OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
+    "n_ctx": (("-c", "--ctx-size"), {"type": int}),
+    "n_batch": (("-b", "--batch-size"), {"type": int}),
+    "n_ubatch": (("-ub", "--ubatch-size"), {"type": int}),
+    "n_threads": (("-t", "--threads"), {"type": int}),
+    "n_gpu_layers": (("-ngl", "--n-gpu-layers"), {"type": int}),
+    "flash_attn": (("-fa", "--flash-attn"), {"choices": "FLASH_ATTN"}),
+    "cache_type_k": (("-ctk", "--cache-type-k"), {}),
+    "cache_type_v": (("-ctv", "--cache-type-v"), {}),
+    "swa_full": (("--swa-full",), {"action": "store_true", "help": "full-size sliding-window cache (can roll back: no checkpoints)"}),
+    "repack": (("-nr", "--no-repack"), {"action": "store_true", "dest": "no_repack",
+                                        "help": "do not repack weights (default: repack unless the CPU has AMX)"}),
+    "poll": (("--poll",), {"type": int, "help": "threadpool polling level 0-100, as llama-server's (default {default})"}),
+    "checkpoints": (("--checkpoints",), {"choices": list(_CHECKPOINTS), "help": "auto: exactly when the model cannot roll its memory back"}),
+    "max_checkpoints": (("-ctxcp", "--ctx-checkpoints"), {"type": int}),
+    "checkpoint_min_step": (("-cms", "--checkpoint-min-step"), {"type": int}),
+}
+
+
+def add_llama_options(parser, names=None, **defaults) -> None:
+    """The group "llama.cpp settings (llama-server's names)" for the `PrefillSettings` fields `names`
+    (default: all), with `defaults` over the settings' own; `prefill_settings(args)` reads them back."""
+    import dataclasses
+
+    from ..server_rules import FLASH_ATTN, PrefillSettings
+
+    own = {f.name: f.default for f in dataclasses.fields(PrefillSettings)}
+    group = parser.add_argument_group("llama.cpp settings (llama-server's names)")
+    for name in names or _LLAMA_OPTIONS:
+        flags, kwargs = _LLAMA_OPTIONS[name]
+        kwargs = dict(kwargs)
+        default = defaults.get(name, own[name])
+        if name == "checkpoints":  # its choices name the settings' None, True, False
+            default = next(k for k, v in _CHECKPOINTS.items() if v == default)
+        if name == "repack":  # a flag that turns it off; without it, the settings' rule (prefill_settings)
+            default = False
+        if kwargs.get("choices") == "FLASH_ATTN":
+            kwargs["choices"] = list(FLASH_ATTN)
+        if "help" in kwargs:
+            kwargs["help"] = kwargs["help"].format(default=default)
+        group.add_argument(*flags, default=default, **({"dest": name} | kwargs))
+    parser.set_defaults(_llama_options=tuple(names or _LLAMA_OPTIONS))
+
+
+def prefill_settings(args):
+    """The `PrefillSettings` of the llama.cpp options `add_llama_options` added (the others: the
+    settings' defaults)."""
+    from ..server_rules import PrefillSettings
+
+    given = {name: getattr(args, name) for name in args._llama_options if name != "repack"}
+    if "checkpoints" in given:
+        given["checkpoints"] = _CHECKPOINTS[given["checkpoints"]]
+    if "repack" in args._llama_options:
+        given["repack"] = False if args.no_repack else None  # -nr: off; else the settings' rule (off on AMX CPUs)
+    return PrefillSettings(**given)

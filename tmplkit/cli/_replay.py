@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from ._common import add_llama_options, prefill_settings
+
 
 def add_replay(sub) -> None:
     p = sub.add_parser("replay", help="replay an agent session on a model as llama-server serves it: per request the "
@@ -15,26 +17,20 @@ def add_replay(sub) -> None:
                    help="comma-separated, among llama-server, tmplkit, divergence-aware (default: all three)")
     p.add_argument("--json", metavar="FILE", help="write the replay as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot tokens recomputed per request, one line per setting")
-    g = p.add_argument_group("llama.cpp settings (llama-server's names)")
-    g.add_argument("-c", "--ctx-size", type=int, default=65536, dest="n_ctx")
-    g.add_argument("-b", "--batch-size", type=int, default=2048, dest="n_batch")
-    g.add_argument("-ub", "--ubatch-size", type=int, default=512, dest="n_ubatch")
-    g.add_argument("-t", "--threads", type=int, default=None, dest="n_threads")
-    g.add_argument("--poll", type=int, default=50, help="threadpool polling level 0-100 (default 50, llama-server's)")
-    g.add_argument("-ctxcp", "--ctx-checkpoints", type=int, default=32, dest="max_checkpoints")
-    g.add_argument("-cms", "--checkpoint-min-step", type=int, default=8192)
+    add_llama_options(p, ("n_ctx", "n_batch", "n_ubatch", "n_threads", "poll", "max_checkpoints", "checkpoint_min_step"),
+                      n_ctx=65536)
     p.set_defaults(func=_cmd_replay)
 
 
 def _cmd_replay(args) -> int:
     from ..atomic import check_writable, write_json
     from ..errors import InputError
-    from ..prefill import PrefillRunner, PrefillSettings
+    from ..prefill import PrefillRunner
     from ..prefill.compare import resolve_template
     from ..prefill.models import resolve_model
     from ..prefill.plot import require_matplotlib
-    from ..prefill.replay import REPLAYED, plot_replay, replay_session
-    from ..prefill.session import load_session
+    from ..replay import REPLAYED, plot_replay, replay_session
+    from ..session import load_session
 
     names = [n.strip() for n in args.settings.split(",") if n.strip()]
     bad = [n for n in names if n not in REPLAYED]
@@ -46,9 +42,7 @@ def _cmd_replay(args) -> int:
     if args.plot:
         require_matplotlib()
     session = load_session(args.session)
-    settings = PrefillSettings(n_ctx=args.n_ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch, n_threads=args.n_threads,
-                               poll=args.poll, max_checkpoints=args.max_checkpoints,
-                               checkpoint_min_step=args.checkpoint_min_step)
+    settings = prefill_settings(args)
     with PrefillRunner(resolve_model(args.model), settings) as runner:
         rep = replay_session(runner, session, resolve_template(args.template, runner), settings=tuple(names))
     if args.json:

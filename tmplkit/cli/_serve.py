@@ -30,7 +30,7 @@ def _cmd_request(args) -> int:
     from ..errors import InputError
     from ..llama_server import completion_request, message_delimiters
     from ..sources import load_one
-    from ..tokenize import load_tokenizer
+    from ..tokenizers import load_tokenizer
     from ._common import emit, require_tokenizers
 
     if args.delimiters_only == (args.conversation is not None):

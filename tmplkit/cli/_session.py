@@ -20,7 +20,7 @@ def add_session(sub) -> None:
 def _cmd_generate(args) -> int:
     import json
 
-    from ..prefill.session import generate_session
+    from ..session import generate_session
     from ._common import emit, positive
 
     positive(args.requests, "--requests")

@@ -22,7 +22,7 @@ def _cmd_spans(args) -> int:
 
     from ..sources import load_one
     from ..token_audit import conversation_spans, format_spans_text
-    from ..tokenize import load_tokenizer
+    from ..tokenizers import load_tokenizer
     from ._common import require_tokenizers
 
     require_tokenizers([args.tokenizer], "tmplkit spans --tokenizer " + args.tokenizer)  # before any work

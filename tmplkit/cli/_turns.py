@@ -20,7 +20,7 @@ def add_turns(sub) -> None:
 
 
 def _cmd_turns(args) -> int:
-    from ..prefill.session import generate_session, load_session
+    from ..session import generate_session, load_session
     from ..turns import MemoryModel, study_turns
     from ..turns.formats import format_turns
     from ._common import emit, load_templates, require_tokenizers
@@ -32,7 +32,7 @@ def _cmd_turns(args) -> int:
     templates = load_templates(args.sources)
     tokenizer = None
     if args.tokenizer:
-        from ..tokenize import load_tokenizer
+        from ..tokenizers import load_tokenizer
 
         tokenizer = load_tokenizer(args.tokenizer)
     reports = [study_turns(t, session, tokenizer=tokenizer, add_bos=args.add_bos, memory=memory,

@@ -6,34 +6,41 @@
   `.resume(tokens, spans)` reuses the memory or a checkpoint of the previous prompt;
   `.decode_generated(tokens)` -> `GenerationReport` decodes the model's reply one token per call,
   as llama-server generates (teacher-forced, no checkpoints).
-- Policies: `none`, `every-user-start` (llama.cpp 73618f2), `gated` (llama.cpp PR 25420), in the
-  registry `POLICIES`; `BatchSchedule` applies one to a prompt (where batches end, which start
-  with a checkpoint; the rule is `checkpoint_due`).
-- `generate_session()` / `load_session()`: coding-agent sessions as OpenAI-style messages JSON.
+- The runner follows llama-server's rules, which live below it in `tmplkit.server_rules` (and are
+  importable from here too): the policies `none`, `every-user-start` (llama.cpp 73618f2), `gated`
+  (llama.cpp PR 25420) and `divergence-aware` in the registry `POLICIES`; `BatchSchedule` (where
+  batches end, which start with a checkpoint; the rule is `checkpoint_due`); the resume plan;
+  `PrefillSettings`.
+- Sessions (`generate_session()` / `load_session()`) are `tmplkit.session`'s.
 - `build_prompt(session, template, tokenizer)`: tokens and tmplkit's spans for the runner.
 - `tiny_model_path()`: a tiny random-weight gemma3 GGUF around a corpus vocabulary.
 - `compare_policies(...)`: the `tmplkit prefill` command's library twin.
 """
 
-from .checkpoints import Checkpoint, CheckpointStore, checkpoint_due
-from .compare import compare_policies, prepare
-from .policies import (
+from ..server_rules import (
     POLICIES,
     BatchPolicy,
     BatchSchedule,
     BreakContext,
+    Checkpoint,
+    CheckpointStore,
     EveryUserStart,
     FixedBreaks,
     Gated,
     NoBreaks,
     PlannedBatch,
+    PrefillSettings,
     ServerGated,
+    checkpoint_due,
     get_policy,
+    server_delimiters,
+    server_spans,
 )
-from .prompt import Prompt, build_prompt, server_delimiters, server_spans
+from ..session import Session, generate_session, load_session, next_user_turn, save_session, session_from_json
+from .compare import compare_policies, prepare
+from .prompt import Prompt, build_prompt
 from .report import CheckpointRecord, Comparison, DecodeCall, GenerationReport, PolicyResult, PrefillReport
-from .runner import ModelInfo, PrefillRunner, PrefillSettings
-from .session import Session, generate_session, load_session, next_user_turn, save_session, session_from_json
+from .runner import ModelInfo, PrefillRunner
 from .tinymodel import TinyConfig, tiny_model_path
 
 __all__ = [

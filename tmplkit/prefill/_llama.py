@@ -1,8 +1,10 @@
-"""llama.cpp set-up for the prefill runner: import, backend and log capture, threadpool, batch.
+"""llama.cpp for the prefill runner: import, backend and log capture, and one small wrapper per C
+handle: `Model`, `Context` (and its memory), `Threadpool`, `TokenBatch`.
 
 Everything here talks to llama-cpp-python's low-level bindings (or, for the threadpool, which
-llama-cpp-python does not bind, to ggml through ctypes), one small wrapper per C object, as
-llama-cpp-python's own `_internals.py` does. The runner composes them and holds no C detail.
+llama-cpp-python does not bind, to ggml through ctypes), as llama-cpp-python's own `_internals.py`
+does. Each wrapper frees its own handle; the runner frees them in order (users before what they
+use) through an ExitStack, and holds no C detail.
 """
 
 from __future__ import annotations
@@ -15,15 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelError
+from ..server_rules import CACHE_TYPES, FLASH_ATTN, PrefillSettings
 
 __all__ = [
-    "CACHE_TYPES", "FLASH_ATTN", "SEQ", "STATE_PARTIAL", "Threadpool", "TokenBatch", "clear_log", "cpu_has_amx",
-    "effective_repack", "ensure_backend", "import_llama_cpp", "log_cause",
+    "SEQ", "STATE_PARTIAL", "Context", "Model", "Threadpool", "TokenBatch", "clear_log", "cpu_has_amx", "effective_repack",
+    "ensure_backend", "import_llama_cpp", "log_cause",
 ]
 
-FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}  # llama_flash_attn_type
-# ggml_type ids of the KV cache types llama.cpp accepts (ggml.h).
-CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
 STATE_PARTIAL = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 SEQ = 0  # the one sequence the runner uses
 
@@ -225,3 +225,155 @@ class TokenBatch:
         if self.batch is not None:
             self._lc.llama_batch_free(self.batch)
             self.batch = None
+
+
+# ---- the model and the context --------------------------------------------------------------------
+
+
+class Model:
+    """A `llama_model` loaded from a GGUF file (its weights on the CPU unless `n_gpu_layers`;
+    `repack`: llama.cpp may repack them into CPU-specific buffers), and what the runner reads of it."""
+
+    def __init__(self, llama_cpp, path: Path, *, n_gpu_layers: int, repack: bool):
+        self._lc = llama_cpp
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        mparams.use_extra_bufts = repack
+        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self.model:
+            raise ModelError(f"llama.cpp cannot load {path}: {log_cause('not a valid GGUF model')}")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+
+    @property
+    def n_vocab(self) -> int:
+        return int(self._lc.llama_vocab_n_tokens(self.vocab))
+
+    @property
+    def n_swa(self) -> int:
+        return int(self._lc.llama_model_n_swa(self.model))
+
+    @property
+    def is_recurrent(self) -> bool:
+        return bool(self._lc.llama_model_is_recurrent(self.model))
+
+    @property
+    def is_hybrid(self) -> bool:
+        return bool(self._lc.llama_model_is_hybrid(self.model))
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(self._lc.llama_vocab_get_add_bos(self.vocab))
+
+    def chat_template(self) -> str | None:
+        tmpl = self._lc.llama_model_chat_template(self.model, None)
+        return tmpl.decode("utf-8", "replace") if tmpl else None
+
+    def free(self) -> None:
+        """Free the model (after every context on it)."""
+        if self.model:
+            self._lc.llama_model_free(self.model)
+            self.model = None
+
+
+class Context:
+    """A `llama_context` on a model, for one sequence with one output (the last prompt token's
+    logits), and its memory: decoding, rolling back, the partial state a checkpoint saves."""
+
+    def __init__(self, llama_cpp, model: Model, settings: PrefillSettings, *, n_threads: int, name: str):
+        self._lc = llama_cpp
+        self.ctx = llama_cpp.llama_init_from_model(model.model, _context_params(llama_cpp, settings, n_threads))
+        if not self.ctx:
+            raise ModelError(f"llama.cpp cannot create a context for {name} with n_ctx={settings.n_ctx}: "
+                             f"{log_cause('context creation failed')}")
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self._lc.llama_n_ctx(self.ctx))
+
+    def clear(self) -> None:
+        """Empty the memory."""
+        self._lc.llama_memory_clear(self.memory, True)
+
+    def remove_from(self, pos: int) -> bool:
+        """Remove positions `pos`.. of the sequence from the memory; False where it cannot."""
+        return bool(self._lc.llama_memory_seq_rm(self.memory, SEQ, pos, -1))
+
+    def pos_range(self) -> tuple[int, int]:
+        """The oldest and the newest position the memory holds (-1, -1 when empty)."""
+        lc = self._lc
+        return int(lc.llama_memory_seq_pos_min(self.memory, SEQ)), int(lc.llama_memory_seq_pos_max(self.memory, SEQ))
+
+    def rollback(self) -> str:
+        """What kind of rollback the memory supports (llama.cpp's common_context_can_seq_rm): "part",
+        "full" (whole sequences only), "rs" (bounded recurrent states) or "none"."""
+        lc = self._lc
+        if not self.memory:
+            return "none"
+        if int(lc.llama_n_rs_seq(self.ctx)) > 0:
+            return "rs"
+        self.clear()
+        toks = (ctypes.c_int32 * 2)(0, 0)
+        ret = lc.llama_decode(self.ctx, lc.llama_batch_get_one(toks, 2))
+        try:
+            if ret != 0:
+                return "none"
+            return "part" if self.remove_from(1) else "full"
+        finally:
+            self.clear()
+
+    def decode(self, batch: TokenBatch) -> int:
+        """One llama_decode call of `batch`, waited for to the end of the computation; its return code."""
+        ret = self._lc.llama_decode(self.ctx, batch.batch)
+        if ret == 0:
+            self._lc.llama_synchronize(self.ctx)
+        return int(ret)
+
+    def logits(self, n_vocab: int) -> np.ndarray | None:
+        """A copy of the logits of the last token decoded, or None."""
+        ptr = self._lc.llama_get_logits_ith(self.ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy() if ptr else None
+
+    def read_state(self) -> tuple[bytes, int]:
+        """The sequence's partial state (what cannot roll back: the window's cache, a recurrent
+        state), as llama-server's create_checkpoint reads it, and how many of its bytes llama.cpp wrote."""
+        lc = self._lc
+        size = int(lc.llama_state_seq_get_size_ext(self.ctx, SEQ, STATE_PARTIAL))
+        buf = (ctypes.c_uint8 * size)()
+        got = int(lc.llama_state_seq_get_data_ext(self.ctx, buf, size, SEQ, STATE_PARTIAL))
+        return bytes(buf), got
+
+    def write_state(self, data: bytes) -> int:
+        """Restore a partial state read by `read_state`; the bytes llama.cpp read."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        return int(self._lc.llama_state_seq_set_data_ext(self.ctx, buf, len(data), SEQ, STATE_PARTIAL))
+
+    def free(self) -> None:
+        """Free the context (after its batch and tokenizer users, before its threadpool and model)."""
+        if self.ctx:
+            self._lc.llama_free(self.ctx)
+            self.ctx = None
+            self.memory = None
+
+
+def _context_params(llama_cpp, s: PrefillSettings, n_threads: int):
+    """llama.cpp's context parameters for the runner's settings (llama-server's, for one slot)."""
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = s.n_ctx
+    cparams.n_batch = s.n_batch
+    cparams.n_ubatch = min(s.n_ubatch, s.n_batch)
+    cparams.n_seq_max = 1
+    # one output (the last prompt token's logits), as llama-server reserves: with the default
+    # (n_batch outputs) the compute buffer is sized for n_ubatch x n_vocab logits: 515 MiB
+    # instead of 51 for Gemma 3 270M, 297 instead of 34 for the tiny qwen35 model.
+    cparams.n_outputs_max = 1
+    cparams.n_outputs_max_per_seq = 1
+    cparams.n_threads = n_threads
+    cparams.n_threads_batch = s.n_threads_batch or n_threads
+    cparams.flash_attn_type = FLASH_ATTN[s.flash_attn]
+    cparams.type_k = CACHE_TYPES[s.cache_type_k]
+    cparams.type_v = CACHE_TYPES[s.cache_type_v]
+    cparams.swa_full = s.swa_full
+    cparams.embeddings = False
+    cparams.no_perf = True
+    return cparams

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import InputError
+from ..server_rules import POLICIES, PrefillSettings, get_policy
+from ..session import Session, load_session
 from ..sources import ChatTemplate, load_one
-from .policies import POLICIES, get_policy
 from .prompt import Prompt, build_prompt
 from .report import Comparison, PolicyResult
-from .runner import PrefillRunner, PrefillSettings
-from .session import Session, load_session
+from .runner import PrefillRunner
 
 
 def resolve_template(template: str | os.PathLike | ChatTemplate | None, runner: PrefillRunner) -> ChatTemplate:

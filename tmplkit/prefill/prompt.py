@@ -1,6 +1,6 @@
 """From a session to what the prefill runner takes: prompt tokens and their message spans.
 
-The pipeline stages, in order: render the session with the chat template (sandboxed), tokenize
+The pipeline stages, in order: render the session as a server does (`session.for_server`), tokenize
 with the model's vocabulary, derive the template's role delimiters (tmplkit's analysis) as token
 ids checked in context, and split the tokens into spans.
 
@@ -8,8 +8,8 @@ ids checked in context, and split the tokens into spans.
     >>> prompt = build_prompt(session, load_one("Qwen3.5-4B.jinja"), tok)      # doctest: +SKIP
     >>> runner.run(prompt.tokens, prompt.spans)                                # doctest: +SKIP
 
-`server_spans()` gives the spans llama-server finds with its own two delimiters (user and
-assistant start, each tokenized on its own), to compare against.
+The spans llama-server finds with its own two delimiters, to compare against, are
+`server_rules.server_spans()`.
 """
 
 from __future__ import annotations
@@ -20,20 +20,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..delimiters import Delimiter, sort_delimiters
-from ..errors import AnalysisError, InputError
+from ..errors import AnalysisError
+from ..session import Session, for_server
 from ..sources import ChatTemplate
 from ..spans import SpanDetector, Spans, split_text
-from .session import Session, messages_for_template
 
 if TYPE_CHECKING:
     from ..token_delims import TokenDelimiters
 
-# llama-server's delimiters (its autoparser's user_start / assistant_start, as pinned by the
-# vendored llama.cpp's tests/test-chat-auto-parser.cpp), by a marker of the template family.
-SERVER_DELIMITERS = (
-    ("<|im_start|>", (("assistant", "<|im_start|>assistant"), ("user", "<|im_start|>user"))),
-    ("<start_of_turn>", (("assistant", "<start_of_turn>model"), ("user", "<start_of_turn>user"))),
-)
 
 @dataclass(frozen=True)
 class Prompt:
@@ -78,29 +72,6 @@ class Prompt:
         }
 
 
-def render_session(session: Session, template: ChatTemplate, add_generation_prompt: bool = True) -> str:
-    """The whole session rendered as a prefill sees it: with the variables every session render gets
-    (the family's BOS/EOS where the source gives none, `turns.requests.render_variables`)."""
-    from ..sandbox import Limits, render
-    from ..turns.requests import render_variables
-
-    return render(template, messages_for_template(session, template), tools=list(session.tools) or None,
-                  add_generation_prompt=add_generation_prompt, limits=Limits(seconds=60, max_output_chars=50_000_000),
-                  **render_variables(template))
-
-
-def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]:
-    """The template's role delimiters, as tmplkit's analysis derives them (never a hand-written table)."""
-    from ..analysis import analyze
-
-    analysis = analyze(template)
-    if not analysis.delimiters:
-        why = "; ".join(analysis.errors[:1]) or analysis.status
-        raise InputError(f"no role delimiters could be derived for template '{template.name}' ({why}); "
-                         "give another template with --template")
-    return sort_delimiters(analysis.delimiters), "analysis"
-
-
 def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos: bool = False,
                  add_generation_prompt: bool = True, delimiters: Sequence[Delimiter] | None = None) -> Prompt:
     """Render, tokenize, and split `session` into message spans with tmplkit's delimiters.
@@ -110,9 +81,10 @@ def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos
     `delimiters`: the template's text delimiters when already derived (`text_delimiters(template)[0]`),
     so that building many prompts of one template analyzes it once.
     """
-    from ..token_delims import tokenize_delimiters
+    from ..token_delims import text_delimiters, tokenize_delimiters
 
-    text = render_session(session, template, add_generation_prompt)
+    conversation = for_server(template, session)  # as a server renders it (tmplkit.session.render_conversation)
+    text = conversation.render(add_generation_prompt=add_generation_prompt)
     delims, how = text_delimiters(template) if delimiters is None else (sort_delimiters(delimiters), "given")
     tokens = tokenizer.tokenize(text, add_bos=False)
     if add_bos:
@@ -126,7 +98,7 @@ def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos
         raise AnalysisError(f"template '{template.name}': delimiters do not split the tokens as the text: "
                             f"{'; '.join(tdelims.problems)}")
     spans = SpanDetector(tdelims).split(tokens)
-    as_user = user_starts_of_other_roles(text, delims, messages_for_template(session, template), spans)
+    as_user = user_starts_of_other_roles(text, delims, conversation.messages, spans)
     return Prompt(tuple(tokens), spans, text, template.name, tdelims, how, as_user)
 
 
@@ -153,16 +125,3 @@ def user_starts_of_other_roles(text: str, delimiters: Sequence[Delimiter], messa
             held.setdefault(k, []).append(m["role"])
     return tuple((spans[k].pos, roles[0]) for k, roles in sorted(held.items())
                  if tspans[k].role == "user" and "user" not in roles)
-
-
-def server_delimiters(template: ChatTemplate) -> tuple[tuple[str, str], ...]:
-    """llama-server's two delimiters for this template's family (user and assistant start)."""
-    for marker, delims in SERVER_DELIMITERS:
-        if marker in template.text:
-            return delims
-    raise InputError(f"llama-server's delimiters for template '{template.name}' are not known here")
-
-
-def server_spans(tokens, template: ChatTemplate, tokenizer) -> Spans:
-    """The spans llama-server finds: its two delimiters, each tokenized on its own."""
-    return SpanDetector(list(server_delimiters(template)), tokenizer).split(list(tokens))

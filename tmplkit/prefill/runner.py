@@ -13,14 +13,15 @@ or hybrid memory), the runner saves context checkpoints, and batches also end wh
 says (before some user-message starts) and 4 + n_ubatch and 4 tokens before the prompt's end, so
 that checkpoints exist there. Logits are requested for the last prompt token only.
 
-Where batches end and when a checkpoint is saved is `policies.BatchSchedule`'s decision (with the
-rule in `checkpoints.checkpoint_due`); llama.cpp's set-up and the batch are in `_llama`; this
-module decodes, saves and restores checkpoints, and reports.
+Where batches end and when a checkpoint is saved is `server_rules.BatchSchedule`'s decision (with
+the rule in `checkpoint_due`), and what a resumed prompt reuses is `server_rules.plan_resume`'s;
+llama.cpp's set-up and the batch are in `_llama`; this module decodes, saves and restores
+checkpoints, and reports.
 """
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -31,79 +32,35 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import InputError, ModelError
+from ..server_rules import (
+    BatchPolicy,
+    BatchSchedule,
+    Checkpoint,
+    CheckpointStore,
+    PlannedBatch,
+    PrefillSettings,
+    get_policy,
+    plan_resume,
+    user_starts,
+)
 from ._llama import (
-    CACHE_TYPES,
-    FLASH_ATTN,
     SEQ,
-    STATE_PARTIAL,
+    Context,
+    Model,
     Threadpool,
     TokenBatch,
     clear_log,
-    cpu_has_amx,
     effective_repack,
     ensure_backend,
     import_llama_cpp,
     log_cause,
 )
-from .checkpoints import Checkpoint, CheckpointStore
-from .policies import BatchPolicy, BatchSchedule, PlannedBatch, get_policy, user_starts
 from .report import CheckpointRecord, DecodeCall, GenerationReport, PrefillReport
 
 if TYPE_CHECKING:
-    from ..tokenize import LlamaCppTokenizer
+    from ..tokenizers import LlamaCppTokenizer
 
-__all__ = ["CACHE_TYPES", "ModelInfo", "PrefillRunner", "PrefillSettings", "cpu_has_amx", "effective_repack"]
-
-
-@dataclass(frozen=True)
-class PrefillSettings:
-    """Everything a PrefillRunner passes to llama.cpp, plus the checkpoint rules.
-
-    `checkpoints`: None = on exactly when the model cannot roll its memory back (llama-server's
-    rule); True/False force it. `swa_full`: allocate the full-size sliding-window cache, which
-    can roll back and needs no checkpoints (llama-cpp-python's `Llama` default); False is
-    llama-server's default. `repack`: let llama.cpp repack weights into CPU-specific buffers
-    (llama-server's `--no-repack` turns it off); None = on, except on CPUs with AMX, where the
-    AMX repacking of llama.cpp in llama-cpp-python 0.3.36 crashes in llama_decode (seen with
-    Gemma 3 Q4_K_M, in llama-server too). `poll`: like llama-server, attach a persistent CPU
-    threadpool whose idle threads busy-wait at this polling level (llama-server's `--poll`,
-    default 50); None leaves ggml's per-graph default threadpool.
-    """
-
-    n_ctx: int = 32768
-    n_batch: int = 2048
-    n_ubatch: int = 512
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    n_gpu_layers: int = 0
-    flash_attn: str = "auto"
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    swa_full: bool = False
-    repack: bool | None = None
-    poll: int | None = 50
-    checkpoints: bool | None = None
-    max_checkpoints: int = 32
-    checkpoint_min_step: int = 8192
-    policy: str = "gated"
-
-    def __post_init__(self):
-        for name in ("n_ctx", "n_batch", "n_ubatch", "max_checkpoints"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.poll is not None and not 0 <= self.poll <= 100:
-            raise InputError(f"poll must be between 0 and 100, got {self.poll}")
-        if self.checkpoint_min_step < 0:
-            raise InputError(f"checkpoint_min_step must be >= 0, got {self.checkpoint_min_step}")
-        if self.flash_attn not in FLASH_ATTN:
-            raise InputError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}, got {self.flash_attn!r}")
-        for name in ("cache_type_k", "cache_type_v"):
-            if getattr(self, name) not in CACHE_TYPES:
-                raise InputError(f"{name} must be one of {', '.join(CACHE_TYPES)}, got {getattr(self, name)!r}")
-        get_policy(self.policy)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+__all__ = ["ModelInfo", "PrefillRunner"]
 
 
 @dataclass(frozen=True)
@@ -135,137 +92,62 @@ class PrefillRunner:
     def __init__(self, model_path: str | os.PathLike, settings: PrefillSettings | None = None, **overrides):
         self.settings = replace(settings or PrefillSettings(), **overrides)
         self._llama_cpp = import_llama_cpp()
-        self._model = None
-        self._ctx = None
+        self._handles = contextlib.ExitStack()  # frees the llama.cpp handles, users before what they use
+        self._model: Model | None = None
+        self._ctx: Context | None = None
         self._batch: TokenBatch | None = None
         self._threadpool: Threadpool | None = None
         self.model_path = str(model_path)
         self._tokens: list[int] = []
         self._tokenizer: LlamaCppTokenizer | None = None
         self._run_id = 0
-        self._load()
         self.store = CheckpointStore(self.settings.max_checkpoints, self.settings.checkpoint_min_step)
+        try:
+            self._load()
+        except BaseException:
+            self.close()
+            raise
 
     # ---- set-up -------------------------------------------------------------------------------
 
     def _load(self) -> None:
+        """Load the model, create its context, attach a threadpool and make the batch, each handle
+        freed by `close()` in the reverse order: batch, context, threadpool, model."""
         path = Path(self.model_path)
         if not path.is_file():
             raise ModelError(f"model file not found: {path}")
-        ensure_backend(self._llama_cpp)
+        lc, s = self._llama_cpp, self.settings
+        ensure_backend(lc)
         clear_log()
-        self._model = self._load_model(path)
-        self._ctx = self._new_context(path)
-        s = self.settings
-        self._threadpool = Threadpool.attach(self._llama_cpp, self._ctx, self.n_threads, s.n_threads_batch or self.n_threads,
-                                             s.poll)
-        self._mem = self._llama_cpp.llama_get_memory(self._ctx)
-        self.info = self._describe(path)
+        self.repack = effective_repack(s.repack)
+        self._model = model = Model(lc, path, n_gpu_layers=s.n_gpu_layers, repack=self.repack)
+        self._handles.callback(model.free)
+        self.n_threads = s.n_threads or max(1, os.cpu_count() or 1)
+        self._ctx = ctx = Context(lc, model, s, n_threads=self.n_threads, name=path.name)
+        self._threadpool = Threadpool.attach(lc, ctx.ctx, self.n_threads, s.n_threads_batch or self.n_threads, s.poll)
+        if self._threadpool is not None:
+            self._handles.callback(self._threadpool.free)  # after the context it is attached to
+        self._handles.callback(ctx.free)
+        self.info = self._describe(path, model, ctx)
         self.checkpointing = (not self.info.can_roll_back) if s.checkpoints is None else bool(s.checkpoints)
         if self.checkpointing and self.info.seq_rm == "none":
             self.checkpointing = False
-        self._batch = TokenBatch(self._llama_cpp, s.n_batch, SEQ)
+        self._batch = batch = TokenBatch(lc, s.n_batch, SEQ)
+        self._handles.callback(batch.free)
 
-    def _load_model(self, path: Path):
-        lc = self._llama_cpp
-        mparams = lc.llama_model_default_params()
-        mparams.n_gpu_layers = self.settings.n_gpu_layers
-        self.repack = effective_repack(self.settings.repack)
-        mparams.use_extra_bufts = self.repack
-        model = lc.llama_model_load_from_file(str(path).encode(), mparams)
-        if not model:
-            raise ModelError(f"llama.cpp cannot load {path}: {log_cause('not a valid GGUF model')}")
-        return model
-
-    def _new_context(self, path: Path):
-        lc = self._llama_cpp
-        s = self.settings
-        self.n_threads = s.n_threads or max(1, os.cpu_count() or 1)
-        cparams = lc.llama_context_default_params()
-        cparams.n_ctx = s.n_ctx
-        cparams.n_batch = s.n_batch
-        cparams.n_ubatch = min(s.n_ubatch, s.n_batch)
-        cparams.n_seq_max = 1
-        # one output (the last prompt token's logits), as llama-server reserves: with the default
-        # (n_batch outputs) the compute buffer is sized for n_ubatch x n_vocab logits: 515 MiB
-        # instead of 51 for Gemma 3 270M, 297 instead of 34 for the tiny qwen35 model.
-        cparams.n_outputs_max = 1
-        cparams.n_outputs_max_per_seq = 1
-        cparams.n_threads = self.n_threads
-        cparams.n_threads_batch = s.n_threads_batch or self.n_threads
-        cparams.flash_attn_type = FLASH_ATTN[s.flash_attn]
-        cparams.type_k = CACHE_TYPES[s.cache_type_k]
-        cparams.type_v = CACHE_TYPES[s.cache_type_v]
-        cparams.swa_full = s.swa_full
-        cparams.embeddings = False
-        cparams.no_perf = True
-        ctx = lc.llama_init_from_model(self._model, cparams)
-        if not ctx:
-            self.close()
-            raise ModelError(f"llama.cpp cannot create a context for {path.name} with n_ctx={s.n_ctx}: "
-                             f"{log_cause('context creation failed')}")
-        return ctx
-
-    def _describe(self, path: Path) -> ModelInfo:
-        lc = self._llama_cpp
-        model = self._model
-        vocab = lc.llama_model_get_vocab(model)
-        seq_rm = self._probe_seq_rm()
-        n_swa = 0 if self.settings.swa_full else int(lc.llama_model_n_swa(model))
-        tmpl = lc.llama_model_chat_template(model, None)
-        return ModelInfo(
-            path=str(path),
-            n_vocab=int(lc.llama_vocab_n_tokens(vocab)),
-            n_ctx=int(lc.llama_n_ctx(self._ctx)),
-            n_swa=n_swa,
-            is_recurrent=bool(lc.llama_model_is_recurrent(model)),
-            is_hybrid=bool(lc.llama_model_is_hybrid(model)),
-            seq_rm=seq_rm,
-            can_roll_back=seq_rm == "part" and n_swa == 0,
-            add_bos=bool(lc.llama_vocab_get_add_bos(vocab)),
-            chat_template=tmpl.decode("utf-8", "replace") if tmpl else None,
-        )
-
-    def _probe_seq_rm(self) -> str:
-        """What kind of rollback the memory supports (llama.cpp's common_context_can_seq_rm)."""
-        lc = self._llama_cpp
-        if not self._mem:
-            return "none"
-        if int(lc.llama_n_rs_seq(self._ctx)) > 0:
-            return "rs"
-        lc.llama_memory_clear(self._mem, True)
-        toks = (ctypes.c_int32 * 2)(0, 0)
-        ret = lc.llama_decode(self._ctx, lc.llama_batch_get_one(toks, 2))
-        try:
-            if ret != 0:
-                return "none"
-            if not lc.llama_memory_seq_rm(self._mem, SEQ, 1, -1):
-                return "full"
-            return "part"
-        finally:
-            lc.llama_memory_clear(self._mem, True)
+    def _describe(self, path: Path, model: Model, ctx: Context) -> ModelInfo:
+        seq_rm = ctx.rollback()
+        n_swa = 0 if self.settings.swa_full else model.n_swa
+        return ModelInfo(path=str(path), n_vocab=model.n_vocab, n_ctx=ctx.n_ctx, n_swa=n_swa, is_recurrent=model.is_recurrent,
+                         is_hybrid=model.is_hybrid, seq_rm=seq_rm, can_roll_back=seq_rm == "part" and n_swa == 0,
+                         add_bos=model.add_bos, chat_template=model.chat_template())
 
     def close(self) -> None:
         """Free everything, users before what they use: tokenizer, batch, context, threadpool, model."""
-        lc = self._llama_cpp
-        tokenizer = getattr(self, "_tokenizer", None)
-        if tokenizer is not None:
-            tokenizer.close()
-            self._tokenizer = None
-        batch = getattr(self, "_batch", None)
-        if batch is not None:
-            batch.free()
-            self._batch = None
-        if self._ctx:
-            lc.llama_free(self._ctx)
-            self._ctx = None
-        threadpool = getattr(self, "_threadpool", None)
-        if threadpool is not None:
-            threadpool.free()
-            self._threadpool = None
-        if self._model:
-            lc.llama_model_free(self._model)
-            self._model = None
+        handles = getattr(self, "_handles", None)
+        if handles is not None:
+            handles.close()  # (closing twice frees nothing twice)
+        self._tokenizer = self._batch = self._ctx = self._threadpool = self._model = None
         self.store = CheckpointStore(self.settings.max_checkpoints, self.settings.checkpoint_min_step)
         self._tokens = []
 
@@ -293,11 +175,12 @@ class PrefillRunner:
         """The model's vocabulary as a tmplkit tokenizer (`LlamaCppTokenizer`), sharing the loaded
         model instead of loading the file a second time; closed with the runner."""
         if self._tokenizer is None:
-            if not self._model:
+            if self._model is None:
                 raise ModelError("the runner is closed")
-            from ..tokenize import LlamaCppTokenizer
+            from ..tokenizers import LlamaCppTokenizer
 
-            self._tokenizer = LlamaCppTokenizer.of_model(self._model, self.model_path, add_bos=False)
+            self._tokenizer = tok = LlamaCppTokenizer.of_model(self._model.model, self.model_path, add_bos=False)
+            self._handles.callback(tok.close)  # first of all: it reads the model's vocabulary
         return self._tokenizer
 
     def tokenize(self, text: str, add_special: bool = False) -> list[int]:
@@ -311,14 +194,16 @@ class PrefillRunner:
         """A copy of the logits of the last token decoded (the last prompt token after a prefill)."""
         if not self._tokens:
             raise InputError("no prompt has been processed yet")
-        ptr = self._llama_cpp.llama_get_logits_ith(self._ctx, -1)
-        if not ptr:
+        logits = self._context.logits(self.info.n_vocab)
+        if logits is None:
             raise ModelError("llama.cpp returned no logits for the last token")
-        return np.ctypeslib.as_array(ptr, shape=(self.info.n_vocab,)).copy()
+        return logits
 
-    def _pos_range(self) -> tuple[int, int]:
-        lc = self._llama_cpp
-        return int(lc.llama_memory_seq_pos_min(self._mem, SEQ)), int(lc.llama_memory_seq_pos_max(self._mem, SEQ))
+    @property
+    def _context(self) -> Context:
+        if self._ctx is None:
+            raise ModelError("the runner is closed")
+        return self._ctx
 
     def check_prompt(self, tokens: Sequence[int]) -> list[int]:
         """The prompt as a list of ints; InputError if it is empty, too long for n_ctx, or has foreign ids."""
@@ -343,7 +228,7 @@ class PrefillRunner:
 
     def _reset(self) -> None:
         clear_log()
-        self._llama_cpp.llama_memory_clear(self._mem, True)
+        self._context.clear()
         self._tokens = []
         self.store.clear()
 
@@ -376,35 +261,18 @@ class PrefillRunner:
         return self._prefill(toks, n_past, spans, pol, t0, restored, time.perf_counter() - t0, progress)
 
     def _keep_prefix(self, toks: list[int]) -> tuple[int, CheckpointRecord | None]:
-        """Cut the memory back to what `toks` can reuse (llama-server's prompt-cache rules in
-        server-context.cpp); returns the tokens kept and the checkpoint restored, if any."""
-        lc = self._llama_cpp
-        held = self._tokens
-        n_past = 0
-        limit = min(len(held), len(toks))
-        while n_past < limit and held[n_past] == toks[n_past]:
-            n_past += 1
-        restored = None
-        pos_next = n_past
-        has_new = n_past < len(toks)
-        pos_min_thold = max(0, pos_next - self.info.n_swa - (0 if has_new else 1))
-        if 0 < n_past <= len(held):
-            pos_min, _ = self._pos_range()
-            if pos_min >= pos_min_thold:
-                ck = self.store.find_restorable(pos_next, pos_min_thold) if self.checkpointing else None
-                if ck is not None:
-                    restored = self._restore_checkpoint(ck)
-                    pos_next = min(pos_next, max(ck.pos_min + 1, ck.pos_max))
-                    n_past = min(pos_next, ck.n_tokens)
-                else:
-                    pos_next = 0
-                    n_past = 0
-        self.store.drop_after(pos_next)
-        if n_past == len(toks) and n_past > 0:
-            n_past -= 1  # at least one token is decoded, so its logits exist
+        """Cut the memory back to what `toks` can reuse, as the resume plan says (llama-server's
+        prompt-cache rule, `server_rules.plan_resume`); returns the tokens kept and the checkpoint
+        restored, if any."""
+        ctx = self._context
+        plan = plan_resume(self._tokens, toks, pos_min=ctx.pos_range()[0], n_swa=self.info.n_swa,
+                           store=self.store if self.checkpointing else None)
+        restored = self._restore_checkpoint(plan.restore) if plan.restore is not None else None
+        self.store.drop_after(plan.pos_next)
+        n_past = plan.n_past
         if n_past == 0:
-            lc.llama_memory_clear(self._mem, True)  # (a checkpoint ending at position 0 stays, as in llama-server)
-        elif not lc.llama_memory_seq_rm(self._mem, SEQ, n_past, -1):
+            ctx.clear()  # (a checkpoint ending at position 0 stays, as in llama-server)
+        elif not ctx.remove_from(n_past):
             self._reset()
             raise ModelError(f"llama.cpp could not remove positions {n_past}.. from memory: {log_cause('seq_rm failed')}")
         return n_past, restored
@@ -451,13 +319,10 @@ class PrefillRunner:
     def _decode(self, tokens: np.ndarray, pos0: int, logits_last: bool) -> float:
         """One llama_decode call of `tokens` at positions pos0...; its seconds (to the end of the
         computation). A failure resets the runner and raises ModelError."""
-        lc = self._llama_cpp
         assert self._batch is not None, "the runner is closed"
         self._batch.set(tokens, pos0, logits_last)
         d0 = time.perf_counter()
-        ret = lc.llama_decode(self._ctx, self._batch.batch)
-        if ret == 0:
-            lc.llama_synchronize(self._ctx)
+        ret = self._context.decode(self._batch)
         dt = time.perf_counter() - d0
         if ret != 0:
             self._reset()
@@ -468,26 +333,21 @@ class PrefillRunner:
         """Save the state after batch.begin tokens (before the batch is decoded), as llama-server's
         create_checkpoint; returns its record and how many checkpoints it evicted, or None when
         the memory holds nothing yet."""
-        lc = self._llama_cpp
         assert batch.checkpoint is not None, "called only for a batch that asks for a checkpoint"
-        pmin, pmax = self._pos_range()
+        pmin, pmax = self._context.pos_range()
         if pmin < 0:
             return None
         c0 = time.perf_counter()
-        size = int(lc.llama_state_seq_get_size_ext(self._ctx, SEQ, STATE_PARTIAL))
-        buf = (ctypes.c_uint8 * size)()
-        got = int(lc.llama_state_seq_get_data_ext(self._ctx, buf, size, SEQ, STATE_PARTIAL))
-        if got != size:
+        data, got = self._context.read_state()
+        if got != len(data):
             self._reset()
-            raise ModelError(f"saving a checkpoint at {batch.begin} tokens failed ({got} of {size} bytes)")
-        evicted = self.store.add(Checkpoint(batch.begin, pmin, pmax, bytes(buf), self._run_id))
-        return CheckpointRecord(batch.begin, pmin, pmax, size, time.perf_counter() - c0, batch.checkpoint), len(evicted)
+            raise ModelError(f"saving a checkpoint at {batch.begin} tokens failed ({got} of {len(data)} bytes)")
+        evicted = self.store.add(Checkpoint(batch.begin, pmin, pmax, data, self._run_id))
+        return CheckpointRecord(batch.begin, pmin, pmax, len(data), time.perf_counter() - c0, batch.checkpoint), len(evicted)
 
     def _restore_checkpoint(self, ck: Checkpoint) -> CheckpointRecord:
-        lc = self._llama_cpp
         r0 = time.perf_counter()
-        buf = (ctypes.c_uint8 * ck.size).from_buffer_copy(ck.data)
-        got = lc.llama_state_seq_set_data_ext(self._ctx, buf, ck.size, SEQ, STATE_PARTIAL)
+        got = self._context.write_state(ck.data)
         if got != ck.size:
             self._reset()
             raise ModelError(f"restoring the checkpoint at {ck.n_tokens} tokens failed "

@@ -7,19 +7,27 @@ and what each costs.
   text and tokens (divergence.py);
 - `ServerSimulation`, `MemoryModel`: llama-server's prompt cache over token positions
   (simulation.py); `session_cost(...)`: tokens recomputed per request under four settings (cost.py);
+- `prepare_session(session, template, tokenizer)`: the session pipeline written once (requests,
+  tokens, spans per delimiter set, predicted divergences) for the study, the replay and the
+  benchmarks (pipeline.py);
 - `study_turns(template, session, tokenizer=...)`: all of it for one template (summary.py), and
   its reports as text, markdown, CSV or JSON (formats.py, `tmplkit turns`).
+
+Below it lie the session layer (`tmplkit.session`: the requests render the conversation as a server
+does) and llama-server's rules (`tmplkit.server_rules`: the simulation follows them); the replay on
+a model (`tmplkit.replay`) sits above it and prefill.
 """
 
 from .cost import SETTINGS, CostSetting, SessionCost, default_settings, session_cost
 from .divergence import CAUSES, Divergence, TokenizedRequests, divergences, tokenize_requests
+from .pipeline import PreparedSession, prepare_session, request_spans
 from .requests import Request, common_prefix, iter_requests, next_renders, request_points, session_requests
 from .simulation import MemoryModel, ServerSimulation, SimulatedRequest, plan_batches
 from .summary import HISTORY_FLAGS, TurnsReport, study_turns
 
 __all__ = [
-    "CAUSES", "HISTORY_FLAGS", "SETTINGS", "CostSetting", "Divergence", "MemoryModel", "Request", "ServerSimulation",
-    "SessionCost", "SimulatedRequest", "TokenizedRequests", "TurnsReport", "common_prefix", "default_settings",
-    "divergences", "iter_requests", "next_renders", "plan_batches", "request_points", "session_cost", "session_requests", "study_turns",
-    "tokenize_requests",
+    "CAUSES", "HISTORY_FLAGS", "SETTINGS", "CostSetting", "Divergence", "MemoryModel", "PreparedSession", "Request",
+    "ServerSimulation", "SessionCost", "SimulatedRequest", "TokenizedRequests", "TurnsReport", "common_prefix",
+    "default_settings", "divergences", "iter_requests", "next_renders", "plan_batches", "prepare_session", "request_points",
+    "request_spans", "session_cost", "session_requests", "study_turns", "tokenize_requests",
 ]

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..prefill.policies import Gated, ServerGated
-from ..prefill.runner import PrefillSettings
+from ..server_rules import DivergenceAware, Gated, PrefillSettings, ServerGated
 from .requests import common_prefix
 from .simulation import MemoryModel, ServerSimulation, SimulatedRequest
 
@@ -49,8 +48,6 @@ SETTINGS = ("full attention", "llama-server", "tmplkit", "divergence-aware")
 
 def default_settings(memory: MemoryModel) -> tuple[CostSetting, ...]:
     """The four settings of the module doc, for a checkpointing `memory`."""
-    from ..prefill.divergence_policy import DivergenceAware
-
     return (CostSetting("full attention", MemoryModel("full"), "tmplkit", Gated()),
             CostSetting("llama-server", memory, "server", ServerGated()),
             CostSetting("tmplkit", memory, "tmplkit", Gated()),
@@ -112,8 +109,6 @@ def session_cost(tokens, spans: dict, *, predicted=None, settings: tuple[CostSet
 
 def policy_for(policy, predicted, k: int, n_prompt: int):
     """The policy for request k: the divergence-aware one gets that request's predicted divergences."""
-    from ..prefill.divergence_policy import DivergenceAware
-
     if isinstance(policy, DivergenceAware) and predicted is not None:
         return DivergenceAware.for_prompt(predicted[k], n_prompt)
     return policy

@@ -35,13 +35,13 @@ from datetime import datetime, timedelta
 
 from ..analysis._text import lcp as common_prefix  # strings and token lists alike
 from ..errors import InputError, TmplkitError
-from ..sandbox import PINNED_NOW, Limits, render
-from ..sources import ChatTemplate, family_special_tokens
+from ..sandbox import PINNED_NOW
+from ..session import for_server
+from ..sources import ChatTemplate
 
 __all__ = ["Request", "session_requests", "iter_requests", "request_points", "common_prefix", "next_renders"]
 
 _NEEDLE = "\u2063needle\u2063"
-_LIMITS = Limits(seconds=60, max_output_chars=50_000_000)
 
 
 def _clock_at(t: datetime) -> Callable[[], datetime]:
@@ -101,7 +101,8 @@ def request_points(messages) -> list[tuple[int, int]]:
 
 def session_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = None,
                      start: datetime = PINNED_NOW, interval: timedelta = DEFAULT_INTERVAL) -> tuple[Request, ...]:
-    """Every request of `session` (a `Session` or a `Conversation`) with `template`.
+    """Every request of `session` (a `Session`, or one prepared for the server: `session.for_server`)
+    with `template`.
 
     `kwargs`: extra template variables for every render (e.g. `{"enable_thinking": False}`).
 
@@ -114,21 +115,18 @@ def session_requests(session, template: ChatTemplate, *, kwargs: Mapping | None 
 def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = None,
                   start: datetime = PINNED_NOW, interval: timedelta = DEFAULT_INTERVAL):
     """`session_requests` one request at a time (a caller looking for the first divergence stops early)."""
-    from ..prefill.session import messages_for_template
-
-    messages = messages_for_template(session, template)
-    tools = list(session.tools or ()) or None
+    conversation = for_server(template, session, kwargs)
+    messages = list(conversation.messages)
     points = request_points(messages)
     if not points:
-        raise InputError(f"{getattr(session, 'source', 'session')}: no request in the session: the model speaks after a "
+        raise InputError(f"{conversation.conversation.source}: no request in the session: the model speaks after a "
                          "user message or tool results; add a user message")
-    extra = render_variables(template, kwargs)
     for k, (n, end) in enumerate(points):
         when = start + k * interval
-        clock = (lambda t=when: t)  # noqa: E731 - each request at its own time
+        clock = _clock_at(when)  # each request at its own time
 
         def draw(msgs, gp, clock=clock):
-            return render(template, msgs, tools=tools, add_generation_prompt=gp, limits=_LIMITS, clock=clock, **extra)
+            return conversation.render(msgs, add_generation_prompt=gp, clock=clock)
 
         text = draw(messages[:n], True)
         gprompt = _generation_prompt(text, draw(messages[:n], False))
@@ -136,13 +134,6 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
         if end > n:
             generated, rule = _generated_turn(draw, messages[:end], text, gprompt)
         yield Request(k, n, text, gprompt, generated, (n, end), rule, when)
-
-
-def render_variables(template: ChatTemplate, kwargs: Mapping | None = None) -> dict:
-    """The variables of every render of a session: the family's common BOS/EOS strings where the
-    template reads them and its source gives none (as the analysis renders, so a bare .jinja of a
-    Mistral-style template that writes `eos_token` after each reply renders), then `kwargs`."""
-    return {**family_special_tokens(template), **dict(kwargs or {})}
 
 
 def _generation_prompt(with_gp: str, without: str) -> str:
@@ -181,11 +172,8 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
     only now, requests before the user speaks again. Only the template and the conversation so far
     are used, never the session's later messages.
     """
-    from ..prefill.session import messages_for_template
-
-    messages = messages_for_template(session, template)
-    tools = list(session.tools or ()) or None
-    variables = render_variables(template, kwargs)
+    conversation = for_server(template, session, kwargs)
+    messages = list(conversation.messages)
     out: list[tuple[str, ...]] = []
     for r in requests:
         if not r.generated:
@@ -202,8 +190,7 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
         texts: list[str] = []
         for extra in follow:
             try:
-                texts.append(render(template, upto + extra, tools=tools, add_generation_prompt=True, limits=_LIMITS,
-                                    clock=_clock_at(r.time), **variables))
+                texts.append(conversation.render(upto + extra, clock=_clock_at(r.time)))
             except TmplkitError:  # a template may refuse a shape; that follow-up is then not predicted
                 continue
         out.append(tuple(texts))

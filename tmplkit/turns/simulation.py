@@ -6,9 +6,9 @@ saved. This module makes the same decisions without a model, so the recompute of
 predicted for any template, delimiter set and policy, and checked against a replay.
 
 No rule is repeated here: where batches end and which start with a checkpoint is the runner's
-own `BatchSchedule`, and the checkpoint store (`CheckpointStore.add/find_restorable/drop_after`)
-is the runner's too. What is repeated is `PrefillRunner.resume`'s choice of the prefix to keep
-(`ServerSimulation.resume`, a few lines of llama-server's server-context.cpp).
+own `BatchSchedule`, the checkpoint store (`CheckpointStore.add/find_restorable/drop_after`) is
+the runner's too, and so is the choice of the prefix to keep (`plan_resume`); all of them are
+`tmplkit.server_rules`.
 
 The only thing about the model it needs is `MemoryModel`: whether the memory can roll back, and
 which positions it still holds after n tokens (the sliding-window cache keeps the last
@@ -20,9 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..prefill.checkpoints import Checkpoint, CheckpointStore
-from ..prefill.policies import BatchSchedule, PlannedBatch, get_policy
-from .requests import common_prefix
+from ..server_rules import BatchSchedule, Checkpoint, CheckpointStore, PlannedBatch, get_policy, plan_resume
 
 __all__ = ["MemoryModel", "SimulatedRequest", "ServerSimulation", "plan_batches"]
 
@@ -124,32 +122,20 @@ class ServerSimulation:
         self.run_id = 0
 
     def resume(self, tokens, spans=None, policy="gated") -> SimulatedRequest:
+        """Prefill `tokens` after what the slot holds: the resume plan the runner follows too."""
         toks = list(tokens)
         self.run_id += 1
-        held = self.held
-        n_past = common_prefix(held, toks)
-        common = n_past
-        restored = None
-        pos_next = n_past
-        thold = max(0, pos_next - self.memory.n_swa - (0 if n_past < len(toks) else 1))
-        if 0 < n_past <= len(held) and self.memory.pos_min(len(held)) >= thold:
-            ck = self.store.find_restorable(pos_next, thold) if self.store is not None else None
-            if ck is not None:
-                restored = ck.n_tokens
-                pos_next = min(pos_next, max(ck.pos_min + 1, ck.pos_max))
-                n_past = min(pos_next, ck.n_tokens)
-            else:
-                pos_next = n_past = 0
+        plan = plan_resume(self.held, toks, pos_min=self.memory.pos_min(len(self.held)), n_swa=self.memory.n_swa,
+                           store=self.store)
         if self.store is not None:
-            self.store.drop_after(pos_next)
-        if n_past == len(toks) and n_past > 0:
-            n_past -= 1
+            self.store.drop_after(plan.pos_next)
+        n_past = plan.n_past
         batches = plan_batches(len(toks), n_past, spans, policy, self.settings, self.store, self.run_id, self.memory)
         self.held = toks
         new = tuple(b.begin for b in batches if b.checkpoint is not None and b.begin > 0)
-        return SimulatedRequest(len(toks), n_past, len(toks) - n_past, restored, common, new)
+        restored = plan.restore.n_tokens if plan.restore is not None else None
+        return SimulatedRequest(len(toks), n_past, len(toks) - n_past, restored, plan.n_common, new)
 
     def generate(self, tokens) -> None:
         """The generated turn, decoded after the prompt (no checkpoints are saved while generating)."""
         self.held = self.held + list(tokens)
-

@@ -14,11 +14,12 @@ from datetime import datetime
 from ..errors import RenderError, TmplkitError
 from ..probes import THINKING_FLAGS
 from ..sources import ChatTemplate
-from .cost import SessionCost, predicted_divergences, session_cost
-from .divergence import Divergence, divergences, tokenize_requests
-from .requests import DEFAULT_INTERVAL, iter_requests, next_renders, session_requests
+from .cost import SessionCost, session_cost
+from .divergence import Divergence, divergences
+from .pipeline import prepare_session
+from .requests import DEFAULT_INTERVAL, iter_requests
 
-__all__ = ["TurnsReport", "study_turns", "HISTORY_FLAGS", "request_spans"]
+__all__ = ["TurnsReport", "study_turns", "HISTORY_FLAGS"]
 
 # Switches some templates read to keep or clear the reasoning of earlier turns (besides the
 # thinking switches the analysis finds); tried when their name appears in the template.
@@ -77,45 +78,30 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     A template that cannot render the session gives a report with `error` set (a corpus table
     goes on); other problems raise.
     """
-    from ..prefill.session import messages_for_template
-
     try:
-        reqs = session_requests(session, template, kwargs=kwargs, interval=interval)
+        prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval)
     except RenderError as exc:  # (RenderLimitError too)
         return TurnsReport(template.name, 0, (), error=str(exc))
-    messages = messages_for_template(session, template)
-    redraw = _redraw(template, session, reqs, kwargs)
-    tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos) if tokenizer is not None else None
-    divs = divergences(reqs, messages, session.tools, redraw=redraw, tokens=tokens, tokenizer=tokenizer)
-    notes: list[str] = []
+    conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens
+    divs = divergences(reqs, conversation.messages, conversation.conversation.tools, redraw=_redraw(conversation, reqs),
+                       tokens=tokens, tokenizer=tokenizer)
     cost = None
-    if tokens is not None:
-        spans = request_spans(template, tokenizer, reqs, tokens, notes)
-        if spans:
-            ahead = predicted_divergences(tokens, next_renders(session, template, reqs, kwargs=kwargs), tokenizer,
-                                          add_bos=add_bos)
-            cost = session_cost(tokens, spans, predicted=ahead, memory=memory, prefill=prefill)
-    tried = _switches(template, session, kwargs, interval, reqs) if switches else ()
-    return TurnsReport(template.name, len(reqs), divs, tried, cost, tuple(notes))
+    if tokens is not None and prepared.spans:
+        cost = session_cost(tokens, prepared.spans, predicted=prepared.predicted, memory=memory, prefill=prefill)
+    tried = _switches(template, conversation, kwargs, interval, reqs) if switches else ()
+    return TurnsReport(template.name, len(reqs), divs, tried, cost, prepared.notes)
 
 
-def _redraw(template, session, reqs, kwargs):
+def _redraw(conversation, reqs):
     """request k rendered at another time (for the date check)."""
-    from ..prefill.session import messages_for_template
-    from ..sandbox import render
-    from .requests import _LIMITS, render_variables
-
-    messages = messages_for_template(session, template)
-    variables = render_variables(template, kwargs)
 
     def redraw(k: int, at: datetime) -> str:
-        return render(template, messages[:reqs[k].n_messages], tools=list(session.tools or ()) or None,
-                      add_generation_prompt=True, limits=_LIMITS, clock=lambda: at, **variables)
+        return conversation.render(conversation.messages[:reqs[k].n_messages], clock=lambda: at)
 
     return redraw
 
 
-def _switches(template, session, kwargs, interval, default) -> tuple[tuple[str, bool], ...]:
+def _switches(template, conversation, kwargs, interval, default) -> tuple[tuple[str, bool], ...]:
     """(setting, stable) for each value of each switch that changes some request's render.
 
     Requests are rendered one at a time and the walk stops at the first divergence, so a switch
@@ -127,7 +113,7 @@ def _switches(template, session, kwargs, interval, default) -> tuple[tuple[str, 
             continue
         for value in values:
             try:
-                verdict = _walk(iter_requests(session, template, kwargs={**dict(kwargs or {}), name: value},
+                verdict = _walk(iter_requests(conversation, template, kwargs={**dict(kwargs or {}), name: value},
                                               interval=interval), default)
             except TmplkitError:
                 continue
@@ -146,31 +132,3 @@ def _walk(requests, default) -> bool | None:
             return False if changed else None
         prev = r
     return True if changed else None
-
-
-def request_spans(template, tokenizer, reqs, tokens, notes: list) -> dict:
-    """One Spans per request for each delimiter set that works here ("tmplkit", "server")."""
-    from ..analysis import Analysis, RoundTrip
-    from ..prefill.prompt import server_delimiters, text_delimiters
-    from ..spans import SpanDetector
-    from ..tokenize import token_delimiters
-
-    out = {}
-    try:
-        delims, _ = text_delimiters(template)
-        probe = Analysis(name=template.name, source=template.source, status="pass", delimiters=delims,
-                         round_trip=RoundTrip(True, (), (), rendered=reqs[-1].text))
-        tdelims = token_delimiters(probe, tokenizer)
-        if tdelims.passed:
-            det = SpanDetector(tdelims)
-            out["tmplkit"] = [det.split(list(ids)) for ids in tokens.requests]
-        else:
-            notes.append("tmplkit's delimiters do not split the tokens as the text: " + "; ".join(tdelims.problems[:2]))
-    except TmplkitError as exc:
-        notes.append(f"no tmplkit delimiters: {exc}")
-    try:
-        det = SpanDetector(list(server_delimiters(template)), tokenizer)
-        out["server"] = [det.split(list(ids)) for ids in tokens.requests]
-    except TmplkitError as exc:
-        notes.append(f"no llama-server delimiters: {exc}")
-    return out

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+__all__ = ["Checkpoint", "CheckpointStore", "checkpoint_due", "near_end", "near_end_breaks"]
+
 # llama-server ends a batch this many tokens before the prompt's end (4 + n_ubatch, and 4), so
 # that checkpoints exist there (llama.cpp PR 20288); a resume then recomputes at most a ubatch.
 _NEAR_END_OFFSET = 4

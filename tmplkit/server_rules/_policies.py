@@ -8,17 +8,10 @@ prompt's end (the near-end rule) and a checkpoint is taken at the start of a bat
 user message (subject to the minimum step) or lies near the end. With a model that can roll its
 memory back, no checkpoint is needed and no policy breaks a batch.
 
-    >>> get_policy("gated").name
-    'gated'
-    >>> sorted(POLICIES)
-    ['divergence-aware', 'every-user-start', 'gated', 'none']
-
-To add one, subclass BatchPolicy and register it: `POLICIES["mine"] = Mine()`; `tmplkit prefill
---policy` offers every registered name.
-
-`BatchSchedule` applies a policy and the shared rules to one prompt, one batch at a time: where
-each batch ends and whether a checkpoint is saved before it (the rule of that is
-`checkpoints.checkpoint_due`, which `gated` asks too).
+The policies llama.cpp has run (`every-user-start`: 73618f2, `gated`: PR 25420, `gated-llama-server`:
+the gate exactly as the server runs it) and tmplkit's own; the registry of named ones is
+`_registry.POLICIES`, and `_schedule.BatchSchedule` applies one to a prompt (the rule of its
+checkpoints is `_checkpoints.checkpoint_due`, which `gated` asks too).
 """
 
 from __future__ import annotations
@@ -27,11 +20,13 @@ import bisect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import InputError
-from .checkpoints import checkpoint_due, near_end, near_end_breaks
+from ._checkpoints import checkpoint_due
 
 if TYPE_CHECKING:
     from ..spans import Spans
+
+__all__ = ["BatchPolicy", "BreakContext", "EveryUserStart", "FixedBreaks", "Gated", "NoBreaks", "ServerGated",
+           "last_user_start", "user_starts"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +75,7 @@ class BatchPolicy:
 
     def checkpoint_before(self, pos: int, spans=None) -> bool:
         """Whether to save a checkpoint before a batch starting at `pos` that the shared rules
-        would not save one before (no policy here does; see divergence_policy)."""
+        would not save one before (no policy here does; see _divergence_aware)."""
         return False
 
     def keeps_checkpoint(self, pos: int, spans=None) -> bool:
@@ -198,132 +193,6 @@ class FixedBreaks(BatchPolicy):
         return "fixed" if pos in self.positions else None
 
 
-POLICIES: dict[str, BatchPolicy] = {p.name: p for p in (NoBreaks(), EveryUserStart(), Gated())}
-
-
-def get_policy(policy: str | BatchPolicy) -> BatchPolicy:
-    """A policy by name (or the policy itself)."""
-    if isinstance(policy, BatchPolicy):
-        return policy
-    try:
-        return POLICIES[policy]
-    except KeyError:
-        raise InputError(f"unknown batch policy '{policy}'; known: {', '.join(POLICIES)}") from None
-
-
-# ---- one prompt's batches ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PlannedBatch:
-    """One batch of a prefill: tokens [begin, end), why it ends there (`reason`, and `rule`: the
-    policy rule that ended it early), and why a checkpoint is saved right before it is decoded
-    (`checkpoint`: "user start", "last user message", "near end"; None: no checkpoint)."""
-
-    begin: int
-    end: int
-    reason: str
-    rule: str | None = None
-    checkpoint: str | None = None
-
-    @property
-    def size(self) -> int:
-        return self.end - self.begin
-
-
-class BatchSchedule:
-    """Where each batch of one prompt ends, and which batches start with a checkpoint.
-
-    Batches hold at most `n_batch` tokens. When the model needs checkpoints (`checkpointing`), a
-    batch also ends where the policy says, before a user start, or at a near-end position,
-    whichever comes first (llama-server's order), and a checkpoint is saved before a batch that
-    starts a user message where `checkpoint_due` says so, or that ends near the prompt's end.
-    The runner asks for one batch at a time, passing the newest checkpoint it holds by then.
-
-        >>> sched = BatchSchedule(get_policy("none"), None, 5000, n_batch=2048, n_ubatch=512,
-        ...                       min_step=8192, checkpointing=True)
-        >>> [(b.begin, b.end, b.reason, b.checkpoint) for b in sched.plan(4096)]
-        [(4096, 4484, 'near end', None), (4484, 4996, 'near end', 'near end'), (4996, 5000, 'end', 'near end')]
-    """
-
-    def __init__(self, policy: BatchPolicy, spans, n_prompt: int, *, n_batch: int, n_ubatch: int,
-                 min_step: int, checkpointing: bool):
-        self.policy = policy
-        self.spans = spans if policy.uses_spans else None
-        self.n_prompt = n_prompt
-        self.n_batch = n_batch
-        self.n_ubatch = n_ubatch
-        self.min_step = min_step
-        self.checkpointing = checkpointing
-        self.last_user = last_user_start(self.spans)
-        self._near = near_end_breaks(n_prompt, n_batch, n_ubatch)
-        self._candidates = sorted({int(p) for p in policy.candidates(self.spans, n_prompt) if 0 < int(p) < n_prompt})
-
-    def next_batch(self, begin: int, newest: int | None) -> PlannedBatch:
-        """The batch starting at `begin`; `newest`: n_tokens of the newest checkpoint held (or None)."""
-        full = min(begin + self.n_batch, self.n_prompt)
-        due = self._due(begin, newest)
-        end, reason, rule = self._early_end(begin, full, newest, due) if self.checkpointing else (full, None, None)
-        if end == self.n_prompt:
-            reason, rule = "end", None
-        elif end - begin == self.n_batch:
-            reason, rule = "full", None  # the batch was full anyway; a rule cost nothing
-        # without an early end the batch ends at `full`: the prompt's end or a full batch, both named above
-        assert reason is not None
-        return PlannedBatch(begin, end, reason, rule, self._checkpoint_why(begin, end, due))
-
-    def plan(self, start: int = 0, newest: int | None = None) -> list[PlannedBatch]:
-        """All batches from `start`, each checkpoint asked for counted as saved: for `run()`, which
-        starts from an empty memory, exactly its decode calls and checkpoints, without a model."""
-        out: list[PlannedBatch] = []
-        while start < self.n_prompt:
-            batch = self.next_batch(start, newest)
-            if batch.checkpoint is not None:
-                newest = batch.begin
-            out.append(batch)
-            start = batch.end
-        return out
-
-    def _due(self, begin: int, newest: int | None) -> bool:
-        """Whether a checkpoint is due at the user start this batch begins with."""
-        return (self.checkpointing and begin > 0 and self.spans is not None and self.spans.is_user_start(begin)
-                and checkpoint_due(begin, last_user=self.last_user, newest=newest, min_step=self.min_step) is not None)
-
-    def _checkpoint_why(self, begin: int, end: int, due: bool) -> str | None:
-        if not self.checkpointing or begin == 0:
-            return None
-        if near_end(self.n_prompt, end, self.n_ubatch):
-            why = "near end"
-        elif due:
-            why = "last user message" if begin == self.last_user else "user start"
-        else:  # the policy may want one where the shared rules do not (and drop one where they do)
-            return "next divergence" if self.policy.checkpoint_before(begin, self.spans) else None
-        return why if self.policy.keeps_checkpoint(begin, self.spans) else None
-
-    def _early_end(self, begin: int, full: int, newest: int | None, due: bool) -> tuple[int, str | None, str | None]:
-        """(end, reason, rule): the first break before `full` that the policy (at its candidate
-        positions) or the near-end rule asks for; `full` and no reason when none does."""
-        cands, near, n = self._candidates, self._near, self.n_prompt
-        i = bisect.bisect_right(cands, begin)
-        j = bisect.bisect_right(near, begin)
-        ctx = BreakContext(spans=self.spans, last_user=self.last_user, last_checkpoint=newest, min_step=self.min_step,
-                           pending_checkpoint=begin if due else None, min_tokens=self.n_ubatch, batch_begin=begin,
-                           batch_end=min(full, near[j]) if j < len(near) else full, n_ubatch=self.n_ubatch)
-        while True:
-            c = cands[i] if i < len(cands) else n
-            e = near[j] if j < len(near) else n
-            p = min(c, e)
-            if p >= full:
-                return full, None, None
-            if c == p:
-                rule = self.policy.break_before(p, ctx)
-                if rule is not None:
-                    return p, self.policy.reason, rule
-                i += 1
-            if e == p:
-                return p, "near end", None
-
-
 def user_starts(spans) -> list[int]:
     """Positions of the user spans of a span value (tmplkit Spans or any iterable of (role, pos, len))."""
     if spans is None:
@@ -339,5 +208,3 @@ def last_user_start(spans) -> int:
         return -1
     pos = spans.last_user_start()
     return -1 if pos is None else int(pos)
-
-from . import divergence_policy  # noqa: E402,F401 - registers "divergence-aware" (a Gated subclass) in POLICIES

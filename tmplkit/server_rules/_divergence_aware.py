@@ -18,7 +18,7 @@ The runner's schedule asks a policy for two things besides batch breaks, when it
 `checkpoint_before(pos, spans)` (save one before a batch starting at pos) and
 `keeps_checkpoint(pos, spans)` (keep one the schedule's own rules would save).
 
-    >>> from tmplkit.prefill.policies import get_policy
+    >>> from tmplkit.server_rules import get_policy
     >>> get_policy("divergence-aware").name
     'divergence-aware'
     >>> sorted(DivergenceAware.for_prompt([40, 1200], n_prompt=1000).positions)
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import bisect
 
-from .checkpoints import near_end_breaks
-from .policies import POLICIES, BreakContext, Gated
+from ._checkpoints import near_end_breaks
+from ._policies import BreakContext, Gated
 
 __all__ = ["DivergenceAware"]
 
@@ -90,6 +90,3 @@ class DivergenceAware(Gated):
 
     def keeps_checkpoint(self, pos: int, spans=None) -> bool:
         return self.positions is None or pos in self.positions
-
-
-POLICIES.setdefault(DivergenceAware.name, DivergenceAware())

@@ -1,11 +1,11 @@
-"""Coding-agent sessions: OpenAI-style messages with tools, generated or read from a file.
+"""The session generator: seeded coding-agent sessions, OpenAI-style messages with tools.
 
 A session file is JSON: either `{"messages": [...], "tools": [...]}` or a bare list of messages.
 Messages have a `role` (system, user, assistant, tool) and `content` (a string, null, or a list of
 `{"type": "text", "text": ...}` parts); assistant messages may carry `tool_calls`
 (`{"id", "type": "function", "function": {"name", "arguments"}}`, arguments a JSON string or an
 object) and tool messages a `tool_call_id`. That is what agents that speak the OpenAI chat API
-send, so their logs can be used as they are.
+send, so their logs can be used as they are (`load_session`).
 
 `generate_session()` writes a realistic one, seeded: user requests, assistant tool calls, and tool
 results that look like file contents, grep output, test runs and diffs, at a target length.
@@ -32,75 +32,17 @@ user request (for studying how templates rewrite history from one request to the
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..conversation import load_conversation
 from ..errors import InputError
-from .report import write_atomic
+from ._conversation import Session
+
+__all__ = ["STYLES", "TOOLS", "generate_session", "next_user_turn"]
 
 STYLES = ("tool-role", "user-turns", "agent")
 
-
-@dataclass(frozen=True)
-class Session:
-    messages: tuple
-    tools: tuple = ()
-    source: str = ""
-
-    def to_dict(self) -> dict:
-        return {"messages": [dict(m) for m in self.messages], "tools": [dict(t) for t in self.tools]}
-
-    @property
-    def roles(self) -> list[str]:
-        return [m["role"] for m in self.messages]
-
-    def with_messages(self, extra) -> Session:
-        """A new session with `extra` messages appended (e.g. the next user turn)."""
-        return Session(tuple(self.messages) + tuple(extra), self.tools, self.source)
-
-
-# ---- reading and validating -----------------------------------------------------------------------
-
-
-def load_session(path: str | os.PathLike) -> Session:
-    """Read and validate a session file; any problem is one InputError line naming the cause.
-
-    Validation is tmplkit's conversation check (`tmplkit.conversation.load_conversation`).
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"session file not found: {p}")
-    return _from_conversation(load_conversation(p))
-
-
-def session_from_json(obj, source: str = "<session>") -> Session:
-    """Validate a parsed session (a list of messages, or an object with `messages` and `tools`)."""
-    if isinstance(obj, (str, bytes, os.PathLike)):  # parsed JSON, not a path
-        raise InputError(f"{source}: expected a list of messages or an object with 'messages', got a string")
-    return _from_conversation(load_conversation(obj, source=source))
-
-
-def _from_conversation(conv) -> Session:
-    return Session(tuple(conv.messages), tuple(conv.tools or ()), conv.source)
-
-
-def save_session(session: Session, path: str | os.PathLike) -> None:
-    write_atomic(path, json.dumps(session.to_dict(), indent=1, ensure_ascii=False) + "\n")
-
-
-def messages_for_template(session: Session, template) -> list[dict]:
-    """The session's messages as `template` is given them by llama-server (tool-call arguments
-    parsed into objects where the template reads them so: `tmplkit.tool_arguments`)."""
-    from ..tool_arguments import messages_for
-
-    return messages_for(template, session.messages)
-
-
-# ---- generating -----------------------------------------------------------------------------------
 
 TOOLS = (
     {"type": "function", "function": {"name": "read_file", "description": "Read a file of the repository.",

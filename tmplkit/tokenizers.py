@@ -1,4 +1,4 @@
-"""Tokenizer adapters.
+"""Tokenizers: the adapters, and the one reader of tokenizer specs.
 
 Two adapters share one small protocol (`Tokenizer`):
 
@@ -6,11 +6,12 @@ Two adapters share one small protocol (`Tokenizer`):
   no BOS unless asked), the tokenizer llama-server itself uses;
 - `HFTokenizer`: a Hugging Face `tokenizer.json` through the `tokenizers` package.
 
-`load_tokenizer(spec)` picks one from a path, a `vocab:NAME` corpus vocab or an `hf:ORG/NAME` repo
-in the local Hugging Face cache.
+A spec names a tokenizer: a path (a `.gguf`, a `tokenizer.json` or a folder holding one), a
+`vocab:NAME` corpus vocab or an `hf:ORG/NAME` repo in the local Hugging Face cache.
+`TokenizerSpec.parse(spec)` reads one, for the loader (`load_tokenizer`), the command line (which
+extra a spec needs) and the configuration (which specs are paths, relative to its file) alike.
 
-Delimiters as token ids of one of these tokenizers are derived in `token_delims`; its names are
-importable from here too, as they were before it had a module of its own.
+Delimiters as token ids of one of these tokenizers are derived in `token_delims`, which sits above.
 """
 
 from __future__ import annotations
@@ -20,19 +21,65 @@ import ctypes
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
 from .errors import GGUFError, TokenizerError
 from .gguf_meta import Keys, read_metadata
-from .token_delims import TokenDelimiter, TokenDelimiters, token_delimiters  # noqa: F401  (re-exported)
 
-__all__ = ["HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenDelimiter", "TokenDelimiters", "Tokenizer",
-           "load_tokenizer", "token_delimiters"]
+__all__ = ["HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "load_tokenizer"]
 
 Offsets = list[tuple[int, int]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Specs: what names a tokenizer
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """A tokenizer spec, read: `kind` is "vocab" (`vocab:NAME`, a corpus vocab-only GGUF), "hf"
+    (`hf:ORG/NAME`, a repo in the local Hugging Face cache) or "path" (anything else: a `.gguf`,
+    a `tokenizer.json` or a folder holding one; a bare `ORG/NAME` that is no file is a repo too,
+    as the loader finds out). `name` is what follows the prefix (the whole text for a path).
+
+    >>> TokenizerSpec.parse("vocab:qwen35").kind, TokenizerSpec.parse("hf:Qwen/Qwen3-8B").name
+    ('vocab', 'Qwen/Qwen3-8B')
+    >>> TokenizerSpec.parse("models/m.gguf").is_path, TokenizerSpec.parse("models/m.gguf").extra
+    (True, 'llama')
+    """
+
+    text: str
+    kind: str
+    name: str
+
+    PREFIXES: ClassVar[tuple[tuple[str, str], ...]] = (("vocab:", "vocab"), ("hf:", "hf"))
+
+    @classmethod
+    def parse(cls, spec: str | os.PathLike) -> TokenizerSpec:
+        text = os.fspath(spec)
+        for prefix, kind in cls.PREFIXES:
+            if text.startswith(prefix):
+                return cls(text, kind, text[len(prefix):])
+        return cls(text, "path", text)
+
+    @property
+    def is_path(self) -> bool:
+        """Whether the spec names a file or folder (which a configuration resolves against its own folder)."""
+        return self.kind == "path"
+
+    @property
+    def extra(self) -> str:
+        """The optional extra the tokenizer opens with: "llama" for a GGUF or a corpus vocab (also a
+        folder without a tokenizer.json: its one .gguf), "hf" for a tokenizer.json or a repo."""
+        if self.kind == "vocab" or (self.is_path and self.text.lower().endswith(".gguf")):
+            return "llama"
+        if self.is_path and os.path.isdir(self.text) and not os.path.isfile(os.path.join(self.text, "tokenizer.json")):
+            return "llama"
+        return "hf"
 
 
 @runtime_checkable
@@ -341,17 +388,18 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
 
     >>> tok = load_tokenizer("vocab:qwen35")   # doctest: +SKIP
     """
-    text = os.fspath(spec)
-    if text.startswith("vocab:"):
+    parsed = TokenizerSpec.parse(spec)
+    text = parsed.text
+    if parsed.kind == "vocab":
         from . import corpus
         from .errors import SourceError
 
         try:
-            return LlamaCppTokenizer(corpus.vocab_path(text[len("vocab:"):]), add_bos=add_bos, name=text)
+            return LlamaCppTokenizer(corpus.vocab_path(parsed.name), add_bos=add_bos, name=text)
         except SourceError as exc:
             raise TokenizerError(str(exc)) from None
-    if text.startswith("hf:"):
-        return _hf_from_cache(text[len("hf:"):], add_bos)
+    if parsed.kind == "hf":
+        return _hf_from_cache(parsed.name, add_bos)
     path = Path(text).expanduser()
     if path.is_dir():
         if (path / "tokenizer.json").is_file():

@@ -14,7 +14,7 @@ from tmplkit.delimiters import Delimiter
 from tmplkit.errors import TokenizerError
 from tmplkit.spans import SpanDetector, split_text
 from tmplkit.token_delims import token_delimiters, tokenize_delimiters
-from tmplkit.tokenize import HFTokenizer, Tokenizer, load_tokenizer
+from tmplkit.tokenizers import HFTokenizer, Tokenizer, load_tokenizer
 
 needs_corpus = pytest.mark.skipif(not corpus.is_fetched(), reason="the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
 
@@ -285,12 +285,12 @@ def test_core_takes_delimiters_and_a_render(qwen35):
     via_analysis = token_delimiters(_analysis(QWEN_DELIMS, QWEN_RENDER, QWEN_ROLES, name="qwen"), qwen35)
     core = tokenize_delimiters(reversed(QWEN_DELIMS), QWEN_RENDER, qwen35, template="qwen")
     assert core == via_analysis and core.template == "qwen" and core.passed
-    # the names stay importable from the tokenizer module and the package
+    # the names stay importable from their module and the package
     import tmplkit
-    from tmplkit import tokenize
+    from tmplkit import token_delims
 
-    assert tokenize.token_delimiters is token_delimiters is tmplkit.token_delimiters
-    assert tokenize.TokenDelimiters is type(core)
+    assert token_delims.token_delimiters is token_delimiters is tmplkit.token_delimiters
+    assert token_delims.TokenDelimiters is type(core)
 
 
 def test_standalone_delimiters_miss_in_context(qwen35):

@@ -1,4 +1,8 @@
-"""Loading and validating conversations and sessions given as JSON.
+"""The one conversation type, and loading and validating conversations and sessions given as JSON.
+
+A conversation is what a client sends a server: the messages so far and the tool definitions. An
+agent session is a conversation too (`Session` is the same type): the client sends it again, one
+message longer each time, on every request.
 
 A conversation is either a list of messages, or an object `{"messages": [...], "tools": [...]}`
 (other keys of the object, e.g. session metadata, are ignored). Messages follow the chat format
@@ -23,15 +27,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from .delimiters import ROLES
-from .errors import InputError
-from .jsonio import read_json, source_name
+from ..atomic import write_output
+from ..delimiters import ROLES
+from ..errors import InputError
+from ..jsonio import read_json, source_name
 
-__all__ = ["Conversation", "load_conversation"]
+__all__ = ["Conversation", "Session", "load_conversation", "load_session", "save_session", "session_from_json"]
 
 # Roles other chat formats use, and what to write instead.
 _ROLE_HINTS = {
@@ -49,11 +54,12 @@ _PART_HINT = 'only text parts ({"type": "text", "text": "..."}) are supported'
 
 @dataclass(frozen=True)
 class Conversation:
-    """Validated messages (plain dicts, in order) and the tool definitions, if any."""
+    """Messages (plain dicts, in order) and the tool definitions, if any (None: the conversation
+    gives none; a session read from a file has `()` then); `source` names where it came from."""
 
     messages: tuple[dict, ...]
     tools: tuple[dict, ...] | None = None
-    source: str = "<conversation>"
+    source: str = ""
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"messages": [dict(m) for m in self.messages]}
@@ -75,35 +81,13 @@ class Conversation:
             messages.append(m)
         return Conversation(tuple(messages), self.tools, self.source)
 
-
-def template_messages(messages: Iterable[dict], *, parse_arguments: bool = True) -> list[dict]:
-    """Messages as chat templates expect them: tool-call arguments as objects, not JSON strings
-    (`parse_arguments=False`: as they were given; `tmplkit.tool_arguments.messages_for` decides per
-    template, as llama-server does).
-
-    OpenAI-style logs keep `arguments` as a JSON string; templates such as Qwen's iterate over them
-    as a mapping, and llama-server parses them before rendering for such templates. Arguments that
-    are not valid JSON stay the string they were.
-    """
-    out = []
-    for m in messages:
-        m = dict(m)
-        if m.get("tool_calls") and parse_arguments:
-            m["tool_calls"] = [_parsed_call(c) for c in m["tool_calls"]]
-        out.append(m)
-    return out
+    def with_messages(self, extra) -> Conversation:
+        """A new conversation with `extra` messages appended (e.g. the next user turn)."""
+        return Conversation(tuple(self.messages) + tuple(extra), self.tools, self.source)
 
 
-def _parsed_call(call: dict) -> dict:
-    call = json.loads(json.dumps(call))  # a deep copy: the caller's messages stay as they were
-    fn = call.get("function", call)
-    args = fn.get("arguments")
-    if isinstance(args, str):
-        try:
-            fn["arguments"] = json.loads(args)
-        except json.JSONDecodeError:
-            pass
-    return call
+# An agent session: a conversation sent again, one turn longer, on every request.
+Session = Conversation
 
 
 def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation:
@@ -149,6 +133,35 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
     messages = tuple(_check_message(m, f"{prefix}[{i}]", where) for i, m in enumerate(messages_value))
     tools = None if tools_value is None else _check_tools(tools_value, where)
     return Conversation(messages, tools, where)
+
+
+# --- sessions --------------------------------------------------------------------------------------
+
+
+def load_session(path: str | os.PathLike) -> Conversation:
+    """Read and validate a session file; any problem is one InputError line naming the cause.
+
+    Validation is the conversation check (`load_conversation`); a session's tools are `()` when it gives none.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"session file not found: {p}")
+    return _from_conversation(load_conversation(p))
+
+
+def session_from_json(obj, source: str = "<session>") -> Conversation:
+    """Validate a parsed session (a list of messages, or an object with `messages` and `tools`)."""
+    if isinstance(obj, (str, bytes, os.PathLike)):  # parsed JSON, not a path
+        raise InputError(f"{source}: expected a list of messages or an object with 'messages', got a string")
+    return _from_conversation(load_conversation(obj, source=source))
+
+
+def _from_conversation(conv: Conversation) -> Conversation:
+    return Conversation(tuple(conv.messages), tuple(conv.tools or ()), conv.source)
+
+
+def save_session(session: Conversation, path: str | os.PathLike) -> None:
+    write_output(path, json.dumps(session.to_dict(), indent=1, ensure_ascii=False) + "\n")
 
 
 # --- validation ------------------------------------------------------------------------------------

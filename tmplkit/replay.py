@@ -1,4 +1,5 @@
-"""Replay an agent session on a model, request by request, as llama-server serves it.
+"""Replay an agent session on a model, request by request, as llama-server serves it: above both
+the prefill runner (which it drives) and the turns (whose prediction it checks).
 
 For each request: `runner.resume(request tokens, spans, policy)` (the common prefix with what is
 held is reused; where the memory cannot roll back, a checkpoint is restored), then the generated
@@ -19,7 +20,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..sources import ChatTemplate
+from .sources import ChatTemplate
+from .turns import MemoryModel, prepare_session
+from .turns.cost import default_settings, policy_for, session_cost
 
 __all__ = ["ReplayedRequest", "SessionReplay", "replay_session", "memory_of", "plot_replay"]
 
@@ -101,8 +104,6 @@ class SessionReplay:
 
 def memory_of(runner):
     """The `MemoryModel` of a loaded runner (what the prediction needs to know of the model)."""
-    from ..turns.simulation import MemoryModel
-
     info = runner.info
     if not runner.checkpointing:
         return MemoryModel("full")
@@ -118,20 +119,13 @@ def replay_session(runner, session, template: ChatTemplate, *, settings=REPLAYED
     `settings`: names among "llama-server", "tmplkit", "divergence-aware" (see `tmplkit.turns.cost`);
     `add_bos`: prepend the model's BOS (default: as the model's vocabulary says).
     """
-    from ..turns import session_requests, tokenize_requests
-    from ..turns.cost import default_settings, policy_for, predicted_divergences, session_cost
-    from ..turns.requests import next_renders
-    from ..turns.summary import request_spans
-
     tok = runner.tokenizer
     bos = runner.info.add_bos if add_bos is None else add_bos
-    reqs = session_requests(session, template, kwargs=kwargs)
-    tokens = tokenize_requests(reqs, tok, add_bos=bos)
+    prepared = prepare_session(session, template, tok, add_bos=bos, kwargs=kwargs)
+    tokens, spans, ahead = prepared.tokens, prepared.spans, prepared.predicted
+    assert tokens is not None, "prepared with a tokenizer"
     for ids in tokens.requests:
         runner.check_prompt(ids)
-    notes: list[str] = []
-    spans = request_spans(template, tok, reqs, tokens, notes)
-    ahead = predicted_divergences(tokens, next_renders(session, template, reqs, kwargs=kwargs), tok, add_bos=bos)
     memory = memory_of(runner)
     every = default_settings(memory)
     chosen = tuple(s for s in every if s.name in settings and s.delimiters in spans)
@@ -158,8 +152,8 @@ def replay_session(runner, session, template: ChatTemplate, *, settings=REPLAYED
 
 def plot_replay(replay: SessionReplay, path) -> None:
     """Write a PNG: tokens recomputed per request, one line per setting, the full-attention bound dashed."""
-    from ..atomic import write_bytes_atomic
-    from .plot import require_matplotlib
+    from .atomic import write_bytes_atomic
+    from .prefill.plot import require_matplotlib
 
     matplotlib = require_matplotlib()
     matplotlib.use("Agg")

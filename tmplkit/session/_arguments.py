@@ -12,14 +12,14 @@ template.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from functools import lru_cache
 
-from .conversation import template_messages
-from .errors import TmplkitError
-from .sandbox import render
-from .sources import ChatTemplate, family_special_tokens
+from ..errors import TmplkitError
+from ..sandbox import render
+from ..sources import ChatTemplate, family_special_tokens
 
-__all__ = ["object_arguments", "messages_for"]
+__all__ = ["messages_for", "object_arguments", "template_messages"]
 
 _NEEDLE = "tmplkit-argument-7f3a"
 
@@ -69,3 +69,33 @@ def messages_for(template: ChatTemplate, messages) -> list[dict]:
     """`messages` as `template` is given them by llama-server: tool-call arguments parsed into
     objects where it reads them as objects, else left as the client sent them."""
     return template_messages(messages, parse_arguments=object_arguments(template))
+
+
+def template_messages(messages: Iterable[dict], *, parse_arguments: bool = True) -> list[dict]:
+    """Messages as chat templates expect them: tool-call arguments as objects, not JSON strings
+    (`parse_arguments=False`: as they were given; `messages_for` decides per template, as llama-server
+    does).
+
+    OpenAI-style logs keep `arguments` as a JSON string; templates such as Qwen's iterate over them
+    as a mapping, and llama-server parses them before rendering for such templates. Arguments that
+    are not valid JSON stay the string they were.
+    """
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("tool_calls") and parse_arguments:
+            m["tool_calls"] = [_parsed_call(c) for c in m["tool_calls"]]
+        out.append(m)
+    return out
+
+
+def _parsed_call(call: dict) -> dict:
+    call = json.loads(json.dumps(call))  # a deep copy: the caller's messages stay as they were
+    fn = call.get("function", call)
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            fn["arguments"] = json.loads(args)
+        except json.JSONDecodeError:
+            pass
+    return call

@@ -1,0 +1,44 @@
+"""Corpus audit: analyze many templates and report them as text, JSON, markdown or JUnit XML.
+
+The audit is a thin layer: it runs `analyze` on each template (in worker processes when asked)
+and formats the results. The JSON is one object: `schema_version` (JSON_SCHEMA_VERSION), the
+`summary` and the `results`, each exactly `Analysis.to_dict()` (plus `token_round_trip` when a
+tokenizer was given, and `prefix_stability`, a `PrefixStability.to_dict()`, when that check ran;
+the summary then also has `prefix_stability`, `unstable`, `expected_unstable` and
+`unexpected_stable`).
+
+What ends an audit non-zero is `fail_on`: "fail" (a failing template, or a listed expected failure
+that passes) or "warning" (also a template with a warning); and, with `prefix_stability="fail"`,
+a template whose resumed agent session is not a prefix of what the server holds (unless listed as
+{"name": {"unstable": "reason"}} in the expected failures, which then must stay unstable).
+
+The package, in the order an audit runs: `_driver` (`audit()`: the analyses, in workers over
+`tmplkit.isolate`, the token round trip), `_prefix` (the prefix-stability check, run in the same
+worker), `_gate` (`AuditReport`: what fails the audit, `FAILING`, the verdict of each template) and
+`_formats` (text, JSON, markdown, JUnit, the delimiter table, `show`).
+"""
+
+from ._driver import audit, token_checks, tokenizer_for
+from ._formats import (
+    AUDIT_FORMATS,
+    TABLE_COLUMNS,
+    TABLE_FORMATS,
+    format_json,
+    format_junit,
+    format_markdown,
+    format_show,
+    format_table,
+    format_text,
+    show,
+    summary_line,
+    table_rows,
+)
+from ._gate import FAILING, JSON_SCHEMA_VERSION, REPORT_FAILURES, AuditReport, is_failure, verdict_of
+from ._prefix import NOT_APPLICABLE, PrefixStability, analyze_with_prefix_stability, default_turns_session, prefix_stability_of
+
+__all__ = [
+    "AUDIT_FORMATS", "FAILING", "JSON_SCHEMA_VERSION", "NOT_APPLICABLE", "REPORT_FAILURES", "TABLE_COLUMNS", "TABLE_FORMATS",
+    "AuditReport", "PrefixStability", "analyze_with_prefix_stability", "audit", "default_turns_session", "format_json",
+    "format_junit", "format_markdown", "format_show", "format_table", "format_text", "is_failure", "prefix_stability_of",
+    "show", "summary_line", "table_rows", "token_checks", "tokenizer_for", "verdict_of",
+]

@@ -1,0 +1,230 @@
+"""The audit's report formats (text, JSON, markdown, JUnit XML), the delimiter table, and a
+conversation with its spans marked for a person to read. Every format shows the gate's verdict.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Iterable
+from xml.sax.saxutils import escape as xml_escape
+
+from ..analysis import Analysis
+from ._gate import AuditReport, first_reason, is_failure, verdict_of
+
+__all__ = ["AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_FORMATS", "format_json", "format_junit", "format_markdown", "format_show",
+           "format_table", "format_text", "show", "summary_line", "table_rows"]
+
+
+def show(text: str | None) -> str:
+    """A delimiter as one readable line: newlines and tabs escaped, None as '-'."""
+    if text is None:
+        return "-"
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+
+
+# ANSI SGR codes of the text report's marks (used with color=True only).
+_MARK_COLORS = {"pass": "32", "warning": "33"}
+_FAIL_COLOR = "31"
+
+
+def _paint(text: str, code: str, color: bool) -> str:
+    return f"\x1b[{code}m{text}\x1b[0m" if color else text
+
+
+def format_text(report: AuditReport, *, color: bool = False, verbosity: int = 0) -> str:
+    """One line per template and the summary. `verbosity` -1 (quiet): only the templates that
+    fail the audit, and nothing when it passes; 1 (verbose): every problem, every delimiter and
+    each template's time. `color`: ANSI colours on the status marks and the verdict."""
+    width = max([len(a.name) for a in report.results] + [8])
+    lines = []
+    for i in range(len(report.results)):
+        if verbosity < 0 and not report.counts_against(i):
+            continue
+        lines.extend(_text_rows(report, i, width, color, verbosity))
+    notes = [f"note: {a.name} is listed as an expected failure but passes; remove it from the list"
+             for a in report.unexpected_passes]
+    verdicts = {a.name: c.verdict for a, c in zip(report.results, report.prefix_checks)}
+    notes += [f"note: {a.name} is listed as unstable but is {verdicts[a.name]}; remove it from the list"
+              for a in report.unexpected_stable]
+    if verbosity < 0 and report.ok:
+        return ""
+    lines.append(summary_line(report, color=color))
+    return "\n".join(lines + notes) + "\n"
+
+
+def _text_rows(report: AuditReport, i: int, width: int, color: bool, verbosity: int) -> list[str]:
+    a = report.results[i]
+    tc = report.token_check(i)
+    status, why, problems = verdict_of(report, i)
+    mark = status.upper()
+    if report.excused(i):
+        mark += " (expected)"
+    mark = _paint(f"{mark:<16}", _MARK_COLORS.get(status, _FAIL_COLOR), color)
+    detail = f"user={show(a.user_start)} assistant={show(a.assistant_start)} tool={show(a.tool_response_start)}"
+    check = report.prefix_check(i)
+    # The prefix-stability column, as wide as its longest label (absent when not checked).
+    column = f"{check.label:<{max(len(c.label) for c in report.prefix_checks)}}  " if check is not None else ""
+    pad = f"{'':<16} {'':<{width}}  {'':<{len(column)}}"
+    if status not in ("warning", "unstable"):
+        why = first_reason(a)  # a failed token round trip has its own row below
+    rows = [f"{mark} {a.name:<{width}}  {column}{why if why else detail}"]
+    if tc is not None:
+        verdict = "passed" if tc.passed else "FAILED: " + "; ".join(tc.problems[:2])
+        rows.append(f"{pad}tokens ({tc.tokenizer}, {tc.n_tokens} ids): {verdict}")
+    if status != "warning":  # a 'warning' row already names its warnings as problems
+        rows += [f"{pad}warning: {w}" for w in a.warnings]
+    if verbosity > 0:
+        rows += [f"{pad}problem: {p}" for p in problems[1:]]
+        if check is not None and (check.detail or check.verdict == "unstable"):
+            where = f"request {check.request}, character {check.position}: " if check.verdict == "unstable" else ""
+            rows.append(f"{pad}prefix stability: {where}{check.detail or check.cause}")
+        if check is not None:
+            rows.append(f"{pad}prefix stability checked in {check.seconds:.3f} s")
+        rows += [f"{pad}{d.role}: {show(d.text)}" for d in a.delimiters]
+        rows.append(f"{pad}{a.seconds:.3f} s")
+    return rows
+
+
+def summary_line(report: AuditReport, *, color: bool = False) -> str:
+    """'N templates: counts -> ok|FAILED', the counts by analysis status (and by prefix-stability
+    verdict, when checked)."""
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(report.counts.items()))
+    warned = sum(1 for i in range(len(report.results)) if report.warned(i))
+    if warned:
+        counts += f" ({warned} with warnings)"
+    if report.prefix_checks:
+        verdicts: dict[str, int] = {}
+        for c in report.prefix_checks:
+            verdicts[c.verdict] = verdicts.get(c.verdict, 0) + 1
+        counts += "; prefix: " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
+    verdict = _paint("ok", "32", color) if report.ok else _paint("FAILED", _FAIL_COLOR, color)
+    return f"{len(report.results)} templates: {counts} -> {verdict}"
+
+
+def format_json(report: AuditReport) -> str:
+    """The audit JSON (`AuditReport.to_dict()`)."""
+    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+def _md(text: str | None) -> str:
+    return "`" + show(text).replace("|", "\\|").replace("`", "'") + "`" if text is not None else "-"
+
+
+def format_markdown(report: AuditReport) -> str:
+    checked = bool(report.prefix_checks)
+    stability = " prefix stability |" if checked else ""
+    lines = [f"| template | status |{stability} tool placement | why |", "|---|---|" + "---|" * (2 + checked)]
+    for i, a in enumerate(report.results):
+        status, why, _ = verdict_of(report, i)
+        cell = f" {report.prefix_checks[i].label} |" if checked else ""
+        lines.append(f"| {a.name} | {status} |{cell} {a.tool_placement} | {why.replace('|', '/')} |")
+    lines += ["", summary_line(report)]
+    return "\n".join(lines) + "\n"
+
+
+def format_junit(report: AuditReport) -> str:
+    verdicts = [verdict_of(report, i) for i in range(len(report.results))]
+    failures = sum(1 for v in verdicts if is_failure(v[0]))
+    # A test case's time is its analysis and, when checked, its prefix-stability check.
+    times = [a.seconds + getattr(report.prefix_check(i), "seconds", 0.0) for i, a in enumerate(report.results)]
+    total = sum(times)
+    out = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<testsuite name="tmplkit-audit" tests="{len(report.results)}" failures="{failures}" '
+        f'skipped="0" time="{total:.3f}">',
+    ]
+    quote = {chr(34): "&quot;"}
+    for i, (a, (status, why, problems)) in enumerate(zip(report.results, verdicts)):
+        attrs = f'classname="tmplkit.auditing" name="{xml_escape(a.name, quote)}" time="{times[i]:.3f}"'
+        check = report.prefix_check(i)
+        # The prefix-stability column: a testcase property (JUnit's per-test key/value).
+        inner = (f'<properties><property name="prefix_stability" value="{xml_escape(check.label, quote)}"/></properties>'
+                 if check is not None else "")
+        if status != "pass":
+            body = xml_escape("\n".join(problems))
+            inner += f'<failure type="{status}" message="{xml_escape(why, quote)}">{body}</failure>'
+        out.append(f"  <testcase {attrs}>{inner}</testcase>" if inner else f"  <testcase {attrs}/>")
+    out.append("</testsuite>")
+    return "\n".join(out) + "\n"
+
+
+AUDIT_FORMATS: dict[str, Callable[[AuditReport], str]] = {
+    "text": format_text,
+    "json": format_json,
+    "markdown": format_markdown,
+    "junit": format_junit,
+}
+
+
+# ---- the delimiter table ------------------------------------------------------------------------
+
+TABLE_COLUMNS = ("name", "status", "user_start", "assistant_start", "system_start",
+                 "tool_response_start", "tool_response_next", "generation_prompt", "tool_placement",
+                 "reasoning_start", "reasoning_end", "generation_reasoning")
+
+
+def table_rows(results: Iterable[Analysis]) -> list[dict]:
+    return [{c: getattr(a, c) for c in TABLE_COLUMNS} for a in results]
+
+
+def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
+    """The delimiter table, one row per template. CSV and JSON keep exact strings; markdown escapes."""
+    rows = table_rows(results)
+    if fmt == "json":
+        return json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
+    for r in rows:  # one cell: how the generation prompt treats reasoning, per thinking-switch setting
+        r["generation_reasoning"] = " ".join(f"{k}:{v}" for k, v in r["generation_reasoning"].items()) or None
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=TABLE_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return buf.getvalue()
+    head = ["template", "status", "user", "assistant", "system", "tool response", "next tool response",
+            "generation prompt", "tool placement", "reasoning", "reasoning end", "generation reasoning"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = ([r["name"], r["status"]] + [_md(r[c]) for c in TABLE_COLUMNS[2:8]] + [r["tool_placement"]]
+                 + [_md(r[c]) for c in TABLE_COLUMNS[9:]])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+TABLE_FORMATS = ("markdown", "csv", "json")
+
+
+# ---- a conversation with its spans marked, for a person to read -----------------------------------
+
+_COLORS = {"system": "35", "user": "32", "assistant": "34", "tool": "33"}
+
+
+def format_show(analysis: Analysis, color: bool = False) -> str:
+    """The round-trip conversation as the template renders it, each span introduced by a marker
+    line naming its role; the delimiter is highlighted where the terminal allows."""
+    from ..spans import split_text
+
+    rt = analysis.round_trip
+    if rt is None or not rt.rendered:
+        why = "; ".join(analysis.errors) or "nothing was rendered"
+        return f"{analysis.name}: no rendered conversation to show ({why})\n"
+    text = rt.rendered
+    spans = split_text(text, analysis.delimiters)
+    out = [f"# {analysis.name}: {len(spans)} spans, round trip {'passed' if rt.passed else 'FAILED'}"]
+    if spans and spans[0].start > 0:
+        out.append("--- (before the first delimiter: no span) ---")
+        out.append(text[: spans[0].start])
+    for i, sp in enumerate(spans):
+        body = text[sp.start:sp.end]
+        delim = next((d for d in analysis.delimiters if body.startswith(d.text) and d.role == sp.role), None)
+        head = f"--- [{i}] {sp.role} @ {sp.start}..{sp.end} ---"
+        if color:
+            head = f"\x1b[1;{_COLORS.get(sp.role, '0')}m{head}\x1b[0m"
+        out.append(head)
+        if delim is not None and color:
+            body = f"\x1b[7m{delim.text}\x1b[0m" + body[len(delim.text):]
+        out.append(body)
+    for p in rt.problems:
+        out.append(f"problem: {p}")
+    return "\n".join(out).rstrip("\n") + "\n"

@@ -1,0 +1,118 @@
+"""The prefix-stability check: whether each request of a resumed agent session extends what the
+server holds (tmplkit.turns), run in the template's worker after its analysis, under the same limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..analysis import Analysis
+from ..sources import ChatTemplate
+
+__all__ = ["NOT_APPLICABLE", "PrefixStability", "analyze_with_prefix_stability", "default_turns_session", "prefix_stability_of"]
+
+NOT_APPLICABLE = "not applicable"
+
+
+@dataclass(frozen=True)
+class PrefixStability:
+    """Whether each request of a resumed agent session extends what the server holds (tmplkit.turns).
+
+    `verdict`: "stable", "unstable", or "not applicable" (the analysis did not pass, the template
+    cannot render the session, or the session has a single request; `detail` says why). When unstable: the first divergence's
+    `cause` (one of tmplkit.turns.CAUSES), the `request` it happens at and its character `position`.
+    `seconds`: the time the check took (not compared: it differs from run to run).
+
+    >>> PrefixStability("unstable", "reasoning dropped", 1, 5120, 3).label
+    'unstable (reasoning dropped)'
+    """
+
+    verdict: str
+    cause: str = ""
+    request: int | None = None
+    position: int | None = None
+    n_requests: int = 0
+    detail: str = ""
+    seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def label(self) -> str:
+        return f"unstable ({self.cause})" if self.verdict == "unstable" else self.verdict
+
+    def to_dict(self) -> dict:
+        return {"verdict": self.verdict, "cause": self.cause, "request": self.request, "position": self.position,
+                "n_requests": self.n_requests, "detail": self.detail, "seconds": round(self.seconds, 6)}
+
+
+def default_turns_session():
+    """The session the prefix-stability check renders unless given one: a generated agent session
+    (seed 0) of three user requests with reasoning, parallel tool calls and long tool outputs."""
+    from ..session import generate_session
+
+    return generate_session(20000, seed=0, style="agent", requests=3)
+
+
+def check_session(session) -> None:
+    """Refuse a session without a request here, before the workers would make it every template's error."""
+    from ..errors import InputError
+    from ..turns import request_points
+
+    if not request_points(list(session.messages)):
+        raise InputError(f"{getattr(session, 'source', '') or 'the session'}: no request in the session (the model "
+                         "speaks after a user message or tool results); add a user message")
+
+
+def prefix_stability_of(template: ChatTemplate, session=None) -> PrefixStability:
+    """Whether `session` (default `default_turns_session()`), resumed request by request on
+    `template`, always extends what the server holds; see tmplkit.turns.study_turns.
+
+    >>> from tmplkit.sources import load_one
+    >>> prefix_stability_of(load_one("fixtures/turns/drops-reasoning.jinja")).label
+    'unstable (reasoning dropped)'
+    """
+    import time
+
+    from ..turns import study_turns
+
+    start = time.perf_counter()
+    report = study_turns(template, session if session is not None else default_turns_session(), switches=False)
+    took = time.perf_counter() - start
+    if report.error:
+        return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, detail=_bounded(report.error), seconds=took)
+    if report.n_requests < 2:  # nothing is resumed, so "stable" would say nothing
+        return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, seconds=took,
+                               detail="the session has one request: nothing is resumed")
+    first = report.first
+    if first is None:
+        return PrefixStability("stable", n_requests=report.n_requests, seconds=took)
+    return PrefixStability("unstable", first.cause, first.request, first.position, report.n_requests,
+                           _bounded(first.detail), took)
+
+
+def _bounded(text: str, limit: int = 500) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def analyze_with_prefix_stability(template: ChatTemplate, session=None) -> tuple[Analysis, PrefixStability | None]:
+    """A worker target (tmplkit.isolate): the analysis, then, if it passed, the prefix-stability
+    check, in the same sandboxed process and under the same limits, since both render the template;
+    the two come back as a pair (None: not checked)."""
+    from ..analysis import analyze
+
+    a = analyze(template)
+    return a, (prefix_stability_of(template, session) if a.status == "pass" else None)
+
+
+def split_prefix_checks(results: Sequence) -> tuple[list[Analysis], tuple[PrefixStability, ...]]:
+    """The Analyses and, for each, its PrefixStability ("not applicable" where the analysis did not
+    pass, or the worker ended without a result: a timeout, a crash), from the pairs (or, where the
+    worker gave none, the failed Analysis alone) the target's workers returned."""
+    plain, checks = [], []
+    for r in results:
+        a, check = r if isinstance(r, tuple) else (r, None)
+        plain.append(a)
+        checks.append(check if check is not None else
+                      PrefixStability(NOT_APPLICABLE, detail=f"the analysis ended with status '{a.status}'"))
+    return plain, tuple(checks)

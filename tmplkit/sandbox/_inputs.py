@@ -1,0 +1,113 @@
+"""Input preparation, as transformers' `apply_chat_template` does it: messages, tools and
+documents reduced to plain JSON data, None-valued keys dropped, reasoning fields aliased.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from ..errors import InputError
+
+__all__ = ["REASONING_KEYS"]
+
+# --- input preparation, as transformers' apply_chat_template does it ------------------------------
+
+
+# Exact types that need no conversion. Checked first, with plain dicts and lists, because messages
+# are nearly all made of them and the general checks (an ABC's isinstance, is_dataclass, a
+# model_dump lookup) are most of an input preparation's time when run on every string.
+_PLAIN_TYPES = (str, int, float, bool, type(None))
+
+
+def _to_dicts(value):
+    # Message objects (dataclasses, pydantic models, mappings) become dicts, recursively.
+    kind = type(value)
+    if kind in _PLAIN_TYPES:
+        return value
+    if kind is dict:
+        return {k: _to_dicts(v) for k, v in value.items()}
+    if kind is list:
+        return [_to_dicts(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _to_dicts(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_dicts(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_to_dicts(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_dicts(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if callable(getattr(value, "model_dump", None)):
+        return _to_dicts(value.model_dump())
+    return value
+
+
+def _plain(value):
+    # Everything a template sees is rebuilt from plain JSON-like types; anything else becomes an
+    # inert "<TypeName>" placeholder.
+    kind = type(value)
+    if kind in _PLAIN_TYPES:
+        return value
+    if kind is dict:
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if kind is list:
+        return [_plain(v) for v in value]
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, Mapping):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if kind.__module__ == "numpy" and callable(getattr(value, "item", None)) and getattr(value, "shape", None) == ():
+        return _plain(value.item())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if callable(getattr(value, "model_dump", None)):
+        return _plain(value.model_dump())
+    return f"<{kind.__name__}>"
+
+
+# Message keys templates read a message's reasoning from (Qwen3 and most: reasoning_content; gpt-oss,
+# Command A Reasoning: thinking; Laguna, Hy3, Solar: reasoning). A render gives each message that
+# has one of them the first under all three (below); an analysis probe sets them all to one needle.
+REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
+
+
+def _prepare_messages(messages) -> list[dict]:
+    if hasattr(messages, "messages"):
+        messages = messages.messages
+    if isinstance(messages, (str, bytes)) or not hasattr(messages, "__iter__"):
+        raise InputError(f"messages must be a list of message dicts, got {type(messages).__name__}")
+    prepared = []
+    for message in _to_dicts(list(messages)):
+        if not isinstance(message, dict):
+            raise InputError(f"each message must be a dict with 'role' and 'content', got {message!r}")
+        # Keys whose value is None are dropped: templates handle a missing key better than None.
+        message = _plain({k: v for k, v in message.items() if v is not None})
+        reasoning = next((message[k] for k in REASONING_KEYS if message.get(k) is not None), None)
+        if reasoning is not None:
+            # The standard name is `reasoning_content`; gpt-oss templates read `thinking`.
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        prepared.append(message)
+    if not prepared:
+        raise InputError("cannot render an empty conversation; give at least one message")
+    return prepared
+
+
+def _prepare_dicts(values, what: str, hint: str):
+    """`tools`/`documents`: None, or a list of dicts, reduced to plain data."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
+        raise InputError(f"{what} must be a list of {hint}, got {type(values).__name__}")
+    values = list(values)
+    for value in values:
+        if not isinstance(value, Mapping):
+            raise InputError(f"{what} must be a list of {hint}, got an item of type {type(value).__name__}")
+    return _plain(values)

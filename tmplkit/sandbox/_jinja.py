@@ -1,0 +1,299 @@
+"""The sandboxed Jinja environment: transformers' chat-template environment (its globals, its
+filters, the `{% generation %}` tag) and the cooperative limit checks at the hooks Jinja's sandbox
+documents (`call`, `call_binop` with `intercepted_binops`, every filter, every `{% for %}`), and the
+compiled-template cache in front of it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+import time
+from functools import lru_cache
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.utils
+from jinja2.exceptions import SecurityError, TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..compile_cache import compile_template_cached
+from ..errors import RenderLimitError
+from ._limits import _STATE, PINNED_NOW, _check_planned, _check_size, _guard_iter, _timeout
+
+__all__: list[str] = []  # private: `_environment()` and `_compile()` serve the rendering
+
+# --- the globals and filters transformers installs (our own code, same behaviour) -------------------
+
+
+def _raise_exception(message):
+    raise TemplateError(message)
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    # Same signature as transformers' filter (positional arguments land in the same places), and
+    # unlike Jinja's own `tojson` it does not HTML-escape.
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(format):
+    state = _STATE.get()
+    clock = state.clock if state is not None and state.clock is not None else None
+    now = clock() if clock is not None else PINNED_NOW
+    return now.strftime(format)
+
+
+class _TemplateDict:
+    """`dict(...)` and `dict.fromkeys(...)` without exposing the dict type itself."""
+
+    def __call__(self, *args, **kwargs):
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args, **kwargs):
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _TemplateNamespace(jinja2.utils.Namespace):
+    """A namespace that refuses underscore-prefixed names and values over the size limit."""
+
+    def __init__(*args, **kwargs):
+        self, args = args[0], args[1:]
+        attrs = dict(*args, **kwargs)
+        for key in attrs:
+            _TemplateNamespace._check_name(key)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name, value):
+        _TemplateNamespace._check_name(name)
+        _check_size(value, f"stored a namespace value ({name})")
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name):
+        if isinstance(name, str) and name.startswith("_"):
+            raise SecurityError(
+                f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}. "
+                "Please rename the attribute."
+            )
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """`{% generation %}...{% endgeneration %}` marks assistant text for training masks; it renders its body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller):
+        return caller()
+
+
+_GUARD_FILTER = "tmplkit_guard_iter"
+_STR_PAD_METHODS = {"ljust", "rjust", "center", "zfill", "expandtabs"}
+_PERCENT_WIDTH = re.compile(r"%[-+ #0]*(\d+)")
+_PERCENT_STAR = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(?:\*|\d*\.\*)")
+
+
+def _wrap_filter(func):
+    def wrapped(*args, **kwargs):
+        return _check_size(func(*args, **kwargs), "built a value")
+
+    for attr in ("jinja_pass_arg",):
+        if hasattr(func, attr):
+            setattr(wrapped, attr, getattr(func, attr))
+    wrapped.__name__ = getattr(func, "__name__", "filter")
+    return wrapped
+
+
+def _width_filter(func, width_at: int):
+    """Filters that pad to a width (`center`, `indent`) are checked before they allocate."""
+
+    def wrapped(*args, **kwargs):
+        width = kwargs.get("width", args[width_at] if len(args) > width_at else None)
+        if isinstance(width, int) and not isinstance(width, bool):
+            text = args[0] if args else ""
+            lines = str(text).count("\n") + 1 if func.__name__ == "do_indent" else 1
+            _check_planned(width * lines, "asked for a padded string")
+        return _check_size(func(*args, **kwargs), "built a value")
+
+    for attr in ("jinja_pass_arg",):
+        if hasattr(func, attr):
+            setattr(wrapped, attr, getattr(func, attr))
+    return wrapped
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _arg(args, kwargs, at: int, name: str):
+    return kwargs.get(name, args[at] if len(args) > at else None)
+
+
+def _format_widths(fmt: str, args=(), kwargs=None) -> int:
+    """The largest width/precision a str.format string asks for (nested `{:{w}}` specs take it from the arguments)."""
+    largest = 0
+    try:
+        fields = list(string.Formatter().parse(fmt))
+    except ValueError:
+        return 0  # format() will raise on it anyway
+    for _, _, spec, _ in fields:
+        if spec:
+            largest = max([largest, *(int(d) for d in re.findall(r"\d+", spec))])
+            if "{" in spec:
+                values = (*args, *(kwargs or {}).values())
+                largest = max([largest, *(v for v in map(_int, values) if v is not None)])
+    return largest
+
+
+def _percent_widths(fmt: str, values) -> int:
+    """The largest width a printf-style string asks for, `*` widths included."""
+    largest = max([0, *(int(w) for w in _PERCENT_WIDTH.findall(fmt))])
+    if _PERCENT_STAR.search(fmt):
+        values = values if isinstance(values, tuple) else (values,)
+        largest = max([largest, *(v for v in map(_int, values) if v is not None)])
+    return largest
+
+
+def _replace_size(args, kwargs) -> int:
+    text, old, new = (str(_arg(args, kwargs, i, n) or "") for i, n in ((0, "s"), (1, "old"), (2, "new")))
+    count = _int(_arg(args, kwargs, 3, "count"))
+    hits = len(text) + 1 if old == "" else text.count(old)
+    if count is not None and count >= 0:
+        hits = min(hits, count)
+    return len(text) + hits * len(new)
+
+
+# Filters whose result size is known from their arguments: checked before they allocate.
+_PLANNED_FILTERS = {
+    "format": lambda a, k: _percent_widths(str(a[0]) if a else "", tuple(a[1:]) or tuple(k.values())),
+    "tojson": lambda a, k: _int(_arg(a, k, 2, "indent")) or 0,
+    "replace": _replace_size,
+    "batch": lambda a, k: _int(_arg(a, k, 1, "linecount")) or 0,
+    "slice": lambda a, k: _int(_arg(a, k, 1, "slices")) or 0,
+}
+
+
+def _planned_filter(func, size_of):
+    def wrapped(*args, **kwargs):
+        # Jinja passes the environment/context first to some filters; the plan looks at the value and after.
+        plain = args[1:] if getattr(func, "jinja_pass_arg", None) is not None else args
+        _check_planned(size_of(plain, kwargs), "asked a filter for a value")
+        return _check_size(func(*args, **kwargs), "built a value")
+
+    for attr in ("jinja_pass_arg",):
+        if hasattr(func, attr):
+            setattr(wrapped, attr, getattr(func, attr))
+    return wrapped
+
+
+class _Environment(ImmutableSandboxedEnvironment):
+    """transformers' chat-template environment, plus cooperative limit checks."""
+
+    intercepted_binops = frozenset(("*", "**", "%"))
+
+    def __init__(self):
+        super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
+        # Jinja's optimizer only folds constant expressions at compile time; without it the same
+        # values are computed at render time instead. Compiling is most of an analysis's time and
+        # the optimizer a fifth of compiling; tests/test_parity.py shows the output is unchanged.
+        self.optimized = False
+        for key, func in list(self.filters.items()):
+            if key in ("center", "indent"):
+                self.filters[key] = _width_filter(func, 1)
+            elif key in _PLANNED_FILTERS:
+                self.filters[key] = _planned_filter(func, _PLANNED_FILTERS[key])
+            else:
+                self.filters[key] = _wrap_filter(func)
+        self.filters["tojson"] = _planned_filter(_tojson, _PLANNED_FILTERS["tojson"])
+        self.filters[_GUARD_FILTER] = _guard_iter
+        self.globals["raise_exception"] = _raise_exception
+        self.globals["strftime_now"] = _strftime_now
+        self.globals["dict"] = _TemplateDict()
+        self.globals["namespace"] = _TemplateNamespace
+        lipsum = self.globals["lipsum"]
+
+        def bounded_lipsum(n=5, html=True, min=20, max=100):
+            if isinstance(n, int) and isinstance(max, int):
+                _check_planned(n * max * 12, "asked lipsum for a text")
+            return lipsum(n, html, min, max)
+
+        self.globals["lipsum"] = bounded_lipsum
+
+    def _parse(self, source, name, filename):
+        # Every `{% for %}` iterates through a guard that checks the time budget.
+        tree = super()._parse(source, name, filename)
+        for node in tree.find_all(jinja2.nodes.For):
+            node.iter = jinja2.nodes.Filter(node.iter, _GUARD_FILTER, [], [], None, None, lineno=node.lineno)
+        return tree
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (same convention as Jinja)
+        state = _STATE.get()
+        if state is not None:
+            if state.deadline is not None and time.perf_counter() > state.deadline:
+                _timeout(state)
+            if state.max_chars is not None:
+                for value in args:
+                    _check_size(value, "passed an argument")
+                self_obj = getattr(__obj, "__self__", None)
+                if isinstance(self_obj, str) and getattr(__obj, "__name__", "") in _STR_PAD_METHODS:
+                    for value in (*args, *kwargs.values()):
+                        if isinstance(value, int) and not isinstance(value, bool):
+                            _check_planned(value * (1 if __obj.__name__ != "expandtabs" else max(1, self_obj.count("\t"))),
+                                           "asked for a padded string")
+                elif getattr(__obj, "__name__", "") in ("format", "format_map"):
+                    # The sandbox hands out str.format wrapped; the string is the wrapped method's __self__.
+                    fmt = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
+                    mapping = args[0] if __obj.__name__ == "format_map" and args and isinstance(args[0], dict) else None
+                    if isinstance(fmt, str):
+                        _check_planned(_format_widths(fmt, () if mapping else args, mapping or kwargs),
+                                       "asked for a formatted string")
+        result = ImmutableSandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs)
+        return _check_size(result, "built a value")
+
+    def call_binop(self, context, operator_, left, right):
+        if operator_ == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and not isinstance(n, bool):
+                    _check_planned(len(seq) * n, "multiplied a sequence to a length")
+        elif operator_ == "**":
+            if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0:
+                bits = right * max(1, abs(left).bit_length())
+                if bits > 1_000_000:
+                    state = _STATE.get()
+                    name = state.name if state is not None else "?"
+                    raise RenderLimitError(
+                        f"template '{name}' computed {left} ** {right}, a number of about {bits} bits; refusing",
+                        kind="size",
+                    )
+        elif operator_ == "%" and isinstance(left, str):
+            _check_planned(_percent_widths(left, right), "asked for a formatted string")
+        return _check_size(self.binop_table[operator_](left, right), "built a value")
+
+
+_ENV: _Environment | None = None
+
+
+def _environment() -> _Environment:
+    global _ENV
+    if _ENV is None:
+        _ENV = _Environment()
+    return _ENV
+
+
+@lru_cache(maxsize=256)
+def _compile(text: str):
+    """The compiled template, or the TemplateError that compiling raised (cached as well).
+
+    Compiled code is also kept between runs in the cache folder (tmplkit.compile_cache), so a
+    later run of unchanged templates skips compiling; TMPLKIT_NO_CACHE=1 turns that off.
+    """
+    try:
+        return compile_template_cached(_environment(), text)
+    except (TemplateError, RecursionError) as exc:  # deeply nested source: the parser recurses
+        return exc.with_traceback(None)

@@ -1,0 +1,161 @@
+"""Rendering: `render()` (a template over prepared inputs, under the limits, the output counted as
+it streams) and `compile_template()`, each failure told as a RenderError in the template's words.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import jinja2
+from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
+
+from ..errors import InputError, RenderError, RenderLimitError
+from ..sources import ChatTemplate
+from ._inputs import _plain, _prepare_dicts, _prepare_messages
+from ._jinja import _compile
+from ._limits import _STATE, DEFAULT_LIMITS, Limits, _State, _timeout, _too_big
+
+__all__ = ["compile_template", "render"]
+
+# Methods the immutable sandbox refuses because they modify a list, dict, set or deque.
+_MUTATORS = frozenset({
+    "append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear", "update", "setdefault", "popitem",
+    "add", "discard", "difference_update", "intersection_update", "symmetric_difference_update",
+    "appendleft", "extendleft", "popleft", "rotate",
+})
+_MUTATOR_ACCESS = re.compile(r"access to attribute '(\w+)' of '\w+' object is unsafe")
+
+
+def compile_template(template: ChatTemplate) -> jinja2.Template:
+    """Compile (once; later calls hit a cache) and return the Jinja template, or raise RenderError."""
+    token = _STATE.set(_State(DEFAULT_LIMITS, None, template.name))
+    try:
+        compiled = _compile(template.text)
+    finally:
+        _STATE.reset(token)
+    if isinstance(compiled, Exception):
+        raise _render_error(template, compiled, None) from compiled
+    return compiled
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+
+def _template_line(compiled, exc) -> int | None:
+    tb = exc.__traceback__
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            try:
+                line = compiled.get_corresponding_lineno(tb.tb_lineno)
+            except Exception:  # pragma: no cover - best effort only
+                pass
+        tb = tb.tb_next
+    return line
+
+
+def _render_error(template: ChatTemplate, exc: BaseException, compiled) -> RenderError:
+    if isinstance(exc, TemplateSyntaxError):
+        err = RenderError(f"template '{template.name}' does not compile: {exc.message} (line {exc.lineno})")
+        err.template_message = str(exc.message)
+        return err
+    line = _template_line(compiled, exc) if compiled is not None else None
+    where = f" (line {line})" if line else ""
+    if isinstance(exc, TemplateError):
+        message = exc.message if getattr(exc, "message", None) is not None else str(exc)
+        err = RenderError(f"template '{template.name}' raised{where}: {message}")
+        # raise_exception() raises a bare TemplateError: the template refused the input on purpose.
+        err.template_raised = type(exc) is TemplateError
+    elif isinstance(exc, RecursionError):
+        message = "recursion too deep"
+        err = RenderError(f"template '{template.name}' recursed too deeply{where}; it may call a macro without end")
+    else:
+        message = f"{type(exc).__name__}: {exc}"
+        err = RenderError(f"template '{template.name}' failed{where}: {message}")
+    err.template_message = str(message)
+    if not hasattr(err, "template_raised"):
+        err.template_raised = False
+    return err
+
+
+def render(
+    template: ChatTemplate,
+    messages,
+    *,
+    tools=None,
+    documents=None,
+    add_generation_prompt: bool = False,
+    limits: Limits | None = None,
+    clock: Callable[[], datetime] | None = None,
+    **extra_context,
+) -> str:
+    """Render `messages` with `template` exactly as transformers' apply_chat_template(tokenize=False) does.
+
+    `bos_token`/`eos_token` come from the ChatTemplate (when set) and are passed as template
+    variables; `extra_context` (e.g. `enable_thinking=False`) is passed too and overrides them.
+    `clock` is a zero-argument callable returning a datetime for `strftime_now` (default: the
+    pinned `PINNED_NOW`; `system_clock` for the real time).
+
+    Raises RenderError when the template raises or does not compile (its own message is kept in
+    the error's `template_message`), RenderLimitError when the render goes past `limits`, and
+    InputError for inputs transformers would refuse.
+
+        >>> render(t, [{"role": "user", "content": "hi"}], add_generation_prompt=True, limits=Limits(seconds=0.5))  # doctest: +SKIP
+    """
+    limits = DEFAULT_LIMITS if limits is None else limits
+    prepared = _prepare_messages(messages)
+    context: dict[str, Any] = {}
+    if template.bos_token is not None:
+        context["bos_token"] = template.bos_token
+    if template.eos_token is not None:
+        context["eos_token"] = template.eos_token
+    context.update(_plain(extra_context))
+    context = {
+        "messages": prepared,
+        "tools": _prepare_dicts(tools, "tools", "JSON-schema dicts"),
+        "documents": _prepare_dicts(documents, "documents", "dicts with 'title' and 'text' keys"),
+        "add_generation_prompt": add_generation_prompt,
+        **context,
+    }
+
+    state = _State(limits, clock, template.name)
+    token = _STATE.set(state)
+    compiled = None
+    try:
+        compiled = _compile(template.text)
+        if isinstance(compiled, Exception):
+            raise _render_error(template, compiled, None) from compiled
+        ctx = compiled.new_context(context)
+        parts: list[str] = []
+        total = 0
+        max_chars = state.max_chars
+        deadline = state.deadline
+        for piece in compiled.root_render_func(ctx):
+            total += len(piece)
+            if max_chars is not None and total > max_chars:
+                _too_big(state, total, "produced output")
+            parts.append(piece)
+        if deadline is not None and time.perf_counter() > deadline:
+            _timeout(state)
+        return "".join(parts)
+    except (RenderError, InputError):
+        raise
+    except MemoryError as exc:
+        raise RenderLimitError(f"template '{template.name}' ran out of memory while rendering", kind="memory") from exc
+    except SecurityError as exc:
+        m = _MUTATOR_ACCESS.match(str(exc))
+        if m is not None and m.group(1) in _MUTATORS:
+            # list.append & co. under the immutable sandbox: transformers fails the same way; not an escape.
+            raise _render_error(template, exc, compiled) from exc
+        line = _template_line(compiled, exc) if compiled is not None else None
+        where = f" (line {line})" if line else ""
+        raise RenderLimitError(f"template '{template.name}' did something the sandbox forbids{where}: {exc}",
+                               kind="unsafe") from exc
+    except Exception as exc:
+        raise _render_error(template, exc, compiled) from exc
+    finally:
+        _STATE.reset(token)

@@ -1,0 +1,69 @@
+"""The settings of a prefill, named for llama-server's flags: what llama.cpp is given (context,
+batch and ubatch sizes, threads, flash attention, KV cache types, repacking, polling) and the
+server's checkpoint rules (on or off, how many, the minimum step, the batch policy); value objects
+and defaults apart from the runner that uses them, so the cost model reads them without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import InputError
+from ._registry import get_policy
+
+__all__ = ["CACHE_TYPES", "FLASH_ATTN", "PrefillSettings"]
+
+FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}  # llama_flash_attn_type
+# ggml_type ids of the KV cache types llama.cpp accepts (ggml.h).
+CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
+
+
+@dataclass(frozen=True)
+class PrefillSettings:
+    """Everything a PrefillRunner passes to llama.cpp, plus the checkpoint rules.
+
+    `checkpoints`: None = on exactly when the model cannot roll its memory back (llama-server's
+    rule); True/False force it. `swa_full`: allocate the full-size sliding-window cache, which
+    can roll back and needs no checkpoints (llama-cpp-python's `Llama` default); False is
+    llama-server's default. `repack`: let llama.cpp repack weights into CPU-specific buffers
+    (llama-server's `--no-repack` turns it off); None = on, except on CPUs with AMX, where the
+    AMX repacking of llama.cpp in llama-cpp-python 0.3.36 crashes in llama_decode (seen with
+    Gemma 3 Q4_K_M, in llama-server too). `poll`: like llama-server, attach a persistent CPU
+    threadpool whose idle threads busy-wait at this polling level (llama-server's `--poll`,
+    default 50); None leaves ggml's per-graph default threadpool.
+    """
+
+    n_ctx: int = 32768
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    n_gpu_layers: int = 0
+    flash_attn: str = "auto"
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    swa_full: bool = False
+    repack: bool | None = None
+    poll: int | None = 50
+    checkpoints: bool | None = None
+    max_checkpoints: int = 32
+    checkpoint_min_step: int = 8192
+    policy: str = "gated"
+
+    def __post_init__(self):
+        for name in ("n_ctx", "n_batch", "n_ubatch", "max_checkpoints"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.poll is not None and not 0 <= self.poll <= 100:
+            raise InputError(f"poll must be between 0 and 100, got {self.poll}")
+        if self.checkpoint_min_step < 0:
+            raise InputError(f"checkpoint_min_step must be >= 0, got {self.checkpoint_min_step}")
+        if self.flash_attn not in FLASH_ATTN:
+            raise InputError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}, got {self.flash_attn!r}")
+        for name in ("cache_type_k", "cache_type_v"):
+            if getattr(self, name) not in CACHE_TYPES:
+                raise InputError(f"{name} must be one of {', '.join(CACHE_TYPES)}, got {getattr(self, name)!r}")
+        get_policy(self.policy)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

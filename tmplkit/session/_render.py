@@ -1,0 +1,84 @@
+"""One render of a conversation for a server: what every place that renders a conversation as a
+server would (a prefill's prompt, each request of a session, the spans and the request commands,
+engine parity) renders through.
+
+A server gives a template the conversation with tool-call arguments as it gives them
+(`messages_for`: JSON strings, or objects where the template reads objects), the tools only when
+there are any, the family's common BOS/EOS where the template reads them and its source gives none
+(`sources.family_special_tokens`, as the analysis proves its delimiters), and the caller's extra
+variables; a session render may be long, so it runs under `SESSION_LIMITS`.
+
+    >>> from tmplkit.sources import ChatTemplate
+    >>> t = ChatTemplate("{{ bos_token }}{% for m in messages %}[INST]{{ m.content }}{% endfor %}", "bare", "-")
+    >>> render_conversation(t, Conversation(({"role": "user", "content": "hi"},)), add_generation_prompt=False)
+    '<s>[INST]hi'
+
+`for_server(template, conversation)` prepares the conversation once (a `ServerConversation`) for
+callers that render it many times: every request of a session, each at its own time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from ..sandbox import Limits, render
+from ..sources import ChatTemplate, family_special_tokens
+from ._arguments import messages_for
+from ._conversation import Conversation
+
+__all__ = ["SESSION_LIMITS", "ServerConversation", "for_server", "render_conversation", "render_variables"]
+
+# A session render is a whole agent session (tens of thousands of tokens, hundreds of messages):
+# more time and output than one probe render's defaults.
+SESSION_LIMITS = Limits(seconds=60, max_output_chars=50_000_000)
+
+
+def render_variables(template: ChatTemplate, kwargs: Mapping | None = None) -> dict:
+    """The variables of every render of a conversation for a server: the family's common BOS/EOS
+    strings where the template reads them and its source gives none (as the analysis renders, so a
+    bare .jinja of a Mistral-style template that writes `eos_token` after each reply renders), then
+    `kwargs`."""
+    return {**family_special_tokens(template), **dict(kwargs or {})}
+
+
+@dataclass(frozen=True)
+class ServerConversation:
+    """`conversation` as a server gives it to `template`: its messages with tool-call arguments as
+    the template takes them, its tools (None when it has none) and the render variables (the family's
+    BOS/EOS, then `kwargs`). `render()` renders it, or any list of messages made from its messages."""
+
+    template: ChatTemplate
+    conversation: Conversation = field(repr=False)
+    messages: tuple[dict, ...] = field(repr=False)
+    tools: tuple[dict, ...] | None = field(repr=False)
+    kwargs: dict = field(default_factory=dict)
+    variables: dict = field(default_factory=dict, repr=False)
+
+    def render(self, messages: Sequence[dict] | None = None, *, add_generation_prompt: bool = True,
+               clock: Callable[[], datetime] | None = None) -> str:
+        """The render of `messages` (default: the whole conversation); `clock` is the time the
+        template's `strftime_now` reads (default: the sandbox's pinned time)."""
+        return render(self.template, self.messages if messages is None else messages, tools=self.tools,
+                      add_generation_prompt=add_generation_prompt, limits=SESSION_LIMITS, clock=clock, **self.variables)
+
+
+def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = None) -> ServerConversation:
+    """`conversation` (a `Conversation`, or one already prepared: then kept, or prepared again for
+    another template or other `kwargs`) as a server gives it to `template`."""
+    if isinstance(conversation, ServerConversation):
+        if conversation.template == template:  # its messages stay as they are for this template
+            if kwargs is None:
+                return conversation
+            return replace(conversation, kwargs=dict(kwargs), variables=render_variables(template, kwargs))
+        kwargs = conversation.kwargs if kwargs is None else kwargs
+        conversation = conversation.conversation
+    return ServerConversation(template, conversation, tuple(messages_for(template, conversation.messages)),
+                              tuple(conversation.tools or ()) or None, dict(kwargs or {}), render_variables(template, kwargs))
+
+
+def render_conversation(template: ChatTemplate, conversation, *, add_generation_prompt: bool = True,
+                        kwargs: Mapping | None = None, clock: Callable[[], datetime] | None = None) -> str:
+    """`conversation` rendered with `template` as a server renders it (see the module doc)."""
+    return for_server(template, conversation, kwargs).render(add_generation_prompt=add_generation_prompt, clock=clock)

@@ -1,0 +1,90 @@
+"""A session made ready, once, for everything that follows it: the requests a client sends (as a
+server renders them), their token ids, their spans for each delimiter set, and where each
+request's next renders will diverge from what the server holds.
+
+    requests (requests.py) -> tokens (divergence.tokenize_requests) -> spans (request_spans)
+        -> predicted divergences (cost.predicted_divergences)
+
+`study_turns` adds the text divergences, the thinking switches and the cost; the replay
+(`tmplkit.replay`) runs the requests on a model; the benchmarks time both.
+
+    >>> prepared = prepare_session(session, template, tokenizer)                 # doctest: +SKIP
+    >>> len(prepared.requests), sorted(prepared.spans)                          # doctest: +SKIP
+    (16, ['server', 'tmplkit'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..errors import TmplkitError
+from ..session import ServerConversation, for_server
+from ..sources import ChatTemplate
+from .cost import predicted_divergences
+from .divergence import TokenizedRequests, tokenize_requests
+from .requests import DEFAULT_INTERVAL, Request, next_renders, session_requests
+
+__all__ = ["PreparedSession", "prepare_session", "request_spans"]
+
+
+@dataclass(frozen=True)
+class PreparedSession:
+    """`conversation`: the session as the server gives it to the template; `requests`: what the
+    client sends each time; with a tokenizer, `tokens` (each request whole, each generated turn on
+    its own), `spans` (delimiter set name, "tmplkit" or "server", -> one Spans per request; a set
+    that does not work here is missing and `notes` says why) and `predicted` (per request, the
+    token positions where its next renders diverge from what is held; None without spans)."""
+
+    template: ChatTemplate
+    conversation: ServerConversation = field(repr=False)
+    requests: tuple[Request, ...] = field(repr=False)
+    tokens: TokenizedRequests | None = field(default=None, repr=False)
+    spans: dict = field(default_factory=dict, repr=False)
+    predicted: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False)
+    notes: tuple[str, ...] = ()
+
+
+def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos: bool = False,
+                    kwargs: Mapping | None = None, interval=DEFAULT_INTERVAL) -> PreparedSession:
+    """`session` on `template`, through the pipeline of the module doc; without a tokenizer, the
+    requests only. A template that cannot render the session raises its RenderError here."""
+    conversation = for_server(template, session, kwargs)  # prepared once, rendered for every request
+    reqs = session_requests(conversation, template, interval=interval)
+    if tokenizer is None:
+        return PreparedSession(template, conversation, reqs)
+    tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos)
+    notes: list[str] = []
+    spans = request_spans(template, tokenizer, reqs, tokens, notes)
+    predicted = None
+    if spans:
+        predicted = predicted_divergences(tokens, next_renders(conversation, template, reqs), tokenizer, add_bos=add_bos)
+    return PreparedSession(template, conversation, reqs, tokens, spans, predicted, tuple(notes))
+
+
+def request_spans(template, tokenizer, reqs, tokens, notes: list) -> dict:
+    """One Spans per request for each delimiter set that works here ("tmplkit", "server")."""
+    from ..analysis import Analysis, RoundTrip
+    from ..server_rules import server_delimiters
+    from ..spans import SpanDetector
+    from ..token_delims import text_delimiters, token_delimiters
+
+    out = {}
+    try:
+        delims, _ = text_delimiters(template)
+        probe = Analysis(name=template.name, source=template.source, status="pass", delimiters=delims,
+                         round_trip=RoundTrip(True, (), (), rendered=reqs[-1].text))
+        tdelims = token_delimiters(probe, tokenizer)
+        if tdelims.passed:
+            det = SpanDetector(tdelims)
+            out["tmplkit"] = [det.split(list(ids)) for ids in tokens.requests]
+        else:
+            notes.append("tmplkit's delimiters do not split the tokens as the text: " + "; ".join(tdelims.problems[:2]))
+    except TmplkitError as exc:
+        notes.append(f"no tmplkit delimiters: {exc}")
+    try:
+        det = SpanDetector(list(server_delimiters(template)), tokenizer)
+        out["server"] = [det.split(list(ids)) for ids in tokens.requests]
+    except TmplkitError as exc:
+        notes.append(f"no llama-server delimiters: {exc}")
+    return out
