@@ -141,7 +141,7 @@ class TaskPrefill:
     @property
     def near_end(self) -> tuple[int, ...]:
         """The two positions llama-server ends a batch at so that it can checkpoint near the end of
-        a prompt (n - 4 - n_ubatch and n - 4; server-context.cpp 3548-3566, PR 20288)."""
+        a prompt (n - 4 - n_ubatch and n - 4; server-context.cpp:3540-3559, PR 20288)."""
         if self.n_prompt is None:
             return ()
         ub = self.n_ubatch if self.n_ubatch is not None else DEFAULT_N_UBATCH
