@@ -4,18 +4,28 @@
 #
 #   scripts/build_llama_server.sh            # prints the path of the llama-server binary
 #   JOBS=2 CMAKE_ARGS="-DGGML_CUDA=on" scripts/build_llama_server.sh   # a CUDA build
+#   scripts/build_llama_server.sh 0.3.33     # another pinned release (tmplkit/server_pins.py)
 #
 # Downloads the sdist with pip (no other network access), checks its sha256 against the pin in
-# tmplkit/corpus.py, and builds in ~/.cache/tmplkit/llama-server-<version>/ (or $TMPLKIT_CACHE),
-# never inside the repository. Idempotent: an existing binary is reused.
+# tmplkit/corpus.py (another release: tmplkit/server_pins.py), and builds in
+# ~/.cache/tmplkit/llama-server-<version>/ (or $TMPLKIT_CACHE), never inside the repository.
+# Idempotent: an existing binary is reused.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON="${PYTHON:-$here/.venv/bin/python}"
 [ -x "$PYTHON" ] || PYTHON=python3
 
-version="$("$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); from tmplkit.corpus import LLAMA_CPP_PYTHON_VERSION as v; print(v)' "$here")"
-sha="$("$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); from tmplkit.corpus import LLAMA_CPP_PYTHON_SHA256 as s; print(s)' "$here")"
+# One pinned release: the argument (default: the one tmplkit runs on), with its sha256.
+pin="$("$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1])
+from tmplkit.errors import TmplkitError
+from tmplkit.server_pins import server_pin
+try:
+    print(*server_pin(sys.argv[2] or None))
+except TmplkitError as exc:
+    sys.exit(f"build_llama_server: {exc}")' "$here" "${1:-}")"
+version="${pin% *}"
+sha="${pin#* }"
 cache="${TMPLKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tmplkit}"
 root="$cache/llama-server-$version${BUILD_SUFFIX:-}"
 bin="$root/build/bin/llama-server"

@@ -38,6 +38,9 @@ from .prefill import PrefillReport, PrefillRunner, PrefillSettings, compare_poli
 from .prefill.models import resolve_model
 from .replay import SessionReplay, replay_session
 from .sandbox import Limits, render
+from .server_delimiters import DelimiterComparison, ServerDelimiters, compare_delimiters, server_delimiters
+from .server_log import ServerLog, TaskPrefill, locate_breaks, read_server_log
+from .server_session import ServedRequest, drive_session
 from .session import Conversation, generate_session, load_conversation, load_session
 from .sources import ChatTemplate, load, load_gguf, load_many, load_one
 from .spans import SpanDetector, Spans, TextSpan, TokenSpan, split_text
@@ -59,4 +62,6 @@ __all__ = [
     "tiny_model_path", "token_delimiters", "token_round_trip", "vocab_for_template",
     "Divergence", "MemoryModel", "Request", "SessionCost", "SessionReplay", "TurnsReport", "replay_session",
     "resolve_model", "session_cost", "session_requests", "study_turns",
+    "DelimiterComparison", "ServedRequest", "ServerDelimiters", "ServerLog", "TaskPrefill", "compare_delimiters",
+    "drive_session", "locate_breaks", "read_server_log", "server_delimiters",
 ]

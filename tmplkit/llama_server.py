@@ -182,12 +182,17 @@ def server_message_starts(ids: Sequence[int], delims: Sequence[MessageDelimiter]
 # The server process
 
 
-def llama_server_binary() -> Path | None:
-    """The llama-server scripts/build_llama_server.sh built ($TMPLKIT_LLAMA_SERVER wins), or None."""
+def llama_server_binary(version: str | None = None) -> Path | None:
+    """The llama-server scripts/build_llama_server.sh built ($TMPLKIT_LLAMA_SERVER wins), or None.
+
+    `version`: another pinned llama-cpp-python release (`tmplkit.server_pins`), built by
+    `scripts/build_llama_server.sh VERSION`; $TMPLKIT_LLAMA_SERVER stands for the default one only.
+    """
     from .corpus import LLAMA_CPP_PYTHON_VERSION, cache_root
 
-    env = os.environ.get("TMPLKIT_LLAMA_SERVER")
-    path = Path(env) if env else cache_root() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}" / "build" / "bin" / "llama-server"
+    env = os.environ.get("TMPLKIT_LLAMA_SERVER") if version in (None, LLAMA_CPP_PYTHON_VERSION) else None
+    built = cache_root() / f"llama-server-{version or LLAMA_CPP_PYTHON_VERSION}" / "build" / "bin" / "llama-server"
+    path = Path(env) if env else built
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 

@@ -1,0 +1,163 @@
+"""Reading llama-server logs as a user has them, on logs of our own builds (fixtures/server-logs/,
+made by scripts/server_logs.py): 0.3.33 ends a batch at every message start it takes for a user
+message (llama.cpp issue 25213), 0.3.36 only where it checkpoints. No server runs here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tmplkit.cli import main
+from tmplkit.errors import InputError
+from tmplkit.server_log import FAR_BACK_TOKENS, LOG_SCHEMA_VERSION, read_server_log
+
+LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "server-logs"
+
+
+def read(name: str):
+    return read_server_log((LOGS / name).read_text(encoding="utf-8"), name)
+
+
+def test_every_fixture_is_small_and_reads():
+    files = sorted(LOGS.glob("*.log"))
+    assert len(files) == 7
+    for f in files:
+        assert f.stat().st_size < 12_000, f  # trimmed to what the tests need
+        assert read(f.name).tasks
+
+
+def test_0_3_33_cold_resume_is_fragmented_at_trace_level():
+    log = read("0.3.33-cold-lv4.log")
+    assert (log.verbosity, log.n_batch, log.n_ubatch, log.checkpoints_max, log.checkpoint_min_step) == (4, 2048, 512, 32, 8192)
+    (t,) = log.tasks
+    assert t.level == "trace" and t.batches_complete
+    assert (t.n_prompt, t.n_reused, t.n_processed) == (24416, 0, 24416)
+    assert t.decode_calls == 40 and len(t.mid_breaks) == 32
+    # the shape of the regression: breaks where no checkpoint is taken
+    assert len(t.breaks_without_checkpoint) == 28
+    assert t.checkpoints_created == (602, 8937, 17362, 23605) and t.checkpoints_restored == ()
+    assert t.pattern == "fragmented"
+    assert "25213" in t.findings()[0] and "28 of those breaks took no checkpoint" in t.findings()[0]
+    # the batches cover the prompt, one after the other
+    assert t.batch_starts[0] == 0 and sum(t.batch_sizes) == t.n_prompt
+
+
+def test_0_3_36_cold_resume_breaks_only_where_it_checkpoints():
+    (t,) = read("0.3.36-cold-lv4.log").tasks
+    assert (t.n_prompt, t.n_processed) == (24416, 24416)
+    assert t.decode_calls == 20 and t.pattern == "none" and not t.findings()
+    # its checkpoints: the first user message, one per --checkpoint-min-step, and the two near the end
+    assert t.checkpoints_created == (602, 8937, 17362, 23605, 23900, 24412)
+    assert t.near_end == (23900, 24412) and set(t.near_end) <= set(t.early_ends)
+    # every mid-prompt break it takes without a checkpoint comes right after one it took with one
+    # (the batch after a checkpoint is filled before that checkpoint exists)
+    assert len(t.breaks_without_checkpoint) == 3
+
+
+def test_default_verbosity_shows_the_batches_after_3_s_and_says_what_it_cannot_see():
+    old, new = read("0.3.33-cold-lv3.log"), read("0.3.36-cold-lv3.log")
+    for log in (old, new):
+        (t,) = log.tasks
+        assert t.level == "info" and not t.batches_complete and t.decode_calls is None
+        assert t.checkpoints_created is None and t.checkpoints_restored is None and t.full_reprocess is None
+        # the prompt's length from the release line, its reuse from the timings
+        assert (t.n_prompt, t.n_reused, t.n_processed) == (24416, 0, 24416)
+        assert any("n_batch" in n for n in log.notes) and any("-lv 4" in n for n in log.notes)
+    assert old.tasks[0].pattern == "fragmented" and new.tasks[0].pattern == "none"
+    assert len(old.tasks[0].batch_sizes) > 2 * len(new.tasks[0].batch_sizes) > 0
+
+
+def test_a_session_request_by_request_restores_the_checkpoint_of_the_user_message():
+    new = {t.task: t for t in read("0.3.36-session-lv4.log").tasks}
+    old = {t.task: t for t in read("0.3.33-session-lv4.log").tasks}
+    # request 9: a new user message, and the template drops the past turns' reasoning: the prompt
+    # shares 630 tokens with the slot; both restore the checkpoint at the first user message
+    t = new[49]
+    assert (t.n_prompt, t.n_reused, t.n_common) == (5572, 629, 631) and t.checkpoints_restored == (630,)
+    assert t.went_back == 2 and t.pattern == "none"
+    o = old[49]
+    assert o.checkpoints_restored == (602,) and o.n_reused == 601
+    assert o.pattern == "fragmented" and o.decode_calls == 14 > t.decode_calls == 6
+
+
+def test_no_checkpoints_forces_a_full_reprocess_and_a_resume_from_too_far_back():
+    log = read("0.3.36-no-checkpoints-lv4.log")
+    assert any("checkpoints are off" in n for n in log.notes)
+    tasks = {t.task: t for t in log.tasks}
+    small, far = tasks[28], tasks[71]
+    assert small.full_reprocess and small.went_back == 631 < FAR_BACK_TOKENS and small.pattern == "none"
+    assert any("full prompt re-processing" in f for f in small.findings())
+    assert far.full_reprocess and far.n_reused == 0 and far.n_common == 5569
+    assert far.pattern == "resumed too far back"
+    assert "started over from position 0, recomputing 5569" in far.findings()[0]
+
+
+def test_the_json_is_to_dict_with_a_schema_version(capsys):
+    code = main(["--no-config", "server", "log", str(LOGS / "0.3.33-cold-lv4.log"), "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out == json.loads(json.dumps(read("0.3.33-cold-lv4.log").to_dict() | {"source": str(LOGS / "0.3.33-cold-lv4.log")}))
+    assert out["schema_version"] == LOG_SCHEMA_VERSION and out["summary"]["patterns"] == {"fragmented": 1}
+    task = out["tasks"][0]
+    assert task["decode_calls"] == 40 and task["pattern"] == "fragmented" and task["findings"]
+
+
+def test_the_text_report_names_the_pattern(capsys):
+    assert main(["--no-config", "server", "log", str(LOGS / "0.3.36-no-checkpoints-lv4.log")]) == 0
+    out = capsys.readouterr().out
+    assert "pattern: resumed too far back" in out and "full re-processing forced" in out
+
+
+def test_standard_input(capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO((LOGS / "0.3.36-cold-lv3.log").read_text()))
+    assert main(["--no-config", "server", "log", "-"]) == 0
+    assert "<stdin>: 1 tasks" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text, says", [
+    ("", "not a llama-server log"),
+    ("127.0.0.1 - - [02/Dec/2025] \"GET / HTTP/1.1\" 200 -\n", "not a llama-server log"),
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: no\n", "not a llama-server log"),
+    ("\x00\x01\x02GGUF", "binary"),
+    ("0.00.000.870 I srv  llama_server: initializing ...\n0.00.913.772 I srv  llama_server: model loaded\n", "no task"),
+])
+def test_bad_or_foreign_logs_are_one_line_errors(text, says, tmp_path, capsys):
+    with pytest.raises(InputError, match=says):
+        read_server_log(text)
+    path = tmp_path / "x.log"
+    path.write_bytes(text.encode("latin-1"))
+    assert main(["--no-config", "server", "log", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("tmplkit: error: ") and err.count("\n") == 1 and says in err
+
+
+def test_a_missing_log_and_half_the_placing_options_are_usage_errors(tmp_path, capsys):
+    assert main(["--no-config", "server", "log", str(tmp_path / "none.log")]) == 2
+    assert "log file not found" in capsys.readouterr().err
+    assert main(["--no-config", "server", "log", str(LOGS / "0.3.36-cold-lv3.log"), "--template", "x.jinja"]) == 2
+    assert "together" in capsys.readouterr().err
+
+
+@pytest.mark.corpus
+def test_with_the_template_and_the_session_the_breaks_fall_on_tool_results(qwen35):
+    from tmplkit import corpus
+    from tmplkit.prefill import generate_session
+    from tmplkit.server_log import locate_breaks
+    from tmplkit.sources import load_one
+
+    template = load_one(str(corpus.templates_dir() / "Qwen3.5-4B.jinja"))
+    session = generate_session(30000, seed=0, style="agent")  # the session scripts/server_logs.py sent
+    log = locate_breaks(read("0.3.33-cold-lv4.log"), template, session, qwen35)
+    (loc,) = log.locations
+    assert loc.tokens_match and loc.request == 31 and loc.n_messages == len(session.messages)
+    assert loc.counts() == {"tool": 29, "user": 3}
+    users = [p.pos for p in loc.places if p.what == "break" and p.role == "user"]
+    assert users[0] == 602 and all(p.at_start for p in loc.places if p.pos in users)
+    checkpoints = [p for p in loc.places if p.what == "checkpoint"]
+    assert [p.role for p in checkpoints] == ["user", "tool", "user", "tool"]  # tool results get checkpoints too
+    new = locate_breaks(read("0.3.36-cold-lv4.log"), template, session, qwen35).locations[0]
+    assert sum(new.counts().values()) < 10

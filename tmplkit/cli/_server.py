@@ -1,0 +1,143 @@
+"""The `server` subcommand: what llama-server itself does, read off the real server and its log.
+
+`tmplkit server delimiters SOURCE...` starts the pinned llama-server per template and compares
+the user starts its chat endpoint takes with tmplkit's; `tmplkit server log LOG` reads a
+llama-server log as a user has it.
+"""
+
+from __future__ import annotations
+
+
+def add_server(sub) -> None:
+    p = sub.add_parser("server", help="llama-server itself: its chat endpoint's delimiters, and reading its log")
+    ss = p.add_subparsers(dest="server_command", required=True)
+
+    d = ss.add_parser(
+        "delimiters", help="which messages llama-server's chat endpoint starts as user messages, against tmplkit's",
+        description="For each template, start llama-server (--jinja --chat-template-file) on a tiny model that "
+                    "needs checkpoints, send the template's round-trip conversation to /v1/chat/completions, and "
+                    "read from its log the delimiters it took (where it prints them) and where it ended prompt "
+                    "batches (its user starts); compare with tmplkit's. Verdicts: agree; tool results taken for "
+                    "user messages (extra breaks and checkpoints: llama.cpp issue 25213); real user messages "
+                    "missed (no checkpoint there: a resume goes back further); no delimiters at all.",
+        epilog="Example:\n  tmplkit server delimiters corpus:llama.cpp --format json -o delimiters.json",
+        formatter_class=_raw())
+    d.add_argument("sources", nargs="+", metavar="SOURCE", help="templates: files, folders, hf:org/name, corpus:llama.cpp, corpus:hub")
+    d.add_argument("--server", metavar="PATH", help="the llama-server binary (default: the one scripts/build_llama_server.sh built)")
+    d.add_argument("--model", metavar="MODEL", default="bytes",
+                   help="the model it loads: 'bytes' (the default: a tiny model whose tokens are single bytes, so a "
+                        "delimiter matches wherever its text occurs), 'family' (the tiny model of the template's "
+                        "corpus vocabulary, else Qwen3.5's: what tokenizing changes), or yours (a GGUF, gemma, "
+                        "tiny:VOCAB); it must need checkpoints (sliding-window, hybrid or recurrent)")
+    d.add_argument("--format", choices=["table", "json"], default="table")
+    d.add_argument("--log-dir", metavar="DIR", help="keep llama-server's logs in DIR")
+    d.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    d.set_defaults(func=_cmd_delimiters)
+
+    g = ss.add_parser(
+        "log", help="read a llama-server log: decode calls, batch sizes, reuse, checkpoints, and the pattern",
+        description="Read a llama-server log as you have it (its default lines, or every batch and checkpoint "
+                    "at -lv 4) and report per task: decode calls, batch sizes and where batches ended early, "
+                    "tokens reused and reprocessed, checkpoints created and restored, and whether the pattern "
+                    "is batch fragmentation at message starts (llama.cpp issue 25213) or a resume from too far "
+                    "back. With --template, --session and --tokenizer, say which message of the session each "
+                    "early batch end, checkpoint and restore fell on.",
+        epilog="Example:\n  llama-server ... -lv 4 2> server.log\n"
+               "  tmplkit server log server.log --template model.gguf --session session.json --tokenizer model.gguf",
+        formatter_class=_raw())
+    g.add_argument("log", metavar="LOG", help="the log file ('-': standard input)")
+    g.add_argument("--template", metavar="SOURCE", help="the chat template the server used (a .gguf, .jinja, ...)")
+    g.add_argument("--name", help="which template of the source (default: the first)")
+    g.add_argument("--session", metavar="FILE", help="the conversation the client sent (its last request's messages)")
+    g.add_argument("--tokenizer", metavar="PATH", help="the model's vocabulary (its .gguf, or vocab:NAME)")
+    g.add_argument("--format", choices=["text", "json"], default="text")
+    g.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    g.set_defaults(func=_cmd_log)
+
+
+def _raw():
+    import argparse
+
+    return argparse.RawDescriptionHelpFormatter
+
+
+def _cmd_delimiters(args) -> int:
+    import json
+    import os
+    import sys
+
+    from ..corpus import LLAMA_CPP_PYTHON_VERSION
+    from ..errors import InputError
+    from ..llama_server import llama_server_binary
+    from ..server_delimiters import ComparisonReport, compare_delimiters, format_comparison_table, server_delimiters
+    from ._common import emit, load_templates, require_extra, verbosity
+
+    binary = args.server or llama_server_binary()
+    if binary is None:
+        raise InputError("llama-server is not built; run `bash scripts/build_llama_server.sh` or give --server PATH")
+    if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
+        raise InputError(f"{binary}: cannot run llama-server (not an executable file); give --server PATH to the "
+                         "binary scripts/build_llama_server.sh built")
+    require_extra("llama", "tmplkit server delimiters (its tiny models and their tokenizers)")
+    if args.model not in ("bytes", "family"):
+        from ..prefill.models import resolve_model
+
+        resolve_model(args.model)  # a missing file is a one-line error before any template is analyzed
+    from ..analysis import analyze
+
+    templates = load_templates(args.sources)
+    rows = []
+    for i, t in enumerate(templates, 1):
+        if verbosity(args) >= 0 and sys.stderr.isatty():
+            print(f"\r\x1b[2K[{i}/{len(templates)}] {t.name[:60]}", end="", file=sys.stderr, flush=True)
+        a = analyze(t)
+        d = server_delimiters(t, binary, args.model, analysis=a, log_dir=args.log_dir)
+        rows.append(compare_delimiters(d, a))
+    if verbosity(args) >= 0 and sys.stderr.isatty():
+        print(file=sys.stderr)
+    version = LLAMA_CPP_PYTHON_VERSION if not args.server else f"unknown ({args.server})"
+    report = ComparisonReport(tuple(rows), version)
+    if args.format == "json":
+        emit(json.dumps(report.to_dict(), ensure_ascii=False, indent=1) + "\n", args.output)
+    else:
+        emit(format_comparison_table(rows), args.output)
+    return 0
+
+
+def _cmd_log(args) -> int:
+    import json
+    import sys
+    from pathlib import Path
+
+    from ..errors import InputError
+    from ..server_log import format_server_log, locate_breaks, read_server_log
+    from ._common import emit, require_tokenizers
+
+    given = [x is not None for x in (args.template, args.session, args.tokenizer)]
+    if any(given) and not all(given):
+        raise InputError("give --template, --session and --tokenizer together (to place the breaks on messages), or none")
+    if all(given):
+        require_tokenizers([args.tokenizer], "tmplkit server log --tokenizer " + args.tokenizer)
+    if args.log == "-":
+        text, source = sys.stdin.read(), "<stdin>"
+    else:
+        path = Path(args.log)
+        if not path.is_file():
+            raise InputError(f"log file not found: {path}")
+        try:
+            text = path.read_bytes().decode("utf-8", "replace")
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        source = str(path)
+    log = read_server_log(text, source)
+    if all(given):
+        from ..sources import load_one
+        from ..tokenizers import load_tokenizer
+
+        template = load_one(args.template, args.name)
+        log = locate_breaks(log, template, args.session, load_tokenizer(args.tokenizer))
+    if args.format == "json":
+        emit(json.dumps(log.to_dict(), ensure_ascii=False, indent=1) + "\n", args.output)
+    else:
+        emit(format_server_log(log), args.output)
+    return 0

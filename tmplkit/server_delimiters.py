@@ -1,0 +1,578 @@
+"""The message delimiters llama-server's chat endpoint uses for a template, read off the real
+server, and how they compare with tmplkit's.
+
+Where the pinned llama.cpp (llama-cpp-python 0.3.36) decides them: `/v1/chat/completions` renders
+the messages with `common_chat_templates_apply` and copies its `message_delimiters` into the task
+(tools/server/server-common.cpp:1410); the task's tokens are split with them
+(tools/server/server-context.cpp:4286-4302, `common_chat_msg_delimiters::split`, common/chat.cpp:
+153-185: each delimiter tokenized on its own, the first in list order that matches at a token
+wins). Only user starts act: a batch ends and a checkpoint may be taken there (server-context.cpp:
+3501-3538, 3569-3616). The delimiters come from one of two places:
+
+- a specialized handler, chosen by markers in the template's source (common/chat.cpp:1090-1170,
+  `common_chat_try_specialized_template`; the log says `Using specialized template: NAME` at
+  `-lv 5`), with hard-coded delimiters: Qwen3-Coder/Qwen3.5/Nemotron 3 Nano
+  (common/parsers/qwen3-coder.cpp:32-38, a tool delimiter `<|im_start|>user\\n<tool_response>`),
+  gpt-oss (gpt-oss.cpp:34-40), Cohere2 MoE (cohere2moe.cpp:57-62), Kimi K3, Ling 3, MiniCPM5,
+  MiniMax M3, Muse Glimmer, DeepSeek, Gemma 4; the other handlers (LFM2, Ministral 3, Functionary
+  v3.2, Kimi K2, GigaChat 3) set none. No log line prints these lists.
+- otherwise the differential autoparser (common/chat.cpp:1335-1349): its `assistant_start` and
+  `user_start` (common/chat-diff-analyzer.cpp:347-458, after the per-family workarounds, 60-175),
+  which it logs at `-lv 5` as `user_msg_start: ...` and `assistant_msg_start: ...`
+  (chat-diff-analyzer.cpp:271-272).
+
+So the text is read from the log where the server prints it, and the positions from what the
+server does: on a model that needs checkpoints (the tiny sliding-window model) and with
+`--checkpoint-min-step 0`, the server ends a prompt batch at every user start it finds
+(server-context.cpp:3530-3538) and logs where each batch starts (`cached n_tokens = C`,
+server-context.cpp:3423). The probe is tmplkit's round-trip conversation of the template (unique
+contents per message), sent to `/v1/chat/completions`; its render comes from `/apply-template`
+(the same `oaicompat_chat_params_parse`). Two batch ends are not user starts: n - 4 - n_ubatch
+and n - 4 (3540-3559, PR 20288); they move with the prompt's length, so the probe is sent again
+without the generation prompt and without its last message, and a position in those two counts
+only where a shorter prompt with the same text there starts a user message there too. Position 0 is always a batch start, so a user start there
+cannot be seen.
+
+    >>> d = server_delimiters(load_one("Qwen3.5-4B.jinja"), binary)          # doctest: +SKIP
+    >>> d.handler, [(s.message, s.role) for s in d.user_starts][:3]          # doctest: +SKIP
+    ('Qwen3-Coder', [(1, 'user'), (3, 'user'), (5, 'tool')])
+    >>> compare_delimiters(d, analyze(template)).verdict                      # doctest: +SKIP
+    'tool results taken for user messages'
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ModelError
+from .llama_server import MessageDelimiter
+
+__all__ = ["COMPARISON_SCHEMA_VERSION", "HANDLERS_WITHOUT_DELIMITERS", "VERDICTS", "ComparisonReport",
+           "DelimiterComparison", "ServerDelimiters", "ServerStart", "byte_model_path", "compare_delimiters",
+           "format_comparison_table", "probe_model", "server_delimiters", "verdict_counts"]
+
+COMPARISON_SCHEMA_VERSION = 1
+
+# The verdicts, in the order the table lists them.
+VERDICTS = ("agree", "tool results taken for user messages", "other messages taken for user messages",
+            "real user messages missed", "no delimiters at all", "refused by llama-server", "not compared")
+
+# The specialized handlers that set no message_delimiters (by the name each logs, common/chat.cpp:
+# 1098-1170): llama-server ends no batch at any message of theirs. The others set a list
+# (common/parsers/*.cpp, `data.message_delimiters`: gpt-oss.cpp:34, muse-glimmer.cpp:26, kimi-k3.cpp:47,
+# ling3.cpp:41, cohere2moe.cpp:57, minimax-m3.cpp:31, deepseek.cpp:108, gemma4.cpp:166,
+# minicpm5.cpp:26, qwen3-coder.cpp:32). Only the wording of a verdict uses this table: where the
+# server's starts are is read off the server.
+HANDLERS_WITHOUT_DELIMITERS = ("Ministral/Magistral Large 3", "Functionary v3.2", "Kimi K2 Thinking", "LFM2", "LFM2.5",
+                               "GigaChatV3")
+
+_N_UBATCH = 512
+_SERVER_ARGS = ("--jinja", "--no-prefill-assistant", "-c", "16384", "-b", "16384", "-ub", str(_N_UBATCH), "-np", "1",
+                "-t", "1", "-tb", "1", "--no-warmup", "--cache-ram", "0", "-ctxcp", "256", "-cms", "0", "-lv", "5")
+_MARKER = re.compile(r"Kq[A-Z0-9]+Zx")  # the round trip's content markers (tmplkit.probes)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_PREFIX = r"(?:[\d.]+ [A-Z] )?"  # llama.cpp's log prefix (time and level), when it is on
+_SPECIALIZED = re.compile(r"Using specialized template: ([^\n]+)")
+_AUTOPARSER = re.compile(r"using differential autoparser")
+_AUTO_STARTS = re.compile(r"user_msg_start: (.*?)\n" + _PREFIX + r"assistant_msg_start: (.*?)\n" + _PREFIX + "reasoning_mode:",
+                          re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ServerStart:
+    """A user start llama-server found in the probe: its token position and the message it opens
+    (the message whose content comes first after it), with that message's role."""
+
+    pos: int
+    message: int | None
+    role: str | None
+
+    def to_dict(self) -> dict:
+        return {"pos": self.pos, "message": self.message, "role": self.role}
+
+
+@dataclass(frozen=True)
+class ServerDelimiters:
+    """What llama-server's chat endpoint does with a template's messages.
+
+    `status`: "ok", "refused" (the server would not start with the template or refused the
+    probe: `error`), "unplaced" (its prompt tokenizes here to another length than the server
+    counted) or "unrendered" (tmplkit has no round-trip conversation for it). `route`:
+    "specialized" (`handler` names it; its delimiters are not logged: `delimiters` is None) or
+    "autoparser" (`delimiters` as the log prints them, in the server's order). `user_starts`: where
+    the server started a user message on the probe; `undecided`: positions that could not be told
+    from its end-of-prompt batches. `messages` are the probe's (roles only in `to_dict`).
+    """
+
+    template: str
+    status: str
+    vocab: str
+    route: str | None = None
+    handler: str | None = None
+    delimiters: tuple[MessageDelimiter, ...] | None = None
+    user_starts: tuple[ServerStart, ...] = ()
+    undecided: tuple[int, ...] = ()
+    n_tokens: int | None = None
+    first_token_chars: int = 0  # characters of the prompt's first token: a start there is never a batch break
+    prompt: str = field(default="", repr=False)
+    messages: tuple = field(default=(), repr=False)
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"template": self.template, "status": self.status, "vocab": self.vocab, "route": self.route,
+                "handler": self.handler,
+                "delimiters": None if self.delimiters is None else [d.to_dict() for d in self.delimiters],
+                "user_starts": [s.to_dict() for s in self.user_starts], "undecided": list(self.undecided),
+                "n_tokens": self.n_tokens, "roles": [m.get("role") for m in self.messages], "error": self.error}
+
+
+def probe_model(template, spec: str | os.PathLike = "bytes") -> tuple[str, Path]:
+    """(vocab, model) the probe runs on, for `spec`:
+
+    - "bytes" (the default): the tiny model with a vocabulary of single bytes (`byte_model_path`),
+      where every delimiter, tokenized on its own, matches wherever its text occurs: what the
+      server's delimiters do to the template's text, whatever the model;
+    - "family": the tiny model of the template's family vocabulary from the corpus
+      (`vocab_for_template`), else Qwen3.5's: what tokenizing changes on that vocabulary;
+    - a model (`gemma`, `tiny:VOCAB` or a GGUF path): yours; it must need checkpoints
+      (sliding-window, hybrid or recurrent), or the server ends no batch at a user message.
+    """
+    if str(spec) == "bytes":
+        return "bytes", byte_model_path()
+    if str(spec) == "family":
+        from .prefill import tiny_model_path
+        from .token_audit import vocab_for_template
+
+        vocab = vocab_for_template(getattr(template, "name", "")) or "qwen35"
+        return vocab, tiny_model_path(vocab, "default" if vocab == "qwen35" else None)
+    from .prefill.models import resolve_model
+
+    path = resolve_model(spec)
+    return path.name, path
+
+
+# The byte vocabulary: GPT-2's byte-to-character map (each byte one token, in token-id order), an
+# end-of-text control token, and one merge that no text can use (two NUL bytes), since llama.cpp's
+# BPE needs a merges list.
+_BYTE_VOCAB_FORMAT = 1
+
+
+def byte_model_path() -> Path:
+    """The tiny random-weight gemma3 model (sliding window, so llama-server takes checkpoints) with
+    a vocabulary of single bytes; built once into the cache (`cache_root()/models/`)."""
+    import hashlib
+
+    from .corpus import cache_root
+    from .prefill.tinymodel import TinyConfig, build_tiny_model
+
+    config = TinyConfig()
+    key = hashlib.sha256(f"{_BYTE_VOCAB_FORMAT}|{sorted(vars(config).items())}".encode()).hexdigest()[:12]
+    out = cache_root() / "models" / f"tiny-gemma3-bytes-{key}.gguf"
+    if out.is_file() and out.stat().st_size > 0:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, vocab = tempfile.mkstemp(dir=out.parent, prefix=".vocab-bytes-", suffix=".gguf")
+    os.close(fd)
+    try:
+        _write_byte_vocab(Path(vocab))
+        build_tiny_model(vocab, out, config=config)
+    finally:
+        os.unlink(vocab)
+    return out
+
+
+def _write_byte_vocab(path: Path) -> None:
+    import gguf
+
+    chars = _bytes_to_unicode()
+    tokens = [chars[b] for b in range(256)] + ["<|endoftext|>", chars[0] * 2]
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.NORMAL] * 256 + [gguf.TokenType.CONTROL, gguf.TokenType.NORMAL])
+    w.add_token_merges([f"{chars[0]} {chars[0]}"])
+    w.add_bos_token_id(256)
+    w.add_eos_token_id(256)
+    w.add_add_bos_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's map of bytes to printable characters (what a byte-level BPE vocabulary lists)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    out = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in out:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, analysis=None,
+                      log_dir=None) -> ServerDelimiters:
+    """Start llama-server `binary` with `template` (`--jinja --chat-template-file`) on `model`
+    (see `probe_model`: by default the tiny byte-vocabulary model), send it the template's
+    round-trip conversation, and read which delimiters it took and where it started user messages.
+
+    Its log goes to `log_dir` (default: a temporary folder, removed).
+    """
+    from .llama_server import LlamaServer
+    from .tokenizers import LlamaCppTokenizer
+
+    if analysis is None:
+        from .analysis import analyze
+
+        analysis = analyze(template)
+    name = getattr(template, "name", "")
+    vocab, model = probe_model(template, model)
+    rt = analysis.round_trip
+    if rt is None or not rt.messages:
+        why = "; ".join((rt.problems if rt is not None else analysis.errors)[:1]) or "no round trip"
+        return ServerDelimiters(name, "unrendered", vocab, error=f"tmplkit has no round-trip conversation for it ({why})")
+    messages = tuple(rt.messages)
+    kwargs = dict(rt.render_kwargs)
+    tools = kwargs.pop("tools", None)
+    kwargs.pop("add_generation_prompt", None)
+    body: dict = {"messages": list(messages), "max_tokens": 1, "cache_prompt": False, "seed": 0}
+    if tools is not None:
+        body["tools"] = tools
+    if kwargs:
+        body["chat_template_kwargs"] = kwargs
+    with tempfile.TemporaryDirectory(prefix="tmplkit-server-delims-") as tmp:
+        path = Path(tmp) / "template.jinja"
+        path.write_text(template.text, encoding="utf-8")
+        log_path = Path(log_dir or tmp) / f"llama-server-{_safe(name)}.log"
+        try:
+            server = LlamaServer(binary, model, [*_SERVER_ARGS, "--chat-template-file", str(path)], log=log_path,
+                                 startup_s=120)
+        except ModelError as exc:
+            return ServerDelimiters(name, "refused", vocab, messages=messages, error=_last_error(log_path) or str(exc))
+        with server:
+            head = server.log_text()
+            try:
+                seg_a, task_a, prompt_a = _probe(server, head, dict(body, add_generation_prompt=True), log_path)
+            except ModelError as exc:
+                return ServerDelimiters(name, "refused", vocab, messages=messages, error=str(exc))
+            # the same prompt shorter: without the generation prompt, then without the last message
+            others = []
+            for other in (dict(body, add_generation_prompt=False), dict(body, messages=list(messages[:-1]))):
+                try:
+                    others.append(_probe(server, head, other, log_path)[1:])
+                except ModelError:
+                    pass
+    route, handler, delims = _route(seg_a)
+    n_a = task_a.n_prompt or 0
+    tok = LlamaCppTokenizer(model)
+    try:
+        ids_bos = tok.tokenize(prompt_a, add_bos=True)
+        _, offsets = tok.tokenize_with_offsets(prompt_a)
+    finally:
+        tok.close()
+    if len(ids_bos) != n_a:
+        return ServerDelimiters(name, "unplaced", vocab, route, handler, delims, messages=messages, n_tokens=n_a,
+                                prompt=prompt_a, error=f"the render tokenizes to {len(ids_bos)} tokens here, the server "
+                                                       f"counted {n_a}: cannot place its starts")
+    bos = len(ids_bos) - len(offsets)
+    opener = _opener(prompt_a, messages)
+    starts, undecided = _user_starts(task_a, prompt_a, others, lambda p: _char_at(offsets, p - bos, len(prompt_a)), opener)
+    found = []
+    for p in sorted(starts):
+        msg = opener(_char_at(offsets, p - bos, len(prompt_a)))
+        found.append(ServerStart(p, msg, messages[msg].get("role") if msg is not None else None))
+    # position 0 starts the first batch whatever it is; with a BOS token there, the prompt's text is all visible
+    first = offsets[0][1] if offsets and bos == 0 else 0
+    return ServerDelimiters(name, "ok", vocab, route, handler, delims, tuple(found), tuple(sorted(undecided)), n_a,
+                            first, prompt_a, messages)
+
+
+def _probe(server, head: str, body: dict, log_path: Path):
+    """Send `body` to the chat endpoint; (its log, its task, its prompt from /apply-template)."""
+    from .server_log import read_server_log
+
+    mark = len(server.log_text())
+    try:
+        server.post("/v1/chat/completions", body, timeout=300)
+        segment = _wait_task(server, mark, 30)
+    except ModelError as exc:
+        # the answer failed, but the prompt may have been prefilled (the tiny model's random token
+        # need not parse in the template's format): its log says
+        try:
+            segment = _wait_task(server, mark, 5)
+        except ModelError:
+            raise exc from None
+    prompt = server.post("/apply-template", {k: v for k, v in body.items() if k not in ("max_tokens", "seed", "cache_prompt")},
+                         timeout=120)["prompt"]
+    return segment, read_server_log(head + segment, str(log_path)).tasks[-1], prompt
+
+
+def _user_starts(task, prompt: str, others, char_at, opener) -> tuple[set[int], list[int]]:
+    """The user starts of the probe's task: its batch starts but the first, less the two near the
+    prompt's end (n - 4 - n_ubatch, n - 4), unless a shorter prompt that has the same text there
+    (`others`: (task, prompt)) shows the position as a user start of its own, or as none. One of
+    those two after the last message's content opens no message: it is left out."""
+    near = set(task.near_end)
+    batch = set(task.batch_starts[1:])
+    starts = batch - near
+    undecided = []
+    for p in sorted(batch & near):
+        c = char_at(p)
+        verdict = None
+        for other, text in others:
+            shared = len(os.path.commonprefix([prompt, text]))
+            if other.n_prompt is None or p >= other.n_prompt or c + 32 > shared or p in set(other.near_end):
+                continue
+            verdict = p in set(other.batch_starts[1:])
+            break
+        if verdict is None and opener(c) is not None:
+            undecided.append(p)
+        elif verdict:
+            starts.add(p)
+    return starts, undecided
+
+
+def _char_at(offsets, i: int, end: int) -> int:
+    return offsets[i][0] if 0 <= i < len(offsets) else end
+
+
+def _wait_task(server, mark: int, wait_s: float) -> str:
+    from .server_session import _task_lines
+
+    return _task_lines(server, mark, wait_s)
+
+
+def _route(segment: str) -> tuple[str | None, str | None, tuple[MessageDelimiter, ...] | None]:
+    """Which way the chat endpoint took for the request, and the delimiters where it logs them."""
+    text = _ANSI.sub("", segment)
+    m = _SPECIALIZED.search(text)
+    if m is not None:
+        return "specialized", m.group(1).strip(), None
+    if _AUTOPARSER.search(text):
+        a = _AUTO_STARTS.search(text)
+        if a is None:
+            return "autoparser", None, None
+        user, assistant = a.group(1), a.group(2)
+        # chat.cpp:1341-1347: the assistant start first, then the user start, each only when found
+        out = [MessageDelimiter(role, d) for role, d in (("assistant", assistant), ("user", user)) if d]
+        return "autoparser", None, tuple(out)
+    # one specialized handler logs no line: Gemma 4's (common/chat.cpp:1193-1201)
+    return "specialized", None, None
+
+
+def _opener(text: str, messages: Sequence[dict]):
+    """A function: a character offset -> the index of the message whose content marker comes
+    first at or after it (None: none does)."""
+    owner: dict[str, int] = {}
+    for i, message in enumerate(messages):
+        for mark in _MARKER.findall(json.dumps(message)):
+            owner.setdefault(mark, i)
+    seen: dict[str, int] = {}
+    for found in _MARKER.finditer(text):
+        seen.setdefault(found.group(0), found.start())
+    firsts = sorted((at, owner[mk]) for mk, at in seen.items() if mk in owner)
+    ats = [a for a, _ in firsts]
+
+    def opener(c: int) -> int | None:
+        k = bisect.bisect_left(ats, c)
+        return firsts[k][1] if k < len(firsts) else None
+
+    return opener
+
+
+_ERROR_LINE = re.compile(r"^(?:[\d.]+ )?E (?:\S+ +\S+: )?(?:\w+: )?(.*)$")
+
+
+def _last_error(log: Path) -> str | None:
+    """Why the server would not start: its first error line about the template, else its last."""
+    try:
+        lines = [_ANSI.sub("", ln).strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()]
+    except OSError:
+        return None
+    errors = []
+    for i, ln in enumerate(lines):
+        m = _ERROR_LINE.match(ln)
+        text = m.group(1) if m is not None else ln if ln.startswith("error:") else None  # error: before the log starts
+        if text is None:
+            continue
+        if text.endswith(":"):  # the reason follows on lines of its own (a Jinja error's `Error: ...`)
+            text += " " + next((x for x in lines[i + 1:i + 12] if x.startswith("Error:")), "").strip()
+        errors.append(text.strip())
+    about = [e for e in errors if "template" in e.lower()]
+    chosen = about[0] if about else errors[-1] if errors else None
+    return chosen[:300] if chosen else None
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100] or "template"
+
+
+# ---------------------------------------------------------------------------------------------
+# Compared with tmplkit's
+
+
+@dataclass(frozen=True)
+class DelimiterComparison:
+    """llama-server's user starts against tmplkit's on the server's own render of the probe.
+
+    `server` and `tmplkit` are the probe's message indices each opens with a user start; `extra`
+    the ones only the server opens, `missed` the ones only tmplkit opens, as (index, role).
+    `verdicts` are the VERDICTS that apply ("agree" alone when the two are the same).
+    """
+
+    template: str
+    verdicts: tuple[str, ...]
+    server: tuple[int, ...]
+    tmplkit: tuple[int, ...]
+    extra: tuple[tuple[int, str], ...]
+    missed: tuple[tuple[int, str], ...]
+    delimiters: ServerDelimiters
+    tmplkit_passed: bool
+    unseen: tuple[int, ...] = ()  # messages tmplkit starts at the prompt's first token (never a batch break)
+
+    @property
+    def verdict(self) -> str:
+        return "; ".join(self.verdicts)
+
+    def advice(self) -> str:
+        """What the verdicts mean for a user, in a sentence or two."""
+        d = self.delimiters
+        if "refused by llama-server" in self.verdicts:
+            return f"llama-server refuses this template ({d.error or 'no reason given'})"
+        if "not compared" in self.verdicts:
+            return d.error or "tmplkit derives no delimiters for this template, so there is nothing to compare"
+        if self.verdicts == ("agree",):
+            return "llama-server ends batches and takes checkpoints at the same user messages as tmplkit"
+        out = []
+        tools = [i for i, r in self.extra if r == "tool"]
+        other = [f"{i} ({r})" for i, r in self.extra if r != "tool"]
+        if tools:
+            out.append(f"llama-server takes {len(tools)} tool result(s) for user messages: a batch break and a "
+                       "checkpoint at each (the llama.cpp issue 25213 shape); send tmplkit's delimiters with "
+                       "/completion (tmplkit request --delimiters-only)")
+        if other:
+            out.append(f"llama-server starts a user message at message(s) {', '.join(other)}")
+        missed = [i for i, r in self.missed if r == "user"]
+        if "no delimiters at all" in self.verdicts:
+            out.append("llama-server's chat endpoint has no user delimiter for this template: no batch break or "
+                       "checkpoint at any message, only near the prompt's end, so a resume goes back to the newest "
+                       "end-of-prompt checkpoint it can use, or to the start")
+        elif missed:
+            out.append(f"llama-server misses {len(missed)} of the {len(self.tmplkit)} user messages tmplkit finds: no "
+                       "checkpoint there, so a resume goes back further")
+        return "; ".join(out)
+
+    def to_dict(self) -> dict:
+        return {"template": self.template, "verdicts": list(self.verdicts),
+                "server_user_starts": list(self.server), "tmplkit_user_starts": list(self.tmplkit),
+                "extra": [{"message": i, "role": r} for i, r in self.extra],
+                "missed": [{"message": i, "role": r} for i, r in self.missed], "unseen": list(self.unseen),
+                "tmplkit_passed": self.tmplkit_passed, "advice": self.advice(), "server": self.delimiters.to_dict()}
+
+
+@dataclass(frozen=True)
+class ComparisonReport:
+    """The comparison over many templates, with the llama-cpp-python release of the server."""
+
+    rows: tuple[DelimiterComparison, ...]
+    llama_cpp_python: str
+
+    def to_dict(self) -> dict:
+        from ._version import __version__
+
+        return {"schema_version": COMPARISON_SCHEMA_VERSION, "tmplkit_version": __version__,
+                "llama_cpp_python": self.llama_cpp_python, "templates": len(self.rows),
+                "counts": verdict_counts(self.rows), "results": [r.to_dict() for r in self.rows]}
+
+
+def compare_delimiters(server: ServerDelimiters, analysis) -> DelimiterComparison:
+    """Compare llama-server's user starts with tmplkit's on the server's render of the probe."""
+    from .spans import split_text
+
+    name = server.template
+    passed = analysis.status in ("pass", "pass with warnings")
+    if server.status == "refused":
+        return DelimiterComparison(name, ("refused by llama-server",), (), (), (), (), server, passed)
+    if server.status != "ok" or not analysis.delimiters:
+        return DelimiterComparison(name, ("not compared",), (), (), (), (), server, passed)
+    messages = server.messages
+    opener = _opener(server.prompt, messages)
+    ours: set[int] = set()
+    unseen: set[int] = set()
+    first_token_end = server.first_token_chars
+    for span in split_text(server.prompt, analysis.delimiters):
+        if span.role != "user":
+            continue
+        msg = opener(span.start)
+        if msg is None:
+            continue
+        if span.start < first_token_end:
+            unseen.add(msg)
+        else:
+            ours.add(msg)
+    theirs = {s.message for s in server.user_starts if s.message is not None} - unseen
+    extra = tuple((i, messages[i]["role"]) for i in sorted(theirs - ours))
+    missed = tuple((i, messages[i]["role"]) for i in sorted(ours - theirs))
+    verdicts = []
+    if not server.user_starts and _has_none(server):
+        verdicts.append("no delimiters at all")
+    if any(r == "tool" for _, r in extra):
+        verdicts.append("tool results taken for user messages")
+    if any(r != "tool" for _, r in extra):
+        verdicts.append("other messages taken for user messages")
+    if missed and "no delimiters at all" not in verdicts:
+        verdicts.append("real user messages missed")
+    if not verdicts:
+        verdicts.append("agree")
+    return DelimiterComparison(name, tuple(verdicts), tuple(sorted(theirs)), tuple(sorted(ours)), extra, missed, server,
+                               passed, tuple(sorted(unseen)))
+
+
+def _has_none(server: ServerDelimiters) -> bool:
+    """The server has no user delimiter for the template (not: it has one that matches nothing)."""
+    if server.route == "autoparser":
+        return not any(d.role == "user" for d in server.delimiters or ())
+    return server.handler in HANDLERS_WITHOUT_DELIMITERS
+
+
+def format_comparison_table(rows: Sequence[DelimiterComparison]) -> str:
+    """A markdown table: one row per template, then the counts per verdict."""
+    lines = ["| template | vocab | llama-server's delimiters | user starts (server / tmplkit) | verdict |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        d = r.delimiters
+        if d.route == "specialized" and d.handler in HANDLERS_WITHOUT_DELIMITERS:
+            how = f"{d.handler} handler: none"
+        elif d.route == "specialized":
+            how = f"{d.handler or 'unnamed'} handler: hard-coded, not logged"
+        elif d.route == "autoparser":
+            how = "autoparser: " + (", ".join(f"{x.role} `{_cell(x.delimiter)}`" for x in d.delimiters or ()) or "none")
+        else:
+            how = "-"
+        lines.append(f"| {r.template} | {d.vocab} | {how} | {len(r.server)} / {len(r.tmplkit)} | {r.verdict} |")
+    lines.append("")
+    lines.append(", ".join(f"{k}: {v}" for k, v in verdict_counts(rows).items() if v))
+    return "\n".join(lines) + "\n"
+
+
+def verdict_counts(rows: Sequence[DelimiterComparison]) -> dict[str, int]:
+    """Templates per verdict (a template with two verdicts counts in both)."""
+    out = dict.fromkeys(VERDICTS, 0)
+    for r in rows:
+        for v in r.verdicts:
+            out[v] += 1
+    return out
+
+
+def _cell(text: str) -> str:
+    return text.replace("\n", "\\n").replace("|", "\\|").replace("`", "'")

@@ -1,0 +1,652 @@
+"""Reading a llama-server log as a user has it: per task, how its prompt was prefilled.
+
+`read_server_log(text)` reads the lines the server prints and reports, per task (one request),
+its decode calls and batch sizes, the batches that ended early and where, the tokens reused and
+reprocessed, the checkpoints created and restored, and whether the pattern is batch fragmentation
+at message starts (llama.cpp issue 25213) or a resume from too far back.
+
+The lines and the verbosity each needs (the pinned llama.cpp, tools/server/server-context.cpp of
+llama-cpp-python 0.3.36; 0.3.33 prints the same text). At the default verbosity (3, info):
+
+- `processing task` (launch_slot_, 1810) opens a task; `selected slot by LCP similarity,
+  f_sim_best = S (> T thold), f_keep = K` (get_available_slot, 1582; `sim_best` in 0.3.33) comes
+  just before it: S is the common prefix with what the slot holds, over the new prompt's length.
+- `prompt processing, n_tokens = K, progress = F, ...` (print_timings_pp, 588-599): printed before
+  each batch, but only once the prompt has taken 3 s; K tokens processed so far, F the share of the
+  prompt in memory.
+- `prompt eval time = X ms / P tokens (...)` and `eval time = Y ms / G tokens` (print_timings,
+  602-622): P tokens processed, G generated.
+- `stop processing: n_tokens = M` (release, 518): the memory holds the prompt and all but the last
+  of the G tokens generated, so the prompt had M - G + 1 tokens.
+- `erasing old context checkpoint (..., n_tokens = N, ...)` (warning, 2316).
+
+At `-lv 4` (trace) every batch and checkpoint is there: `new prompt, ..., task.n_tokens = N` (3126),
+` - checking sim = S (L/N)` (1568: L the common prefix), `cached n_tokens = C, memory_seq_rm [C,
+end)` (3423, before each batch: it starts at C), `created context checkpoint i of M (..., n_tokens
+= N, ...)` (2349), `restored context checkpoint (..., n_tokens = N, n_past = P, ...)` (3357) and
+`forcing full prompt re-processing` (3361). At `-lv 5` also `main/do_checkpoint = yes|no, pos_min
+= A, pos_max = B` (3610, before each batch: it starts at B + 1). From the server's start:
+`llama_context: n_batch = ...`, `n_ubatch = ...` and (trace) `context checkpoints enabled, max =
+M, min spacing = S` (1347).
+
+    >>> log = read_server_log(Path("server.log").read_text())     # doctest: +SKIP
+    >>> [t.pattern for t in log.tasks]                             # doctest: +SKIP
+    ['fragmented', 'none', 'resumed too far back']
+
+`locate_breaks(log, template, session, tokenizer)` says which message of the session each early
+batch end, checkpoint and restore fell on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from .errors import InputError
+
+__all__ = ["FAR_BACK_TOKENS", "LOG_SCHEMA_VERSION", "BreakPlace", "ServerLog", "TaskLocation", "TaskPrefill",
+           "format_server_log", "locate_breaks", "read_server_log"]
+
+LOG_SCHEMA_VERSION = 1
+
+# A resume "went too far back" when it recomputed at least this many tokens the new prompt shared
+# with what the slot held (or started over from position 0 with at least this many shared).
+FAR_BACK_TOKENS = 1024
+# llama-server's defaults (-b, -ub), for a log that does not show them.
+DEFAULT_N_BATCH = 2048
+DEFAULT_N_UBATCH = 512
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SLOT = re.compile(r"slot +\S+: id +(\d+) \| task (-?\d+) \| (.*)$")
+_N_BATCH = re.compile(r"llama_context: n_batch\s+= (\d+)")
+_N_UBATCH = re.compile(r"llama_context: n_ubatch\s+= (\d+)")
+_CKPT_CONFIG = re.compile(r"context checkpoints enabled, max = (\d+), min spacing = (\d+)")
+_CKPT_OFF = re.compile(r"context checkpoints disabled")
+_VERBOSITY = re.compile(r"verbosity = (\d+) \(adjust with")
+_SERVER_MARKS = re.compile(r"llama_server:|load_model:|srv +\S+:|slot +\S+: id +\d+ \|")
+
+_TASK_LINES = {
+    "start": re.compile(r"^processing task"),
+    "lcp_info": re.compile(r"selected slot by LCP similarity, (?:f_)?sim_best = ([\d.]+) \(> [\d.]+ thold\), f_keep = ([\d.]+)"),
+    "lcp_trace": re.compile(r" - checking sim = [\d.]+ \((\d+)/(\d+)\)"),
+    "new_prompt": re.compile(r"new prompt, n_ctx_slot = \d+, n_keep = -?\d+, task\.n_tokens = (\d+)"),
+    "cached": re.compile(r"cached n_tokens = (\d+), memory_seq_rm \["),
+    "do_checkpoint": re.compile(r"main/do_checkpoint = (?:yes|no), pos_min = -?\d+, pos_max = (-?\d+)"),
+    "progress": re.compile(r"prompt processing, n_tokens = +(\d+), progress = ([\d.]+)"),
+    "created": re.compile(r"created context checkpoint \d+ of \d+ \(.*?n_tokens = (\d+)"),
+    "restored": re.compile(r"restored context checkpoint \(.*?n_tokens = (\d+), n_past = (\d+)"),
+    "full": re.compile(r"forcing full prompt re-processing"),
+    "erased": re.compile(r"erasing old context checkpoint \(.*?n_tokens = (\d+)"),
+    "prompt_eval": re.compile(r"prompt eval time = +([\d.]+) ms / +(\d+) tokens \(.*?([\d.]+) tokens per second\)"),
+    "eval": re.compile(r"^ *eval time = +[\d.]+ ms / +(\d+) tokens"),
+    "stop": re.compile(r"stop processing: n_tokens = (\d+)"),
+}
+
+
+@dataclass(frozen=True)
+class TaskPrefill:
+    """One task (request) of a llama-server log: how its prompt was prefilled.
+
+    `level` is "trace" when the log has a line per batch and per checkpoint (`-lv 4` or more),
+    else "info" (the default): then `batch_starts` holds only the batches after the prompt's
+    first 3 s (`batches_complete` False) and the checkpoint fields are None (not logged).
+    Positions are token indices in the prompt. `n_common` is the prefix the prompt shared with
+    what the slot held (exact at trace; from the similarity line at info, to a few tokens).
+    """
+
+    task: int
+    slot: int
+    level: str
+    n_prompt: int | None
+    n_reused: int | None
+    n_processed: int | None
+    n_generated: int | None
+    n_common: int | None
+    batch_starts: tuple[int, ...]
+    batches_complete: bool
+    n_batch: int
+    n_ubatch: int | None
+    checkpoints_created: tuple[int, ...] | None
+    checkpoints_restored: tuple[int, ...] | None
+    full_reprocess: bool | None
+    checkpoints_erased: tuple[int, ...] = ()
+    prompt_ms: float | None = None
+    prompt_tps: float | None = None
+
+    @property
+    def batch_ends(self) -> tuple[int, ...]:
+        """Where each batch of `batch_starts` ended (the next one's start, or the prompt's end)."""
+        end = self.n_prompt if self.n_prompt is not None else None
+        ends = list(self.batch_starts[1:])
+        if self.batch_starts and end is not None:
+            ends.append(end)
+        return tuple(ends)
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        return tuple(e - s for s, e in zip(self.batch_starts, self.batch_ends))
+
+    @property
+    def decode_calls(self) -> int | None:
+        """Prompt batches (decode calls); None when the log does not show them all."""
+        return len(self.batch_starts) if self.batches_complete else None
+
+    @property
+    def early_ends(self) -> tuple[int, ...]:
+        """Where a batch ended before n_batch tokens and before the prompt's end."""
+        n = self.n_prompt
+        return tuple(e for s, e in zip(self.batch_starts, self.batch_ends) if e - s < self.n_batch and (n is None or e < n))
+
+    @property
+    def near_end(self) -> tuple[int, ...]:
+        """The two positions llama-server ends a batch at so that it can checkpoint near the end of
+        a prompt (n - 4 - n_ubatch and n - 4; server-context.cpp:3540-3559, PR 20288)."""
+        if self.n_prompt is None:
+            return ()
+        ub = self.n_ubatch if self.n_ubatch is not None else DEFAULT_N_UBATCH
+        return tuple(p for p in (self.n_prompt - min(self.n_batch, 4 + ub), self.n_prompt - min(self.n_batch, 4)) if p > 0)
+
+    @property
+    def mid_breaks(self) -> tuple[int, ...]:
+        """The early batch ends that are not the near-end ones."""
+        near = set(self.near_end)
+        return tuple(e for e in self.early_ends if e not in near)
+
+    @property
+    def breaks_without_checkpoint(self) -> tuple[int, ...] | None:
+        """Mid-prompt early batch ends where no checkpoint was taken (None: not logged)."""
+        if self.checkpoints_created is None:
+            return None
+        taken = set(self.checkpoints_created)
+        return tuple(e for e in self.mid_breaks if e not in taken)
+
+    @property
+    def went_back(self) -> int | None:
+        """Tokens the prompt shared with the slot's memory that were computed again."""
+        if self.n_common is None or self.n_reused is None:
+            return None
+        return max(0, self.n_common - self.n_reused)
+
+    @property
+    def pattern(self) -> str:
+        """'fragmented' (batches ended early at many places mid-prompt: the 25213 pattern),
+        'resumed too far back' (at least FAR_BACK_TOKENS shared tokens recomputed), both joined
+        by ' and ', or 'none'."""
+        found = []
+        if self._fragmented():
+            found.append("fragmented")
+        back = self.went_back
+        if back is not None and back >= FAR_BACK_TOKENS:
+            found.append("resumed too far back")
+        return " and ".join(found) or "none"
+
+    def _fragmented(self) -> bool:
+        """At least 3 mid-prompt breaks, and at least twice the decode calls the batches shown
+        needed (their tokens in n_batch batches, plus the near-end ones)."""
+        sizes = self.batch_sizes
+        if len(self.mid_breaks) < 3 or not sizes:
+            return False
+        first = self.batch_starts[0]
+        least = -(-sum(sizes) // self.n_batch) + sum(1 for p in self.near_end if p > first)
+        return len(sizes) >= 2 * least
+
+    def findings(self) -> list[str]:
+        """What the task's log shows, in sentences a user can act on."""
+        out = []
+        mid, no_ckpt = self.mid_breaks, self.breaks_without_checkpoint
+        calls = self.decode_calls
+        if self._fragmented():
+            seen = "" if self.batches_complete else " (of the batches after the first 3 s, all this log level shows)"
+            s = (f"batch fragmentation: {len(mid)} batches ended before n_batch = {self.n_batch} mid-prompt{seen}"
+                 + (f", {calls} decode calls for {self.n_processed} tokens" if calls is not None else ""))
+            if no_ckpt is not None:
+                s += f"; {len(no_ckpt)} of those breaks took no checkpoint"
+            s += (": the llama.cpp issue 25213 pattern, a batch ended at every message start the server took for a "
+                  "user message (with Qwen-style templates every tool result); the fixed server (llama.cpp PR 25420, "
+                  "in llama-cpp-python 0.3.36) ends a batch there only where it takes a checkpoint, at most one per "
+                  "--checkpoint-min-step tokens: upgrade, or send delimiters that keep tool results apart "
+                  "(tmplkit request --delimiters-only)")
+            out.append(s)
+        back = self.went_back
+        if back is not None and back >= FAR_BACK_TOKENS:
+            where = ("started over from position 0" if self.n_reused == 0 else
+                     f"resumed at {self.n_reused}")
+            out.append(f"resumed from too far back: the prompt shared {self.n_common} tokens with the slot's memory but it "
+                       f"{where}, recomputing {back} of them: no checkpoint near the point where the prompt changed "
+                       "(a user message the server did not take for one, or checkpoints too far apart: -cms, -ctxcp)")
+        if self.full_reprocess:
+            out.append("llama-server forced full prompt re-processing: no checkpoint it could restore")
+        return out
+
+    def to_dict(self) -> dict:
+        return {"task": self.task, "slot": self.slot, "level": self.level, "n_prompt": self.n_prompt,
+                "n_reused": self.n_reused, "n_processed": self.n_processed, "n_generated": self.n_generated,
+                "n_common": self.n_common, "went_back": self.went_back, "n_batch": self.n_batch,
+                "n_ubatch": self.n_ubatch, "decode_calls": self.decode_calls,
+                "batches_complete": self.batches_complete, "batch_starts": list(self.batch_starts),
+                "batch_sizes": list(self.batch_sizes), "early_ends": list(self.early_ends),
+                "near_end": list(self.near_end), "mid_breaks": list(self.mid_breaks),
+                "breaks_without_checkpoint": _list_or_none(self.breaks_without_checkpoint),
+                "checkpoints_created": _list_or_none(self.checkpoints_created),
+                "checkpoints_restored": _list_or_none(self.checkpoints_restored),
+                "checkpoints_erased": list(self.checkpoints_erased), "full_reprocess": self.full_reprocess,
+                "prompt_ms": self.prompt_ms, "prompt_tps": self.prompt_tps, "pattern": self.pattern,
+                "findings": self.findings()}
+
+
+def _list_or_none(x):
+    return None if x is None else list(x)
+
+
+@dataclass(frozen=True)
+class ServerLog:
+    """A llama-server log: the server's batch settings (None: not in the log) and its tasks."""
+
+    source: str
+    verbosity: int | None
+    n_batch: int | None
+    n_ubatch: int | None
+    checkpoints_max: int | None
+    checkpoint_min_step: int | None
+    tasks: tuple[TaskPrefill, ...]
+    notes: tuple[str, ...] = ()
+    locations: tuple[TaskLocation, ...] = ()  # where the breaks fell in the session (`locate_breaks`)
+
+    def summary(self) -> dict:
+        patterns: dict[str, int] = {}
+        for t in self.tasks:
+            patterns[t.pattern] = patterns.get(t.pattern, 0) + 1
+        return {"tasks": len(self.tasks), "patterns": patterns,
+                "decode_calls": sum(t.decode_calls or 0 for t in self.tasks) if all(t.batches_complete for t in self.tasks) else None,
+                "tokens_processed": sum(t.n_processed or 0 for t in self.tasks),
+                "tokens_reused": sum(t.n_reused or 0 for t in self.tasks),
+                "mid_breaks": sum(len(t.mid_breaks) for t in self.tasks),
+                "checkpoints_created": (sum(len(t.checkpoints_created or ()) for t in self.tasks)
+                                        if all(t.checkpoints_created is not None for t in self.tasks) else None),
+                "checkpoints_restored": (sum(len(t.checkpoints_restored or ()) for t in self.tasks)
+                                         if all(t.checkpoints_restored is not None for t in self.tasks) else None)}
+
+    def to_dict(self) -> dict:
+        return {"schema_version": LOG_SCHEMA_VERSION, "source": self.source, "verbosity": self.verbosity,
+                "n_batch": self.n_batch, "n_ubatch": self.n_ubatch, "checkpoints_max": self.checkpoints_max,
+                "checkpoint_min_step": self.checkpoint_min_step, "notes": list(self.notes),
+                "summary": self.summary(), "tasks": [t.to_dict() for t in self.tasks],
+                "locations": [loc.to_dict() for loc in self.locations]}
+
+
+@dataclass
+class _Task:
+    task: int
+    slot: int
+    lcp_info: tuple[float, float] | None = None
+    lcp: int | None = None
+    n_prompt_trace: int | None = None
+    cached: list[int] = field(default_factory=list)
+    do_ckpt: list[int] = field(default_factory=list)
+    progress: list[tuple[int, float]] = field(default_factory=list)
+    created: list[int] = field(default_factory=list)
+    restored: list[tuple[int, int]] = field(default_factory=list)
+    full: bool = False
+    erased: list[int] = field(default_factory=list)
+    prompt_eval: tuple[float, int, float] | None = None
+    n_gen: int | None = None
+    stop: int | None = None
+
+
+def _read_task_line(t: _Task, msg: str) -> None:
+    """One line of a known task: the batch, checkpoint and timing facts it states, into `t`."""
+    if (g := _TASK_LINES["new_prompt"].search(msg)) is not None:
+        t.n_prompt_trace = int(g.group(1))
+    elif (g := _TASK_LINES["cached"].search(msg)) is not None:
+        t.cached.append(int(g.group(1)))
+    elif (g := _TASK_LINES["do_checkpoint"].search(msg)) is not None:
+        t.do_ckpt.append(int(g.group(1)) + 1)
+    elif (g := _TASK_LINES["progress"].search(msg)) is not None:
+        t.progress.append((int(g.group(1)), float(g.group(2))))
+    elif (g := _TASK_LINES["created"].search(msg)) is not None:
+        t.created.append(int(g.group(1)))
+    elif (g := _TASK_LINES["restored"].search(msg)) is not None:
+        t.restored.append((int(g.group(1)), int(g.group(2))))
+    elif _TASK_LINES["full"].search(msg):
+        t.full = True
+    elif (g := _TASK_LINES["erased"].search(msg)) is not None:
+        t.erased.append(int(g.group(1)))
+    elif (g := _TASK_LINES["prompt_eval"].search(msg)) is not None:
+        t.prompt_eval = (float(g.group(1)), int(g.group(2)), float(g.group(3)))
+    elif (g := _TASK_LINES["eval"].search(msg)) is not None:
+        t.n_gen = int(g.group(1))
+    elif (g := _TASK_LINES["stop"].search(msg)) is not None:
+        t.stop = int(g.group(1))
+
+
+def read_server_log(text: str, source: str = "<log>") -> ServerLog:
+    """Read a llama-server log (any verbosity; with or without its start lines) task by task.
+
+    Raises InputError, in one line, for a text that is not a llama-server log or holds no task.
+    """
+    if "\x00" in text:
+        raise InputError(f"{source}: a binary file, not a llama-server log")
+    lines = [_ANSI.sub("", ln) for ln in text.splitlines()]
+    if not any(_SERVER_MARKS.search(ln) for ln in lines):
+        raise InputError(f"{source}: not a llama-server log (no 'srv ...:' or 'slot ...: id N | task N |' line); "
+                         "give the output of llama-server itself (its stderr, or --log-file)")
+    n_batch = n_ubatch = ck_max = ck_step = verbosity = None
+    ck_off = False
+    tasks: dict[int, _Task] = {}
+    order: list[int] = []
+    pending_lcp: dict[int, tuple[float, float]] = {}  # slot -> the selection line before its next task
+    pending_trace_lcp: dict[int, int] = {}
+    for ln in lines:
+        m = _SLOT.search(ln)
+        if m is None:
+            if (g := _N_BATCH.search(ln)) is not None:
+                n_batch = int(g.group(1))
+            elif (g := _N_UBATCH.search(ln)) is not None:
+                n_ubatch = int(g.group(1))
+            elif (g := _CKPT_CONFIG.search(ln)) is not None:
+                ck_max, ck_step = int(g.group(1)), int(g.group(2))
+            elif _CKPT_OFF.search(ln):
+                ck_off = True
+            elif (g := _VERBOSITY.search(ln)) is not None:
+                verbosity = int(g.group(1))
+            continue
+        slot, task_id, msg = int(m.group(1)), int(m.group(2)), m.group(3)
+        if (g := _TASK_LINES["lcp_info"].search(msg)) is not None:
+            pending_lcp[slot] = (float(g.group(1)), float(g.group(2)))
+            continue
+        if (g := _TASK_LINES["lcp_trace"].search(msg)) is not None:
+            pending_trace_lcp[slot] = int(g.group(1))
+            continue
+        if _TASK_LINES["start"].search(msg):
+            t = _Task(task_id, slot, pending_lcp.pop(slot, None), pending_trace_lcp.pop(slot, None))
+            tasks[task_id] = t
+            order.append(task_id)
+            continue
+        t_or_none = tasks.get(task_id)
+        if t_or_none is None:
+            continue  # a task whose start is not in the log
+        _read_task_line(t_or_none, msg)
+    if not order:
+        raise InputError(f"{source}: a llama-server log with no task in it (no 'processing task' line): it holds no "
+                         "request, or it was cut before the first one")
+    notes = _notes(n_batch, ck_off, verbosity)
+    out = tuple(_finish(tasks[i], n_batch or DEFAULT_N_BATCH, n_ubatch) for i in order)
+    return ServerLog(source, verbosity, n_batch, n_ubatch, ck_max, ck_step, out, tuple(notes))
+
+
+def _notes(n_batch, ck_off: bool, verbosity) -> list[str]:
+    """What a reader of the log should know about what it cannot show."""
+    notes = []
+    if n_batch is None:
+        notes.append(f"the log does not show n_batch (llama-server prints it at -lv 4 or more, at its start): taken as "
+                     f"{DEFAULT_N_BATCH} and n_ubatch as {DEFAULT_N_UBATCH}, llama-server's defaults")
+    if ck_off:
+        notes.append("context checkpoints are off (-ctxcp 0, or a model that needs none)")
+    if verbosity is not None and verbosity < 4:
+        notes.append(f"verbosity {verbosity}: batches are shown only after a prompt's first 3 s, and checkpoints not "
+                     "at all; run llama-server with -lv 4 for every batch and checkpoint")
+    return notes
+
+
+def _finish(t: _Task, n_batch: int, n_ubatch: int | None) -> TaskPrefill:
+    trace = bool(t.cached or t.do_ckpt or t.n_prompt_trace is not None)
+    processed = t.prompt_eval[1] if t.prompt_eval else None
+    n_prompt = t.n_prompt_trace
+    if n_prompt is None and t.stop is not None and t.n_gen is not None:
+        n_prompt = t.stop - max(t.n_gen, 1) + 1  # the memory holds the prompt and all but the last token generated
+    starts = tuple(t.cached or t.do_ckpt)
+    reused = starts[0] if trace and starts else None
+    if reused is None and n_prompt is not None and processed is not None:
+        reused = n_prompt - processed
+    if not trace and t.progress and reused is not None:
+        starts = tuple(reused + k for k, _ in t.progress)
+    common: int | None
+    if t.lcp is not None:
+        common = t.lcp
+    elif t.lcp_info is not None and n_prompt is not None:
+        common = round(t.lcp_info[0] * n_prompt)
+    else:
+        common = 0 if t.lcp_info is None and trace else None
+    restored = tuple(n for n, _ in t.restored)
+    return TaskPrefill(
+        task=t.task, slot=t.slot, level="trace" if trace else "info", n_prompt=n_prompt, n_reused=reused,
+        n_processed=processed, n_generated=t.n_gen, n_common=common, batch_starts=starts, batches_complete=trace,
+        n_batch=n_batch, n_ubatch=n_ubatch, checkpoints_created=tuple(t.created) if trace else None,
+        checkpoints_restored=restored if trace else None, full_reprocess=t.full if trace else None,
+        checkpoints_erased=tuple(t.erased), prompt_ms=t.prompt_eval[0] if t.prompt_eval else None,
+        prompt_tps=t.prompt_eval[2] if t.prompt_eval else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Which message of the session each break fell on
+
+
+@dataclass(frozen=True)
+class BreakPlace:
+    """A position of a task's prompt (`what`: 'break', 'checkpoint' or 'restored') and the message
+    it fell on: at its start (within its delimiter, before its content) or inside it."""
+
+    what: str
+    pos: int
+    message: int | None
+    role: str | None
+    at_start: bool
+    span_role: str | None = None  # the role of tmplkit's span there (a tool result inside a user turn: 'tool')
+
+    def describe(self) -> str:
+        if self.message is None:
+            return f"{self.what} at {self.pos}: before the first message"
+        where = "the start of" if self.at_start else "inside"
+        role = self.role if self.role != "tool" else "tool result"
+        return f"{self.what} at {self.pos}: {where} message {self.message} ({role})"
+
+    def to_dict(self) -> dict:
+        return {"what": self.what, "pos": self.pos, "message": self.message, "role": self.role,
+                "at_start": self.at_start, "span_role": self.span_role}
+
+
+@dataclass(frozen=True)
+class TaskLocation:
+    """Where a task's breaks fell in the session: the request it was (`request`, its
+    `n_messages`), whether the tokens matched the log's prompt length, and each place."""
+
+    task: int
+    request: int | None
+    n_messages: int | None
+    tokens_match: bool
+    places: tuple[BreakPlace, ...]
+
+    def counts(self) -> dict[str, int]:
+        """Early batch ends at message starts, by the role of the message."""
+        out: dict[str, int] = {}
+        for p in self.places:
+            if p.what == "break" and p.at_start and p.role:
+                out[p.role] = out.get(p.role, 0) + 1
+        return out
+
+    def to_dict(self) -> dict:
+        return {"task": self.task, "request": self.request, "n_messages": self.n_messages,
+                "tokens_match": self.tokens_match, "breaks_at_message_starts": self.counts(),
+                "places": [p.to_dict() for p in self.places]}
+
+
+def locate_breaks(log: ServerLog, template, session, tokenizer, *, analysis=None) -> ServerLog:
+    """`log` with, for each task, the session request it was and the message each early batch
+    end, checkpoint and restore fell on (`ServerLog.locations`).
+
+    `session` is what the client sent (a `Session`, a conversation file or parsed JSON); request k
+    is its render up to where the model speaks (`tmplkit.turns.session_requests`), tokenized as
+    llama-server tokenizes a prompt (with the vocabulary's BOS). A task is matched to the first
+    request (from the last one matched on) whose token count is its prompt length; when none
+    matches, its places are read on the longest request (`tokens_match` False: approximate).
+    """
+    from .session import Session, messages_for, session_from_json
+    from .spans import split_text
+    from .turns.requests import session_requests
+
+    if not isinstance(session, Session):
+        session = session_from_json(session) if not isinstance(session, str) else _load_session(session)
+    if analysis is None:
+        from .analysis import analyze
+
+        analysis = analyze(template)
+    if not analysis.delimiters:
+        raise InputError(f"template '{getattr(template, 'name', '')}': tmplkit derives no delimiters for it, so "
+                         "messages cannot be told apart in its render")
+    requests = session_requests(session, template)
+    messages = messages_for(template, session.messages)
+    cache: dict[int, tuple] = {}
+
+    def prepared(k: int):
+        if k not in cache:
+            text = requests[k].text
+            ids, offsets = tokenizer.tokenize_with_offsets(text)
+            bos = len(tokenizer.tokenize(text, add_bos=True)) - len(ids)  # the server's add_special
+            cache[k] = (text, len(ids) + bos, bos, offsets, split_text(text, analysis.delimiters))
+        return cache[k]
+
+    out = []
+    next_k = 0
+    for task in log.tasks:
+        k_found = None
+        if task.n_prompt is not None:
+            for k in range(next_k, len(requests)):
+                if prepared(k)[1] == task.n_prompt:
+                    k_found = k
+                    break
+        k = k_found if k_found is not None else len(requests) - 1
+        if k_found is not None:
+            next_k = k_found + 1
+        text, n, bos, offsets, spans = prepared(k)
+        n_msgs = requests[k].n_messages
+        owners = _span_owners(text, spans, messages[:n_msgs])
+        places = []
+        wanted = [("break", p) for p in task.early_ends] + [("checkpoint", p) for p in task.checkpoints_created or ()] + \
+                 [("restored", p) for p in task.checkpoints_restored or ()]
+        for what, pos in wanted:
+            places.append(_place(what, pos, bos, offsets, spans, owners, messages))
+        out.append(TaskLocation(task.task, k, n_msgs, k_found is not None, tuple(places)))
+    return replace(log, locations=tuple(out))
+
+
+def _load_session(path: str):
+    from .session import load_session
+
+    return load_session(path)
+
+
+def _span_owners(text: str, spans, messages) -> list[int | None]:
+    """The message each span holds: the first message whose content is found in it (contents
+    looked for in message order, each after the last found)."""
+    import bisect
+
+    starts = [s.start for s in spans]
+    owner: list[int | None] = [None] * len(spans)
+    at = 0
+    for i, m in enumerate(messages):
+        needle = _needle(m)
+        if not needle:
+            continue
+        found = text.find(needle, at)
+        if found < 0:
+            continue
+        at = found + len(needle)
+        k = bisect.bisect_right(starts, found) - 1
+        if k >= 0 and owner[k] is None:
+            owner[k] = i
+    # a span with no content of its own (an empty assistant turn) belongs to the message before it
+    last = None
+    for k in range(len(owner)):
+        if owner[k] is None:
+            owner[k] = last
+        last = owner[k]
+    return owner
+
+
+def _needle(message) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if isinstance(content, str) and content.strip():
+        return content.strip()[:200]
+    for tc in message.get("tool_calls") or ():
+        name = (tc.get("function") or {}).get("name")
+        if name:
+            return name
+    return ""
+
+
+def _place(what: str, pos: int, bos: int, offsets, spans, owners, messages) -> BreakPlace:
+    import bisect
+
+    i = pos - bos
+    if i < 0 or not offsets:
+        return BreakPlace(what, pos, None, None, False)
+    c = offsets[min(i, len(offsets) - 1)][0] if i < len(offsets) else offsets[-1][1]
+    starts = [s.start for s in spans]
+    k = bisect.bisect_right(starts, c) - 1
+    if k < 0:
+        # within the first delimiter's opening tokens (a token may begin before it)
+        if spans and i + 1 < len(offsets) and offsets[i][1] > spans[0].start:
+            k = 0
+        else:
+            return BreakPlace(what, pos, None, None, False)
+    span = spans[k]
+    # a break at a span's opening: its token starts the span, or is the last one before it
+    at_start = c == span.start or (k + 1 < len(spans) and i < len(offsets) and offsets[i][1] > spans[k + 1].start)
+    if at_start and k + 1 < len(spans) and c != span.start:
+        span, k = spans[k + 1], k + 1
+    msg = owners[k] if k < len(owners) else None
+    role = messages[msg]["role"] if msg is not None else None
+    return BreakPlace(what, pos, msg, role, bool(at_start), span.role)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def format_server_log(log: ServerLog) -> str:
+    """The log's report as text: one block per task, then the summary."""
+    by_task = {loc.task: loc for loc in log.locations}
+    lines = [f"{log.source}: {len(log.tasks)} tasks; n_batch {log.n_batch or DEFAULT_N_BATCH}"
+             + (f", n_ubatch {log.n_ubatch}" if log.n_ubatch else "")
+             + (f", checkpoints: at most {log.checkpoints_max}, min spacing {log.checkpoint_min_step}"
+                if log.checkpoints_max is not None else "")
+             + (f"; verbosity {log.verbosity}" if log.verbosity is not None else "")]
+    lines += [f"  note: {n}" for n in log.notes]
+    for t in log.tasks:
+        calls = t.decode_calls
+        head = (f"task {t.task}: {t.n_prompt if t.n_prompt is not None else '?'} prompt tokens, "
+                f"{t.n_reused if t.n_reused is not None else '?'} reused, "
+                f"{t.n_processed if t.n_processed is not None else '?'} processed"
+                + (f" ({t.prompt_tps:.0f} tokens/s)" if t.prompt_tps else "")
+                + (f"; {calls} decode calls" if calls is not None else "")
+                + f"; {len(t.mid_breaks)} mid-prompt breaks" + ("" if t.batches_complete else " seen"))
+        lines.append(head)
+        if t.checkpoints_created is not None:
+            lines.append(f"  checkpoints created at {_short(t.checkpoints_created) or 'none'}; restored "
+                         f"{_short(t.checkpoints_restored or ()) or 'none'}" + ("; full re-processing forced" if t.full_reprocess else ""))
+        if t.went_back is not None and t.n_common:
+            lines.append(f"  shared {t.n_common} tokens with the slot, reused {t.n_reused} (went back {t.went_back})")
+        loc = by_task.get(t.task)
+        if loc is not None:
+            req = f"request {loc.request} ({loc.n_messages} messages)" + ("" if loc.tokens_match else ", token count not matched: approximate")
+            counts = ", ".join(f"{v} {k}" for k, v in sorted(loc.counts().items()))
+            lines.append(f"  {req}; early batch ends at message starts: {counts or 'none'}")
+            for p in loc.places[:8]:
+                lines.append(f"    {p.describe()}")
+            if len(loc.places) > 8:
+                lines.append(f"    ... {len(loc.places) - 8} more (--format json)")
+        if t.pattern != "none":
+            lines.append(f"  pattern: {t.pattern}")
+        for f in t.findings():
+            lines.append(f"  - {f}")
+    s = log.summary()
+    lines.append("summary: " + ", ".join(f"{k}: {v}" for k, v in sorted(s["patterns"].items()))
+                 + f"; {s['tokens_processed']} tokens processed, {s['tokens_reused']} reused, {s['mid_breaks']} mid-prompt breaks")
+    return "\n".join(lines) + "\n"
+
+
+def _short(xs: Sequence[int], n: int = 12) -> str:
+    xs = list(xs)
+    return ", ".join(map(str, xs[:n])) + (f", ... ({len(xs)} in all)" if len(xs) > n else "")
