@@ -120,7 +120,9 @@ def _deadline(seconds: int):
 
 
 def render(template: str, messages, tools, **kwargs) -> str:
-    from transformers.utils.chat_template_utils import render_jinja_template
+    from transformers.utils.chat_template_utils import _normalize_chat_messages, render_jinja_template
+
+    messages = _normalize_chat_messages(messages)  # as apply_chat_template gives them (null keys dropped)
 
     kwargs.setdefault("bos_token", "")
     kwargs.setdefault("eos_token", "")

@@ -47,8 +47,10 @@ def test_tojson_does_not_escape_html_or_non_ascii_and_takes_positional_options()
 def test_inputs_are_prepared_as_transformers_does():
     t = T("{% for m in messages %}{{ m | tojson }}{% endfor %}")
     out = render(t, [{"role": "assistant", "content": None, "reasoning_content": "why", "tool_calls": None}])
-    # None-valued keys dropped, reasoning aliased to `thinking` (first) and `reasoning_content`.
-    assert out == '{"thinking": "why", "role": "assistant", "reasoning_content": "why"}'
+    # None-valued keys dropped (as apply_chat_template drops them), and no key added: a template is
+    # given its reasoning under the keys the caller used (a session as the server gives it:
+    # tmplkit.session.reasoning_for).
+    assert out == '{"role": "assistant", "reasoning_content": "why"}'
     out = render(T("{{ messages[0].content }}"), [{"role": "user", "content": ("a", 1)}])
     assert out == "('a', 1)"
 

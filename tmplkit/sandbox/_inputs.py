@@ -74,8 +74,8 @@ def _plain(value):
 
 
 # Message keys templates read a message's reasoning from (Qwen3 and most: reasoning_content; gpt-oss,
-# Command A Reasoning: thinking; Laguna, Hy3, Solar: reasoning). A render gives each message that
-# has one of them the first under all three (below); an analysis probe sets them all to one needle.
+# Command A Reasoning: thinking; Laguna, Hy3, Solar: reasoning). An analysis probe sets them all to
+# one needle; a session is given its reasoning as the server gives it (tmplkit.session).
 REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
 
@@ -88,13 +88,10 @@ def _prepare_messages(messages) -> list[dict]:
     for message in _to_dicts(list(messages)):
         if not isinstance(message, dict):
             raise InputError(f"each message must be a dict with 'role' and 'content', got {message!r}")
-        # Keys whose value is None are dropped: templates handle a missing key better than None.
-        message = _plain({k: v for k, v in message.items() if v is not None})
-        reasoning = next((message[k] for k in REASONING_KEYS if message.get(k) is not None), None)
-        if reasoning is not None:
-            # The standard name is `reasoning_content`; gpt-oss templates read `thinking`.
-            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
-        prepared.append(message)
+        # Keys whose value is None are dropped, as transformers' apply_chat_template drops them
+        # (`_normalize_chat_messages`: many templates crash on `content: null` and handle a missing
+        # key); no key is added.
+        prepared.append(_plain({k: v for k, v in message.items() if v is not None}))
     if not prepared:
         raise InputError("cannot render an empty conversation; give at least one message")
     return prepared

@@ -14,13 +14,14 @@ Below it lie the sources, the sandbox and the analysis; above it the server's ru
 turns.
 """
 
-from ._arguments import messages_for, object_arguments, template_messages
+from ._arguments import messages_for, object_arguments, reads_thinking, reasoning_for, template_messages
 from ._conversation import Conversation, Session, load_conversation, load_session, save_session, session_from_json
 from ._generator import STYLES, TOOLS, generate_session, next_user_turn
 from ._render import SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables
 
 __all__ = [
     "SESSION_LIMITS", "STYLES", "TOOLS", "Conversation", "ServerConversation", "Session", "for_server", "generate_session",
-    "load_conversation", "load_session", "messages_for", "next_user_turn", "object_arguments", "render_conversation",
+    "load_conversation", "load_session", "messages_for", "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for",
+    "render_conversation",
     "render_variables", "save_session", "session_from_json", "template_messages",
 ]

@@ -19,7 +19,7 @@ from ..errors import TmplkitError
 from ..sandbox import render
 from ..sources import ChatTemplate, family_special_tokens
 
-__all__ = ["messages_for", "object_arguments", "template_messages"]
+__all__ = ["messages_for", "object_arguments", "reads_thinking", "reasoning_for", "template_messages"]
 
 _NEEDLE = "tmplkit-argument-7f3a"
 
@@ -67,8 +67,28 @@ def _shows_arguments(template: ChatTemplate, arguments) -> bool | None:
 
 def messages_for(template: ChatTemplate, messages) -> list[dict]:
     """`messages` as `template` is given them by llama-server: tool-call arguments parsed into
-    objects where it reads them as objects, else left as the client sent them."""
-    return template_messages(messages, parse_arguments=object_arguments(template))
+    objects where it reads them as objects, else left as the client sent them; an assistant's
+    `reasoning_content` also under `thinking` where the template reads only that key
+    (`reasoning_for`). Every other key stays as the client sent it."""
+    return reasoning_for(template, template_messages(messages, parse_arguments=object_arguments(template)))
+
+
+def reads_thinking(template: ChatTemplate) -> bool:
+    """Whether `template` reads a message's reasoning under `thinking` and not `reasoning_content`
+    (gpt-oss, LFM2)."""
+    text = template.text
+    return "reasoning_content" not in text and any(f"{q}thinking{e}" in text for q, e in ((".", ""), ("['", "']"), ('["', '"]')))
+
+
+def reasoning_for(template: ChatTemplate, messages: list[dict]) -> list[dict]:
+    """`messages` with each assistant's `reasoning_content` copied to `thinking` where the template
+    reads that key alone, as llama-server does for the templates that need it (vendored
+    common/parsers/gpt-oss.cpp:7-11 and lfm2.cpp:27-31: "Copy reasoning to the 'thinking' field the
+    template expects"); unchanged elsewhere."""
+    if not reads_thinking(template):
+        return messages
+    return [{**m, "thinking": m["reasoning_content"]} if m.get("reasoning_content") is not None and "thinking" not in m else m
+            for m in messages]
 
 
 def template_messages(messages: Iterable[dict], *, parse_arguments: bool = True) -> list[dict]:
