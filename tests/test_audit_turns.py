@@ -63,14 +63,29 @@ def test_a_stable_and_an_unstable_template(checked):
     assert checked.ok and checked.summary()["unstable"] == ["drops-reasoning"]
 
 
-def test_not_applicable_when_the_analysis_does_not_pass(tmp_path):
+def test_given_whatever_the_analysis_says(tmp_path):
+    # Prefix stability needs renders, not delimiters: a template refused as impossible still gets
+    # its verdict, as `tmplkit turns` gives it.
     path = tmp_path / "nodelims.jinja"
     path.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
     report = audit_mod.audit([load_one(str(path))], prefix_stability="fail")
     (check,) = report.prefix_checks
     assert report.results[0].status == "impossible"  # contents alone: every role renders alike
-    assert check.verdict == "not applicable" and "'impossible'" in check.detail
+    assert check.verdict == "stable" and check.n_requests > 1
     assert not report.unstable(0)  # the analysis failure is what fails it, once
+    dropping = tmp_path / "nodelims-dropping.jinja"
+    dropping.write_text("{% for m in messages %}{% if m.role != 'assistant' or loop.last %}{{ m.content }}{% endif %}{% endfor %}")
+    (check,) = audit_mod.audit([load_one(str(dropping))], prefix_stability="report").prefix_checks
+    assert check.verdict == "unstable"
+
+
+def test_not_applicable_after_a_sandbox_limit(tmp_path):
+    path = tmp_path / "slow.jinja"
+    path.write_text((ROOT / "fixtures" / "hostile" / "loop_nested_range.jinja").read_text(encoding="utf-8"))
+    report = audit_mod.audit([load_one(str(path))], prefix_stability="report", timeout=2)
+    (check,) = report.prefix_checks
+    assert report.results[0].status in ("timeout", "memory")
+    assert check.verdict == "not applicable" and report.results[0].status in check.detail
 
 
 def test_not_checked_by_default():

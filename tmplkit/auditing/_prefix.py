@@ -13,6 +13,8 @@ from ..sources import ChatTemplate
 __all__ = ["NOT_APPLICABLE", "PrefixStability", "analyze_with_prefix_stability", "default_turns_session", "prefix_stability_of"]
 
 NOT_APPLICABLE = "not applicable"
+# Analysis statuses after which the check is not run: the template hit a sandbox limit.
+_LIMIT_STATUSES = frozenset({"timeout", "memory", "unsafe"})
 
 
 @dataclass(frozen=True)
@@ -96,13 +98,14 @@ def _bounded(text: str, limit: int = 500) -> str:
 
 
 def analyze_with_prefix_stability(template: ChatTemplate, session=None) -> tuple[Analysis, PrefixStability | None]:
-    """A worker target (tmplkit.isolate): the analysis, then, if it passed, the prefix-stability
-    check, in the same sandboxed process and under the same limits, since both render the template;
-    the two come back as a pair (None: not checked)."""
+    """A worker target (tmplkit.isolate): the analysis, then the prefix-stability check, in the same
+    sandboxed process and under the same limits, since both render the template; the two come back
+    as a pair (None: not checked). Prefix stability needs renders, not delimiters: it is checked
+    whatever the analysis found, except after a sandbox limit (the template would hit it again)."""
     from ..analysis import analyze
 
     a = analyze(template)
-    return a, (prefix_stability_of(template, session) if a.status == "pass" else None)
+    return a, (prefix_stability_of(template, session) if a.status not in _LIMIT_STATUSES else None)
 
 
 def split_prefix_checks(results: Sequence) -> tuple[list[Analysis], tuple[PrefixStability, ...]]:

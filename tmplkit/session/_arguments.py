@@ -68,27 +68,28 @@ def _shows_arguments(template: ChatTemplate, arguments) -> bool | None:
 def messages_for(template: ChatTemplate, messages) -> list[dict]:
     """`messages` as `template` is given them by llama-server: tool-call arguments parsed into
     objects where it reads them as objects, else left as the client sent them; an assistant's
-    `reasoning_content` also under `thinking` where the template reads only that key
-    (`reasoning_for`). Every other key stays as the client sent it."""
+    `reasoning_content` also under `thinking` where llama-server gives it so (`reasoning_for`).
+    Every other key stays as the client sent it."""
     return reasoning_for(template, template_messages(messages, parse_arguments=object_arguments(template)))
 
 
 def reads_thinking(template: ChatTemplate) -> bool:
-    """Whether `template` reads a message's reasoning under `thinking` and not `reasoning_content`
-    (gpt-oss, LFM2)."""
-    text = template.text
-    return "reasoning_content" not in text and any(f"{q}thinking{e}" in text for q, e in ((".", ""), ("['", "']"), ('["', '"]')))
+    """Whether llama-server gives `template` an assistant's reasoning under `thinking` as well: the
+    templates its gpt-oss and LFM2 / LFM2.5 handlers take, told as the vendored common/chat.cpp tells
+    them (lines 1102-1105: `<|channel|>` in the source; 1153-1162 and parsers/lfm2.cpp:5-8:
+    `<|tool_list_start|>` with `<|tool_list_end|>`, or `List of tools: [` without them)."""
+    src = template.text
+    lfm2 = "<|tool_list_start|>" in src and "<|tool_list_end|>" in src
+    return "<|channel|>" in src or lfm2 or ("List of tools: [" in src and "<|tool_list_start|>" not in src)
 
 
 def reasoning_for(template: ChatTemplate, messages: list[dict]) -> list[dict]:
-    """`messages` with each assistant's `reasoning_content` copied to `thinking` where the template
-    reads that key alone, as llama-server does for the templates that need it (vendored
-    common/parsers/gpt-oss.cpp:7-11 and lfm2.cpp:27-31: "Copy reasoning to the 'thinking' field the
-    template expects"); unchanged elsewhere."""
+    """`messages` with each message's `reasoning_content` copied to `thinking` where llama-server
+    does that for the template (`reads_thinking`; common/parsers/gpt-oss.cpp:7-11, lfm2.cpp:27-31:
+    "Copy reasoning to the 'thinking' field the template expects"); unchanged elsewhere."""
     if not reads_thinking(template):
         return messages
-    return [{**m, "thinking": m["reasoning_content"]} if m.get("reasoning_content") is not None and "thinking" not in m else m
-            for m in messages]
+    return [{**m, "thinking": m["reasoning_content"]} if isinstance(m.get("reasoning_content"), str) else m for m in messages]
 
 
 def template_messages(messages: Iterable[dict], *, parse_arguments: bool = True) -> list[dict]:

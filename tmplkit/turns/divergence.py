@@ -26,12 +26,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..analysis._text import UNIT
 from .requests import Request, common_prefix
 
 __all__ = ["CAUSES", "Divergence", "divergences", "TokenizedRequests", "tokenize_requests"]
 
 CAUSES = ("date or time", "reasoning dropped", "generation prompt", "tool list", "system prompt",
           "last user message", "last tool result", "other")
+# Words that name reasoning markup (as the analysis reads them: tmplkit.analysis._reasoning).
+_REASONING_WORDS = ("think", "reason", "thought", "analysis")
 _NEAR = 256  # characters around a message's text still counted as its rendering (headers, markup)
 _SHOW = 60   # characters shown each side of an unexplained divergence
 
@@ -162,10 +165,18 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
         r = _text(m.get("reasoning_content")).strip() if m.get("role") == "assistant" else ""
         if r and _covers(held, r, pos, slack=_NEAR) and text.count(r) < held.count(r):
             return "reasoning dropped", f"the reasoning of message {i} is in the held text at the divergence and not in the request"
+    block = _reasoning_block(held, text, pos) if pos >= len(prev.text) else ""  # in the generated turn
+    if block:
+        return "reasoning dropped", (f"the reasoning markup {block!r} the held turn has at the divergence is not in the "
+                                     "request: the template writes it into the newest turn only (an empty reasoning block "
+                                     "the history drops)")
     g0 = len(prev.text) - len(prev.generation_prompt)
-    # (text inserted before an intact generation prompt belongs to the message before it)
-    moved = 0 < text.find(prev.generation_prompt, g0) - g0 <= _NEAR
-    if prev.generated and g0 <= pos <= len(prev.text) and not moved:
+    # Text inserted before an intact generation prompt belongs to the message before it; the
+    # generation prompt the next request ends with is its own, no sign of that.
+    at = text.find(prev.generation_prompt, g0)
+    moved = 0 < at - g0 <= _NEAR and at + len(prev.generation_prompt) != len(text)
+    # (a turn was generated, though the template may render none of it: it dropped the turn)
+    if prev.turn[1] > prev.turn[0] and g0 <= pos <= len(prev.text) and not moved:
         return "generation prompt", (f"the generation prompt {prev.generation_prompt!r} differs from the re-rendered turn "
                                      f"{text[g0:g0 + len(prev.generation_prompt) + 20]!r}")
     for t in tools or ():
@@ -183,6 +194,17 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
         return ("last user message" if role == "user" else "last tool result",
                 f"request {prev.index}'s last message ({role}) is rendered differently once the model has answered it")
     return "other", "see held_text and request_text"
+
+
+def _reasoning_block(held: str, text: str, pos: int) -> str:
+    """The reasoning markup (`<think>`, `<|channel|>analysis`, ...) that the held text has at the
+    divergence and the request does not, else ""."""
+    rest = held[pos:pos + 200]
+    lead = len(rest) - len(rest.lstrip())
+    m = UNIT.match(rest, lead)
+    if m is None or not any(w in m.group(0).lower() for w in _REASONING_WORDS):
+        return ""
+    return "" if text[pos:].lstrip().startswith(m.group(0)) else rest[:m.end()].strip()
 
 
 def _covers(text: str, needle: str, pos: int, slack: int, after: int = 32) -> bool:

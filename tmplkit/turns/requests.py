@@ -17,7 +17,14 @@ message, after what the generation prompt already wrote:
    before that point stops matching the generation prompt's opening (the longest end of the
    shared text that is a prefix of the generation prompt). The generated text is the turn after
    the part it shares with the generation prompt: the model continues from the prompt it was
-   given and writes what the template would print from there.
+   given and writes what the template would print from there (the shared part cut back to a
+   markup boundary: a forced reasoning opener `Here are my steps:` shares no "H" with an answer).
+
+The turn ends where that turn ends, not where the render does: what a template writes after the
+newest message only because it is the newest (a next assistant header it prints whatever
+`add_generation_prompt` says, gpt-oss's `<|return|>` where a followed turn has `<|end|>`) is no
+part of what the model generates (`turn_ending`): the model stops at its end of generation, which
+the server does not keep.
 
     >>> reqs = session_requests(session, template)                       # doctest: +SKIP
     >>> reqs[0].text.endswith(reqs[0].generation_prompt), reqs[0].held.startswith(reqs[0].text)  # doctest: +SKIP
@@ -33,8 +40,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from ..analysis._text import UNIT, back_to_boundary
 from ..analysis._text import lcp as common_prefix  # strings and token lists alike
-from ..errors import InputError, TmplkitError
+from ..errors import InputError, RenderError, TmplkitError
 from ..sandbox import PINNED_NOW
 from ..session import for_server
 from ..sources import ChatTemplate
@@ -42,6 +50,7 @@ from ..sources import ChatTemplate
 __all__ = ["Request", "session_requests", "iter_requests", "request_points", "common_prefix", "next_renders"]
 
 _NEEDLE = "\u2063needle\u2063"
+_NEXT = "\u2063next\u2063"
 
 
 def _clock_at(t: datetime) -> Callable[[], datetime]:
@@ -59,7 +68,8 @@ class Request:
     `n_messages`: messages[:n_messages] are rendered; `turn`: the (start, end) message indices of
     the assistant turn the model then generates (empty for the session's last request when it ends
     on a user or tool message); `generated`: that turn's text as the model emits it; `rule`: how
-    it was derived ("prefix", "newest-turn", or "" when nothing is generated).
+    it was derived ("prefix", "newest-turn", "unrendered" where the template renders no conversation
+    ending with the turn, or "" when nothing is generated).
     """
 
     index: int
@@ -121,6 +131,7 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
     if not points:
         raise InputError(f"{conversation.conversation.source}: no request in the session: the model speaks after a "
                          "user message or tool results; add a user message")
+    endings: dict[bool, str] = {}  # what the newest turn ends with only for being the newest, by kind
     for k, (n, end) in enumerate(points):
         when = start + k * interval
         clock = _clock_at(when)  # each request at its own time
@@ -132,8 +143,51 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
         gprompt = _generation_prompt(text, draw(messages[:n], False))
         generated, rule = "", ""
         if end > n:
-            generated, rule = _generated_turn(draw, messages[:end], text, gprompt)
+            try:
+                generated, rule = _generated_turn(draw, messages[:end], text, gprompt)
+            except RenderError:
+                # The template renders the request but no conversation that ends with the turn
+                # (a classifier that wants a user message last): what the model wrote is unknown,
+                # the server holds the request (and that turn), and the next request is compared
+                # with the request alone.
+                generated, rule = "", "unrendered"
+            kind = bool(messages[end - 1].get("tool_calls"))
+            if kind not in endings:
+                endings[kind] = turn_ending(conversation, messages[end - 1])
+            if endings[kind] and generated.endswith(endings[kind]):
+                generated = generated[:-len(endings[kind])]
         yield Request(k, n, text, gprompt, generated, (n, end), rule, when)
+
+
+def turn_ending(conversation, turn: dict) -> str:
+    """What the template writes after an assistant message of `turn`'s kind only when it is the
+    newest message: the end of its render that a render with a user message after it does not share
+    (a next assistant header printed whatever `add_generation_prompt` says; `<|return|>` where a
+    followed turn has `<|end|>`). Read off two short renders, the turn's content a needle; "" where
+    the template renders them alike or refuses them."""
+    mine = {**turn, "content": _NEEDLE}
+    ask = {"role": "user", "content": "Hello."}
+    try:
+        last = conversation.render([ask, mine], add_generation_prompt=False)
+        followed = conversation.render([ask, mine, {"role": "user", "content": _NEXT}], add_generation_prompt=False)
+    except TmplkitError:
+        return ""
+    a, b = last.rfind(_NEEDLE), followed.rfind(_NEEDLE)
+    if a >= 0 and b >= 0:
+        # Compared from the turn's content on: a followed turn's history may be written otherwise
+        # before it (reasoning dropped once a user message follows), which says nothing of its end.
+        last, followed = last[a + len(_NEEDLE):], followed[b + len(_NEEDLE):]
+    k = common_prefix(last, followed)
+    ending = last[back_to_boundary(last, k):] if k < len(last) else ""
+    # (Without the needle, e.g. a tool-call turn whose text the template does not print, only an
+    # ending of markup is taken: anything else may be the turn written otherwise.)
+    return ending if a >= 0 and b >= 0 or _markup_only(ending) else ""
+
+
+def _markup_only(text: str) -> bool:
+    """Whether `text` holds nothing but markup units, role words and whitespace."""
+    rest = UNIT.sub(" ", text).split()
+    return all(w.lower().strip(":|") in ("assistant", "model", "bot", "chatbot", "") for w in rest)
 
 
 def _generation_prompt(with_gp: str, without: str) -> str:
@@ -148,7 +202,8 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
     if full.startswith(request):
         return full[len(request):], "prefix"
     # The needle render: the same history, the newest turn with other content (see the module doc).
-    needle = draw(messages[:-1] + [{"role": "assistant", "content": _NEEDLE}], False)
+    # (every key of the turn as the client sent it, its content a needle)
+    needle = draw(messages[:-1] + [{**messages[-1], "content": _NEEDLE}], False)
     shared = common_prefix(full, needle)
     opening = 0
     for h in range(min(len(gprompt), shared), 0, -1):
@@ -156,7 +211,7 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
             opening = h
             break
     turn = full[shared - opening:]
-    return turn[common_prefix(gprompt, turn):], "newest-turn"
+    return turn[back_to_boundary(turn, common_prefix(gprompt, turn)):], "newest-turn"
 
 
 def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *, kwargs: Mapping | None = None) -> tuple[tuple[str, ...], ...]:
