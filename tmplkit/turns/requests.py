@@ -178,7 +178,15 @@ def turn_ending(conversation, turn: dict) -> str:
         # before it (reasoning dropped once a user message follows), which says nothing of its end.
         last, followed = last[a + len(_NEEDLE):], followed[b + len(_NEEDLE):]
     k = common_prefix(last, followed)
-    ending = last[back_to_boundary(last, k):] if k < len(last) else ""
+    if k >= len(last):
+        return ""
+    k = back_to_boundary(last, k)
+    opener = [u for u in UNIT.finditer(last, 0, k) if u.end() == k]
+    if opener and last[k:k + 1].isalpha():
+        # The renders part right after a shared opener, at the role word that follows it
+        # (`<|start_header_id|>` + `assistant` or `user`): the opener is the next turn's.
+        k = opener[0].start()
+    ending = last[k:]
     # (Without the needle, e.g. a tool-call turn whose text the template does not print, only an
     # ending of markup is taken: anything else may be the turn written otherwise.)
     return ending if a >= 0 and b >= 0 or _markup_only(ending) else ""
@@ -214,6 +222,16 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
     return turn[back_to_boundary(turn, common_prefix(gprompt, turn)):], "newest-turn"
 
 
+def _tool_result(messages, call: dict) -> dict:
+    """A result for `call`, shaped like the session's own tool messages (a `name` only where the
+    client sends one): a predicted follow-up adds no key the client would not send."""
+    shape = next((m for m in messages if m.get("role") == "tool"), {"tool_call_id": ""})
+    out = {"role": "tool", "tool_call_id": call.get("id", "")}
+    if "name" in shape:
+        out["name"] = call.get("function", call).get("name", "")
+    return {**out, "content": "result"}
+
+
 def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *, kwargs: Mapping | None = None) -> tuple[tuple[str, ...], ...]:
     """For each request, the renders of the requests that can follow it, known before they come:
     the generated turn's tool calls answered (when it makes any), a new user message, and, after
@@ -239,8 +257,7 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
         ask = {"role": "user", "content": "next request"}
         follow = [[ask]]
         if calls:
-            answered = [{"role": "tool", "tool_call_id": c.get("id", ""), "name": c.get("function", c).get("name", ""),
-                         "content": "result"} for c in calls]
+            answered = [_tool_result(messages, c) for c in calls]
             follow += [answered, answered + [{"role": "assistant", "content": "done"}, ask]]
         texts: list[str] = []
         for extra in follow:
