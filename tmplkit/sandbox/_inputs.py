@@ -79,19 +79,31 @@ def _plain(value):
 REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
 
+class Prepared(list):
+    """Messages already prepared (`prepare_message` each): `render` takes them as they are. A
+    session renders the same messages hundreds of times (every request is the conversation so far):
+    each is prepared once."""
+
+
+def prepare_message(message) -> dict:
+    """One message as a template is given it: plain data, its null-valued keys dropped, as
+    transformers' apply_chat_template drops them (`_normalize_chat_messages`: many templates crash
+    on `content: null` and handle a missing key); no key is added."""
+    message = _to_dicts(message)
+    if not isinstance(message, dict):
+        raise InputError(f"each message must be a dict with 'role' and 'content', got {message!r}")
+    return _plain({k: v for k, v in message.items() if v is not None})
+
+
 def _prepare_messages(messages) -> list[dict]:
-    if hasattr(messages, "messages"):
-        messages = messages.messages
-    if isinstance(messages, (str, bytes)) or not hasattr(messages, "__iter__"):
-        raise InputError(f"messages must be a list of message dicts, got {type(messages).__name__}")
-    prepared = []
-    for message in _to_dicts(list(messages)):
-        if not isinstance(message, dict):
-            raise InputError(f"each message must be a dict with 'role' and 'content', got {message!r}")
-        # Keys whose value is None are dropped, as transformers' apply_chat_template drops them
-        # (`_normalize_chat_messages`: many templates crash on `content: null` and handle a missing
-        # key); no key is added.
-        prepared.append(_plain({k: v for k, v in message.items() if v is not None}))
+    if type(messages) is Prepared:
+        prepared: list[dict] = messages
+    else:
+        if hasattr(messages, "messages"):
+            messages = messages.messages
+        if isinstance(messages, (str, bytes)) or not hasattr(messages, "__iter__"):
+            raise InputError(f"messages must be a list of message dicts, got {type(messages).__name__}")
+        prepared = [prepare_message(m) for m in messages]
     if not prepared:
         raise InputError("cannot render an empty conversation; give at least one message")
     return prepared

@@ -192,6 +192,9 @@ def _planned_filter(func, size_of):
     return wrapped
 
 
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
 class _Environment(ImmutableSandboxedEnvironment):
     """transformers' chat-template environment, plus cooperative limit checks."""
 
@@ -255,6 +258,32 @@ class _Environment(ImmutableSandboxedEnvironment):
                                        "asked for a formatted string")
         result = ImmutableSandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs)
         return _check_size(result, "built a value")
+
+    # Whether an attribute is safe depends on the object's type and the name alone (Jinja's
+    # is_internal_attribute and modifies_known_mutable test both, never the value), so the answer
+    # is kept per (type, name): a long conversation asked the sandbox again for every message.
+    # Bounded: a template can name any number of attributes.
+    _SAFE: dict = {}
+
+    def is_safe_attribute(self, obj, attr, value):
+        key = (type(obj), attr)
+        safe = self._SAFE.get(key)
+        if safe is None:
+            if len(self._SAFE) > 4096:
+                self._SAFE.clear()
+            safe = self._SAFE[key] = super().is_safe_attribute(obj, attr, value)
+        return safe
+
+    def getattr(self, obj, attribute):
+        # `message.content` on a message: Jinja tries the attribute, fails, then takes the item. A
+        # plain dict has no attribute of that name, so take the item (the same answer, without an
+        # AttributeError raised and caught per lookup).
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
 
     def call_binop(self, context, operator_, left, right):
         if operator_ == "*":

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from datetime import datetime
 
-from ..sandbox import Limits, render
+from ..sandbox import Limits, Prepared, prepare_message, render
 from ..sources import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation
@@ -59,9 +60,18 @@ class ServerConversation:
     def render(self, messages: Sequence[dict] | None = None, *, add_generation_prompt: bool = True,
                clock: Callable[[], datetime] | None = None) -> str:
         """The render of `messages` (default: the whole conversation); `clock` is the time the
-        template's `strftime_now` reads (default: the sandbox's pinned time)."""
-        return render(self.template, self.messages if messages is None else messages, tools=self.tools,
-                      add_generation_prompt=add_generation_prompt, limits=SESSION_LIMITS, clock=clock, **self.variables)
+        template's `strftime_now` reads (default: the sandbox's pinned time). The conversation's own
+        messages are prepared for the sandbox once (every request renders them again)."""
+        given = self.messages if messages is None else messages
+        ready = self._prepared
+        prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in given)
+        return render(self.template, prepared, tools=self.tools, add_generation_prompt=add_generation_prompt,
+                      limits=SESSION_LIMITS, clock=clock, **self.variables)
+
+    @cached_property
+    def _prepared(self) -> dict[int, dict]:
+        # Keyed by identity: the messages are this object's own, kept alive by it.
+        return {id(m): prepare_message(m) for m in self.messages}
 
 
 def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = None) -> ServerConversation:
