@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from datetime import datetime
+from functools import cached_property
 
 from ..sandbox import Limits, Prepared, prepare_message, render
 from ..sources import ChatTemplate, family_special_tokens
