@@ -252,3 +252,16 @@ def test_a_template_that_loops_only_on_the_session_is_stopped(tmp_path):
     report = audit_mod.audit([template], jobs=1, timeout=2, prefix_stability="report")
     assert report.results[0].status == "timeout" and "longer than 2 s" in report.results[0].errors[0]
     assert report.prefix_checks[0].verdict == "not applicable" and not report.ok
+
+
+def test_a_long_session_is_studied_up_to_the_time_limit():
+    """The check stops in time for the worker to answer: a session too long for --timeout gives the
+    analysis and a verdict on the requests rendered by then, not a killed worker."""
+    from tmplkit.session import Session
+
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"} for i in range(6001)]
+    report = audit_mod.audit([load_one(STABLE)], jobs=1, timeout=4, prefix_stability="report", session=Session(msgs))
+    assert report.results[0].status == "pass"
+    (check,) = report.prefix_checks
+    assert check.verdict == "not applicable" and "stopped at the time limit" in check.detail
+    assert 1 < check.n_requests < 3001 and check.detail.endswith("no divergence up to there")

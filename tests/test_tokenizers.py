@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tmplkit import corpus
 from tmplkit.analysis import Analysis, RoundTrip
 from tmplkit.delimiters import Delimiter
-from tmplkit.errors import TokenizerError
+from tmplkit.errors import SourceError, TokenizerError
 from tmplkit.spans import SpanDetector, split_text
 from tmplkit.token_delims import token_delimiters, tokenize_delimiters
 from tmplkit.tokenizers import HFTokenizer, Tokenizer, load_tokenizer
@@ -409,3 +409,43 @@ def test_variants_where_no_single_sequence_marks_every_occurrence():
     assert {m["delimiter"] for m in td.message_delimiters() if m["role"] == "assistant"} == {"</think>", "></think>"}
     assert len([x for x in td.id_lists() if x["role"] == "assistant"]) == 2
     assert SpanDetector(td).split(tok.tokenize(rendered)).roles == roles
+
+
+# Corpus templates that render the generated agent session, each with a vocabulary of its family:
+# BPE vocabularies (llama.cpp tokenizes the text between special tokens alone, so the ids are
+# reused) and SentencePiece ones (a space prefix after a special token: tokenized whole instead).
+_INCREMENTAL = [("Qwen3.5-4B", "qwen35"), ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "llama-bpe"),
+                ("deepseek-ai-DeepSeek-V3.1", "deepseek-llm"), ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", "command-r"),
+                ("google-gemma-4-31B-it", "gemma-4"), ("microsoft-Phi-3.5-mini-instruct", "phi-3"),
+                ("mistralai-Mistral-Nemo-Instruct-2407", "llama-spm")]
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name,vocab", _INCREMENTAL)
+def test_a_session_tokenized_from_shared_beginnings_is_tokenized_as_a_whole(name, vocab):
+    """Each request reuses the ids of the one before up to a control token they share: the ids are
+    exactly those of the request tokenized whole, with and without a BOS, and for the next renders
+    tokenized from their request's ids."""
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched")
+    from tmplkit.session import generate_session
+    from tmplkit.sources import load_one
+    from tmplkit.turns import next_renders, session_requests
+    from tmplkit.turns.divergence import tokenize_texts
+
+    try:
+        template = load_one("corpus:llama.cpp", name)
+    except SourceError:
+        pytest.skip(f"{name} is not in the corpus")
+    tok = load_tokenizer(f"vocab:{vocab}")
+    session = generate_session(6000, seed=3, style="agent", requests=3)
+    reqs = session_requests(session, template)
+    texts = [r.text for r in reqs]
+    for add_bos in (False, True):
+        bos = tok.tokenize("", add_bos=True) if add_bos else []
+        whole = [tuple(ids if not bos or ids[:len(bos)] == bos else bos + ids) for ids in (tok.tokenize(t, add_bos=False) for t in texts)]
+        assert tokenize_texts(texts, tok, add_bos=add_bos) == tuple(whole)
+    for k, renders in enumerate(next_renders(session, template, reqs)[:8]):
+        shared = tokenize_texts(renders, tok, base=(texts[k], tok.tokenize(texts[k], add_bos=False)), chain=False)
+        assert shared == tuple(tuple(tok.tokenize(t, add_bos=False)) for t in renders)

@@ -103,3 +103,55 @@ def test_replay_table_json_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     plot_replay(rep, tmp_path / "r.png")
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_time_limit_studies_the_requests_rendered_by_then(session_file):
+    """Past --timeout the study stops between two requests: the ones rendered are studied, the
+    switches are not tried, and the report says where it stopped."""
+    from tmplkit.session import load_session
+    from tmplkit.sources import load_one
+    from tmplkit.turns import study_turns
+
+    session, template = load_session(session_file), load_one(FIX / "drops-reasoning.jinja")
+    whole = study_turns(template, session)
+    cut = study_turns(template, session, timeout=1e-9)
+    assert whole.n_requests > 2 and not whole.stopped and whole.switches
+    assert cut.n_requests == 1 and not cut.switches
+    assert cut.stopped.startswith("stopped at the time limit") and f"after 1 of {whole.n_requests} requests" in cut.stopped
+    assert cut.stopped in cut.notes and cut.to_dict()["stopped"] == cut.stopped
+
+
+def test_progress_is_reported_request_by_request(session_file):
+    from tmplkit.session import load_session
+    from tmplkit.sources import load_one
+    from tmplkit.turns import study_turns
+
+    seen = []
+    n = study_turns(load_one(FIX / "stable.jinja"), load_session(session_file), progress=lambda *a: seen.append(a)).n_requests
+    assert seen == [("requests", k, n) for k in range(1, n + 1)]
+
+
+def test_turns_timeout_on_the_command_line(session_file, capsys):
+    assert main(["turns", str(FIX / "drops-reasoning.jinja"), "--session", str(session_file), "--timeout", "1e-9",
+                 "--format", "json"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    assert report["n_requests"] == 1 and "after 1 of 22 requests" in report["stopped"]
+    assert main(["turns", str(FIX / "stable.jinja"), "--timeout", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--timeout must be positive" in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("term, shown", [("xterm", True), ("dumb", False)])
+def test_turns_progress_on_a_terminal_only(session_file, monkeypatch, capsys, term, shown):
+    err = _Terminal()
+    monkeypatch.setenv("TERM", term)
+    monkeypatch.setattr("sys.stderr", err)
+    assert main(["turns", str(FIX / "stable.jinja"), "--session", str(session_file)]) == 0
+    assert ("stable: requests 22/22" in err.getvalue()) is shown
+    assert ("\x1b[" in err.getvalue()) is shown
+    assert "stable over" in capsys.readouterr().out  # the report itself is untouched

@@ -298,6 +298,54 @@ class LlamaCppTokenizer:
         """Token ids of `text`, special tokens parsed; BOS only when asked (here or at load)."""
         return self._encode(text.encode("utf-8"), self.add_bos if add_bos is None else add_bos)
 
+    def tokenize_after(self, text: str, base: tuple[bytes, Sequence[int]] | None) -> list[int]:
+        """`tokenize(text, add_bos=False)`, reusing the ids of `base` (the bytes of a text tokenized
+        before, and its ids without BOS) up to the last control token both texts share.
+
+        llama.cpp splits a text at its special tokens before it tokenizes the pieces between them
+        (llama-vocab.cpp, `tokenizer_st_partition`), so the ids up to a control token the two texts
+        share, and from it on, are those of the whole text: request k+1 of a session shares its
+        beginning with request k, and only the part from a control token before the divergence needs
+        new ids (tests/test_tokenizers.py holds this against whole tokenization on the corpus's
+        vocabularies)."""
+        import numpy as np
+
+        data = text.encode("utf-8")
+        if not base or not base[1]:
+            return self._encode(data, False)
+        old, ids = base
+        lengths, control, splits = self._tables()
+        arr = np.asarray(ids, dtype=np.int64)
+        ends = np.cumsum(lengths[arr])
+        # Only where the ids spell the base's bytes exactly (no whitespace a special token strips)
+        # and the pieces between special tokens are tokenized alone (BPE; SPM prefixes a space).
+        if not splits or int(ends[-1]) != len(old):
+            return self._encode(data, False)
+        common = _common_bytes(data, old)
+        starts = ends - lengths[arr]
+        # the last control token that starts, whole, within the shared bytes
+        fits = control[arr] & (starts + lengths[arr] <= common)
+        where = np.flatnonzero(fits)
+        if not len(where) or where[-1] == 0:
+            return self._encode(data, False)
+        cut = int(where[-1])
+        return list(ids[:cut]) + self._encode(data[int(starts[cut]):], False)
+
+    def _tables(self):
+        """Per token id: its piece's length in bytes, and whether it is a control token (numpy
+        arrays over the whole vocabulary, made once); and whether the vocabulary is BPE."""
+        tables = getattr(self, "_id_tables", None)
+        if tables is None:
+            import numpy as np
+
+            lib, vocab = self._lib, self._open_vocab()
+            lengths = np.fromiter((len(self.piece_bytes(i)) for i in range(self.n_vocab)), dtype=np.int64, count=self.n_vocab)
+            control = np.fromiter((bool(lib.llama_vocab_is_control(vocab, i)) for i in range(self.n_vocab)), dtype=bool,
+                                  count=self.n_vocab)
+            splits = int(lib.llama_vocab_type(vocab)) == int(lib.LLAMA_VOCAB_TYPE_BPE)
+            tables = self._id_tables = (lengths, control, splits)
+        return tables
+
     def piece_bytes(self, token_id: int) -> bytes:
         """The bytes token `token_id` stands for (special tokens as their text)."""
         cached = self._pieces.get(token_id)
@@ -332,6 +380,21 @@ class LlamaCppTokenizer:
             buf = ctypes.create_string_buffer(-n)
             n = lib.llama_detokenize(self._vocab, arr, len(ids), buf, -n, False, True)
         return buf.raw[:n].decode("utf-8", "replace")
+
+
+def _common_bytes(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix of two byte strings (binary search on slices)."""
+    hi = min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class HFTokenizer:

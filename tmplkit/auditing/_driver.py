@@ -49,7 +49,7 @@ def audit(
     if prefix_stability != "off":
         session = session if session is not None else default_turns_session()
         check_session(session)
-        target = functools.partial(analyze_with_prefix_stability, session=session)
+        target = functools.partial(analyze_with_prefix_stability, session=session, timeout=timeout)
     if jobs == 1 and timeout is None and memory_mb is None:
         results = _in_process(templates, target, progress)
     else:

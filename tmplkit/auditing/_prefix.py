@@ -65,9 +65,11 @@ def check_session(session) -> None:
                          "speaks after a user message or tool results); add a user message")
 
 
-def prefix_stability_of(template: ChatTemplate, session=None) -> PrefixStability:
+def prefix_stability_of(template: ChatTemplate, session=None, timeout: float | None = None) -> PrefixStability:
     """Whether `session` (default `default_turns_session()`), resumed request by request on
-    `template`, always extends what the server holds; see tmplkit.turns.study_turns.
+    `template`, always extends what the server holds; see tmplkit.turns.study_turns. Past
+    `timeout` seconds, the requests rendered by then decide: a divergence among them is the
+    verdict, none is "not applicable" with where it stopped.
 
     >>> from tmplkit.sources import load_one
     >>> prefix_stability_of(load_one("fixtures/turns/drops-reasoning.jinja")).label
@@ -78,7 +80,8 @@ def prefix_stability_of(template: ChatTemplate, session=None) -> PrefixStability
     from ..turns import study_turns
 
     start = time.perf_counter()
-    report = study_turns(template, session if session is not None else default_turns_session(), switches=False)
+    report = study_turns(template, session if session is not None else default_turns_session(), switches=False,
+                         timeout=timeout)
     took = time.perf_counter() - start
     if report.error:
         return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, detail=_bounded(report.error), seconds=took)
@@ -86,6 +89,9 @@ def prefix_stability_of(template: ChatTemplate, session=None) -> PrefixStability
         return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, seconds=took,
                                detail="the session has one request: nothing is resumed")
     first = report.first
+    if first is None and report.stopped:
+        return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, seconds=took,
+                               detail=f"{report.stopped}: no divergence up to there")
     if first is None:
         return PrefixStability("stable", n_requests=report.n_requests, seconds=took)
     return PrefixStability("unstable", first.cause, first.request, first.position, report.n_requests,
@@ -97,15 +103,24 @@ def _bounded(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def analyze_with_prefix_stability(template: ChatTemplate, session=None) -> tuple[Analysis, PrefixStability | None]:
+def analyze_with_prefix_stability(template: ChatTemplate, session=None,
+                                  timeout: float | None = None) -> tuple[Analysis, PrefixStability | None]:
     """A worker target (tmplkit.isolate): the analysis, then the prefix-stability check, in the same
     sandboxed process and under the same limits, since both render the template; the two come back
     as a pair (None: not checked). Prefix stability needs renders, not delimiters: it is checked
-    whatever the analysis found, except after a sandbox limit (the template would hit it again)."""
+    whatever the analysis found, except after a sandbox limit (the template would hit it again).
+    With the worker's `timeout`, the check stops in time for the pair to come back (what the
+    analysis left of it, less a margin), rather than be killed with both lost."""
+    import time
+
     from ..analysis import analyze
 
+    start = time.monotonic()
     a = analyze(template)
-    return a, (prefix_stability_of(template, session) if a.status not in _LIMIT_STATUSES else None)
+    if a.status in _LIMIT_STATUSES:
+        return a, None
+    left = None if timeout is None else max(0.05, 0.8 * (timeout - (time.monotonic() - start)) - 0.5)
+    return a, prefix_stability_of(template, session, timeout=left)
 
 
 def split_prefix_checks(results: Sequence) -> tuple[list[Analysis], tuple[PrefixStability, ...]]:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import time
+
 
 def add_turns(sub) -> None:
     p = sub.add_parser("turns", help="per template: is a resumed agent session's prefix stable, where and why it "
@@ -14,6 +19,8 @@ def add_turns(sub) -> None:
     p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request")
     p.add_argument("--memory", default="swa:512", help="the checkpointing model's memory: swa:N, recurrent (default swa:512)")
     p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="per template: study the requests rendered within SECONDS and say where it stopped (default: no limit)")
     p.add_argument("--format", choices=["text", "json", "markdown", "csv"], default="text")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
     p.set_defaults(func=_cmd_turns)
@@ -23,9 +30,10 @@ def _cmd_turns(args) -> int:
     from ..session import generate_session, load_session
     from ..turns import MemoryModel, study_turns
     from ..turns.formats import format_turns
-    from ._common import emit, load_templates, require_tokenizers
+    from ._common import emit, load_templates, positive, require_tokenizers
 
     memory = MemoryModel.parse(args.memory)  # refuse a bad option before any work
+    timeout = positive(args.timeout, "--timeout") if args.timeout is not None else None
     if args.tokenizer:
         require_tokenizers([args.tokenizer], "tmplkit turns --tokenizer " + args.tokenizer)
     session = load_session(args.session) if args.session else generate_session(20000, seed=0, style="agent", requests=3)
@@ -35,7 +43,31 @@ def _cmd_turns(args) -> int:
         from ..tokenizers import load_tokenizer
 
         tokenizer = load_tokenizer(args.tokenizer)
-    reports = [study_turns(t, session, tokenizer=tokenizer, add_bos=args.add_bos, memory=memory,
-                           switches=not args.no_switches) for t in templates]
+    reports = []
+    for t in templates:
+        with _progress(t.name) as progress:
+            reports.append(study_turns(t, session, tokenizer=tokenizer, add_bos=args.add_bos, memory=memory,
+                                       switches=not args.no_switches, timeout=timeout, progress=progress))
     emit(format_turns(reports, args.format), args.output)
     return 0
+
+
+@contextlib.contextmanager
+def _progress(name: str):
+    """A progress line on a terminal's stderr (none when redirected or TERM=dumb), cleared at the end;
+    redrawn at most ten times a second, since a long session has thousands of requests."""
+    if not sys.stderr.isatty() or os.environ.get("TERM") == "dumb":
+        yield None
+        return
+    last = [0.0]
+
+    def show(stage: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 0.1 or done == total:
+            last[0] = now
+            print(f"\r\x1b[2K{name[:50]}: {stage} {done}/{total}", end="", file=sys.stderr, flush=True)
+
+    try:
+        yield show
+    finally:
+        print("\r\x1b[2K", end="", file=sys.stderr, flush=True)

@@ -19,6 +19,7 @@ then the generated turn. The result is a prediction a replay on a model must rep
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..server_rules import DivergenceAware, Gated, PrefillSettings, ServerGated
@@ -114,14 +115,17 @@ def policy_for(policy, predicted, k: int, n_prompt: int):
     return policy
 
 
-def predicted_divergences(tokens, next_texts, tokenizer, *, add_bos: bool = False) -> tuple[tuple[int, ...], ...]:
+def predicted_divergences(tokens, next_texts, tokenizer, *, add_bos: bool = False,
+                          texts: Sequence[str] | None = None) -> tuple[tuple[int, ...], ...]:
     """Per request, the token positions where each of its next renders (`requests.next_renders`)
-    stops matching the tokens held after it (positions at the held end are left out: nothing diverges)."""
+    stops matching the tokens held after it (positions at the held end are left out: nothing diverges).
+    `texts`: the requests' texts, whose ids each next render shares its beginning with."""
     from .divergence import tokenize_texts
 
     out = []
-    for k, texts in enumerate(next_texts):
+    for k, renders in enumerate(next_texts):
         held = tokens.held(k)
-        pos = {common_prefix(held, ids) for ids in tokenize_texts(texts, tokenizer, add_bos=add_bos)}
+        base = (texts[k], tokens.requests[k]) if texts is not None else None
+        pos = {common_prefix(held, ids) for ids in tokenize_texts(renders, tokenizer, add_bos=add_bos, base=base, chain=False)}
         out.append(tuple(sorted(p for p in pos if p < len(held))))
     return tuple(out)

@@ -24,6 +24,7 @@ token the model emits where the template writes text): `token_note` says so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..analysis._text import UNIT
@@ -97,16 +98,35 @@ def tokenize_requests(requests, tokenizer, *, add_bos: bool = False) -> Tokenize
     return TokenizedRequests(reqs, tuple(gens))
 
 
-def tokenize_texts(texts, tokenizer, *, add_bos: bool = False) -> tuple[tuple[int, ...], ...]:
-    """Each text tokenized whole, with the BOS prepended when `add_bos` and the text lacks it."""
+def tokenize_texts(texts, tokenizer, *, add_bos: bool = False, base: tuple[str, Sequence[int]] | None = None,
+                   chain: bool = True) -> tuple[tuple[int, ...], ...]:
+    """Each text tokenized as a whole would be, with the BOS prepended when `add_bos` and the text
+    lacks it.
+
+    A session's texts share their beginnings (request k+1 starts as request k did), so where the
+    tokenizer can (`tokenize_after`: llama.cpp's, which splits at special tokens first) each text
+    reuses the ids of `base` (text, its ids) or, with `chain`, of the text before it, up to a control
+    token they share: tokenizing a session is then linear in its length, not quadratic."""
     bos = list(tokenizer.tokenize("", add_bos=True)) if add_bos else []
+    after = getattr(tokenizer, "tokenize_after", None)
+    ref = _base(base, bos)
     out = []
     for text in texts:
-        ids = list(tokenizer.tokenize(text, add_bos=False))
+        ids = list(after(text, ref)) if after is not None else list(tokenizer.tokenize(text, add_bos=False))
+        if chain:
+            ref = (text.encode("utf-8"), ids)
         if bos and ids[:len(bos)] != bos:
             ids = bos + ids
         out.append(tuple(ids))
     return tuple(out)
+
+
+def _base(base, bos) -> tuple[bytes, Sequence[int]] | None:
+    """`base` (text, ids) as `tokenize_after` takes it: the text's bytes, its ids without a BOS."""
+    if base is None:
+        return None
+    text, ids = base
+    return text.encode("utf-8"), list(ids[len(bos):] if bos and list(ids[:len(bos)]) == bos else ids)
 
 
 def _emitted(tokenizer, ids) -> tuple[int, ...]:

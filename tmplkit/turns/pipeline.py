@@ -23,7 +23,7 @@ from ..session import ServerConversation, for_server
 from ..sources import ChatTemplate
 from .cost import predicted_divergences
 from .divergence import TokenizedRequests, tokenize_requests
-from .requests import DEFAULT_INTERVAL, Request, next_renders, session_requests
+from .requests import DEFAULT_INTERVAL, Request, iter_requests, next_renders, request_points
 
 __all__ = ["PreparedSession", "prepare_session", "request_spans"]
 
@@ -46,11 +46,16 @@ class PreparedSession:
 
 
 def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos: bool = False,
-                    kwargs: Mapping | None = None, interval=DEFAULT_INTERVAL) -> PreparedSession:
+                    kwargs: Mapping | None = None, interval=DEFAULT_INTERVAL, budget=None) -> PreparedSession:
     """`session` on `template`, through the pipeline of the module doc; without a tokenizer, the
-    requests only. A template that cannot render the session raises its RenderError here."""
+    requests only. A template that cannot render the session raises its RenderError here.
+    `budget` (a `Budget`): progress while rendering, and the requests up to its time limit."""
     conversation = for_server(template, session, kwargs)  # prepared once, rendered for every request
-    reqs = session_requests(conversation, template, interval=interval)
+    requests = iter_requests(conversation, template, interval=interval)
+    if budget is None:
+        reqs = tuple(requests)
+    else:
+        reqs = budget.take(requests, len(request_points(list(conversation.messages))))
     if tokenizer is None:
         return PreparedSession(template, conversation, reqs)
     tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos)
@@ -58,7 +63,8 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
     spans = request_spans(template, tokenizer, reqs, tokens, notes)
     predicted = None
     if spans:
-        predicted = predicted_divergences(tokens, next_renders(conversation, template, reqs), tokenizer, add_bos=add_bos)
+        predicted = predicted_divergences(tokens, next_renders(conversation, template, reqs), tokenizer, add_bos=add_bos,
+                                          texts=[r.text for r in reqs])
     return PreparedSession(template, conversation, reqs, tokens, spans, predicted, tuple(notes))
 
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from ..errors import RenderError, TmplkitError
 from ..probes import THINKING_FLAGS
 from ..sources import ChatTemplate
+from .budget import Budget
 from .cost import SessionCost, session_cost
 from .divergence import Divergence, divergences
 from .pipeline import prepare_session
@@ -42,6 +43,7 @@ class TurnsReport:
     cost: SessionCost | None = field(default=None, repr=False)
     notes: tuple[str, ...] = ()
     error: str = ""
+    stopped: str = ""  # where a time limit cut the session short ("" : studied whole)
 
     @property
     def stable(self) -> bool:
@@ -68,18 +70,24 @@ class TurnsReport:
                 "first_divergence": first.to_dict() if first else None, "causes": self.causes(),
                 "switches": [{"setting": n, "stable": ok} for n, ok in self.switches],
                 "stable_with": list(self.stable_with), "cost": self.cost.to_dict() if self.cost else None,
-                "divergences": [d.to_dict() for d in self.divergences], "notes": list(self.notes), "error": self.error}
+                "divergences": [d.to_dict() for d in self.divergences], "notes": list(self.notes), "error": self.error,
+                "stopped": self.stopped}
 
 
 def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: bool = False, memory=None,
-                prefill=None, kwargs=None, switches: bool = True, interval=DEFAULT_INTERVAL) -> TurnsReport:
+                prefill=None, kwargs=None, switches: bool = True, interval=DEFAULT_INTERVAL, timeout: float | None = None,
+                progress=None) -> TurnsReport:
     """Requests, divergences, thinking switches and (with a tokenizer) the cost of `session` on `template`.
 
     A template that cannot render the session gives a report with `error` set (a corpus table
-    goes on); other problems raise.
+    goes on); other problems raise. `timeout` (seconds): the requests rendered by then are
+    studied, the switches are not tried, and `stopped` says so; `progress(stage, done, total)`
+    is called as the requests are rendered.
     """
+    budget = Budget(timeout, progress)
     try:
-        prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval)
+        prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval,
+                                   budget=budget)
     except RenderError as exc:  # (RenderLimitError too)
         return TurnsReport(template.name, 0, (), error=str(exc))
     conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens
@@ -88,8 +96,9 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     cost = None
     if tokens is not None and prepared.spans:
         cost = session_cost(tokens, prepared.spans, predicted=prepared.predicted, memory=memory, prefill=prefill)
-    tried = _switches(template, conversation, kwargs, interval, reqs) if switches else ()
-    return TurnsReport(template.name, len(reqs), divs, tried, cost, prepared.notes)
+    tried = _switches(template, conversation, kwargs, interval, reqs) if switches and not budget.stopped else ()
+    notes = prepared.notes + ((budget.stopped,) if budget.stopped else ())
+    return TurnsReport(template.name, len(reqs), divs, tried, cost, notes, stopped=budget.stopped)
 
 
 def _redraw(conversation, reqs):

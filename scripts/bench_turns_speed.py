@@ -1,0 +1,174 @@
+#!/usr/bin/env python
+"""How long `tmplkit turns` takes on a long session: this tree against a git revision, alternately.
+
+    python scripts/bench_turns_speed.py --against e95b580 --rounds 3 --json scripts/results/turns-speed.json
+    python scripts/bench_turns_speed.py --against e95b580 --cases chat-2000-qwen35 --rounds 1
+
+Cases (each a fresh process per run, so neither tree warms the other's caches):
+- agent-90k: a generated coding-agent session (seed 0, about 90k tokens in its last request,
+  the size in llama.cpp issue 25213) on the corpus's Qwen3.5-4B template, with the qwen35
+  vocabulary and the thinking switches (`tmplkit turns --tokenizer vocab:qwen35`);
+- agent-90k-text: the same session, text only (`--no-switches`, no tokenizer);
+- chat-2000: a 2,000-message plain chat (user, assistant, ...) on fixtures/turns/stable.jinja, a
+  ChatML template of ours;
+- chat-2000-qwen35: the same chat on the Qwen3.5-4B template (its history loop is heavier).
+
+Both trees study the same sessions, written once by this tree into the temporary folder. Per case:
+the seconds of `study_turns` alone (templates and tokenizers loaded before the clock starts), per
+round and as medians, and the paired ratios this/REV with their spread. The machine's CPU model
+is recorded: absolute times differ 2-3x between machines, the ratios much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _machine import cpu_model  # scripts/, beside this file
+
+ROOT = Path(__file__).resolve().parent.parent
+
+QWEN35 = ("corpus:llama.cpp", "Qwen3.5-4B")
+CHATML = (str(ROOT / "fixtures" / "turns" / "stable.jinja"), None)
+# case -> ((template source, name), tokenizer or None, switches, session file stem)
+CASES = {
+    "agent-90k": (QWEN35, "vocab:qwen35", True, "agent"),
+    "agent-90k-text": (QWEN35, None, False, "agent"),
+    "chat-2000": (CHATML, None, True, "chat"),
+    "chat-2000-qwen35": (QWEN35, None, True, "chat"),
+}
+DEFAULT_CASES = ("agent-90k", "agent-90k-text", "chat-2000")
+
+
+def plain_chat(n_messages: int) -> list[dict]:
+    """`n_messages` of a plain chat, user first and last (every user message is a request)."""
+    out = []
+    for i in range(n_messages):
+        if i % 2 == 0:
+            out.append({"role": "user", "content": f"Question {i // 2}: how would you rename the module `pkg/m{i}.py`?"})
+        else:
+            out.append({"role": "assistant", "content": f"Rename it to `pkg/mod_{i}.py` and update its {i % 7 + 1} importers."})
+    if out[-1]["role"] != "user":
+        out.append({"role": "user", "content": "Thanks."})
+    return out
+
+
+def write_sessions(folder: Path) -> dict:
+    """The sessions both trees study, as JSON files of messages; their sizes (messages, and the
+    agent session's last request in qwen35 tokens on the Qwen3.5-4B template)."""
+    sys.path.insert(0, str(ROOT))
+    from tmplkit.session import generate_session
+    from tmplkit.sources import load_one
+    from tmplkit.tokenizers import load_tokenizer
+    from tmplkit.turns import session_requests
+
+    agent = generate_session(90000, seed=0, style="agent")
+    sessions = {"agent": list(agent.messages), "chat": plain_chat(2000)}
+    for stem, msgs in sessions.items():
+        (folder / f"{stem}.json").write_text(json.dumps({"messages": msgs}), encoding="utf-8")
+    last = session_requests(agent, load_one(*QWEN35))[-1]
+    tokens = len(load_tokenizer("vocab:qwen35").tokenize(last.text, add_bos=False))
+    return {"agent_messages": len(sessions["agent"]), "agent_last_request_tokens": tokens, "chat_messages": len(sessions["chat"])}
+
+
+def worker(case: str, session_file: str) -> dict:
+    """One timed study of `case` with the tmplkit on sys.path (this tree's or the revision's)."""
+    try:  # this tree
+        from tmplkit.session import load_session
+        from tmplkit.tokenizers import load_tokenizer
+    except ImportError:  # before the session layer (e95b580)
+        from tmplkit.prefill.session import load_session  # type: ignore[no-redef]
+        from tmplkit.tokenize import load_tokenizer  # type: ignore[no-redef]
+    from tmplkit.sources import load_one
+    from tmplkit.turns import study_turns
+
+    source, tok_spec, switches, _ = CASES[case]
+    template = load_one(*source)
+    session = load_session(session_file)
+    tok = load_tokenizer(tok_spec) if tok_spec else None
+    start = time.perf_counter()
+    report = study_turns(template, session, tokenizer=tok, switches=switches)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "n_requests": report.n_requests, "stable": report.stable, "error": report.error}
+
+
+def run(root: Path, case: str, folder: Path) -> dict:
+    stem = CASES[case][3]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_turns_speed.py"), "--worker", case,
+                           str(folder / f"{stem}.json")], capture_output=True, text=True, cwd=root, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{case} in {root}: " + (proc.stderr.strip().splitlines() or ["the worker failed"])[-1])
+    return json.loads(proc.stdout)
+
+
+def against(rev: str, rounds: int, cases) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-turns-speed-") as tmp:
+        folder = Path(tmp)
+        tree = folder / "tree"
+        made = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev],
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            raise RuntimeError(f"--against {rev}: git cannot check it out "
+                               f"({(made.stderr.strip().splitlines() or ['no reason given'])[-1]}); give a commit of this repository")
+        try:
+            sizes = write_sessions(folder)
+            seen: dict = {c: {"this": [], rev: []} for c in cases}
+            details: dict = {}
+            for r in range(max(1, rounds)):
+                for case in cases:
+                    order = [("this", ROOT), (rev, tree)] if r % 2 == 0 else [(rev, tree), ("this", ROOT)]
+                    for label, root in order:
+                        res = run(root, case, folder)
+                        seen[case][label].append(res["seconds"])
+                        details.setdefault(case, {})[label] = res
+                    print(f"round {r} {case}: this {seen[case]['this'][-1]:.2f} s, {rev} {seen[case][rev][-1]:.2f} s",
+                          file=sys.stderr)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+    return {"against": rev, "rounds": rounds, "sessions": sizes, "cases": {c: _summary(seen[c], rev, details[c]) for c in cases},
+            "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(),
+                        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None}}
+
+
+def _summary(seen: dict, rev: str, details: dict) -> dict:
+    paired = [a / b for a, b in zip(seen["this"], seen[rev])]
+    return {"seconds": seen, "median_s": {k: statistics.median(v) for k, v in seen.items()},
+            "paired_this_over_rev": {"median": statistics.median(paired), "min": min(paired), "max": max(paired)},
+            "result": {k: {x: v[x] for x in ("n_requests", "stable", "error")} for k, v in details.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    p.add_argument("--against", metavar="REV", required=False, help="the git revision to compare with (e.g. e95b580)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    p.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(DEFAULT_CASES))
+    p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
+    p.add_argument("--worker", nargs=2, metavar=("CASE", "SESSION"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        json.dump(worker(*args.worker), sys.stdout)
+        return 0
+    if not args.against:
+        p.error("give --against REV (e.g. --against e95b580)")
+    try:
+        res = against(args.against, args.rounds, args.cases)
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    text = json.dumps(res, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
