@@ -183,7 +183,8 @@ def main(argv=None) -> int:
     if args.output:
         result = {"command": " ".join(["python", "scripts/bench_anchor.py", *(argv or sys.argv[1:])]), "cpu_model": cpu_model(),
                   "seconds": round(seconds, 1), "pairs": len(rows), "reasons": dict(reasons),
-                  "table": [{"chatlint": k[0], "tmplkit": k[1], "pairs": n} for k, n in table.most_common()], "rows": rows}
+                  "table": [{"chatlint": k[0], "tmplkit": k[1], "pairs": n} for k, n in table.most_common()],
+                  "differences": [r for r in rows if r["reason"]]}  # the agreeing pairs are counted above
         write_text_atomic(args.output, json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     return 0
 

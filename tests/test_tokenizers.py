@@ -449,3 +449,19 @@ def test_a_session_tokenized_from_shared_beginnings_is_tokenized_as_a_whole(name
     for k, renders in enumerate(next_renders(session, template, reqs)[:8]):
         shared = tokenize_texts(renders, tok, base=(texts[k], tok.tokenize(texts[k], add_bos=False)), chain=False)
         assert shared == tuple(tuple(tok.tokenize(t, add_bos=False)) for t in renders)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("vocab", ["qwen35", "gemma-4", "phi-3"])
+def test_where_a_token_ends_from_its_pieces_is_where_the_offsets_say(vocab):
+    """The turns study reads where token j of a request ends from the ids it already has (their
+    pieces' bytes); it must equal the tokenizer's own offsets, multi-byte characters included."""
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched")
+    from tmplkit.turns.divergence import _token_end
+
+    tok = load_tokenizer(f"vocab:{vocab}")
+    text = "<|im_start|>user\nhéllo wörld 漢字 🙂 and   spaces\n<|im_end|>\n<start_of_turn>model\nok 🙂🙂 ü<end_of_turn>" * 20
+    ids, offsets = tok.tokenize_with_offsets(text)
+    assert [_token_end(tok, text, ids, j) for j in range(len(ids))] == [e for _, e in offsets]

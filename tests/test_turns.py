@@ -165,3 +165,23 @@ def test_a_whole_session_renders_for_prefill_with_the_same_variables(session):
     rendered = render_conversation(t, session)
     assert rendered.startswith("<s>[INST]") and "</s>" in rendered
     assert session_requests(session, t)[-1].text == render_conversation(t, Session(session.messages[:session_requests(session, t)[-1].n_messages], session.tools))
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["deepseek-ai-DeepSeek-V3.1", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "Qwen3.5-4B",
+                                  "google-gemma-4-31B-it", "GLM-4.7-Flash"])
+def test_switches_left_out_without_the_walk_are_those_the_walk_leaves_out(name, monkeypatch):
+    """A switch is skipped when the session's end renders alike with it; the switches found are
+    those a walk over every request finds (DeepSeek's `thinking` changes only the generation
+    prompt after a user message, which the last request, after tool results, does not show)."""
+    from tmplkit import corpus
+    from tmplkit.session import generate_session
+    from tmplkit.turns import summary
+
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched")
+    template = load_one("corpus:llama.cpp", name)
+    session = generate_session(8000, seed=1, style="agent", requests=4)
+    quick = study_turns(template, session).switches
+    monkeypatch.setattr(summary, "_same_at_end", lambda *a: False)
+    assert quick == study_turns(template, session).switches

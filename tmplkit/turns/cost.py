@@ -119,13 +119,14 @@ def predicted_divergences(tokens, next_texts, tokenizer, *, add_bos: bool = Fals
                           texts: Sequence[str] | None = None) -> tuple[tuple[int, ...], ...]:
     """Per request, the token positions where each of its next renders (`requests.next_renders`)
     stops matching the tokens held after it (positions at the held end are left out: nothing diverges).
-    `texts`: the requests' texts, whose ids each next render shares its beginning with."""
+    `texts`: the requests' texts, whose ids the next renders share their beginnings with (and
+    each next render with the one before it)."""
     from .divergence import tokenize_texts
 
     out = []
     for k, renders in enumerate(next_texts):
         held = tokens.held(k)
         base = (texts[k], tokens.requests[k]) if texts is not None else None
-        pos = {common_prefix(held, ids) for ids in tokenize_texts(renders, tokenizer, add_bos=add_bos, base=base, chain=False)}
+        pos = {common_prefix(held, ids) for ids in tokenize_texts(renders, tokenizer, add_bos=add_bos, base=base)}
         out.append(tuple(sorted(p for p in pos if p < len(held))))
     return tuple(out)

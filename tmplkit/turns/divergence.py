@@ -241,7 +241,8 @@ def _with_tokens(div: Divergence, tokens: TokenizedRequests, k: int, tokenizer, 
     note = ""
     if tpos < len(held):
         ids = f"held {list(held[tpos:tpos + 3])} vs request {list(nxt[tpos:tpos + 3])}"
-        end = _token_end(tokenizer, text, tpos - (len(nxt) - len(tokenizer.tokenize(text, add_bos=False))))
+        own = _without_bos(tokenizer, text, nxt)
+        end = _token_end(tokenizer, text, own, tpos - (len(nxt) - len(own)))
         if end is not None and end <= div.position:
             n_req = len(tokens.requests[k - 1])
             where = "at the request/turn boundary" if abs(tpos - n_req) <= 2 else "inside the held text"
@@ -253,9 +254,28 @@ def _with_tokens(div: Divergence, tokens: TokenizedRequests, k: int, tokenizer, 
                       tpos, len(held), note)
 
 
-def _token_end(tokenizer, text: str, j: int) -> int | None:
-    """Where token j of `text` ends (characters), when the tokenizer gives offsets."""
-    if tokenizer is None or not hasattr(tokenizer, "tokenize_with_offsets") or j < 0:
+def _without_bos(tokenizer, text: str, ids) -> Sequence[int]:
+    """`ids` (`text`'s, as `tokenize_texts` gives them) without the BOS it prepended, if it did."""
+    bos = list(tokenizer.tokenize("", add_bos=True))
+    if bos and list(ids[:len(bos)]) == bos and not text.startswith("".join(tokenizer.piece(i) for i in bos)):
+        return ids[len(bos):]
+    return ids
+
+
+def _token_end(tokenizer, text: str, ids: Sequence[int], j: int) -> int | None:
+    """Where token j of `text` (whose ids are `ids`) ends, in characters, when the tokenizer can say:
+    from the ids' pieces where they spell the text exactly (llama.cpp's; no need to tokenize a
+    long request again), else from its offsets."""
+    if tokenizer is None or j < 0:
+        return None
+    pieces = getattr(tokenizer, "piece_bytes", None)
+    if pieces is not None and j < len(ids):
+        data = text.encode("utf-8")
+        lengths = [len(pieces(i)) for i in ids]
+        if sum(lengths) == len(data):
+            # a token ending inside a character counts that character, as the offsets do
+            return len(data[:sum(lengths[:j + 1])].decode("utf-8", "replace"))
+    if not hasattr(tokenizer, "tokenize_with_offsets"):
         return None
     _, offsets = tokenizer.tokenize_with_offsets(text)
     return offsets[j][1] if j < len(offsets) else None

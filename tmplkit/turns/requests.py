@@ -53,7 +53,7 @@ _NEEDLE = "\u2063needle\u2063"
 _NEXT = "\u2063next\u2063"
 
 
-def _clock_at(t: datetime) -> Callable[[], datetime]:
+def clock_at(t: datetime) -> Callable[[], datetime]:
     """A clock that always reads `t` (a request's time, for `strftime_now`)."""
     return lambda: t
 
@@ -134,7 +134,7 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
     endings: dict[bool, str] = {}  # what the newest turn ends with only for being the newest, by kind
     for k, (n, end) in enumerate(points):
         when = start + k * interval
-        clock = _clock_at(when)  # each request at its own time
+        clock = clock_at(when)  # each request at its own time
 
         def draw(msgs, gp, clock=clock):
             return conversation.render(msgs, add_generation_prompt=gp, clock=clock)
@@ -262,7 +262,7 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
         texts: list[str] = []
         for extra in follow:
             try:
-                texts.append(conversation.render(upto + extra, clock=_clock_at(r.time)))
+                texts.append(conversation.render(upto + extra, clock=clock_at(r.time)))
             except TmplkitError:  # a template may refuse a shape; that follow-up is then not predicted
                 continue
         out.append(tuple(texts))

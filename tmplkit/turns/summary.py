@@ -13,12 +13,13 @@ from datetime import datetime
 
 from ..errors import RenderError, TmplkitError
 from ..probes import THINKING_FLAGS
+from ..session import for_server
 from ..sources import ChatTemplate
 from .budget import Budget
 from .cost import SessionCost, session_cost
 from .divergence import Divergence, divergences
 from .pipeline import prepare_session
-from .requests import DEFAULT_INTERVAL, iter_requests
+from .requests import DEFAULT_INTERVAL, clock_at, iter_requests
 
 __all__ = ["TurnsReport", "study_turns", "HISTORY_FLAGS"]
 
@@ -115,13 +116,19 @@ def _switches(template, conversation, kwargs, interval, default) -> tuple[tuple[
 
     Requests are rendered one at a time and the walk stops at the first divergence, so a switch
     that leaves the session unstable costs a few renders; one that changes nothing up to there
-    is left out (it is no switch for this session)."""
+    is left out (it is no switch for this session). A switch that changes neither the whole
+    session's render nor the last request of each kind (after a user message, after tool
+    results: the generation prompt may differ by kind) is taken to change none before them
+    (every request's history is part of those), and is left out without the walk: on a long chat
+    the walk would otherwise render the whole session again for each value."""
     out = []
     for name, values in THINKING_FLAGS + HISTORY_FLAGS:
         if not re.search(rf"\b{name}\b", template.text):  # `reasoning` is not `reasoning_content`
             continue
         for value in values:
             try:
+                if _same_at_end(conversation, template, {**dict(kwargs or {}), name: value}, default):
+                    continue
                 verdict = _walk(iter_requests(conversation, template, kwargs={**dict(kwargs or {}), name: value},
                                               interval=interval), default)
             except TmplkitError:
@@ -129,6 +136,20 @@ def _switches(template, conversation, kwargs, interval, default) -> tuple[tuple[
             if verdict is not None:
                 out.append((f"{name}={value!r}", verdict))
     return tuple(out)
+
+
+def _same_at_end(conversation, template, kwargs, default) -> bool:
+    """Whether `kwargs` leave the whole session's render and the last request of each kind (by
+    the role of its last message) as they are."""
+    other = for_server(template, conversation, kwargs)
+    msgs = list(other.messages)
+    last = {msgs[r.n_messages - 1].get("role"): r for r in default}
+    for r in last.values():
+        if other.render(msgs[:r.n_messages], add_generation_prompt=True, clock=clock_at(r.time)) != r.text:
+            return False
+    at = clock_at(default[-1].time)
+    return other.render(msgs, add_generation_prompt=False, clock=at) == conversation.render(list(conversation.messages),
+                                                                                            add_generation_prompt=False, clock=at)
 
 
 def _walk(requests, default) -> bool | None:
