@@ -5,7 +5,7 @@
     python scripts/bench_turns_speed.py --against e95b580 --cases chat-2000-qwen35 --rounds 1
 
 Cases (each a fresh process per run, so neither tree warms the other's caches):
-- agent-90k: a generated coding-agent session (seed 0, about 90k tokens in its last request,
+- agent-90k: a generated coding-agent session (seed 0, 341 messages, about 89k tokens in its last request,
   the size in llama.cpp issue 25213) on the corpus's Qwen3.5-4B template, with the qwen35
   vocabulary and the thinking switches (`tmplkit turns --tokenizer vocab:qwen35`);
 - agent-90k-text: the same session, text only (`--no-switches`, no tokenizer);
@@ -69,7 +69,8 @@ def write_sessions(folder: Path) -> dict:
     from tmplkit.tokenizers import load_tokenizer
     from tmplkit.turns import session_requests
 
-    agent = generate_session(90000, seed=0, style="agent")
+    # 341 messages, about 89k qwen35 tokens in the last request: the session of the issue's figures
+    agent = generate_session(120000, seed=0, style="agent")
     sessions = {"agent": list(agent.messages), "chat": plain_chat(2000)}
     for stem, msgs in sessions.items():
         (folder / f"{stem}.json").write_text(json.dumps({"messages": msgs}), encoding="utf-8")
