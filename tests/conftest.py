@@ -65,3 +65,17 @@ def write_gguf(tmp_path):
         return path
 
     return make
+
+
+@pytest.fixture(scope="session")
+def matches_schema():
+    """`check(name, data)`: validate `data` against the shipped JSON Schema `name` (tmplkit/schemas)."""
+    import jsonschema
+
+    from tmplkit.schemas import load_schema
+
+    def check(name: str, data) -> bool:
+        jsonschema.Draft202012Validator(load_schema(name)).validate(data)
+        return True
+
+    return check

@@ -25,8 +25,10 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 def _env() -> dict[str, str]:
     # The `tmplkit` script of the environment running the tests first on PATH, as pre-commit's
-    # own environment would have it; no configuration file, no colour.
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # own environment would have it; no configuration file, no colour. PYTHONPATH: the script
+    # imports this checkout's package, whichever checkout the environment installed.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONPATH": str(ROOT)}
     env.pop("NO_COLOR", None)
     return env
 
@@ -137,7 +139,7 @@ def test_action_audits_the_paths_and_writes_junit(action, tmp_path):
     assert proc.returncode == 0, proc.stderr
     suite = ET.parse(tmp_path / "tmplkit-audit.xml").getroot()
     assert suite.get("tests") == "1" and suite.get("failures") == "0"
-    assert "1 templates: 1 pass -> ok" in proc.stderr
+    assert "1 template: 1 pass -> ok" in proc.stderr
 
     proc = _run_action(action, tmp_path, paths="t/chat.jinja\nt/broken.jinja", junit="out/report.xml",
                        args="--timeout 30")

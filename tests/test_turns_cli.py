@@ -51,7 +51,7 @@ def test_turns_text_and_csv(session_file, capsys):
 def test_turns_json_with_a_tokenizer(session_file, capsys, qwen35):
     assert main(["turns", str(FIX / "date.jinja"), "--session", str(session_file), "--tokenizer", "vocab:qwen35",
                  "--format", "json", "--no-switches"]) == 0
-    (report,) = json.loads(capsys.readouterr().out)
+    (report,) = json.loads(capsys.readouterr().out)["reports"]
     assert report["first_divergence"]["cause"] == "date or time" and report["first_divergence"]["token_position"] > 0
     totals = report["cost"]["after_first"]
     assert totals["full attention"] <= min(totals["llama-server"], totals["tmplkit"], totals["divergence-aware"])

@@ -118,6 +118,19 @@ def load_many(sources) -> list[ChatTemplate]:
     return out
 
 
+def select_named(templates: list[ChatTemplate], name: str | None, sources=()) -> list[ChatTemplate]:
+    """The templates named `name` (as `load_one` matches a name), all of them when `name` is None;
+    SourceError listing the names there are when none is named so."""
+    if name is None:
+        return templates
+    picked = [t for t in templates if t.name == name or t.name.rsplit(":", 1)[-1] == name]
+    if not picked:
+        where = ", ".join(str(s) for s in sources) or "the sources"
+        names = ", ".join(t.name for t in templates[:20]) + (", ..." if len(templates) > 20 else "")
+        raise SourceError(f"{where}: no template named '{name}'; there are: {names}")
+    return picked
+
+
 def load_one(source: str | os.PathLike, name: str | None = None) -> ChatTemplate:
     """The template named `name` (or the default, i.e. the first) from a source."""
     templates = load(source)

@@ -23,6 +23,7 @@ from ._formats import (
     AUDIT_FORMATS,
     TABLE_COLUMNS,
     TABLE_FORMATS,
+    TABLE_SCHEMA_VERSION,
     format_json,
     format_junit,
     format_markdown,
@@ -32,13 +33,15 @@ from ._formats import (
     show,
     summary_line,
     table_rows,
+    unrendered_reason,
 )
 from ._gate import FAILING, JSON_SCHEMA_VERSION, REPORT_FAILURES, AuditReport, is_failure, verdict_of
 from ._prefix import NOT_APPLICABLE, PrefixStability, analyze_with_prefix_stability, default_turns_session, prefix_stability_of
 
 __all__ = [
     "AUDIT_FORMATS", "FAILING", "JSON_SCHEMA_VERSION", "NOT_APPLICABLE", "REPORT_FAILURES", "TABLE_COLUMNS", "TABLE_FORMATS",
+    "TABLE_SCHEMA_VERSION",
     "AuditReport", "PrefixStability", "analyze_with_prefix_stability", "audit", "default_turns_session", "format_json",
     "format_junit", "format_markdown", "format_show", "format_table", "format_text", "is_failure", "prefix_stability_of",
-    "show", "summary_line", "table_rows", "token_checks", "tokenizer_for", "verdict_of",
+    "show", "summary_line", "table_rows", "token_checks", "tokenizer_for", "unrendered_reason", "verdict_of",
 ]

@@ -10,11 +10,12 @@ import json
 from collections.abc import Callable, Iterable
 from xml.sax.saxutils import escape as xml_escape
 
+from .._version import __version__
 from ..analysis import Analysis
 from ._gate import AuditReport, first_reason, is_failure, verdict_of
 
-__all__ = ["AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_FORMATS", "format_json", "format_junit", "format_markdown", "format_show",
-           "format_table", "format_text", "show", "summary_line", "table_rows"]
+__all__ = ["AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_FORMATS", "TABLE_SCHEMA_VERSION", "format_json", "format_junit", "format_markdown", "format_show",
+           "format_table", "format_text", "show", "summary_line", "table_rows", "unrendered_reason"]
 
 
 def show(text: str | None) -> str:
@@ -100,7 +101,8 @@ def summary_line(report: AuditReport, *, color: bool = False) -> str:
             verdicts[c.verdict] = verdicts.get(c.verdict, 0) + 1
         counts += "; prefix: " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
     verdict = _paint("ok", "32", color) if report.ok else _paint("FAILED", _FAIL_COLOR, color)
-    return f"{len(report.results)} templates: {counts} -> {verdict}"
+    n = len(report.results)
+    return f"{n} template{'' if n == 1 else 's'}: {counts} -> {verdict}"
 
 
 def format_json(report: AuditReport) -> str:
@@ -160,6 +162,8 @@ AUDIT_FORMATS: dict[str, Callable[[AuditReport], str]] = {
 
 # ---- the delimiter table ------------------------------------------------------------------------
 
+# The table JSON's layout (tmplkit/schemas/table.schema.json); raised as the audit's is.
+TABLE_SCHEMA_VERSION = 1
 TABLE_COLUMNS = ("name", "status", "user_start", "assistant_start", "system_start",
                  "tool_response_start", "tool_response_next", "generation_prompt", "tool_placement",
                  "reasoning_start", "reasoning_end", "generation_reasoning")
@@ -170,10 +174,12 @@ def table_rows(results: Iterable[Analysis]) -> list[dict]:
 
 
 def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
-    """The delimiter table, one row per template. CSV and JSON keep exact strings; markdown escapes."""
+    """The delimiter table, one row per template. CSV and JSON keep exact strings; markdown escapes.
+    The JSON is {schema_version, tmplkit_version, rows}."""
     rows = table_rows(results)
     if fmt == "json":
-        return json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
+        table = {"schema_version": TABLE_SCHEMA_VERSION, "tmplkit_version": __version__, "rows": rows}
+        return json.dumps(table, indent=2, ensure_ascii=False) + "\n"
     for r in rows:  # one cell: how the generation prompt treats reasoning, per thinking-switch setting
         r["generation_reasoning"] = " ".join(f"{k}:{v}" for k, v in r["generation_reasoning"].items()) or None
     if fmt == "csv":
@@ -200,15 +206,24 @@ TABLE_FORMATS = ("markdown", "csv", "json")
 _COLORS = {"system": "35", "user": "32", "assistant": "34", "tool": "33"}
 
 
+def unrendered_reason(analysis: Analysis) -> str | None:
+    """Why the analysis has no rendered round-trip conversation to show, or None when it has one."""
+    rt = analysis.round_trip
+    if rt is not None and rt.rendered:
+        return None
+    return "; ".join(analysis.errors) or "nothing was rendered"
+
+
 def format_show(analysis: Analysis, color: bool = False) -> str:
     """The round-trip conversation as the template renders it, each span introduced by a marker
     line naming its role; the delimiter is highlighted where the terminal allows."""
     from ..spans import split_text
 
-    rt = analysis.round_trip
-    if rt is None or not rt.rendered:
-        why = "; ".join(analysis.errors) or "nothing was rendered"
+    why = unrendered_reason(analysis)
+    if why is not None:
         return f"{analysis.name}: no rendered conversation to show ({why})\n"
+    rt = analysis.round_trip
+    assert rt is not None
     text = rt.rendered
     spans = split_text(text, analysis.delimiters)
     out = [f"# {analysis.name}: {len(spans)} spans, round trip {'passed' if rt.passed else 'FAILED'}"]

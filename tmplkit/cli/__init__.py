@@ -18,6 +18,7 @@ from ._audit import add_audit, add_table
 from ._corpus import add_corpus
 from ._prefill import add_prefill
 from ._replay import add_replay
+from ._schema import add_schema
 from ._serve import add_engine_parity, add_request
 from ._server import add_server
 from ._session import add_session
@@ -29,7 +30,7 @@ __all__ = ["build_parser", "main"]
 
 # Each subcommand registers itself here: an add-parser function per subcommand.
 _SUBCOMMANDS = [add_audit, add_table, add_show, add_corpus, add_spans, add_prefill, add_turns, add_request,
-                add_engine_parity, add_server, add_session, add_replay]
+                add_engine_parity, add_server, add_session, add_replay, add_schema]
 
 
 EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)", 1: "the audit failed",

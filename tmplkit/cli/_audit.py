@@ -12,6 +12,9 @@ from .. import auditing as audit_mod
 from ..config import FAIL_ON, PREFIX_STABILITY, load_expected_failures
 from ..errors import InputError
 from ._common import (
+    add_format,
+    add_name,
+    add_output,
     config_of,
     emit,
     load_templates,
@@ -31,8 +34,9 @@ def add_audit(sub) -> None:
     p.add_argument("sources", nargs="*", metavar="SOURCE",
                    help="a .gguf, .jinja, tokenizer_config.json, chat_template.json, folder, hf:org/name[@rev], "
                         "corpus:llama.cpp, or - (standard input); default: the configuration's sources")
-    p.add_argument("--format", choices=["text", "json", "markdown", "junit"], default="text")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+    add_format(p, audit_mod.AUDIT_FORMATS, "text", "the report")
+    add_output(p, "the report")
+    add_name(p, many=True)
     p.add_argument("--jobs", "-j", type=int, default=None,
                    help="worker processes (default: the machine's cores); each template is analyzed in a sandboxed worker")
     p.add_argument("--timeout", type=float, default=None,
@@ -94,7 +98,7 @@ def _cmd_audit(args) -> int:
                 else cfg.expected_failures)
     needed_by = "the token round trip (--tokenizer)"
     require_tokenizers([tokenizer if tokenizer != "auto" else None, *cfg.tokenizers.values()], needed_by)
-    templates = load_templates(sources)
+    templates = load_templates(sources, args.name)
     if tokenizer == "auto":  # which tokenizers 'auto' opens depends on the templates: still before any analysis
         require_tokenizers([audit_mod.tokenizer_for(t.name, t.source, "auto") for t in templates], needed_by)
     quiet = verbosity(args) < 0
@@ -118,8 +122,9 @@ def _cmd_audit(args) -> int:
 def add_table(sub) -> None:
     p = sub.add_parser("table", help="print the delimiter table, one row per template")
     p.add_argument("sources", nargs="*", metavar="SOURCE", help="as for audit; default: the configuration's sources")
-    p.add_argument("--format", choices=["markdown", "csv", "json"], default="markdown")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the table to FILE (atomically)")
+    add_format(p, audit_mod.TABLE_FORMATS, "markdown", "the table")
+    add_output(p, "the table")
+    add_name(p, many=True)
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: the machine's cores)")
     p.set_defaults(func=_cmd_table)
 
@@ -127,7 +132,7 @@ def add_table(sub) -> None:
 def _cmd_table(args) -> int:
     cfg = config_of(args)
     jobs = positive(_first(args.jobs, cfg.jobs), "--jobs")
-    templates = load_templates(_sources(args, cfg))
+    templates = load_templates(_sources(args, cfg), args.name)
     progress = progress_printer(sys.stderr.isatty() and verbosity(args) >= 0)
     report = audit_mod.audit(templates, jobs=jobs, timeout=_first(cfg.timeout, _DEFAULT_TIMEOUT),
                              memory_mb=cfg.memory, progress=progress)

@@ -8,21 +8,49 @@ import os
 import sys
 
 
-def load_templates(sources_: list[str]):
-    from ..sources import load_many
+def load_templates(sources_: list[str], name: str | None = None):
+    """The templates of `sources_`; with `name` (--name), only those of that name."""
+    from ..sources import load_many, select_named
 
-    return load_many(sources_)
+    return select_named(load_many(sources_), name, sources_)
+
+
+# ---- options every command that has them declares alike -----------------------------------------------
+
+def add_format(parser, choices, default: str, what: str = "the output") -> None:
+    """--format, its choices and default shown in --help."""
+    parser.add_argument("--format", choices=list(choices), default=default,
+                        help=f"{what}'s format: {', '.join(choices)} (default: {default})")
+
+
+def add_output(parser, what: str = "the output") -> None:
+    """-o/--output FILE, written atomically."""
+    parser.add_argument("-o", "--output", metavar="FILE", help=f"write {what} to FILE (atomically) instead of stdout")
+
+
+def add_name(parser, many: bool = False) -> None:
+    """--name: which template of the source (one-template commands) or which templates of the sources."""
+    parser.add_argument("--name", help="only the templates of this name (e.g. a GGUF's 'tool_use')" if many
+                        else "which template of the source (default: the first)")
 
 
 def progress_printer(enabled: bool):
+    """A progress callback for the audit on stderr, or None. Where the terminal cannot move the
+    cursor (TERM=dumb) each step is a line of its own; elsewhere one line is rewritten."""
     if not enabled:
         return None
+    rewrite = os.environ.get("TERM") != "dumb"
 
     def report(done: int, total: int, analysis) -> None:
-        end = "\n" if done == total else ""
-        print(f"\r\x1b[2K[{done}/{total}] {analysis.name[:60]}", end=end, file=sys.stderr, flush=True)
+        print(progress_text(done, total, analysis.name, rewrite=rewrite), end="\n" if done == total or not rewrite else "",
+              file=sys.stderr, flush=True)
 
     return report
+
+
+def progress_text(done: int, total: int, name: str, *, rewrite: bool) -> str:
+    """'[done/total] name', with the escapes that clear the line before it when `rewrite`."""
+    return ("\r\x1b[2K" if rewrite else "") + f"[{done}/{total}] {name[:60]}"
 
 
 def emit(text: str, output: str | None) -> None:
@@ -33,6 +61,14 @@ def emit(text: str, output: str | None) -> None:
         write_output(output, text)
     else:
         sys.stdout.write(text)
+
+
+def emit_result(result, fmt: str, output: str | None) -> None:
+    """A result with `to_markdown()` and `to_dict()`, as markdown or JSON (`emit`)."""
+    import json
+
+    text = result.to_markdown() if fmt == "markdown" else json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    emit(text, output)
 
 
 def verbosity(args) -> int:

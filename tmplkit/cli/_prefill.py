@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import add_llama_options, prefill_settings, require_extra
+from ._common import add_format, add_llama_options, add_output, emit_result, prefill_settings, require_extra
 
 
 def add_prefill(sub) -> None:
@@ -19,7 +19,9 @@ def add_prefill(sub) -> None:
     p.add_argument("--policy", default="all", choices=[*POLICIES, "all"],
                    help="; ".join(f"{name}: {pol.description}" for name, pol in POLICIES.items()) + "; all: each of them")
     p.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per policy, interleaved; figures are medians")
-    p.add_argument("--json", metavar="FILE", help="write the full comparison as JSON")
+    add_format(p, ("markdown", "json"), "markdown", "the comparison")
+    add_output(p, "the comparison")
+    p.add_argument("--json", metavar="FILE", help="also write the full comparison as JSON to FILE (as --format json -o FILE)")
     p.add_argument("--plot", metavar="FILE.png", help="plot batch sizes along the prompt, checkpoints marked")
     add_llama_options(p)
     p.set_defaults(func=_cmd_prefill)
@@ -33,7 +35,7 @@ def _cmd_prefill(args) -> int:
     from ..prefill.plot import plot_comparison, require_matplotlib
     from ..prefill.report import check_writable, write_json
 
-    for out in (args.json, args.plot):  # refuse before the run, not after it
+    for out in (args.output, args.json, args.plot):  # refuse before the run, not after it
         if out:
             check_writable(out)
     if args.plot:
@@ -50,5 +52,5 @@ def _cmd_prefill(args) -> int:
         write_json(args.json, comp.to_dict())
     if args.plot:
         plot_comparison(comp, args.plot)
-    sys.stdout.write(comp.to_markdown())
+    emit_result(comp, args.format, args.output)
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._common import add_output
+
 
 def add_session(sub) -> None:
     p = sub.add_parser("session", help="agent sessions: generate one to try `tmplkit prefill`, `turns` and `replay`")
@@ -13,7 +15,7 @@ def add_session(sub) -> None:
                                                     "tool-role (tool messages), user-turns (for templates without tools)")
     g.add_argument("--requests", type=int, metavar="N", help="this many user requests instead of a length")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("-o", "--output", metavar="FILE", help="write the session to FILE (default: print it)")
+    add_output(g, "the session")
     g.set_defaults(func=_cmd_generate)
 
 

@@ -6,17 +6,23 @@ import csv
 import io
 import json
 
+from .._version import __version__
 from .cost import SETTINGS
 
-__all__ = ["format_turns", "FORMATS"]
+__all__ = ["format_turns", "FORMATS", "TURNS_SCHEMA_VERSION"]
 
 FORMATS = ("text", "json", "markdown", "csv")
+# The JSON's layout (tmplkit/schemas/turns.schema.json): raised when a field is removed or changes meaning.
+TURNS_SCHEMA_VERSION = 1
 
 
 def format_turns(reports, fmt: str = "text") -> str:
-    """One report per template in `fmt` (one of FORMATS)."""
+    """One report per template in `fmt` (one of FORMATS); the JSON is {schema_version,
+    tmplkit_version, reports}."""
     if fmt == "json":
-        return json.dumps([r.to_dict() for r in reports], ensure_ascii=False, indent=1) + "\n"
+        data = {"schema_version": TURNS_SCHEMA_VERSION, "tmplkit_version": __version__,
+                "reports": [r.to_dict() for r in reports]}
+        return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
     rows = [_row(r) for r in reports]
     if fmt == "csv":
         out = io.StringIO()
