@@ -76,9 +76,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
+    try:  # the parser too: a Ctrl-C while it is built is still one line
+        args = build_parser().parse_args(argv)
         with hints_for("cli"):  # limit messages name the flags a command-line user can change
             return int(args.func(args) or 0)
     except TmplkitError as exc:
@@ -89,3 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # the environment (a folder that cannot be written, a full disk), not a bug
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"tmplkit: error: {where}{exc.strerror or exc}; check that the folder exists and can be written "
+              "(the cache folder is $TMPLKIT_CACHE)", file=sys.stderr)
+        return 2

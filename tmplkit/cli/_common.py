@@ -63,6 +63,15 @@ def emit(text: str, output: str | None) -> None:
         sys.stdout.write(text)
 
 
+def model_template(args, model):
+    """The template --template and --name give for a model (None: the model GGUF's default own one)."""
+    from ..sources import load_one
+
+    if args.template is None and args.name is None:
+        return None
+    return load_one(args.template or model, args.name)
+
+
 def emit_result(result, fmt: str, output: str | None) -> None:
     """A result with `to_markdown()` and `to_dict()`, as markdown or JSON (`emit`)."""
     import json
@@ -131,6 +140,15 @@ def positive(value, flag: str):
     return value
 
 
+def at_least(value, minimum, flag: str):
+    """Refuse `value` below `minimum` naming the flag (the library names its parameter)."""
+    from ..errors import InputError
+
+    if value is not None and not value >= minimum:
+        raise InputError(f"{flag} must be at least {minimum}, got {value}")
+    return value
+
+
 # ---- llama.cpp's settings, as llama-server names them ---------------------------------------------------
 
 # The option of each `PrefillSettings` field a command may offer, declared once (`prefill` offers
@@ -184,6 +202,7 @@ def add_llama_options(parser, names=None, **defaults) -> None:
 def prefill_settings(args):
     """The `PrefillSettings` of the llama.cpp options `add_llama_options` added (the others: the
     settings' defaults)."""
+    from ..errors import InputError
     from ..server_rules import PrefillSettings
 
     given = {name: getattr(args, name) for name in args._llama_options if name != "repack"}
@@ -191,4 +210,10 @@ def prefill_settings(args):
         given["checkpoints"] = _CHECKPOINTS[given["checkpoints"]]
     if "repack" in args._llama_options:
         given["repack"] = False if args.no_repack else None  # -nr: off; else the settings' rule (off on AMX CPUs)
-    return PrefillSettings(**given)
+    try:
+        return PrefillSettings(**given)
+    except InputError as exc:  # "n_batch must be ...": say it with the flag the user typed
+        field, _, rest = str(exc).partition(" ")
+        if field not in _LLAMA_OPTIONS:
+            raise
+        raise InputError(f"{'/'.join(_LLAMA_OPTIONS[field][0])} {rest}") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import add_format, add_llama_options, add_output, emit_result, prefill_settings
+from ._common import add_format, add_llama_options, add_output, emit_result, model_template, prefill_settings
 
 
 def add_replay(sub) -> None:
@@ -13,6 +13,7 @@ def add_replay(sub) -> None:
     p.add_argument("model", metavar="MODEL", help="a GGUF file, `gemma` (Gemma 3 270M) or `tiny:VOCAB` (e.g. tiny:qwen35)")
     p.add_argument("session", metavar="SESSION.json", help="a session (e.g. from `tmplkit session generate`)")
     p.add_argument("--template", metavar="SOURCE", help="chat template source (default: the model GGUF's own)")
+    p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: the first)")
     p.add_argument("--settings", default="llama-server,tmplkit,divergence-aware",
                    help="comma-separated, among llama-server, tmplkit, divergence-aware (default: all three)")
     add_format(p, ("markdown", "json"), "markdown", "the replay")
@@ -45,8 +46,10 @@ def _cmd_replay(args) -> int:
         require_matplotlib()
     session = load_session(args.session)
     settings = prefill_settings(args)
-    with PrefillRunner(resolve_model(args.model), settings) as runner:
-        rep = replay_session(runner, session, resolve_template(args.template, runner), settings=tuple(names))
+    model = resolve_model(args.model)
+    template = model_template(args, model)
+    with PrefillRunner(model, settings) as runner:
+        rep = replay_session(runner, session, resolve_template(template, runner), settings=tuple(names))
     if args.json:
         write_json(args.json, rep.to_dict())
     if args.plot:

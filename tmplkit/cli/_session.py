@@ -23,9 +23,10 @@ def _cmd_generate(args) -> int:
     import json
 
     from ..session import generate_session
-    from ._common import emit, positive
+    from ._common import at_least, emit, positive
 
     positive(args.requests, "--requests")
+    at_least(args.tokens, 200, "--tokens")
     session = generate_session(args.tokens, seed=args.seed, style=args.style, requests=args.requests)
     emit(json.dumps(session.to_dict(), indent=1, ensure_ascii=False) + "\n", args.output)
     return 0

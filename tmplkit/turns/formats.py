@@ -35,12 +35,21 @@ def format_turns(reports, fmt: str = "text") -> str:
             [f"{s} (share)" for s in SETTINGS]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r, row in zip(reports, rows):
-            where = f"request {row['first_request']}, token {row['first_token']}" if row["first_request"] != "" else ""
+            where = _where(row)
             cells = [row["template"], "yes" if row["stable"] else "no", str(row["requests"]), where,
                      row["cause"] or row["error"], row["stable_with"]] + [_share(r, s) for s in SETTINGS]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         return "\n".join(lines) + "\n"
     return "".join(_text(r) for r in reports)
+
+
+def _where(row) -> str:
+    """Where the first divergence is: its request and token, or its character without a tokenizer."""
+    if row["first_request"] == "":
+        return ""
+    if row["first_token"] == "":
+        return f"request {row['first_request']}, character {row['first_position']}"
+    return f"request {row['first_request']}, token {row['first_token']}"
 
 
 def _row_keys():

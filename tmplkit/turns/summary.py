@@ -78,6 +78,8 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     A template that cannot render the session gives a report with `error` set (a corpus table
     goes on); other problems raise.
     """
+    if getattr(template, "error", None):  # a folder's file that could not be read (sources.load_dir)
+        return TurnsReport(template.name, 0, (), error=template.error or "")
     try:
         prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval)
     except RenderError as exc:  # (RenderLimitError too)
