@@ -15,7 +15,7 @@ from ..analysis import Analysis
 from ._gate import AuditReport, first_reason, is_failure, verdict_of
 
 __all__ = ["AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_FORMATS", "TABLE_SCHEMA_VERSION", "format_json", "format_junit", "format_markdown", "format_show",
-           "format_table", "format_text", "show", "summary_line", "table_rows", "unrendered_reason"]
+           "format_table", "format_text", "format_github", "junit_error", "show", "summary_line", "table_rows", "unrendered_reason"]
 
 
 def show(text: str | None) -> str:
@@ -152,11 +152,72 @@ def format_junit(report: AuditReport) -> str:
     return "\n".join(out) + "\n"
 
 
+def junit_error(message: str) -> str:
+    """The JUnit report of an audit that could not run (bad input: exit 2): one test case in
+    error, with the one-line message, so that a CI reading the report says why instead of
+    finding no file."""
+    quote = {chr(34): "&quot;"}
+    return "\n".join([
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        '<testsuite name="tmplkit-audit" tests="1" failures="0" errors="1" skipped="0" time="0.000">',
+        f'  <testcase classname="tmplkit.auditing" name="tmplkit audit" time="0.000"><error type="input" '
+        f'message="{xml_escape(message, quote)}">{xml_escape(message)}</error></testcase>',
+        "</testsuite>",
+    ]) + "\n"
+
+
+# ---- GitHub Actions annotations ------------------------------------------------------------------
+
+def _gh(text: str, prop: bool = False) -> str:
+    """Escaped for a workflow command (actions/toolkit's escapeData / escapeProperty)."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def _gh_file(source: str) -> str | None:
+    """The file an annotation goes on: the template's file, relative to the working folder (the
+    repository's root in a workflow); None for sources that are no file of it (hf:, corpus:, -)."""
+    import os
+
+    if not source or source == "-" or source.startswith(("hf:", "corpus:", "<")):
+        return None
+    path = os.path.abspath(source)
+    here = os.getcwd()
+    if os.path.commonpath([path, here]) != here:
+        return None  # outside the repository (a cache, another checkout): the log still names it
+    return os.path.relpath(path, here)
+
+
+def _annotation(kind: str, source: str, title: str, message: str) -> str:
+    file = _gh_file(source)
+    props = ([f"file={_gh(file, True)}"] if file else []) + [f"title={_gh(title, True)}"]
+    return f"::{kind} {','.join(props)}::{_gh(message)}"
+
+
+def format_github(report: AuditReport) -> str:
+    """GitHub Actions workflow commands, one a line, then the summary: `::error` on the file of each
+    template that fails the audit (its verdict and why), `::warning` for each warning of a template
+    that passes, `::notice` for a listed failure that now passes. The job log shows each line and
+    the pull request shows them on the template files."""
+    lines = []
+    for i, a in enumerate(report.results):
+        status, why, _ = verdict_of(report, i)
+        if report.counts_against(i):
+            lines.append(_annotation("error", a.source, f"tmplkit: {a.name} {status}", f"{a.name}: {why or status}"))
+        elif not report.failed(i):
+            lines += [_annotation("warning", a.source, f"tmplkit: {a.name} warning", f"{a.name}: {w}") for w in a.warnings]
+    for a in [*report.unexpected_passes, *report.unexpected_stable]:
+        lines.append(_annotation("notice", a.source, f"tmplkit: {a.name} listed", f"{a.name} is listed in the expected "
+                                 "failures but does not fail that way; remove it from the list"))
+    return "\n".join(lines + [summary_line(report)]) + "\n"
+
+
 AUDIT_FORMATS: dict[str, Callable[[AuditReport], str]] = {
     "text": format_text,
     "json": format_json,
     "markdown": format_markdown,
     "junit": format_junit,
+    "github": format_github,
 }
 
 
