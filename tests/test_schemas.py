@@ -145,10 +145,17 @@ def test_turns_json(capsys, matches_schema, tiny_hf):
     assert matches_schema("turns", with_tokens)
 
 
-def test_spans_json(capsys, matches_schema, tiny_hf, conversation):
+def test_spans_json(capsys, matches_schema, tiny_hf, conversation, tmp_path):
     data = run_json(capsys, "spans", conversation, "--template", CHATML, "--tokenizer", tiny_hf)
     assert data["message_roles"] == ["system", "user", "assistant", "user"]
     assert matches_schema("spans", data)
+    # Reasoning markers are spans of their own (roles reasoning / reasoning_end), opening no message.
+    thinking = tmp_path / "thinking.json"
+    thinking.write_text(json.dumps([{"role": "user", "content": "hello"},
+                                    {"role": "assistant", "content": "world", "reasoning_content": "result"},
+                                    {"role": "user", "content": "hello"}]))
+    data = run_json(capsys, "spans", str(thinking), "--template", str(FIXTURES / "reasoning.jinja"), "--tokenizer", tiny_hf)
+    assert "reasoning_end" in {s["role"] for s in data["spans"]} and matches_schema("spans", data)
 
 
 def test_request_json(capsys, matches_schema, tiny_hf, conversation):
