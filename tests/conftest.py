@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from tmplkit import corpus
+
+# Child processes (the workers' forkserver, which Python 3.11 starts without the parent's
+# sys.path, and the CLI run as a subprocess) import this checkout's package, from whatever
+# folder a test changed to, not another copy installed in the environment.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+os.environ["PYTHONPATH"] = os.pathsep.join([_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 def pytest_collection_modifyitems(config, items):
@@ -65,3 +74,17 @@ def write_gguf(tmp_path):
         return path
 
     return make
+
+
+@pytest.fixture(scope="session")
+def matches_schema():
+    """`check(name, data)`: validate `data` against the shipped JSON Schema `name` (tmplkit/schemas)."""
+    import jsonschema
+
+    from tmplkit.schemas import load_schema
+
+    def check(name: str, data) -> bool:
+        jsonschema.Draft202012Validator(load_schema(name)).validate(data)
+        return True
+
+    return check

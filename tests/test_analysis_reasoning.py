@@ -121,7 +121,7 @@ def test_reasoning_roles_sort_after_message_roles_and_are_never_user_starts():
 
 def test_table_has_reasoning_columns():
     a = analyze(reasoning_fixture())
-    rows = json.loads(format_table([a], "json"))
+    rows = json.loads(format_table([a], "json"))["rows"]
     assert rows[0]["reasoning_start"] == "<think>" and rows[0]["reasoning_end"] == "</think>\n"
     assert rows[0]["generation_reasoning"]["enable_thinking=False"] == "closed"
     md = format_table([a], "markdown")

@@ -73,7 +73,7 @@ def test_table_csv_keeps_exact_strings_markdown_escapes():
     assert rows[0]["tool_response_start"] == "<|im_start|>user\n<tool_response>\n"
     md = audit_mod.format_table([PASS], "markdown").splitlines()
     assert len(md) == 3 and "`<\\|im_start\\|>user\\n<tool_response>\\n`" in md[2]
-    assert json.loads(audit_mod.format_table([PASS], "json"))[0]["user_start"] == "<|im_start|>user\n"
+    assert json.loads(audit_mod.format_table([PASS], "json"))["rows"][0]["user_start"] == "<|im_start|>user\n"
 
 
 def test_expected_failures_file(tmp_path):

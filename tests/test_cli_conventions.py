@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,8 @@ CHATML = str(FIXTURES / "chatml.jinja")
 LLAMA3 = str(FIXTURES / "llama3.jinja")  # passes, with a warning (parallel tool calls rejected)
 FAILING = "{% for m in messages %}{{ m.content }}{% endfor %}"  # no delimiter before a user message
 ESC = "\x1b["
+# A child process imports this checkout's package (not whichever checkout the environment installed).
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 @pytest.fixture
@@ -84,10 +87,10 @@ def test_usage_error_exits_2(capsys):
 
 def test_python_dash_m_tmplkit(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "tmplkit", "--no-config", "audit", "--in-process", CHATML],
-                        capture_output=True, text=True, cwd=tmp_path)
-    assert ok.returncode == 0 and "1 templates: 1 pass -> ok" in ok.stdout
+                        capture_output=True, text=True, cwd=tmp_path, env=ENV)
+    assert ok.returncode == 0 and "1 template: 1 pass -> ok" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "tmplkit", "audit", str(tmp_path / "nope.jinja")],
-                         capture_output=True, text=True, cwd=tmp_path)
+                         capture_output=True, text=True, cwd=tmp_path, env=ENV)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
 
 
@@ -270,6 +273,6 @@ def test_core_install_imports_no_extra(tmp_path):
             "from tmplkit.cli import build_parser, main\n"
             "build_parser().format_help()\n"
             f"sys.exit(main(['--no-config', 'audit', '--in-process', {CHATML!r}]))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=ENV)
     assert proc.returncode == 0, proc.stderr
-    assert "1 templates: 1 pass -> ok" in proc.stdout
+    assert "1 template: 1 pass -> ok" in proc.stdout

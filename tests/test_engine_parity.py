@@ -58,7 +58,9 @@ def test_engine_parity_cli(server, tmp_path, capsys):
     src = str(corpus.templates_dir() / "Qwen3.5-4B.jinja")
     binary, model = server
     assert main(["engine-parity", src, "--server", str(binary), "--model", str(model), "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema_version"] == 1
+    rows = data["rows"]
     assert [(r["template"], r["variant"], r["status"], r["round_trip"]) for r in rows] == [
         ("Qwen3.5-4B", "round trip", "identical", True), ("Qwen3.5-4B", "generation prompt", "identical", True)]
     out = tmp_path / "parity.md"

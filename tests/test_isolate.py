@@ -235,6 +235,7 @@ def test_a_worker_that_cannot_start_is_a_verdict(monkeypatch):
 
     class FailingSecondStart:
         Pipe = staticmethod(real.Pipe)
+        get_start_method = staticmethod(real.get_start_method)
 
         def Process(self, *args, **kwargs):
             proc = real.Process(*args, **kwargs)

@@ -25,8 +25,10 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 def _env() -> dict[str, str]:
     # The `tmplkit` script of the environment running the tests first on PATH, as pre-commit's
-    # own environment would have it; no configuration file, no colour.
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # own environment would have it; no configuration file, no colour. PYTHONPATH: the script
+    # imports this checkout's package, whichever checkout the environment installed.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONPATH": str(ROOT)}
     env.pop("NO_COLOR", None)
     return env
 
@@ -117,11 +119,11 @@ def _audit_step(action: dict) -> dict:
     return step
 
 
-def _run_action(action: dict, cwd: Path, **inputs: str) -> subprocess.CompletedProcess:
+def _run_action(action: dict, cwd: Path, env_extra: dict | None = None, **inputs: str) -> subprocess.CompletedProcess:
     """The Audit step's script under bash, its env filled from the inputs (defaults from the file)."""
     values = {k: str(v.get("default", "")) for k, v in action["inputs"].items()} | inputs
     step = _audit_step(action)
-    env = _env()
+    env = _env() | (env_extra or {})
     for key, expr in step["env"].items():
         (name,) = re.fullmatch(r"\$\{\{ inputs\.([\w-]+) \}\}", expr).groups()
         env[key] = values[name]
@@ -137,7 +139,7 @@ def test_action_audits_the_paths_and_writes_junit(action, tmp_path):
     assert proc.returncode == 0, proc.stderr
     suite = ET.parse(tmp_path / "tmplkit-audit.xml").getroot()
     assert suite.get("tests") == "1" and suite.get("failures") == "0"
-    assert "1 templates: 1 pass -> ok" in proc.stderr
+    assert proc.stdout == "1 template: 1 pass -> ok\n"  # the job log: the summary (no annotation: all pass)
 
     proc = _run_action(action, tmp_path, paths="t/chat.jinja\nt/broken.jinja", junit="out/report.xml",
                        args="--timeout 30")
@@ -148,6 +150,54 @@ def test_action_audits_the_paths_and_writes_junit(action, tmp_path):
     assert proc.returncode == 1
     suite = ET.parse(tmp_path / "out" / "report.xml").getroot()
     assert suite.get("tests") == "2" and suite.get("failures") == "1"
+
+
+def test_action_annotates_the_failing_files_and_writes_a_step_summary(action, tmp_path):
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "chat.jinja").write_text(CHATML)
+    (tmp_path / "t" / "with space.jinja").write_text(FAILING)
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("")
+    proc = _run_action(action, tmp_path, {"GITHUB_STEP_SUMMARY": str(summary)},
+                       paths='t/chat.jinja "t/with space.jinja"')
+    assert proc.returncode == 1, proc.stderr
+    # The job log: the failing template, its reason, as an annotation on its file.
+    (error,) = [line for line in proc.stdout.splitlines() if line.startswith("::error ")]
+    assert error.startswith("::error file=t/with space.jinja,title=tmplkit%3A with space ") and "::with space: " in error
+    assert proc.stdout.splitlines()[-1] == "2 templates: 1 impossible, 1 pass -> FAILED"
+    table = summary.read_text()
+    assert table.startswith("| template | status |") and "| with space | impossible |" in table
+    suite = ET.parse(tmp_path / "tmplkit-audit.xml").getroot()
+    assert suite.get("tests") == "2" and suite.get("failures") == "1"
+
+
+def test_action_writes_junit_on_bad_input_too(action, tmp_path):
+    proc = _run_action(action, tmp_path, paths="missing.jinja")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "missing.jinja" in proc.stderr
+    suite = ET.parse(tmp_path / "tmplkit-audit.xml").getroot()
+    assert suite.get("errors") == "1"
+    assert "missing.jinja: no such file" in suite.find("testcase/error").get("message")
+
+
+def test_action_installs_pinned_and_fetches_the_corpus_when_needed(action, tmp_path):
+    (install,) = [s for s in action["runs"]["steps"] if s.get("name") == "Install tmplkit"]
+    assert '-c "${ACTION_PATH}/constraints.txt"' in install["run"]
+    # A stand-in tmplkit records each call, one argument a line: what the step runs, and how it splits.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    (bin_dir / "tmplkit").write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" "--" >> {shlex.quote(str(log))}\n')
+    (bin_dir / "tmplkit").chmod(0o755)
+    path = f"{bin_dir}{os.pathsep}{_env()['PATH']}"
+    proc = _run_action(action, tmp_path, {"PATH": path}, paths="'a b.jinja'\nc.jinja", args="--tokenizer auto")
+    assert proc.returncode == 0, proc.stderr
+    calls = [c.strip("\n").split("\n") for c in log.read_text().split("--\n") if c]
+    assert calls[0] == ["corpus", "fetch"]
+    assert calls[1] == ["audit", "--format", "github", "--fail-on", "fail", "--report", "junit:tmplkit-audit.xml",
+                        "--tokenizer", "auto", "a b.jinja", "c.jinja"]
+    log.unlink()
+    assert _run_action(action, tmp_path, {"PATH": path}, paths="c.jinja").returncode == 0
+    assert [c.split("\n")[0] for c in log.read_text().split("--\n") if c] == ["audit"]  # no fetch when not needed
 
 
 def test_action_fail_on_warning(action, tmp_path):

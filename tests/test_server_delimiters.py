@@ -13,6 +13,7 @@ from tmplkit import analyze, load_one
 from tmplkit.llama_server import MessageDelimiter
 from tmplkit.server_delimiters import (
     VERDICTS,
+    ComparisonReport,
     ServerDelimiters,
     ServerStart,
     _bytes_to_unicode,
@@ -100,7 +101,7 @@ def _server(analysis, prompt, messages, roles_opened, **kw) -> ServerDelimiters:
     return ServerDelimiters(**{**base, **kw})
 
 
-def test_the_verdicts(qwen_like):
+def test_the_verdicts(qwen_like, matches_schema):
     analysis, prompt, messages = qwen_like
     users = tuple(i for i, m in enumerate(messages) if m["role"] == "user")
     same = compare_delimiters(_server(analysis, prompt, messages, {"user"}), analysis)
@@ -127,6 +128,7 @@ def test_the_verdicts(qwen_like):
     d = tools.to_dict()
     assert d["verdicts"] == ["tool results taken for user messages"] and d["server"]["route"] == "autoparser"
     assert d["extra"][0]["role"] == "tool" and "prompt" not in d["server"]
+    assert matches_schema("server-delimiters", ComparisonReport(tuple(rows), "0.3.36").to_dict())
 
 
 def test_the_servers_reason_for_refusing_a_template(tmp_path):

@@ -102,7 +102,7 @@ def test_formats(session):
     reports = [study_turns(tmpl("stable"), session), study_turns(tmpl("date"), session)]
     text = format_turns(reports, "text")
     assert "stable: stable over" in text and "date: NOT stable" in text and "date or time" in text
-    data = json.loads(format_turns(reports, "json"))
+    data = json.loads(format_turns(reports, "json"))["reports"]
     assert [d["stable"] for d in data] == [True, False]
     assert data[1]["first_divergence"]["cause"] in CAUSES
     md = format_turns(reports, "markdown").splitlines()

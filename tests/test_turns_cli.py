@@ -51,7 +51,7 @@ def test_turns_text_and_csv(session_file, capsys):
 def test_turns_json_with_a_tokenizer(session_file, capsys, qwen35):
     assert main(["turns", str(FIX / "date.jinja"), "--session", str(session_file), "--tokenizer", "vocab:qwen35",
                  "--format", "json", "--no-switches"]) == 0
-    (report,) = json.loads(capsys.readouterr().out)
+    (report,) = json.loads(capsys.readouterr().out)["reports"]
     assert report["first_divergence"]["cause"] == "date or time" and report["first_divergence"]["token_position"] > 0
     totals = report["cost"]["after_first"]
     assert totals["full attention"] <= min(totals["llama-server"], totals["tmplkit"], totals["divergence-aware"])
@@ -134,7 +134,7 @@ def test_progress_is_reported_request_by_request(session_file):
 def test_turns_timeout_on_the_command_line(session_file, capsys):
     assert main(["turns", str(FIX / "drops-reasoning.jinja"), "--session", str(session_file), "--timeout", "1e-9",
                  "--format", "json"]) == 0
-    (report,) = json.loads(capsys.readouterr().out)
+    (report,) = json.loads(capsys.readouterr().out)["reports"]
     assert report["n_requests"] == 1 and "after 1 of 22 requests" in report["stopped"]
     assert main(["turns", str(FIX / "stable.jinja"), "--timeout", "0"]) == 2
     err = capsys.readouterr().err

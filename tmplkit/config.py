@@ -210,8 +210,15 @@ def is_expected_failures(data: object) -> bool:
 def load_expected_failures(path) -> dict:
     """A JSON object {template name: reason} (the template is expected to fail), where a reason may
     also be an object {"fail": reason, "unstable": reason} (either key or both; "unstable": its
-    prefix is expected to be unstable under the prefix-stability gate)."""
-    data = read_json(path, what="an expected-failures file (a JSON object of template name -> reason)")
+    prefix is expected to be unstable under the prefix-stability gate). `-` reads standard input."""
+    what = "an expected-failures file (a JSON object of template name -> reason)"
+    if str(path) == "-":
+        import sys
+
+        path = "<stdin>"
+        data = read_json(sys.stdin.buffer, what=what, where=path)
+    else:
+        data = read_json(path, what=what)
     if not is_expected_failures(data):
         raise InputError(f"{path}: the expected-failures file must be a JSON object of template name -> reason "
                          f"(or -> {{{', '.join(f'{k!r}: reason' for k in EXPECTED_KINDS)}}})".replace("'", '"'))

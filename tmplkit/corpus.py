@@ -44,6 +44,18 @@ def cache_root() -> Path:
     return Path(base) / "tmplkit"
 
 
+def cache_folder(name: str) -> Path:
+    """The cache's subfolder `name`, created if needed; a cache that cannot hold it ($TMPLKIT_CACHE
+    naming a file, a read-only folder) is one SourceError line saying what to set."""
+    folder = cache_root() / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SourceError(f"cannot create the cache folder {folder} ({exc.strerror or exc}); "
+                          "set TMPLKIT_CACHE to a writable folder") from None
+    return folder
+
+
 def corpus_dir() -> Path:
     """Folder holding `templates/` and `vocab/` of the pinned llama.cpp corpus."""
     return cache_root() / f"llama.cpp-corpus-{LLAMA_CPP_PYTHON_VERSION}"
@@ -208,7 +220,7 @@ def gemma_model_path() -> Path:
     out = cache_root() / "models" / pkg.MODEL_NAME
     if out.is_file() and out.stat().st_size > 0:
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = cache_folder("models") / pkg.MODEL_NAME
     tmp = out.with_suffix(".part")
     pkg.assemble(tmp, overwrite=True)  # verifies the sha256
     tmp.replace(out)

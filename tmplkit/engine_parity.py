@@ -25,7 +25,10 @@ from pathlib import Path
 
 from .errors import ModelError, TmplkitError
 
-__all__ = ["EngineComparison", "engine_parity", "format_parity_table"]
+__all__ = ["PARITY_SCHEMA_VERSION", "EngineComparison", "engine_parity", "format_parity_table", "parity_report"]
+
+# The JSON's layout (tmplkit/schemas/engine-parity.schema.json).
+PARITY_SCHEMA_VERSION = 1
 
 _EXCERPT = 40  # characters shown on each side of the first difference
 
@@ -52,6 +55,13 @@ class EngineComparison:
     def to_dict(self) -> dict:
         return {"template": self.template, "variant": self.variant, "status": self.status, "at": self.at,
                 "ours": self.ours, "theirs": self.theirs, "error": self.error, "round_trip": self.round_trip}
+
+
+def parity_report(rows) -> dict:
+    """What `tmplkit engine-parity --format json` prints: {schema_version, tmplkit_version, rows}."""
+    from ._version import __version__
+
+    return {"schema_version": PARITY_SCHEMA_VERSION, "tmplkit_version": __version__, "rows": [r.to_dict() for r in rows]}
 
 
 _SERVER_ARGS = ("--jinja", "--no-prefill-assistant", "-c", "1024", "-np", "1", "-t", "1", "--no-warmup")

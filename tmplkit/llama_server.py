@@ -38,7 +38,7 @@ from pathlib import Path
 from .delimiters import ROLES
 from .errors import AnalysisError, InputError, ModelError
 
-__all__ = ["CompletionRequest", "LlamaServer", "MessageDelimiter", "PrefillLog", "completion_request",
+__all__ = ["BUILD_HINT", "CompletionRequest", "LlamaServer", "MessageDelimiter", "PrefillLog", "completion_request",
            "llama_server_binary", "message_delimiters", "read_prefill_log", "server_message_starts"]
 
 
@@ -182,6 +182,12 @@ def server_message_starts(ids: Sequence[int], delims: Sequence[MessageDelimiter]
 # The server process
 
 
+# What to do when there is no llama-server: the build script lives in the repository, not in the
+# installed package, so the hint says where to get it as well as how to give another binary.
+BUILD_HINT = ("give --server PATH (or set TMPLKIT_LLAMA_SERVER) to a llama-server binary, or build the pinned one "
+              "from a checkout of the tmplkit repository: make llama-server")
+
+
 def llama_server_binary(version: str | None = None) -> Path | None:
     """The llama-server scripts/build_llama_server.sh built ($TMPLKIT_LLAMA_SERVER wins), or None.
 
@@ -214,8 +220,7 @@ class LlamaServer:
             self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT)
         except OSError as exc:
             self._log_file.close()
-            raise ModelError(f"{os.fspath(binary)}: cannot run llama-server ({exc.strerror or exc}); give the "
-                             "binary built by scripts/build_llama_server.sh (make llama-server)") from None
+            raise ModelError(f"{os.fspath(binary)}: cannot run llama-server ({exc.strerror or exc}); {BUILD_HINT}") from None
         try:
             self._wait_ready(startup_s)
         except BaseException:

@@ -24,7 +24,10 @@ from .sources import ChatTemplate
 from .turns import MemoryModel, prepare_session
 from .turns.cost import default_settings, policy_for, session_cost
 
-__all__ = ["ReplayedRequest", "SessionReplay", "replay_session", "memory_of", "plot_replay"]
+__all__ = ["REPLAY_SCHEMA_VERSION", "ReplayedRequest", "SessionReplay", "replay_session", "memory_of", "plot_replay"]
+
+# The JSON's layout (tmplkit/schemas/replay.schema.json).
+REPLAY_SCHEMA_VERSION = 1
 
 REPLAYED = ("llama-server", "tmplkit", "divergence-aware")
 
@@ -80,7 +83,10 @@ class SessionReplay:
                 for name, reqs in self.requests.items() for r in reqs if not r.matches]
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "template": self.template, "memory": self.memory, "matches": self.matches,
+        from ._version import __version__
+
+        return {"schema_version": REPLAY_SCHEMA_VERSION, "tmplkit_version": __version__,
+                "model": self.model, "template": self.template, "memory": self.memory, "matches": self.matches,
                 "totals": {n: self.total(n) for n in self.requests}, "full_attention_bound": sum(self.bound[1:]),
                 "bound": list(self.bound),
                 "seconds": {n: self.seconds(n) for n in self.requests},

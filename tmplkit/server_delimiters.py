@@ -169,7 +169,7 @@ def byte_model_path() -> Path:
     a vocabulary of single bytes; built once into the cache (`cache_root()/models/`)."""
     import hashlib
 
-    from .corpus import cache_root
+    from .corpus import cache_folder, cache_root
     from .prefill.tinymodel import TinyConfig, build_tiny_model
 
     config = TinyConfig()
@@ -177,7 +177,7 @@ def byte_model_path() -> Path:
     out = cache_root() / "models" / f"tiny-gemma3-bytes-{key}.gguf"
     if out.is_file() and out.stat().st_size > 0:
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    cache_folder("models")
     fd, vocab = tempfile.mkstemp(dir=out.parent, prefix=".vocab-bytes-", suffix=".gguf")
     os.close(fd)
     try:

@@ -26,6 +26,8 @@ class ChatTemplate:
 
     `name` identifies the template in reports (e.g. "Qwen3-Coder" or "model:tool_use");
     `source` is the origin as the user gave it; bos/eos are the token strings templates see.
+    `error`: why the file could not be read, for one file of a folder (empty, not UTF-8): the
+    folder's other templates are still audited, and this one's analysis is that error.
     """
 
     text: str
@@ -33,6 +35,7 @@ class ChatTemplate:
     source: str
     bos_token: str | None = None
     eos_token: str | None = None
+    error: str | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -118,13 +121,26 @@ def load_many(sources) -> list[ChatTemplate]:
     return out
 
 
+def select_named(templates: list[ChatTemplate], name: str | None, sources=()) -> list[ChatTemplate]:
+    """The templates named `name` (as `load_one` matches a name), all of them when `name` is None;
+    SourceError listing the names there are when none is named so."""
+    if name is None:
+        return templates
+    picked = [t for t in templates if t.name == name or t.name.rsplit(":", 1)[-1] == name]
+    if not picked:
+        where = ", ".join(str(s) for s in sources) or "the sources"
+        names = ", ".join(t.name for t in templates[:20]) + (", ..." if len(templates) > 20 else "")
+        raise SourceError(f"{where}: no template named '{name}'; there are: {names}")
+    return picked
+
+
 def load_one(source: str | os.PathLike, name: str | None = None) -> ChatTemplate:
     """The template named `name` (or the default, i.e. the first) from a source."""
     templates = load(source)
-    if name is None:
-        return templates[0]
     for t in templates:
-        if t.name == name or t.name.rsplit(":", 1)[-1] == name:
+        if name is None or t.name == name or t.name.rsplit(":", 1)[-1] == name:
+            if t.error:  # one template asked for: the file it could not read is the error
+                raise SourceError(t.error)
             return t
     raise SourceError(f"{source}: no template named '{name}'; it has: {', '.join(t.name for t in templates)}")
 
@@ -208,7 +224,16 @@ def load_dir(path: Path) -> list[ChatTemplate]:
     files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() == ".jinja")
     if not files:
         raise SourceError(f"{path}: no templates here (no tokenizer_config.json, chat_template.json or *.jinja); give another folder")
-    return [load_jinja(p) for p in files]
+    return [_load_folder_file(p) for p in files]
+
+
+def _load_folder_file(path: Path) -> ChatTemplate:
+    """One .jinja of a folder; a file that cannot be read is that template's result, not the folder's end
+    (as a syntax error is), so that one stray file does not hide every other template's report."""
+    try:
+        return load_jinja(path)
+    except SourceError as exc:
+        return ChatTemplate("", path.stem, str(path), error=str(exc))
 
 
 def _load_model_dir(path: Path, base: str) -> list[ChatTemplate]:

@@ -17,6 +17,9 @@ from .spans import SpanDetector, Spans
 from .token_delims import TokenDelimiters, token_delimiters
 from .tokenizers import Tokenizer
 
+# The spans JSON's layout (tmplkit/schemas/spans.schema.json): raised when a field is removed or changes meaning.
+SPANS_SCHEMA_VERSION = 1
+
 # Template name pattern (re.search on the template's name, e.g. the .jinja file stem) -> vocab name
 # (corpus.vocab_path), first match wins. "exact" means the vocab is the model family's own; "base"
 # means the model added special tokens (its turn markers) that the vocab lacks, so those markers
@@ -120,7 +123,9 @@ class ConversationSpans:
     roles: tuple[str, ...]
 
     def to_dict(self) -> dict:
+        """What `tmplkit spans --format json` prints (tmplkit/schemas/spans.schema.json)."""
         return {
+            "schema_version": SPANS_SCHEMA_VERSION,
             "template": self.template,
             "tokenizer": self.tokenizer,
             "n_tokens": self.n_tokens,

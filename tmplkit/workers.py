@@ -34,6 +34,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -188,6 +189,57 @@ def _context():
     return _CONTEXT
 
 
+def _start(proc, ctx) -> None:
+    """Start a worker so that it begins with Ctrl-C ignored: a Ctrl-C early in an audit reaches
+    the whole process group, and a worker (or the forkserver) still importing tmplkit would print
+    a KeyboardInterrupt traceback each. An ignored SIGINT is inherited across exec, and Python
+    then installs no KeyboardInterrupt handler; the forkserver's children get the disposition it
+    started with. Only the start is covered: the parent still sees a Ctrl-C at any other time."""
+    if ctx.get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        with _sigint_ignored():
+            forkserver.ensure_running()
+        proc.start()
+    else:  # pragma: no cover - spawn: the child is this process's own
+        with _sigint_ignored():
+            proc.start()
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored meanwhile (in the main thread, the only one that may set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+@contextlib.contextmanager
+def _main_not_rerun():
+    """Hide a `__main__.__file__` that names no file from multiprocessing while a worker starts.
+
+    forkserver and spawn children run the parent's main file again (multiprocessing.spawn's
+    preparation data); a script read from standard input (`python - < script.py`) has the file
+    '<stdin>', and every worker would die on its FileNotFoundError. The workers need nothing of
+    `__main__` (what they run is tmplkit's), so without the file they simply do not import it.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    hide = main is not None and path is not None and getattr(main, "__spec__", None) is None and not os.path.isfile(path)
+    if hide:
+        del main.__file__
+    try:
+        yield
+    finally:
+        if hide:
+            main.__file__ = path
+
+
 @dataclasses.dataclass
 class _Job:
     index: int
@@ -313,7 +365,8 @@ class _Pool:
         parent_conn, child_conn = self._ctx.Pipe()
         proc = self._ctx.Process(target=_worker, args=(child_conn, *self._args), name="tmplkit-analyze", daemon=True)
         try:
-            proc.start()
+            with _main_not_rerun():
+                _start(proc, self._ctx)
         except BaseException:
             parent_conn.close()
             raise

@@ -44,6 +44,8 @@ def analyze(template, *, limits: Limits | None = None) -> Analysis:
 
 
 def _analysis(template, limits: Limits | None) -> Analysis:
+    if getattr(template, "error", None):  # a folder's file that could not be read (sources.load_dir)
+        return failed_analysis(template, "error", (template.error,))
     try:
         compile_template(template)
     except RenderError as exc:

@@ -1,7 +1,7 @@
 """Corpus audit: analyze many templates and report them as text, JSON, markdown or JUnit XML.
 
 The audit is a thin layer: it runs `analyze` on each template (in worker processes when asked)
-and formats the results. The JSON is one object: `schema_version` (JSON_SCHEMA_VERSION), the
+and formats the results (text, JSON, markdown, JUnit XML, GitHub annotations). The JSON is one object: `schema_version` (JSON_SCHEMA_VERSION), the
 `summary` and the `results`, each exactly `Analysis.to_dict()` (plus `token_round_trip` when a
 tokenizer was given, and `prefix_stability`, a `PrefixStability.to_dict()`, when that check ran;
 the summary then also has `prefix_stability`, `unstable`, `expected_unstable` and
@@ -23,22 +23,27 @@ from ._formats import (
     AUDIT_FORMATS,
     TABLE_COLUMNS,
     TABLE_FORMATS,
+    TABLE_SCHEMA_VERSION,
+    format_github,
     format_json,
     format_junit,
     format_markdown,
     format_show,
     format_table,
     format_text,
+    junit_error,
     show,
     summary_line,
     table_rows,
+    unrendered_reason,
 )
 from ._gate import FAILING, JSON_SCHEMA_VERSION, REPORT_FAILURES, AuditReport, is_failure, verdict_of
 from ._prefix import NOT_APPLICABLE, PrefixStability, analyze_with_prefix_stability, default_turns_session, prefix_stability_of
 
 __all__ = [
     "AUDIT_FORMATS", "FAILING", "JSON_SCHEMA_VERSION", "NOT_APPLICABLE", "REPORT_FAILURES", "TABLE_COLUMNS", "TABLE_FORMATS",
-    "AuditReport", "PrefixStability", "analyze_with_prefix_stability", "audit", "default_turns_session", "format_json",
-    "format_junit", "format_markdown", "format_show", "format_table", "format_text", "is_failure", "prefix_stability_of",
-    "show", "summary_line", "table_rows", "token_checks", "tokenizer_for", "verdict_of",
+    "TABLE_SCHEMA_VERSION",
+    "AuditReport", "PrefixStability", "analyze_with_prefix_stability", "audit", "default_turns_session", "format_github", "format_json",
+    "format_junit", "format_markdown", "format_show", "format_table", "format_text", "is_failure", "junit_error", "prefix_stability_of",
+    "show", "summary_line", "table_rows", "token_checks", "tokenizer_for", "unrendered_reason", "verdict_of",
 ]

@@ -10,11 +10,12 @@ import json
 from collections.abc import Callable, Iterable
 from xml.sax.saxutils import escape as xml_escape
 
+from .._version import __version__
 from ..analysis import Analysis
 from ._gate import AuditReport, first_reason, is_failure, verdict_of
 
-__all__ = ["AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_FORMATS", "format_json", "format_junit", "format_markdown", "format_show",
-           "format_table", "format_text", "show", "summary_line", "table_rows"]
+__all__ = ["AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_FORMATS", "TABLE_SCHEMA_VERSION", "format_json", "format_junit", "format_markdown", "format_show",
+           "format_table", "format_text", "format_github", "junit_error", "show", "summary_line", "table_rows", "unrendered_reason"]
 
 
 def show(text: str | None) -> str:
@@ -100,7 +101,8 @@ def summary_line(report: AuditReport, *, color: bool = False) -> str:
             verdicts[c.verdict] = verdicts.get(c.verdict, 0) + 1
         counts += "; prefix: " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
     verdict = _paint("ok", "32", color) if report.ok else _paint("FAILED", _FAIL_COLOR, color)
-    return f"{len(report.results)} templates: {counts} -> {verdict}"
+    n = len(report.results)
+    return f"{n} template{'' if n == 1 else 's'}: {counts} -> {verdict}"
 
 
 def format_json(report: AuditReport) -> str:
@@ -150,16 +152,79 @@ def format_junit(report: AuditReport) -> str:
     return "\n".join(out) + "\n"
 
 
+def junit_error(message: str) -> str:
+    """The JUnit report of an audit that could not run (bad input: exit 2): one test case in
+    error, with the one-line message, so that a CI reading the report says why instead of
+    finding no file."""
+    quote = {chr(34): "&quot;"}
+    return "\n".join([
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        '<testsuite name="tmplkit-audit" tests="1" failures="0" errors="1" skipped="0" time="0.000">',
+        f'  <testcase classname="tmplkit.auditing" name="tmplkit audit" time="0.000"><error type="input" '
+        f'message="{xml_escape(message, quote)}">{xml_escape(message)}</error></testcase>',
+        "</testsuite>",
+    ]) + "\n"
+
+
+# ---- GitHub Actions annotations ------------------------------------------------------------------
+
+def _gh(text: str, prop: bool = False) -> str:
+    """Escaped for a workflow command (actions/toolkit's escapeData / escapeProperty)."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def _gh_file(source: str) -> str | None:
+    """The file an annotation goes on: the template's file, relative to the working folder (the
+    repository's root in a workflow); None for sources that are no file of it (hf:, corpus:, -)."""
+    import os
+
+    if not source or source == "-" or source.startswith(("hf:", "corpus:", "<")):
+        return None
+    path = os.path.abspath(source)
+    here = os.getcwd()
+    if os.path.commonpath([path, here]) != here:
+        return None  # outside the repository (a cache, another checkout): the log still names it
+    return os.path.relpath(path, here)
+
+
+def _annotation(kind: str, source: str, title: str, message: str) -> str:
+    file = _gh_file(source)
+    props = ([f"file={_gh(file, True)}"] if file else []) + [f"title={_gh(title, True)}"]
+    return f"::{kind} {','.join(props)}::{_gh(message)}"
+
+
+def format_github(report: AuditReport) -> str:
+    """GitHub Actions workflow commands, one a line, then the summary: `::error` on the file of each
+    template that fails the audit (its verdict and why), `::warning` for each warning of a template
+    that passes, `::notice` for a listed failure that now passes. The job log shows each line and
+    the pull request shows them on the template files."""
+    lines = []
+    for i, a in enumerate(report.results):
+        status, why, _ = verdict_of(report, i)
+        if report.counts_against(i):
+            lines.append(_annotation("error", a.source, f"tmplkit: {a.name} {status}", f"{a.name}: {why or status}"))
+        elif not report.failed(i):
+            lines += [_annotation("warning", a.source, f"tmplkit: {a.name} warning", f"{a.name}: {w}") for w in a.warnings]
+    for a in [*report.unexpected_passes, *report.unexpected_stable]:
+        lines.append(_annotation("notice", a.source, f"tmplkit: {a.name} listed", f"{a.name} is listed in the expected "
+                                 "failures but does not fail that way; remove it from the list"))
+    return "\n".join(lines + [summary_line(report)]) + "\n"
+
+
 AUDIT_FORMATS: dict[str, Callable[[AuditReport], str]] = {
     "text": format_text,
     "json": format_json,
     "markdown": format_markdown,
     "junit": format_junit,
+    "github": format_github,
 }
 
 
 # ---- the delimiter table ------------------------------------------------------------------------
 
+# The table JSON's layout (tmplkit/schemas/table.schema.json); raised as the audit's is.
+TABLE_SCHEMA_VERSION = 1
 TABLE_COLUMNS = ("name", "status", "user_start", "assistant_start", "system_start",
                  "tool_response_start", "tool_response_next", "generation_prompt", "tool_placement",
                  "reasoning_start", "reasoning_end", "generation_reasoning")
@@ -170,10 +235,12 @@ def table_rows(results: Iterable[Analysis]) -> list[dict]:
 
 
 def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
-    """The delimiter table, one row per template. CSV and JSON keep exact strings; markdown escapes."""
+    """The delimiter table, one row per template. CSV and JSON keep exact strings; markdown escapes.
+    The JSON is {schema_version, tmplkit_version, rows}."""
     rows = table_rows(results)
     if fmt == "json":
-        return json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
+        table = {"schema_version": TABLE_SCHEMA_VERSION, "tmplkit_version": __version__, "rows": rows}
+        return json.dumps(table, indent=2, ensure_ascii=False) + "\n"
     for r in rows:  # one cell: how the generation prompt treats reasoning, per thinking-switch setting
         r["generation_reasoning"] = " ".join(f"{k}:{v}" for k, v in r["generation_reasoning"].items()) or None
     if fmt == "csv":
@@ -200,15 +267,24 @@ TABLE_FORMATS = ("markdown", "csv", "json")
 _COLORS = {"system": "35", "user": "32", "assistant": "34", "tool": "33"}
 
 
+def unrendered_reason(analysis: Analysis) -> str | None:
+    """Why the analysis has no rendered round-trip conversation to show, or None when it has one."""
+    rt = analysis.round_trip
+    if rt is not None and rt.rendered:
+        return None
+    return "; ".join(analysis.errors) or "nothing was rendered"
+
+
 def format_show(analysis: Analysis, color: bool = False) -> str:
     """The round-trip conversation as the template renders it, each span introduced by a marker
     line naming its role; the delimiter is highlighted where the terminal allows."""
     from ..spans import split_text
 
-    rt = analysis.round_trip
-    if rt is None or not rt.rendered:
-        why = "; ".join(analysis.errors) or "nothing was rendered"
+    why = unrendered_reason(analysis)
+    if why is not None:
         return f"{analysis.name}: no rendered conversation to show ({why})\n"
+    rt = analysis.round_trip
+    assert rt is not None
     text = rt.rendered
     spans = split_text(text, analysis.delimiters)
     out = [f"# {analysis.name}: {len(spans)} spans, round trip {'passed' if rt.passed else 'FAILED'}"]

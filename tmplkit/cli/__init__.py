@@ -18,6 +18,7 @@ from ._audit import add_audit, add_table
 from ._corpus import add_corpus
 from ._prefill import add_prefill
 from ._replay import add_replay
+from ._schema import add_schema
 from ._serve import add_engine_parity, add_request
 from ._server import add_server
 from ._session import add_session
@@ -29,7 +30,7 @@ __all__ = ["build_parser", "main"]
 
 # Each subcommand registers itself here: an add-parser function per subcommand.
 _SUBCOMMANDS = [add_audit, add_table, add_show, add_corpus, add_spans, add_prefill, add_turns, add_request,
-                add_engine_parity, add_server, add_session, add_replay]
+                add_engine_parity, add_server, add_session, add_replay, add_schema]
 
 
 EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)", 1: "the audit failed",
@@ -75,9 +76,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
+    try:  # the parser too: a Ctrl-C while it is built is still one line
+        args = build_parser().parse_args(argv)
         with hints_for("cli"):  # limit messages name the flags a command-line user can change
             return int(args.func(args) or 0)
     except TmplkitError as exc:
@@ -88,3 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # the environment (a folder that cannot be written, a full disk), not a bug
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"tmplkit: error: {where}{exc.strerror or exc}; check that the folder exists and can be written "
+              "(the cache folder is $TMPLKIT_CACHE)", file=sys.stderr)
+        return 2

@@ -6,12 +6,16 @@ tmplkit.config); a flag given on the command line overrides the configuration's 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from .. import auditing as audit_mod
 from ..config import FAIL_ON, PREFIX_STABILITY, load_expected_failures
-from ..errors import InputError
+from ..errors import InputError, TmplkitError
 from ._common import (
+    add_format,
+    add_name,
+    add_output,
     config_of,
     emit,
     load_templates,
@@ -31,8 +35,13 @@ def add_audit(sub) -> None:
     p.add_argument("sources", nargs="*", metavar="SOURCE",
                    help="a .gguf, .jinja, tokenizer_config.json, chat_template.json, folder, hf:org/name[@rev], "
                         "corpus:llama.cpp, or - (standard input); default: the configuration's sources")
-    p.add_argument("--format", choices=["text", "json", "markdown", "junit"], default="text")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+    add_format(p, audit_mod.AUDIT_FORMATS, "text", "the report")
+    add_output(p, "the report")
+    p.add_argument("--report", action="append", metavar="FORMAT:FILE",
+                   help="also write the report in FORMAT to FILE, from the same run (repeatable), e.g. "
+                        "--report junit:audit.xml --report markdown:summary.md; a junit report is written on bad "
+                        "input (exit 2) too, with the error")
+    add_name(p, many=True)
     p.add_argument("--jobs", "-j", type=int, default=None,
                    help="worker processes (default: the machine's cores); each template is analyzed in a sandboxed worker")
     p.add_argument("--timeout", type=float, default=None,
@@ -76,6 +85,41 @@ def _first(*values):
 
 
 def _cmd_audit(args) -> int:
+    reports = _more_reports(args.report)  # a bad --report before any work
+    junit = [f for fmt, f in [(args.format, args.output), *reports] if fmt == "junit" and f]
+    try:
+        report = _run_audit(args)
+    except TmplkitError as exc:
+        for path in junit:  # a CI reading the report finds why, not no file
+            with contextlib.suppress(TmplkitError):
+                emit(audit_mod.junit_error(str(exc)), path)
+        raise
+    quiet = verbosity(args) < 0
+    if args.format == "text":
+        color = use_color(args, sys.stdout) if not args.output else args.color == "always"
+        text = audit_mod.format_text(report, color=color, verbosity=verbosity(args))
+    else:
+        text = audit_mod.AUDIT_FORMATS[args.format](report)
+    emit(text, args.output)
+    for fmt, path in reports:
+        emit(audit_mod.AUDIT_FORMATS[fmt](report), path)
+    if (args.format not in ("text", "github") or args.output) and not quiet:
+        print(audit_mod.summary_line(report, color=use_color(args, sys.stderr)), file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def _more_reports(specs: list[str] | None) -> list[tuple[str, str]]:
+    """--report FORMAT:FILE, each (format, file)."""
+    out = []
+    for spec in specs or ():
+        fmt, sep, path = spec.partition(":")
+        if not sep or not path or fmt not in audit_mod.AUDIT_FORMATS:
+            raise InputError(f"--report {spec}: give FORMAT:FILE, FORMAT one of {', '.join(audit_mod.AUDIT_FORMATS)}")
+        out.append((fmt, path))
+    return out
+
+
+def _run_audit(args):
     cfg = config_of(args)
     jobs = positive(_first(args.jobs, cfg.jobs), "--jobs")
     timeout = positive(_first(args.timeout, cfg.timeout, _DEFAULT_TIMEOUT), "--timeout")
@@ -94,32 +138,24 @@ def _cmd_audit(args) -> int:
                 else cfg.expected_failures)
     needed_by = "the token round trip (--tokenizer)"
     require_tokenizers([tokenizer if tokenizer != "auto" else None, *cfg.tokenizers.values()], needed_by)
-    templates = load_templates(sources)
+    templates = load_templates(sources, args.name)
     if tokenizer == "auto":  # which tokenizers 'auto' opens depends on the templates: still before any analysis
         require_tokenizers([audit_mod.tokenizer_for(t.name, t.source, "auto") for t in templates], needed_by)
     quiet = verbosity(args) < 0
     progress = progress_printer(sys.stderr.isatty() and not quiet)
     # In process: jobs=1 and no worker limits (audit's in-process path).
     limits = {"jobs": 1} if args.in_process else {"jobs": jobs, "timeout": timeout, "memory_mb": memory}
-    report = audit_mod.audit(templates, **limits, expected_failures=expected, tokenizer=tokenizer,
-                             tokenizers=cfg.tokenizers, fail_on=_first(args.fail_on, cfg.fail_on, "fail"),
-                             prefix_stability=prefix_stability, session=session, progress=progress)
-    if args.format == "text":
-        color = use_color(args, sys.stdout) if not args.output else args.color == "always"
-        text = audit_mod.format_text(report, color=color, verbosity=verbosity(args))
-    else:
-        text = audit_mod.AUDIT_FORMATS[args.format](report)
-    emit(text, args.output)
-    if (args.format != "text" or args.output) and not quiet:
-        print(audit_mod.summary_line(report, color=use_color(args, sys.stderr)), file=sys.stderr)
-    return 0 if report.ok else 1
+    return audit_mod.audit(templates, **limits, expected_failures=expected, tokenizer=tokenizer,
+                           tokenizers=cfg.tokenizers, fail_on=_first(args.fail_on, cfg.fail_on, "fail"),
+                           prefix_stability=prefix_stability, session=session, progress=progress)
 
 
 def add_table(sub) -> None:
     p = sub.add_parser("table", help="print the delimiter table, one row per template")
     p.add_argument("sources", nargs="*", metavar="SOURCE", help="as for audit; default: the configuration's sources")
-    p.add_argument("--format", choices=["markdown", "csv", "json"], default="markdown")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the table to FILE (atomically)")
+    add_format(p, audit_mod.TABLE_FORMATS, "markdown", "the table")
+    add_output(p, "the table")
+    add_name(p, many=True)
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: the machine's cores)")
     p.set_defaults(func=_cmd_table)
 
@@ -127,7 +163,7 @@ def add_table(sub) -> None:
 def _cmd_table(args) -> int:
     cfg = config_of(args)
     jobs = positive(_first(args.jobs, cfg.jobs), "--jobs")
-    templates = load_templates(_sources(args, cfg))
+    templates = load_templates(_sources(args, cfg), args.name)
     progress = progress_printer(sys.stderr.isatty() and verbosity(args) >= 0)
     report = audit_mod.audit(templates, jobs=jobs, timeout=_first(cfg.timeout, _DEFAULT_TIMEOUT),
                              memory_mb=cfg.memory, progress=progress)

@@ -8,21 +8,49 @@ import os
 import sys
 
 
-def load_templates(sources_: list[str]):
-    from ..sources import load_many
+def load_templates(sources_: list[str], name: str | None = None):
+    """The templates of `sources_`; with `name` (--name), only those of that name."""
+    from ..sources import load_many, select_named
 
-    return load_many(sources_)
+    return select_named(load_many(sources_), name, sources_)
+
+
+# ---- options every command that has them declares alike -----------------------------------------------
+
+def add_format(parser, choices, default: str, what: str = "the output") -> None:
+    """--format, its choices and default shown in --help."""
+    parser.add_argument("--format", choices=list(choices), default=default,
+                        help=f"{what}'s format: {', '.join(choices)} (default: {default})")
+
+
+def add_output(parser, what: str = "the output") -> None:
+    """-o/--output FILE, written atomically."""
+    parser.add_argument("-o", "--output", metavar="FILE", help=f"write {what} to FILE (atomically) instead of stdout")
+
+
+def add_name(parser, many: bool = False) -> None:
+    """--name: which template of the source (one-template commands) or which templates of the sources."""
+    parser.add_argument("--name", help="only the templates of this name (e.g. a GGUF's 'tool_use')" if many
+                        else "which template of the source (default: the first)")
 
 
 def progress_printer(enabled: bool):
+    """A progress callback for the audit on stderr, or None. Where the terminal cannot move the
+    cursor (TERM=dumb) each step is a line of its own; elsewhere one line is rewritten."""
     if not enabled:
         return None
+    rewrite = os.environ.get("TERM") != "dumb"
 
     def report(done: int, total: int, analysis) -> None:
-        end = "\n" if done == total else ""
-        print(f"\r\x1b[2K[{done}/{total}] {analysis.name[:60]}", end=end, file=sys.stderr, flush=True)
+        print(progress_text(done, total, analysis.name, rewrite=rewrite), end="\n" if done == total or not rewrite else "",
+              file=sys.stderr, flush=True)
 
     return report
+
+
+def progress_text(done: int, total: int, name: str, *, rewrite: bool) -> str:
+    """'[done/total] name', with the escapes that clear the line before it when `rewrite`."""
+    return ("\r\x1b[2K" if rewrite else "") + f"[{done}/{total}] {name[:60]}"
 
 
 def emit(text: str, output: str | None) -> None:
@@ -33,6 +61,23 @@ def emit(text: str, output: str | None) -> None:
         write_output(output, text)
     else:
         sys.stdout.write(text)
+
+
+def model_template(args, model):
+    """The template --template and --name give for a model (None: the model GGUF's default own one)."""
+    from ..sources import load_one
+
+    if args.template is None and args.name is None:
+        return None
+    return load_one(args.template or model, args.name)
+
+
+def emit_result(result, fmt: str, output: str | None) -> None:
+    """A result with `to_markdown()` and `to_dict()`, as markdown or JSON (`emit`)."""
+    import json
+
+    text = result.to_markdown() if fmt == "markdown" else json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    emit(text, output)
 
 
 def verbosity(args) -> int:
@@ -95,6 +140,15 @@ def positive(value, flag: str):
     return value
 
 
+def at_least(value, minimum, flag: str):
+    """Refuse `value` below `minimum` naming the flag (the library names its parameter)."""
+    from ..errors import InputError
+
+    if value is not None and not value >= minimum:
+        raise InputError(f"{flag} must be at least {minimum}, got {value}")
+    return value
+
+
 # ---- llama.cpp's settings, as llama-server names them ---------------------------------------------------
 
 # The option of each `PrefillSettings` field a command may offer, declared once (`prefill` offers
@@ -148,6 +202,7 @@ def add_llama_options(parser, names=None, **defaults) -> None:
 def prefill_settings(args):
     """The `PrefillSettings` of the llama.cpp options `add_llama_options` added (the others: the
     settings' defaults)."""
+    from ..errors import InputError
     from ..server_rules import PrefillSettings
 
     given = {name: getattr(args, name) for name in args._llama_options if name != "repack"}
@@ -155,4 +210,10 @@ def prefill_settings(args):
         given["checkpoints"] = _CHECKPOINTS[given["checkpoints"]]
     if "repack" in args._llama_options:
         given["repack"] = False if args.no_repack else None  # -nr: off; else the settings' rule (off on AMX CPUs)
-    return PrefillSettings(**given)
+    try:
+        return PrefillSettings(**given)
+    except InputError as exc:  # "n_batch must be ...": say it with the flag the user typed
+        field, _, rest = str(exc).partition(" ")
+        if field not in _LLAMA_OPTIONS:
+            raise
+        raise InputError(f"{'/'.join(_LLAMA_OPTIONS[field][0])} {rest}") from None

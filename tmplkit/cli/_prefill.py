@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
-from ._common import add_llama_options, prefill_settings, require_extra
+from ._common import add_format, add_llama_options, add_output, at_least, emit_result, model_template, prefill_settings, require_extra
 
 
 def add_prefill(sub) -> None:
@@ -16,10 +17,13 @@ def add_prefill(sub) -> None:
     p.add_argument("model", metavar="MODEL", help="a GGUF model llama.cpp can load, gemma or tiny:VOCAB (built on first use)")
     p.add_argument("session", metavar="SESSION.json", help="OpenAI-style messages JSON (a list, or {messages, tools})")
     p.add_argument("--template", metavar="SOURCE", help="chat template source (default: the model GGUF's own)")
+    p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: the first)")
     p.add_argument("--policy", default="all", choices=[*POLICIES, "all"],
                    help="; ".join(f"{name}: {pol.description}" for name, pol in POLICIES.items()) + "; all: each of them")
     p.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per policy, interleaved; figures are medians")
-    p.add_argument("--json", metavar="FILE", help="write the full comparison as JSON")
+    add_format(p, ("markdown", "json"), "markdown", "the comparison")
+    add_output(p, "the comparison")
+    p.add_argument("--json", metavar="FILE", help="also write the full comparison as JSON to FILE (as --format json -o FILE)")
     p.add_argument("--plot", metavar="FILE.png", help="plot batch sizes along the prompt, checkpoints marked")
     add_llama_options(p)
     p.set_defaults(func=_cmd_prefill)
@@ -33,15 +37,18 @@ def _cmd_prefill(args) -> int:
     from ..prefill.plot import plot_comparison, require_matplotlib
     from ..prefill.report import check_writable, write_json
 
-    for out in (args.json, args.plot):  # refuse before the run, not after it
+    for out in (args.output, args.json, args.plot):  # refuse before the run, not after it
         if out:
             check_writable(out)
     if args.plot:
         require_matplotlib()
+    at_least(args.repeat, 1, "--repeat")
     settings = prefill_settings(args)
-    bar = TerminalProgress(sys.stderr, args.repeat) if sys.stderr.isatty() else None
+    # A bar redrawn in place: a terminal only, and not a dumb one (TERM=dumb, CI logs).
+    bar = TerminalProgress(sys.stderr, args.repeat) if sys.stderr.isatty() and os.environ.get("TERM") != "dumb" else None
     try:
-        comp = compare_policies(resolve_model(args.model), args.session, template=args.template, policies=args.policy,
+        model = resolve_model(args.model)
+        comp = compare_policies(model, args.session, template=model_template(args, model), policies=args.policy,
                                 repeat=args.repeat, settings=settings, progress=bar)
     finally:
         if bar is not None:
@@ -50,5 +57,5 @@ def _cmd_prefill(args) -> int:
         write_json(args.json, comp.to_dict())
     if args.plot:
         plot_comparison(comp, args.plot)
-    sys.stdout.write(comp.to_markdown())
+    emit_result(comp, args.format, args.output)
     return 0

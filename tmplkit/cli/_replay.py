@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import add_llama_options, prefill_settings
+from ._common import add_format, add_llama_options, add_output, emit_result, model_template, prefill_settings
 
 
 def add_replay(sub) -> None:
@@ -13,9 +13,12 @@ def add_replay(sub) -> None:
     p.add_argument("model", metavar="MODEL", help="a GGUF file, `gemma` (Gemma 3 270M) or `tiny:VOCAB` (e.g. tiny:qwen35)")
     p.add_argument("session", metavar="SESSION.json", help="a session (e.g. from `tmplkit session generate`)")
     p.add_argument("--template", metavar="SOURCE", help="chat template source (default: the model GGUF's own)")
+    p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: the first)")
     p.add_argument("--settings", default="llama-server,tmplkit,divergence-aware",
                    help="comma-separated, among llama-server, tmplkit, divergence-aware (default: all three)")
-    p.add_argument("--json", metavar="FILE", help="write the replay as JSON")
+    add_format(p, ("markdown", "json"), "markdown", "the replay")
+    add_output(p, "the replay")
+    p.add_argument("--json", metavar="FILE", help="also write the replay as JSON to FILE (as --format json -o FILE)")
     p.add_argument("--plot", metavar="FILE.png", help="plot tokens recomputed per request, one line per setting")
     add_llama_options(p, ("n_ctx", "n_batch", "n_ubatch", "n_threads", "poll", "max_checkpoints", "checkpoint_min_step"),
                       n_ctx=65536)
@@ -36,20 +39,22 @@ def _cmd_replay(args) -> int:
     bad = [n for n in names if n not in REPLAYED]
     if bad or not names:
         raise InputError(f"unknown --settings {', '.join(bad) or '(none)'}; give some of {', '.join(REPLAYED)}")
-    for out in (args.json, args.plot):  # refuse before the run, not after it
+    for out in (args.output, args.json, args.plot):  # refuse before the run, not after it
         if out:
             check_writable(out)
     if args.plot:
         require_matplotlib()
     session = load_session(args.session)
     settings = prefill_settings(args)
-    with PrefillRunner(resolve_model(args.model), settings) as runner:
-        rep = replay_session(runner, session, resolve_template(args.template, runner), settings=tuple(names))
+    model = resolve_model(args.model)
+    template = model_template(args, model)
+    with PrefillRunner(model, settings) as runner:
+        rep = replay_session(runner, session, resolve_template(template, runner), settings=tuple(names))
     if args.json:
         write_json(args.json, rep.to_dict())
     if args.plot:
         plot_replay(rep, args.plot)
-    sys.stdout.write(rep.to_markdown())
+    emit_result(rep, args.format, args.output)
     if not rep.matches:
         print("prediction differs from the replay: " + "; ".join(rep.mismatches()[:5]), file=sys.stderr)
     return 0

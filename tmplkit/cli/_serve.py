@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._common import add_format, add_name, add_output
+
 
 def add_request(sub) -> None:
     p = sub.add_parser(
@@ -13,14 +15,14 @@ def add_request(sub) -> None:
     p.add_argument("conversation", metavar="CONVERSATION", nargs="?",
                    help="a conversation JSON file (list of messages or {messages, tools}); not with --delimiters-only")
     p.add_argument("--template", required=True, metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
-    p.add_argument("--name", help="which template of the source (default: the first)")
+    add_name(p)
     p.add_argument("--tokenizer", required=True, metavar="PATH",
                    help="the model's vocabulary as llama-server loads it: its .gguf (vocab-only is enough), or vocab:NAME (corpus)")
     p.add_argument("--delimiters-only", action="store_true", help="print only the message_delimiters list")
     p.add_argument("--no-generation-prompt", dest="add_generation_prompt", action="store_false",
                    help="render without the generation prompt (default: with it, to ask for the next turn)")
     p.add_argument("--n-predict", type=int, metavar="N", help="add n_predict to the body (default: the server's)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the JSON to FILE instead of stdout")
+    add_output(p, "the JSON")
     p.set_defaults(func=_cmd_request)
 
 
@@ -54,11 +56,14 @@ def add_engine_parity(sub) -> None:
                     "generation prompt) through llama-server's /apply-template (--jinja --chat-template-file) and "
                     "with tmplkit, compare byte for byte, and check the round trip on llama.cpp's render.")
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="templates: files, folders, hf:org/name, corpus:llama.cpp")
-    p.add_argument("--server", metavar="PATH", help="the llama-server binary (default: the one scripts/build_llama_server.sh built)")
+    p.add_argument("--server", metavar="PATH",
+                   help="the llama-server binary (default: $TMPLKIT_LLAMA_SERVER, else the pinned one "
+                        "`make llama-server` builds in a checkout)")
     p.add_argument("--model", metavar="GGUF", help="the model llama-server loads (default: the tiny qwen35-vocab model)")
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    add_name(p, many=True)
+    add_format(p, ("table", "json"), "table", "the comparison")
     p.add_argument("--log-dir", metavar="DIR", help="keep llama-server's logs in DIR")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    add_output(p, "the comparison")
     p.set_defaults(func=_cmd_engine_parity)
 
 
@@ -66,17 +71,16 @@ def _cmd_engine_parity(args) -> int:
     import json
     import os
 
-    from ..engine_parity import engine_parity, format_parity_table
+    from ..engine_parity import engine_parity, format_parity_table, parity_report
     from ..errors import InputError
-    from ..llama_server import llama_server_binary
+    from ..llama_server import BUILD_HINT, llama_server_binary
     from ._common import emit, load_templates, require_extra
 
     binary = args.server or llama_server_binary()
     if binary is None:
-        raise InputError("llama-server is not built; run `bash scripts/build_llama_server.sh` or give --server PATH")
+        raise InputError(f"llama-server is not built; {BUILD_HINT}")
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):  # before any template is analyzed
-        raise InputError(f"{binary}: cannot run llama-server (not an executable file); give --server PATH to the "
-                         "binary scripts/build_llama_server.sh built")
+        raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
     if args.model:
         model = args.model
     else:
@@ -84,9 +88,10 @@ def _cmd_engine_parity(args) -> int:
         from ..prefill import tiny_model_path
 
         model = tiny_model_path("qwen35")
-    rows = [row for t in load_templates(args.sources) for row in engine_parity(t, binary, model, log_dir=args.log_dir)]
+    templates = load_templates(args.sources, args.name)
+    rows = [row for t in templates for row in engine_parity(t, binary, model, log_dir=args.log_dir)]
     if args.format == "json":
-        emit(json.dumps([r.to_dict() for r in rows], ensure_ascii=False, indent=2) + "\n", args.output)
+        emit(json.dumps(parity_report(rows), ensure_ascii=False, indent=2) + "\n", args.output)
     else:
         emit(format_parity_table(rows), args.output)
     return 0

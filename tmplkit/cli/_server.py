@@ -7,6 +7,8 @@ llama-server log as a user has it.
 
 from __future__ import annotations
 
+from ._common import add_format, add_name, add_output
+
 
 def add_server(sub) -> None:
     p = sub.add_parser("server", help="llama-server itself: its chat endpoint's delimiters, and reading its log")
@@ -23,15 +25,18 @@ def add_server(sub) -> None:
         epilog="Example:\n  tmplkit server delimiters corpus:llama.cpp --format json -o delimiters.json",
         formatter_class=_raw())
     d.add_argument("sources", nargs="+", metavar="SOURCE", help="templates: files, folders, hf:org/name, corpus:llama.cpp, corpus:hub")
-    d.add_argument("--server", metavar="PATH", help="the llama-server binary (default: the one scripts/build_llama_server.sh built)")
+    d.add_argument("--server", metavar="PATH",
+                   help="the llama-server binary (default: $TMPLKIT_LLAMA_SERVER, else the pinned one "
+                        "`make llama-server` builds in a checkout)")
     d.add_argument("--model", metavar="MODEL", default="bytes",
                    help="the model it loads: 'bytes' (the default: a tiny model whose tokens are single bytes, so a "
                         "delimiter matches wherever its text occurs), 'family' (the tiny model of the template's "
                         "corpus vocabulary, else Qwen3.5's: what tokenizing changes), or yours (a GGUF, gemma, "
                         "tiny:VOCAB); it must need checkpoints (sliding-window, hybrid or recurrent)")
-    d.add_argument("--format", choices=["table", "json"], default="table")
+    add_name(d, many=True)
+    add_format(d, ("table", "json"), "table", "the comparison")
     d.add_argument("--log-dir", metavar="DIR", help="keep llama-server's logs in DIR")
-    d.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    add_output(d, "the comparison")
     d.set_defaults(func=_cmd_delimiters)
 
     g = ss.add_parser(
@@ -47,11 +52,11 @@ def add_server(sub) -> None:
         formatter_class=_raw())
     g.add_argument("log", metavar="LOG", help="the log file ('-': standard input)")
     g.add_argument("--template", metavar="SOURCE", help="the chat template the server used (a .gguf, .jinja, ...)")
-    g.add_argument("--name", help="which template of the source (default: the first)")
+    add_name(g)
     g.add_argument("--session", metavar="FILE", help="the conversation the client sent (its last request's messages)")
     g.add_argument("--tokenizer", metavar="PATH", help="the model's vocabulary (its .gguf, or vocab:NAME)")
-    g.add_argument("--format", choices=["text", "json"], default="text")
-    g.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    add_format(g, ("text", "json"), "text", "the reading")
+    add_output(g, "the reading")
     g.set_defaults(func=_cmd_log)
 
 
@@ -68,16 +73,15 @@ def _cmd_delimiters(args) -> int:
 
     from ..corpus import LLAMA_CPP_PYTHON_VERSION
     from ..errors import InputError
-    from ..llama_server import llama_server_binary
+    from ..llama_server import BUILD_HINT, llama_server_binary
     from ..server_delimiters import ComparisonReport, compare_delimiters, format_comparison_table, server_delimiters
-    from ._common import emit, load_templates, require_extra, verbosity
+    from ._common import emit, load_templates, progress_text, require_extra, verbosity
 
     binary = args.server or llama_server_binary()
     if binary is None:
-        raise InputError("llama-server is not built; run `bash scripts/build_llama_server.sh` or give --server PATH")
+        raise InputError(f"llama-server is not built; {BUILD_HINT}")
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
-        raise InputError(f"{binary}: cannot run llama-server (not an executable file); give --server PATH to the "
-                         "binary scripts/build_llama_server.sh built")
+        raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
     require_extra("llama", "tmplkit server delimiters (its tiny models and their tokenizers)")
     if args.model not in ("bytes", "family"):
         from ..prefill.models import resolve_model
@@ -85,15 +89,18 @@ def _cmd_delimiters(args) -> int:
         resolve_model(args.model)  # a missing file is a one-line error before any template is analyzed
     from ..analysis import analyze
 
-    templates = load_templates(args.sources)
+    templates = load_templates(args.sources, args.name)
     rows = []
+    progress = verbosity(args) >= 0 and sys.stderr.isatty()
+    rewrite = os.environ.get("TERM") != "dumb"
     for i, t in enumerate(templates, 1):
-        if verbosity(args) >= 0 and sys.stderr.isatty():
-            print(f"\r\x1b[2K[{i}/{len(templates)}] {t.name[:60]}", end="", file=sys.stderr, flush=True)
+        if progress:
+            print(progress_text(i, len(templates), t.name, rewrite=rewrite), end="" if rewrite else "\n",
+                  file=sys.stderr, flush=True)
         a = analyze(t)
         d = server_delimiters(t, binary, args.model, analysis=a, log_dir=args.log_dir)
         rows.append(compare_delimiters(d, a))
-    if verbosity(args) >= 0 and sys.stderr.isatty():
+    if progress and rewrite:
         print(file=sys.stderr)
     version = LLAMA_CPP_PYTHON_VERSION if not args.server else f"unknown ({args.server})"
     report = ComparisonReport(tuple(rows), version)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._common import add_output
+
 
 def add_session(sub) -> None:
     p = sub.add_parser("session", help="agent sessions: generate one to try `tmplkit prefill`, `turns` and `replay`")
@@ -13,7 +15,7 @@ def add_session(sub) -> None:
                                                     "tool-role (tool messages), user-turns (for templates without tools)")
     g.add_argument("--requests", type=int, metavar="N", help="this many user requests instead of a length")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("-o", "--output", metavar="FILE", help="write the session to FILE (default: print it)")
+    add_output(g, "the session")
     g.set_defaults(func=_cmd_generate)
 
 
@@ -21,9 +23,10 @@ def _cmd_generate(args) -> int:
     import json
 
     from ..session import generate_session
-    from ._common import emit, positive
+    from ._common import at_least, emit, positive
 
     positive(args.requests, "--requests")
+    at_least(args.tokens, 200, "--tokens")
     session = generate_session(args.tokens, seed=args.seed, style=args.style, requests=args.requests)
     emit(json.dumps(session.to_dict(), indent=1, ensure_ascii=False) + "\n", args.output)
     return 0

@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import sys
 
+from ._common import add_name, add_output
+
 
 def add_show(sub) -> None:
     p = sub.add_parser("show", help="render the mixed probe conversation and mark its spans")
-    p.add_argument("source", metavar="SOURCE")
-    p.add_argument("--name", help="which template of the source (default: the first)")
+    p.add_argument("source", metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder, hf:org/name or -")
+    add_name(p)
+    add_output(p, "the marked conversation")
     p.set_defaults(func=_cmd_show)
 
 
 def _cmd_show(args) -> int:
-    from ..auditing import format_show
+    from ..auditing import format_show, unrendered_reason
+    from ..errors import RenderError
     from ..isolate import analyze_isolated
     from ..sources import load_one
-    from ._common import use_color
+    from ._common import emit, use_color
 
     # The template is untrusted: analyze it in a worker with the audit's default limits.
     (analysis,) = analyze_isolated([load_one(args.source, args.name)], jobs=1)
-    sys.stdout.write(format_show(analysis, color=use_color(args, sys.stdout)))
+    why = unrendered_reason(analysis)
+    if why is not None:  # nothing to show is an error of the input, as everywhere else
+        raise RenderError(f"{analysis.name}: cannot render the probe conversation ({why})")
+    color = use_color(args, sys.stdout) if not args.output else args.color == "always"
+    emit(format_show(analysis, color=color), args.output)
     return 0

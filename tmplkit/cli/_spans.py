@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import sys
+from ._common import add_format, add_name, add_output
 
 
 def add_spans(sub) -> None:
     p = sub.add_parser("spans", help="render a conversation, tokenize it, and print its message spans")
-    p.add_argument("conversation", metavar="CONVERSATION", help="a conversation JSON file (list of messages or {messages, tools})")
+    p.add_argument("conversation", metavar="CONVERSATION", help="a conversation JSON file (list of messages or {messages, tools}), or -")
     p.add_argument("--template", required=True, metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
-    p.add_argument("--name", help="which template of the source (default: the first)")
+    add_name(p)
     p.add_argument("--tokenizer", required=True, metavar="PATH",
                    help="a .gguf (vocab-only is enough), a tokenizer.json or its folder, vocab:NAME (corpus) or hf:org/name (local cache)")
     p.add_argument("--add-generation-prompt", action="store_true", help="render with the generation prompt")
-    p.add_argument("--format", choices=["json", "text"], default="json")
+    add_format(p, ("json", "text"), "json", "the spans")
+    add_output(p, "the spans")
     p.set_defaults(func=_cmd_spans)
 
 
@@ -23,14 +24,15 @@ def _cmd_spans(args) -> int:
     from ..sources import load_one
     from ..token_audit import conversation_spans, format_spans_text
     from ..tokenizers import load_tokenizer
-    from ._common import require_tokenizers
+    from ._common import emit, require_tokenizers
 
     require_tokenizers([args.tokenizer], "tmplkit spans --tokenizer " + args.tokenizer)  # before any work
     template = load_one(args.template, args.name)
     tokenizer = load_tokenizer(args.tokenizer)
     result = conversation_spans(template, tokenizer, args.conversation, add_generation_prompt=args.add_generation_prompt)
     if args.format == "text":
-        sys.stdout.write(format_spans_text(result))
+        emit(format_spans_text(result), args.output)
     else:
-        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+        emit(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n", args.output)
     return 0
+

@@ -7,13 +7,18 @@ import os
 import sys
 import time
 
+from ._common import add_format, add_name, add_output
+
 
 def add_turns(sub) -> None:
+    from ..turns.formats import FORMATS
+
     p = sub.add_parser("turns", help="per template: is a resumed agent session's prefix stable, where and why it "
                                      "diverges, and the tokens each request recomputes")
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="templates: .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
+    add_name(p, many=True)
     p.add_argument("--session", metavar="FILE", help="a session JSON (messages with reasoning_content, tool calls, "
-                                                     "tool results); default: a generated agent session")
+                                                     "tool results), or - (standard input); default: a generated agent session")
     p.add_argument("--tokenizer", metavar="PATH", help="compare token ids and count tokens recomputed: a .gguf, "
                                                        "tokenizer.json, vocab:NAME or hf:org/name")
     p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request")
@@ -21,8 +26,8 @@ def add_turns(sub) -> None:
     p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per template: study the requests rendered within SECONDS and say where it stopped (default: no limit)")
-    p.add_argument("--format", choices=["text", "json", "markdown", "csv"], default="text")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
+    add_format(p, FORMATS, "text", "the report")
+    add_output(p, "the report")
     p.set_defaults(func=_cmd_turns)
 
 
@@ -37,7 +42,7 @@ def _cmd_turns(args) -> int:
     if args.tokenizer:
         require_tokenizers([args.tokenizer], "tmplkit turns --tokenizer " + args.tokenizer)
     session = load_session(args.session) if args.session else generate_session(20000, seed=0, style="agent", requests=3)
-    templates = load_templates(args.sources)
+    templates = load_templates(args.sources, args.name)
     tokenizer = None
     if args.tokenizer:
         from ..tokenizers import load_tokenizer
@@ -48,8 +53,15 @@ def _cmd_turns(args) -> int:
         with _progress(t.name) as progress:
             reports.append(study_turns(t, session, tokenizer=tokenizer, add_bos=args.add_bos, memory=memory,
                                        switches=not args.no_switches, timeout=timeout, progress=progress))
-    emit(format_turns(reports, args.format), args.output)
-    return 0
+    failed = [r for r in reports if r.error]
+    # The text report is for a person: a template that cannot render the session is an error line
+    # (below) instead; the tables and the JSON keep its row, with the error, for a program.
+    shown = [r for r in reports if not r.error] if args.format == "text" else reports
+    if shown:
+        emit(format_turns(shown, args.format), args.output)
+    for r in failed:
+        print(f"tmplkit: error: {r.template}: cannot render the session: {r.error}", file=sys.stderr)
+    return 2 if failed else 0
 
 
 @contextlib.contextmanager

@@ -12,6 +12,8 @@ from ..atomic import check_writable as check_writable  # re-exported
 from ..atomic import write_json as write_json  # re-exported
 from ..atomic import write_output
 
+# The JSON's layout (tmplkit/schemas/prefill.schema.json): raised when a field is removed or changes meaning.
+PREFILL_SCHEMA_VERSION = 1
 # Why a batch ended ("generated": one token of the model's reply, see GenerationReport).
 REASONS = ("full", "user start", "near end", "end")
 
@@ -205,7 +207,11 @@ class Comparison:
         raise KeyError(policy)
 
     def to_dict(self) -> dict:
+        from .._version import __version__
+
         return {
+            "schema_version": PREFILL_SCHEMA_VERSION,
+            "tmplkit_version": __version__,
             "model": self.model,
             "session": self.session,
             "template": self.template,

@@ -87,7 +87,7 @@ def tiny_model_path(vocab: str = "qwen35", template: str | None = "default", con
     out = corpus.cache_root() / "models" / name
     if out.is_file() and out.stat().st_size > 0:
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    corpus.cache_folder("models")
     build_tiny_model(vocab_file, out, chat_template=template_text, config=config)
     return out
 

@@ -142,7 +142,10 @@ def load_session(path: str | os.PathLike) -> Conversation:
     """Read and validate a session file; any problem is one InputError line naming the cause.
 
     Validation is the conversation check (`load_conversation`); a session's tools are `()` when it gives none.
+    `-` reads standard input.
     """
+    if str(path) == "-":
+        return _from_conversation(load_conversation("-"))
     p = Path(path)
     if not p.is_file():
         raise InputError(f"session file not found: {p}")

@@ -6,17 +6,23 @@ import csv
 import io
 import json
 
+from .._version import __version__
 from .cost import SETTINGS
 
-__all__ = ["format_turns", "FORMATS"]
+__all__ = ["format_turns", "FORMATS", "TURNS_SCHEMA_VERSION"]
 
 FORMATS = ("text", "json", "markdown", "csv")
+# The JSON's layout (tmplkit/schemas/turns.schema.json): raised when a field is removed or changes meaning.
+TURNS_SCHEMA_VERSION = 1
 
 
 def format_turns(reports, fmt: str = "text") -> str:
-    """One report per template in `fmt` (one of FORMATS)."""
+    """One report per template in `fmt` (one of FORMATS); the JSON is {schema_version,
+    tmplkit_version, reports}."""
     if fmt == "json":
-        return json.dumps([r.to_dict() for r in reports], ensure_ascii=False, indent=1) + "\n"
+        data = {"schema_version": TURNS_SCHEMA_VERSION, "tmplkit_version": __version__,
+                "reports": [r.to_dict() for r in reports]}
+        return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
     rows = [_row(r) for r in reports]
     if fmt == "csv":
         out = io.StringIO()
@@ -29,12 +35,21 @@ def format_turns(reports, fmt: str = "text") -> str:
             [f"{s} (share)" for s in SETTINGS]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r, row in zip(reports, rows):
-            where = f"request {row['first_request']}, token {row['first_token']}" if row["first_request"] != "" else ""
+            where = _where(row)
             cells = [row["template"], "yes" if row["stable"] else "no", str(row["requests"]), where,
                      row["cause"] or row["error"], row["stable_with"]] + [_share(r, s) for s in SETTINGS]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         return "\n".join(lines) + "\n"
     return "".join(_text(r) for r in reports)
+
+
+def _where(row) -> str:
+    """Where the first divergence is: its request and token, or its character without a tokenizer."""
+    if row["first_request"] == "":
+        return ""
+    if row["first_token"] == "":
+        return f"request {row['first_request']}, character {row['first_position']}"
+    return f"request {row['first_request']}, token {row['first_token']}"
 
 
 def _row_keys():

@@ -85,6 +85,8 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     studied, the switches are not tried, and `stopped` says so; `progress(stage, done, total)`
     is called as the requests are rendered.
     """
+    if getattr(template, "error", None):  # a folder's file that could not be read (sources.load_dir)
+        return TurnsReport(template.name, 0, (), error=template.error or "")
     budget = Budget(timeout, progress)
     try:
         prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval,

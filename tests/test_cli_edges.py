@@ -1,0 +1,273 @@
+"""What a CI user runs into: a cache folder that cannot be used, Ctrl-C early in an audit, the
+audit from a script on standard input, a stray file in a folder, templates that cannot render,
+`-` wherever a file is read, the options every command shares, and the wording of messages."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tmplkit.cli import build_parser, main
+from tmplkit.cli._common import progress_printer
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "templates"
+TURNS = ROOT / "fixtures" / "turns"
+CHATML = str(FIXTURES / "chatml.jinja")
+RAISES = str(FIXTURES / "always-raises.jinja")  # raises on every chat: renders nothing
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # a child process imports this checkout
+
+
+@pytest.fixture(autouse=True)
+def _no_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["--no-config", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(err: str, *words: str) -> bool:
+    return err.startswith("tmplkit: error: ") and err.count("\n") == 1 and all(w in err for w in words)
+
+
+def _stdin(monkeypatch, text: str) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8"))))
+
+
+# ---- the cache folder -----------------------------------------------------------------------------
+
+def test_a_cache_that_is_a_file_is_one_line(capsys, monkeypatch, tmp_path):
+    pytest.importorskip("llama_cpp")
+    (tmp_path / "cache").write_text("not a folder")
+    monkeypatch.setenv("TMPLKIT_CACHE", str(tmp_path / "cache"))
+    session = tmp_path / "s.json"
+    session.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    # The real model is assembled into the cache on first use: the cache must be a folder.
+    code, out, err = run(capsys, "prefill", "gemma", str(session), "--policy", "none")
+    assert code == 2 and out == ""
+    assert one_line_error(err, "cannot create the cache folder", "set TMPLKIT_CACHE to a writable folder")
+
+
+def test_an_os_error_anywhere_is_one_line_with_exit_2(capsys, monkeypatch):
+    # What no command foresaw (a read-only folder, a full disk) still ends in one line, not a traceback.
+    import tmplkit.schemas
+
+    def refuse(name):
+        raise PermissionError(13, "Permission denied", "/cache/compiled")
+
+    monkeypatch.setattr(tmplkit.schemas, "schema_path", refuse)
+    code, _, err = run(capsys, "schema", "audit")
+    assert code == 2 and one_line_error(err, "/cache/compiled: Permission denied", "TMPLKIT_CACHE")
+
+
+# ---- Ctrl-C and scripts on standard input ------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.15, 0.3])
+def test_ctrl_c_early_in_an_audit_is_one_line_and_130(delay):
+    # The whole process group gets the SIGINT, as from a terminal: the workers and the forkserver,
+    # still starting, must not print tracebacks of their own.
+    code = ("import sys, tmplkit.cli\nprint('ready', flush=True)\n"
+            f"sys.exit(tmplkit.cli.main(['--no-config', 'audit', '-j', '2', {str(FIXTURES)!r}]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV, start_new_session=True)
+    assert proc.stdout.readline() == "ready\n"
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert (proc.returncode, err) == (130, "tmplkit: interrupted\n") or proc.returncode == 1  # 1: it finished first
+
+
+def test_the_audit_from_a_script_on_standard_input(tmp_path):
+    # multiprocessing's workers would run the main file '<stdin>' again, and fail on it each.
+    script = ("import tmplkit\n"
+              f"report = tmplkit.audit(tmplkit.load_many([{CHATML!r}, {str(FIXTURES / 'llama3.jinja')!r}]), jobs=2)\n"
+              "print(report.ok, [a.status for a in report.results])\n")
+    proc = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, env=ENV, cwd=tmp_path,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout == "True ['pass', 'pass']\n"
+
+
+# ---- a folder with a file that is not a template ---------------------------------------------------
+
+@pytest.fixture
+def folder(tmp_path) -> Path:
+    d = tmp_path / "templates"
+    d.mkdir()
+    (d / "chatml.jinja").write_text(Path(CHATML).read_text())
+    (d / "empty.jinja").write_text("")
+    (d / "binary.jinja").write_bytes(b"\x00\xff\xfe\x00 not text")
+    (d / "syntax.jinja").write_text("{% for %}")
+    return d
+
+
+@pytest.mark.parametrize("jobs", [["--in-process"], ["-j", "1"]])
+def test_an_empty_or_binary_file_is_that_files_result(capsys, folder, jobs):
+    code, out, err = run(capsys, "audit", *jobs, "--format", "json", str(folder))
+    assert code == 1
+    rows = {r["name"]: r for r in json.loads(out)["results"]}
+    assert {n: r["status"] for n, r in rows.items()} == {"binary": "error", "chatml": "pass", "empty": "error", "syntax": "error"}
+    assert "not valid UTF-8" in rows["binary"]["errors"][0] and "empty file" in rows["empty"]["errors"][0]
+    assert err == "4 templates: 3 error, 1 pass -> FAILED\n"
+
+
+def test_a_file_that_cannot_be_read_asked_for_by_name_is_the_error(capsys, folder):
+    code, out, err = run(capsys, "show", str(folder), "--name", "empty")
+    assert code == 2 and out == "" and one_line_error(err, "empty.jinja: empty file")
+
+
+# ---- templates that cannot render: one line on stderr, exit 2 -------------------------------------
+
+def test_show_a_template_that_cannot_render(capsys):
+    code, out, err = run(capsys, "show", RAISES)
+    assert code == 2 and out == ""
+    assert one_line_error(err, "always-raises: cannot render the probe conversation", "documents=")
+
+
+def test_turns_on_a_template_that_cannot_render(capsys):
+    code, out, err = run(capsys, "turns", RAISES)
+    assert code == 2 and out == "" and one_line_error(err, "always-raises: cannot render the session")
+    # The others are still reported; the JSON keeps the error in its row, for a program.
+    code, out, err = run(capsys, "turns", str(TURNS / "stable.jinja"), RAISES)
+    assert code == 2 and out.startswith("stable: stable over") and "always-raises" not in out
+    assert one_line_error(err, "always-raises")
+    code, out, _ = run(capsys, "turns", "--format", "json", RAISES)
+    assert code == 2 and json.loads(out)["reports"][0]["error"]
+
+
+# ---- '-' wherever a file is read ---------------------------------------------------------------------
+
+def test_turns_session_from_standard_input(capsys, monkeypatch):
+    session = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+               {"role": "user", "content": "again"}]
+    _stdin(monkeypatch, json.dumps(session))
+    code, out, err = run(capsys, "turns", "--format", "json", "--no-switches", "--session", "-", str(TURNS / "stable.jinja"))
+    assert code == 0, err
+    assert json.loads(out)["reports"][0]["n_requests"] == 2
+
+
+def test_expected_failures_from_standard_input(capsys, monkeypatch, tmp_path):
+    failing = tmp_path / "nodelims.jinja"
+    failing.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    _stdin(monkeypatch, json.dumps({"nodelims": "no delimiters, kept for a test"}))
+    code, out, _ = run(capsys, "audit", "--in-process", "--expected-failures", "-", str(failing))
+    assert code == 0 and "(expected) nodelims" in out
+    _stdin(monkeypatch, "[1, 2]")
+    code, _, err = run(capsys, "audit", "--in-process", "--expected-failures", "-", str(failing))
+    assert code == 2 and one_line_error(err, "<stdin>", "JSON object")
+
+
+# ---- the options every command shares ---------------------------------------------------------------
+
+def _subcommands():
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+    for name, p in sub.choices.items():
+        nested = [a for a in p._actions if a.__class__.__name__ == "_SubParsersAction"]
+        if nested:
+            yield from ((f"{name} {n}", q) for n, q in nested[0].choices.items())
+        else:
+            yield name, p
+
+
+def _option(parser, flag: str):
+    return next((a for a in parser._actions if flag in a.option_strings), None)
+
+
+def test_every_format_shows_its_choices_and_default():
+    seen = 0
+    for name, p in _subcommands():
+        fmt = _option(p, "--format")
+        if fmt is None:
+            continue
+        seen += 1
+        assert all(c in fmt.help for c in fmt.choices) and f"(default: {fmt.default})" in fmt.help, name
+        assert _option(p, "-o") is not None, f"{name} has --format but no -o"
+    assert seen >= 9
+
+
+def test_every_command_that_reads_templates_has_name_and_output():
+    for name, p in _subcommands():
+        reads = any(a.dest in ("source", "sources", "template") for a in p._actions)
+        if reads:
+            assert _option(p, "--name") is not None, name
+            assert _option(p, "-o") is not None and _option(p, "--output") is not None, name
+
+
+def test_prefill_and_replay_take_format_and_o_and_keep_json():
+    parser = build_parser()
+    for cmd in ("prefill", "replay"):
+        args = parser.parse_args([cmd, "gemma", "s.json", "--format", "json", "-o", "out.json", "--json", "also.json"])
+        assert (args.format, args.output, args.json) == ("json", "out.json", "also.json")
+
+
+def test_show_writes_to_o(capsys, tmp_path):
+    out = tmp_path / "show.txt"
+    code, printed, _ = run(capsys, "show", CHATML, "-o", str(out))
+    assert code == 0 and printed == "" and out.read_text().startswith("# chatml: ")
+
+
+def test_name_picks_templates_of_many_sources(capsys):
+    code, out, _ = run(capsys, "table", "--format", "csv", "--jobs", "1", "--name", "llama3", str(FIXTURES))
+    assert code == 0 and [row["name"] for row in csv.DictReader(io.StringIO(out))] == ["llama3"]
+    code, _, err = run(capsys, "table", "--name", "nope", CHATML)
+    assert code == 2 and one_line_error(err, "no template named 'nope'", "chatml")
+
+
+# ---- wording -------------------------------------------------------------------------------------------
+
+def test_one_template_is_singular(capsys):
+    code, out, _ = run(capsys, "audit", "--in-process", CHATML)
+    assert code == 0 and out.splitlines()[-1] == "1 template: 1 pass -> ok"
+
+
+def test_turns_markdown_without_a_tokenizer_says_the_character(capsys):
+    code, out, _ = run(capsys, "turns", "--format", "markdown", str(TURNS / "date.jinja"))
+    row = out.splitlines()[2]
+    assert code == 0 and "request 1, character " in row and "token  |" not in row and "token |" not in row
+
+
+def test_progress_without_cursor_escapes_on_a_dumb_terminal(capsys, monkeypatch):
+    class A:
+        name = "chatml"
+
+    monkeypatch.setenv("TERM", "dumb")
+    report = progress_printer(True)
+    report(1, 2, A())
+    report(2, 2, A())
+    assert capsys.readouterr().err == "[1/2] chatml\n[2/2] chatml\n"
+    monkeypatch.setenv("TERM", "xterm")
+    progress_printer(True)(1, 2, A())
+    assert capsys.readouterr().err == "\r\x1b[2K[1/2] chatml"
+
+
+def test_messages_name_the_flags(capsys):
+    code, _, err = run(capsys, "session", "generate", "--tokens", "100")
+    assert code == 2 and one_line_error(err, "--tokens must be at least 200")
+    from tmplkit.cli._common import prefill_settings
+
+    args = build_parser().parse_args(["prefill", "gemma", "s.json", "-b", "0"])
+    with pytest.raises(Exception, match=r"^-b/--batch-size must be at least 1, got 0$"):
+        prefill_settings(args)
+
+
+def test_no_llama_server_points_at_what_an_installed_package_can_do(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPLKIT_LLAMA_SERVER", str(tmp_path / "none"))
+    monkeypatch.setenv("TMPLKIT_CACHE", str(tmp_path / "cache"))
+    code, _, err = run(capsys, "engine-parity", CHATML)
+    assert code == 2 and one_line_error(err, "--server PATH", "TMPLKIT_LLAMA_SERVER", "make llama-server")
+    assert "scripts/" not in err

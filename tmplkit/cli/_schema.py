@@ -1,0 +1,24 @@
+"""The `schema` subcommand: the JSON Schemas of tmplkit's JSON outputs, shipped with the package."""
+
+from __future__ import annotations
+
+
+def add_schema(sub) -> None:
+    p = sub.add_parser("schema", help="print the JSON Schema of a command's JSON output, or list them",
+                       description="Print the JSON Schema (draft 2020-12) of a JSON output: audit, table, turns, "
+                                   "spans, request, engine-parity, server-delimiters, server-log, prefill, replay, "
+                                   "session. Without NAME, list them with the path of each file.")
+    p.add_argument("name", metavar="NAME", nargs="?", help="the schema to print (default: list them)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the schema to FILE (atomically) instead of stdout")
+    p.set_defaults(func=_cmd_schema)
+
+
+def _cmd_schema(args) -> int:
+    from ..schemas import schema_names, schema_path
+    from ._common import emit
+
+    if args.name is None:
+        emit("".join(f"{name:<18} {schema_path(name)}\n" for name in schema_names()), args.output)
+    else:
+        emit(schema_path(args.name).read_text(encoding="utf-8"), args.output)
+    return 0
