@@ -8,6 +8,7 @@ and the turns study (what the model generates for a turn); the CLI (`tmplkit mas
 annotate`) sits above it.
 """
 
+from ._annotate import AnnotationError, Annotated, annotate_template, check_conversations, transformers_mask
 from ._mask import (
     MASK_SCHEMA_VERSION,
     AssistantMask,
@@ -21,5 +22,6 @@ from ._mask import (
     tokenize_mask,
 )
 
-__all__ = ["MASK_SCHEMA_VERSION", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
+__all__ = ["MASK_SCHEMA_VERSION", "AnnotationError", "Annotated", "annotate_template", "check_conversations",
+           "transformers_mask", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
            "assistant_masks", "text_mask", "text_masks", "tokenize_mask"]
