@@ -8,7 +8,7 @@ and the turns study (what the model generates for a turn); the CLI (`tmplkit mas
 annotate`) sits above it.
 """
 
-from ._annotate import AnnotationError, Annotated, annotate_template, check_conversations, transformers_mask
+from ._annotate import Annotated, AnnotationError, annotate_template, check_conversations, transformers_mask
 from ._mask import (
     MASK_SCHEMA_VERSION,
     AssistantMask,

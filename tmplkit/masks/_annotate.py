@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..errors import TmplkitError
 from ..session import Conversation, ServerConversation, for_server, generate_session, load_conversation
@@ -93,7 +94,8 @@ class _Place:
 
 def _tags(src: str) -> list[_Tag]:
     """Every `{{ }}`, `{% %}` and `{# #}` of `src` (strings inside a tag skipped)."""
-    out, i, n = [], 0, len(src)
+    out: list[_Tag] = []
+    i, n = 0, len(src)
     while True:
         i = src.find("{", i)
         if i < 0 or i + 1 >= n:
@@ -227,10 +229,11 @@ def transformers_mask(text: str, server: ServerConversation) -> tuple[str, list[
     from transformers.utils.chat_template_utils import render_jinja_template
 
     variables = {k: v for k, v in server.variables.items() if k not in ("messages", "tools")}
-    rendered, indices = render_jinja_template(
+    result: Any = render_jinja_template(
         conversations=[[dict(m) for m in server.messages]], tools=list(server.tools) if server.tools else None,
         chat_template=text, return_assistant_tokens_mask=True, add_generation_prompt=False, **variables)
-    return rendered[0], [tuple(r) for r in indices[0]]  # type: ignore[misc]
+    rendered, indices = result
+    return rendered[0], [(int(a), int(b)) for a, b in indices[0]]
 
 
 def check_conversations() -> list[Conversation]:
@@ -271,7 +274,7 @@ def annotate_template(template: ChatTemplate, conversations: Sequence | None = N
         "no place in the source is reached exactly where each masked turn ends"
     tried = 0
     for s, e in sorted(((s, e) for s in starts for e in ends if places[s].end <= places[e].start),
-                       key=lambda se: places[se[1]].start - places[se[0]].start):
+                       key=lambda se: (places[se[0]].left == "+", places[se[1]].start - places[se[0]].start)):
         if tried >= _MAX_PAIRS:
             break
         tried += 1
