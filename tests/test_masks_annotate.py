@@ -103,9 +103,9 @@ def test_mask_command_text_highlights_only_with_colour(capsys, tokenizer_json, m
     args = ["mask", str(FIXTURES / "plain.json"), "--template", str(FIXTURES / "reasoning-kept.jinja"),
             "--tokenizer", tokenizer_json, "--format", "text"]
     code, out, _ = run(capsys, *args)
-    assert code == 0 and "\x1b[" not in out and "[[Hello.<|im_end|>\n]]" in out
+    assert code == 0 and "\x1b[" not in out and "[[Hello.<|im_end|>]]" in out
     code, out, _ = run(capsys, *args, "--color", "always")
-    assert "\x1b[1;32mHello.<|im_end|>\n\x1b[0m" in out
+    assert "\x1b[1;32mHello.<|im_end|>\x1b[0m" in out
     monkeypatch.setenv("NO_COLOR", "1")
     assert "\x1b[" not in run(capsys, *args)[1]
 

@@ -11,7 +11,10 @@ message follows, a forced-open `<think>` the history does not print) the mask is
 keeps of it: the generated text with the part the render lacks cut out (rule "history"); a turn the
 history drops entirely masks nothing ("dropped"). Markup the render writes right after the turn,
 before the next message starts (gpt-oss's `<|end|>` / `<|return|>`, the model's own end of
-generation), belongs to the turn. The role header and the generation prompt's text are never masked.
+generation), belongs to the turn. Whitespace the render writes after the turn's last token (the `\n`
+after `<|im_end|>`) is the template's, not the model's: the model stops at its end of turn, the
+server keeps nothing after it, and the mask ends there. The role header and the generation
+prompt's text are never masked.
 
 Per-token role labels come from the template's proven delimiters (`analysis.delimiters`, split as
 llama-server splits): the role of the span each token starts in (reasoning markup belongs to its
@@ -234,6 +237,7 @@ def _turns(server: ServerConversation, text: str, starts: Sequence[int]):
             continue
         start, end, rule = _locate(server, text, req)
         end = _with_end_markup(text, end, starts)
+        end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         yield MaskedTurn(req.turn, start, end, rule)
 
 
