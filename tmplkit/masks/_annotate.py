@@ -140,53 +140,85 @@ def _places(src: str, tags: Sequence[_Tag]) -> list[_Place]:
     for t in [*tags, _Tag(len(src), len(src), "", "", "")]:
         text = src[prev:t.start]
         for m in re.finditer(r"[\n>]", text):  # inside text, at a line or markup end
-            if text[m.end():].isspace() or not text[m.end():] or text[:m.end()].isspace():
-                continue  # in whitespace a neighbour's `-` or lstrip_blocks takes off (or a tag is next anyway)
+            if text[:m.end()].isspace():
+                continue  # in whitespace the previous tag's `-` takes off
             positions.add(prev + m.end())
         prev = t.end
-    out = [_place_at(p, starts.get(p), ends.get(p)) for p in sorted(positions)]
+    out = [_place_at(src, p, starts.get(p), ends.get(p)) for p in sorted(positions)]
     for t in tags:
         if t.kind == "{{":
             out.extend(_splits(src, t))
     return out
 
 
-def _place_at(p: int, nxt: _Tag | None, prev: _Tag | None) -> _Place:
-    """A tag at `p` that strips what its neighbours strip and no more."""
-    if nxt is not None:
-        left = "-" if nxt.left == "-" else ("+" if nxt.kind == "{{" else "")
+def _place_at(src: str, p: int, nxt: _Tag | None, prev: _Tag | None) -> _Place:
+    """A tag at `p` that strips what its neighbours strip and no more: `-` where a neighbour's `-`
+    strips across `p`; `+` only where lstrip_blocks would take the line's indent before it (which
+    an output tag there keeps) or trim_blocks the newline after it (which the original keeps)."""
+    line = src[src.rfind("\n", 0, p) + 1:p]
+    if nxt is not None and nxt.left == "-":
+        left = "-"
     else:
-        left = "" if prev is not None else "+"
-    if prev is not None:
-        right = "-" if prev.right == "-" else ("+" if prev.kind == "{{" else "")
+        left = "+" if line and line.isspace() and (nxt is None or nxt.kind == "{{") else ""
+    if prev is not None and prev.right == "-":
+        right = "-"
     else:
-        right = "" if nxt is not None else "+"
+        kept = prev is None or prev.kind == "{{" or prev.right == "+"  # the newline after `p` is printed
+        right = "+" if src.startswith("\n", p) and kept else ""
     return _Place(p, p, left, right)
 
 
 def _splits(src: str, t: _Tag) -> list[_Place]:
-    """The top-level `+` / `~` of an output expression, where it can be split in two."""
+    """Where an output expression can be split in two (`{{ a + b }}` into `{{ a }}{{ b }}`): at each
+    top-level `+` / `~`, and inside a string literal that is a whole operand, after each `>` and
+    `\\n` (`'<|im_end|>\\n'` into `'<|im_end|>'`, `'\\n'`)."""
     inner = src[t.start + 2 + bool(t.left):t.end - 2 - bool(t.right)]
     if re.search(r"\bif\b", inner):
         return []  # `a + b if c else d` is no concatenation of outputs
-    out, depth, quote, k = [], 0, None, 0
+    out: list[_Place] = []
+    depth = k = 0
     base = t.start + 2 + bool(t.left)
     while k < len(inner):
         c = inner[k]
-        if quote:
-            if c == "\\":
-                k += 1
-            elif c == quote:
-                quote = None
-        elif c in "'\"":
-            quote = c
-        elif c in "([{":
+        if c in "'\"":
+            j = _literal_end(inner, k)
+            if depth == 0 and _whole_operand(inner, k, j):
+                out.extend(_Place(base + x, base + x, "", "", before=f"{c} }}}}", after=f"{{{{ {c}")
+                           for x in _literal_cuts(inner, k, j))
+            k = j
+            continue
+        if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
         elif c in "+~" and depth == 0:
             out.append(_Place(base + k, base + k + 1, "", "", before=" }}", after="{{ "))
         k += 1
+    return out
+
+
+def _literal_end(s: str, k: int) -> int:
+    """The index after the string literal that opens at `k`."""
+    q, i = s[k], k + 1
+    while i < len(s) and s[i] != q:
+        i += 2 if s[i] == "\\" else 1
+    return i + 1
+
+
+def _whole_operand(s: str, a: int, b: int) -> bool:
+    before, after = s[:a].rstrip(), s[b:].lstrip()
+    return (not before or before[-1] in "+~") and (not after or after[0] in "+~")
+
+
+def _literal_cuts(s: str, a: int, b: int) -> list[int]:
+    """Cut points inside the literal s[a:b]: after `>` and after a `\\n` escape, not at its ends."""
+    out, i = [], a + 1
+    while i < b - 1:
+        step = 2 if s[i] == "\\" else 1
+        if s[i] == ">" or s[i:i + 2] == "\\n":
+            if i + step < b - 1:
+                out.append(i + step)
+        i += step
     return out
 
 
@@ -199,12 +231,21 @@ def _with(src: str, edits: Sequence[tuple[_Place, str]]) -> str:
     return src
 
 
-def _trace(server: ServerConversation, places: Sequence[_Place]) -> tuple[str, dict[int, list[int]]]:
-    """The render of the conversation with every place marked, the marks taken out, and where in
-    it each place was reached."""
-    # (a mark's `{% if %}` takes the place's left whitespace control, its `{% endif %}` the right one)
-    edits = [(p, f"{p.before}{{%{p.left} if true %}}\ue000{i}\ue001{{% endif {p.right}%}}{p.after}")
-             for i, p in enumerate(places)]
+def _trace(server: ServerConversation, places: Sequence[_Place], marks: Sequence[tuple[int, str]],
+           keep: Sequence[int]) -> tuple[str, dict[int, list[int]]]:
+    """The render of the conversation with the marks `keep` (indices into `marks`: a place and
+    the loop variable whose assistant messages alone fire it, "" for every pass) in the source,
+    the marks taken out, and where in the text each mark was reached."""
+    at: dict[int, list[int]] = {}
+    for k in keep:
+        at.setdefault(marks[k][0], []).append(k)
+    edits = []
+    for i, ks in at.items():
+        p = places[i]
+        inner = "".join(f"\ue000{k}\ue001" if not marks[k][1] else
+                        f"{{% if {marks[k][1]}.role == 'assistant' %}}\ue000{k}\ue001{{% endif %}}" for k in ks)
+        # (the outer `{% if %}` takes the place's left whitespace control, its `{% endif %}` the right one)
+        edits.append((p, f"{p.before}{{%{p.left} if true %}}{inner}{{% endif {p.right}%}}{p.after}"))
     traced = _rendered(server, _with(server.template.text, edits))
     fires: dict[int, list[int]] = {}
     removed = 0
@@ -212,6 +253,44 @@ def _trace(server: ServerConversation, places: Sequence[_Place]) -> tuple[str, d
         fires.setdefault(int(m.group(1)), []).append(m.start() - removed)
         removed += len(m.group(0))
     return _MARK.sub("", traced), fires
+
+
+def _harmless(server: ServerConversation, places, marks, keep: list[int], want: str) -> list[int]:
+    """The marks of `keep` that leave the render as it is (halving to find those that change it:
+    a split of `{{ n + 1 }}`, a mark in text a filter reads)."""
+    try:
+        text, _ = _trace(server, places, marks, keep)
+    except TmplkitError:
+        text = None
+    if text == want:
+        return keep
+    if len(keep) <= 1:
+        return []
+    half = len(keep) // 2
+    return _harmless(server, places, marks, keep[:half], want) + _harmless(server, places, marks, keep[half:], want)
+
+
+def _loop_vars(src: str, tags: Sequence[_Tag], places: Sequence[_Place]) -> list[tuple[str, ...]]:
+    """For each place, the names of the `{% for NAME in ... %}` loops around it, innermost first
+    (none across a macro's body)."""
+    events = []
+    for t in tags:
+        m = re.match(r"\{%[-+]?\s*(for|endfor|macro|endmacro)\b\s*(\w*)\s*(,|in\b)?", src[t.start:t.end])
+        if m and t.kind == "{%":
+            events.append((t.end, m.group(1), m.group(2) if m.group(3) == "in" else ""))
+    out = []
+    for p in places:
+        stack: list[str] = []
+        for end, what, name in events:
+            if end > p.start:
+                break
+            if what in ("for", "macro"):
+                stack.append(name if what == "for" else "#")
+            elif stack:
+                stack.pop()
+        names = stack[stack.index("#") + 1:] if "#" in stack else stack
+        out.append(tuple(n for n in reversed(names) if n and n != "#"))
+    return out
 
 
 def _rendered(server: ServerConversation, text: str) -> str:
@@ -242,9 +321,10 @@ def check_conversations() -> list[Conversation]:
     return [load_conversation(c) for c in _CHECKS] + [generate_session(1500, seed=0, requests=2)]
 
 
-def _proves(text: str, cases: Sequence[tuple[ServerConversation, TextMask]]) -> str | None:
-    """Why `text` does not prove on `cases` (None: it does)."""
-    for server, mask in cases:
+def _proves(text: str, cases: Sequence[tuple[ServerConversation, TextMask]], only: frozenset | None = None) -> str | None:
+    """Why `text` does not prove on `cases` (None: it does); `only`: the (case, turn) pairs whose
+    masks its tags must give (default: every masked turn)."""
+    for c, (server, mask) in enumerate(cases):
         ours = _rendered(server, text)
         if ours != mask.text:
             return "the annotated template renders otherwise"
@@ -254,7 +334,9 @@ def _proves(text: str, cases: Sequence[tuple[ServerConversation, TextMask]]) -> 
             return f"transformers fails on it ({type(exc).__name__}: {exc})"
         if theirs != mask.text:
             return "transformers renders the conversation otherwise than tmplkit"
-        if [r for r in indices if r[1] > r[0]] != list(mask.ranges):
+        want = [(t.start, t.end) for k, t in enumerate(mask.turns)
+                if t.end > t.start and (only is None or (c, k) in only)]
+        if [r for r in indices if r[1] > r[0]] != want:
             return "transformers' mask differs"
     return None
 
@@ -267,25 +349,90 @@ def annotate_template(template: ChatTemplate, conversations: Sequence | None = N
     cases = _cases(template, conversations)
     if not any(m.ranges for _, m in cases):
         raise AnnotationError(f"template '{template.name}': no check conversation has a masked turn")
-    tags = _tags(template.text)
-    places = _places(template.text, tags)
-    starts, ends = _candidates(places, cases)
-    why = "no place in the source is reached exactly where each masked turn starts" if not starts else \
-        "no place in the source is reached exactly where each masked turn ends"
-    tried = 0
-    for s, e in sorted(((s, e) for s in starts for e in ends if places[s].end <= places[e].start),
-                       key=lambda se: (places[se[0]].left == "+", places[se[1]].start - places[se[0]].start)):
-        if tried >= _MAX_PAIRS:
-            break
-        tried += 1
-        text = _with(template.text, [(places[s], places[s].tag("generation")), (places[e], places[e].tag("endgeneration"))])
+    src = template.text
+    tags = _tags(src)
+    places = _places(src, tags)
+    marks = [(i, g) for i, guards in enumerate(_loop_vars(src, tags, places)) for g in ("", *guards)]
+    starts, ends, want = _coverage(places, marks, cases)
+    groups = _groups(places, marks, starts, ends)
+    chosen: list[tuple[_Place, _Place, str]] = []
+    covered: set = set()
+    why = ""
+    for turns in sorted(groups, key=len, reverse=True):
+        if turns & covered:
+            continue
+        pair, why = _first_proved(src, [(places[marks[s][0]], places[marks[e][0]], marks[s][1]) for s, e in groups[turns]],
+                                  chosen, cases, turns)
+        if pair is not None:
+            chosen.append(pair)
+            covered |= turns
+    if covered != want:
+        if not why:
+            side = "starts" if want - set().union(*starts.values()) else "ends"
+            why = f"no place in the source is reached exactly where each masked turn {side}"
+        raise AnnotationError(f"template '{template.name}': generation tags cannot be proved: {why}")
+    text = _wrapped_all(src, chosen)
+    why = _proves(text, cases) or ""
+    if why:
+        raise AnnotationError(f"template '{template.name}': generation tags cannot be proved: {why}")
+    return Annotated(template.name, text, len(cases), sum(b - a for _, m in cases for a, b in m.ranges))
+
+
+def _groups(places, marks, starts: dict[int, frozenset], ends: dict[int, frozenset]) -> dict[frozenset, list]:
+    """The (start, end) mark pairs by the turns they cover: the same turns, the same loop variable,
+    the end after the start; each group's pairs in order of preference (no `+` on the start tag,
+    unguarded, shortest)."""
+    by_turns: dict[tuple, list[int]] = {}
+    for e, turns in ends.items():
+        by_turns.setdefault((turns, marks[e][1]), []).append(e)
+    groups: dict[frozenset, list] = {}
+    for s, turns in starts.items():
+        for e in by_turns.get((turns, marks[s][1]), ()):
+            if places[marks[s][0]].end <= places[marks[e][0]].start:
+                groups.setdefault(turns, []).append((s, e))
+
+    def preference(se):
+        a, b = places[marks[se[0]][0]], places[marks[se[1]][0]]
+        return ("+" in (a.left, a.right), bool(marks[se[0]][1]), b.start - a.start)
+
+    for pairs in groups.values():
+        pairs.sort(key=preference)
+    return groups
+
+
+def _first_proved(src: str, pairs, chosen, cases, turns: frozenset):
+    """The first of `pairs` (start place, end place, guard) that, alone, gives exactly the masks of
+    `turns`, and overlaps none of `chosen`; (None, why) where none does."""
+    why = ""
+    for pair in pairs[:_MAX_PAIRS]:
+        if any(pair[0].start < c[1].end and c[0].start < pair[1].end for c in chosen):
+            continue
+        text = _wrapped_all(src, [pair])
         if not _compiles(text):
             why = "the turn's start and end lie in different blocks of the template"
             continue
-        why = _proves(text, cases) or ""
+        why = _proves(text, cases, turns) or ""
         if not why:
-            return Annotated(template.name, text, len(cases), sum(b - a for _, m in cases for a, b in m.ranges))
-    raise AnnotationError(f"template '{template.name}': generation tags cannot be proved: {why}")
+            return pair, ""
+    return None, why
+
+
+def _wrapped_all(src: str, pairs) -> str:
+    for s, e, guard in sorted(pairs, key=lambda p: p[0].start, reverse=True):
+        src = _wrapped(src, s, e, guard)
+    return src
+
+
+def _wrapped(src: str, s: _Place, e: _Place, guard: str) -> str:
+    """`src` with the generation tags at `s` and `e`; with a `guard` (a loop variable) the part
+    between is written twice: `{% if guard.role == 'assistant' %}{% generation %}PART{% endgeneration
+    %}{% else %}PART{% endif %}`, for a line of the template that prints every role's turn."""
+    if not guard:
+        return _with(src, [(s, s.tag("generation")), (e, e.tag("endgeneration"))])
+    part = src[s.end:e.start]
+    return (src[:s.start] + f"{s.before}{{%{s.left} if {guard}.role == 'assistant' %}}{{% generation {s.right}%}}"
+            + s.after + part + f"{e.before}{{%{e.left} endgeneration %}}{{% else {s.right}%}}{s.after}"
+            + part + f"{e.before}{{%{e.left} endif {e.right}%}}{e.after}" + src[e.end:])
 
 
 def _cases(template: ChatTemplate, conversations) -> list[tuple[ServerConversation, TextMask]]:
@@ -301,22 +448,34 @@ def _cases(template: ChatTemplate, conversations) -> list[tuple[ServerConversati
     return out
 
 
-def _candidates(places: Sequence[_Place], cases) -> tuple[list[int], list[int]]:
-    """The places reached exactly at every masked turn's start, and those at every end."""
-    starts: set[int] | None = None
-    ends: set[int] | None = None
-    for server, mask in cases:
-        text, fires = _trace(server, places)
+def _coverage(places: Sequence[_Place], marks: Sequence[tuple[int, str]], cases):
+    """For each mark reached only where masked turns start, the (case, turn) pairs it starts
+    (likewise for ends), and every masked (case, turn)."""
+    starts: dict[int, set] = {}
+    ends: dict[int, set] = {}
+    bad: set[int] = set()
+    want: set = set()
+    keep = list(range(len(marks)))
+    for c, (server, mask) in enumerate(cases):
+        keep = _harmless(server, places, marks, keep, mask.text)
+        text, fires = _trace(server, places, marks, keep)
         if text != mask.text:
             raise AnnotationError(f"template '{server.template.name}': marking its source changes its render")
-        n_turns = len(mask.turns)
-        want_s = {a for a, _ in mask.ranges}
-        want_e = {b for _, b in mask.ranges}
-        s = {i for i, f in fires.items() if len(f) <= n_turns and want_s <= set(f)}
-        e = {i for i, f in fires.items() if len(f) <= n_turns and want_e <= set(f)}
-        starts = s if starts is None else starts & s
-        ends = e if ends is None else ends & e
-    return sorted(starts or ()), sorted(ends or ())
+        at_s = {t.start: (c, k) for k, t in enumerate(mask.turns) if t.end > t.start}
+        at_e = {t.end: (c, k) for k, t in enumerate(mask.turns) if t.end > t.start}
+        want |= set(at_s.values())
+        for m in set(range(len(marks))) - set(keep):
+            bad.add(m)
+        for m in keep:
+            f = fires.get(m, [])
+            for at, found in ((at_s, starts), (at_e, ends)):
+                if all(x in at for x in f):
+                    found.setdefault(m, set()).update(at[x] for x in f)
+                else:
+                    found[m] = found.get(m, set()) | {None}
+    clean = {m: frozenset(v) for m, v in starts.items() if m not in bad and v and None not in v}
+    clean_e = {m: frozenset(v) for m, v in ends.items() if m not in bad and v and None not in v}
+    return clean, clean_e, want
 
 
 def _compiles(text: str) -> bool:
