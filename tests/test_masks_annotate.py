@@ -45,10 +45,16 @@ def test_annotated_copy_renders_the_same_and_transformers_masks_what_tmplkit_mas
     assert checked >= 2
 
 
-def test_a_template_with_generation_tags_is_refused():
-    t = ChatTemplate("{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}", "tagged", "-")
-    with pytest.raises(AnnotationError, match="already has generation tags"):
-        annotate_template(t)
+def test_a_template_whose_own_tags_prove_is_kept_and_one_whose_tags_differ_is_retagged():
+    own = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}"
+           "{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}<|im_end|>{% endif %}\n{% endfor %}"
+           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    assert annotate_template(ChatTemplate(own, "own", "-")).text == own
+    wide = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}<|im_start|>{{ m.role }}\n"
+            "{{ m.content }}<|im_end|>{% endgeneration %}{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>"
+            "{% endif %}\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    retagged = annotate_template(ChatTemplate(wide, "wide", "-"))  # its own tags hold the header
+    assert retagged.text != wide and "{% if true %}" in retagged.text
 
 
 def run(capsys, *argv):
@@ -65,9 +71,8 @@ def test_annotate_command_writes_the_proved_copy(capsys, tmp_path):
 
 
 def test_annotate_command_refuses_on_one_line_with_exit_2(capsys, tmp_path):
-    tagged = tmp_path / "tagged.jinja"
-    tagged.write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{% generation %}{{ m.content }}"
-                      "{% endgeneration %}<|im_end|>\n{% endfor %}")
+    tagged = tmp_path / "roleless.jinja"  # no role is written: no boundary is proven, no mask derived
+    tagged.write_text("{% for m in messages %}{{ m.content }}\n{% endfor %}")
     out = tmp_path / "out.jinja"
     code, stdout, err = run(capsys, "annotate", str(tagged), "-o", str(out))
     assert code == 2 and stdout == "" and err.startswith("tmplkit: error: ") and err.count("\n") == 1
@@ -130,3 +135,9 @@ def test_corpus_templates_mask_each_turn_after_its_header(name):
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}])
     assert m.masked_text()[0].startswith("Hello.") and all(t.rule == "exact" for t in m.turns)
     assert "Hi" not in "".join(m.masked_text())
+
+
+def test_a_template_without_proven_boundaries_is_refused():
+    t = ChatTemplate("{% for m in messages %}{{ m.content }}\n{% endfor %}", "roleless", "-")
+    with pytest.raises(AnnotationError, match="roleless"):
+        annotate_template(t)

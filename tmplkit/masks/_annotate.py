@@ -12,17 +12,24 @@ tmplkit's mask on every check conversation wins. Each inserted tag copies the wh
 of its neighbours (`{%-` before `{%-`, `+%}` after `}}` ...), so trim_blocks / lstrip_blocks
 treat the text around it as they did.
 
-Where no pair proves, `annotate_template` raises an `AnnotationError` that says why.
+Where the turns' start or end is printed where no tag can mark it alone (an opening newline
+written inside the tool-call loop), the message loop's body is captured (`{% set %}...{% endset
+%}`) and printed back in three pieces, the generated part inside the tags (`_captured`). A template
+whose own tags already give tmplkit's mask is returned as it is; one whose tags mask otherwise has
+them neutralised and gets new ones. Where nothing proves, `annotate_template` raises an
+`AnnotationError` that says why.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import TmplkitError
+from ..sandbox import PINNED_NOW
 from ..session import Conversation, ServerConversation, for_server, generate_session, load_conversation
 from ..sources import ChatTemplate
 from ._mask import TextMask, text_mask
@@ -31,6 +38,7 @@ __all__ = ["AnnotationError", "Annotated", "annotate_template", "check_conversat
 
 _MARK = re.compile("\ue000(\\d+)\ue001")
 _MAX_PAIRS = 80
+_OWN_TAG = re.compile(r"\{%([-+]?)\s*(end)?generation\s*([-+]?)%\}")
 _PLAIN = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
           {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"},
           {"role": "assistant", "content": "Goodbye."}]
@@ -308,11 +316,23 @@ def transformers_mask(text: str, server: ServerConversation) -> tuple[str, list[
     from transformers.utils.chat_template_utils import render_jinja_template
 
     variables = {k: v for k, v in server.variables.items() if k not in ("messages", "tools")}
+    _pin_clock(text)
     result: Any = render_jinja_template(
         conversations=[[dict(m) for m in server.messages]], tools=list(server.tools) if server.tools else None,
         chat_template=text, return_assistant_tokens_mask=True, add_generation_prompt=False, **variables)
     rendered, indices = result
     return rendered[0], [(int(a), int(b)) for a, b in indices[0]]
+
+
+def _pin_clock(text: str) -> None:
+    """transformers' compiled copy of `text` (cached by its text) reads tmplkit's pinned date from
+    `strftime_now`, so a template that prints today's date prints in both the date tmplkit's renders
+    print (template variables cannot carry a function there)."""
+    from transformers.utils import chat_template_utils
+
+    compile_ = getattr(chat_template_utils, "_compile_jinja_template", None)
+    if compile_ is not None:
+        compile_(text).environment.globals["strftime_now"] = PINNED_NOW.strftime
 
 
 def check_conversations() -> list[Conversation]:
@@ -344,12 +364,17 @@ def _proves(text: str, cases: Sequence[tuple[ServerConversation, TextMask]], onl
 def annotate_template(template: ChatTemplate, conversations: Sequence | None = None) -> Annotated:
     """`template` with generation tags that make transformers' mask equal tmplkit's on every
     check conversation (default: `check_conversations()`); AnnotationError where none proves."""
-    if "generation" in template.text and re.search(r"\{%-?\+?\s*generation\s", template.text):
-        raise AnnotationError(f"template '{template.name}' already has generation tags")
     cases = _cases(template, conversations)
     if not any(m.ranges for _, m in cases):
         raise AnnotationError(f"template '{template.name}': no check conversation has a masked turn")
     src = template.text
+    if _OWN_TAG.search(src):
+        if _proves(src, cases) is None:  # its own tags already give tmplkit's mask
+            return Annotated(template.name, src, len(cases), sum(b - a for _, m in cases for a, b in m.ranges))
+        # Its own tags mask otherwise: each becomes a tag that renders as it did and marks nothing
+        # (`{% if true %}` / `{% endif %}` with the same whitespace control), and ours are placed.
+        src = _OWN_TAG.sub(lambda m: f"{{%{m.group(1)} {'endif' if m.group(2) else 'if true'} {m.group(3)}%}}", src)
+        cases = [(replace(server, template=replace(server.template, text=src)), m) for server, m in cases]
     tags = _tags(src)
     places = _places(src, tags)
     marks = [(i, g) for i, guards in enumerate(_loop_vars(src, tags, places)) for g in ("", *guards)]
@@ -367,6 +392,9 @@ def annotate_template(template: ChatTemplate, conversations: Sequence | None = N
             chosen.append(pair)
             covered |= turns
     if covered != want:
+        captured = _captured(src, tags, cases)
+        if captured is not None:
+            return Annotated(template.name, captured, len(cases), sum(b - a for _, m in cases for a, b in m.ranges))
         if not why:
             side = "starts" if want - set().union(*starts.values()) else "ends"
             why = f"no place in the source is reached exactly where each masked turn {side}"
@@ -415,6 +443,72 @@ def _first_proved(src: str, pairs, chosen, cases, turns: frozenset):
         if not why:
             return pair, ""
     return None, why
+
+
+def _message_loops(src: str, tags: Sequence[_Tag]) -> list[tuple[_Tag, _Tag, str]]:
+    """Each `{% for NAME in ... messages ... %}` with its `{% endfor %}`, and NAME."""
+    out, stack = [], []
+    for t in tags:
+        m = re.match(r"\{%[-+]?\s*(for|endfor)\b\s*(?:(\w+)\s+in\b(.*))?", src[t.start:t.end], re.S) if t.kind == "{%" else None
+        if m and m.group(1) == "for":
+            stack.append((t, m.group(2) if m.group(3) and "messages" in m.group(3) else ""))
+        elif m and stack:
+            opener, name = stack.pop()
+            if name:
+                out.append((opener, t, name))
+    return out
+
+
+def _captured(src: str, tags: Sequence[_Tag], cases) -> str | None:
+    """Where no place in the source marks each turn (its opening printed inside a tool-call loop,
+    its end in the same expression as the next turn's header): the message loop's body captured
+    (`{% set %}...{% endset %}`) and printed back in pieces, the assistant's generated part inside
+    the tags: the header every masked turn's iteration starts with, the turn, the whitespace after
+    it. None where no loop's iterations hold the turns so, or the copy does not prove."""
+    for opener, closer, name in _message_loops(src, tags):
+        ps = _place_at(src, opener.end, None, opener)
+        pe = _place_at(src, closer.start, closer, None)
+        heads, tails = set(), set()
+        for server, mask in cases:
+            try:
+                text, fires = _trace(server, [ps, pe], [(0, ""), (1, "")], [0, 1])
+            except TmplkitError:
+                return None
+            if text != mask.text:
+                break
+            begins, ends = fires.get(0, []), fires.get(1, [])
+            for a, b in mask.ranges:
+                bs = max((f for f in begins if f <= a), default=-1)
+                be = min((f for f in ends if f >= b), default=-1)
+                if bs < 0 or be < 0 or any(bs < f < be for f in begins):
+                    break
+                heads.add(text[bs:a])
+                tails.add(text[b:be])
+            else:
+                continue
+            break
+        else:
+            if len(heads) == 1 and (len(tails) == 1 or all(t.isspace() or not t for t in tails)):
+                text = _with_capture(src, ps, pe, name, heads.pop(), tails.pop() if len(tails) == 1 else None)
+                if _compiles(text) and _proves(text, cases) is None:
+                    return text
+    return None
+
+
+def _with_capture(src: str, ps: _Place, pe: _Place, name: str, head: str, tail: str | None) -> str:
+    h = json.dumps(head, ensure_ascii=False)
+    if tail is not None:
+        t = json.dumps(tail, ensure_ascii=False)
+        cut = (f"{{%- if {name}.role == 'assistant' and _tk_body.startswith({h}) and _tk_body.endswith({t})"
+               f" and _tk_body|length >= {len(head) + len(tail)} %}}{{{{ {h} }}}}{{% generation %}}"
+               f"{{{{ _tk_body[{len(head)}:_tk_body|length - {len(tail)}] }}}}{{% endgeneration %}}{{{{ {t} }}}}")
+    else:
+        cut = (f"{{%- if {name}.role == 'assistant' and _tk_body.startswith({h}) %}}"
+               f"{{%- set _tk_kept = _tk_body[{len(head)}:].rstrip() %}}{{{{ {h} }}}}{{% generation %}}"
+               f"{{{{ _tk_kept }}}}{{% endgeneration %}}{{{{ _tk_body[{len(head)} + _tk_kept|length:] }}}}")
+    body = src[ps.start:pe.start]
+    return (src[:ps.start] + f"{{%{ps.left} set _tk_body {ps.right}%}}" + body + f"{{%{pe.left} endset %}}"
+            + cut + "{%- else %}{{ _tk_body }}{%- endif %}" + src[pe.start:])
 
 
 def _wrapped_all(src: str, pairs) -> str:
