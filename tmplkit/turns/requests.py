@@ -19,6 +19,8 @@ message, after what the generation prompt already wrote:
    the part it shares with the generation prompt: the model continues from the prompt it was
    given and writes what the template would print from there (the shared part cut back to a
    markup boundary: a forced reasoning opener `Here are my steps:` shares no "H" with an answer).
+   Where the template prints no content for the turn (the needle changes nothing: a tool-call turn
+   whose text it drops), the turn is what follows the render's last generation prompt.
 
 The turn ends where that turn ends, not where the render does: what a template writes after the
 newest message only because it is the newest (a next assistant header it prints whatever
@@ -212,6 +214,10 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
     # The needle render: the same history, the newest turn with other content (see the module doc).
     # (every key of the turn as the client sent it, its content a needle)
     needle = draw(messages[:-1] + [{**messages[-1], "content": _NEEDLE}], False)
+    if needle == full and gprompt and gprompt in full:
+        # The template prints no content for this turn (a tool-call turn whose text it drops): the
+        # turn is what follows the last generation prompt the render writes, its own header.
+        return full[full.rfind(gprompt) + len(gprompt):], "newest-turn"
     shared = common_prefix(full, needle)
     opening = 0
     for h in range(min(len(gprompt), shared), 0, -1):
