@@ -488,8 +488,9 @@ def _captured(src: str, tags: Sequence[_Tag], cases) -> str | None:
                 continue
             break
         else:
-            if len(heads) == 1 and (len(tails) == 1 or all(t.isspace() or not t for t in tails)):
-                text = _with_capture(src, ps, pe, name, heads.pop(), tails.pop() if len(tails) == 1 else None)
+            blank = all(t.isspace() or not t for t in tails)
+            if len(heads) == 1 and (len(tails) == 1 or blank):
+                text = _with_capture(src, ps, pe, name, heads.pop(), None if blank else tails.pop())
                 if _compiles(text) and _proves(text, cases) is None:
                     return text
     return None

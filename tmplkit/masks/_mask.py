@@ -291,6 +291,13 @@ def _start_by_needle(server: ServerConversation, text: str, req) -> int:
     except RenderError as exc:
         raise MaskError(f"template '{server.template.name}': the assistant turn of messages {req.turn[0]}.."
                         f"{last} cannot be located in the render ({exc})") from exc
+    if needled == text and req.generated:
+        # It prints no content for the turn (a tool-call turn whose text it drops): the turn is where
+        # the render of the conversation up to the turn's end holds it, if the whole render agrees so far.
+        upto = server.render(list(server.messages)[:req.turn[1]], add_generation_prompt=False)
+        i = upto.rfind(req.generated)
+        if i >= 0 and text.startswith(upto[:i + len(req.generated)]):
+            return i
     at = common_prefix(text, needled)
     content = content if isinstance(content, str) else ""
     opening = req.generated[:max(req.generated.find(content), 0)] if content else ""
