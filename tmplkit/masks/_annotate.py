@@ -463,50 +463,61 @@ def _captured(src: str, tags: Sequence[_Tag], cases) -> str | None:
     """Where no place in the source marks each turn (its opening printed inside a tool-call loop,
     its end in the same expression as the next turn's header): the message loop's body captured
     (`{% set %}...{% endset %}`) and printed back in pieces, the assistant's generated part inside
-    the tags: the header every masked turn's iteration starts with, the turn, the whitespace after
-    it. None where no loop's iterations hold the turns so, or the copy does not prove."""
+    the tags: the header the turn's iteration starts with (the longest of those seen that it
+    starts with), the turn, the whitespace after it (or a constant ending). None where no loop's
+    iterations hold the turns so, or the copy does not prove."""
     for opener, closer, name in _message_loops(src, tags):
         ps = _place_at(src, opener.end, None, opener)
         pe = _place_at(src, closer.start, closer, None)
-        heads, tails = set(), set()
-        for server, mask in cases:
-            try:
-                text, fires = _trace(server, [ps, pe], [(0, ""), (1, "")], [0, 1])
-            except TmplkitError:
-                return None
-            if text != mask.text:
-                break
-            begins, ends = fires.get(0, []), fires.get(1, [])
-            for a, b in mask.ranges:
-                bs = max((f for f in begins if f <= a), default=-1)
-                be = min((f for f in ends if f >= b), default=-1)
-                if bs < 0 or be < 0 or any(bs < f < be for f in begins):
-                    break
-                heads.add(text[bs:a])
-                tails.add(text[b:be])
-            else:
-                continue
-            break
-        else:
-            blank = all(t.isspace() or not t for t in tails)
-            if len(heads) == 1 and (len(tails) == 1 or blank):
-                text = _with_capture(src, ps, pe, name, heads.pop(), None if blank else tails.pop())
-                if _compiles(text) and _proves(text, cases) is None:
-                    return text
+        found = _iterations(ps, pe, cases)
+        if not found:
+            continue
+        heads = sorted({body[:k] for body, k, _ in found}, key=len, reverse=True)
+        tails = {body[k2:] for body, _, k2 in found}
+        blank = all(t.isspace() or not t for t in tails)
+        if not (blank or len(tails) == 1):
+            continue
+        if any(next(h for h in heads if body.startswith(h)) != body[:k] for body, k, _ in found):
+            continue  # the longest header seen is not always the turn's own
+        text = _with_capture(src, ps, pe, name, heads, None if blank else tails.pop())
+        if _compiles(text) and _proves(text, cases) is None:
+            return text
     return None
 
 
-def _with_capture(src: str, ps: _Place, pe: _Place, name: str, head: str, tail: str | None) -> str:
-    h = json.dumps(head, ensure_ascii=False)
+def _iterations(ps: _Place, pe: _Place, cases) -> list[tuple[str, int, int]]:
+    """For each masked turn, the output of the loop iteration that holds it, with where in that
+    output the turn starts and ends; [] where a turn is not inside one iteration."""
+    out = []
+    for server, mask in cases:
+        try:
+            text, fires = _trace(server, [ps, pe], [(0, ""), (1, "")], [0, 1])
+        except TmplkitError:
+            return []
+        if text != mask.text:
+            return []
+        begins, ends = fires.get(0, []), fires.get(1, [])
+        for a, b in mask.ranges:
+            bs = max((f for f in begins if f <= a), default=-1)
+            be = min((f for f in ends if f >= b), default=-1)
+            if bs < 0 or be < 0 or any(bs < f < be for f in begins):
+                return []
+            out.append((text[bs:be], a - bs, b - bs))
+    return out
+
+
+def _with_capture(src: str, ps: _Place, pe: _Place, name: str, heads: Sequence[str], tail: str | None) -> str:
+    n = "-1"
+    for h in reversed(heads):  # the longest header the body starts with
+        n = f"{len(h)} if _tk_body.startswith({json.dumps(h, ensure_ascii=False)}) else ({n})"
     if tail is not None:
         t = json.dumps(tail, ensure_ascii=False)
-        cut = (f"{{%- if {name}.role == 'assistant' and _tk_body.startswith({h}) and _tk_body.endswith({t})"
-               f" and _tk_body|length >= {len(head) + len(tail)} %}}{{{{ {h} }}}}{{% generation %}}"
-               f"{{{{ _tk_body[{len(head)}:_tk_body|length - {len(tail)}] }}}}{{% endgeneration %}}{{{{ {t} }}}}")
+        kept = f"{{%- set _tk_kept = _tk_body[_tk_n:_tk_body|length - {len(tail)}] if _tk_body.endswith({t}) else '' %}}"
     else:
-        cut = (f"{{%- if {name}.role == 'assistant' and _tk_body.startswith({h}) %}}"
-               f"{{%- set _tk_kept = _tk_body[{len(head)}:].rstrip() %}}{{{{ {h} }}}}{{% generation %}}"
-               f"{{{{ _tk_kept }}}}{{% endgeneration %}}{{{{ _tk_body[{len(head)} + _tk_kept|length:] }}}}")
+        kept = "{%- set _tk_kept = _tk_body[_tk_n:].rstrip() %}"
+    cut = (f"{{%- set _tk_n = {n} %}}{{%- if {name}.role == 'assistant' and _tk_n >= 0 %}}{kept}"
+           "{{ _tk_body[:_tk_n] }}{% generation %}{{ _tk_kept }}{% endgeneration %}"
+           "{{ _tk_body[_tk_n + _tk_kept|length:] }}")
     body = src[ps.start:pe.start]
     return (src[:ps.start] + f"{{%{ps.left} set _tk_body {ps.right}%}}" + body + f"{{%{pe.left} endset %}}"
             + cut + "{%- else %}{{ _tk_body }}{%- endif %}" + src[pe.start:])

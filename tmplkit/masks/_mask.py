@@ -301,7 +301,16 @@ def _start_by_needle(server: ServerConversation, text: str, req) -> int:
     at = common_prefix(text, needled)
     content = content if isinstance(content, str) else ""
     opening = req.generated[:max(req.generated.find(content), 0)] if content else ""
-    return at - lcs(opening, text[:at])
+    start = at - lcs(opening, text[:at])
+    return at if _ends_with_header(text, start, at, req.generation_prompt) else start
+
+
+def _ends_with_header(text: str, start: int, at: int, prompt: str) -> bool:
+    """Whether text[start:at] (what matched the generated opening) lies inside the header as the
+    generation prompt begins it: the history keeps none of the opening (its reasoning dropped),
+    and a `\n` it shares with the opening is the header's."""
+    return any(text.startswith(prompt[:k], at - k) and at - k <= start and not prompt[:k].isspace()
+               for k in range(len(prompt), 0, -1))
 
 
 def _with_end_markup(text: str, end: int, starts: Sequence[int]) -> int:
