@@ -27,6 +27,7 @@ that overlaps masked text is masked.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ __all__ = ["MASK_SCHEMA_VERSION", "AssistantMask", "MaskError", "MaskedTurn", "T
 
 MASK_SCHEMA_VERSION = 1
 _NEEDLE = "\u2063mask-needle\u2063"
+_LEADING_MARKUP = re.compile(r"(?:" + UNIT.pattern + r"|\s)*")
 
 
 class MaskError(TmplkitError, ValueError):
@@ -258,6 +260,12 @@ def _locate(server: ServerConversation, text: str, req) -> tuple[int, int, str]:
     if text.startswith(generated, start):
         return start, start + len(generated), "exact"
     end = _aligned_end(text, start, generated)
+    if end == start:
+        # The history closes what the prompt opened before the turn's text (`<think></think>` where
+        # the prompt ends with `<think>\n`): markup the model writes first, then the turn as generated.
+        m = _LEADING_MARKUP.match(text, start)
+        if m and m.end() > start and text.startswith(generated, m.end()):
+            end = m.end() + len(generated)
     return start, end, "history" if end > start else "dropped"
 
 
@@ -292,12 +300,7 @@ def _start_by_needle(server: ServerConversation, text: str, req) -> int:
         raise MaskError(f"template '{server.template.name}': the assistant turn of messages {req.turn[0]}.."
                         f"{last} cannot be located in the render ({exc})") from exc
     if needled == text and req.generated:
-        # It prints no content for the turn (a tool-call turn whose text it drops): the turn is where
-        # the render of the conversation up to the turn's end holds it, if the whole render agrees so far.
-        upto = server.render(list(server.messages)[:req.turn[1]], add_generation_prompt=False)
-        i = upto.rfind(req.generated)
-        if i >= 0 and text.startswith(upto[:i + len(req.generated)]):
-            return i
+        return _start_by_context(server, text, req)
     at = common_prefix(text, needled)
     content = content if isinstance(content, str) else ""
     opening = req.generated[:max(req.generated.find(content), 0)] if content else ""
@@ -311,6 +314,26 @@ def _ends_with_header(text: str, start: int, at: int, prompt: str) -> bool:
     and a `\n` it shares with the opening is the header's."""
     return any(text.startswith(prompt[:k], at - k) and at - k <= start and not prompt[:k].isspace()
                for k in range(len(prompt), 0, -1))
+
+
+def _start_by_context(server: ServerConversation, text: str, req) -> int:
+    """Where the turn starts when the template prints no content for it (a tool-call turn whose
+    text it drops), so a needle shows nothing: in the render of the conversation up to the turn's
+    end the turn is the last copy of its generated text; in the whole render it is the copy whose
+    preceding text agrees longest with what precedes it there."""
+    upto = server.render(list(server.messages)[:req.turn[1]], add_generation_prompt=False)
+    i = upto.rfind(req.generated)
+    if i < 0:
+        raise MaskError(f"template '{server.template.name}': the assistant turn of messages {req.turn[0]}.."
+                        f"{req.turn[1] - 1} cannot be located in the render")
+    best, score = -1, -1
+    at = text.find(req.generated)
+    while at >= 0:
+        k = lcs(upto[:i], text[:at])
+        if k > score:
+            best, score = at, k
+        at = text.find(req.generated, at + 1)
+    return best if best >= 0 else len(text)
 
 
 def _with_end_markup(text: str, end: int, starts: Sequence[int]) -> int:
