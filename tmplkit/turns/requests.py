@@ -20,7 +20,8 @@ message, after what the generation prompt already wrote:
    given and writes what the template would print from there (the shared part cut back to a
    markup boundary: a forced reasoning opener `Here are my steps:` shares no "H" with an answer).
    Where the template prints no content for the turn (the needle changes nothing: a tool-call turn
-   whose text it drops), the turn is what follows the render's last generation prompt.
+   whose text it drops), the turn is what follows the render's last copy of the generation prompt
+   (or of its longest part up to a markup boundary).
 
 The turn ends where that turn ends, not where the render does: what a template writes after the
 newest message only because it is the newest (a next assistant header it prints whatever
@@ -42,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ..analysis._text import UNIT, back_to_boundary
+from ..analysis._text import BOUNDARY, UNIT, back_to_boundary
 from ..analysis._text import lcp as common_prefix  # strings and token lists alike
 from ..errors import InputError, RenderError, TmplkitError
 from ..sandbox import PINNED_NOW
@@ -214,10 +215,13 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
     # The needle render: the same history, the newest turn with other content (see the module doc).
     # (every key of the turn as the client sent it, its content a needle)
     needle = draw(messages[:-1] + [{**messages[-1], "content": _NEEDLE}], False)
-    if needle == full and gprompt and gprompt in full:
+    if needle == full:
         # The template prints no content for this turn (a tool-call turn whose text it drops): the
-        # turn is what follows the last generation prompt the render writes, its own header.
-        return full[full.rfind(gprompt) + len(gprompt):], "newest-turn"
+        # turn is what follows the last copy of its header the render writes (the generation
+        # prompt, or its longest part up to a markup boundary: a `<think>` opener it does not print).
+        for k in range(len(gprompt), 0, -1):
+            if gprompt[k - 1] in BOUNDARY and gprompt[:k].strip() and gprompt[:k] in full:
+                return full[full.rfind(gprompt[:k]) + k:], "newest-turn"
     shared = common_prefix(full, needle)
     opening = 0
     for h in range(min(len(gprompt), shared), 0, -1):
