@@ -21,7 +21,8 @@ message, after what the generation prompt already wrote:
    markup boundary: a forced reasoning opener `Here are my steps:` shares no "H" with an answer).
    Where the template prints no content for the turn (the needle changes nothing: a tool-call turn
    whose text it drops), the turn is what follows the render's last copy of the generation prompt
-   (or of its longest part up to a markup boundary).
+   (or of its longest part up to a markup boundary), or, without one, the previous message's
+   content and what the request writes after it.
 
 The turn ends where that turn ends, not where the render does: what a template writes after the
 newest message only because it is the newest (a next assistant header it prints whatever
@@ -222,6 +223,13 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
         for k in range(len(gprompt), 0, -1):
             if gprompt[k - 1] in BOUNDARY and gprompt[:k].strip() and gprompt[:k] in full:
                 return full[full.rfind(gprompt[:k]) + k:], "newest-turn"
+        # No header (an empty generation prompt): the turn follows the previous message as the
+        # request ends it (its content, then what the request writes after it).
+        before = messages[-2].get("content") if len(messages) > 1 else None
+        if isinstance(before, str) and before and before in request:
+            anchor = request[request.rfind(before):]
+            if anchor in full:
+                return full[full.rfind(anchor) + len(anchor):], "newest-turn"
     shared = common_prefix(full, needle)
     opening = 0
     for h in range(min(len(gprompt), shared), 0, -1):
