@@ -338,11 +338,12 @@ def _start_by_context(server: ServerConversation, text: str, req) -> int:
 
 def _with_end_markup(text: str, end: int, starts: Sequence[int]) -> int:
     """`end` moved over markup the render writes after the turn before the next span starts (the
-    model's end of generation as the history writes it, gpt-oss's `<|end|>`)."""
+    model's end of generation as the history writes it, gpt-oss's `<|end|>`); not over markup
+    after whitespace (Phi-3.5's `\n</s>` at the end of the render: the model stopped before it)."""
     k = bisect_left(starts, end)
     stop = starts[k] if k < len(starts) else len(text)
     rest = text[end:stop]
-    if rest and not rest.isspace() and not UNIT.sub("", rest).strip():
+    if rest and not rest[0].isspace() and not UNIT.sub("", rest).strip():
         return stop - (len(rest) - len(rest.rstrip()))
     return end
 
