@@ -8,7 +8,7 @@ sources (`sources`, `gguf_meta`, `corpus`, `jsonio`), render (`sandbox/`, `compi
 `static_scan`), analysis (`probes`, `analysis/`), tokens (`tokenizers`, `spans`, `token_delims`,
 `token_audit`), session (`session/`: one conversation type, its generator, one render for a
 server), server rules (`server_rules/`: what llama-server does, model-free), prefill (`prefill/`:
-the runner on a real model), turns (`turns/`: a session request by request), replay (`replay`),
+the runner on a real model), turns (`turns/`: a session request by request), training masks (`masks/`), replay (`replay`),
 llama.cpp (`llama_server`, `engine_parity`), audit (`workers`, `isolate`, `auditing/`), surface
 (`config`, `cli/`). This module re-exports the public names; nothing inside imports it.
 
@@ -34,6 +34,7 @@ from .errors import (
     TokenizerError,
 )
 from .isolate import analyze_isolated
+from .masks import AssistantMask, MaskError, TextMask, assistant_mask, assistant_masks, text_mask
 from .prefill import PrefillReport, PrefillRunner, PrefillSettings, compare_policies, tiny_model_path
 from .prefill.models import resolve_model
 from .replay import SessionReplay, replay_session
@@ -64,4 +65,5 @@ __all__ = [
     "resolve_model", "session_cost", "session_requests", "study_turns",
     "DelimiterComparison", "ServedRequest", "ServerDelimiters", "ServerLog", "TaskPrefill", "compare_delimiters",
     "drive_session", "locate_breaks", "read_server_log", "server_delimiters",
+    "AssistantMask", "MaskError", "TextMask", "assistant_mask", "assistant_masks", "text_mask",
 ]

@@ -14,8 +14,10 @@ import sys
 from .._version import __version__
 from ..errors import TmplkitError
 from ..sandbox import hints_for
+from ._annotate import add_annotate
 from ._audit import add_audit, add_table
 from ._corpus import add_corpus
+from ._mask import add_mask
 from ._prefill import add_prefill
 from ._replay import add_replay
 from ._schema import add_schema
@@ -30,7 +32,7 @@ __all__ = ["build_parser", "main"]
 
 # Each subcommand registers itself here: an add-parser function per subcommand.
 _SUBCOMMANDS = [add_audit, add_table, add_show, add_corpus, add_spans, add_prefill, add_turns, add_request,
-                add_engine_parity, add_server, add_session, add_replay, add_schema]
+                add_engine_parity, add_server, add_session, add_replay, add_schema, add_mask, add_annotate]
 
 
 EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)", 1: "the audit failed",

@@ -19,6 +19,10 @@ message, after what the generation prompt already wrote:
    the part it shares with the generation prompt: the model continues from the prompt it was
    given and writes what the template would print from there (the shared part cut back to a
    markup boundary: a forced reasoning opener `Here are my steps:` shares no "H" with an answer).
+   Where the template prints no content for the turn (the needle changes nothing: a tool-call turn
+   whose text it drops), the turn is what follows the render's last copy of the generation prompt
+   (or of its longest part up to a markup boundary), or, without one, the previous message's
+   content and what the request writes after it.
 
 The turn ends where that turn ends, not where the render does: what a template writes after the
 newest message only because it is the newest (a next assistant header it prints whatever
@@ -40,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ..analysis._text import UNIT, back_to_boundary
+from ..analysis._text import BOUNDARY, UNIT, back_to_boundary
 from ..analysis._text import lcp as common_prefix  # strings and token lists alike
 from ..errors import InputError, RenderError, TmplkitError
 from ..sandbox import PINNED_NOW
@@ -212,6 +216,20 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
     # The needle render: the same history, the newest turn with other content (see the module doc).
     # (every key of the turn as the client sent it, its content a needle)
     needle = draw(messages[:-1] + [{**messages[-1], "content": _NEEDLE}], False)
+    if needle == full:
+        # The template prints no content for this turn (a tool-call turn whose text it drops): the
+        # turn is what follows the last copy of its header the render writes (the generation
+        # prompt, or its longest part up to a markup boundary: a `<think>` opener it does not print).
+        for k in range(len(gprompt), 0, -1):
+            if gprompt[k - 1] in BOUNDARY and gprompt[:k].strip() and gprompt[:k] in full:
+                return full[full.rfind(gprompt[:k]) + k:], "newest-turn"
+        # No header (an empty generation prompt): the turn follows the previous message as the
+        # request ends it (its content, then what the request writes after it).
+        before = messages[-2].get("content") if len(messages) > 1 else None
+        if isinstance(before, str) and before and before in request:
+            anchor = request[request.rfind(before):]
+            if anchor in full:
+                return full[full.rfind(anchor) + len(anchor):], "newest-turn"
     shared = common_prefix(full, needle)
     opening = 0
     for h in range(min(len(gprompt), shared), 0, -1):

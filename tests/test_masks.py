@@ -1,0 +1,139 @@
+"""Training masks (tmplkit.masks): on our own templates (fixtures/masks) every masked turn is the
+text fixtures/masks/expected.json gives; the header and the generation prompt are never masked;
+the last turn's mask is the turns study's generated turn (less trailing whitespace); tokens follow the text; results are
+JSON with a schema version; unproven boundaries are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tmplkit.masks import MASK_SCHEMA_VERSION, MaskError, assistant_mask, assistant_masks, text_mask, text_masks
+from tmplkit.session import load_conversation
+from tmplkit.sources import ChatTemplate, load_one
+from tmplkit.turns import session_requests
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "masks"
+EXPECTED = {k: v for k, v in json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8")).items()
+            if not k.startswith("_")}
+CASES = [(name, conv) for name, convs in EXPECTED.items() for conv in convs]
+
+
+def template(name: str) -> ChatTemplate:
+    return load_one(str(FIXTURES / f"{name}.jinja"))
+
+
+class CharTokenizer:
+    """One token per character (ids are code points): the token mask must follow the text's exactly."""
+
+    name = "chars"
+
+    def tokenize_with_offsets(self, text: str):
+        return [ord(c) for c in text], [(i, i + 1) for i in range(len(text))]
+
+
+class PairTokenizer:
+    """Two characters a token: a token that straddles a mask boundary is masked (transformers' rule)."""
+
+    name = "pairs"
+
+    def tokenize_with_offsets(self, text: str):
+        spans = [(i, min(i + 2, len(text))) for i in range(0, len(text), 2)]
+        return [hash(text[a:b]) % 1000 for a, b in spans], spans
+
+
+@pytest.mark.parametrize(("name", "conv"), CASES)
+def test_masked_text_is_what_the_template_prints_for_each_turn(name, conv):
+    m = text_mask(template(name), FIXTURES / conv)
+    assert [[text, t.rule] for text, t in zip(m.masked_text(), m.turns)] == EXPECTED[name][conv]
+
+
+@pytest.mark.parametrize(("name", "conv"), CASES)
+def test_no_header_and_no_generation_prompt_is_masked(name, conv):
+    t = template(name)
+    m = text_mask(t, FIXTURES / conv)
+    messages = load_conversation(FIXTURES / conv).messages
+    for turn in m.turns:
+        if name == "header-ends-user" and messages[turn.messages[0] - 1]["role"] == "tool":
+            continue  # it prints no tool result and no header after one: the turn follows the previous answer
+        # the assistant's header ends right before the mask: the mask starts after it
+        assert m.text[:turn.start].endswith(("<|im_start|>assistant\n", "### Response:\n")), (name, m.text[:turn.start][-30:])
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_the_last_turn_is_the_turns_studys_generated_turn(name):
+    t = template(name)
+    conv = load_conversation(FIXTURES / "chat.json")
+    m = text_mask(t, conv)
+    last = [r for r in session_requests(conv, t) if r.generated][-1]
+    # (less the whitespace the template writes after the end of turn: the model does not write it)
+    assert m.masked_text()[-1] == last.generated.rstrip()
+    assert m.text.endswith(last.generated)
+
+
+def test_reasoning_dropped_from_the_history_is_not_masked_and_kept_reasoning_is():
+    dropped = text_mask(template("reasoning-dropped"), FIXTURES / "chat.json")
+    kept = text_mask(template("reasoning-kept"), FIXTURES / "chat.json")
+    assert "Add them." not in dropped.text and "Add them." in kept.masked_text()[0]
+
+
+def test_tokens_follow_the_text_and_labels_the_spans():
+    m = assistant_mask(template("reasoning-kept"), CharTokenizer(), FIXTURES / "chat.json")
+    masked = "".join(chr(i) for i, on in zip(m.input_ids, m.mask) if on)
+    assert masked == "".join(m.text_mask.masked_text())
+    assert len(m.labels) == len(m.input_ids)
+    first_user = m.text.index("What is")
+    assert m.labels[first_user] == "user" and m.labels[m.text.index("Add them.")] == "assistant"
+    assert m.labels[m.text.index("a.txt\n</tool_response>")] in ("user", "tool")  # tool results are not learned
+    assert not m.mask[m.text.index("a.txt\n</tool_response>")]
+    for t in m.turns:
+        assert (t.token_start, t.token_end) == (t.start, t.end)
+
+
+def test_a_token_across_the_boundary_is_masked():
+    t = template("reasoning-kept")
+    chars = text_mask(t, FIXTURES / "plain.json")
+    pairs = assistant_mask(t, PairTokenizer(), FIXTURES / "plain.json")
+    for a, b in chars.ranges:
+        assert all(pairs.mask[k] for k in range(a // 2, (b + 1) // 2))
+        assert not pairs.mask[a // 2 - 1] or (a // 2 - 1) * 2 + 2 > a
+
+
+def test_batch_form_equals_one_by_one():
+    t = template("reasoning-dropped")
+    convs = [FIXTURES / "chat.json", FIXTURES / "plain.json"]
+    assert [m.to_dict() for m in assistant_masks(t, CharTokenizer(), convs)] == \
+        [assistant_mask(t, CharTokenizer(), c).to_dict() for c in convs]
+    assert [m.ranges for m in text_masks(t, convs)] == [text_mask(t, c).ranges for c in convs]
+
+
+def test_to_dict_is_json_with_a_schema_version():
+    m = assistant_mask(template("header-ends-user"), CharTokenizer(), FIXTURES / "plain.json")
+    d = json.loads(json.dumps(m.to_dict()))
+    assert d["schema_version"] == MASK_SCHEMA_VERSION == 1
+    assert len(d["input_ids"]) == len(d["assistant_masks"]) == len(d["labels"]) == d["n_tokens"]
+    assert d["n_masked"] == sum(d["assistant_masks"]) == len("Hello.</s>Goodbye.</s>")
+    assert json.loads(json.dumps(text_mask(template("header-ends-user"), FIXTURES / "plain.json").to_dict()))["turns"]
+
+
+def test_unproven_boundaries_are_refused():
+    same = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}", "nodelims", "-")
+    with pytest.raises(MaskError, match="not proven"):
+        text_mask(same, FIXTURES / "plain.json")
+
+
+def test_a_conversation_without_an_assistant_turn_masks_nothing():
+    m = text_mask(template("reasoning-kept"), [{"role": "user", "content": "hi"}])
+    assert m.turns == () and m.ranges == ()
+
+
+@pytest.mark.corpus
+def test_qwen35_tokens_on_a_corpus_template(qwen35):
+    from tmplkit.corpus import templates_dir
+
+    t = load_one(str(templates_dir() / "Qwen3.5-4B.jinja"))
+    m = assistant_mask(t, qwen35, FIXTURES / "chat.json")
+    learned = qwen35.detokenize([i for i, on in zip(m.input_ids, m.mask) if on])
+    assert learned.count("<|im_end|>") == 3 and "What is 2+2?" not in learned and "One file." in learned

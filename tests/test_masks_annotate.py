@@ -1,0 +1,143 @@
+"""`annotate_template` and the `mask` / `annotate` commands: the annotated copy renders
+byte-identically and transformers' own mask on it equals tmplkit's; refusals are one line with
+exit code 2; the mask command prints JSON (to_dict) or the highlighted render."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tmplkit.cli import main
+from tmplkit.masks import AnnotationError, annotate_template, check_conversations, text_mask, transformers_mask
+from tmplkit.session import for_server
+from tmplkit.sources import ChatTemplate, load_one
+
+pytest.importorskip("transformers")
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "masks"
+NAMES = ["reasoning-kept", "reasoning-dropped", "header-ends-user", "think-open"]
+
+
+def template(name: str) -> ChatTemplate:
+    return load_one(str(FIXTURES / f"{name}.jinja"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_annotated_copy_renders_the_same_and_transformers_masks_what_tmplkit_masks(name):
+    t = template(name)
+    annotated = annotate_template(t)
+    assert re.search(r"\{%[-+]? generation [-+]?%\}", annotated.text) and annotated.text != t.text
+    copy = ChatTemplate(annotated.text, t.name, t.source)
+    checked = 0
+    for c in check_conversations():
+        server = for_server(t, c)
+        try:
+            ours = text_mask(t, server)
+        except Exception:
+            continue
+        theirs, ranges = transformers_mask(annotated.text, server)
+        assert theirs == ours.text == for_server(copy, c).render(add_generation_prompt=False)
+        assert [r for r in ranges if r[1] > r[0]] == list(ours.ranges)
+        checked += 1
+    assert checked >= 2
+
+
+def test_a_template_whose_own_tags_prove_is_kept_and_one_whose_tags_differ_is_retagged():
+    own = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}"
+           "{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}<|im_end|>{% endif %}\n{% endfor %}"
+           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    assert annotate_template(ChatTemplate(own, "own", "-")).text == own
+    wide = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}<|im_start|>{{ m.role }}\n"
+            "{{ m.content }}<|im_end|>{% endgeneration %}{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>"
+            "{% endif %}\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    retagged = annotate_template(ChatTemplate(wide, "wide", "-"))  # its own tags hold the header
+    assert retagged.text != wide and "{% if true %}" in retagged.text
+
+
+def run(capsys, *argv):
+    code = main(["--no-config", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_annotate_command_writes_the_proved_copy(capsys, tmp_path):
+    out = tmp_path / "annotated.jinja"
+    code, _, err = run(capsys, "annotate", str(FIXTURES / "reasoning-kept.jinja"), "-o", str(out))
+    assert code == 0 and "masks equal on" in err
+    assert out.read_text(encoding="utf-8") == annotate_template(template("reasoning-kept")).text
+
+
+def test_annotate_command_refuses_on_one_line_with_exit_2(capsys, tmp_path):
+    tagged = tmp_path / "roleless.jinja"  # no role is written: no boundary is proven, no mask derived
+    tagged.write_text("{% for m in messages %}{{ m.content }}\n{% endfor %}")
+    out = tmp_path / "out.jinja"
+    code, stdout, err = run(capsys, "annotate", str(tagged), "-o", str(out))
+    assert code == 2 and stdout == "" and err.startswith("tmplkit: error: ") and err.count("\n") == 1
+    assert not out.exists()
+    code, _, err = run(capsys, "annotate", str(tmp_path / "missing.jinja"), "-o", str(out))
+    assert code == 2 and err.count("\n") == 1
+
+
+@pytest.fixture
+def tokenizer_json(tmp_path) -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    text = (FIXTURES / "reasoning-kept.jinja").read_text(encoding="utf-8") + (FIXTURES / "chat.json").read_text(encoding="utf-8")
+    tok.train_from_iterator([text] * 5, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|im_start|>", "<|im_end|>"],
+                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return str(path)
+
+
+def test_mask_command_json_is_to_dict(capsys, tokenizer_json):
+    code, out, _ = run(capsys, "mask", str(FIXTURES / "chat.json"), "--template", str(FIXTURES / "reasoning-kept.jinja"),
+                       "--tokenizer", tokenizer_json)
+    assert code == 0
+    data = json.loads(out)
+    assert data["schema_version"] == 1 and data["n_masked"] == sum(data["assistant_masks"]) > 0
+    assert [t["rule"] for t in data["turns"]] == ["exact", "exact", "exact"]
+
+
+def test_mask_command_text_highlights_only_with_colour(capsys, tokenizer_json, monkeypatch):
+    args = ["mask", str(FIXTURES / "plain.json"), "--template", str(FIXTURES / "reasoning-kept.jinja"),
+            "--tokenizer", tokenizer_json, "--format", "text"]
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "\x1b[" not in out and "[[Hello.<|im_end|>]]" in out
+    code, out, _ = run(capsys, *args, "--color", "always")
+    assert "\x1b[1;32mHello.<|im_end|>\x1b[0m" in out
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert "\x1b[" not in run(capsys, *args)[1]
+
+
+def test_mask_command_bad_input_is_one_line(capsys, tmp_path, tokenizer_json):
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"role": "developer", "content": "x"}]')
+    code, out, err = run(capsys, "mask", str(bad), "--template", str(FIXTURES / "reasoning-kept.jinja"), "--tokenizer", tokenizer_json)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "developer" in err
+    code, _, err = run(capsys, "mask", str(FIXTURES / "plain.json"), "--template", str(tmp_path / "nope.jinja"),
+                       "--tokenizer", tokenizer_json)
+    assert code == 2 and err.count("\n") == 1
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["meta-llama-Llama-3.2-3B-Instruct", "Qwen-Qwen2.5-7B-Instruct", "google-gemma-2-2b-it"])
+def test_corpus_templates_mask_each_turn_after_its_header(name):
+    from tmplkit.corpus import templates_dir
+
+    t = load_one(str(templates_dir() / f"{name}.jinja"))
+    m = text_mask(t, FIXTURES / "plain.json" if "gemma" not in name else [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}])
+    assert m.masked_text()[0].startswith("Hello.") and all(t.rule == "exact" for t in m.turns)
+    assert "Hi" not in "".join(m.masked_text())
+
+
+def test_a_template_without_proven_boundaries_is_refused():
+    t = ChatTemplate("{% for m in messages %}{{ m.content }}\n{% endfor %}", "roleless", "-")
+    with pytest.raises(AnnotationError, match="roleless"):
+        annotate_template(t)

@@ -1,0 +1,364 @@
+"""Training masks: which characters and tokens of a rendered conversation the model learns.
+
+A trainer renders the whole conversation once (no generation prompt) and learns, in each assistant
+turn, what the model would generate there: the turns study's generated turn (`turns.requests`:
+what follows the generation prompt of the request that asks for the turn, up to and including the
+end of turn the model must emit), found again in the render of the whole conversation.
+
+Where the render holds the turn exactly as generated (nearly every template) the mask is that text
+(rule "exact"). Where the history writes the turn otherwise (reasoning a template drops once a user
+message follows, a forced-open `<think>` the history does not print) the mask is what the history
+keeps of it: the generated text with the part the render lacks cut out (rule "history"); a turn the
+history drops entirely masks nothing ("dropped"). Markup the render writes right after the turn,
+before the next message starts (gpt-oss's `<|end|>` / `<|return|>`, the model's own end of
+generation), belongs to the turn. Whitespace the render writes after the turn's last token (the `\n`
+after `<|im_end|>`) is the template's, not the model's: the model stops at its end of turn, the
+server keeps nothing after it, and the mask ends there. The role header and the generation
+prompt's text are never masked.
+
+Per-token role labels come from the template's proven delimiters (`analysis.delimiters`, split as
+llama-server splits): the role of the span each token starts in (reasoning markup belongs to its
+assistant turn; "" before the first span). Tokens are masked as transformers masks them: a token
+that overlaps masked text is masked.
+
+    >>> m = assistant_mask(template, tokenizer, conversation)             # doctest: +SKIP
+    >>> [tokenizer.detokenize([t]) for t, on in zip(m.input_ids, m.mask) if on]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import lru_cache
+
+from ..analysis import Analysis, analyze
+from ..analysis._text import UNIT, back_to_boundary, lcs
+from ..analysis._text import lcp as common_prefix
+from ..errors import RenderError, TmplkitError
+from ..session import Conversation, ServerConversation, for_server, load_conversation
+from ..sources import ChatTemplate
+from ..spans import TextSpan, split_text
+from ..tokenizers import Tokenizer
+from ..turns.requests import iter_requests, request_points
+
+__all__ = ["MASK_SCHEMA_VERSION", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
+           "assistant_masks", "text_mask", "text_masks", "tokenize_mask"]
+
+MASK_SCHEMA_VERSION = 1
+_NEEDLE = "\u2063mask-needle\u2063"
+_LEADING_MARKUP = re.compile(r"(?:" + UNIT.pattern + r"|\s)*")
+
+
+class MaskError(TmplkitError, ValueError):
+    """A mask cannot be derived: the template's boundaries are not proven, or it renders no
+    conversation that ends with one of the turns."""
+
+
+@dataclass(frozen=True)
+class MaskedTurn:
+    """One assistant turn: `messages` (first, end) message indices; [start, end) the masked
+    characters of the render; `rule` how they were found ("exact", "history" or "dropped", see the
+    module doc); `token_start`/`token_end` the masked tokens (-1 without a tokenizer)."""
+
+    messages: tuple[int, int]
+    start: int
+    end: int
+    rule: str
+    token_start: int = -1
+    token_end: int = -1
+
+    def to_dict(self) -> dict:
+        out = {"messages": list(self.messages), "start": self.start, "end": self.end, "rule": self.rule}
+        if self.token_start >= 0:
+            out |= {"token_start": self.token_start, "token_end": self.token_end}
+        return out
+
+
+@dataclass(frozen=True)
+class TextMask:
+    """The render of a conversation (`text`), its role spans from the proven delimiters, and the
+    masked turns."""
+
+    template: str
+    text: str = field(repr=False)
+    spans: tuple[TextSpan, ...] = field(repr=False)
+    turns: tuple[MaskedTurn, ...]
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """The masked [start, end) character ranges, in order (empty turns left out)."""
+        return tuple((t.start, t.end) for t in self.turns if t.end > t.start)
+
+    def masked_text(self) -> list[str]:
+        """The text of each masked range."""
+        return [self.text[a:b] for a, b in self.ranges]
+
+    def char_mask(self) -> list[bool]:
+        out = [False] * len(self.text)
+        for a, b in self.ranges:
+            out[a:b] = [True] * (b - a)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"schema_version": MASK_SCHEMA_VERSION, "template": self.template, "text": self.text,
+                "n_chars": len(self.text), "turns": [t.to_dict() for t in self.turns],
+                "spans": [s.to_dict() for s in self.spans]}
+
+
+@dataclass(frozen=True)
+class AssistantMask:
+    """A `TextMask` tokenized: `input_ids`, `offsets` (each token's [start, end) characters), `mask`
+    (True where the model learns the token) and `labels` (each token's role, "" before the first
+    span)."""
+
+    text_mask: TextMask = field(repr=False)
+    tokenizer: str
+    input_ids: tuple[int, ...] = field(repr=False)
+    offsets: tuple[tuple[int, int], ...] = field(repr=False)
+    mask: tuple[bool, ...] = field(repr=False)
+    labels: tuple[str, ...] = field(repr=False)
+
+    @property
+    def text(self) -> str:
+        return self.text_mask.text
+
+    @property
+    def turns(self) -> tuple[MaskedTurn, ...]:
+        return self.text_mask.turns
+
+    def to_dict(self) -> dict:
+        return {"schema_version": MASK_SCHEMA_VERSION, "template": self.text_mask.template,
+                "tokenizer": self.tokenizer, "n_tokens": len(self.input_ids), "n_masked": sum(self.mask),
+                "input_ids": list(self.input_ids), "assistant_masks": [int(m) for m in self.mask],
+                "labels": list(self.labels), "offsets": [list(o) for o in self.offsets],
+                "turns": [t.to_dict() for t in self.turns], "text": self.text}
+
+
+# ---- the library calls ----------------------------------------------------------------------------
+
+
+def text_mask(template: ChatTemplate, conversation, *, kwargs: Mapping | None = None,
+              analysis: Analysis | None = None) -> TextMask:
+    """The masked characters of `conversation` rendered with `template` (see the module doc).
+
+    `conversation`: a `Conversation` or anything `load_conversation` takes; `kwargs`: extra template
+    variables (e.g. `{"enable_thinking": False}`); `analysis`: `analyze(template)` when not given."""
+    analysis = _proven(template, analysis)
+    server = for_server(template, _conversation(conversation), kwargs)
+    text = server.render(add_generation_prompt=False)
+    spans = tuple(split_text(text, analysis.delimiters))
+    starts = [s.start for s in spans]
+    return TextMask(template.name, text, spans, tuple(_turns(server, text, starts)))
+
+
+def text_masks(template: ChatTemplate, conversations: Iterable, *, kwargs: Mapping | None = None) -> tuple[TextMask, ...]:
+    """`text_mask` of each conversation (the template analysed once)."""
+    analysis = _proven(template, None)
+    return tuple(text_mask(template, c, kwargs=kwargs, analysis=analysis) for c in conversations)
+
+
+def assistant_mask(template: ChatTemplate, tokenizer: Tokenizer, conversation, *, kwargs: Mapping | None = None,
+                   analysis: Analysis | None = None) -> AssistantMask:
+    """The render of `conversation` as token ids, with each token's role and whether the model
+    learns it.
+
+        >>> m = assistant_mask(load_one("chatml.jinja"), load_tokenizer("vocab:qwen35"), "chat.json")  # doctest: +SKIP
+        >>> len(m.input_ids) == len(m.mask) == len(m.labels)                                       # doctest: +SKIP
+        True
+    """
+    return tokenize_mask(text_mask(template, conversation, kwargs=kwargs, analysis=analysis), tokenizer)
+
+
+def assistant_masks(template: ChatTemplate, tokenizer: Tokenizer, conversations: Iterable, *,
+                    kwargs: Mapping | None = None) -> tuple[AssistantMask, ...]:
+    """`assistant_mask` of each conversation (the template analysed once): a data loader's call."""
+    return tuple(tokenize_mask(m, tokenizer) for m in text_masks(template, conversations, kwargs=kwargs))
+
+
+def tokenize_mask(masked: TextMask, tokenizer: Tokenizer) -> AssistantMask:
+    """`masked` over the tokens of its text (a token is masked where it overlaps masked text)."""
+    ids, offsets = tokenizer.tokenize_with_offsets(masked.text)
+    ends = [e for _, e in offsets]
+    mask = [False] * len(ids)
+    turns = []
+    for t in masked.turns:
+        a = b = bisect_left(ends, t.start + 1)  # the first token that ends after the turn starts
+        while b < len(ids) and offsets[b][0] < t.end:
+            b += 1
+        if t.end > t.start:
+            mask[a:b] = [True] * (b - a)
+        turns.append(MaskedTurn(t.messages, t.start, t.end, t.rule, a, b))
+    labels = _labels(masked.spans, offsets)
+    tm = TextMask(masked.template, masked.text, masked.spans, tuple(turns))
+    return AssistantMask(tm, getattr(tokenizer, "name", ""), tuple(ids), tuple(map(tuple, offsets)),  # type: ignore[arg-type]
+                         tuple(mask), labels)
+
+
+# ---- finding the turns ------------------------------------------------------------------------------
+
+
+def _conversation(conversation) -> Conversation | ServerConversation:
+    if isinstance(conversation, (Conversation, ServerConversation)):
+        return conversation
+    return load_conversation(conversation)
+
+
+@lru_cache(maxsize=32)
+def _analysis_of(template: ChatTemplate) -> Analysis:
+    return analyze(template)
+
+
+def _proven(template: ChatTemplate, analysis: Analysis | None) -> Analysis:
+    """The template's analysis, refused unless its round trip proved the delimiters."""
+    if analysis is None:
+        try:
+            analysis = _analysis_of(template)
+        except TypeError:  # a template that cannot be hashed is analysed each time
+            analysis = analyze(template)
+    if analysis.status != "pass":
+        why = (list(analysis.errors) + ["no delimiter proved"])[0]
+        raise MaskError(f"template '{template.name}': its role boundaries are not proven ({analysis.status}: {why}); "
+                        "no mask is derived from unproven boundaries")
+    return analysis
+
+
+def _turns(server: ServerConversation, text: str, starts: Sequence[int]):
+    """The masked turns of `text`, the render of the whole of `server`'s conversation."""
+    if not any(end > n for n, end in request_points(server.messages)):
+        return
+    # Every request rendered at the time the whole render is, so a template that prints the date
+    # writes the same date in both.
+    for req in iter_requests(server, server.template, interval=timedelta(0)):
+        if req.rule == "unrendered":
+            raise MaskError(f"template '{server.template.name}' renders no conversation that ends with the assistant "
+                            f"turn of messages {req.turn[0]}..{req.turn[1] - 1}; what the model generates there is unknown")
+        if not req.generated:
+            continue
+        start, end, rule = _locate(server, text, req)
+        end = _with_end_markup(text, end, starts)
+        end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
+        yield MaskedTurn(req.turn, start, end, rule)
+
+
+def _locate(server: ServerConversation, text: str, req) -> tuple[int, int, str]:
+    """Where `req`'s generated turn lies in `text`: (start, end, rule)."""
+    generated = req.generated
+    history = len(req.text) - len(req.generation_prompt)  # where the request's own history ends
+    if text.startswith(req.text):
+        start = len(req.text)
+    else:
+        k = common_prefix(text, req.text)
+        if k >= history:
+            # The history writes the turn's opening otherwise than the generation prompt (a
+            # forced-open `<think>` it does not print): the turn starts at the markup boundary.
+            start = back_to_boundary(text, k, history)
+        else:
+            start = _start_by_needle(server, text, req)
+    if text.startswith(generated, start):
+        return start, start + len(generated), "exact"
+    end = _aligned_end(text, start, generated)
+    if end == start:
+        # The history closes what the prompt opened before the turn's text (`<think></think>` where
+        # the prompt ends with `<think>\n`): markup the model writes first, then the turn as generated.
+        m = _LEADING_MARKUP.match(text, start)
+        if m and m.end() > start and text.startswith(generated, m.end()):
+            end = m.end() + len(generated)
+    return start, end, "history" if end > start else "dropped"
+
+
+def _aligned_end(text: str, start: int, generated: str) -> int:
+    """The end of the turn's history form at `start`: the generated text with one stretch cut out
+    (its dropped reasoning); the longest such form that `text` holds there."""
+    a = common_prefix(generated, text[start:start + len(generated)])
+    at = start + a
+    if at >= len(text):
+        return at
+    first = text[at]
+    b = generated.find(first, a + 1)
+    while b >= 0:
+        if text.startswith(generated[b:], at):
+            return at + len(generated) - b
+        b = generated.find(first, b + 1)
+    return at
+
+
+def _start_by_needle(server: ServerConversation, text: str, req) -> int:
+    """Where the turn starts when the history before it is written otherwise once more messages
+    follow (a system prompt moved into the last user message): its last message's content is
+    replaced by a needle in the whole render; the renders part where that content begins, and the
+    turn starts where the text before it stops matching the generated text's opening."""
+    last = req.turn[1] - 1
+    msgs = list(server.messages)
+    content = msgs[last].get("content")
+    msgs[last] = {**msgs[last], "content": _NEEDLE}
+    try:
+        needled = server.render(msgs, add_generation_prompt=False)
+    except RenderError as exc:
+        raise MaskError(f"template '{server.template.name}': the assistant turn of messages {req.turn[0]}.."
+                        f"{last} cannot be located in the render ({exc})") from exc
+    if needled == text and req.generated:
+        return _start_by_context(server, text, req)
+    at = common_prefix(text, needled)
+    content = content if isinstance(content, str) else ""
+    opening = req.generated[:max(req.generated.find(content), 0)] if content else ""
+    start = at - lcs(opening, text[:at])
+    return at if _ends_with_header(text, start, at, req.generation_prompt) else start
+
+
+def _ends_with_header(text: str, start: int, at: int, prompt: str) -> bool:
+    """Whether text[start:at] (what matched the generated opening) lies inside the header as the
+    generation prompt begins it: the history keeps none of the opening (its reasoning dropped),
+    and a `\n` it shares with the opening is the header's."""
+    return any(text.startswith(prompt[:k], at - k) and at - k <= start and not prompt[:k].isspace()
+               for k in range(len(prompt), 0, -1))
+
+
+def _start_by_context(server: ServerConversation, text: str, req) -> int:
+    """Where the turn starts when the template prints no content for it (a tool-call turn whose
+    text it drops), so a needle shows nothing: in the render of the conversation up to the turn's
+    end the turn is the last copy of its generated text; in the whole render it is the copy whose
+    preceding text agrees longest with what precedes it there."""
+    upto = server.render(list(server.messages)[:req.turn[1]], add_generation_prompt=False)
+    i = upto.rfind(req.generated)
+    if i < 0:
+        raise MaskError(f"template '{server.template.name}': the assistant turn of messages {req.turn[0]}.."
+                        f"{req.turn[1] - 1} cannot be located in the render")
+    best, score = -1, -1
+    at = text.find(req.generated)
+    while at >= 0:
+        k = lcs(upto[:i], text[:at])
+        if k > score:
+            best, score = at, k
+        at = text.find(req.generated, at + 1)
+    return best if best >= 0 else len(text)
+
+
+def _with_end_markup(text: str, end: int, starts: Sequence[int]) -> int:
+    """`end` moved over markup the render writes after the turn before the next span starts (the
+    model's end of generation as the history writes it, gpt-oss's `<|end|>`); not over markup
+    after whitespace (Phi-3.5's `\n</s>` at the end of the render: the model stopped before it)."""
+    k = bisect_left(starts, end)
+    stop = starts[k] if k < len(starts) else len(text)
+    rest = text[end:stop]
+    if rest and not rest[0].isspace() and not UNIT.sub("", rest).strip():
+        return stop - (len(rest) - len(rest.rstrip()))
+    return end
+
+
+def _labels(spans: Sequence[TextSpan], offsets: Sequence[tuple[int, int]]) -> tuple[str, ...]:
+    """Each token's role: that of the span its first character lies in (reasoning spans belong to
+    the assistant turn they are part of; "" before the first span)."""
+    starts = [s.start for s in spans]
+    roles = []
+    role = ""
+    for s in spans:  # a reasoning span takes the role of the turn it lies in
+        role = role if s.role in ("reasoning", "reasoning_end") else s.role
+        roles.append(role)
+    out = []
+    for a, _ in offsets:
+        k = bisect_left(starts, a + 1) - 1
+        out.append(roles[k] if k >= 0 else "")
+    return tuple(out)
