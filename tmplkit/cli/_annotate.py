@@ -1,4 +1,4 @@
-"""The `annotate` subcommand: a copy of a template with {% generation %} tags, proved."""
+"""The `annotate` subcommand: a copy of a template with {%% generation %%} tags, proved."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 def add_annotate(sub) -> None:
     import argparse
 
-    p = sub.add_parser("annotate", help="write a copy of the template with {% generation %} tags that make "
+    p = sub.add_parser("annotate", help="write a copy of the template with {%% generation %%} tags that make "
                                         "transformers' assistant mask equal tmplkit's",
                        description="Insert {% generation %}...{% endgeneration %} so that transformers' "
                                    "return_assistant_tokens_mask returns tmplkit's mask; the copy is written only "
