@@ -18,7 +18,7 @@ def add_mask(sub) -> None:
     p.add_argument("--tokenizer", required=True, metavar="PATH",
                    help="a .gguf (vocab-only is enough), a tokenizer.json or its folder, vocab:NAME (corpus) or hf:org/name")
     p.add_argument("--format", choices=["auto", "text", "json"], default="auto",
-                   help="auto: highlighted text on a terminal, JSON otherwise")
+                   help="auto (highlighted text on a terminal, JSON otherwise), text, json (default: auto)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (JSON unless --format text)")
     p.set_defaults(func=_cmd_mask)
 
