@@ -126,7 +126,7 @@ def test_mask_command_bad_input_is_one_line(capsys, tmp_path, tokenizer_json):
 
 
 @pytest.mark.corpus
-@pytest.mark.parametrize("name", ["meta-llama-Llama-3.2-3B-Instruct", "Qwen-Qwen2.5-7B-Instruct", "google-gemma-2-2b-it"])
+@pytest.mark.parametrize("name", ["meta-llama-Llama-3.2-3B-Instruct", "Qwen3-Coder", "google-gemma-2-2b-it"])
 def test_corpus_templates_mask_each_turn_after_its_header(name):
     from tmplkit.corpus import templates_dir
 
