@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import platform
+import subprocess
+from pathlib import Path
 
 
 def cpu_model() -> str | None:
@@ -12,3 +16,23 @@ def cpu_model() -> str | None:
             return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
     except OSError:
         return platform.processor() or None
+
+
+@contextlib.contextmanager
+def revision_tree(root: Path, rev: str, where: Path):
+    """A checkout of git revision `rev` of the repository at `root`, as a worktree at `where`,
+    removed afterwards (the `--against REV` of the benchmarks); RuntimeError if git cannot check
+    it out."""
+    made = subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(where), rev],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        raise RuntimeError(f"--against {rev}: git cannot check it out ({(made.stderr.strip().splitlines() or ['no reason given'])[-1]}); "
+                           "give a commit of this repository")
+    try:
+        yield where
+    finally:
+        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(where)], check=False)
+
+
+def loadavg() -> list[float] | None:
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None

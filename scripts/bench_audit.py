@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _machine import cpu_model  # scripts/, beside this file
+from _machine import cpu_model, loadavg, revision_tree  # scripts/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_MEDIAN_MS = 30.0
@@ -150,31 +150,22 @@ def run_worker(templates_dir: Path, cache: str) -> dict:
 
 def against(rev: str, rounds: int, runs: int) -> dict:
     """This tree's bench against `rev`'s, alternately (see the module doc)."""
-    with tempfile.TemporaryDirectory(prefix="bench-audit-against-") as tmp:
-        tree = Path(tmp) / "tree"
-        made = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev],
-                              capture_output=True, text=True)
-        if made.returncode != 0:
-            raise RuntimeError(f"--against {rev}: git cannot check it out ({(made.stderr.strip().splitlines() or ['no reason given'])[-1]}); "
-                               "give a commit of this repository")
-        try:
-            totals: dict[str, list[float]] = {"this": [], rev: []}
-            for r in range(max(1, rounds)):
-                order = [("this", ROOT), (rev, tree)] if r % 2 else [(rev, tree), ("this", ROOT)]
-                for label, root in order:
-                    out = Path(tmp) / f"{label}-{r}.json"
-                    subprocess.run([sys.executable, str(root / "scripts" / "bench_audit.py"), "--runs", str(runs),
-                                    "--json", str(out)], cwd=root, check=True, capture_output=True)
-                    totals[label].append(json.loads(out.read_text())["total_s"])
-                print(f"round {r}: this {totals['this'][-1]:.3f} s, {rev} {totals[rev][-1]:.3f} s", file=sys.stderr)
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+    with tempfile.TemporaryDirectory(prefix="bench-audit-against-") as tmp, revision_tree(ROOT, rev, Path(tmp) / "tree") as tree:
+        totals: dict[str, list[float]] = {"this": [], rev: []}
+        for r in range(max(1, rounds)):
+            order = [("this", ROOT), (rev, tree)] if r % 2 else [(rev, tree), ("this", ROOT)]
+            for label, root in order:
+                out = Path(tmp) / f"{label}-{r}.json"
+                subprocess.run([sys.executable, str(root / "scripts" / "bench_audit.py"), "--runs", str(runs),
+                                "--json", str(out)], cwd=root, check=True, capture_output=True)
+                totals[label].append(json.loads(out.read_text())["total_s"])
+            print(f"round {r}: this {totals['this'][-1]:.3f} s, {rev} {totals[rev][-1]:.3f} s", file=sys.stderr)
     paired = [a / b for a, b in zip(totals["this"], totals[rev])]
     return {"against": rev, "rounds": rounds, "runs": runs, "total_s": totals,
             "median_s": {k: statistics.median(v) for k, v in totals.items()},
             "paired_this_over_rev": {"median": statistics.median(paired), "min": min(paired), "max": max(paired), "all": paired},
             "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(),
-                        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None}}
+                        "loadavg_at_end": loadavg()}}
 
 
 def main(argv: list[str] | None = None) -> int:

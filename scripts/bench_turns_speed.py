@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _machine import cpu_model  # scripts/, beside this file
+from _machine import cpu_model, loadavg, revision_tree  # scripts/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,32 +111,23 @@ def run(root: Path, case: str, folder: Path) -> dict:
 
 
 def against(rev: str, rounds: int, cases) -> dict:
-    with tempfile.TemporaryDirectory(prefix="bench-turns-speed-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-turns-speed-") as tmp, revision_tree(ROOT, rev, Path(tmp) / "tree") as tree:
         folder = Path(tmp)
-        tree = folder / "tree"
-        made = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev],
-                              capture_output=True, text=True)
-        if made.returncode != 0:
-            raise RuntimeError(f"--against {rev}: git cannot check it out "
-                               f"({(made.stderr.strip().splitlines() or ['no reason given'])[-1]}); give a commit of this repository")
-        try:
-            sizes = write_sessions(folder)
-            seen: dict = {c: {"this": [], rev: []} for c in cases}
-            details: dict = {}
-            for r in range(max(1, rounds)):
-                for case in cases:
-                    order = [("this", ROOT), (rev, tree)] if r % 2 == 0 else [(rev, tree), ("this", ROOT)]
-                    for label, root in order:
-                        res = run(root, case, folder)
-                        seen[case][label].append(res["seconds"])
-                        details.setdefault(case, {})[label] = res
-                    print(f"round {r} {case}: this {seen[case]['this'][-1]:.2f} s, {rev} {seen[case][rev][-1]:.2f} s",
-                          file=sys.stderr)
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+        sizes = write_sessions(folder)
+        seen: dict = {c: {"this": [], rev: []} for c in cases}
+        details: dict = {}
+        for r in range(max(1, rounds)):
+            for case in cases:
+                order = [("this", ROOT), (rev, tree)] if r % 2 == 0 else [(rev, tree), ("this", ROOT)]
+                for label, root in order:
+                    res = run(root, case, folder)
+                    seen[case][label].append(res["seconds"])
+                    details.setdefault(case, {})[label] = res
+                print(f"round {r} {case}: this {seen[case]['this'][-1]:.2f} s, {rev} {seen[case][rev][-1]:.2f} s",
+                      file=sys.stderr)
     return {"against": rev, "rounds": rounds, "sessions": sizes, "cases": {c: _summary(seen[c], rev, details[c]) for c in cases},
             "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(),
-                        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None}}
+                        "loadavg_at_end": loadavg()}}
 
 
 def _summary(seen: dict, rev: str, details: dict) -> dict:

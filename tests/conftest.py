@@ -88,3 +88,23 @@ def matches_schema():
         return True
 
     return check
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_folder(tmp_path_factory):
+    """A folder with a small byte-level BPE tokenizer.json trained here, with ChatML's two special
+    tokens (for the tests of the Hugging Face tokenizer path and of the outputs it feeds)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    texts = ["hello world user assistant <tool_response>\nresult\n", "ünïcødé text 😀",
+             "system user assistant tool hello world result Be brief.\n"]
+    tok.train_from_iterator(texts * 20, trainer)
+    folder = tmp_path_factory.mktemp("tiny")
+    tok.save(str(folder / "tokenizer.json"))
+    return folder

@@ -35,20 +35,8 @@ def run_json(capsys, *argv: str, code: int = 0):
 
 
 @pytest.fixture(scope="module")
-def tiny_hf(tmp_path_factory):
-    """A small byte-level BPE tokenizer.json with ChatML's two special tokens, trained here."""
-    tokenizers = pytest.importorskip("tokenizers")
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    tok = tokenizers.Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(["system user assistant tool hello world result Be brief.\n"] * 20, trainer)
-    folder = tmp_path_factory.mktemp("tiny")
-    tok.save(str(folder / "tokenizer.json"))
-    return str(folder / "tokenizer.json")
+def tiny_hf(tiny_hf_folder) -> str:
+    return str(tiny_hf_folder / "tokenizer.json")
 
 
 @pytest.fixture

@@ -20,20 +20,8 @@ needs_corpus = pytest.mark.skipif(not corpus.is_fetched(), reason="the llama.cpp
 
 
 @pytest.fixture(scope="module")
-def tiny_hf(tmp_path_factory):
-    """A small byte-level BPE tokenizer.json trained here, with two special tokens."""
-    tokenizers = pytest.importorskip("tokenizers")
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    tok = tokenizers.Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(["hello world user assistant <tool_response>\nresult\n", "ünïcødé text 😀"] * 20, trainer)
-    folder = tmp_path_factory.mktemp("tiny")
-    tok.save(str(folder / "tokenizer.json"))
-    return folder
+def tiny_hf(tiny_hf_folder):
+    return tiny_hf_folder
 
 
 def _check_offsets(tok: Tokenizer, text: str):

@@ -27,6 +27,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from .analysis._text import lcp  # strings, bytes and token lists alike
 from .errors import GGUFError, TokenizerError
 from .gguf_meta import Keys, read_metadata
 
@@ -308,8 +309,6 @@ class LlamaCppTokenizer:
         beginning with request k, and only the part from a control token before the divergence needs
         new ids (tests/test_tokenizers.py holds this against whole tokenization on the corpus's
         vocabularies)."""
-        import numpy as np
-
         data = text.encode("utf-8")
         if not base or not base[1]:
             return self._encode(data, False)
@@ -321,7 +320,7 @@ class LlamaCppTokenizer:
         # and the pieces between special tokens are tokenized alone (BPE; SPM prefixes a space).
         if not splits or int(ends[-1]) != len(old):
             return self._encode(data, False)
-        common = _common_bytes(data, old)
+        common = lcp(data, old)
         starts = ends - lengths[arr]
         # the last control token that starts, whole, within the shared bytes
         fits = control[arr] & (starts + lengths[arr] <= common)
@@ -336,8 +335,6 @@ class LlamaCppTokenizer:
         arrays over the whole vocabulary, made once); and whether the vocabulary is BPE."""
         tables = getattr(self, "_id_tables", None)
         if tables is None:
-            import numpy as np
-
             lib, vocab = self._lib, self._open_vocab()
             lengths = np.fromiter((len(self.piece_bytes(i)) for i in range(self.n_vocab)), dtype=np.int64, count=self.n_vocab)
             control = np.fromiter((bool(lib.llama_vocab_is_control(vocab, i)) for i in range(self.n_vocab)), dtype=bool,
@@ -380,21 +377,6 @@ class LlamaCppTokenizer:
             buf = ctypes.create_string_buffer(-n)
             n = lib.llama_detokenize(self._vocab, arr, len(ids), buf, -n, False, True)
         return buf.raw[:n].decode("utf-8", "replace")
-
-
-def _common_bytes(a: bytes, b: bytes) -> int:
-    """Length of the longest common prefix of two byte strings (binary search on slices)."""
-    hi = min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    lo = 0
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 class HFTokenizer:

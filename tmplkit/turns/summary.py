@@ -124,15 +124,16 @@ def _switches(template, conversation, kwargs, interval, default) -> tuple[tuple[
     (every request's history is part of those), and is left out without the walk: on a long chat
     the walk would otherwise render the whole session again for each value."""
     out = []
+    ends = _SessionEnd(conversation, default)
     for name, values in THINKING_FLAGS + HISTORY_FLAGS:
         if not re.search(rf"\b{name}\b", template.text):  # `reasoning` is not `reasoning_content`
             continue
         for value in values:
+            setting = {**dict(kwargs or {}), name: value}
             try:
-                if _same_at_end(conversation, template, {**dict(kwargs or {}), name: value}, default):
+                if ends.same_with(for_server(template, conversation, setting)):
                     continue
-                verdict = _walk(iter_requests(conversation, template, kwargs={**dict(kwargs or {}), name: value},
-                                              interval=interval), default)
+                verdict = _walk(iter_requests(conversation, template, kwargs=setting, interval=interval), default)
             except TmplkitError:
                 continue
             if verdict is not None:
@@ -140,18 +141,25 @@ def _switches(template, conversation, kwargs, interval, default) -> tuple[tuple[
     return tuple(out)
 
 
-def _same_at_end(conversation, template, kwargs, default) -> bool:
-    """Whether `kwargs` leave the whole session's render and the last request of each kind (by
-    the role of its last message) as they are."""
-    other = for_server(template, conversation, kwargs)
-    msgs = list(other.messages)
-    last = {msgs[r.n_messages - 1].get("role"): r for r in default}
-    for r in last.values():
-        if other.render(msgs[:r.n_messages], add_generation_prompt=True, clock=clock_at(r.time)) != r.text:
-            return False
-    at = clock_at(default[-1].time)
-    return other.render(msgs, add_generation_prompt=False, clock=at) == conversation.render(list(conversation.messages),
-                                                                                            add_generation_prompt=False, clock=at)
+class _SessionEnd:
+    """The whole session's render and the last request of each kind (by the role of its last
+    message), as the default settings give them; the whole render made once, when first needed."""
+
+    def __init__(self, conversation, default):
+        msgs = list(conversation.messages)
+        self.conversation, self.at = conversation, clock_at(default[-1].time)
+        self.last = {msgs[r.n_messages - 1].get("role"): r for r in default}.values()
+        self._whole: str | None = None
+
+    def same_with(self, other) -> bool:
+        """Whether `other` (the conversation under another setting) renders all of them alike."""
+        msgs = list(other.messages)
+        for r in self.last:
+            if other.render(msgs[:r.n_messages], add_generation_prompt=True, clock=clock_at(r.time)) != r.text:
+                return False
+        if self._whole is None:
+            self._whole = self.conversation.render(list(self.conversation.messages), add_generation_prompt=False, clock=self.at)
+        return other.render(msgs, add_generation_prompt=False, clock=self.at) == self._whole
 
 
 def _walk(requests, default) -> bool | None:
