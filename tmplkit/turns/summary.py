@@ -145,7 +145,7 @@ class _SessionEnd:
     """The whole session's render and the last request of each kind (by the role of its last
     message), as the default settings give them; the whole render made once, when first needed."""
 
-    def __init__(self, conversation, default):
+    def __init__(self, conversation, default) -> None:
         msgs = list(conversation.messages)
         self.conversation, self.at = conversation, clock_at(default[-1].time)
         self.last = {msgs[r.n_messages - 1].get("role"): r for r in default}.values()
