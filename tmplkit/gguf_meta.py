@@ -243,6 +243,9 @@ class _StringArray:
         self._len = struct.Struct(endian + ("Q" if wide else "I"))
         self._path = path
 
+    def __len__(self) -> int:
+        return self._n
+
     def pick(self, indices: set[int]) -> dict[int, bytes]:
         """Return {index: bytes} for the wanted indices, in one pass (the buffer must still be open)."""
         found: dict[int, bytes] = {}

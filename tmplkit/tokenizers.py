@@ -1,10 +1,12 @@
 """Tokenizers: the adapters, and the one reader of tokenizer specs.
 
-Two adapters share one small protocol (`Tokenizer`):
+Three adapters share one small protocol (`Tokenizer`):
 
 - `LlamaCppTokenizer`: a GGUF opened vocab-only through llama-cpp-python (special tokens parsed,
   no BOS unless asked), the tokenizer llama-server itself uses;
-- `HFTokenizer`: a Hugging Face `tokenizer.json` through the `tokenizers` package.
+- `HFTokenizer`: a Hugging Face `tokenizer.json` through the `tokenizers` package;
+- `GGUFBPETokenizer`: a GGUF's BPE vocabulary rebuilt in `tokenizers` (`gguf_vocab`), what a GGUF
+  opens as when llama-cpp-python is not installed and the vocabulary is one it rebuilds.
 
 A spec names a tokenizer: a path (a `.gguf`, a `tokenizer.json` or a folder holding one), a
 `vocab:NAME` corpus vocab or an `hf:ORG/NAME` repo in the local Hugging Face cache.
@@ -31,7 +33,7 @@ from .analysis._text import lcp  # strings, bytes and token lists alike
 from .errors import GGUFError, TokenizerError
 from .gguf_meta import Keys, read_metadata
 
-__all__ = ["HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "load_tokenizer"]
+__all__ = ["GGUFBPETokenizer", "HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "load_tokenizer"]
 
 Offsets = list[tuple[int, int]]
 
@@ -75,12 +77,30 @@ class TokenizerSpec:
     @property
     def extra(self) -> str:
         """The optional extra the tokenizer opens with: "llama" for a GGUF or a corpus vocab (also a
-        folder without a tokenizer.json: its one .gguf), "hf" for a tokenizer.json or a repo."""
+        folder without a tokenizer.json: its one .gguf), "hf" for a tokenizer.json or a repo, and
+        for a GGUF whose BPE vocabulary `gguf_vocab` rebuilds when llama-cpp-python is missing."""
         if self.kind == "vocab" or (self.is_path and self.text.lower().endswith(".gguf")):
-            return "llama"
+            return self._gguf_extra()
         if self.is_path and os.path.isdir(self.text) and not os.path.isfile(os.path.join(self.text, "tokenizer.json")):
             return "llama"
         return "hf"
+
+    def _gguf_extra(self) -> str:
+        # Without llama-cpp-python a BPE vocabulary that gguf_vocab rebuilds opens with tokenizers.
+        import importlib.util
+
+        if importlib.util.find_spec("llama_cpp") is not None:
+            return "llama"
+        from . import corpus
+        from .gguf_vocab import supports
+
+        if self.kind == "vocab":
+            if not corpus.is_fetched():
+                return "llama"
+            path = corpus.vocab_dir() / f"ggml-vocab-{self.name}.gguf"
+        else:
+            path = Path(self.text).expanduser()
+        return "hf" if path.is_file() and supports(path) else "llama"
 
 
 @runtime_checkable
@@ -423,6 +443,66 @@ class HFTokenizer:
         return self._tok.decode([token_id], skip_special_tokens=False)
 
 
+class GGUFBPETokenizer(HFTokenizer):
+    """A GGUF's BPE vocabulary rebuilt in the `tokenizers` package (`gguf_vocab`), for a machine
+    without llama-cpp-python: the same ids as llama.cpp, special tokens parsed, BOS/EOS as the
+    vocabulary says when asked."""
+
+    def __init__(self, path: str | os.PathLike, *, add_bos: bool = False, name: str | None = None):
+        from .gguf_vocab import gguf_bpe_tokenizer
+
+        path = Path(path)
+        self._tok, vocab_bos, vocab_eos, bos_id, eos_id = gguf_bpe_tokenizer(path)
+        self.path = path
+        self.name = name or path.name
+        self.n_vocab = self._tok.get_vocab_size(with_added_tokens=True)
+        self.add_bos = add_bos
+        # llama_tokenize's add_special: BOS and EOS where the vocabulary adds them
+        self._bos = [bos_id] if vocab_bos and bos_id is not None else []
+        self._eos = [eos_id] if vocab_eos and eos_id is not None else []
+        self._special = {t.content for t in self._tok.get_added_tokens_decoder().values()}
+        self._pieces: dict[int, bytes] = {}
+
+    def __repr__(self) -> str:
+        return f"GGUFBPETokenizer({str(self.path)!r})"
+
+    def piece_bytes(self, token_id: int) -> bytes:
+        """The bytes a token stands for, as llama.cpp's `token_to_piece`: a special or
+        user-defined token is its own text (some vocabularies add plain text such as "ö" that
+        way), any other is GPT-2's printable characters mapped back to bytes."""
+        cached = self._pieces.get(token_id)
+        if cached is None:
+            from .gguf_vocab import byte_level_bytes
+
+            text = self._tok.id_to_token(token_id) or ""
+            cached = text.encode("utf-8") if text in self._special else byte_level_bytes(text)
+            self._pieces[token_id] = cached
+        return cached
+
+    def piece(self, token_id: int) -> str:
+        return self.piece_bytes(token_id).decode("utf-8", "replace")
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return b"".join(self.piece_bytes(i) for i in ids).decode("utf-8", "replace")
+
+    def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
+        ids = list(self._tok.encode(text, add_special_tokens=False).ids)
+        return self._bos + ids + self._eos if (self.add_bos if add_bos is None else add_bos) else ids
+
+
+def _gguf_tokenizer(path: Path, add_bos: bool, name: str | None = None) -> Tokenizer:
+    """llama.cpp's tokenizer of a GGUF; without llama-cpp-python, the same vocabulary rebuilt in
+    `tokenizers` where `gguf_vocab` can (BPE vocabularies of the pre-types it knows)."""
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is None and importlib.util.find_spec("tokenizers") is not None:
+        from .gguf_vocab import supports
+
+        if supports(path):
+            return GGUFBPETokenizer(path, add_bos=add_bos, name=name)
+    return LlamaCppTokenizer(path, add_bos=add_bos, name=name)
+
+
 def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokenizer:
     """Open a tokenizer from a path or spec.
 
@@ -440,7 +520,7 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
         from .errors import SourceError
 
         try:
-            return LlamaCppTokenizer(corpus.vocab_path(parsed.name), add_bos=add_bos, name=text)
+            return _gguf_tokenizer(corpus.vocab_path(parsed.name), add_bos, name=text)
         except SourceError as exc:
             raise TokenizerError(str(exc)) from None
     if parsed.kind == "hf":
@@ -451,7 +531,7 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
             return HFTokenizer(path / "tokenizer.json", add_bos=add_bos)
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1:
-            return LlamaCppTokenizer(ggufs[0], add_bos=add_bos)
+            return _gguf_tokenizer(ggufs[0], add_bos)
         raise TokenizerError(f"{path} holds no tokenizer.json (and not exactly one .gguf); give the file itself")
     if not path.exists():
         if text.count("/") == 1 and not text.startswith((".", "/", "~")):
@@ -465,7 +545,7 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
     except OSError as exc:
         raise TokenizerError(f"cannot read {path}: {exc.strerror or exc}") from None
     if head[:4] == b"GGUF":
-        return LlamaCppTokenizer(path, add_bos=add_bos)
+        return _gguf_tokenizer(path, add_bos)
     if path.suffix == ".json" or head.lstrip()[:1] == b"{":
         return HFTokenizer(path, add_bos=add_bos)
     if path.suffix == ".gguf":

@@ -24,7 +24,7 @@ def audit(
     memory_mb: int | None = None,
     expected_failures: dict | None = None,
     tokenizer: str | None = None,
-    tokenizers: Mapping[str, str] | None = None,
+    tokenizers: Mapping[str, str | None] | None = None,
     fail_on: str = "fail",
     prefix_stability: str = "off",
     session=None,
@@ -83,7 +83,7 @@ def _in_process(templates: Sequence[ChatTemplate], target, progress) -> list:
     return results
 
 
-def tokenizer_for(name: str, source: str, tokenizer: str | None, tokenizers: Mapping[str, str] | None = None) -> str | None:
+def tokenizer_for(name: str, source: str, tokenizer: str | None, tokenizers: Mapping[str, str | None] | None = None) -> str | None:
     """The tokenizer spec the token round trip uses for the template `name` read from `source`.
 
     The pairing `tokenizers` (template name -> spec) first; then `tokenizer`: "auto" is the GGUF
@@ -105,7 +105,7 @@ def tokenizer_for(name: str, source: str, tokenizer: str | None, tokenizers: Map
     return f"vocab:{vocab}" if vocab else None
 
 
-def token_checks(results: Sequence[Analysis], tokenizer: str | None, tokenizers: Mapping[str, str] | None = None) -> tuple:
+def token_checks(results: Sequence[Analysis], tokenizer: str | None, tokenizers: Mapping[str, str | None] | None = None) -> tuple:
     """The token-level round trip of every passing analysis with a tokenizer (see `tokenizer_for`);
     None for the others."""
     from ..token_audit import token_round_trip

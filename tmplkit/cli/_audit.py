@@ -7,12 +7,14 @@ tmplkit.config); a flag given on the command line overrides the configuration's 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import sys
 
 from .. import auditing as audit_mod
 from ..config import FAIL_ON, PREFIX_STABILITY, load_expected_failures
 from ..errors import InputError, TmplkitError
 from ._common import (
+    EXTRAS,
     add_format,
     add_name,
     add_output,
@@ -52,8 +54,9 @@ def add_audit(sub) -> None:
     p.add_argument("--tokenizer", metavar="PATH|auto",
                    help="also run the token-level round trip with this tokenizer (.gguf, tokenizer.json, vocab:NAME); "
                         "auto: the template's own GGUF or the corpus vocab paired with it")
-    p.add_argument("--expected-failures", metavar="FILE",
-                   help="JSON {template name: reason}: listed failures do not fail the audit, listed passes do; "
+    p.add_argument("--expected-failures", metavar="FILE", action="append",
+                   help="JSON {template name: reason}: listed failures do not fail the audit, listed passes do "
+                        "(may be repeated: the files are merged, a later one winning a name both list); "
                         "{name: {\"unstable\": reason}} does the same for --prefix-stability fail")
     p.add_argument("--fail-on", choices=FAIL_ON, default=None,
                    help="what ends the audit with exit code 1: fail (default; failing templates) or warning "
@@ -134,20 +137,42 @@ def _run_audit(args):
 
         session = load_session(args.session)
     sources = _sources(args, cfg)
-    expected = (load_expected_failures(args.expected_failures) if args.expected_failures
-                else cfg.expected_failures)
+    expected = ({name: reason for path in args.expected_failures for name, reason in load_expected_failures(path).items()}
+                if args.expected_failures else cfg.expected_failures)
     needed_by = "the token round trip (--tokenizer)"
     require_tokenizers([tokenizer if tokenizer != "auto" else None, *cfg.tokenizers.values()], needed_by)
     templates = load_templates(sources, args.name)
-    if tokenizer == "auto":  # which tokenizers 'auto' opens depends on the templates: still before any analysis
-        require_tokenizers([audit_mod.tokenizer_for(t.name, t.source, "auto") for t in templates], needed_by)
     quiet = verbosity(args) < 0
+    tokenizers = dict(cfg.tokenizers)
+    if tokenizer == "auto":  # which tokenizers 'auto' opens depends on the templates: still before any analysis
+        tokenizers |= _auto_without_extras(templates, tokenizers, quiet)
     progress = progress_printer(sys.stderr.isatty() and not quiet)
     # In process: jobs=1 and no worker limits (audit's in-process path).
     limits = {"jobs": 1} if args.in_process else {"jobs": jobs, "timeout": timeout, "memory_mb": memory}
     return audit_mod.audit(templates, **limits, expected_failures=expected, tokenizer=tokenizer,
-                           tokenizers=cfg.tokenizers, fail_on=_first(args.fail_on, cfg.fail_on, "fail"),
+                           tokenizers=tokenizers, fail_on=_first(args.fail_on, cfg.fail_on, "fail"),
                            prefix_stability=prefix_stability, session=session, progress=progress)
+
+
+def _auto_without_extras(templates, tokenizers, quiet: bool) -> dict[str, str | None]:
+    """`--tokenizer auto`'s templates whose vocabulary needs an extra that is not installed, mapped
+    to no tokenizer: their token round trip is left out, said on one line, and the rest is run
+    (a Python-only install still checks every vocabulary it can read)."""
+    from ..tokenizers import TokenizerSpec
+
+    left_out: dict[str, str | None] = {}
+    needs: set[str] = set()
+    for t in templates:
+        spec = audit_mod.tokenizer_for(t.name, t.source, "auto", tokenizers)
+        if spec and importlib.util.find_spec(EXTRAS[TokenizerSpec.parse(spec).extra][0]) is None:
+            left_out[t.name] = None
+            needs.add(TokenizerSpec.parse(spec).extra)
+    if left_out and not quiet:
+        n = len(left_out)
+        print(f"tmplkit: note: no token round trip for {n} template{'s' if n != 1 else ''} ({', '.join(sorted(left_out))}): "
+              f"their vocabularies need {' and '.join(sorted(EXTRAS[e][2] for e in needs))}; "
+              f"install {' '.join(sorted(repr(f'tmplkit[{e}]') for e in needs))} to check them", file=sys.stderr)
+    return left_out
 
 
 def add_table(sub) -> None:

@@ -107,7 +107,7 @@ def config_of(args):
 
 
 # The optional extras: (module, extra, what it is), for one-line refusals before any work.
-_EXTRAS = {
+EXTRAS = {
     "llama": ("llama_cpp", "llama", "llama-cpp-python"),
     "hf": ("tokenizers", "hf", "the Hugging Face tokenizers package"),
 }
@@ -117,7 +117,7 @@ def require_extra(name: str, needed_by: str) -> None:
     """Refuse at once, on one line, when the optional extra `name` is not installed."""
     from ..errors import InputError
 
-    module, extra, what = _EXTRAS[name]
+    module, extra, what = EXTRAS[name]
     if importlib.util.find_spec(module) is None:
         raise InputError(f"{needed_by} needs {what}, which is not installed; "
                          f"install the '{extra}' extra: pip install 'tmplkit[{extra}]'")

@@ -1,0 +1,105 @@
+"""The GGUF BPE vocabularies rebuilt in `tokenizers` tokenize exactly as llama.cpp does: ids,
+offsets and BOS on every corpus template's round-trip render with its paired vocabulary, and on
+text that exercises each pre-type's expressions; without llama-cpp-python the loader opens them."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tmplkit import corpus
+from tmplkit.analysis import analyze
+from tmplkit.errors import TokenizerError
+from tmplkit.gguf_vocab import PRE_TYPES, supports
+from tmplkit.sources import load_one
+from tmplkit.token_audit import corpus_pairs
+from tmplkit.tokenizers import GGUFBPETokenizer, LlamaCppTokenizer, load_tokenizer
+
+pytestmark = pytest.mark.corpus
+
+# Our own text: contractions, digit runs, mixed scripts, runs of spaces and newlines, punctuation
+# next to letters, marks, trailing spaces: where the pre-types' expressions differ.
+SAMPLES = (
+    "I'll say it's 1234567 + 89 = ?  They'RE here.\n\n\n  indented\tcode() {x:=[1,2]}\r\n",
+    "Héllo wörld, naïve café — 東京タワー 서울 Ωmega K 𝐀 \u0301combining e\u0301 ‘quotes’ ！全角",
+    "<|im_start|>user\n<tool_response>\n{\"ok\": true}\n</tool_response><|im_end|>\n   \n",
+    "trailing spaces   ",
+)
+
+
+def _vocabs() -> list[str]:
+    if not corpus.is_fetched():
+        return []
+    return sorted({v for _, v in corpus_pairs() if supports(corpus.vocab_path(v))})
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    opened: dict[str, tuple] = {}
+
+    def get(vocab: str):
+        if vocab not in opened:
+            path = corpus.vocab_path(vocab)
+            opened[vocab] = (GGUFBPETokenizer(path), LlamaCppTokenizer(path))
+        return opened[vocab]
+
+    return get
+
+
+def test_the_corpus_vocabularies_templates_pair_with_are_rebuilt():
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    # every BPE vocabulary a corpus template pairs with: the pre-types the table covers
+    assert set(_vocabs()) == set(PRE_TYPES)
+    assert {"phi-3", "gemma-4"}.isdisjoint(_vocabs())  # SentencePiece-style: llama.cpp only
+
+
+@pytest.mark.parametrize("vocab", _vocabs())
+def test_samples_tokenize_as_llama_cpp(pairs, vocab):
+    ours, ref = pairs(vocab)
+    for text in SAMPLES:
+        assert ours.tokenize(text) == ref.tokenize(text), text
+        assert ours.tokenize_with_offsets(text) == ref.tokenize_with_offsets(text), text
+    assert ours.tokenize("x", add_bos=True) == ref.tokenize("x", add_bos=True)
+    ids = ref.tokenize(SAMPLES[1])
+    assert ours.detokenize(ids) == ref.detokenize(ids)
+    assert [ours.piece(i) for i in ids] == [ref.piece(i) for i in ids]
+
+
+def test_every_corpus_round_trip_render_tokenizes_as_llama_cpp(pairs):
+    checked = 0
+    for name, vocab in corpus_pairs():
+        if not supports(corpus.vocab_path(vocab)):
+            continue
+        rt = analyze(load_one(corpus.templates_dir() / f"{name}.jinja")).round_trip
+        if rt is None or not rt.rendered:
+            continue
+        ours, ref = pairs(vocab)
+        assert ours.tokenize(rt.rendered) == ref.tokenize(rt.rendered), name
+        checked += 1
+    assert checked >= 20
+
+
+def test_without_llama_cpp_the_loader_rebuilds_the_vocabulary(monkeypatch):
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    tok = load_tokenizer("vocab:qwen35")
+    assert isinstance(tok, GGUFBPETokenizer)
+    assert tok.tokenize("<|im_start|>user\n") == [151644, 872, 198]
+    assert tok.name == "vocab:qwen35"
+
+
+def test_a_vocabulary_it_does_not_rebuild_is_a_one_line_error():
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    path = corpus.vocab_path("phi-3")
+    assert not supports(path)
+    with pytest.raises(TokenizerError, match="needs llama-cpp-python") as exc:
+        GGUFBPETokenizer(path)
+    assert "\n" not in str(exc.value)
