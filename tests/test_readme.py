@@ -51,6 +51,13 @@ def _mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_ci_builds_the_site_strict():
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert "make docs" in ci and ci.index("make lint") < ci.index("make docs") < ci.index("make test")
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\t$(BIN)/mkdocs build --strict -d site\n" in makefile
+
+
 def test_site_builds_strict(tmp_path):
     run = _mkdocs_build(ROOT / "mkdocs.yml", tmp_path / "site")
     assert run.returncode == 0, run.stderr
