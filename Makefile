@@ -8,7 +8,7 @@ CONSTRAINTS ?= constraints.txt
 # mypy's targets: the whole package (clean; configured in pyproject.toml).
 MYPY_TARGETS ?= tmplkit
 
-.PHONY: setup audit test lint llama-server test-latest constraints install-check clean
+.PHONY: setup audit test lint docs llama-server test-latest constraints install-check clean
 
 $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test: setup
 lint: $(BIN)/.installed
 	$(BIN)/ruff check
 	$(BIN)/mypy $(MYPY_TARGETS)
+
+# The documentation site (docs/, mkdocs.yml) into site/; --strict: any warning fails the build, e.g. a
+# link to a missing page or anchor.
+docs: $(BIN)/.installed
+	$(BIN)/mkdocs build --strict -d site
 
 # llama-server from the same pinned llama.cpp, for the end-to-end tests and the prefill benchmark;
 # built once into the cache (minutes on 2 cores), instant when already built.
@@ -60,4 +65,4 @@ install-check:
 	.venv-install-check/bin/tmplkit audit fixtures/templates
 
 clean:
-	rm -rf $(VENV) .venv-latest .venv-install-check .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-latest .venv-install-check .pytest_cache .hypothesis site

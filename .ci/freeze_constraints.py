@@ -17,7 +17,7 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-EXTRAS = {"hf", "vocab", "llama", "plot", "test", "lint"}
+EXTRAS = {"hf", "vocab", "llama", "plot", "test", "lint", "docs"}
 
 
 def closure(root: str = "tmplkit") -> dict[str, str]:

@@ -15,7 +15,7 @@ Measured in one run:
 
     python scripts/bench_hostile.py [--out scripts/results/hostile] [--repeat 3] [--fuzz 2000]
 
-Writes <out>.json and <out>.md (the markdown table for the README) atomically, and prints the table.
+Writes <out>.json and <out>.md (the markdown table for docs/hardening.md) atomically, and prints the table.
 """
 
 from __future__ import annotations

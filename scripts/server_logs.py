@@ -1,6 +1,6 @@
 """Run a generated agent session through a pinned llama-server build, request by request, and keep
-its log: the logs tmplkit's log reader is tested on (tests/data/server-logs/) and the README's
-figures for `tmplkit server log`; fixtures/server-logs/README.md lists the commands.
+its log: the logs tmplkit's log reader is tested on (tests/data/server-logs/) and the figures
+for `tmplkit server log` in docs/llama-server.md; fixtures/server-logs/README.md lists the commands.
 
     python scripts/server_logs.py --version 0.3.33 --verbosity 4 -o /tmp/server-0.3.33.log \
         --json scripts/results/server-log-0.3.33.json --fixture fixtures/server-logs/0.3.33-session-lv4.log

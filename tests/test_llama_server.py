@@ -195,7 +195,7 @@ def test_openai_tool_call_arguments_are_parsed_as_llama_server_does(qwen_templat
 
 
 def test_every_corpus_template_with_a_vocab_gets_delimiters_llama_server_can_use():
-    # the README's claim: all template/vocabulary pairs of the corpus pass the checks of `request`
+    # docs/llama-server.md's claim: all template/vocabulary pairs of the corpus pass `request`'s checks
     pytest.importorskip("llama_cpp")
     from tmplkit.token_audit import corpus_pairs
     from tmplkit.tokenizers import load_tokenizer
