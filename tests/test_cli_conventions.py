@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit import analyze, load_one
+from tmplkit import analyze, corpus, load_one
 from tmplkit.auditing import JSON_SCHEMA_VERSION
 from tmplkit.cli import EXIT_CODES, main
 from tmplkit.cli._common import use_color
@@ -246,18 +246,38 @@ def test_prefill_without_llama_refuses_in_one_line_before_any_work(capsys, no_ll
 
 
 def test_spans_with_a_gguf_tokenizer_without_llama_refuses_first(capsys, no_llama, tmp_path):
-    for tok in ("vocab:qwen35", str(tmp_path / "model.gguf")):
+    # a GGUF that is no file, and a corpus vocabulary only llama.cpp reads (SentencePiece)
+    for tok in ("vocab:phi-3", str(tmp_path / "model.gguf")):
         code, _, err = run(capsys, "spans", "--template", str(tmp_path / "missing.jinja"), "--tokenizer", tok,
                            str(tmp_path / "missing.json"))
         assert code == 2 and err.count("\n") == 1 and "pip install 'tmplkit[llama]'" in err, err
 
 
-def test_audit_token_round_trip_without_llama_refuses_before_analysis(capsys, no_llama):
-    code, out, err = run(capsys, "audit", "--in-process", "--tokenizer", "vocab:qwen35", CHATML)
+@pytest.mark.corpus
+def test_audit_token_round_trip_without_llama(capsys, no_llama):
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    code, out, err = run(capsys, "audit", "--in-process", "--tokenizer", "vocab:phi-3", CHATML)
     assert code == 2 and out == "" and "the token round trip (--tokenizer) needs llama-cpp-python" in err
+    # a BPE vocabulary is rebuilt without llama.cpp: the round trip runs
+    code, out, err = run(capsys, "audit", "--in-process", "--tokenizer", "vocab:qwen35", CHATML)
+    assert code == 0 and "tokens (vocab:qwen35" in out, err
     # auto: the templates decide; the fixtures' Qwen-style chatml is paired with no corpus vocab
     code, _, err = run(capsys, "audit", "--in-process", "--tokenizer", "auto", CHATML)
     assert code == 0, err
+
+
+@pytest.mark.corpus
+def test_audit_auto_without_llama_leaves_out_what_only_llama_reads(capsys, no_llama):
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    phi = str(corpus.templates_dir() / "microsoft-Phi-3.5-mini-instruct.jinja")
+    qwen = str(corpus.templates_dir() / "Qwen3.5-4B.jinja")
+    code, out, err = run(capsys, "audit", "--in-process", "--tokenizer", "auto", phi, qwen)
+    assert code == 0, err
+    assert err.count("\n") == 1 and "no token round trip for 1 template (microsoft-Phi-3.5-mini-instruct)" in err
+    assert "pip install" not in err and "'tmplkit[llama]'" in err
+    assert "tokens (vocab:qwen35" in out and "tokens (vocab:phi-3" not in out
 
 
 def test_core_commands_need_no_llama(capsys, no_llama):
