@@ -40,7 +40,8 @@ mkdir -p "$root"
 sdist="$root/llama_cpp_python-$version.tar.gz"
 if [ ! -f "$sdist" ]; then
     tmp="$(mktemp -d "$root/.download-XXXXXX")"
-    "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$tmp" >&2
+    # only this sdist: its build dependencies as wheels (no-binary :all: builds them from source)
+    "$PYTHON" -m pip download --quiet --no-deps --no-binary llama-cpp-python "llama-cpp-python==$version" -d "$tmp" >&2
     mv "$tmp/llama_cpp_python-$version.tar.gz" "$sdist"
     rmdir "$tmp"
 fi

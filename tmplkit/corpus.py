@@ -184,7 +184,9 @@ def _fetch_package(target: Path, package: str, version: str, sha256: str, filena
     except OSError as exc:
         raise SourceError(f"cannot create the cache folder {target.parent} ({exc.strerror or exc}); "
                           "set TMPLKIT_CACHE to a writable folder") from None
-    binary = ["--only-binary", ":all:"] if filename.endswith(".whl") else ["--no-binary", ":all:"]
+    # The sdist of `package` only: its build dependencies (pip prepares the sdist's metadata) come
+    # as wheels, else pip builds setuptools, hatchling and the rest from source (minutes, no cache).
+    binary = ["--only-binary", ":all:"] if filename.endswith(".whl") else ["--no-binary", package]
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         tmp_path = Path(tmp)
         download = tmp_path / filename

@@ -102,7 +102,7 @@ def gguf_bpe_tokenizer(path: str | Path):
         from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     except ImportError:
         raise TokenizerError("reading a GGUF vocabulary without llama-cpp-python needs the tokenizers package; "
-                             "run `pip install 'tmplkit[hf]'`") from None
+                             "run `pip install 'tmplkit[vocab]'`") from None
     md = _read_vocab(Path(path))
     tokens = [md[Keys.Tokenizer.LIST][i].decode("utf-8", "replace") for i in range(len(md[Keys.Tokenizer.LIST]))]
     merges = [tuple(m.decode("utf-8", "replace").split(" ", 1)) for m in md[_K_MERGES].values()]

@@ -411,7 +411,7 @@ class HFTokenizer:
         try:
             from tokenizers import Tokenizer as _Tok
         except ImportError:
-            raise TokenizerError("reading a tokenizer.json needs the tokenizers package; run `pip install 'tmplkit[hf]'`") from None
+            raise TokenizerError("reading a tokenizer.json needs the tokenizers package; run `pip install 'tmplkit[vocab]'`") from None
         try:
             self._tok = _Tok.from_file(str(path))
         except Exception as exc:  # tokenizers raises a plain Exception on bad JSON

@@ -109,7 +109,7 @@ def config_of(args):
 # The optional extras: (module, extra, what it is), for one-line refusals before any work.
 EXTRAS = {
     "llama": ("llama_cpp", "llama", "llama-cpp-python"),
-    "hf": ("tokenizers", "hf", "the Hugging Face tokenizers package"),
+    "hf": ("tokenizers", "vocab", "the Hugging Face tokenizers package"),
 }
 
 
