@@ -54,6 +54,16 @@ def _mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
 def test_ci_builds_the_site_strict():
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
     assert "make docs" in ci and ci.index("make lint") < ci.index("make docs") < ci.index("make test")
+
+
+def test_ci_runs_the_quick_start_commands():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = readme[readme.index("## Quick start"):]
+    block = quick[quick.index("```sh") + 5:quick.index("```", quick.index("```sh") + 5)]
+    commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
+    assert commands == ["make audit", "make test"]
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert all(c in ci for c in commands) and ci[-1] == "make test"
     makefile = (ROOT / "Makefile").read_text()
     assert "\t$(BIN)/mkdocs build --strict -d site\n" in makefile
 
