@@ -173,9 +173,10 @@ def test_no_sources_anywhere_is_a_one_line_error(project, capsys):
 
 
 def test_tokenizer_pairing_is_used_before_any_analysis(project, capsys, monkeypatch):
-    # Without llama-cpp-python, a paired vocab: tokenizer is refused at once: the pairing was read.
+    # Without llama-cpp-python, a paired vocab: tokenizer only llama.cpp reads (SentencePiece) is
+    # refused at once: the pairing was read.
     monkeypatch.setitem(sys.modules, "llama_cpp", None)
-    write(project / "tmplkit.toml", "[tokenizers]\nllama3 = 'vocab:llama-bpe'\n")
+    write(project / "tmplkit.toml", "[tokenizers]\nllama3 = 'vocab:phi-3'\n")
     code, _, err = run(capsys, "audit", "--in-process", "templates/llama3.jinja")
     assert code == 2 and "needs llama-cpp-python" in err
 
