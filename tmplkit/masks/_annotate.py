@@ -378,7 +378,7 @@ def annotate_template(template: ChatTemplate, conversations: Sequence | None = N
     tags = _tags(src)
     places = _places(src, tags)
     marks = [(i, g) for i, guards in enumerate(_loop_vars(src, tags, places)) for g in ("", *guards)]
-    starts, ends, want = _coverage(places, marks, cases)
+    starts, ends, want, fired = _coverage(places, marks, cases)
     groups = _groups(places, marks, starts, ends)
     chosen: list[tuple[_Place, _Place, str]] = []
     covered: set = set()
@@ -393,6 +393,8 @@ def annotate_template(template: ChatTemplate, conversations: Sequence | None = N
             covered |= turns
     if covered != want:
         captured = _captured(src, tags, cases)
+        if captured is None:
+            captured = _marked(src, places, marks, starts, _loose_ends(fired, cases, want), want, cases)
         if captured is not None:
             return Annotated(template.name, captured, len(cases), sum(b - a for _, m in cases for a, b in m.ranges))
         if not why:
@@ -523,6 +525,52 @@ def _with_capture(src: str, ps: _Place, pe: _Place, name: str, heads: Sequence[s
             + cut + "{%- else %}{{ _tk_body }}{%- endif %}" + src[pe.start:])
 
 
+_START, _END = "\\ue010", "\\ue011"  # as the annotated copy spells them (Jinja unescapes string literals)
+
+
+def _marked(src: str, places, marks, starts: dict[int, frozenset], ends: dict[int, frozenset], want: set, cases) -> str | None:
+    """Where the turns' starts and ends are reached in different blocks (a tool-call turn that ends
+    in the next message's iteration, a turn whose end differs by its kind): one mark at each of a
+    set of places that start every masked turn once (and one for the ends), the whole render
+    captured and printed back between the marks, the parts from a start mark to the next end mark
+    inside the tags. None where the marks do not cover every turn once or the copy does not prove."""
+    chosen_s, chosen_e = _cover(places, marks, starts, want), _cover(places, marks, ends, want, disjoint=False)
+    if chosen_s is None or chosen_e is None:
+        return None
+    at: dict[int, list[str]] = {}
+    for chosen, code in ((chosen_e, _END), (chosen_s, _START)):  # a turn's end before the next one's start
+        for m in chosen:
+            mark = f"{{{{ '{code}' }}}}"
+            at.setdefault(marks[m][0], []).append(
+                f"{{% if {marks[m][1]}.role == 'assistant' %}}{mark}{{% endif %}}" if marks[m][1] else mark)
+    edits = [(places[i], f"{places[i].before}{{%{places[i].left} if true %}}{''.join(inner)}{{% endif {places[i].right}%}}"
+              f"{places[i].after}") for i, inner in at.items()]
+    body = _with(src, edits)
+    body = body[:-1] if body.endswith("\n") else body  # Jinja drops one newline at the template's end
+    text = (f"{{% set _tk_out +%}}{body}{{%+ endset %}}"
+            f"{{% for _tk_part in _tk_out.split('{_START}') %}}{{% if loop.first %}}{{{{ _tk_part|replace('{_END}', '') }}}}"
+            f"{{% else %}}{{% set _tk_cut = _tk_part.split('{_END}', 1) %}}{{% generation %}}{{{{ _tk_cut[0] }}}}"
+            f"{{% endgeneration %}}{{{{ _tk_cut[1:]|join('')|replace('{_END}', '') }}}}{{% endif %}}{{% endfor %}}")
+    if _compiles(text) and _proves(text, cases) is None:
+        return text
+    return None
+
+
+def _cover(places, marks, found: dict[int, frozenset], want: set, disjoint: bool = True) -> list[int] | None:
+    """Marks whose turns are together every masked turn, each turn once where `disjoint` (the
+    widest first, unguarded before guarded, no `+` before one with); None where none do."""
+    order = sorted(found, key=lambda m: (-len(found[m]), bool(marks[m][1]),
+                                         "+" in (places[marks[m][0]].left, places[marks[m][0]].right), m))
+    chosen: list[int] = []
+    covered: set = set()
+    for m in order:
+        if found[m] <= covered or (disjoint and found[m] & covered):
+            continue
+        chosen.append(m)
+        covered |= found[m]
+    return chosen if covered == want else None
+
+
 def _wrapped_all(src: str, pairs) -> str:
     for s, e, guard in sorted(pairs, key=lambda p: p[0].start, reverse=True):
         src = _wrapped(src, s, e, guard)
@@ -561,6 +609,7 @@ def _coverage(places: Sequence[_Place], marks: Sequence[tuple[int, str]], cases)
     ends: dict[int, set] = {}
     bad: set[int] = set()
     want: set = set()
+    fired: list[dict[int, list[int]]] = []
     keep = list(range(len(marks)))
     for c, (server, mask) in enumerate(cases):
         keep = _harmless(server, places, marks, keep, mask.text)
@@ -579,9 +628,29 @@ def _coverage(places: Sequence[_Place], marks: Sequence[tuple[int, str]], cases)
                     found.setdefault(m, set()).update(at[x] for x in f)
                 else:
                     found[m] = found.get(m, set()) | {None}
+        fired.append(fires)
     clean = {m: frozenset(v) for m, v in starts.items() if m not in bad and v and None not in v}
     clean_e = {m: frozenset(v) for m, v in ends.items() if m not in bad and v and None not in v}
-    return clean, clean_e, want
+    fired = [{m: f for m, f in fires.items() if m not in bad} for fires in fired]
+    return clean, clean_e, want, fired
+
+
+def _loose_ends(fired: Sequence[dict[int, list[int]]], cases, want: set) -> dict[int, frozenset]:
+    """For each mark, the masked turns it ends where an end mark only has to be the first one
+    reached after the turn's start (`_marked`'s rule): reached at the turn's end, never inside it;
+    reached elsewhere outside the turns is harmless there."""
+    out: dict[int, set] = {}
+    inside: set[int] = set()
+    for c, ((_, mask), fires) in enumerate(zip(cases, fired)):
+        for m, at in fires.items():
+            for k, t in enumerate(mask.turns):
+                if t.end <= t.start:
+                    continue
+                if any(t.start <= x < t.end for x in at):
+                    inside.add(m)
+                elif t.end in at:
+                    out.setdefault(m, set()).add((c, k))
+    return {m: frozenset(v) for m, v in out.items() if m not in inside and v <= want}
 
 
 def _compiles(text: str) -> bool:

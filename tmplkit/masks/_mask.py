@@ -240,6 +240,8 @@ def _turns(server: ServerConversation, text: str, starts: Sequence[int]):
         start, end, rule = _locate(server, text, req)
         end = _with_end_markup(text, end, starts)
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
+        if end == len(text.rstrip()):
+            end = start + len(_without_end_of_text(text[start:end]))
         yield MaskedTurn(req.turn, start, end, rule)
 
 
@@ -346,6 +348,21 @@ def _with_end_markup(text: str, end: int, starts: Sequence[int]) -> int:
     if rest and not rest[0].isspace() and not UNIT.sub("", rest).strip():
         return stop - (len(rest) - len(rest.rstrip()))
     return end
+
+
+_END_OF_TEXT = re.compile(r"(?:\s+(?:" + UNIT.pattern + r"))+$")
+
+
+def _without_end_of_text(turn: str) -> str:
+    """The last turn less the markup the render ends with after whitespace once the turn's own end
+    marker is written (Phi-3.5's `<|end|>\n</s>`: the template's end of text, which a turn with a
+    message after it does not have; the model stopped at `<|end|>`)."""
+    m = _END_OF_TEXT.search(turn)
+    return turn[:m.start()] if m and _ends_with_unit(turn[:m.start()]) else turn
+
+
+def _ends_with_unit(text: str) -> bool:
+    return any(m.end() == len(text) for m in UNIT.finditer(text))
 
 
 def _labels(spans: Sequence[TextSpan], offsets: Sequence[tuple[int, int]]) -> tuple[str, ...]:
