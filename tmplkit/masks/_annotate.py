@@ -219,15 +219,18 @@ def _whole_operand(s: str, a: int, b: int) -> bool:
 
 
 def _literal_cuts(s: str, a: int, b: int) -> list[int]:
-    """Cut points inside the literal s[a:b]: after `>` and after a `\\n` escape, not at its ends."""
+    """Cut points inside the literal s[a:b], not at its ends: after `>`, `:` and a `\\n` escape,
+    before `<` (`'<|start|>assistant<|channel|>'`: the header ends inside a markup run)."""
     out, i = [], a + 1
     while i < b - 1:
         step = 2 if s[i] == "\\" else 1
-        if s[i] == ">" or s[i:i + 2] == "\\n":
+        if s[i] in ">:" or s[i:i + 2] == "\\n":
             if i + step < b - 1:
                 out.append(i + step)
+        elif s[i] == "<" and i > a + 1:
+            out.append(i)
         i += step
-    return out
+    return sorted(set(out))
 
 
 # ---- tracing -----------------------------------------------------------------------------------------

@@ -150,8 +150,7 @@ def text_mask(template: ChatTemplate, conversation, *, kwargs: Mapping | None = 
     server = for_server(template, _conversation(conversation), kwargs)
     text = server.render(add_generation_prompt=False)
     spans = tuple(split_text(text, analysis.delimiters))
-    starts = [s.start for s in spans]
-    return TextMask(template.name, text, spans, tuple(_turns(server, text, starts)))
+    return TextMask(template.name, text, spans, tuple(_turns(server, text, spans)))
 
 
 def text_masks(template: ChatTemplate, conversations: Iterable, *, kwargs: Mapping | None = None) -> tuple[TextMask, ...]:
@@ -225,8 +224,10 @@ def _proven(template: ChatTemplate, analysis: Analysis | None) -> Analysis:
     return analysis
 
 
-def _turns(server: ServerConversation, text: str, starts: Sequence[int]):
+def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan]):
     """The masked turns of `text`, the render of the whole of `server`'s conversation."""
+    starts = [s.start for s in spans]
+    others = [s.start for s in spans if s.role not in ("assistant", "reasoning", "reasoning_end")]
     if not any(end > n for n, end in request_points(server.messages)):
         return
     # Every request rendered at the time the whole render is, so a template that prints the date
@@ -237,7 +238,7 @@ def _turns(server: ServerConversation, text: str, starts: Sequence[int]):
                             f"turn of messages {req.turn[0]}..{req.turn[1] - 1}; what the model generates there is unknown")
         if not req.generated:
             continue
-        start, end, rule = _locate(server, text, req)
+        start, end, rule = _locate(server, text, req, others)
         end = _with_end_markup(text, end, starts)
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         if end == len(text.rstrip()):
@@ -245,8 +246,9 @@ def _turns(server: ServerConversation, text: str, starts: Sequence[int]):
         yield MaskedTurn(req.turn, start, end, rule)
 
 
-def _locate(server: ServerConversation, text: str, req) -> tuple[int, int, str]:
-    """Where `req`'s generated turn lies in `text`: (start, end, rule)."""
+def _locate(server: ServerConversation, text: str, req, others: Sequence[int]) -> tuple[int, int, str]:
+    """Where `req`'s generated turn lies in `text`: (start, end, rule); `others`: where the spans
+    of other roles than the assistant's start."""
     generated = req.generated
     history = len(req.text) - len(req.generation_prompt)  # where the request's own history ends
     if text.startswith(req.text):
@@ -262,13 +264,29 @@ def _locate(server: ServerConversation, text: str, req) -> tuple[int, int, str]:
     if text.startswith(generated, start):
         return start, start + len(generated), "exact"
     end = _aligned_end(text, start, generated)
+    if end > start and _inside_unit(text, end):
+        end = start  # what matches ends inside a markup unit (`<｜` of `<｜tool▁calls▁begin｜>`): no history form
     if end == start:
         # The history closes what the prompt opened before the turn's text (`<think></think>` where
         # the prompt ends with `<think>\n`): markup the model writes first, then the turn as generated.
         m = _LEADING_MARKUP.match(text, start)
         if m and m.end() > start and text.startswith(generated, m.end()):
             end = m.end() + len(generated)
+    if end == start:
+        # The history writes a block of its own first (the tool calls before a second header and
+        # the message's content): the turn is the last copy of its generated text before the next
+        # message, as the request that asks for it ends.
+        k = bisect_left(others, start + 1)
+        at = text.rfind(generated, start, others[k] if k < len(others) else len(text))
+        if at >= 0:
+            return at, at + len(generated), "exact"
     return start, end, "history" if end > start else "dropped"
+
+
+def _inside_unit(text: str, at: int) -> bool:
+    """Whether `at` falls inside a markup unit of `text` (`<｜` of `<｜tool▁calls▁begin｜>`)."""
+    opening = text.rfind("<", max(at - 64, 0), at)
+    return opening >= 0 and any(m.start() < at < m.end() for m in UNIT.finditer(text, opening, at + 64))
 
 
 def _aligned_end(text: str, start: int, generated: str) -> int:
