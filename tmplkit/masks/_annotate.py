@@ -32,7 +32,7 @@ from ..errors import TmplkitError
 from ..sandbox import PINNED_NOW
 from ..session import Conversation, ServerConversation, for_server, generate_session, load_conversation
 from ..sources import ChatTemplate
-from ._mask import TextMask, text_mask
+from ._mask import TextMask, _analysis_of, text_mask
 
 __all__ = ["AnnotationError", "Annotated", "annotate_template", "check_conversations", "transformers_mask"]
 
@@ -92,6 +92,7 @@ class _Place:
     right: str
     before: str = ""
     after: str = ""
+    expr: bool = False  # inside a `{% set x = ... %}` value: a mark there is an operand, no tag
 
     def tag(self, name: str) -> str:
         return f"{self.before}{{%{self.left} {name} {self.right}%}}{self.after}"
@@ -154,7 +155,7 @@ def _places(src: str, tags: Sequence[_Tag]) -> list[_Place]:
         prev = t.end
     out = [_place_at(src, p, starts.get(p), ends.get(p)) for p in sorted(positions)]
     for t in tags:
-        if t.kind == "{{":
+        if t.kind == "{{" or (t.kind == "{%" and _SET_VALUE.match(src, t.start)):
             out.extend(_splits(src, t))
     return out
 
@@ -176,22 +177,28 @@ def _place_at(src: str, p: int, nxt: _Tag | None, prev: _Tag | None) -> _Place:
     return _Place(p, p, left, right)
 
 
+_SET_VALUE = re.compile(r"\{%[-+]?\s*set\s+[\w.]+\s*=\s*")
+
+
 def _splits(src: str, t: _Tag) -> list[_Place]:
     """Where an output expression can be split in two (`{{ a + b }}` into `{{ a }}{{ b }}`): at each
     top-level `+` / `~`, and inside a string literal that is a whole operand, after each `>` and
-    `\\n` (`'<|im_end|>\\n'` into `'<|im_end|>'`, `'\\n'`)."""
-    inner = src[t.start + 2 + bool(t.left):t.end - 2 - bool(t.right)]
+    `\\n` (`'<|im_end|>\\n'` into `'<|im_end|>'`, `'\\n'`). In a `{% set x = a ~ b %}` value (a
+    template that builds its output in a string) the same places take a mark as an operand."""
+    value = _SET_VALUE.match(src, t.start) if t.kind == "{%" else None
+    base = value.end() if value else t.start + 2 + bool(t.left)
+    inner = src[base:t.end - 2 - bool(t.right)]
     if re.search(r"\bif\b", inner):
         return []  # `a + b if c else d` is no concatenation of outputs
     out: list[_Place] = []
     depth = k = 0
-    base = t.start + 2 + bool(t.left)
     while k < len(inner):
         c = inner[k]
         if c in "'\"":
             j = _literal_end(inner, k)
             if depth == 0 and _whole_operand(inner, k, j):
-                out.extend(_Place(base + x, base + x, "", "", before=f"{c} }}}}", after=f"{{{{ {c}")
+                out.extend(_Place(base + x, base + x, "", "", before=f"{c} ~ " if value else f"{c} }}}}",
+                                  after=f" ~ {c}" if value else f"{{{{ {c}", expr=bool(value))
                            for x in _literal_cuts(inner, k, j))
             k = j
             continue
@@ -200,7 +207,8 @@ def _splits(src: str, t: _Tag) -> list[_Place]:
         elif c in ")]}":
             depth -= 1
         elif c in "+~" and depth == 0:
-            out.append(_Place(base + k, base + k + 1, "", "", before=" }}", after="{{ "))
+            out.append(_Place(base + k, base + k + 1, "", "", before=f"{c} " if value else " }}",
+                              after=f" {c}" if value else "{{ ", expr=bool(value)))
         k += 1
     return out
 
@@ -253,10 +261,7 @@ def _trace(server: ServerConversation, places: Sequence[_Place], marks: Sequence
     edits = []
     for i, ks in at.items():
         p = places[i]
-        inner = "".join(f"\ue000{k}\ue001" if not marks[k][1] else
-                        f"{{% if {marks[k][1]}.role == 'assistant' %}}\ue000{k}\ue001{{% endif %}}" for k in ks)
-        # (the outer `{% if %}` takes the place's left whitespace control, its `{% endif %}` the right one)
-        edits.append((p, f"{p.before}{{%{p.left} if true %}}{inner}{{% endif {p.right}%}}{p.after}"))
+        edits.append((p, _marked_place(p, [(f"\\ue000{k}\\ue001", marks[k][1]) for k in ks])))
     traced = _rendered(server, _with(server.template.text, edits))
     fires: dict[int, list[int]] = {}
     removed = 0
@@ -264,6 +269,19 @@ def _trace(server: ServerConversation, places: Sequence[_Place], marks: Sequence
         fires.setdefault(int(m.group(1)), []).append(m.start() - removed)
         removed += len(m.group(0))
     return _MARK.sub("", traced), fires
+
+
+def _marked_place(p: _Place, items: Sequence[tuple[str, str]]) -> str:
+    """The text that puts marks (an escaped string literal each, and the loop variable whose
+    assistant messages alone print it, "" for every pass) at `p`: output tags, or in a set value
+    operands (`(M1 ~ M2)`)."""
+    if p.expr:
+        ops = [f"('{mark}' if {guard}.role == 'assistant' else '')" if guard else f"'{mark}'" for mark, guard in items]
+        return f"{p.before}({' ~ '.join(ops)}){p.after}"
+    inner = "".join(f"{{% if {guard}.role == 'assistant' %}}{{{{ '{mark}' }}}}{{% endif %}}" if guard else f"{{{{ '{mark}' }}}}"
+                    for mark, guard in items)
+    # (the outer `{% if %}` takes the place's left whitespace control, its `{% endif %}` the right one)
+    return f"{p.before}{{%{p.left} if true %}}{inner}{{% endif {p.right}%}}{p.after}"
 
 
 def _harmless(server: ServerConversation, places, marks, keep: list[int], want: str) -> list[int]:
@@ -397,7 +415,7 @@ def annotate_template(template: ChatTemplate, conversations: Sequence | None = N
     if covered != want:
         captured = _captured(src, tags, cases)
         if captured is None:
-            captured = _marked(src, places, marks, starts, _loose_ends(fired, cases, want), want, cases)
+            captured = _marked(src, places, marks, fired, want, cases)
         if captured is not None:
             return Annotated(template.name, captured, len(cases), sum(b - a for _, m in cases for a, b in m.ranges))
         if not why:
@@ -421,7 +439,8 @@ def _groups(places, marks, starts: dict[int, frozenset], ends: dict[int, frozens
     groups: dict[frozenset, list] = {}
     for s, turns in starts.items():
         for e in by_turns.get((turns, marks[s][1]), ()):
-            if places[marks[s][0]].end <= places[marks[e][0]].start:
+            a, b = places[marks[s][0]], places[marks[e][0]]
+            if a.end <= b.start and not (a.expr or b.expr):  # a tag cannot go inside a set value
                 groups.setdefault(turns, []).append((s, e))
 
     def preference(se):
@@ -531,46 +550,43 @@ def _with_capture(src: str, ps: _Place, pe: _Place, name: str, heads: Sequence[s
 _START, _END = "\\ue010", "\\ue011"  # as the annotated copy spells them (Jinja unescapes string literals)
 
 
-def _marked(src: str, places, marks, starts: dict[int, frozenset], ends: dict[int, frozenset], want: set, cases) -> str | None:
+def _marked(src: str, places, marks, fired: Sequence[dict[int, list[int]]], want: set, cases) -> str | None:
     """Where the turns' starts and ends are reached in different blocks (a tool-call turn that ends
-    in the next message's iteration, a turn whose end differs by its kind): one mark at each of a
-    set of places that start every masked turn once (and one for the ends), the whole render
-    captured and printed back between the marks, the parts from a start mark to the next end mark
-    inside the tags. None where the marks do not cover every turn once or the copy does not prove."""
-    chosen_s, chosen_e = _cover(places, marks, starts, want), _cover(places, marks, ends, want, disjoint=False)
-    if chosen_s is None or chosen_e is None:
+    in the next message's iteration, a turn whose end differs by its kind): a mark at each of a set
+    of places that together start every masked turn (and a set for the ends), the whole render
+    captured and printed back without the marks, the part from the last start mark before each end
+    mark to it inside the tags. None where no marks cover every turn or the copy does not prove."""
+    pair = _chosen_marks(places, marks, fired, want, cases)
+    if pair is None:
         return None
-    at: dict[int, list[str]] = {}
-    for chosen, code in ((chosen_e, _END), (chosen_s, _START)):  # a turn's end before the next one's start
+    at: dict[int, list[tuple[str, str]]] = {}
+    for chosen, code in ((pair[1], _END), (pair[0], _START)):  # a turn's end before the next one's start
         for m in chosen:
-            mark = f"{{{{ '{code}' }}}}"
-            at.setdefault(marks[m][0], []).append(
-                f"{{% if {marks[m][1]}.role == 'assistant' %}}{mark}{{% endif %}}" if marks[m][1] else mark)
-    edits = [(places[i], f"{places[i].before}{{%{places[i].left} if true %}}{''.join(inner)}{{% endif {places[i].right}%}}"
-              f"{places[i].after}") for i, inner in at.items()]
+            at.setdefault(marks[m][0], []).append((code, marks[m][1]))
+    edits = [(places[i], _marked_place(places[i], items)) for i, items in at.items()]
     body = _with(src, edits)
     body = body[:-1] if body.endswith("\n") else body  # Jinja drops one newline at the template's end
     text = (f"{{% set _tk_out +%}}{body}{{%+ endset %}}"
-            f"{{% for _tk_part in _tk_out.split('{_START}') %}}{{% if loop.first %}}{{{{ _tk_part|replace('{_END}', '') }}}}"
-            f"{{% else %}}{{% set _tk_cut = _tk_part.split('{_END}', 1) %}}{{% generation %}}{{{{ _tk_cut[0] }}}}"
-            f"{{% endgeneration %}}{{{{ _tk_cut[1:]|join('')|replace('{_END}', '') }}}}{{% endif %}}{{% endfor %}}")
+            f"{{% for _tk_part in _tk_out.split('{_END}') %}}{{% set _tk_cut = _tk_part.split('{_START}') %}}"
+            "{% if loop.last or _tk_cut|length == 1 %}{{ _tk_cut|join('') }}{% else %}{{ _tk_cut[:-1]|join('') }}"
+            "{% generation %}{{ _tk_cut[-1] }}{% endgeneration %}{% endif %}{% endfor %}")
     if _compiles(text) and _proves(text, cases) is None:
         return text
     return None
 
 
-def _cover(places, marks, found: dict[int, frozenset], want: set, disjoint: bool = True) -> list[int] | None:
-    """Marks whose turns are together every masked turn, each turn once where `disjoint` (the
-    widest first, unguarded before guarded, no `+` before one with); None where none do."""
-    order = sorted(found, key=lambda m: (-len(found[m]), bool(marks[m][1]),
+def _cover(places, marks, found: dict[int, tuple[frozenset, int]], want: set) -> list[int] | None:
+    """Marks whose turns are together every masked turn (those reached between turns least often
+    first, then the widest, unguarded before guarded, no `+` before one with); None where none do."""
+    order = sorted(found, key=lambda m: (found[m][1], -len(found[m][0]), bool(marks[m][1]),
                                          "+" in (places[marks[m][0]].left, places[marks[m][0]].right), m))
     chosen: list[int] = []
     covered: set = set()
     for m in order:
-        if found[m] <= covered or (disjoint and found[m] & covered):
+        if found[m][0] <= covered:
             continue
         chosen.append(m)
-        covered |= found[m]
+        covered |= found[m][0]
     return chosen if covered == want else None
 
 
@@ -595,13 +611,38 @@ def _wrapped(src: str, s: _Place, e: _Place, guard: str) -> str:
 def _cases(template: ChatTemplate, conversations) -> list[tuple[ServerConversation, TextMask]]:
     out = []
     for c in conversations if conversations is not None else check_conversations():
-        server = for_server(template, c if isinstance(c, Conversation) else load_conversation(c))
-        try:
-            out.append((server, text_mask(template, server)))
-        except TmplkitError:
-            continue  # a conversation the template refuses (no tools, strict alternation) proves nothing
+        conversation = c if isinstance(c, Conversation) else load_conversation(c)
+        for shaped, kwargs in [(conversation, None), *_as_analysed(template, conversation)]:
+            server = for_server(template, shaped, kwargs)
+            try:
+                out.append((server, text_mask(template, server)))
+                break
+            except TmplkitError:
+                continue  # a conversation the template refuses (no tools, strict alternation) proves nothing
     if not out:
         raise AnnotationError(f"template '{template.name}' renders none of the check conversations")
+    return out
+
+
+def _as_analysed(template: ChatTemplate, conversation: Conversation) -> list[tuple[Conversation, dict]]:
+    """`conversation` shaped as the template's analysis found it takes one (tools declared in every
+    conversation, tools without the `function` wrapper, variables it reads such as Firefunction's
+    `functions`): with the analysis' shape, then with the tools flattened too."""
+    from ..probes import Shape, extra_variable, tools_for
+
+    try:
+        adaptations = _analysis_of(template).capabilities.get("adaptations") or []
+    except TmplkitError:
+        return []
+    out = []
+    for flat in sorted({"flat_tools" in adaptations, True}):
+        shape = Shape(tools_always="tools_always" in adaptations, flat_tools=flat)
+        tools = list(conversation.tools or (tools_for(shape) if shape.tools_always else None) or [])
+        if flat:
+            tools = [t.get("function", t) for t in tools]
+        names = [a.split(":", 1)[1] for a in adaptations if a.startswith("variable:")]
+        kwargs = {n: v for n in names if (v := extra_variable(n, shape)) is not None}
+        out.append((replace(conversation, tools=tuple(tools) or None), kwargs))
     return out
 
 
@@ -638,22 +679,59 @@ def _coverage(places: Sequence[_Place], marks: Sequence[tuple[int, str]], cases)
     return clean, clean_e, want, fired
 
 
-def _loose_ends(fired: Sequence[dict[int, list[int]]], cases, want: set) -> dict[int, frozenset]:
-    """For each mark, the masked turns it ends where an end mark only has to be the first one
-    reached after the turn's start (`_marked`'s rule): reached at the turn's end, never inside it;
-    reached elsewhere outside the turns is harmless there."""
+def _chosen_marks(places, marks, fired, want: set, cases, tries: int = 8) -> tuple[list[int], list[int]] | None:
+    """Start and end marks that cover every masked turn and, by where they are reached, give no
+    region besides the turns: where a stray start mark and a stray end mark (a user's content and
+    its end of turn) make one, the start mark is left out (or, where the turns then lack a start,
+    the end mark) and the cover chosen again."""
+    found = {"start": _loose(fired, cases, want, "start"), "end": _loose(fired, cases, want, "end")}
+    for _ in range(tries):
+        chosen_s, chosen_e = _cover(places, marks, found["start"], want), _cover(places, marks, found["end"], want)
+        if chosen_s is None or chosen_e is None:
+            return None
+        stray = _stray_region(chosen_s, chosen_e, fired, cases)
+        if stray is None:
+            return chosen_s, chosen_e
+        side = "start" if _cover(places, marks, {m: v for m, v in found["start"].items() if m != stray[0]}, want) else "end"
+        found[side].pop(stray[0] if side == "start" else stray[1])
+    return None
+
+
+def _stray_region(chosen_s: Sequence[int], chosen_e: Sequence[int], fired, cases) -> tuple[int, int] | None:
+    """The start and end mark of the first region the marks give that is no masked turn (None: none)."""
+    for (_, mask), fires in zip(cases, fired):
+        events = sorted([(x, 0, m) for m in chosen_e for x in fires.get(m, [])]
+                        + [(x, 1, m) for m in chosen_s for x in fires.get(m, [])])
+        turns = {(t.start, t.end) for t in mask.turns if t.end > t.start}
+        opened: tuple[int, int] | None = None
+        for x, kind, m in events:
+            if kind == 1:
+                opened = (x, m)
+            elif opened is not None:
+                if (opened[0], x) not in turns:
+                    return opened[1], m
+                opened = None
+    return None
+
+
+def _loose(fired: Sequence[dict[int, list[int]]], cases, want: set, side: str) -> dict[int, tuple[frozenset, int]]:
+    """For each mark, the masked turns it starts (`side` "start") or ends under `_marked`'s rule (a
+    turn is what lies between the last start mark and the next end mark), and how often it is
+    reached between the turns (harmless alone, a stray region beside a stray mark of the other
+    side: the proof holds it); a mark reached inside a turn or at its other end is left out."""
     out: dict[int, set] = {}
+    strays: dict[int, int] = {}
     inside: set[int] = set()
     for c, ((_, mask), fires) in enumerate(zip(cases, fired)):
+        turns = [(k, t.start, t.end) for k, t in enumerate(mask.turns) if t.end > t.start]
+        edge = {(t[1] if side == "start" else t[2]): t[0] for t in turns}
         for m, at in fires.items():
-            for k, t in enumerate(mask.turns):
-                if t.end <= t.start:
-                    continue
-                if any(t.start <= x < t.end for x in at):
-                    inside.add(m)
-                elif t.end in at:
-                    out.setdefault(m, set()).add((c, k))
-    return {m: frozenset(v) for m, v in out.items() if m not in inside and v <= want}
+            if any((a < x <= b) if side == "start" else (a <= x < b) for _, a, b in turns for x in at):
+                inside.add(m)
+                continue
+            out.setdefault(m, set()).update((c, edge[x]) for x in at if x in edge)
+            strays[m] = strays.get(m, 0) + sum(x not in edge for x in at)
+    return {m: (frozenset(v), strays[m]) for m, v in out.items() if m not in inside and v and v <= want}
 
 
 def _compiles(text: str) -> bool:

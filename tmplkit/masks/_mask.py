@@ -240,6 +240,11 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan]):
             continue
         start, end, rule = _locate(server, text, req, others)
         end = _with_end_markup(text, end, starts)
+        k = bisect_left(others, start + 1)
+        # The next message's proven delimiter is not the turn's, where what a request adds after
+        # the previous one's text shares its opening (`<|START_OF_TURN_TOKEN|>` before the user's
+        # or the system's header).
+        end = min(end, others[k]) if k < len(others) else end
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         if end == len(text.rstrip()):
             end = start + len(_without_end_of_text(text[start:end]))
