@@ -247,6 +247,10 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan]):
         end = min(end, others[k]) if k < len(others) else end
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         if end == len(text.rstrip()):
+            if starts and start < starts[-1] and not UNIT.sub("", text[starts[-1]:]).strip():
+                # A render that ends with a header whatever add_generation_prompt says (Command
+                # R7B's): the next turn's opening, not this one's.
+                end = start + len(text[start:starts[-1]].rstrip())
             end = start + len(_without_end_of_text(text[start:end]))
         yield MaskedTurn(req.turn, start, end, rule)
 
@@ -276,6 +280,11 @@ def _locate(server: ServerConversation, text: str, req, others: Sequence[int]) -
         # the prompt ends with `<think>\n`): markup the model writes first, then the turn as generated.
         m = _LEADING_MARKUP.match(text, start)
         if m and m.end() > start and text.startswith(generated, m.end()):
+            markup = m.group(0).strip()
+            if markup and req.generation_prompt.rstrip().endswith(markup):
+                # The markup closes nothing the model opened: the prompt ends with it (`<think></think>`
+                # against the history's `</think>`), it is the history's header.
+                return m.end(), m.end() + len(generated), "exact"
             end = m.end() + len(generated)
     if end == start:
         # The history writes a block of its own first (the tool calls before a second header and
