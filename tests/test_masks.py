@@ -59,13 +59,14 @@ def test_no_header_and_no_generation_prompt_is_masked(name, conv):
         if name == "header-ends-user" and messages[turn.messages[0] - 1]["role"] == "tool":
             continue  # it prints no tool result and no header after one: the turn follows the previous answer
         # the assistant's header ends right before the mask: the mask starts after it
-        assert m.text[:turn.start].endswith(("<|im_start|>assistant\n", "### Response:\n")), (name, m.text[:turn.start][-30:])
+        assert m.text[:turn.start].endswith(("<|im_start|>assistant\n", "### Response:\n", "<|assistant|>", "<|assistant|>\n")), \
+            (name, m.text[:turn.start][-30:])
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_the_last_turn_is_the_turns_studys_generated_turn(name):
     t = template(name)
-    conv = load_conversation(FIXTURES / "chat.json")
+    conv = load_conversation(FIXTURES / next(c for c in EXPECTED[name] if c.startswith("chat")))
     m = text_mask(t, conv)
     last = [r for r in session_requests(conv, t) if r.generated][-1]
     # (less the whitespace the template writes after the end of turn: the model does not write it)
@@ -137,3 +138,15 @@ def test_qwen35_tokens_on_a_corpus_template(qwen35):
     m = assistant_mask(t, qwen35, FIXTURES / "chat.json")
     learned = qwen35.detokenize([i for i, on in zip(m.input_ids, m.mask) if on])
     assert learned.count("<|im_end|>") == 3 and "What is 2+2?" not in learned and "One file." in learned
+
+
+LOOP = "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}<|end|>\n{% endfor %}"
+
+
+@pytest.mark.parametrize("ending", ["{% if add_generation_prompt %}<|assistant|>\n{% else %}</s>{% endif %}",
+                                    "{{ '<|assistant|>\\n' }}"])
+def test_what_the_render_ends_with_after_the_last_turn_is_the_templates(ending):
+    # an end of text after whitespace (Phi-3.5's `\n</s>`), a header printed whatever
+    # add_generation_prompt says (Command R7B's): neither is the last turn's, as after the first turn
+    m = text_mask(ChatTemplate(LOOP + ending, "ending", "-"), FIXTURES / "plain.json")
+    assert m.masked_text() == ["Hello.<|end|>", "Goodbye.<|end|>"]

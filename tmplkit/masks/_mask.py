@@ -150,7 +150,8 @@ def text_mask(template: ChatTemplate, conversation, *, kwargs: Mapping | None = 
     server = for_server(template, _conversation(conversation), kwargs)
     text = server.render(add_generation_prompt=False)
     spans = tuple(split_text(text, analysis.delimiters))
-    return TextMask(template.name, text, spans, tuple(_turns(server, text, spans)))
+    headers = tuple(d.text for d in analysis.delimiters if d.role == "assistant" and d.text.strip())
+    return TextMask(template.name, text, spans, tuple(_turns(server, text, spans, headers)))
 
 
 def text_masks(template: ChatTemplate, conversations: Iterable, *, kwargs: Mapping | None = None) -> tuple[TextMask, ...]:
@@ -224,8 +225,9 @@ def _proven(template: ChatTemplate, analysis: Analysis | None) -> Analysis:
     return analysis
 
 
-def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan]):
-    """The masked turns of `text`, the render of the whole of `server`'s conversation."""
+def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], headers: Sequence[str]):
+    """The masked turns of `text`, the render of the whole of `server`'s conversation; `headers`:
+    the assistant's proven delimiters."""
     starts = [s.start for s in spans]
     others = [s.start for s in spans if s.role not in ("assistant", "reasoning", "reasoning_end")]
     if not any(end > n for n, end in request_points(server.messages)):
@@ -247,10 +249,7 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan]):
         end = min(end, others[k]) if k < len(others) else end
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         if end == len(text.rstrip()):
-            if starts and start < starts[-1] and not UNIT.sub("", text[starts[-1]:]).strip():
-                # A render that ends with a header whatever add_generation_prompt says (Command
-                # R7B's): the next turn's opening, not this one's.
-                end = start + len(text[start:starts[-1]].rstrip())
+            end = _before_trailing_header(text, start, end, starts, headers)
             end = start + len(_without_end_of_text(text[start:end]))
         yield MaskedTurn(req.turn, start, end, rule)
 
@@ -380,6 +379,17 @@ def _with_end_markup(text: str, end: int, starts: Sequence[int]) -> int:
     if rest and not rest[0].isspace() and not UNIT.sub("", rest).strip():
         return stop - (len(rest) - len(rest.rstrip()))
     return end
+
+
+def _before_trailing_header(text: str, start: int, end: int, starts: Sequence[int], headers: Sequence[str]) -> int:
+    """`end`, moved before the assistant header a render ends with whatever add_generation_prompt
+    says (Command R7B's): the next turn's opening, not this turn's (the last header in that
+    markup-only span; what precedes it there, an end of turn the header's delimiter holds, stays)."""
+    if not starts or starts[-1] <= start or UNIT.sub("", text[starts[-1]:]).strip():
+        return end
+    tail = text[starts[-1]:]
+    at = max((tail.rfind(h.strip()) for h in headers), default=-1)
+    return start + len(text[start:starts[-1] + at].rstrip()) if at >= 0 else end
 
 
 _END_OF_TEXT = re.compile(r"(?:\s+(?:" + UNIT.pattern + r"))+$")
