@@ -400,6 +400,23 @@ def annotate_template(template: ChatTemplate, conversations: Sequence | None = N
     places = _places(src, tags)
     marks = [(i, g) for i, guards in enumerate(_loop_vars(src, tags, places)) for g in ("", *guards)]
     starts, ends, want, fired = _coverage(places, marks, cases)
+    # In order of preference: tags in place around each kind of turn, the message loop's body
+    # captured, the whole render captured between marks.
+    chosen, why = _in_place(src, places, marks, starts, ends, want, cases)
+    text = _wrapped_all(src, chosen) if chosen is not None else None
+    if text is not None and (why := _proves(text, cases) or ""):
+        text = None
+    text = text or _captured(src, tags, cases)
+    if text is None:
+        text, why = _marked(src, places, marks, fired, want, cases)
+    if text is None:
+        raise AnnotationError(f"template '{template.name}': generation tags cannot be proved: {why}")
+    return Annotated(template.name, text, len(cases), sum(b - a for _, m in cases for a, b in m.ranges))
+
+
+def _in_place(src: str, places, marks, starts, ends, want: set, cases) -> tuple[list | None, str]:
+    """A (start place, end place, guard) for each kind of turn, each proved alone, together every
+    masked turn; (None, why) where they do not cover every turn."""
     groups = _groups(places, marks, starts, ends)
     chosen: list[tuple[_Place, _Place, str]] = []
     covered: set = set()
@@ -412,21 +429,7 @@ def annotate_template(template: ChatTemplate, conversations: Sequence | None = N
         if pair is not None:
             chosen.append(pair)
             covered |= turns
-    if covered != want:
-        captured = _captured(src, tags, cases)
-        if captured is None:
-            captured = _marked(src, places, marks, fired, want, cases)
-        if captured is not None:
-            return Annotated(template.name, captured, len(cases), sum(b - a for _, m in cases for a, b in m.ranges))
-        if not why:
-            side = "starts" if want - set().union(*starts.values()) else "ends"
-            why = f"no place in the source is reached exactly where each masked turn {side}"
-        raise AnnotationError(f"template '{template.name}': generation tags cannot be proved: {why}")
-    text = _wrapped_all(src, chosen)
-    why = _proves(text, cases) or ""
-    if why:
-        raise AnnotationError(f"template '{template.name}': generation tags cannot be proved: {why}")
-    return Annotated(template.name, text, len(cases), sum(b - a for _, m in cases for a, b in m.ranges))
+    return (chosen, "") if covered == want else (None, why)
 
 
 def _groups(places, marks, starts: dict[int, frozenset], ends: dict[int, frozenset]) -> dict[frozenset, list]:
@@ -550,15 +553,16 @@ def _with_capture(src: str, ps: _Place, pe: _Place, name: str, heads: Sequence[s
 _START, _END = "\\ue010", "\\ue011"  # as the annotated copy spells them (Jinja unescapes string literals)
 
 
-def _marked(src: str, places, marks, fired: Sequence[dict[int, list[int]]], want: set, cases) -> str | None:
+def _marked(src: str, places, marks, fired: Sequence[dict[int, list[int]]], want: set, cases) -> tuple[str | None, str]:
     """Where the turns' starts and ends are reached in different blocks (a tool-call turn that ends
     in the next message's iteration, a turn whose end differs by its kind): a mark at each of a set
     of places that together start every masked turn (and a set for the ends), the whole render
     captured and printed back without the marks, the part from the last start mark before each end
-    mark to it inside the tags. None where no marks cover every turn or the copy does not prove."""
-    pair = _chosen_marks(places, marks, fired, want, cases)
+    mark to it inside the tags. (None, why) where no marks cover every turn or the copy does not
+    prove."""
+    pair, why = _chosen_marks(places, marks, fired, want, cases)
     if pair is None:
-        return None
+        return None, why
     at: dict[int, list[tuple[str, str]]] = {}
     for chosen, code in ((pair[1], _END), (pair[0], _START)):  # a turn's end before the next one's start
         for m in chosen:
@@ -570,9 +574,8 @@ def _marked(src: str, places, marks, fired: Sequence[dict[int, list[int]]], want
             f"{{% for _tk_part in _tk_out.split('{_END}') %}}{{% set _tk_cut = _tk_part.split('{_START}') %}}"
             "{% if loop.last or _tk_cut|length == 1 %}{{ _tk_cut|join('') }}{% else %}{{ _tk_cut[:-1]|join('') }}"
             "{% generation %}{{ _tk_cut[-1] }}{% endgeneration %}{% endif %}{% endfor %}")
-    if _compiles(text) and _proves(text, cases) is None:
-        return text
-    return None
+    why = _proves(text, cases) or "" if _compiles(text) else "the marked copy does not compile"
+    return (None, why) if why else (text, "")
 
 
 def _cover(places, marks, found: dict[int, tuple[frozenset, int]], want: set) -> list[int] | None:
@@ -679,22 +682,32 @@ def _coverage(places: Sequence[_Place], marks: Sequence[tuple[int, str]], cases)
     return clean, clean_e, want, fired
 
 
-def _chosen_marks(places, marks, fired, want: set, cases, tries: int = 8) -> tuple[list[int], list[int]] | None:
+def _chosen_marks(places, marks, fired, want: set, cases, tries: int = 8) -> tuple[tuple[list[int], list[int]] | None, str]:
     """Start and end marks that cover every masked turn and, by where they are reached, give no
     region besides the turns: where a stray start mark and a stray end mark (a user's content and
     its end of turn) make one, the start mark is left out (or, where the turns then lack a start,
-    the end mark) and the cover chosen again."""
+    the end mark) and the cover chosen again. (None, why) where none do."""
     found = {"start": _loose(fired, cases, want, "start"), "end": _loose(fired, cases, want, "end")}
     for _ in range(tries):
         chosen_s, chosen_e = _cover(places, marks, found["start"], want), _cover(places, marks, found["end"], want)
         if chosen_s is None or chosen_e is None:
-            return None
+            return None, _uncovered(found["start" if chosen_s is None else "end"], want, cases,
+                                    "start" if chosen_s is None else "end")
         stray = _stray_region(chosen_s, chosen_e, fired, cases)
         if stray is None:
-            return chosen_s, chosen_e
+            return (chosen_s, chosen_e), ""
         side = "start" if _cover(places, marks, {m: v for m, v in found["start"].items() if m != stray[0]}, want) else "end"
         found[side].pop(stray[0] if side == "start" else stray[1])
-    return None
+    return None, "every place reached at the masked turns' starts is reached before other text that an end mark closes"
+
+
+def _uncovered(found: dict[int, tuple[frozenset, int]], want: set, cases, side: str) -> str:
+    """Why no marks cover the turns' starts (ends): the first turn none is reached at."""
+    c, k = min(want - set().union(*(v for v, _ in found.values())))
+    mask = cases[c][1]
+    at = mask.turns[k].start if side == "start" else mask.turns[k].end
+    return (f"no place in the source is reached at every masked turn's {side} and never inside a turn "
+            f"(none at the {side} of the turn after {mask.text[max(at - 40, 0):at]!r})")
 
 
 def _stray_region(chosen_s: Sequence[int], chosen_e: Sequence[int], fired, cases) -> tuple[int, int] | None:
