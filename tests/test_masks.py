@@ -150,3 +150,48 @@ def test_what_the_render_ends_with_after_the_last_turn_is_the_templates(ending):
     # add_generation_prompt says (Command R7B's): neither is the last turn's, as after the first turn
     m = text_mask(ChatTemplate(LOOP + ending, "ending", "-"), FIXTURES / "plain.json")
     assert m.masked_text() == ["Hello.<|end|>", "Goodbye.<|end|>"]
+
+
+def _both_ways(t, conv, monkeypatch):
+    from tmplkit.masks import _mask
+
+    fast = text_mask(t, conv)
+    with monkeypatch.context() as m:
+        m.setattr(_mask, "_prefix_turns", lambda server, text: None)  # the requests' own way
+        plain = text_mask(t, conv)
+    return fast, plain
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*.jinja")))
+def test_the_prefix_fast_path_masks_what_the_requests_mask(name, monkeypatch):
+    from tmplkit.session import generate_session
+
+    t = template(name)
+    compared = 0
+    for conv in [FIXTURES / c for c in EXPECTED.get(name, {})] + [generate_session(3000, seed=1, style="agent")]:
+        try:
+            fast, plain = _both_ways(t, conv, monkeypatch)
+        except MaskError:
+            continue
+        assert fast.turns == plain.turns
+        compared += 1
+    assert compared
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["Qwen3-Coder", "deepseek-ai-DeepSeek-V3.2", "microsoft-Phi-3.5-mini-instruct",
+                                  "openai-gpt-oss-120b", "google-gemma-4-31B-it"])
+def test_the_prefix_fast_path_masks_what_the_requests_mask_on_corpus_templates(name, monkeypatch):
+    from tmplkit.corpus import templates_dir
+    from tmplkit.masks import check_conversations
+
+    t = load_one(str(templates_dir() / f"{name}.jinja"))
+    compared = 0
+    for conv in check_conversations():
+        try:
+            fast, plain = _both_ways(t, conv, monkeypatch)
+        except MaskError:
+            continue
+        assert fast.turns == plain.turns
+        compared += 1
+    assert compared

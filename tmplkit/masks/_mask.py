@@ -38,11 +38,12 @@ from ..analysis import Analysis, analyze
 from ..analysis._text import UNIT, back_to_boundary, lcs
 from ..analysis._text import lcp as common_prefix
 from ..errors import RenderError, TmplkitError
+from ..sandbox import PINNED_NOW
 from ..session import Conversation, ServerConversation, for_server, load_conversation
 from ..sources import ChatTemplate
 from ..spans import TextSpan, split_text
 from ..tokenizers import Tokenizer
-from ..turns.requests import iter_requests, request_points
+from ..turns.requests import clock_at, iter_requests, request_points, turn_ending
 
 __all__ = ["MASK_SCHEMA_VERSION", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
            "assistant_masks", "text_mask", "text_masks", "tokenize_mask"]
@@ -232,15 +233,8 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     others = [s.start for s in spans if s.role not in ("assistant", "reasoning", "reasoning_end")]
     if not any(end > n for n, end in request_points(server.messages)):
         return
-    # Every request rendered at the time the whole render is, so a template that prints the date
-    # writes the same date in both.
-    for req in iter_requests(server, server.template, interval=timedelta(0)):
-        if req.rule == "unrendered":
-            raise MaskError(f"template '{server.template.name}' renders no conversation that ends with the assistant "
-                            f"turn of messages {req.turn[0]}..{req.turn[1] - 1}; what the model generates there is unknown")
-        if not req.generated:
-            continue
-        start, end, rule = _locate(server, text, req, others)
+    located = _prefix_turns(server, text)
+    for turn, start, end, rule in located if located is not None else _located_turns(server, text, others):
         end = _with_end_markup(text, end, starts)
         k = bisect_left(others, start + 1)
         # The next message's proven delimiter is not the turn's, where what a request adds after
@@ -251,7 +245,51 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
         if end == len(text.rstrip()):
             end = _before_trailing_header(text, start, end, starts, headers)
             end = start + len(_without_end_of_text(text[start:end]))
-        yield MaskedTurn(req.turn, start, end, rule)
+        yield MaskedTurn(turn, start, end, rule)
+
+
+def _located_turns(server: ServerConversation, text: str, others: Sequence[int]):
+    """(turn, start, end, rule) of each generated turn, found from the turns study's requests."""
+    # Every request rendered at the time the whole render is, so a template that prints the date
+    # writes the same date in both.
+    for req in iter_requests(server, server.template, interval=timedelta(0)):
+        if req.rule == "unrendered":
+            raise MaskError(f"template '{server.template.name}' renders no conversation that ends with the assistant "
+                            f"turn of messages {req.turn[0]}..{req.turn[1] - 1}; what the model generates there is unknown")
+        if req.generated:
+            yield (req.turn, *_locate(server, text, req, others))
+
+
+def _prefix_turns(server: ServerConversation, text: str) -> list[tuple[tuple[int, int], int, int, str]] | None:
+    """`_located_turns` where every request is a prefix of the render up to its turn's end, and that
+    one of the whole render (nearly every template): each turn is what the latter adds after the
+    former, less what the newest turn ends with only for being the newest, exactly where the whole
+    render holds it. Two renders a request (the turns study's third, the request without its
+    generation prompt, only finds the prompt, which the prefix case does not use); None where a
+    request is not such a prefix (the requests then say where each turn lies)."""
+    messages = list(server.messages)
+    clock = clock_at(PINNED_NOW)  # the time of the whole render (the sandbox's pinned time)
+    endings: dict[bool, str] = {}
+    out = []
+    for n, end in request_points(messages):
+        if end <= n:
+            continue
+        try:
+            request = server.render(messages[:n], add_generation_prompt=True, clock=clock)
+            full = text if end == len(messages) else server.render(messages[:end], add_generation_prompt=False, clock=clock)
+        except TmplkitError:
+            return None
+        if not (full.startswith(request) and text.startswith(full)):
+            return None
+        generated = full[len(request):]
+        kind = bool(messages[end - 1].get("tool_calls"))
+        if kind not in endings:
+            endings[kind] = turn_ending(server, messages[end - 1])
+        if endings[kind] and generated.endswith(endings[kind]):
+            generated = generated[:-len(endings[kind])]
+        if generated:
+            out.append(((n, end), len(request), len(request) + len(generated), "exact"))
+    return out
 
 
 def _locate(server: ServerConversation, text: str, req, others: Sequence[int]) -> tuple[int, int, str]:
