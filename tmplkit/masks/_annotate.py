@@ -550,7 +550,9 @@ def _with_capture(src: str, ps: _Place, pe: _Place, name: str, heads: Sequence[s
             + cut + "{%- else %}{{ _tk_body }}{%- endif %}" + src[pe.start:])
 
 
-_START, _END = "\\ue010", "\\ue011"  # as the annotated copy spells them (Jinja unescapes string literals)
+# The marks of `_marked`, as the annotated copy spells them (Jinja unescapes string literals): private
+# use characters around a name, text no conversation holds by chance (one that does renders otherwise).
+_START, _END = "\\ue000tk-start\\ue001", "\\ue000tk-end\\ue001"
 
 
 def _marked(src: str, places, marks, fired: Sequence[dict[int, list[int]]], want: set, cases) -> tuple[str | None, str]:
