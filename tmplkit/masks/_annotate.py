@@ -3,7 +3,8 @@ so that transformers' `return_assistant_tokens_mask` returns tmplkit's mask (`an
 
 How the tags are placed, template-independent: every place in the source where a tag can go
 without changing the render (before and after each tag, after a newline or `>` inside text, at
-each top-level `+` / `~` of an output expression, which splits `{{ a + b }}` into `{{ a }}{{ b }}`)
+each top-level `+` / `~` of an output expression, which splits `{{ a + b }}` into `{{ a }}{{ b }}`,
+and inside its string literals after `>`, `:` or a `\\n` and before `<`)
 gets a trace mark; one render of each check conversation with all marks shows where in the text
 each place is reached. A place reached exactly at every masked turn's start (and one at every
 end) is a candidate; each pair is written with the tags, and the first pair for which the render
@@ -14,10 +15,15 @@ treat the text around it as they did.
 
 Where the turns' start or end is printed where no tag can mark it alone (an opening newline
 written inside the tool-call loop), the message loop's body is captured (`{% set %}...{% endset
-%}`) and printed back in three pieces, the generated part inside the tags (`_captured`). A template
-whose own tags already give tmplkit's mask is returned as it is; one whose tags mask otherwise has
-them neutralised and gets new ones. Where nothing proves, `annotate_template` raises an
-`AnnotationError` that says why.
+%}`) and printed back in three pieces, the generated part inside the tags (`_captured`). Where a
+turn starts in one block and ends in another (an end of turn the next message's iteration prints,
+a render built in one string), the whole render is captured with a mark at places reached at the
+turns' starts and another at places reached at their ends (in a `{% set x = a ~ b %}` value the
+mark is an operand), and printed back with the part from the last start mark before each end mark
+inside the tags (`_marked`). A template whose own tags already give tmplkit's mask is returned as
+it is; one whose tags mask otherwise has them neutralised and gets new ones. A check conversation
+the template refuses is given again as its analysis found it takes one (`_as_analysed`). Where
+nothing proves, `annotate_template` raises an `AnnotationError` that says why.
 """
 
 from __future__ import annotations
