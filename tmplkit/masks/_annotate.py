@@ -364,8 +364,10 @@ def _pin_clock(text: str) -> None:
 
 def check_conversations() -> list[Conversation]:
     """The conversations an annotation is proved on: a plain chat, one with reasoning and tool
-    calls, and a short generated agent session."""
-    return [load_conversation(c) for c in _CHECKS] + [generate_session(1500, seed=0, requests=2)]
+    calls, a short generated session of tool calls and a short agent session whose turns reason
+    before their calls (where a captured body's headers or a mark's place first differ)."""
+    return [load_conversation(c) for c in _CHECKS] + [generate_session(1500, seed=0, requests=2),
+                                                      generate_session(6000, seed=3, style="agent")]
 
 
 def _proves(text: str, cases: Sequence[tuple[ServerConversation, TextMask]], only: frozenset | None = None) -> str | None:
@@ -512,10 +514,23 @@ def _captured(src: str, tags: Sequence[_Tag], cases) -> str | None:
             continue
         if any(next(h for h in heads if body.startswith(h)) != body[:k] for body, k, _ in found):
             continue  # the longest header seen is not always the turn's own
+        said = _message_texts(cases)
+        if any(w in h for h in (*heads, *tails) for w in said):
+            continue  # a header that holds a message's text (its reasoning) is no constant of the template
         text = _with_capture(src, ps, pe, name, heads, None if blank else tails.pop())
         if _compiles(text) and _proves(text, cases) is None:
             return text
     return None
+
+
+def _message_texts(cases) -> set[str]:
+    """The contents and reasoning of the check conversations' messages (three characters or more)."""
+    out = set()
+    for server, _ in cases:
+        for m in server.messages:
+            out.update(v for k in ("content", "reasoning_content", "thinking", "reasoning")
+                       if isinstance(v := m.get(k), str) and len(v.strip()) >= 3)
+    return out
 
 
 def _iterations(ps: _Place, pe: _Place, cases) -> list[tuple[str, int, int]]:
