@@ -525,7 +525,7 @@ def _captured(src: str, tags: Sequence[_Tag], cases) -> str | None:
 
 def _message_texts(cases) -> set[str]:
     """The contents and reasoning of the check conversations' messages (three characters or more)."""
-    out = set()
+    out: set[str] = set()
     for server, _ in cases:
         for m in server.messages:
             out.update(v for k in ("content", "reasoning_content", "thinking", "reasoning")
