@@ -350,8 +350,13 @@ def _aligned_end(text: str, start: int, generated: str) -> int:
     first = text[at]
     b = generated.find(first, a + 1)
     while b >= 0:
-        if text.startswith(generated[b:], at):
-            return at + len(generated) - b
+        rest = generated[b:]
+        if text.startswith(rest, at):
+            return at + len(rest)
+        # (the history drops the whitespace after the markup that closes the cut too: `</think>\n`)
+        unit = UNIT.match(rest)
+        if unit and text.startswith(rest := rest[:unit.end()] + rest[unit.end():].lstrip(), at):
+            return at + len(rest)
         b = generated.find(first, b + 1)
     return at
 
@@ -374,8 +379,9 @@ def _start_by_needle(server: ServerConversation, text: str, req) -> int:
         return _start_by_context(server, text, req)
     at = common_prefix(text, needled)
     content = content if isinstance(content, str) else ""
-    opening = req.generated[:max(req.generated.find(content), 0)] if content else ""
-    start = at - lcs(opening, text[:at])
+    opening = req.generated[:max(req.generated.rfind(content), 0)] if content else ""  # (after its reasoning)
+    # (the history may drop the whitespace after the markup that ends the opening: `</think>\n`)
+    start = at - (lcs(opening, text[:at]) or lcs(opening.rstrip(), text[:at]))
     return at if _ends_with_header(text, start, at, req.generation_prompt) else start
 
 
