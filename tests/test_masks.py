@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tmplkit.errors import TmplkitError
 from tmplkit.masks import MASK_SCHEMA_VERSION, MaskError, assistant_mask, assistant_masks, text_mask, text_masks
 from tmplkit.session import load_conversation
 from tmplkit.sources import ChatTemplate, load_one
@@ -59,13 +60,14 @@ def test_no_header_and_no_generation_prompt_is_masked(name, conv):
         if name == "header-ends-user" and messages[turn.messages[0] - 1]["role"] == "tool":
             continue  # it prints no tool result and no header after one: the turn follows the previous answer
         # the assistant's header ends right before the mask: the mask starts after it
-        assert m.text[:turn.start].endswith(("<|im_start|>assistant\n", "### Response:\n")), (name, m.text[:turn.start][-30:])
+        assert m.text[:turn.start].endswith(("<|im_start|>assistant\n", "### Response:\n", "<|assistant|>", "<|assistant|>\n")), \
+            (name, m.text[:turn.start][-30:])
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_the_last_turn_is_the_turns_studys_generated_turn(name):
     t = template(name)
-    conv = load_conversation(FIXTURES / "chat.json")
+    conv = load_conversation(FIXTURES / next(c for c in EXPECTED[name] if c.startswith("chat")))
     m = text_mask(t, conv)
     last = [r for r in session_requests(conv, t) if r.generated][-1]
     # (less the whitespace the template writes after the end of turn: the model does not write it)
@@ -137,3 +139,60 @@ def test_qwen35_tokens_on_a_corpus_template(qwen35):
     m = assistant_mask(t, qwen35, FIXTURES / "chat.json")
     learned = qwen35.detokenize([i for i, on in zip(m.input_ids, m.mask) if on])
     assert learned.count("<|im_end|>") == 3 and "What is 2+2?" not in learned and "One file." in learned
+
+
+LOOP = "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}<|end|>\n{% endfor %}"
+
+
+@pytest.mark.parametrize("ending", ["{% if add_generation_prompt %}<|assistant|>\n{% else %}</s>{% endif %}",
+                                    "{{ '<|assistant|>\\n' }}"])
+def test_what_the_render_ends_with_after_the_last_turn_is_the_templates(ending):
+    # an end of text after whitespace (Phi-3.5's `\n</s>`), a header printed whatever
+    # add_generation_prompt says (Command R7B's): neither is the last turn's, as after the first turn
+    m = text_mask(ChatTemplate(LOOP + ending, "ending", "-"), FIXTURES / "plain.json")
+    assert m.masked_text() == ["Hello.<|end|>", "Goodbye.<|end|>"]
+
+
+def _both_ways(t, conv, monkeypatch):
+    from tmplkit.masks import _mask
+
+    fast = text_mask(t, conv)
+    with monkeypatch.context() as m:
+        m.setattr(_mask, "_prefix_turns", lambda server, text: None)  # the requests' own way
+        plain = text_mask(t, conv)
+    return fast, plain
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*.jinja")))
+def test_the_prefix_fast_path_masks_what_the_requests_mask(name, monkeypatch):
+    from tmplkit.session import generate_session
+
+    t = template(name)
+    compared = 0
+    for conv in [FIXTURES / c for c in EXPECTED.get(name, {})] + [generate_session(3000, seed=1, style="agent")]:
+        try:
+            fast, plain = _both_ways(t, conv, monkeypatch)
+        except MaskError:
+            continue
+        assert fast.turns == plain.turns
+        compared += 1
+    assert compared
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["Qwen3-Coder", "deepseek-ai-DeepSeek-V3.2", "microsoft-Phi-3.5-mini-instruct",
+                                  "openai-gpt-oss-120b", "google-gemma-4-31B-it"])
+def test_the_prefix_fast_path_masks_what_the_requests_mask_on_corpus_templates(name, monkeypatch):
+    from tmplkit.corpus import templates_dir
+    from tmplkit.masks import check_conversations
+
+    t = load_one(str(templates_dir() / f"{name}.jinja"))
+    compared = 0
+    for conv in check_conversations():
+        try:
+            fast, plain = _both_ways(t, conv, monkeypatch)
+        except TmplkitError:  # a conversation the template refuses
+            continue
+        assert fast.turns == plain.turns
+        compared += 1
+    assert compared

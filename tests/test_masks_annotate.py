@@ -12,7 +12,7 @@ import pytest
 
 from tmplkit.cli import main
 from tmplkit.masks import AnnotationError, annotate_template, check_conversations, text_mask, transformers_mask
-from tmplkit.session import for_server
+from tmplkit.session import for_server, load_conversation
 from tmplkit.sources import ChatTemplate, load_one
 
 pytest.importorskip("transformers")
@@ -43,6 +43,29 @@ def test_annotated_copy_renders_the_same_and_transformers_masks_what_tmplkit_mas
         assert [r for r in ranges if r[1] > r[0]] == list(ours.ranges)
         checked += 1
     assert checked >= 2
+
+
+# Our templates that each take one way of placing the tags (the annotated copy's telltale), and the
+# masked text transformers must give on it: fixtures/masks/expected.json, written by hand.
+PATHS = [("one-line-roles", "{% if m.role == 'assistant' %}{% generation"),  # a line every role's turn shares
+         ("conditional-expression", "_tk_body"),  # the message loop's body captured
+         ("end-in-next-message", "_tk_out"),  # start and end marks in different blocks
+         ("string-built", "_tk_out"),  # marks inside the string the template builds
+         ("tools-always", "{% generation")]  # proved on conversations shaped as the analysis found
+EXPECTED = {k: v for k, v in json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8")).items()
+            if not k.startswith("_")}
+
+
+@pytest.mark.parametrize(("name", "telltale"), PATHS)
+def test_each_way_of_placing_the_tags_gives_transformers_the_expected_mask(name, telltale):
+    t = template(name)
+    annotated = annotate_template(t)
+    assert telltale in annotated.text and annotated.checked == len(check_conversations())
+    for conv, expected in EXPECTED[name].items():
+        server = for_server(t, load_conversation(FIXTURES / conv))
+        theirs, ranges = transformers_mask(annotated.text, server)
+        assert theirs == server.render(add_generation_prompt=False)
+        assert [theirs[a:b] for a, b in ranges if b > a] == [text for text, _ in expected]
 
 
 def test_a_template_whose_own_tags_prove_is_kept_and_one_whose_tags_differ_is_retagged():

@@ -3,7 +3,8 @@ so that transformers' `return_assistant_tokens_mask` returns tmplkit's mask (`an
 
 How the tags are placed, template-independent: every place in the source where a tag can go
 without changing the render (before and after each tag, after a newline or `>` inside text, at
-each top-level `+` / `~` of an output expression, which splits `{{ a + b }}` into `{{ a }}{{ b }}`)
+each top-level `+` / `~` of an output expression, which splits `{{ a + b }}` into `{{ a }}{{ b }}`,
+and inside its string literals after `>`, `:` or a `\\n` and before `<`)
 gets a trace mark; one render of each check conversation with all marks shows where in the text
 each place is reached. A place reached exactly at every masked turn's start (and one at every
 end) is a candidate; each pair is written with the tags, and the first pair for which the render
@@ -14,10 +15,15 @@ treat the text around it as they did.
 
 Where the turns' start or end is printed where no tag can mark it alone (an opening newline
 written inside the tool-call loop), the message loop's body is captured (`{% set %}...{% endset
-%}`) and printed back in three pieces, the generated part inside the tags (`_captured`). A template
-whose own tags already give tmplkit's mask is returned as it is; one whose tags mask otherwise has
-them neutralised and gets new ones. Where nothing proves, `annotate_template` raises an
-`AnnotationError` that says why.
+%}`) and printed back in three pieces, the generated part inside the tags (`_captured`). Where a
+turn starts in one block and ends in another (an end of turn the next message's iteration prints,
+a render built in one string), the whole render is captured with a mark at places reached at the
+turns' starts and another at places reached at their ends (in a `{% set x = a ~ b %}` value the
+mark is an operand), and printed back with the part from the last start mark before each end mark
+inside the tags (`_marked`). A template whose own tags already give tmplkit's mask is returned as
+it is; one whose tags mask otherwise has them neutralised and gets new ones. A check conversation
+the template refuses is given again as its analysis found it takes one (`_as_analysed`). Where
+nothing proves, `annotate_template` raises an `AnnotationError` that says why.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from ..errors import TmplkitError
 from ..sandbox import PINNED_NOW
 from ..session import Conversation, ServerConversation, for_server, generate_session, load_conversation
 from ..sources import ChatTemplate
-from ._mask import TextMask, text_mask
+from ._mask import TextMask, _analysis_of, text_mask
 
 __all__ = ["AnnotationError", "Annotated", "annotate_template", "check_conversations", "transformers_mask"]
 
@@ -92,6 +98,7 @@ class _Place:
     right: str
     before: str = ""
     after: str = ""
+    expr: bool = False  # inside a `{% set x = ... %}` value: a mark there is an operand, no tag
 
     def tag(self, name: str) -> str:
         return f"{self.before}{{%{self.left} {name} {self.right}%}}{self.after}"
@@ -154,7 +161,7 @@ def _places(src: str, tags: Sequence[_Tag]) -> list[_Place]:
         prev = t.end
     out = [_place_at(src, p, starts.get(p), ends.get(p)) for p in sorted(positions)]
     for t in tags:
-        if t.kind == "{{":
+        if t.kind == "{{" or (t.kind == "{%" and _SET_VALUE.match(src, t.start)):
             out.extend(_splits(src, t))
     return out
 
@@ -176,22 +183,28 @@ def _place_at(src: str, p: int, nxt: _Tag | None, prev: _Tag | None) -> _Place:
     return _Place(p, p, left, right)
 
 
+_SET_VALUE = re.compile(r"\{%[-+]?\s*set\s+[\w.]+\s*=\s*")
+
+
 def _splits(src: str, t: _Tag) -> list[_Place]:
     """Where an output expression can be split in two (`{{ a + b }}` into `{{ a }}{{ b }}`): at each
     top-level `+` / `~`, and inside a string literal that is a whole operand, after each `>` and
-    `\\n` (`'<|im_end|>\\n'` into `'<|im_end|>'`, `'\\n'`)."""
-    inner = src[t.start + 2 + bool(t.left):t.end - 2 - bool(t.right)]
+    `\\n` (`'<|im_end|>\\n'` into `'<|im_end|>'`, `'\\n'`). In a `{% set x = a ~ b %}` value (a
+    template that builds its output in a string) the same places take a mark as an operand."""
+    value = _SET_VALUE.match(src, t.start) if t.kind == "{%" else None
+    base = value.end() if value else t.start + 2 + bool(t.left)
+    inner = src[base:t.end - 2 - bool(t.right)]
     if re.search(r"\bif\b", inner):
         return []  # `a + b if c else d` is no concatenation of outputs
     out: list[_Place] = []
     depth = k = 0
-    base = t.start + 2 + bool(t.left)
     while k < len(inner):
         c = inner[k]
         if c in "'\"":
             j = _literal_end(inner, k)
             if depth == 0 and _whole_operand(inner, k, j):
-                out.extend(_Place(base + x, base + x, "", "", before=f"{c} }}}}", after=f"{{{{ {c}")
+                out.extend(_Place(base + x, base + x, "", "", before=f"{c} ~ " if value else f"{c} }}}}",
+                                  after=f" ~ {c}" if value else f"{{{{ {c}", expr=bool(value))
                            for x in _literal_cuts(inner, k, j))
             k = j
             continue
@@ -200,7 +213,8 @@ def _splits(src: str, t: _Tag) -> list[_Place]:
         elif c in ")]}":
             depth -= 1
         elif c in "+~" and depth == 0:
-            out.append(_Place(base + k, base + k + 1, "", "", before=" }}", after="{{ "))
+            out.append(_Place(base + k, base + k + 1, "", "", before=f"{c} " if value else " }}",
+                              after=f" {c}" if value else "{{ ", expr=bool(value)))
         k += 1
     return out
 
@@ -219,15 +233,18 @@ def _whole_operand(s: str, a: int, b: int) -> bool:
 
 
 def _literal_cuts(s: str, a: int, b: int) -> list[int]:
-    """Cut points inside the literal s[a:b]: after `>` and after a `\\n` escape, not at its ends."""
+    """Cut points inside the literal s[a:b], not at its ends: after `>`, `:` and a `\\n` escape,
+    before `<` (`'<|start|>assistant<|channel|>'`: the header ends inside a markup run)."""
     out, i = [], a + 1
     while i < b - 1:
         step = 2 if s[i] == "\\" else 1
-        if s[i] == ">" or s[i:i + 2] == "\\n":
+        if s[i] in ">:" or s[i:i + 2] == "\\n":
             if i + step < b - 1:
                 out.append(i + step)
+        elif s[i] == "<" and i > a + 1:
+            out.append(i)
         i += step
-    return out
+    return sorted(set(out))
 
 
 # ---- tracing -----------------------------------------------------------------------------------------
@@ -250,10 +267,7 @@ def _trace(server: ServerConversation, places: Sequence[_Place], marks: Sequence
     edits = []
     for i, ks in at.items():
         p = places[i]
-        inner = "".join(f"\ue000{k}\ue001" if not marks[k][1] else
-                        f"{{% if {marks[k][1]}.role == 'assistant' %}}\ue000{k}\ue001{{% endif %}}" for k in ks)
-        # (the outer `{% if %}` takes the place's left whitespace control, its `{% endif %}` the right one)
-        edits.append((p, f"{p.before}{{%{p.left} if true %}}{inner}{{% endif {p.right}%}}{p.after}"))
+        edits.append((p, _marked_place(p, [(f"\\ue000{k}\\ue001", marks[k][1]) for k in ks])))
     traced = _rendered(server, _with(server.template.text, edits))
     fires: dict[int, list[int]] = {}
     removed = 0
@@ -261,6 +275,19 @@ def _trace(server: ServerConversation, places: Sequence[_Place], marks: Sequence
         fires.setdefault(int(m.group(1)), []).append(m.start() - removed)
         removed += len(m.group(0))
     return _MARK.sub("", traced), fires
+
+
+def _marked_place(p: _Place, items: Sequence[tuple[str, str]]) -> str:
+    """The text that puts marks (an escaped string literal each, and the loop variable whose
+    assistant messages alone print it, "" for every pass) at `p`: output tags, or in a set value
+    operands (`(M1 ~ M2)`)."""
+    if p.expr:
+        ops = [f"('{mark}' if {guard}.role == 'assistant' else '')" if guard else f"'{mark}'" for mark, guard in items]
+        return f"{p.before}({' ~ '.join(ops)}){p.after}"
+    inner = "".join(f"{{% if {guard}.role == 'assistant' %}}{{{{ '{mark}' }}}}{{% endif %}}" if guard else f"{{{{ '{mark}' }}}}"
+                    for mark, guard in items)
+    # (the outer `{% if %}` takes the place's left whitespace control, its `{% endif %}` the right one)
+    return f"{p.before}{{%{p.left} if true %}}{inner}{{% endif {p.right}%}}{p.after}"
 
 
 def _harmless(server: ServerConversation, places, marks, keep: list[int], want: str) -> list[int]:
@@ -337,8 +364,10 @@ def _pin_clock(text: str) -> None:
 
 def check_conversations() -> list[Conversation]:
     """The conversations an annotation is proved on: a plain chat, one with reasoning and tool
-    calls, and a short generated agent session."""
-    return [load_conversation(c) for c in _CHECKS] + [generate_session(1500, seed=0, requests=2)]
+    calls, a short generated session of tool calls and a short agent session whose turns reason
+    before their calls (where a captured body's headers or a mark's place first differ)."""
+    return [load_conversation(c) for c in _CHECKS] + [generate_session(1500, seed=0, requests=2),
+                                                      generate_session(6000, seed=3, style="agent")]
 
 
 def _proves(text: str, cases: Sequence[tuple[ServerConversation, TextMask]], only: frozenset | None = None) -> str | None:
@@ -378,7 +407,24 @@ def annotate_template(template: ChatTemplate, conversations: Sequence | None = N
     tags = _tags(src)
     places = _places(src, tags)
     marks = [(i, g) for i, guards in enumerate(_loop_vars(src, tags, places)) for g in ("", *guards)]
-    starts, ends, want = _coverage(places, marks, cases)
+    starts, ends, want, fired = _coverage(places, marks, cases)
+    # In order of preference: tags in place around each kind of turn, the message loop's body
+    # captured, the whole render captured between marks.
+    chosen, why = _in_place(src, places, marks, starts, ends, want, cases)
+    text = _wrapped_all(src, chosen) if chosen is not None else None
+    if text is not None and (why := _proves(text, cases) or ""):
+        text = None
+    text = text or _captured(src, tags, cases)
+    if text is None:
+        text, why = _marked(src, places, marks, fired, want, cases)
+    if text is None:
+        raise AnnotationError(f"template '{template.name}': generation tags cannot be proved: {why}")
+    return Annotated(template.name, text, len(cases), sum(b - a for _, m in cases for a, b in m.ranges))
+
+
+def _in_place(src: str, places, marks, starts, ends, want: set, cases) -> tuple[list | None, str]:
+    """A (start place, end place, guard) for each kind of turn, each proved alone, together every
+    masked turn; (None, why) where they do not cover every turn."""
     groups = _groups(places, marks, starts, ends)
     chosen: list[tuple[_Place, _Place, str]] = []
     covered: set = set()
@@ -391,19 +437,7 @@ def annotate_template(template: ChatTemplate, conversations: Sequence | None = N
         if pair is not None:
             chosen.append(pair)
             covered |= turns
-    if covered != want:
-        captured = _captured(src, tags, cases)
-        if captured is not None:
-            return Annotated(template.name, captured, len(cases), sum(b - a for _, m in cases for a, b in m.ranges))
-        if not why:
-            side = "starts" if want - set().union(*starts.values()) else "ends"
-            why = f"no place in the source is reached exactly where each masked turn {side}"
-        raise AnnotationError(f"template '{template.name}': generation tags cannot be proved: {why}")
-    text = _wrapped_all(src, chosen)
-    why = _proves(text, cases) or ""
-    if why:
-        raise AnnotationError(f"template '{template.name}': generation tags cannot be proved: {why}")
-    return Annotated(template.name, text, len(cases), sum(b - a for _, m in cases for a, b in m.ranges))
+    return (chosen, "") if covered == want else (None, why)
 
 
 def _groups(places, marks, starts: dict[int, frozenset], ends: dict[int, frozenset]) -> dict[frozenset, list]:
@@ -416,7 +450,8 @@ def _groups(places, marks, starts: dict[int, frozenset], ends: dict[int, frozens
     groups: dict[frozenset, list] = {}
     for s, turns in starts.items():
         for e in by_turns.get((turns, marks[s][1]), ()):
-            if places[marks[s][0]].end <= places[marks[e][0]].start:
+            a, b = places[marks[s][0]], places[marks[e][0]]
+            if a.end <= b.start and not (a.expr or b.expr):  # a tag cannot go inside a set value
                 groups.setdefault(turns, []).append((s, e))
 
     def preference(se):
@@ -479,10 +514,23 @@ def _captured(src: str, tags: Sequence[_Tag], cases) -> str | None:
             continue
         if any(next(h for h in heads if body.startswith(h)) != body[:k] for body, k, _ in found):
             continue  # the longest header seen is not always the turn's own
+        said = _message_texts(cases)
+        if any(w in h for h in (*heads, *tails) for w in said):
+            continue  # a header that holds a message's text (its reasoning) is no constant of the template
         text = _with_capture(src, ps, pe, name, heads, None if blank else tails.pop())
         if _compiles(text) and _proves(text, cases) is None:
             return text
     return None
+
+
+def _message_texts(cases) -> set[str]:
+    """The contents and reasoning of the check conversations' messages (three characters or more)."""
+    out: set[str] = set()
+    for server, _ in cases:
+        for m in server.messages:
+            out.update(v for k in ("content", "reasoning_content", "thinking", "reasoning")
+                       if isinstance(v := m.get(k), str) and len(v.strip()) >= 3)
+    return out
 
 
 def _iterations(ps: _Place, pe: _Place, cases) -> list[tuple[str, int, int]]:
@@ -523,6 +571,51 @@ def _with_capture(src: str, ps: _Place, pe: _Place, name: str, heads: Sequence[s
             + cut + "{%- else %}{{ _tk_body }}{%- endif %}" + src[pe.start:])
 
 
+# The marks of `_marked`, as the annotated copy spells them (Jinja unescapes string literals): private
+# use characters around a name, text no conversation holds by chance (one that does renders otherwise).
+_START, _END = "\\ue000tk-start\\ue001", "\\ue000tk-end\\ue001"
+
+
+def _marked(src: str, places, marks, fired: Sequence[dict[int, list[int]]], want: set, cases) -> tuple[str | None, str]:
+    """Where the turns' starts and ends are reached in different blocks (a tool-call turn that ends
+    in the next message's iteration, a turn whose end differs by its kind): a mark at each of a set
+    of places that together start every masked turn (and a set for the ends), the whole render
+    captured and printed back without the marks, the part from the last start mark before each end
+    mark to it inside the tags. (None, why) where no marks cover every turn or the copy does not
+    prove."""
+    pair, why = _chosen_marks(places, marks, fired, want, cases)
+    if pair is None:
+        return None, why
+    at: dict[int, list[tuple[str, str]]] = {}
+    for chosen, code in ((pair[1], _END), (pair[0], _START)):  # a turn's end before the next one's start
+        for m in chosen:
+            at.setdefault(marks[m][0], []).append((code, marks[m][1]))
+    edits = [(places[i], _marked_place(places[i], items)) for i, items in at.items()]
+    body = _with(src, edits)
+    body = body[:-1] if body.endswith("\n") else body  # Jinja drops one newline at the template's end
+    text = (f"{{% set _tk_out +%}}{body}{{%+ endset %}}"
+            f"{{% for _tk_part in _tk_out.split('{_END}') %}}{{% set _tk_cut = _tk_part.split('{_START}') %}}"
+            "{% if loop.last or _tk_cut|length == 1 %}{{ _tk_cut|join('') }}{% else %}{{ _tk_cut[:-1]|join('') }}"
+            "{% generation %}{{ _tk_cut[-1] }}{% endgeneration %}{% endif %}{% endfor %}")
+    why = _proves(text, cases) or "" if _compiles(text) else "the marked copy does not compile"
+    return (None, why) if why else (text, "")
+
+
+def _cover(places, marks, found: dict[int, tuple[frozenset, int]], want: set) -> list[int] | None:
+    """Marks whose turns are together every masked turn (those reached between turns least often
+    first, then the widest, unguarded before guarded, no `+` before one with); None where none do."""
+    order = sorted(found, key=lambda m: (found[m][1], -len(found[m][0]), bool(marks[m][1]),
+                                         "+" in (places[marks[m][0]].left, places[marks[m][0]].right), m))
+    chosen: list[int] = []
+    covered: set = set()
+    for m in order:
+        if found[m][0] <= covered:
+            continue
+        chosen.append(m)
+        covered |= found[m][0]
+    return chosen if covered == want else None
+
+
 def _wrapped_all(src: str, pairs) -> str:
     for s, e, guard in sorted(pairs, key=lambda p: p[0].start, reverse=True):
         src = _wrapped(src, s, e, guard)
@@ -544,13 +637,38 @@ def _wrapped(src: str, s: _Place, e: _Place, guard: str) -> str:
 def _cases(template: ChatTemplate, conversations) -> list[tuple[ServerConversation, TextMask]]:
     out = []
     for c in conversations if conversations is not None else check_conversations():
-        server = for_server(template, c if isinstance(c, Conversation) else load_conversation(c))
-        try:
-            out.append((server, text_mask(template, server)))
-        except TmplkitError:
-            continue  # a conversation the template refuses (no tools, strict alternation) proves nothing
+        conversation = c if isinstance(c, Conversation) else load_conversation(c)
+        for shaped, kwargs in [(conversation, None), *_as_analysed(template, conversation)]:
+            server = for_server(template, shaped, kwargs)
+            try:
+                out.append((server, text_mask(template, server)))
+                break
+            except TmplkitError:
+                continue  # a conversation the template refuses (no tools, strict alternation) proves nothing
     if not out:
         raise AnnotationError(f"template '{template.name}' renders none of the check conversations")
+    return out
+
+
+def _as_analysed(template: ChatTemplate, conversation: Conversation) -> list[tuple[Conversation, dict]]:
+    """`conversation` shaped as the template's analysis found it takes one (tools declared in every
+    conversation, tools without the `function` wrapper, variables it reads such as Firefunction's
+    `functions`): with the analysis' shape, then with the tools flattened too."""
+    from ..probes import Shape, extra_variable, tools_for
+
+    try:
+        adaptations = _analysis_of(template).capabilities.get("adaptations") or []
+    except TmplkitError:
+        return []
+    out = []
+    for flat in sorted({"flat_tools" in adaptations, True}):
+        shape = Shape(tools_always="tools_always" in adaptations, flat_tools=flat)
+        tools = list(conversation.tools or (tools_for(shape) if shape.tools_always else None) or [])
+        if flat:
+            tools = [t.get("function", t) for t in tools]
+        names = [a.split(":", 1)[1] for a in adaptations if a.startswith("variable:")]
+        kwargs = {n: v for n in names if (v := extra_variable(n, shape)) is not None}
+        out.append((replace(conversation, tools=tuple(tools) or None), kwargs))
     return out
 
 
@@ -561,6 +679,7 @@ def _coverage(places: Sequence[_Place], marks: Sequence[tuple[int, str]], cases)
     ends: dict[int, set] = {}
     bad: set[int] = set()
     want: set = set()
+    fired: list[dict[int, list[int]]] = []
     keep = list(range(len(marks)))
     for c, (server, mask) in enumerate(cases):
         keep = _harmless(server, places, marks, keep, mask.text)
@@ -579,9 +698,76 @@ def _coverage(places: Sequence[_Place], marks: Sequence[tuple[int, str]], cases)
                     found.setdefault(m, set()).update(at[x] for x in f)
                 else:
                     found[m] = found.get(m, set()) | {None}
+        fired.append(fires)
     clean = {m: frozenset(v) for m, v in starts.items() if m not in bad and v and None not in v}
     clean_e = {m: frozenset(v) for m, v in ends.items() if m not in bad and v and None not in v}
-    return clean, clean_e, want
+    fired = [{m: f for m, f in fires.items() if m not in bad} for fires in fired]
+    return clean, clean_e, want, fired
+
+
+def _chosen_marks(places, marks, fired, want: set, cases, tries: int = 8) -> tuple[tuple[list[int], list[int]] | None, str]:
+    """Start and end marks that cover every masked turn and, by where they are reached, give no
+    region besides the turns: where a stray start mark and a stray end mark (a user's content and
+    its end of turn) make one, the start mark is left out (or, where the turns then lack a start,
+    the end mark) and the cover chosen again. (None, why) where none do."""
+    found = {"start": _loose(fired, cases, want, "start"), "end": _loose(fired, cases, want, "end")}
+    for _ in range(tries):
+        chosen_s, chosen_e = _cover(places, marks, found["start"], want), _cover(places, marks, found["end"], want)
+        if chosen_s is None or chosen_e is None:
+            return None, _uncovered(found["start" if chosen_s is None else "end"], want, cases,
+                                    "start" if chosen_s is None else "end")
+        stray = _stray_region(chosen_s, chosen_e, fired, cases)
+        if stray is None:
+            return (chosen_s, chosen_e), ""
+        side = "start" if _cover(places, marks, {m: v for m, v in found["start"].items() if m != stray[0]}, want) else "end"
+        found[side].pop(stray[0] if side == "start" else stray[1])
+    return None, "every place reached at the masked turns' starts is reached before other text that an end mark closes"
+
+
+def _uncovered(found: dict[int, tuple[frozenset, int]], want: set, cases, side: str) -> str:
+    """Why no marks cover the turns' starts (ends): the first turn none is reached at."""
+    c, k = min(want - set().union(*(v for v, _ in found.values())))
+    mask = cases[c][1]
+    at = mask.turns[k].start if side == "start" else mask.turns[k].end
+    return (f"no place in the source is reached at every masked turn's {side} and never inside a turn "
+            f"(none at the {side} of the turn after {mask.text[max(at - 40, 0):at]!r})")
+
+
+def _stray_region(chosen_s: Sequence[int], chosen_e: Sequence[int], fired, cases) -> tuple[int, int] | None:
+    """The start and end mark of the first region the marks give that is no masked turn (None: none)."""
+    for (_, mask), fires in zip(cases, fired):
+        events = sorted([(x, 0, m) for m in chosen_e for x in fires.get(m, [])]
+                        + [(x, 1, m) for m in chosen_s for x in fires.get(m, [])])
+        turns = {(t.start, t.end) for t in mask.turns if t.end > t.start}
+        opened: tuple[int, int] | None = None
+        for x, kind, m in events:
+            if kind == 1:
+                opened = (x, m)
+            elif opened is not None:
+                if (opened[0], x) not in turns:
+                    return opened[1], m
+                opened = None
+    return None
+
+
+def _loose(fired: Sequence[dict[int, list[int]]], cases, want: set, side: str) -> dict[int, tuple[frozenset, int]]:
+    """For each mark, the masked turns it starts (`side` "start") or ends under `_marked`'s rule (a
+    turn is what lies between the last start mark and the next end mark), and how often it is
+    reached between the turns (harmless alone, a stray region beside a stray mark of the other
+    side: the proof holds it); a mark reached inside a turn or at its other end is left out."""
+    out: dict[int, set] = {}
+    strays: dict[int, int] = {}
+    inside: set[int] = set()
+    for c, ((_, mask), fires) in enumerate(zip(cases, fired)):
+        turns = [(k, t.start, t.end) for k, t in enumerate(mask.turns) if t.end > t.start]
+        edge = {(t[1] if side == "start" else t[2]): t[0] for t in turns}
+        for m, at in fires.items():
+            if any((a < x <= b) if side == "start" else (a <= x < b) for _, a, b in turns for x in at):
+                inside.add(m)
+                continue
+            out.setdefault(m, set()).update((c, edge[x]) for x in at if x in edge)
+            strays[m] = strays.get(m, 0) + sum(x not in edge for x in at)
+    return {m: (frozenset(v), strays[m]) for m, v in out.items() if m not in inside and v and v <= want}
 
 
 def _compiles(text: str) -> bool:

@@ -38,11 +38,12 @@ from ..analysis import Analysis, analyze
 from ..analysis._text import UNIT, back_to_boundary, lcs
 from ..analysis._text import lcp as common_prefix
 from ..errors import RenderError, TmplkitError
+from ..sandbox import PINNED_NOW
 from ..session import Conversation, ServerConversation, for_server, load_conversation
 from ..sources import ChatTemplate
 from ..spans import TextSpan, split_text
 from ..tokenizers import Tokenizer
-from ..turns.requests import iter_requests, request_points
+from ..turns.requests import clock_at, iter_requests, request_points, turn_ending
 
 __all__ = ["MASK_SCHEMA_VERSION", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
            "assistant_masks", "text_mask", "text_masks", "tokenize_mask"]
@@ -150,8 +151,8 @@ def text_mask(template: ChatTemplate, conversation, *, kwargs: Mapping | None = 
     server = for_server(template, _conversation(conversation), kwargs)
     text = server.render(add_generation_prompt=False)
     spans = tuple(split_text(text, analysis.delimiters))
-    starts = [s.start for s in spans]
-    return TextMask(template.name, text, spans, tuple(_turns(server, text, starts)))
+    headers = tuple(d.text for d in analysis.delimiters if d.role == "assistant" and d.text.strip())
+    return TextMask(template.name, text, spans, tuple(_turns(server, text, spans, headers)))
 
 
 def text_masks(template: ChatTemplate, conversations: Iterable, *, kwargs: Mapping | None = None) -> tuple[TextMask, ...]:
@@ -225,26 +226,75 @@ def _proven(template: ChatTemplate, analysis: Analysis | None) -> Analysis:
     return analysis
 
 
-def _turns(server: ServerConversation, text: str, starts: Sequence[int]):
-    """The masked turns of `text`, the render of the whole of `server`'s conversation."""
+def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], headers: Sequence[str]):
+    """The masked turns of `text`, the render of the whole of `server`'s conversation; `headers`:
+    the assistant's proven delimiters."""
+    starts = [s.start for s in spans]
+    others = [s.start for s in spans if s.role not in ("assistant", "reasoning", "reasoning_end")]
     if not any(end > n for n, end in request_points(server.messages)):
         return
+    located = _prefix_turns(server, text)
+    for turn, start, end, rule in located if located is not None else _located_turns(server, text, others):
+        end = _with_end_markup(text, end, starts)
+        k = bisect_left(others, start + 1)
+        # The next message's proven delimiter is not the turn's, where what a request adds after
+        # the previous one's text shares its opening (`<|START_OF_TURN_TOKEN|>` before the user's
+        # or the system's header).
+        end = min(end, others[k]) if k < len(others) else end
+        end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
+        if end == len(text.rstrip()):
+            end = _before_trailing_header(text, start, end, starts, headers)
+            end = start + len(_without_end_of_text(text[start:end]))
+        yield MaskedTurn(turn, start, end, rule)
+
+
+def _located_turns(server: ServerConversation, text: str, others: Sequence[int]):
+    """(turn, start, end, rule) of each generated turn, found from the turns study's requests."""
     # Every request rendered at the time the whole render is, so a template that prints the date
     # writes the same date in both.
     for req in iter_requests(server, server.template, interval=timedelta(0)):
         if req.rule == "unrendered":
             raise MaskError(f"template '{server.template.name}' renders no conversation that ends with the assistant "
                             f"turn of messages {req.turn[0]}..{req.turn[1] - 1}; what the model generates there is unknown")
-        if not req.generated:
+        if req.generated:
+            yield (req.turn, *_locate(server, text, req, others))
+
+
+def _prefix_turns(server: ServerConversation, text: str) -> list[tuple[tuple[int, int], int, int, str]] | None:
+    """`_located_turns` where every request is a prefix of the render up to its turn's end, and that
+    one of the whole render (nearly every template): each turn is what the latter adds after the
+    former, less what the newest turn ends with only for being the newest, exactly where the whole
+    render holds it. Two renders a request (the turns study's third, the request without its
+    generation prompt, only finds the prompt, which the prefix case does not use); None where a
+    request is not such a prefix (the requests then say where each turn lies)."""
+    messages = list(server.messages)
+    clock = clock_at(PINNED_NOW)  # the time of the whole render (the sandbox's pinned time)
+    endings: dict[bool, str] = {}
+    out = []
+    for n, end in request_points(messages):
+        if end <= n:
             continue
-        start, end, rule = _locate(server, text, req)
-        end = _with_end_markup(text, end, starts)
-        end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
-        yield MaskedTurn(req.turn, start, end, rule)
+        try:
+            request = server.render(messages[:n], add_generation_prompt=True, clock=clock)
+            full = text if end == len(messages) else server.render(messages[:end], add_generation_prompt=False, clock=clock)
+        except TmplkitError:
+            return None
+        if not (full.startswith(request) and text.startswith(full)):
+            return None
+        generated = full[len(request):]
+        kind = bool(messages[end - 1].get("tool_calls"))
+        if kind not in endings:
+            endings[kind] = turn_ending(server, messages[end - 1])
+        if endings[kind] and generated.endswith(endings[kind]):
+            generated = generated[:-len(endings[kind])]
+        if generated:
+            out.append(((n, end), len(request), len(request) + len(generated), "exact"))
+    return out
 
 
-def _locate(server: ServerConversation, text: str, req) -> tuple[int, int, str]:
-    """Where `req`'s generated turn lies in `text`: (start, end, rule)."""
+def _locate(server: ServerConversation, text: str, req, others: Sequence[int]) -> tuple[int, int, str]:
+    """Where `req`'s generated turn lies in `text`: (start, end, rule); `others`: where the spans
+    of other roles than the assistant's start."""
     generated = req.generated
     history = len(req.text) - len(req.generation_prompt)  # where the request's own history ends
     if text.startswith(req.text):
@@ -260,13 +310,34 @@ def _locate(server: ServerConversation, text: str, req) -> tuple[int, int, str]:
     if text.startswith(generated, start):
         return start, start + len(generated), "exact"
     end = _aligned_end(text, start, generated)
+    if end > start and _inside_unit(text, end):
+        end = start  # what matches ends inside a markup unit (`<｜` of `<｜tool▁calls▁begin｜>`): no history form
     if end == start:
         # The history closes what the prompt opened before the turn's text (`<think></think>` where
         # the prompt ends with `<think>\n`): markup the model writes first, then the turn as generated.
         m = _LEADING_MARKUP.match(text, start)
         if m and m.end() > start and text.startswith(generated, m.end()):
+            markup = m.group(0).strip()
+            if markup and req.generation_prompt.rstrip().endswith(markup):
+                # The markup closes nothing the model opened: the prompt ends with it (`<think></think>`
+                # against the history's `</think>`), it is the history's header.
+                return m.end(), m.end() + len(generated), "exact"
             end = m.end() + len(generated)
+    if end == start:
+        # The history writes a block of its own first (the tool calls before a second header and
+        # the message's content): the turn is the last copy of its generated text before the next
+        # message, as the request that asks for it ends.
+        k = bisect_left(others, start + 1)
+        at = text.rfind(generated, start, others[k] if k < len(others) else len(text))
+        if at >= 0:
+            return at, at + len(generated), "exact"
     return start, end, "history" if end > start else "dropped"
+
+
+def _inside_unit(text: str, at: int) -> bool:
+    """Whether `at` falls inside a markup unit of `text` (`<｜` of `<｜tool▁calls▁begin｜>`)."""
+    opening = text.rfind("<", max(at - 64, 0), at)
+    return opening >= 0 and any(m.start() < at < m.end() for m in UNIT.finditer(text, opening, at + 64))
 
 
 def _aligned_end(text: str, start: int, generated: str) -> int:
@@ -279,8 +350,13 @@ def _aligned_end(text: str, start: int, generated: str) -> int:
     first = text[at]
     b = generated.find(first, a + 1)
     while b >= 0:
-        if text.startswith(generated[b:], at):
-            return at + len(generated) - b
+        rest = generated[b:]
+        if text.startswith(rest, at):
+            return at + len(rest)
+        # (the history drops the whitespace after the markup that closes the cut too: `</think>\n`)
+        unit = UNIT.match(rest)
+        if unit and text.startswith(rest := rest[:unit.end()] + rest[unit.end():].lstrip(), at):
+            return at + len(rest)
         b = generated.find(first, b + 1)
     return at
 
@@ -303,8 +379,9 @@ def _start_by_needle(server: ServerConversation, text: str, req) -> int:
         return _start_by_context(server, text, req)
     at = common_prefix(text, needled)
     content = content if isinstance(content, str) else ""
-    opening = req.generated[:max(req.generated.find(content), 0)] if content else ""
-    start = at - lcs(opening, text[:at])
+    opening = req.generated[:max(req.generated.rfind(content), 0)] if content else ""  # (after its reasoning)
+    # (the history may drop the whitespace after the markup that ends the opening: `</think>\n`)
+    start = at - (lcs(opening, text[:at]) or lcs(opening.rstrip(), text[:at]))
     return at if _ends_with_header(text, start, at, req.generation_prompt) else start
 
 
@@ -346,6 +423,32 @@ def _with_end_markup(text: str, end: int, starts: Sequence[int]) -> int:
     if rest and not rest[0].isspace() and not UNIT.sub("", rest).strip():
         return stop - (len(rest) - len(rest.rstrip()))
     return end
+
+
+def _before_trailing_header(text: str, start: int, end: int, starts: Sequence[int], headers: Sequence[str]) -> int:
+    """`end`, moved before the assistant header a render ends with whatever add_generation_prompt
+    says (Command R7B's): the next turn's opening, not this turn's (the last header in that
+    markup-only span; what precedes it there, an end of turn the header's delimiter holds, stays)."""
+    if not starts or starts[-1] <= start or UNIT.sub("", text[starts[-1]:]).strip():
+        return end
+    tail = text[starts[-1]:]
+    at = max((tail.rfind(h.strip()) for h in headers), default=-1)
+    return start + len(text[start:starts[-1] + at].rstrip()) if at >= 0 else end
+
+
+_END_OF_TEXT = re.compile(r"(?:\s+(?:" + UNIT.pattern + r"))+$")
+
+
+def _without_end_of_text(turn: str) -> str:
+    """The last turn less the markup the render ends with after whitespace once the turn's own end
+    marker is written (Phi-3.5's `<|end|>\n</s>`: the template's end of text, which a turn with a
+    message after it does not have; the model stopped at `<|end|>`)."""
+    m = _END_OF_TEXT.search(turn)
+    return turn[:m.start()] if m and _ends_with_unit(turn[:m.start()]) else turn
+
+
+def _ends_with_unit(text: str) -> bool:
+    return any(m.end() == len(text) for m in UNIT.finditer(text))
 
 
 def _labels(spans: Sequence[TextSpan], offsets: Sequence[tuple[int, int]]) -> tuple[str, ...]:

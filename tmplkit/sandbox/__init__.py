@@ -26,9 +26,9 @@ hints), `_jinja` (the sandboxed environment and its hooks, compiling), `_inputs`
 preparation) and `_rendering` (`render`, `compile_template`, render errors).
 """
 
-from ._inputs import REASONING_KEYS, Prepared, prepare_message
+from ._inputs import REASONING_KEYS, Prepared, prepare_message, prepare_tools
 from ._limits import DEFAULT_LIMITS, PINNED_NOW, Limits, hint, hint_place, hints_for, system_clock
 from ._rendering import compile_template, render
 
-__all__ = ["Limits", "DEFAULT_LIMITS", "PINNED_NOW", "REASONING_KEYS", "Prepared", "system_clock", "render", "compile_template",
+__all__ = ["Limits", "DEFAULT_LIMITS", "PINNED_NOW", "REASONING_KEYS", "Prepared", "prepare_tools", "system_clock", "render", "compile_template",
            "hint", "hint_place", "hints_for", "prepare_message"]

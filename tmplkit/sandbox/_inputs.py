@@ -80,9 +80,9 @@ REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
 
 class Prepared(list):
-    """Messages already prepared (`prepare_message` each): `render` takes them as they are. A
-    session renders the same messages hundreds of times (every request is the conversation so far):
-    each is prepared once."""
+    """Messages already prepared (`prepare_message` each), or tools reduced to plain data: `render`
+    takes them as they are. A session renders the same messages hundreds of times (every request is
+    the conversation so far): each is prepared once."""
 
 
 def prepare_message(message) -> dict:
@@ -109,10 +109,16 @@ def _prepare_messages(messages) -> list[dict]:
     return prepared
 
 
+def prepare_tools(tools) -> Prepared | None:
+    """`tools` reduced to plain data once, for renders that take them as they are."""
+    return None if tools is None else Prepared(_prepare_dicts(tools, "tools", "JSON-schema dicts"))
+
+
 def _prepare_dicts(values, what: str, hint: str):
-    """`tools`/`documents`: None, or a list of dicts, reduced to plain data."""
-    if values is None:
-        return None
+    """`tools`/`documents`: None, or a list of dicts, reduced to plain data (a `Prepared` list is
+    taken as it is: a session's tools, prepared once for its hundreds of renders)."""
+    if values is None or type(values) is Prepared:
+        return values
     if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
         raise InputError(f"{what} must be a list of {hint}, got {type(values).__name__}")
     values = list(values)

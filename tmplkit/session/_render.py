@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 
-from ..sandbox import Limits, Prepared, prepare_message, render
+from ..sandbox import Limits, Prepared, prepare_message, prepare_tools, render
 from ..sources import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation
@@ -65,8 +65,12 @@ class ServerConversation:
         given = self.messages if messages is None else messages
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in given)
-        return render(self.template, prepared, tools=self.tools, add_generation_prompt=add_generation_prompt,
+        return render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
                       limits=SESSION_LIMITS, clock=clock, **self.variables)
+
+    @cached_property
+    def _prepared_tools(self) -> Prepared | None:
+        return prepare_tools(self.tools)
 
     @cached_property
     def _prepared(self) -> dict[int, dict]:
