@@ -88,3 +88,13 @@ def test_a_broken_link_fails_the_strict_build(tmp_path, link):
     assert run.returncode != 0, run.stdout + run.stderr
     assert "strict mode" in run.stdout + run.stderr
     assert f"contains a link '{target}'" in run.stderr, run.stderr
+
+
+def test_the_changelog_names_the_package_version():
+    # the newest released section is the version the package says it is (and its tag's name)
+    from tmplkit import __version__
+
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", text, re.M)
+    assert released and released[0] == __version__, (released[:1], __version__)
+    assert f"`v{__version__}`" in text and f"v{__version__}" in (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
