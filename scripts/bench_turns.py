@@ -10,7 +10,10 @@
 corpus: one generated agent session (`--tokens`, default 40000, about 31,500 tokens in its last request; reasoning on every assistant turn,
 parallel tool calls, several user requests) on every llama.cpp corpus template, tokenized with the
 template's corpus vocabulary (qwen35 when it has none), the four settings of `tmplkit.turns.cost`
-simulated (a sliding window of 512, llama-server's defaults). Prints a markdown table.
+simulated (a sliding window of 512, llama-server's defaults; the llama-server setting with the
+server's own delimiter list for each template, from `--server-delimiters`, default
+scripts/results/server-delimiters.json). Prints a markdown table; the corpus templates whose
+names are in the Hub corpus's held-out half are left out (scripts/_held_out.py).
 
 replay: the same kind of session replayed on a model as llama-server serves it, one runner per
 setting (llama-server's delimiters with its gate, tmplkit's with `gated`, tmplkit's with
@@ -37,7 +40,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from _machine import cpu_model  # scripts/, beside this file
+from _held_out import held_out  # scripts/, beside this file
+from _machine import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -62,20 +66,26 @@ _MODELS = {"qwen": _tiny,
 
 
 def corpus_table(args) -> dict:
+    from tmplkit.server_rules import load_server_delimiters
     from tmplkit.token_audit import vocab_for_template
     from tmplkit.tokenizers import load_tokenizer
 
     session = generate_session(args.tokens, seed=args.seed, style="agent")
+    server = load_server_delimiters(args.server_delimiters)
     tokenizers: dict = {}
     reports = []
-    for path in sorted(corpus.templates_dir().glob("*.jinja")):
+    paths = sorted(corpus.templates_dir().glob("*.jinja"))
+    left_out = [p for p in paths if held_out(p.stem)]
+    for path in paths:
+        if path in left_out:
+            continue
         template = load_one(path)
         vocab = vocab_for_template(template.name) or "qwen35"
         if vocab not in tokenizers:
             tokenizers[vocab] = load_tokenizer(f"vocab:{vocab}")
         t0 = time.perf_counter()
         try:
-            r = study_turns(template, session, tokenizer=tokenizers[vocab])
+            r = study_turns(template, session, tokenizer=tokenizers[vocab], server=server)
         except Exception as exc:  # one template's failure is a row, not the end of the table
             print(f"{template.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
@@ -84,11 +94,13 @@ def corpus_table(args) -> dict:
         reports.append(r if vocab_for_template(template.name) else replace(r, template=r.template + " †"))
         print(f"{template.name}: {'stable' if r.stable else (r.first.cause if r.first else r.error)} "
               f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
-    table = format_turns(reports, "markdown") + "\n† tokenized with the qwen35 vocabulary (the corpus has none of the family's)\n"
+    table = (format_turns(reports, "markdown") + "\n† tokenized with the qwen35 vocabulary (the corpus has none of the family's)"
+             f"; {len(left_out)} corpus templates left out (their names are in the Hub corpus's held-out half)\n")
     print(table)
     n_req = max((r.n_requests for r in reports), default=0)
     print(f"session: seed {args.seed}, {n_req} requests, {session.roles.count('user')} user requests", file=sys.stderr)
     return {"session": {"seed": args.seed, "tokens": args.tokens, "requests": n_req}, "table": table,
+            "server_delimiters": os.path.relpath(args.server_delimiters, ROOT), "left_out": len(left_out),
             "reports": [{k: v for k, v in r.to_dict().items() if k != "divergences"} for r in reports]}
 
 
@@ -243,6 +255,8 @@ def main() -> int:
     p.add_argument("--n-ctx", type=int, default=65536)
     p.add_argument("--repeats", type=int, default=3, help="cold: rounds")
     p.add_argument("--arms", help="cold: the settings to run against none (default: all of them)")
+    p.add_argument("--server-delimiters", metavar="FILE", default=str(ROOT / "scripts" / "results" / "server-delimiters.json"),
+                   help="corpus: llama-server's delimiter lists (a saved `tmplkit server delimiters --format json`)")
     p.add_argument("--json", default=str(ROOT / "scripts" / "results" / "turns.json"))
     args = p.parse_args()
     for label in args.models.split(","):

@@ -2,8 +2,10 @@
 
 - "full attention": a model that rolls its memory back anywhere recomputes from the divergence
   (the lower bound; the physical limit of any checkpoint placement);
-- "llama-server": a checkpointing model (sliding window or recurrent) with llama-server's two
-  delimiters (user and assistant start, tokenized on their own) and its gate (`ServerGated`);
+- "llama-server": a checkpointing model (sliding window or recurrent) with llama-server's own
+  delimiter list for the template (a specialized handler's hard-coded list, none, or the
+  autoparser's user and assistant starts: `server_rules.server_delimiters`; each tokenized on its
+  own, split the server's way) and its gate (`ServerGated`);
 - "tmplkit": the same with tmplkit's delimiters (every role, derived from the template) and the
   `gated` policy;
 - "divergence-aware": tmplkit's delimiters and the `divergence-aware` policy, which also puts

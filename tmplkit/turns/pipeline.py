@@ -46,10 +46,13 @@ class PreparedSession:
 
 
 def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos: bool = False,
-                    kwargs: Mapping | None = None, interval=DEFAULT_INTERVAL, budget=None) -> PreparedSession:
+                    kwargs: Mapping | None = None, interval=DEFAULT_INTERVAL, budget=None,
+                    server: Mapping | None = None) -> PreparedSession:
     """`session` on `template`, through the pipeline of the module doc; without a tokenizer, the
     requests only. A template that cannot render the session raises its RenderError here.
-    `budget` (a `Budget`): progress while rendering, and the requests up to its time limit."""
+    `budget` (a `Budget`): progress while rendering, and the requests up to its time limit.
+    `server`: template name -> llama-server's delimiter list (`server_rules.load_server_delimiters`);
+    None: the two delimiters of the families `server_rules.server_delimiters` knows by a marker."""
     conversation = for_server(template, session, kwargs)  # prepared once, rendered for every request
     requests = iter_requests(conversation, template, interval=interval)
     if budget is None:
@@ -60,7 +63,7 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
         return PreparedSession(template, conversation, reqs)
     tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos)
     notes: list[str] = []
-    spans = request_spans(template, tokenizer, reqs, tokens, notes)
+    spans = request_spans(template, tokenizer, reqs, tokens, notes, server)
     predicted = None
     if spans:
         predicted = predicted_divergences(tokens, next_renders(conversation, template, reqs), tokenizer, add_bos=add_bos,
@@ -68,10 +71,11 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
     return PreparedSession(template, conversation, reqs, tokens, spans, predicted, tuple(notes))
 
 
-def request_spans(template, tokenizer, reqs, tokens, notes: list) -> dict:
-    """One Spans per request for each delimiter set that works here ("tmplkit", "server")."""
+def request_spans(template, tokenizer, reqs, tokens, notes: list, server: Mapping | None = None) -> dict:
+    """One Spans per request for each delimiter set that works here ("tmplkit", "server"; for
+    `server` see `prepare_session`)."""
     from ..analysis import Analysis, RoundTrip
-    from ..server_rules import server_delimiters
+    from ..server_rules import server_delimiters, server_split
     from ..spans import SpanDetector
     from ..token_delims import text_delimiters, token_delimiters
 
@@ -89,8 +93,9 @@ def request_spans(template, tokenizer, reqs, tokens, notes: list) -> dict:
     except TmplkitError as exc:
         notes.append(f"no tmplkit delimiters: {exc}")
     try:
-        det = SpanDetector(list(server_delimiters(template)), tokenizer)
-        out["server"] = [det.split(list(ids)) for ids in tokens.requests]
+        # each text tokenized on its own, the prompt split the server's way (server_rules._delimiters)
+        ids = [(role, tokenizer.tokenize(text, add_bos=False)) for role, text in server_delimiters(template, server)]
+        out["server"] = [server_split(t, ids) for t in tokens.requests]
     except TmplkitError as exc:
         notes.append(f"no llama-server delimiters: {exc}")
     return out

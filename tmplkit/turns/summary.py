@@ -77,20 +77,21 @@ class TurnsReport:
 
 def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: bool = False, memory=None,
                 prefill=None, kwargs=None, switches: bool = True, interval=DEFAULT_INTERVAL, timeout: float | None = None,
-                progress=None) -> TurnsReport:
+                progress=None, server=None) -> TurnsReport:
     """Requests, divergences, thinking switches and (with a tokenizer) the cost of `session` on `template`.
 
     A template that cannot render the session gives a report with `error` set (a corpus table
     goes on); other problems raise. `timeout` (seconds): the requests rendered by then are
     studied, the switches are not tried, and `stopped` says so; `progress(stage, done, total)`
-    is called as the requests are rendered.
+    is called as the requests are rendered. `server`: template name -> llama-server's delimiter
+    list for the llama-server setting (`server_rules.load_server_delimiters`; None: see `prepare_session`).
     """
     if getattr(template, "error", None):  # a folder's file that could not be read (sources.load_dir)
         return TurnsReport(template.name, 0, (), error=template.error or "")
     budget = Budget(timeout, progress)
     try:
         prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval,
-                                   budget=budget)
+                                   budget=budget, server=server)
     except RenderError as exc:  # (RenderLimitError too)
         return TurnsReport(template.name, 0, (), error=str(exc))
     conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens
