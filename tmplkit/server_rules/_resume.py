@@ -8,7 +8,7 @@ checkpoint usable there is restored and everything after it is recomputed; with 
 whole prompt is. At least one token is always decoded, so its logits exist.
 
     >>> plan_resume([1, 2, 3, 4], [1, 2, 3, 9], pos_min=0, n_swa=0, store=None)
-    ResumePlan(n_common=3, n_past=3, pos_next=3, restore=None)
+    ResumePlan(n_common=3, n_past=3, pos_next=3, restore=None, reset=False)
     >>> plan_resume([1, 2, 3, 4], [1, 2, 3, 4], pos_min=0, n_swa=0, store=None).n_past  # all of it held
     3
 """
