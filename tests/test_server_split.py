@@ -104,3 +104,32 @@ def test_the_turns_study_takes_the_servers_lists(tmp_path):
     missing = study_turns(template, session, tokenizer=tok, switches=False, server={})
     assert "llama-server" not in missing.cost.requests
     assert any("not in the saved result" in n for n in missing.notes)
+
+
+def test_the_servers_own_renders_feed_its_setting_alone():
+    """Where llama.cpp's engine renders a request otherwise, the llama-server setting is simulated on
+    that render; the other settings keep transformers'."""
+    pytest.importorskip("tokenizers")
+    from tmplkit.session import for_server, generate_session
+    from tmplkit.sources import load_one
+    from tmplkit.tokenizers import load_tokenizer
+    from tmplkit.turns import iter_requests, study_turns
+
+    template = load_one(str(Path(__file__).resolve().parent.parent / "fixtures" / "turns" / "stable.jinja"))
+    try:
+        tok = load_tokenizer("vocab:qwen35")
+    except Exception as exc:
+        pytest.skip(f"no qwen35 vocabulary: {exc}")
+    session = generate_session(3000, seed=0, style="agent")
+    texts = [r.text for r in iter_requests(for_server(template, session), template)]
+    same = study_turns(template, session, tokenizer=tok, switches=False, server_texts=texts)
+    plain = study_turns(template, session, tokenizer=tok, switches=False)
+    assert same.cost.to_dict() == plain.cost.to_dict() and not any("otherwise" in n for n in same.notes)
+    # a server that writes one more token at the start of every request: every request shifts by it
+    shifted = study_turns(template, session, tokenizer=tok, switches=False, server_texts=["\n" + t for t in texts])
+    assert [r.n_prompt for r in shifted.cost.requests["llama-server"]] == \
+        [r.n_prompt + 1 for r in plain.cost.requests["llama-server"]]
+    assert shifted.cost.requests["tmplkit"] == plain.cost.requests["tmplkit"]
+    assert any("otherwise than transformers" in n for n in shifted.notes)
+    with pytest.raises(InputError, match="server renders for"):
+        study_turns(template, session, tokenizer=tok, switches=False, server_texts=texts[:1])

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 from .errors import InputError
 
-__all__ = ["RequestCheck", "ResumeCheck", "check_resume", "server_settings_args"]
+__all__ = ["RequestCheck", "ResumeCheck", "check_resume", "predict_requests", "request_bodies",
+           "server_renders", "send_completions", "server_settings_args"]
 
 # What is compared per request: (name, predicted, measured) are read by `RequestCheck.fields`.
 _FIELDS = ("n_prompt", "n_reused", "n_processed", "batch_starts", "checkpoints_created", "checkpoint_restored",
@@ -102,16 +103,21 @@ def check_resume(server, template, session, *, tokenizer, delimiters, settings, 
     if max_tokens != 1:
         raise InputError("check_resume predicts what the slot holds only with max_tokens 1 (no generated token decoded)")
     memory = memory or MemoryModel.swa(512, settings.n_ubatch)
-    bodies = _bodies(session)
-    prompts = [server.post("/apply-template", b, timeout=120)["prompt"] for b in bodies]
-    predicted = _predict(prompts, tokenizer, delimiters, settings, memory)
+    prompts = server_renders(server, session)
+    predicted = predict_requests(prompts, tokenizer, delimiters, settings, memory)
     served = drive_session(server, session, max_tokens=max_tokens, seed=seed)
     checks = tuple(RequestCheck(k, p, _measured(s)) for k, (p, s) in enumerate(zip(predicted, served)))
     return ResumeCheck(template.name, checks, tuple(delimiters))
 
 
-def _bodies(session) -> list[dict]:
-    """Each request's messages and tools, as `drive_session` sends them."""
+def server_renders(server, session) -> list[str]:
+    """Each request of `session` as `server` renders it (`/apply-template`, with the generation
+    prompt, as the chat endpoint renders it: the same `oaicompat_chat_params_parse`)."""
+    return [server.post("/apply-template", b, timeout=120)["prompt"] for b in request_bodies(session)]
+
+
+def request_bodies(session) -> list[dict]:
+    """Each request's messages and tools, as `drive_session` sends them (for `/apply-template`)."""
     from .turns.requests import request_points
 
     messages = [dict(m) for m in session.messages]
@@ -124,8 +130,9 @@ def _bodies(session) -> list[dict]:
     return out
 
 
-def _predict(prompts, tokenizer, delimiters, settings, memory) -> list[dict]:
-    """The turns study's llama-server setting over the server's own renders."""
+def predict_requests(prompts, tokenizer, delimiters, settings, memory) -> list[dict]:
+    """The turns study's llama-server setting over `prompts` (the server's renders), with the
+    (role, text) `delimiters` the server is given, per request as `_measured` reads the log."""
     from .server_rules import ServerGated, server_split
     from .turns import ServerSimulation
 
@@ -148,3 +155,27 @@ def _measured(served) -> dict:
             "batch_starts": list(p.batch_starts), "checkpoints_created": list(p.checkpoints_created or ()),
             "checkpoint_restored": restored[-1] if restored else None, "full_reprocess": bool(p.full_reprocess)}
 
+
+
+def send_completions(server, prompts, delimiters, *, log_wait_s: float = 30) -> list[dict]:
+    """Send each of `prompts` (texts) to `server`'s `/completion` with `message_delimiters`
+    (a client that renders the prompt itself and gives tmplkit's delimiters), one token generated
+    (so the slot holds the prompt alone, as in `check_resume`); per request as `_measured` reads
+    the log."""
+    from .server_log import read_server_log
+    from .server_session import ServedRequest, _task_lines
+
+    head = server.log_text()
+    out = []
+    for k, prompt in enumerate(prompts):
+        body = {"prompt": prompt, "message_delimiters": [{"role": r, "delimiter": d} for r, d in delimiters],
+                "cache_prompt": True, "n_predict": 1, "seed": 0}
+        mark = len(server.log_text())
+        answer = server.post("/completion", body)
+        task = read_server_log(head + _task_lines(server, mark, log_wait_s), f"{server.log} (request {k})").tasks[-1]
+        timings = answer.get("timings") or {}
+        served = ServedRequest(k, 0, int(answer.get("tokens_evaluated", task.n_prompt or 0)),
+                               int(timings.get("cache_n", task.n_reused or 0)), int(timings.get("prompt_n", task.n_processed or 0)),
+                               task)
+        out.append(_measured(served))
+    return out
