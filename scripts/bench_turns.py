@@ -12,7 +12,9 @@ parallel tool calls, several user requests) on every llama.cpp corpus template, 
 template's corpus vocabulary (qwen35 when it has none), the four settings of `tmplkit.turns.cost`
 simulated (a sliding window of 512, llama-server's defaults; the llama-server setting with the
 server's own delimiter list for each template, from `--server-delimiters`, default
-scripts/results/server-delimiters.json). Prints a markdown table; the corpus templates whose
+scripts/results/server-delimiters.json, and on the pinned server's own renders, `/apply-template`,
+for the templates engine parity finds rendered otherwise by llama.cpp's engine:
+scripts/results/engine-parity.json). Prints a markdown table; the corpus templates whose
 names are in the Hub corpus's held-out half are left out (scripts/_held_out.py).
 
 replay: the same kind of session replayed on a model as llama-server serves it, one runner per
@@ -72,6 +74,7 @@ def corpus_table(args) -> dict:
 
     session = generate_session(args.tokens, seed=args.seed, style="agent")
     server = load_server_delimiters(args.server_delimiters)
+    engines = _engine_differs(args)
     tokenizers: dict = {}
     reports = []
     paths = sorted(corpus.templates_dir().glob("*.jinja"))
@@ -85,7 +88,8 @@ def corpus_table(args) -> dict:
             tokenizers[vocab] = load_tokenizer(f"vocab:{vocab}")
         t0 = time.perf_counter()
         try:
-            r = study_turns(template, session, tokenizer=tokenizers[vocab], server=server)
+            texts = _server_texts(template, vocab, session) if template.name in engines else None
+            r = study_turns(template, session, tokenizer=tokenizers[vocab], server=server, server_texts=texts)
         except Exception as exc:  # one template's failure is a row, not the end of the table
             print(f"{template.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
@@ -101,7 +105,34 @@ def corpus_table(args) -> dict:
     print(f"session: seed {args.seed}, {n_req} requests, {session.roles.count('user')} user requests", file=sys.stderr)
     return {"session": {"seed": args.seed, "tokens": args.tokens, "requests": n_req}, "table": table,
             "server_delimiters": os.path.relpath(args.server_delimiters, ROOT), "left_out": len(left_out),
+            "server_renders": sorted(engines),
             "reports": [{k: v for k, v in r.to_dict().items() if k != "divergences"} for r in reports]}
+
+
+def _engine_differs(args) -> set[str]:
+    """The templates llama.cpp's engine renders otherwise (scripts/results/engine-parity.json), whose
+    llama-server setting is then simulated on the server's own renders; none without the binary."""
+    from tmplkit.llama_server import llama_server_binary
+
+    if args.no_server_render or llama_server_binary() is None:
+        print("llama-server's own renders not used (--no-server-render, or no binary)", file=sys.stderr)
+        return set()
+    rows = json.loads((ROOT / "scripts" / "results" / "engine-parity.json").read_text())
+    return {r["template"] for r in rows if r["status"] == "differs"}
+
+
+def _server_texts(template, vocab: str, session) -> list[str]:
+    """Each request as the pinned llama-server renders it, on the tiny model of `vocab`."""
+    import tempfile
+
+    from tmplkit.llama_server import LlamaServer, llama_server_binary
+    from tmplkit.prefill import tiny_model_path
+    from tmplkit.server_resume import server_renders
+
+    args = ["--jinja", "-c", "4096", "-np", "1", "-t", "1", "--no-warmup", "--chat-template-file", str(template.source)]
+    with tempfile.TemporaryDirectory(prefix="tmplkit-renders-") as tmp:
+        with LlamaServer(llama_server_binary(), tiny_model_path(vocab, None), args, log=Path(tmp) / "server.log") as srv:
+            return server_renders(srv, session)
 
 
 def replay_bench(args) -> dict:
@@ -257,6 +288,9 @@ def main() -> int:
     p.add_argument("--arms", help="cold: the settings to run against none (default: all of them)")
     p.add_argument("--server-delimiters", metavar="FILE", default=str(ROOT / "scripts" / "results" / "server-delimiters.json"),
                    help="corpus: llama-server's delimiter lists (a saved `tmplkit server delimiters --format json`)")
+    p.add_argument("--no-server-render", action="store_true",
+                   help="corpus: simulate the llama-server setting on transformers' renders everywhere (default: "
+                        "on the server's own renders where engine parity says they differ)")
     p.add_argument("--json", default=str(ROOT / "scripts" / "results" / "turns.json"))
     args = p.parse_args()
     for label in args.models.split(","):
