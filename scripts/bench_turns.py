@@ -6,6 +6,7 @@
     python scripts/bench_turns.py replay --quick         # a short session, the tiny model only
     python scripts/bench_turns.py replay --models qwen   # one of the two models
     python scripts/bench_turns.py cold --models gemma    # the resumed session's first prefill, policies against none
+    python scripts/bench_turns.py classes                # the corpus table's totals per class of the server's delimiters
 
 corpus: one generated agent session (`--tokens`, default 40000, about 31,500 tokens in its last request; reasoning on every assistant turn,
 parallel tool calls, several user requests) on every llama.cpp corpus template, tokenized with the
@@ -107,6 +108,35 @@ def corpus_table(args) -> dict:
             "server_delimiters": os.path.relpath(args.server_delimiters, ROOT), "left_out": len(left_out),
             "server_renders": sorted(engines),
             "reports": [{k: v for k, v in r.to_dict().items() if k != "divergences"} for r in reports]}
+
+
+def classes_table(args) -> dict:
+    """The saved corpus table (`corpus` in --json) summed per verdict of `tmplkit server delimiters`
+    on the family vocabularies (--classes): templates, and the tokens recomputed after the first
+    request by llama-server and by tmplkit's `gated`, against the full-attention bound."""
+    data = json.loads(Path(args.json).read_text())
+    verdicts = {r["template"]: r["verdicts"] for r in json.loads(Path(args.classes).read_text())["results"]}
+    out: dict = {}
+    for rep in data["corpus"]["reports"]:
+        name = rep["template"].removesuffix(" †")
+        cost = rep.get("cost")
+        if not cost or "llama-server" not in cost["after_first"]:
+            continue
+        for v in verdicts.get(name, ["not probed"]):
+            row = out.setdefault(v, {"templates": 0, "llama-server": 0, "tmplkit": 0, "full attention": 0,
+                                     "whole prompt again": 0})
+            row["templates"] += 1
+            for k in ("llama-server", "tmplkit", "full attention"):
+                row[k] += cost["after_first"][k]
+            row["whole prompt again"] += sum(r["full_reprocess"] for r in cost["requests"]["llama-server"][1:])
+    print("| the server's user starts vs tmplkit's | templates | llama-server | tmplkit (`gated`) | full attention | "
+          "llama-server / bound | requests with the whole prompt again |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for v, r in out.items():
+        print(f"| {v} | {r['templates']} | {r['llama-server']:,} | {r['tmplkit']:,} | {r['full attention']:,} | "
+              f"{r['llama-server'] / max(1, r['full attention']):.3f} | {r['whole prompt again']} |")
+    data["corpus"]["classes"] = out
+    return data
 
 
 def _engine_differs(args) -> set[str]:
@@ -277,7 +307,7 @@ def _print_section(label: str, res: dict) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["corpus", "replay", "cold"])
+    p.add_argument("what", choices=["corpus", "replay", "cold", "classes"])
     p.add_argument("--tokens", type=int, default=40000, help="the generator's target (a character estimate)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true")
@@ -288,6 +318,8 @@ def main() -> int:
     p.add_argument("--arms", help="cold: the settings to run against none (default: all of them)")
     p.add_argument("--server-delimiters", metavar="FILE", default=str(ROOT / "scripts" / "results" / "server-delimiters.json"),
                    help="corpus: llama-server's delimiter lists (a saved `tmplkit server delimiters --format json`)")
+    p.add_argument("--classes", default=str(ROOT / "scripts" / "results" / "server-delimiters-family-vocab.json"),
+                   help="classes: the verdicts of `tmplkit server delimiters --model family`")
     p.add_argument("--no-server-render", action="store_true",
                    help="corpus: simulate the llama-server setting on transformers' renders everywhere (default: "
                         "on the server's own renders where engine parity says they differ)")
@@ -299,6 +331,9 @@ def main() -> int:
     for arm in (args.arms or "").split(",") if args.arms else ():
         if arm not in REPLAYED and arm != "none":
             p.error(f"--arms: unknown setting {arm!r}; choose from {', '.join(REPLAYED)}")
+    if args.what == "classes":  # a summary of the saved corpus table, written back beside it
+        Path(args.json).write_text(json.dumps(classes_table(args), indent=1, default=str) + "\n")
+        return 0
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     result = {"corpus": corpus_table, "replay": replay_bench, "cold": cold_bench}[args.what](args)
     result["run"] = {"command": "python scripts/bench_turns.py " + " ".join(sys.argv[1:]), "cpu": cpu_model(),
