@@ -30,7 +30,7 @@ class ResumePlan:
     (from memory, or from `restore`, the checkpoint to restore), decoding starts there; `pos_next`:
     checkpoints that cover positions past it no longer match the memory and are dropped; `reset`:
     the memory could not go back to the divergence and no checkpoint was usable, so the whole prompt
-    is processed again (the server's "forcing full prompt re-processing", server-context.cpp:3377-3381)."""
+    is processed again (the server's "forcing full prompt re-processing", server-context.cpp:3360-3365)."""
 
     n_common: int
     n_past: int
