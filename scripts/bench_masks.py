@@ -7,7 +7,6 @@ the time of tmplkit's mask vs transformers' own masked render on a 30k-token con
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import statistics
@@ -18,7 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _machine import cpu_model  # noqa: E402  (scripts/, beside this file)
+from _held_out import held_out  # noqa: E402  (scripts/, beside this file)
+from _machine import cpu_model  # noqa: E402
 
 from tmplkit import corpus  # noqa: E402
 from tmplkit.analysis import analyze  # noqa: E402
@@ -26,25 +26,6 @@ from tmplkit.masks import annotate_template, check_conversations, text_mask, tra
 from tmplkit.session import for_server, generate_session  # noqa: E402
 from tmplkit.sources import ChatTemplate, load_one  # noqa: E402
 
-# llama.cpp corpus templates whose names the Hub corpus's held-out half also has (the first 16 hex
-# digits of the name's sha256, so that this file does not spell them out): the figures come from
-# the development half only, so these stay out of the annotation rate too.
-HELD_OUT_NAMES = frozenset({
-    "8d4e3d0801b15ecc",
-    "9ec7a86056728e8c",
-    "c6987571d1fc436c",
-    "cace8ea5405860a2",
-    "d5f2c87aa54ac510",
-    "e2f4e5ad745b04b1",
-    "e8d0880fa481a770",
-    "e9cb69d903bbe3d3",
-    "f7cfe2ddaebb7e40",
-    "fc8425f5dd40f8d6",
-})
-
-
-def held_out(name: str) -> bool:
-    return hashlib.sha256(name.encode()).hexdigest()[:16] in HELD_OUT_NAMES
 TAGGED = re.compile(r"\{%-?\s*generation\s*-?%\}")
 OUT = Path(__file__).resolve().parent / "results" / "masks.json"
 

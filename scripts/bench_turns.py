@@ -6,11 +6,17 @@
     python scripts/bench_turns.py replay --quick         # a short session, the tiny model only
     python scripts/bench_turns.py replay --models qwen   # one of the two models
     python scripts/bench_turns.py cold --models gemma    # the resumed session's first prefill, policies against none
+    python scripts/bench_turns.py classes                # the corpus table's totals per class of the server's delimiters
 
 corpus: one generated agent session (`--tokens`, default 40000, about 31,500 tokens in its last request; reasoning on every assistant turn,
 parallel tool calls, several user requests) on every llama.cpp corpus template, tokenized with the
 template's corpus vocabulary (qwen35 when it has none), the four settings of `tmplkit.turns.cost`
-simulated (a sliding window of 512, llama-server's defaults). Prints a markdown table.
+simulated (a sliding window of 512, llama-server's defaults; the llama-server setting with the
+server's own delimiter list for each template, from `--server-delimiters`, default
+scripts/results/server-delimiters.json, and on the pinned server's own renders, `/apply-template`,
+for the templates engine parity finds rendered otherwise by llama.cpp's engine:
+scripts/results/engine-parity.json). Prints a markdown table; the corpus templates whose
+names are in the Hub corpus's held-out half are left out (scripts/_held_out.py).
 
 replay: the same kind of session replayed on a model as llama-server serves it, one runner per
 setting (llama-server's delimiters with its gate, tmplkit's with `gated`, tmplkit's with
@@ -37,7 +43,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from _machine import cpu_model  # scripts/, beside this file
+from _held_out import held_out  # scripts/, beside this file
+from _machine import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -62,20 +69,28 @@ _MODELS = {"qwen": _tiny,
 
 
 def corpus_table(args) -> dict:
+    from tmplkit.server_rules import load_server_delimiters
     from tmplkit.token_audit import vocab_for_template
     from tmplkit.tokenizers import load_tokenizer
 
     session = generate_session(args.tokens, seed=args.seed, style="agent")
+    server = load_server_delimiters(args.server_delimiters)
+    engines = _engine_differs(args)
     tokenizers: dict = {}
     reports = []
-    for path in sorted(corpus.templates_dir().glob("*.jinja")):
+    paths = sorted(corpus.templates_dir().glob("*.jinja"))
+    left_out = [p for p in paths if held_out(p.stem)]
+    for path in paths:
+        if path in left_out:
+            continue
         template = load_one(path)
         vocab = vocab_for_template(template.name) or "qwen35"
         if vocab not in tokenizers:
             tokenizers[vocab] = load_tokenizer(f"vocab:{vocab}")
         t0 = time.perf_counter()
         try:
-            r = study_turns(template, session, tokenizer=tokenizers[vocab])
+            texts = _server_texts(template, vocab, session) if template.name in engines else None
+            r = study_turns(template, session, tokenizer=tokenizers[vocab], server=server, server_texts=texts)
         except Exception as exc:  # one template's failure is a row, not the end of the table
             print(f"{template.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
@@ -84,12 +99,80 @@ def corpus_table(args) -> dict:
         reports.append(r if vocab_for_template(template.name) else replace(r, template=r.template + " †"))
         print(f"{template.name}: {'stable' if r.stable else (r.first.cause if r.first else r.error)} "
               f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
-    table = format_turns(reports, "markdown") + "\n† tokenized with the qwen35 vocabulary (the corpus has none of the family's)\n"
+    table = (format_turns(reports, "markdown") + "\n† tokenized with the qwen35 vocabulary (the corpus has none of the family's)"
+             f"; {len(left_out)} corpus templates left out (their names are in the Hub corpus's held-out half)\n")
     print(table)
     n_req = max((r.n_requests for r in reports), default=0)
     print(f"session: seed {args.seed}, {n_req} requests, {session.roles.count('user')} user requests", file=sys.stderr)
     return {"session": {"seed": args.seed, "tokens": args.tokens, "requests": n_req}, "table": table,
+            "server_delimiters": os.path.relpath(args.server_delimiters, ROOT), "left_out": len(left_out),
+            "server_renders": sorted(engines),
             "reports": [{k: v for k, v in r.to_dict().items() if k != "divergences"} for r in reports]}
+
+
+def classes_table(args) -> dict:
+    """The saved corpus table (`corpus` in --json) summed per verdict of `tmplkit server delimiters`
+    on the family vocabularies (--classes): templates, and the tokens recomputed after the first
+    request by llama-server and by tmplkit's `gated`, against the full-attention bound. The ratio
+    to the bound is over the templates the server renders as transformers does (the bound is
+    of transformers' renders; where llama.cpp's engine keeps what transformers drops, the server
+    recomputes less than that bound)."""
+    data = json.loads(Path(args.json).read_text())
+    verdicts = {r["template"]: r["verdicts"] for r in json.loads(Path(args.classes).read_text())["results"]}
+    own = set(data["corpus"].get("server_renders", ()))
+    out: dict = {}
+    for rep in data["corpus"]["reports"]:
+        name = rep["template"].removesuffix(" †")
+        cost = rep.get("cost")
+        if not cost or not {"llama-server", "tmplkit", "full attention"} <= set(cost["after_first"]):
+            continue  # the server cannot render the session, or tmplkit's delimiters do not split its tokens
+        for v in verdicts.get(name, ["not probed"]):
+            row = out.setdefault(v, {"templates": 0, "server renders": 0, "llama-server": 0, "tmplkit": 0,
+                                     "full attention": 0, "alike": {"llama-server": 0, "full attention": 0},
+                                     "whole prompt again": 0})
+            row["templates"] += 1
+            row["server renders"] += name in own
+            for k in ("llama-server", "tmplkit", "full attention"):
+                row[k] += cost["after_first"][k]
+            if name not in own:
+                for k in ("llama-server", "full attention"):
+                    row["alike"][k] += cost["after_first"][k]
+            row["whole prompt again"] += sum(r["full_reprocess"] for r in cost["requests"]["llama-server"][1:])
+    print("| the server's user starts vs tmplkit's | templates (on the server's renders) | llama-server | tmplkit (`gated`) | "
+          "full attention | llama-server / bound, rendered alike | requests with the whole prompt again |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for v, r in out.items():
+        ratio = r["alike"]["llama-server"] / max(1, r["alike"]["full attention"])
+        print(f"| {v} | {r['templates']} ({r['server renders']}) | {r['llama-server']:,} | {r['tmplkit']:,} | "
+              f"{r['full attention']:,} | {ratio:.3f} | {r['whole prompt again']} |")
+    data["corpus"]["classes"] = out
+    return data
+
+
+def _engine_differs(args) -> set[str]:
+    """The templates llama.cpp's engine renders otherwise (scripts/results/engine-parity.json), whose
+    llama-server setting is then simulated on the server's own renders; none without the binary."""
+    from tmplkit.llama_server import llama_server_binary
+
+    if args.no_server_render or llama_server_binary() is None:
+        print("llama-server's own renders not used (--no-server-render, or no binary)", file=sys.stderr)
+        return set()
+    rows = json.loads((ROOT / "scripts" / "results" / "engine-parity.json").read_text())
+    return {r["template"] for r in rows if r["status"] == "differs" and not held_out(r["template"])}
+
+
+def _server_texts(template, vocab: str, session) -> list[str]:
+    """Each request as the pinned llama-server renders it, on the tiny model of `vocab`."""
+    import tempfile
+
+    from tmplkit.llama_server import LlamaServer, llama_server_binary
+    from tmplkit.prefill import tiny_model_path
+    from tmplkit.server_resume import server_renders
+
+    args = ["--jinja", "-c", "4096", "-np", "1", "-t", "1", "--no-warmup", "--chat-template-file", str(template.source)]
+    with tempfile.TemporaryDirectory(prefix="tmplkit-renders-") as tmp:
+        with LlamaServer(llama_server_binary(), tiny_model_path(vocab, None), args, log=Path(tmp) / "server.log") as srv:
+            return server_renders(srv, session)
 
 
 def replay_bench(args) -> dict:
@@ -234,7 +317,7 @@ def _print_section(label: str, res: dict) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["corpus", "replay", "cold"])
+    p.add_argument("what", choices=["corpus", "replay", "cold", "classes"])
     p.add_argument("--tokens", type=int, default=40000, help="the generator's target (a character estimate)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true")
@@ -243,6 +326,13 @@ def main() -> int:
     p.add_argument("--n-ctx", type=int, default=65536)
     p.add_argument("--repeats", type=int, default=3, help="cold: rounds")
     p.add_argument("--arms", help="cold: the settings to run against none (default: all of them)")
+    p.add_argument("--server-delimiters", metavar="FILE", default=str(ROOT / "scripts" / "results" / "server-delimiters.json"),
+                   help="corpus: llama-server's delimiter lists (a saved `tmplkit server delimiters --format json`)")
+    p.add_argument("--classes", default=str(ROOT / "scripts" / "results" / "server-delimiters-family-vocab.json"),
+                   help="classes: the verdicts of `tmplkit server delimiters --model family`")
+    p.add_argument("--no-server-render", action="store_true",
+                   help="corpus: simulate the llama-server setting on transformers' renders everywhere (default: "
+                        "on the server's own renders where engine parity says they differ)")
     p.add_argument("--json", default=str(ROOT / "scripts" / "results" / "turns.json"))
     args = p.parse_args()
     for label in args.models.split(","):
@@ -251,6 +341,9 @@ def main() -> int:
     for arm in (args.arms or "").split(",") if args.arms else ():
         if arm not in REPLAYED and arm != "none":
             p.error(f"--arms: unknown setting {arm!r}; choose from {', '.join(REPLAYED)}")
+    if args.what == "classes":  # a summary of the saved corpus table, written back beside it
+        Path(args.json).write_text(json.dumps(classes_table(args), indent=1, default=str) + "\n")
+        return 0
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     result = {"corpus": corpus_table, "replay": replay_bench, "cold": cold_bench}[args.what](args)
     result["run"] = {"command": "python scripts/bench_turns.py " + " ".join(sys.argv[1:]), "cpu": cpu_model(),

@@ -129,6 +129,18 @@ def test_store_evicts_close_checkpoints_of_earlier_runs_first():
     assert [c.n_tokens for c in store] == [100, 5000, 7000]
 
 
+def test_store_stops_evicting_close_checkpoints_once_below_the_cap():
+    """server-context.cpp:2296-2310 checks the store's size before every step of its loop: one
+    close checkpoint goes, the next close one stays (seen on the real server: the 30k-token
+    session of scripts/bench_server_resume.py --ratios restores the one that stays)."""
+    store = CheckpointStore(max_count=5, min_step=1000)
+    for n in (100, 600, 5000, 5400):
+        store.add(_ck(n, run=1))
+    evicted = store.add(_ck(9000, run=2))
+    assert [c.n_tokens for c in evicted] == [600]
+    assert [c.n_tokens for c in store] == [100, 5000, 5400, 9000]
+
+
 def test_store_replaces_same_position():
     store = CheckpointStore()
     store.add(_ck(100))

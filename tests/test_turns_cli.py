@@ -57,9 +57,20 @@ def test_turns_json_with_a_tokenizer(session_file, capsys, qwen35):
     assert totals["full attention"] <= min(totals["llama-server"], totals["tmplkit"], totals["divergence-aware"])
 
 
+def test_turns_with_the_servers_delimiter_lists(session_file, tmp_path, capsys, qwen35):
+    saved = tmp_path / "server.json"
+    row = {"template": "stable", "server": {"status": "ok", "route": "specialized", "handler": "LFM2"}}
+    saved.write_text(json.dumps({"schema_version": 1, "results": [row]}))
+    assert main(["turns", str(FIX / "stable.jinja"), "--session", str(session_file), "--tokenizer", "vocab:qwen35",
+                 "--no-switches", "--server-delimiters", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "llama-server: resumes up to" in out and "re-processes the whole prompt" in out
+
+
 @pytest.mark.parametrize("args, message", [
     (["--session", "missing.json"], "session file not found"),
     (["--memory", "swa:x"], "unknown memory model"),
+    (["--server-delimiters", "missing.json"], "not a saved `tmplkit server delimiters"),
 ])
 def test_turns_errors_are_one_line(args, message, capsys):
     assert main(["turns", str(FIX / "stable.jinja")] + args) == 2

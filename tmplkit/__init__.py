@@ -41,6 +41,7 @@ from .replay import SessionReplay, replay_session
 from .sandbox import Limits, render
 from .server_delimiters import DelimiterComparison, ServerDelimiters, compare_delimiters, server_delimiters
 from .server_log import ServerLog, TaskPrefill, locate_breaks, read_server_log
+from .server_resume import ResumeCheck, check_resume
 from .server_session import ServedRequest, drive_session
 from .session import Conversation, generate_session, load_conversation, load_session
 from .sources import ChatTemplate, load, load_gguf, load_many, load_one
@@ -64,6 +65,6 @@ __all__ = [
     "Divergence", "MemoryModel", "Request", "SessionCost", "SessionReplay", "TurnsReport", "replay_session",
     "resolve_model", "session_cost", "session_requests", "study_turns",
     "DelimiterComparison", "ServedRequest", "ServerDelimiters", "ServerLog", "TaskPrefill", "compare_delimiters",
-    "drive_session", "locate_breaks", "read_server_log", "server_delimiters",
+    "drive_session", "locate_breaks", "read_server_log", "server_delimiters", "ResumeCheck", "check_resume",
     "AssistantMask", "MaskError", "TextMask", "assistant_mask", "assistant_masks", "text_mask",
 ]

@@ -23,6 +23,10 @@ def add_turns(sub) -> None:
                                                        "tokenizer.json, vocab:NAME or hf:org/name")
     p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request")
     p.add_argument("--memory", default="swa:512", help="the checkpointing model's memory: swa:N, recurrent (default swa:512)")
+    p.add_argument("--server-delimiters", metavar="FILE",
+                   help="llama-server's delimiter lists from a saved `tmplkit server delimiters --format json` (its "
+                        "specialized handlers' hard-coded lists, its autoparser's logged starts, or none) for the "
+                        "llama-server setting; default: the two ChatML or Gemma delimiters only")
     p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per template: study the requests rendered within SECONDS and say where it stopped (default: no limit)")
@@ -38,6 +42,11 @@ def _cmd_turns(args) -> int:
     from ._common import emit, load_templates, positive, require_tokenizers
 
     memory = MemoryModel.parse(args.memory)  # refuse a bad option before any work
+    server = None
+    if args.server_delimiters:
+        from ..server_rules import load_server_delimiters
+
+        server = load_server_delimiters(args.server_delimiters)
     timeout = positive(args.timeout, "--timeout") if args.timeout is not None else None
     if args.tokenizer:
         require_tokenizers([args.tokenizer], "tmplkit turns --tokenizer " + args.tokenizer)
@@ -52,7 +61,8 @@ def _cmd_turns(args) -> int:
     for t in templates:
         with _progress(t.name) as progress:
             reports.append(study_turns(t, session, tokenizer=tokenizer, add_bos=args.add_bos, memory=memory,
-                                       switches=not args.no_switches, timeout=timeout, progress=progress))
+                                       switches=not args.no_switches, timeout=timeout, progress=progress,
+                                       server=server))
     failed = [r for r in reports if r.error]
     # The text report is for a person: a template that cannot render the session is an error line
     # (below) instead; the tables and the JSON keep its row, with the error, for a program.

@@ -8,11 +8,19 @@ model) and turns (which simulates them over a session's requests).
 - `_schedule`: `BatchSchedule`, where each batch of a prompt ends and which starts with a checkpoint;
 - `_resume`: `plan_resume`, how much of what a slot holds a new prompt reuses (the prompt cache);
 - `_settings`: `PrefillSettings`, named for llama-server's flags;
-- `_delimiters`: llama-server's own delimiter sets and the spans they find.
+- `_delimiters`: llama-server's own delimiter lists (hard-coded, logged or saved) and its split.
 """
 
 from ._checkpoints import Checkpoint, CheckpointStore, checkpoint_due, near_end, near_end_breaks
-from ._delimiters import SERVER_DELIMITERS, server_delimiters, server_spans
+from ._delimiters import (
+    HANDLER_DELIMITERS,
+    SERVER_DELIMITERS,
+    delimiters_of_row,
+    load_server_delimiters,
+    server_delimiters,
+    server_spans,
+    server_split,
+)
 from ._divergence_aware import DivergenceAware
 from ._policies import (
     BatchPolicy,
@@ -31,8 +39,9 @@ from ._schedule import BatchSchedule, PlannedBatch
 from ._settings import CACHE_TYPES, FLASH_ATTN, PrefillSettings
 
 __all__ = [
-    "CACHE_TYPES", "FLASH_ATTN", "POLICIES", "SERVER_DELIMITERS", "BatchPolicy", "BatchSchedule", "BreakContext",
+    "CACHE_TYPES", "FLASH_ATTN", "HANDLER_DELIMITERS", "POLICIES", "SERVER_DELIMITERS", "BatchPolicy", "BatchSchedule", "BreakContext",
     "Checkpoint", "CheckpointStore", "DivergenceAware", "EveryUserStart", "FixedBreaks", "Gated", "NoBreaks",
-    "PlannedBatch", "PolicyRegistry", "PrefillSettings", "ResumePlan", "ServerGated", "checkpoint_due", "get_policy",
-    "last_user_start", "near_end", "near_end_breaks", "plan_resume", "server_delimiters", "server_spans", "user_starts",
+    "PlannedBatch", "PolicyRegistry", "PrefillSettings", "ResumePlan", "ServerGated", "checkpoint_due", "delimiters_of_row", "get_policy",
+    "last_user_start", "load_server_delimiters", "near_end", "near_end_breaks", "plan_resume", "server_delimiters",
+    "server_spans", "server_split", "user_starts",
 ]

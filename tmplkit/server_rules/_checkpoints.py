@@ -5,8 +5,9 @@ cache, or a recurrent state), saved with `llama_state_seq_get_data_ext(...,
 LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)` right before a batch is decoded: it holds the state after
 `n_tokens` prompt tokens, covering positions [pos_min, pos_max].
 
-The store keeps at most `max_count`; adding to a full store first drops checkpoints of earlier
-runs that lie within `min_step` of the one before them, then the oldest; a checkpoint at the same
+The store keeps at most `max_count`; adding to a full store first drops, oldest first and only
+until the store is below the cap, checkpoints of earlier runs that lie within `min_step` of the one
+kept before them, then the oldest; a checkpoint at the same
 n_tokens as the new one is replaced. Resuming picks the newest checkpoint that ends at or before
 the first position to recompute and reaches far enough back for the attention window.
 
@@ -95,16 +96,20 @@ class CheckpointStore:
     def add(self, ckpt: Checkpoint) -> list[Checkpoint]:
         """Add `ckpt`, evicting as llama-server does; returns the evicted checkpoints."""
         evicted: list[Checkpoint] = []
-        if len(self.items) + 1 >= self.max_count:
-            kept: list[Checkpoint] = []
-            last = -1
-            for c in self.items:
-                if c.run_id != ckpt.run_id and last >= 0 and c.n_tokens <= last + self.min_step:
-                    evicted.append(c)
-                    continue
-                last = c.n_tokens
-                kept.append(c)
-            self.items = kept
+        kept: list[Checkpoint] = []
+        last = -1
+        # server-context.cpp:2296-2310: the loop's condition is checked before every step, so it
+        # stops evicting as soon as the store is below the cap again (one eviction, usually)
+        for i, c in enumerate(self.items):
+            if len(self.items) - len(evicted) + 1 < self.max_count:
+                kept.extend(self.items[i:])
+                break
+            if c.run_id != ckpt.run_id and last >= 0 and c.n_tokens <= last + self.min_step:
+                evicted.append(c)
+                continue
+            last = c.n_tokens
+            kept.append(c)
+        self.items = kept
         while len(self.items) >= self.max_count:
             evicted.append(self.items.pop(0))
         same = [c for c in self.items if c.n_tokens == ckpt.n_tokens]

@@ -8,7 +8,7 @@ checkpoint usable there is restored and everything after it is recomputed; with 
 whole prompt is. At least one token is always decoded, so its logits exist.
 
     >>> plan_resume([1, 2, 3, 4], [1, 2, 3, 9], pos_min=0, n_swa=0, store=None)
-    ResumePlan(n_common=3, n_past=3, pos_next=3, restore=None)
+    ResumePlan(n_common=3, n_past=3, pos_next=3, restore=None, reset=False)
     >>> plan_resume([1, 2, 3, 4], [1, 2, 3, 4], pos_min=0, n_swa=0, store=None).n_past  # all of it held
     3
 """
@@ -28,12 +28,15 @@ __all__ = ["ResumePlan", "plan_resume"]
 class ResumePlan:
     """`n_common`: the common prefix of the held tokens and the prompt; `n_past`: the tokens kept
     (from memory, or from `restore`, the checkpoint to restore), decoding starts there; `pos_next`:
-    checkpoints that cover positions past it no longer match the memory and are dropped."""
+    checkpoints that cover positions past it no longer match the memory and are dropped; `reset`:
+    the memory could not go back to the divergence and no checkpoint was usable, so the whole prompt
+    is processed again (the server's "forcing full prompt re-processing", server-context.cpp:3360-3365)."""
 
     n_common: int
     n_past: int
     pos_next: int
     restore: Checkpoint | None = None
+    reset: bool = False
 
 
 def plan_resume(held: Sequence[int], tokens: Sequence[int], *, pos_min: int, n_swa: int,
@@ -43,6 +46,7 @@ def plan_resume(held: Sequence[int], tokens: Sequence[int], *, pos_min: int, n_s
     n_common = common_prefix(held, tokens)
     n_past = pos_next = n_common
     restore = None
+    reset = False
     pos_min_thold = max(0, pos_next - n_swa - (0 if n_past < len(tokens) else 1))
     if 0 < n_past <= len(held) and pos_min >= pos_min_thold:
         restore = store.find_restorable(pos_next, pos_min_thold) if store is not None else None
@@ -51,6 +55,7 @@ def plan_resume(held: Sequence[int], tokens: Sequence[int], *, pos_min: int, n_s
             n_past = min(pos_next, restore.n_tokens)
         else:
             pos_next = n_past = 0
+            reset = True
     if n_past == len(tokens) and n_past > 0:
         n_past -= 1  # at least one token is decoded, so its logits exist
-    return ResumePlan(n_common, n_past, pos_next, restore)
+    return ResumePlan(n_common, n_past, pos_next, restore, reset)

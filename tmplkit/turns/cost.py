@@ -2,8 +2,10 @@
 
 - "full attention": a model that rolls its memory back anywhere recomputes from the divergence
   (the lower bound; the physical limit of any checkpoint placement);
-- "llama-server": a checkpointing model (sliding window or recurrent) with llama-server's two
-  delimiters (user and assistant start, tokenized on their own) and its gate (`ServerGated`);
+- "llama-server": a checkpointing model (sliding window or recurrent) with llama-server's own
+  delimiter list for the template (a specialized handler's hard-coded list, none, or the
+  autoparser's user and assistant starts: `server_rules.server_delimiters`; each tokenized on its
+  own, split the server's way) and its gate (`ServerGated`);
 - "tmplkit": the same with tmplkit's delimiters (every role, derived from the template) and the
   `gated` policy;
 - "divergence-aware": tmplkit's delimiters and the `divergence-aware` policy, which also puts
@@ -83,7 +85,8 @@ class SessionCost:
 
 
 def session_cost(tokens, spans: dict, *, predicted=None, settings: tuple[CostSetting, ...] | None = None,
-                 memory: MemoryModel | None = None, prefill: PrefillSettings | None = None) -> SessionCost:
+                 memory: MemoryModel | None = None, prefill: PrefillSettings | None = None,
+                 server_tokens=None) -> SessionCost:
     """Simulate every setting over the session.
 
     `tokens`: `TokenizedRequests`; `spans`: delimiter set name ("tmplkit", "server") -> one Spans
@@ -91,7 +94,8 @@ def session_cost(tokens, spans: dict, *, predicted=None, settings: tuple[CostSet
     token positions where its next renders diverge from what is held (`predicted_divergences`),
     for the divergence-aware policy (without them it predicts from the spans); `memory`: the
     checkpointing model's memory (default: Gemma 3's sliding window of 512); `prefill`: the
-    server's batch and checkpoint settings (llama-server's defaults).
+    server's batch and checkpoint settings (llama-server's defaults); `server_tokens`: the
+    requests as llama-server renders them, for the settings with its delimiters (default `tokens`).
     """
     memory = memory or MemoryModel.swa(512)
     prefill = prefill or PrefillSettings()
@@ -101,9 +105,10 @@ def session_cost(tokens, spans: dict, *, predicted=None, settings: tuple[CostSet
     for s in settings:
         sim = ServerSimulation(s.memory, prefill)
         per: list[SimulatedRequest] = []
-        for k, ids in enumerate(tokens.requests):
+        toks = server_tokens if s.delimiters == "server" and server_tokens is not None else tokens
+        for k, ids in enumerate(toks.requests):
             per.append(sim.resume(ids, spans[s.delimiters][k], policy_for(s.policy, predicted, k, len(ids))))
-            sim.generate(tokens.generated[k])
+            sim.generate(toks.generated[k])
         out[s.name] = tuple(per)
     return SessionCost(settings, out, tuple(len(t) for t in tokens.requests))
 

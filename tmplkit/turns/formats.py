@@ -103,5 +103,18 @@ def _text(r) -> str:
     if r.cost is not None:
         parts = [f"{s} {r.cost.total(s, first=False)}" for s in SETTINGS if s in r.cost.requests]
         lines.append(f"  tokens recomputed after the first request (of {sum(r.cost.n_tokens[1:])} sent): " + ", ".join(parts))
+        if "llama-server" in r.cost.requests:
+            lines.append("  " + _server_line(r.cost.requests["llama-server"][1:]))
     lines += [f"  note: {n}" for n in r.notes]
     return "\n".join(lines) + "\n"
+
+
+def _server_line(per) -> str:
+    """How far back llama-server resumes after the first request, and where it starts over."""
+    if not per:
+        return "llama-server: no request after the first"
+    backs = [p.back for p in per]
+    full = [str(k + 1) for k, p in enumerate(per) if p.full_reprocess]
+    where = f"re-processes the whole prompt at request(s) {', '.join(full)}" if full else "never re-processes the whole prompt"
+    return (f"llama-server: resumes up to {max(backs)} tokens before the divergence (total {sum(backs)} over "
+            f"{len(per)} requests), {where}")

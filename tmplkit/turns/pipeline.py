@@ -16,9 +16,9 @@ request's next renders will diverge from what the server holds.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..errors import TmplkitError
+from ..errors import InputError, TmplkitError
 from ..session import ServerConversation, for_server
 from ..sources import ChatTemplate
 from .cost import predicted_divergences
@@ -43,13 +43,20 @@ class PreparedSession:
     spans: dict = field(default_factory=dict, repr=False)
     predicted: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False)
     notes: tuple[str, ...] = ()
+    server_tokens: TokenizedRequests | None = field(default=None, repr=False)  # of `server_texts`, when given
 
 
 def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos: bool = False,
-                    kwargs: Mapping | None = None, interval=DEFAULT_INTERVAL, budget=None) -> PreparedSession:
+                    kwargs: Mapping | None = None, interval=DEFAULT_INTERVAL, budget=None,
+                    server: Mapping | None = None, server_texts=None) -> PreparedSession:
     """`session` on `template`, through the pipeline of the module doc; without a tokenizer, the
     requests only. A template that cannot render the session raises its RenderError here.
-    `budget` (a `Budget`): progress while rendering, and the requests up to its time limit."""
+    `budget` (a `Budget`): progress while rendering, and the requests up to its time limit.
+    `server`: template name -> llama-server's delimiter list (`server_rules.load_server_delimiters`);
+    None: the two delimiters of the families `server_rules.server_delimiters` knows by a marker.
+    `server_texts`: each request as llama-server renders it (its own engine, where that differs
+    from transformers': `server_resume.server_renders`); the llama-server setting's tokens and
+    spans are then those, the generated turns the same."""
     conversation = for_server(template, session, kwargs)  # prepared once, rendered for every request
     requests = iter_requests(conversation, template, interval=interval)
     if budget is None:
@@ -60,18 +67,35 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
         return PreparedSession(template, conversation, reqs)
     tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos)
     notes: list[str] = []
-    spans = request_spans(template, tokenizer, reqs, tokens, notes)
+    server_tokens = _server_tokens(reqs, server_texts, tokenizer, add_bos, notes)
+    spans = request_spans(template, tokenizer, reqs, tokens, notes, server, server_tokens)
     predicted = None
     if spans:
         predicted = predicted_divergences(tokens, next_renders(conversation, template, reqs), tokenizer, add_bos=add_bos,
                                           texts=[r.text for r in reqs])
-    return PreparedSession(template, conversation, reqs, tokens, spans, predicted, tuple(notes))
+    return PreparedSession(template, conversation, reqs, tokens, spans, predicted, tuple(notes), server_tokens)
 
 
-def request_spans(template, tokenizer, reqs, tokens, notes: list) -> dict:
-    """One Spans per request for each delimiter set that works here ("tmplkit", "server")."""
+def _server_tokens(reqs, texts, tokenizer, add_bos: bool, notes: list) -> TokenizedRequests | None:
+    """The requests as the server renders them (`texts`), tokenized; None without texts."""
+    if texts is None:
+        return None
+    texts = list(texts)
+    if len(texts) < len(reqs):
+        raise InputError(f"{len(texts)} server renders for {len(reqs)} requests")
+    changed = sum(t != r.text for r, t in zip(reqs, texts))
+    if changed:
+        notes.append(f"llama-server renders {changed} of {len(reqs)} requests otherwise than transformers; "
+                     "its setting is simulated on its own renders")
+    return tokenize_requests([replace(r, text=t) for r, t in zip(reqs, texts)], tokenizer, add_bos=add_bos)
+
+
+def request_spans(template, tokenizer, reqs, tokens, notes: list, server: Mapping | None = None,
+                  server_tokens: TokenizedRequests | None = None) -> dict:
+    """One Spans per request for each delimiter set that works here ("tmplkit", "server"; for
+    `server` see `prepare_session`; the server's spans are of `server_tokens` when given)."""
     from ..analysis import Analysis, RoundTrip
-    from ..server_rules import server_delimiters
+    from ..server_rules import server_delimiters, server_split
     from ..spans import SpanDetector
     from ..token_delims import text_delimiters, token_delimiters
 
@@ -89,8 +113,9 @@ def request_spans(template, tokenizer, reqs, tokens, notes: list) -> dict:
     except TmplkitError as exc:
         notes.append(f"no tmplkit delimiters: {exc}")
     try:
-        det = SpanDetector(list(server_delimiters(template)), tokenizer)
-        out["server"] = [det.split(list(ids)) for ids in tokens.requests]
+        # each text tokenized on its own, the prompt split the server's way (server_rules._delimiters)
+        ids = [(role, tokenizer.tokenize(text, add_bos=False)) for role, text in server_delimiters(template, server)]
+        out["server"] = [server_split(t, ids) for t in (server_tokens or tokens).requests]
     except TmplkitError as exc:
         notes.append(f"no llama-server delimiters: {exc}")
     return out

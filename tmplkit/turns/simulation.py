@@ -93,7 +93,12 @@ def plan_batches(n: int, start: int, spans, policy, settings, store: CheckpointS
 
 @dataclass(frozen=True)
 class SimulatedRequest:
-    """One request as the server processes it: reused, restored from, recomputed."""
+    """One request as the server processes it: reused, restored from, recomputed.
+
+    `back`: how far before the divergence the server resumes (tokens it held and computes again);
+    `full_reprocess`: it held a prefix of the prompt but could use neither its memory nor a
+    checkpoint, and processes the whole prompt again; `batch_starts`: where each batch began.
+    """
 
     n_prompt: int
     n_reused: int
@@ -101,10 +106,18 @@ class SimulatedRequest:
     restored: int | None  # n_tokens of the restored checkpoint
     n_common: int         # the common prefix of the prompt and the held tokens
     checkpoints: tuple[int, ...] = ()
+    full_reprocess: bool = False
+    batch_starts: tuple[int, ...] = ()
+
+    @property
+    def back(self) -> int:
+        return max(0, min(self.n_common, self.n_prompt) - self.n_reused)
 
     def to_dict(self) -> dict:
         return {"n_prompt": self.n_prompt, "n_reused": self.n_reused, "n_recomputed": self.n_recomputed,
-                "restored": self.restored, "n_common": self.n_common, "checkpoints": list(self.checkpoints)}
+                "restored": self.restored, "n_common": self.n_common, "back": self.back,
+                "full_reprocess": self.full_reprocess, "checkpoints": list(self.checkpoints),
+                "batch_starts": list(self.batch_starts)}
 
 
 class ServerSimulation:
@@ -134,7 +147,8 @@ class ServerSimulation:
         self.held = toks
         new = tuple(b.begin for b in batches if b.checkpoint is not None and b.begin > 0)
         restored = plan.restore.n_tokens if plan.restore is not None else None
-        return SimulatedRequest(len(toks), n_past, len(toks) - n_past, restored, plan.n_common, new)
+        return SimulatedRequest(len(toks), n_past, len(toks) - n_past, restored, plan.n_common, new, plan.reset,
+                                tuple(b.begin for b in batches))
 
     def generate(self, tokens) -> None:
         """The generated turn, decoded after the prompt (no checkpoints are saved while generating)."""

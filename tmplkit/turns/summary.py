@@ -77,20 +77,22 @@ class TurnsReport:
 
 def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: bool = False, memory=None,
                 prefill=None, kwargs=None, switches: bool = True, interval=DEFAULT_INTERVAL, timeout: float | None = None,
-                progress=None) -> TurnsReport:
+                progress=None, server=None, server_texts=None) -> TurnsReport:
     """Requests, divergences, thinking switches and (with a tokenizer) the cost of `session` on `template`.
 
     A template that cannot render the session gives a report with `error` set (a corpus table
     goes on); other problems raise. `timeout` (seconds): the requests rendered by then are
     studied, the switches are not tried, and `stopped` says so; `progress(stage, done, total)`
-    is called as the requests are rendered.
+    is called as the requests are rendered. `server`: template name -> llama-server's delimiter
+    list for the llama-server setting (`server_rules.load_server_delimiters`; None: see `prepare_session`);
+    `server_texts`: each request as llama-server renders it, for that setting (`prepare_session`).
     """
     if getattr(template, "error", None):  # a folder's file that could not be read (sources.load_dir)
         return TurnsReport(template.name, 0, (), error=template.error or "")
     budget = Budget(timeout, progress)
     try:
         prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval,
-                                   budget=budget)
+                                   budget=budget, server=server, server_texts=server_texts)
     except RenderError as exc:  # (RenderLimitError too)
         return TurnsReport(template.name, 0, (), error=str(exc))
     conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens
@@ -98,7 +100,8 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
                        tokens=tokens, tokenizer=tokenizer)
     cost = None
     if tokens is not None and prepared.spans:
-        cost = session_cost(tokens, prepared.spans, predicted=prepared.predicted, memory=memory, prefill=prefill)
+        cost = session_cost(tokens, prepared.spans, predicted=prepared.predicted, memory=memory, prefill=prefill,
+                            server_tokens=prepared.server_tokens)
     tried = _switches(template, conversation, kwargs, interval, reqs) if switches and not budget.stopped else ()
     notes = prepared.notes + ((budget.stopped,) if budget.stopped else ())
     return TurnsReport(template.name, len(reqs), divs, tried, cost, notes, stopped=budget.stopped)
