@@ -108,3 +108,19 @@ def tiny_hf_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny")
     tok.save(str(folder / "tokenizer.json"))
     return folder
+
+
+@pytest.fixture(scope="session")
+def llama_server_path():
+    """The pinned llama-server binary, or a skip that says how to build it (with the corpus the
+    server tests render from)."""
+    pytest.importorskip("llama_cpp")
+    from tmplkit.llama_server import llama_server_binary
+
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    path = llama_server_binary()
+    if path is None:
+        pytest.skip("llama-server is not built: run `bash scripts/build_llama_server.sh` "
+                    "(one CMake target from the pinned sdist) or set TMPLKIT_LLAMA_SERVER")
+    return path

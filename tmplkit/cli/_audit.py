@@ -164,9 +164,10 @@ def _auto_without_extras(templates, tokenizers, quiet: bool) -> dict[str, str | 
     needs: set[str] = set()
     for t in templates:
         spec = audit_mod.tokenizer_for(t.name, t.source, "auto", tokenizers)
-        if spec and importlib.util.find_spec(EXTRAS[TokenizerSpec.parse(spec).extra][0]) is None:
+        extra = TokenizerSpec.parse(spec).extra if spec else None
+        if extra and importlib.util.find_spec(EXTRAS[extra][0]) is None:
             left_out[t.name] = None
-            needs.add(TokenizerSpec.parse(spec).extra)
+            needs.add(extra)
     if left_out and not quiet:
         n = len(left_out)
         print(f"tmplkit: note: no token round trip for {n} template{'s' if n != 1 else ''} ({', '.join(sorted(left_out))}): "
