@@ -18,7 +18,9 @@ from tmplkit.sources import ChatTemplate, load_one
 pytest.importorskip("transformers")
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "masks"
-NAMES = ["reasoning-kept", "reasoning-dropped", "header-ends-user", "think-open"]
+# (calls-before-text and analysis-dropped: turns that reason before their calls, and a history
+# rewritten once an answer follows)
+NAMES = ["reasoning-kept", "reasoning-dropped", "header-ends-user", "think-open", "calls-before-text", "analysis-dropped"]
 
 
 def template(name: str) -> ChatTemplate:
@@ -158,6 +160,24 @@ def test_corpus_templates_mask_each_turn_after_its_header(name):
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}])
     assert m.masked_text()[0].startswith("Hello.") and all(t.rule == "exact" for t in m.turns)
     assert "Hi" not in "".join(m.masked_text())
+
+
+# Corpus templates whose turns reason before their calls, written in the ways the turns study reads
+# from after the generation prompt: Gemma 4's calls before the text (interleaved), Hy3's text after
+# reasoning that opens with the same sentence, gpt-oss's analysis before the answer.
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["google-gemma-4-31B-it-interleaved", "tencent-Hy3", "openai-gpt-oss-120b"])
+def test_corpus_templates_that_reason_before_their_calls_annotate(name):
+    from tmplkit.corpus import templates_dir
+
+    t = load_one(str(templates_dir() / f"{name}.jinja"))
+    annotated = annotate_template(t)
+    server = for_server(t, check_conversations()[2])
+    ours = text_mask(t, server)
+    theirs, ranges = transformers_mask(annotated.text, server)
+    assert theirs == ours.text and [r for r in ranges if r[1] > r[0]] == list(ours.ranges)
+    # the tool-calling turn's mask holds its call
+    assert any(("ls" in x and ("call" in x or "functions" in x or "tool" in x)) for x in ours.masked_text())
 
 
 def test_a_template_without_proven_boundaries_is_refused():

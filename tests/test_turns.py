@@ -79,6 +79,30 @@ def test_generation_prompt_that_differs_from_the_rendered_turn(session):
     assert r.first.position == len(reqs[0].text) - len("<think>\n\n</think>\n\n")
 
 
+MASKS = Path(__file__).parent.parent / "fixtures" / "masks"
+
+
+def test_a_turn_that_reasons_then_calls_tools_is_generated_from_after_the_prompt():
+    # The prompt closes an empty reasoning block; the history prints the turn's reasoning inside it,
+    # then the calls, then the text: the model writes the calls and the text, not the text alone.
+    t = load_one(str(MASKS / "calls-before-text.jinja"))
+    reqs = session_requests(load_session(MASKS / "agent.json"), t)
+    assert reqs[0].rule == "newest-turn" and reqs[0].generation_prompt.endswith("<think>\n</think>\n")
+    assert reqs[0].generated == ('<tool_call>{"name": "ls", "arguments": {"path": "."}}</tool_call>\n'
+                                 "Let me list them.<|im_end|>\n")
+
+
+def test_a_turn_whose_history_is_rewritten_starts_after_the_requests_history():
+    # Once the answer exists the history drops the earlier turn's analysis; the answer's turn still
+    # starts at the header after the tool result, and the model writes its analysis, a second
+    # header and the answer.
+    t = load_one(str(MASKS / "analysis-dropped.jinja"))
+    last = session_requests(load_session(MASKS / "chat.json"), t)[-1]
+    assert last.rule == "newest-turn" and last.text.endswith("<|start|>tool<|message|>a.txt<|end|><|start|>assistant")
+    assert last.generated == ("<|channel|>analysis<|message|>One file.<|end|>"
+                              "<|start|>assistant<|channel|>final<|message|>a.txt<|end|>")
+
+
 def test_tool_list_that_moves(session):
     r = study_turns(tmpl("tools-last-user"), session)
     assert r.first.cause == "tool list"

@@ -35,7 +35,7 @@ from datetime import timedelta
 from functools import lru_cache
 
 from ..analysis import Analysis, analyze
-from ..analysis._text import UNIT, back_to_boundary, lcs
+from ..analysis._text import UNIT, lcs
 from ..analysis._text import lcp as common_prefix
 from ..errors import RenderError, TmplkitError
 from ..sandbox import PINNED_NOW
@@ -43,7 +43,7 @@ from ..session import Conversation, ServerConversation, for_server, load_convers
 from ..sources import ChatTemplate
 from ..spans import TextSpan, split_text
 from ..tokenizers import Tokenizer
-from ..turns.requests import clock_at, iter_requests, request_points, turn_ending
+from ..turns.requests import after_prompt, clock_at, iter_requests, request_points, turn_ending, turn_header
 
 __all__ = ["MASK_SCHEMA_VERSION", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
            "assistant_masks", "text_mask", "text_masks", "tokenize_mask"]
@@ -303,10 +303,12 @@ def _locate(server: ServerConversation, text: str, req, others: Sequence[int]) -
         k = common_prefix(text, req.text)
         if k >= history:
             # The history writes the turn's opening otherwise than the generation prompt (a
-            # forced-open `<think>` it does not print): the turn starts at the markup boundary.
-            start = back_to_boundary(text, k, history)
+            # forced-open `<think>` it does not print, reasoning inside the empty block the prompt
+            # closed): the turn starts after the prompt as the history writes it.
+            j = bisect_left(others, history + 1)
+            start = after_prompt(text, history, req.generation_prompt, others[j] if j < len(others) else len(text))
         else:
-            start = _start_by_needle(server, text, req)
+            start = _start_by_needle(server, text, req, others)
     if text.startswith(generated, start):
         return start, start + len(generated), "exact"
     end = _aligned_end(text, start, generated)
@@ -327,8 +329,10 @@ def _locate(server: ServerConversation, text: str, req, others: Sequence[int]) -
         # The history writes a block of its own first (the tool calls before a second header and
         # the message's content): the turn is the last copy of its generated text before the next
         # message, as the request that asks for it ends.
+        # (a copy that runs into the next message's delimiter counts: Gemma 4's tool-call turn ends
+        # with the `<|tool_response>` that opens the result)
         k = bisect_left(others, start + 1)
-        at = text.rfind(generated, start, others[k] if k < len(others) else len(text))
+        at = text.rfind(generated, start, others[k] + len(generated) if k < len(others) else len(text))
         if at >= 0:
             return at, at + len(generated), "exact"
     return start, end, "history" if end > start else "dropped"
@@ -361,11 +365,15 @@ def _aligned_end(text: str, start: int, generated: str) -> int:
     return at
 
 
-def _start_by_needle(server: ServerConversation, text: str, req) -> int:
+def _start_by_needle(server: ServerConversation, text: str, req, others: Sequence[int]) -> int:
     """Where the turn starts when the history before it is written otherwise once more messages
-    follow (a system prompt moved into the last user message): its last message's content is
-    replaced by a needle in the whole render; the renders part where that content begins, and the
-    turn starts where the text before it stops matching the generated text's opening."""
+    follow (a system prompt moved into the last user message, gpt-oss's analysis of an earlier
+    turn dropped): its last message's content is replaced by a needle in the whole render; the
+    renders part where that content begins, and the turn starts where the text before it stops
+    matching the generated text's opening, not before the turn's header (`turn_header`: where the
+    request's history ends, if the render writes a header there). Where the template prints no
+    content for the turn, it starts after that header, or at the copy of the turn whose context
+    agrees."""
     last = req.turn[1] - 1
     msgs = list(server.messages)
     content = msgs[last].get("content")
@@ -375,13 +383,19 @@ def _start_by_needle(server: ServerConversation, text: str, req) -> int:
     except RenderError as exc:
         raise MaskError(f"template '{server.template.name}': the assistant turn of messages {req.turn[0]}.."
                         f"{last} cannot be located in the render ({exc})") from exc
-    if needled == text and req.generated:
-        return _start_by_context(server, text, req)
-    at = common_prefix(text, needled)
+    printed = needled != text or not req.generated
+    at = common_prefix(text, needled) if printed else len(text)
+    history = req.text[:len(req.text) - len(req.generation_prompt)]
+    header = turn_header(text, history, req.generation_prompt, at)
+    if header >= 0:
+        j = bisect_left(others, header + 1)
+        header = after_prompt(text, header, req.generation_prompt, min(others[j] if j < len(others) else len(text), at))
+    if not printed:
+        return header if header >= 0 else _start_by_context(server, text, req)
     content = content if isinstance(content, str) else ""
     opening = req.generated[:max(req.generated.rfind(content), 0)] if content else ""  # (after its reasoning)
     # (the history may drop the whitespace after the markup that ends the opening: `</think>\n`)
-    start = at - (lcs(opening, text[:at]) or lcs(opening.rstrip(), text[:at]))
+    start = max(at - (lcs(opening, text[:at]) or lcs(opening.rstrip(), text[:at])), header)
     return at if _ends_with_header(text, start, at, req.generation_prompt) else start
 
 

@@ -12,17 +12,24 @@ message, after what the generation prompt already wrote:
    is a prefix of it, the generated text is the rest (rule "prefix"; nearly every template).
 2. Otherwise the template writes history differently once the turn exists, or its generation
    prompt is not how it renders a turn. Then the turn is located from the render itself (rule
-   "newest-turn"): render it a second time with the turn's content replaced by a needle; the two
-   renders agree up to where the turn's own content begins, and the turn starts where the text
-   before that point stops matching the generation prompt's opening (the longest end of the
-   shared text that is a prefix of the generation prompt). The generated text is the turn after
-   the part it shares with the generation prompt: the model continues from the prompt it was
-   given and writes what the template would print from there (the shared part cut back to a
-   markup boundary: a forced reasoning opener `Here are my steps:` shares no "H" with an answer).
-   Where the template prints no content for the turn (the needle changes nothing: a tool-call turn
-   whose text it drops), the turn is what follows the render's last copy of the generation prompt
-   (or of its longest part up to a markup boundary), or, without one, the previous message's
-   content and what the request writes after it.
+   "newest-turn"). A needle render (the turn's content replaced by a needle) shows where the
+   turn's own content begins. The turn's header is the place before it that opens as the
+   generation prompt does (its first markup unit) and whose preceding text agrees longest with
+   the request's history (`turn_header`): the history's end stays the text right before the turn
+   even where the template rewrites earlier history once the turn exists (gpt-oss drops an
+   earlier turn's analysis). The generated text is what the turn writes after the generation
+   prompt as the turn writes it (`after_prompt`): where the turn writes the prompt otherwise (an
+   empty reasoning block the prompt closed, which the history prints with the turn's reasoning
+   in it), the part they share is the header and the turn's text starts after the rest of the
+   prompt there. So the turn holds what the template writes before its content: Gemma 4's tool
+   calls, gpt-oss's analysis message before its answer. With no such header (an empty generation
+   prompt) the markup the history ends with and the turn writes otherwise plays the prompt's
+   part; failing that, the turn starts where the text before the needle stops matching the
+   generation prompt's opening. Where the template prints no content for the turn (the needle
+   changes nothing: a tool-call turn whose text it drops) and no header is found, the turn is
+   what follows the render's last copy of the generation prompt (or of its longest part up to a
+   markup boundary), or, without one, the previous message's content and what the request
+   writes after it.
 
 The turn ends where that turn ends, not where the render does: what a template writes after the
 newest message only because it is the newest (a next assistant header it prints whatever
@@ -51,7 +58,7 @@ from ..sandbox import PINNED_NOW
 from ..session import for_server
 from ..sources import ChatTemplate
 
-__all__ = ["Request", "session_requests", "iter_requests", "request_points", "common_prefix", "next_renders"]
+__all__ = ["Request", "after_prompt", "turn_header", "session_requests", "iter_requests", "request_points", "common_prefix", "next_renders"]
 
 _NEEDLE = "\u2063needle\u2063"
 _NEXT = "\u2063next\u2063"
@@ -216,7 +223,20 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
     # The needle render: the same history, the newest turn with other content (see the module doc).
     # (every key of the turn as the client sent it, its content a needle)
     needle = draw(messages[:-1] + [{**messages[-1], "content": _NEEDLE}], False)
-    if needle == full:
+    printed = needle != full
+    shared = common_prefix(full, needle) if printed else len(full)
+    history = request[:len(request) - len(gprompt)] if request.endswith(gprompt) else request
+    header = turn_header(full, history, gprompt, shared)
+    if header >= 0:
+        return full[after_prompt(full, header, gprompt, shared):], "newest-turn"
+    end = back_to_boundary(full, common_prefix(full, history))
+    if not gprompt.strip() and end < min(len(history), shared) and _markup_only(history[end:]):
+        # No header, and the turn's render writes the markup that ends the history otherwise: later,
+        # after reasoning the history closed (Command R7B's `<|END_THINKING|>`), or not at all
+        # (DeepSeek R1-Distill leaves out `<｜tool▁outputs▁end｜>` before a turn's next calls). That
+        # markup is the turn's prompt.
+        return full[after_prompt(full, end, history[end:], shared):], "newest-turn"
+    if not printed:
         # The template prints no content for this turn (a tool-call turn whose text it drops): the
         # turn is what follows the last copy of its header the render writes (the generation
         # prompt, or its longest part up to a markup boundary: a `<think>` opener it does not print).
@@ -230,7 +250,6 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
             anchor = request[request.rfind(before):]
             if anchor in full:
                 return full[full.rfind(anchor) + len(anchor):], "newest-turn"
-    shared = common_prefix(full, needle)
     opening = 0
     for h in range(min(len(gprompt), shared), 0, -1):
         if full[shared - h:shared] == gprompt[:h]:
@@ -238,6 +257,81 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
             break
     turn = full[shared - opening:]
     return turn[back_to_boundary(turn, common_prefix(gprompt, turn)):], "newest-turn"
+
+
+# How much of the request's history must precede a header for it to be the turn's (a cheap filter
+# before the full comparison).
+_TAIL = 64
+
+
+def turn_header(full: str, history: str, gprompt: str, limit: int) -> int:
+    """Where the newest turn's header starts in `full` (the render that ends with the turn), or -1:
+    of the places before `limit` (where the turn's content begins) that open as the generation
+    prompt does (its first markup unit, `<|start|>` of `<|start|>assistant`), the one whose preceding
+    text agrees longest with the request's `history`. The turn then starts there even where it
+    writes something before its content (tool calls Gemma 4 prints before the text, gpt-oss's
+    analysis message before the final one) and where the history before it is written otherwise
+    once the turn exists (gpt-oss drops an earlier turn's analysis): the history's end is still
+    the text right before the turn."""
+    lead = _prompt_lead(gprompt)
+    tail = history[-_TAIL:]
+    if not lead or not tail.strip():
+        return -1
+    best, score = -1, 0
+    at = full.find(lead, 0, limit)
+    while at >= 0:
+        if full.endswith(tail, 0, at):
+            k = _common_suffix(full, at, history)
+            if k >= score:
+                best, score = at, k
+        at = full.find(lead, at + 1, limit)
+    return best
+
+
+def _prompt_lead(gprompt: str) -> str:
+    """The generation prompt's opening that every form of the turn's header shares: its first
+    markup unit, or its text up to the first markup boundary ("" for a prompt of whitespace)."""
+    text = gprompt.lstrip()
+    m = UNIT.match(text)
+    if m:
+        return m.group(0)
+    k = next((i + 1 for i, c in enumerate(text) if c in BOUNDARY), len(text))
+    return text[:k].strip()
+
+
+def _common_suffix(text: str, end: int, other: str) -> int:
+    """Length of the longest common suffix of text[:end] and `other` (binary search on slices)."""
+    lo, hi = 0, min(end, len(other))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if text[end - mid:end] == other[len(other) - mid:]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def after_prompt(full: str, header: int, gprompt: str, limit: int) -> int:
+    """Where the model's own text starts in the turn that begins at `header` in `full`: after the
+    generation prompt as the turn writes it. Where the turn writes the prompt otherwise, the part
+    they share is the header; the rest of the prompt (its markup from some unit on: the `<channel|>`
+    of Gemma 4's empty `<|channel>thought\n<channel|>`, the `</think>` of DeepSeek V3.2's
+    `<think></think>`), where the turn writes it before `limit` with text after it, ends the
+    header there (reasoning the prompt closed, which the history prints inside the block); where it
+    does not, the turn's text starts after the shared part. (Whitespace the history writes after
+    that, `</think>\n` before the content, is the model's to write, as a prefix would have it.)"""
+    h = header
+    k = common_prefix(gprompt, full[h:h + len(gprompt)])
+    if k == len(gprompt):
+        return h + k
+    k = back_to_boundary(gprompt, k)
+    rest = gprompt[k:]
+    for m in UNIT.finditer(rest):
+        for tail in dict.fromkeys((rest[m.start():], rest[m.start():].rstrip())):
+            at = full.find(tail, h + k, limit)
+            if at >= 0 and full[at + len(tail):].strip():
+                return at + len(tail)
+    return h + k
 
 
 def _tool_result(messages, call: dict) -> dict:
