@@ -60,10 +60,12 @@ def test_no_header_and_no_generation_prompt_is_masked(name, conv):
         if name == "header-ends-user" and messages[turn.messages[0] - 1]["role"] == "tool":
             continue  # it prints no tool result and no header after one: the turn follows the previous answer
         # the assistant's header ends right before the mask: the mask starts after it
-        # (or after the empty reasoning block the generation prompt closes, which the history
-        # prints with the turn's reasoning in it: calls-before-text)
+        # (or after the empty reasoning block the generation prompt closes, or the user's turn ends
+        # with, which the history prints with the turn's reasoning in it: calls-before-text,
+        # header-closes-reasoning)
         assert m.text[:turn.start].endswith(("<|im_start|>assistant\n", "### Response:\n", "<|assistant|>", "<|assistant|>\n",
-                                             "<|start|>assistant", "</think>\n")), \
+                                             "<|start|>assistant", "</think>\n", "<|assistant|><think></think>",
+                                             "</think>")), \
             (name, m.text[:turn.start][-30:])
 
 

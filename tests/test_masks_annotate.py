@@ -18,9 +18,10 @@ from tmplkit.sources import ChatTemplate, load_one
 pytest.importorskip("transformers")
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "masks"
-# (calls-before-text and analysis-dropped: turns that reason before their calls, and a history
-# rewritten once an answer follows)
-NAMES = ["reasoning-kept", "reasoning-dropped", "header-ends-user", "think-open", "calls-before-text", "analysis-dropped"]
+# (calls-before-text, analysis-dropped, header-closes-reasoning: turns that reason before their
+# calls, a history rewritten once an answer follows, a reasoning block the user's turn closes)
+NAMES = ["reasoning-kept", "reasoning-dropped", "header-ends-user", "think-open", "calls-before-text", "analysis-dropped",
+         "header-closes-reasoning"]
 
 
 def template(name: str) -> ChatTemplate:

@@ -103,6 +103,15 @@ def test_a_turn_whose_history_is_rewritten_starts_after_the_requests_history():
                               "<|start|>assistant<|channel|>final<|message|>a.txt<|end|>")
 
 
+def test_a_turn_after_a_reasoning_block_the_user_turn_closes_is_what_follows_the_block():
+    # The user's turn ends with the header and an empty reasoning block (the generation prompt is
+    # empty); the history fills the block: the model writes its calls after it, not nothing.
+    t = load_one(str(MASKS / "header-closes-reasoning.jinja"))
+    reqs = session_requests(load_session(MASKS / "chat.json"), t)
+    assert reqs[1].generation_prompt == "" and reqs[1].text.endswith("<|assistant|><think></think>")
+    assert reqs[1].generated == '<call>ls {"path": "."}</call><|end|>'
+
+
 def test_tool_list_that_moves(session):
     r = study_turns(tmpl("tools-last-user"), session)
     assert r.first.cause == "tool list"

@@ -43,7 +43,7 @@ from ..session import Conversation, ServerConversation, for_server, load_convers
 from ..sources import ChatTemplate
 from ..spans import TextSpan, split_text
 from ..tokenizers import Tokenizer
-from ..turns.requests import after_prompt, clock_at, iter_requests, request_points, turn_ending, turn_header
+from ..turns.requests import after_prompt, clock_at, iter_requests, model_text_start, request_points, turn_ending
 
 __all__ = ["MASK_SCHEMA_VERSION", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
            "assistant_masks", "text_mask", "text_masks", "tokenize_mask"]
@@ -386,16 +386,15 @@ def _start_by_needle(server: ServerConversation, text: str, req, others: Sequenc
     printed = needled != text or not req.generated
     at = common_prefix(text, needled) if printed else len(text)
     history = req.text[:len(req.text) - len(req.generation_prompt)]
-    header = turn_header(text, history, req.generation_prompt, at)
-    if header >= 0:
-        j = bisect_left(others, header + 1)
-        header = after_prompt(text, header, req.generation_prompt, min(others[j] if j < len(others) else len(text), at))
+    header = model_text_start(text, history, req.generation_prompt, at, others)
     if not printed:
         return header if header >= 0 else _start_by_context(server, text, req)
+    if header >= 0:
+        return header
     content = content if isinstance(content, str) else ""
     opening = req.generated[:max(req.generated.rfind(content), 0)] if content else ""  # (after its reasoning)
     # (the history may drop the whitespace after the markup that ends the opening: `</think>\n`)
-    start = max(at - (lcs(opening, text[:at]) or lcs(opening.rstrip(), text[:at])), header)
+    start = at - (lcs(opening, text[:at]) or lcs(opening.rstrip(), text[:at]))
     return at if _ends_with_header(text, start, at, req.generation_prompt) else start
 
 

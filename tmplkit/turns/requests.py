@@ -47,6 +47,7 @@ time or date shows it as a clock would.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -58,7 +59,8 @@ from ..sandbox import PINNED_NOW
 from ..session import for_server
 from ..sources import ChatTemplate
 
-__all__ = ["Request", "after_prompt", "turn_header", "session_requests", "iter_requests", "request_points", "common_prefix", "next_renders"]
+__all__ = ["Request", "after_prompt", "model_text_start", "turn_header", "session_requests", "iter_requests",
+           "request_points", "common_prefix", "next_renders"]
 
 _NEEDLE = "\u2063needle\u2063"
 _NEXT = "\u2063next\u2063"
@@ -226,16 +228,9 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
     printed = needle != full
     shared = common_prefix(full, needle) if printed else len(full)
     history = request[:len(request) - len(gprompt)] if request.endswith(gprompt) else request
-    header = turn_header(full, history, gprompt, shared)
-    if header >= 0:
-        return full[after_prompt(full, header, gprompt, shared):], "newest-turn"
-    end = back_to_boundary(full, common_prefix(full, history))
-    if not gprompt.strip() and end < min(len(history), shared) and _markup_only(history[end:]):
-        # No header, and the turn's render writes the markup that ends the history otherwise: later,
-        # after reasoning the history closed (Command R7B's `<|END_THINKING|>`), or not at all
-        # (DeepSeek R1-Distill leaves out `<｜tool▁outputs▁end｜>` before a turn's next calls). That
-        # markup is the turn's prompt.
-        return full[after_prompt(full, end, history[end:], shared):], "newest-turn"
+    at = model_text_start(full, history, gprompt, shared)
+    if at >= 0:
+        return full[at:], "newest-turn"
     if not printed:
         # The template prints no content for this turn (a tool-call turn whose text it drops): the
         # turn is what follows the last copy of its header the render writes (the generation
@@ -257,6 +252,27 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
             break
     turn = full[shared - opening:]
     return turn[back_to_boundary(turn, common_prefix(gprompt, turn)):], "newest-turn"
+
+
+def model_text_start(full: str, history: str, gprompt: str, limit: int, stops: Sequence[int] = ()) -> int:
+    """Where the model's own text starts in `full` (a render that holds the turn the model generated
+    after `history` + `gprompt`), or -1 where no header says: after the turn's header
+    (`turn_header`) and the generation prompt as the turn writes it (`after_prompt`); with an empty
+    generation prompt, after the markup the history ends with where the turn writes it otherwise:
+    later, after reasoning the history's own header closed (Command R7B's `<|END_THINKING|>` ends
+    the user turn; the history prints the reasoning inside), or not at all (DeepSeek R1-Distill
+    leaves out `<｜tool▁outputs▁end｜>` before a turn's next calls). `limit`: where the turn's
+    content begins (or the render's end); `stops`: where other messages' spans start, which the
+    prompt's end is not looked for past."""
+    header = turn_header(full, history, gprompt, limit)
+    prompt = gprompt
+    if header < 0:
+        end = back_to_boundary(full, common_prefix(full, history))
+        if gprompt.strip() or end >= min(len(history), limit) or not _markup_only(history[end:]):
+            return -1
+        header, prompt = end, history[end:]
+    k = bisect_left(stops, header + 1)
+    return after_prompt(full, header, prompt, min(limit, stops[k]) if k < len(stops) else limit)
 
 
 # How much of the request's history must precede a header for it to be the turn's (a cheap filter
