@@ -52,7 +52,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ..analysis._text import BOUNDARY, UNIT, back_to_boundary
+from ..analysis._text import BOUNDARY, UNIT, back_to_boundary, unit_prefix
 from ..analysis._text import lcp as common_prefix  # strings and token lists alike
 from ..errors import InputError, RenderError, TmplkitError
 from ..sandbox import PINNED_NOW
@@ -267,7 +267,7 @@ def model_text_start(full: str, history: str, gprompt: str, limit: int, stops: S
     header = turn_header(full, history, gprompt, limit)
     prompt = gprompt
     if header < 0:
-        end = back_to_boundary(full, common_prefix(full, history))
+        end = unit_prefix(full, common_prefix(full, history))
         if gprompt.strip() or end >= min(len(history), limit) or not _markup_only(history[end:]):
             return -1
         header, prompt = end, history[end:]
