@@ -181,6 +181,29 @@ def test_corpus_templates_that_reason_before_their_calls_annotate(name):
     assert any(("ls" in x and ("call" in x or "functions" in x or "tool" in x)) for x in ours.masked_text())
 
 
+@pytest.mark.corpus
+def test_the_mask_command_says_which_turns_learn_nothing():
+    # Gemma 4 (thinking off) drops a turn's reasoning once a later user message comes and prints its
+    # text after the tool results: no single stretch of the render is what the model generated, and
+    # the summary says so rather than leaving those turns silently unlearned.
+    from tmplkit.cli._mask import format_mask
+    from tmplkit.corpus import templates_dir
+    from tmplkit.masks import assistant_mask
+
+    class Chars:
+        name = "chars"
+
+        def tokenize_with_offsets(self, text):
+            return [ord(c) for c in text], [(i, i + 1) for i in range(len(text))]
+
+    t = load_one(str(templates_dir() / "google-gemma-4-31B-it.jinja"))
+    m = assistant_mask(t, Chars(), check_conversations()[4])
+    dropped = [x.messages for x in m.turns if x.rule == "dropped"]
+    assert dropped
+    summary = format_mask(m, color=False).splitlines()[-1]
+    assert f"nothing learned in {len(dropped)} turn(s)" in summary and f"{dropped[0][0]}..{dropped[0][1] - 1}" in summary
+
+
 def test_a_template_without_proven_boundaries_is_refused():
     t = ChatTemplate("{% for m in messages %}{{ m.content }}\n{% endfor %}", "roleless", "-")
     with pytest.raises(AnnotationError, match="roleless"):

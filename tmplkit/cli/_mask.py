@@ -56,4 +56,10 @@ def format_mask(result, color: bool) -> str:
         at = b
     out.append(text[at:])
     n = sum(result.mask)
-    return "".join(out) + f"\n-- {n} of {len(result.mask)} tokens learned in {len(result.text_mask.ranges)} turns\n"
+    summary = f"\n-- {n} of {len(result.mask)} tokens learned in {len(result.text_mask.ranges)} turns"
+    dropped = [t.messages for t in result.turns if t.rule == "dropped"]
+    if dropped:
+        # (a turn the history does not write as generated learns nothing: say so, never silently)
+        summary += (f"; nothing learned in {len(dropped)} turn(s) whose generated text the render does not hold in one "
+                    f"piece (messages {', '.join(f'{a}..{b - 1}' for a, b in dropped)})")
+    return "".join(out) + summary + "\n"
