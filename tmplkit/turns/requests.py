@@ -331,11 +331,11 @@ def after_prompt(full: str, header: int, gprompt: str, limit: int) -> int:
     """Where the model's own text starts in the turn that begins at `header` in `full`: after the
     generation prompt as the turn writes it. Where the turn writes the prompt otherwise, the part
     they share is the header; the rest of the prompt (its markup from some unit on: the `<channel|>`
-    of Gemma 4's empty `<|channel>thought\n<channel|>`, the `</think>` of DeepSeek V3.2's
+    of Gemma 4's empty `<|channel>thought\\n<channel|>`, the `</think>` of DeepSeek V3.2's
     `<think></think>`), where the turn writes it before `limit` with text after it, ends the
     header there (reasoning the prompt closed, which the history prints inside the block); where it
     does not, the turn's text starts after the shared part. (Whitespace the history writes after
-    that, `</think>\n` before the content, is the model's to write, as a prefix would have it.)"""
+    that, `</think>\\n` before the content, is the model's to write, as a prefix would have it.)"""
     h = header
     k = common_prefix(gprompt, full[h:h + len(gprompt)])
     if k == len(gprompt):
