@@ -3,10 +3,12 @@ generation tags, annotation success over the llama.cpp corpus templates whose an
 the time of tmplkit's mask vs transformers' own masked render on a 30k-token conversation.
 
     python scripts/bench_masks.py            # writes scripts/results/masks.json
+    python scripts/bench_masks.py --hub      # also annotation over the Hub dev half's passing templates (minutes)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import statistics
@@ -89,6 +91,27 @@ def annotation() -> dict:
             "further_sessions": len(further_done), "further_equal": sum(further_done), "rows": rows}
 
 
+def hub_annotation() -> dict:
+    """Annotation over the Hub corpus's development half (`corpus:hub`), the templates whose analysis
+    passes: how general the placing of the tags is beyond the llama.cpp corpus."""
+    rows = []
+    for path in sorted(corpus.hub_templates_dir().rglob("*.jinja")):
+        t = load_one(str(path))
+        try:
+            if analyze(t).status != "pass":
+                continue
+        except Exception:  # a template the analysis refuses is no candidate
+            continue
+        try:
+            annotate_template(t)
+            rows.append({"template": t.name, "annotated": True})
+        except Exception as exc:
+            rows.append({"template": t.name, "annotated": False, "why": str(exc)[:300]})
+    ok = sum(r["annotated"] for r in rows)
+    return {"templates": len(rows), "annotated": ok, "rate": round(ok / max(len(rows), 1), 3),
+            "refused": [r for r in rows if not r["annotated"]]}
+
+
 def _holds(t, tagged: str, session) -> bool | None:
     """Whether transformers' mask on the annotated copy equals tmplkit's on `session` (None where
     the template refuses it)."""
@@ -125,7 +148,16 @@ def timing(rounds: int = 7) -> dict:
 
 
 def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hub", action="store_true", help="also annotate the Hub dev half's passing templates")
+    args = p.parse_args()
     results = {"agreement": agreement(), "annotation": annotation(), "timing": timing()}
+    if args.hub:
+        results["hub_annotation"] = hub_annotation()
+    elif OUT.is_file():  # a run without --hub keeps the last Hub figures
+        previous = json.loads(OUT.read_text(encoding="utf-8"))
+        if "hub_annotation" in previous:
+            results["hub_annotation"] = previous["hub_annotation"]
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     a, n, t = results["agreement"], results["annotation"], results["timing"]
@@ -133,6 +165,9 @@ def main() -> int:
     print(f"annotation: {n['annotated']}/{n['templates']} ({n['rate']:.1%}); on further sessions "
           f"{n['further_equal']}/{n['further_sessions']} masks equal")
     print(f"timing: tmplkit {t['tmplkit_median_s']} s, transformers {t['transformers_median_s']} s, ratio {t['ratio_median']} ({t['cpu']})")
+    if args.hub:
+        h = results["hub_annotation"]
+        print(f"hub dev half: annotation {h['annotated']}/{h['templates']} ({h['rate']:.1%})")
     return 0
 
 

@@ -19,9 +19,10 @@ pytest.importorskip("transformers")
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "masks"
 # (calls-before-text, analysis-dropped, header-closes-reasoning: turns that reason before their
-# calls, a history rewritten once an answer follows, a reasoning block the user's turn closes)
+# calls, a history rewritten once an answer follows, a reasoning block the user's turn closes, a
+# system prompt only in the last user message)
 NAMES = ["reasoning-kept", "reasoning-dropped", "header-ends-user", "think-open", "calls-before-text", "analysis-dropped",
-         "header-closes-reasoning"]
+         "header-closes-reasoning", "system-in-last-user"]
 
 
 def template(name: str) -> ChatTemplate:

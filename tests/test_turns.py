@@ -112,6 +112,16 @@ def test_a_turn_after_a_reasoning_block_the_user_turn_closes_is_what_follows_the
     assert reqs[1].generated == '<call>ls {"path": "."}</call><|end|>'
 
 
+def test_a_turn_after_a_rewritten_last_user_message_starts_where_the_history_ends():
+    # The system prompt is written into the last user message only: once the answer follows it is
+    # gone, so no request is a prefix; with no generation prompt, the turn starts right after the
+    # history's end as the render writes it ("[/INST]"), the space the model writes included.
+    t = load_one(str(MASKS / "system-in-last-user.jinja"))
+    reqs = session_requests(load_session(MASKS / "plain.json"), t)
+    assert [r.rule for r in reqs] == ["newest-turn", "newest-turn"] and reqs[0].generation_prompt == ""
+    assert [r.generated for r in reqs] == [" Hello.</s>", " Goodbye.</s>"]
+
+
 def test_tool_list_that_moves(session):
     r = study_turns(tmpl("tools-last-user"), session)
     assert r.first.cause == "tool list"

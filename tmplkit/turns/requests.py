@@ -267,12 +267,32 @@ def model_text_start(full: str, history: str, gprompt: str, limit: int, stops: S
     header = turn_header(full, history, gprompt, limit)
     prompt = gprompt
     if header < 0:
-        end = unit_prefix(full, common_prefix(full, history))
-        if gprompt.strip() or end >= min(len(history), limit) or not _markup_only(history[end:]):
+        if gprompt.strip():
             return -1
+        end = unit_prefix(full, common_prefix(full, history))
+        if end >= min(len(history), limit):
+            return -1
+        if not _markup_only(history[end:]):
+            return _history_end(full, history, end, limit)
         header, prompt = end, history[end:]
     k = bisect_left(stops, header + 1)
     return after_prompt(full, header, prompt, min(limit, stops[k]) if k < len(stops) else limit)
+
+
+def _history_end(full: str, history: str, start: int, limit: int) -> int:
+    """Where the request's history ends in `full`, between `start` (where the two part) and `limit`:
+    after the copy of the history's last characters whose preceding text agrees longest with the
+    history (Mistral v0.3 writes the system prompt into the last user message only, so once the
+    turn follows it is gone: the turn still starts right after `[/INST]`); -1 where none is found."""
+    key = history[-8:]
+    best, score = -1, 0
+    at = full.find(key, start, limit)
+    while at >= 0:
+        k = _common_suffix(full, at + len(key), history)
+        if k >= score:
+            best, score = at + len(key), k
+        at = full.find(key, at + 1, limit)
+    return best
 
 
 # How much of the request's history must precede a header for it to be the turn's (a cheap filter
