@@ -152,12 +152,8 @@ def main() -> int:
     p.add_argument("--hub", action="store_true", help="also annotate the Hub dev half's passing templates")
     args = p.parse_args()
     results = {"agreement": agreement(), "annotation": annotation(), "timing": timing()}
-    if args.hub:
+    if args.hub:  # (a run without it writes no Hub figures: none from older code stays beside these)
         results["hub_annotation"] = hub_annotation()
-    elif OUT.is_file():  # a run without --hub keeps the last Hub figures
-        previous = json.loads(OUT.read_text(encoding="utf-8"))
-        if "hub_annotation" in previous:
-            results["hub_annotation"] = previous["hub_annotation"]
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     a, n, t = results["agreement"], results["annotation"], results["timing"]

@@ -52,12 +52,19 @@ def lcp(a: Sequence, b: Sequence) -> int:
 
 
 def lcs(a: str, b: str) -> int:
-    """Length of the longest common suffix."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[-1 - i] == b[-1 - i]:
-        i += 1
-    return i
+    """Length of the longest common suffix (binary search on slices, as `lcp`: a session's turn
+    is compared with the whole history before it)."""
+    hi = min(len(a), len(b))
+    if a[len(a) - hi:] == b[len(b) - hi:]:
+        return hi
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[len(a) - mid:] == b[len(b) - mid:]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def back_to_boundary(s: str, k: int, floor: int = 0) -> int:

@@ -387,10 +387,10 @@ def _start_by_needle(server: ServerConversation, text: str, req, others: Sequenc
     at = common_prefix(text, needled) if printed else len(text)
     history = req.text[:len(req.text) - len(req.generation_prompt)]
     header = model_text_start(text, history, req.generation_prompt, at, others)
-    if not printed:
-        return header if header >= 0 else _start_by_context(server, text, req)
     if header >= 0:
         return header
+    if not printed:
+        return _start_by_context(server, text, req)
     content = content if isinstance(content, str) else ""
     opening = req.generated[:max(req.generated.rfind(content), 0)] if content else ""  # (after its reasoning)
     # (the history may drop the whitespace after the markup that ends the opening: `</think>\n`)

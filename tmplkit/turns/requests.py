@@ -52,7 +52,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ..analysis._text import BOUNDARY, UNIT, back_to_boundary, unit_prefix
+from ..analysis._text import BOUNDARY, UNIT, back_to_boundary, lcs, unit_prefix
 from ..analysis._text import lcp as common_prefix  # strings and token lists alike
 from ..errors import InputError, RenderError, TmplkitError
 from ..sandbox import PINNED_NOW
@@ -288,7 +288,7 @@ def _history_end(full: str, history: str, start: int, limit: int) -> int:
     best, score = -1, 0
     at = full.find(key, start, limit)
     while at >= 0:
-        k = _common_suffix(full, at + len(key), history)
+        k = lcs(full[:at + len(key)], history)
         if k >= score:
             best, score = at + len(key), k
         at = full.find(key, at + 1, limit)
@@ -317,7 +317,7 @@ def turn_header(full: str, history: str, gprompt: str, limit: int) -> int:
     at = full.find(lead, 0, limit)
     while at >= 0:
         if full.endswith(tail, 0, at):
-            k = _common_suffix(full, at, history)
+            k = lcs(full[:at], history)
             if k >= score:
                 best, score = at, k
         at = full.find(lead, at + 1, limit)
@@ -333,18 +333,6 @@ def _prompt_lead(gprompt: str) -> str:
         return m.group(0)
     k = next((i + 1 for i, c in enumerate(text) if c in BOUNDARY), len(text))
     return text[:k].strip()
-
-
-def _common_suffix(text: str, end: int, other: str) -> int:
-    """Length of the longest common suffix of text[:end] and `other` (binary search on slices)."""
-    lo, hi = 0, min(end, len(other))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if text[end - mid:end] == other[len(other) - mid:]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def after_prompt(full: str, header: int, gprompt: str, limit: int) -> int:
