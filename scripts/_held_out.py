@@ -12,6 +12,8 @@ __all__ = ["HELD_OUT_NAMES", "held_out"]
 
 HELD_OUT_NAMES = frozenset({
     "8d4e3d0801b15ecc",
+    "90f716e2664fad4f",
+    "9ad28455fcd6f27a",
     "9ec7a86056728e8c",
     "c6987571d1fc436c",
     "cace8ea5405860a2",

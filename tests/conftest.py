@@ -48,6 +48,24 @@ def phi3():
     return _corpus_vocab("phi-3")
 
 
+@pytest.fixture(scope="session")
+def corpus_template():
+    """Load a template by name from the llama.cpp corpus, or else from the Hub corpus's development
+    half (skips when that is not fetched): tests name only templates of the development half where
+    the llama.cpp corpus shares a name with the held-out half."""
+    from tmplkit.sources import load_one
+
+    def load(name: str):
+        path = corpus.templates_dir() / f"{name}.jinja"
+        if not path.is_file():
+            if not corpus.is_hub_fetched():
+                pytest.skip("the Hub corpus is not in the cache; run `tmplkit corpus fetch hub`")
+            path = corpus.hub_templates_dir() / f"{name}.jinja"
+        return load_one(str(path))
+
+    return load
+
+
 @pytest.fixture
 def write_gguf(tmp_path):
     """Write a small GGUF with a vocabulary and the given chat templates; returns its path."""

@@ -200,16 +200,25 @@ def test_kimi_tool_start_is_the_opener_and_system_turns_keep_their_role(analyses
     ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "<|im_start|>assistant\n", "<think>\n", "</think>\n"),
     ("deepseek-ai-DeepSeek-V3.1", "<｜Assistant｜>", "<think>", "</think>"),
     ("deepseek-ai-DeepSeek-V4", "<｜Assistant｜>", "<think>", "</think>"),
-    ("tencent-Hy3", "<｜hy_Assistant:opensource｜>", "<think:opensource>", "</think:opensource>"),
     ("poolside-Laguna-S-2.1", "<assistant>", "<think>", "</think>"),
     ("Qwen3.5-4B", "<|im_start|>assistant\n", "<think>\n", "</think>\n\n"),
     ("Cohere2MoE", "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>", "<|START_THINKING|>", "<|END_THINKING|>"),
-    # The answer is a message of its own after the analysis channel: its start ends the reasoning.
-    ("openai-gpt-oss-120b", "<|start|>assistant", "<|channel|>analysis<|message|>", None),
 ])
 def test_reasoning_has_delimiters_of_its_own_and_the_assistant_start_holds_with_every_thinking_switch(
         analyses, name, start, reasoning_start, reasoning_end):
-    a = analyses[name]
+    _reasoning_has_delimiters_of_its_own(analyses[name], start, reasoning_start, reasoning_end)
+
+
+def test_gpt_oss_answer_after_the_analysis_channel_and_its_developer_system_start(corpus_template):
+    # The answer is a message of its own after the analysis channel: its start ends the reasoning;
+    # the system prompt goes into the developer message after a default header (gpt-oss-20b, from
+    # the Hub corpus's development half).
+    a = analyze(corpus_template("unsloth-gpt-oss-20b"))
+    _reasoning_has_delimiters_of_its_own(a, "<|start|>assistant", "<|channel|>analysis<|message|>", None)
+    assert a.system_start == "<|start|>developer<|message|># Instructions\n\n"
+
+
+def _reasoning_has_delimiters_of_its_own(a, start, reasoning_start, reasoning_end):
     assert a.status == "pass", a.round_trip.problems
     assert (a.assistant_start, a.reasoning_start, a.reasoning_end) == (start, reasoning_start, reasoning_end)
     roles = {d.role: d.text for d in reversed(a.delimiters)}
@@ -275,7 +284,6 @@ def test_every_template_that_renders_reasoning_text_has_a_reasoning_delimiter(an
     ("upstage-Solar-Open-100B", "<|begin|>system<|content|>"),
     ("CohereForAI-c4ai-command-r-plus-tool_use", "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>"),
     ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>"),
-    ("openai-gpt-oss-120b", "<|start|>developer<|message|># Instructions\n\n"),
 ])
 def test_system_start_leaves_a_default_system_prompt_to_the_content(analyses, name, system_start):
     assert analyses[name].system_start == system_start

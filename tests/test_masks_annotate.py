@@ -165,14 +165,13 @@ def test_corpus_templates_mask_each_turn_after_its_header(name):
 
 
 # Corpus templates whose turns reason before their calls, written in the ways the turns study reads
-# from after the generation prompt: Gemma 4's calls before the text (interleaved), Hy3's text after
-# reasoning that opens with the same sentence, gpt-oss's analysis before the answer.
+# from after the generation prompt: Gemma 4's calls before the text (interleaved), gpt-oss-20b's
+# analysis before the answer, Qwen3.5-0.8B's text after reasoning that opens with the same sentence
+# (the last two from the Hub corpus's development half).
 @pytest.mark.corpus
-@pytest.mark.parametrize("name", ["google-gemma-4-31B-it-interleaved", "tencent-Hy3", "openai-gpt-oss-120b"])
-def test_corpus_templates_that_reason_before_their_calls_annotate(name):
-    from tmplkit.corpus import templates_dir
-
-    t = load_one(str(templates_dir() / f"{name}.jinja"))
+@pytest.mark.parametrize("name", ["google-gemma-4-31B-it-interleaved", "unsloth-gpt-oss-20b", "Qwen-Qwen3.5-0.8B"])
+def test_corpus_templates_that_reason_before_their_calls_annotate(name, corpus_template):
+    t = corpus_template(name)
     annotated = annotate_template(t)
     server = for_server(t, check_conversations()[2])
     ours = text_mask(t, server)

@@ -53,7 +53,7 @@ def test_vocab_table_is_one_table_of_known_vocabs():
     assert vocab_for_template("meta-llama-Llama-3.3-70B-Instruct") == "llama-bpe"
     assert vocab_for_template("microsoft-Phi-3.5-mini-instruct") == "phi-3"
     assert vocab_for_template("google-gemma-4-31B-it") == "gemma-4"
-    assert vocab_for_template("openai-gpt-oss-120b") is None
+    assert vocab_for_template("unsloth-gpt-oss-20b") is None
     assert all(kind in ("exact", "base") for _, _, kind in VOCAB_FOR_TEMPLATE)
     if corpus.is_fetched():
         known = set(corpus.list_vocabs())

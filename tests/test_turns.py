@@ -212,18 +212,15 @@ def test_a_whole_session_renders_for_prefill_with_the_same_variables(session):
 
 @pytest.mark.corpus
 @pytest.mark.parametrize("name", ["deepseek-ai-DeepSeek-V3.1", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "Qwen3.5-4B",
-                                  "google-gemma-4-31B-it", "tencent-Hy3"])
-def test_switches_left_out_without_the_walk_are_those_the_walk_leaves_out(name, monkeypatch):
+                                  "google-gemma-4-31B-it", "tencent-Hy-MT2-30B-A3B"])
+def test_switches_left_out_without_the_walk_are_those_the_walk_leaves_out(name, monkeypatch, corpus_template):
     """A switch is skipped when the session's end renders alike with it; the switches found are
     those a walk over every request finds (DeepSeek's `thinking` changes only the generation
     prompt after a user message, which the last request, after tool results, does not show)."""
-    from tmplkit import corpus
     from tmplkit.session import generate_session
     from tmplkit.turns import summary
 
-    if not corpus.is_fetched():
-        pytest.skip("the llama.cpp corpus is not fetched")
-    template = load_one("corpus:llama.cpp", name)
+    template = corpus_template(name)  # (Hy-MT2 from the Hub corpus's development half: its reasoning_effort switches)
     session = generate_session(8000, seed=1, style="agent", requests=4)
     quick = study_turns(template, session).switches
     monkeypatch.setattr(summary._SessionEnd, "same_with", lambda self, other: False)

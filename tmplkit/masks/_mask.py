@@ -367,8 +367,8 @@ def _aligned_end(text: str, start: int, generated: str) -> int:
 
 def _start_by_needle(server: ServerConversation, text: str, req, others: Sequence[int]) -> int:
     """Where the turn starts when the history before it is written otherwise once more messages
-    follow (a system prompt moved into the last user message, gpt-oss's analysis of an earlier
-    turn dropped): its last message's content is replaced by a needle in the whole render; the
+    follow (a system prompt moved into the last user message, gpt-oss-20b's analysis of an
+    earlier turn dropped): its last message's content is replaced by a needle in the whole render; the
     renders part where that content begins, and the turn starts where the text before it stops
     matching the generated text's opening, not before the turn's header (`turn_header`: where the
     request's history ends, if the render writes a header there). Where the template prints no

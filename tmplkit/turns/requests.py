@@ -16,13 +16,13 @@ message, after what the generation prompt already wrote:
    turn's own content begins. The turn's header is the place before it that opens as the
    generation prompt does (its first markup unit) and whose preceding text agrees longest with
    the request's history (`turn_header`): the history's end stays the text right before the turn
-   even where the template rewrites earlier history once the turn exists (gpt-oss drops an
+   even where the template rewrites earlier history once the turn exists (gpt-oss-20b drops an
    earlier turn's analysis). The generated text is what the turn writes after the generation
    prompt as the turn writes it (`after_prompt`): where the turn writes the prompt otherwise (an
    empty reasoning block the prompt closed, which the history prints with the turn's reasoning
    in it), the part they share is the header and the turn's text starts after the rest of the
    prompt there. So the turn holds what the template writes before its content: Gemma 4's tool
-   calls, gpt-oss's analysis message before its answer. With no such header (an empty generation
+   calls, gpt-oss-20b's analysis message before its answer. With no such header (an empty generation
    prompt) the markup the history ends with and the turn writes otherwise plays the prompt's
    part; failing that, the turn starts where the text before the needle stops matching the
    generation prompt's opening. Where the template prints no content for the turn (the needle
@@ -305,9 +305,9 @@ def turn_header(full: str, history: str, gprompt: str, limit: int) -> int:
     of the places before `limit` (where the turn's content begins) that open as the generation
     prompt does (its first markup unit, `<|start|>` of `<|start|>assistant`), the one whose preceding
     text agrees longest with the request's `history`. The turn then starts there even where it
-    writes something before its content (tool calls Gemma 4 prints before the text, gpt-oss's
+    writes something before its content (tool calls Gemma 4 prints before the text, gpt-oss-20b's
     analysis message before the final one) and where the history before it is written otherwise
-    once the turn exists (gpt-oss drops an earlier turn's analysis): the history's end is still
+    once the turn exists (gpt-oss-20b drops an earlier turn's analysis): the history's end is still
     the text right before the turn."""
     lead = _prompt_lead(gprompt)
     tail = history[-_TAIL:]
