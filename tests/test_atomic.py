@@ -176,7 +176,7 @@ def test_check_writable_reports_early(tmp_path):
 
     check_writable(tmp_path / "new.json")
     for bad in (tmp_path / "missing" / "x.json", tmp_path):
-        with pytest.raises(InputError, match="cannot write the file here; give a writable file path"):
+        with pytest.raises(InputError, match="cannot write the file here; (it is a folder: )?give a writable file path"):
             check_writable(bad)
     if os.geteuid() != 0:  # root may write anywhere
         ro = tmp_path / "ro"
@@ -190,3 +190,82 @@ def test_other_writers_are_this_one():
 
     assert report.write_atomic is atomic.write_output
     assert report.write_json is atomic.write_json and report.check_writable is atomic.check_writable
+
+
+# ---- a user's -o behaves as a shell's `>` ---------------------------------------------------------
+
+
+def test_symlink_is_written_through_and_stays_a_link(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("OLD", encoding="utf-8")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    atomic.write_output(link, "NEW")
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert real.read_text(encoding="utf-8") == "NEW"
+
+
+def test_dangling_symlink_creates_its_target(tmp_path):
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "made.json")
+    atomic.write_output(link, "NEW")
+    assert link.is_symlink() and (tmp_path / "made.json").read_text(encoding="utf-8") == "NEW"
+
+
+def test_fifo_is_written_into_not_replaced(tmp_path):
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    atomic.write_output(fifo, "through the pipe")
+    reader.join(10)
+    assert got == [b"through the pipe"]
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_character_device_is_written_into_not_replaced(tmp_path):
+    dev = tmp_path / "null"
+    try:
+        os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers, in our own folder
+    except (PermissionError, OSError):
+        pytest.skip("cannot make a device node here")
+    atomic.write_output(dev, "discarded")
+    atomic.write_json(dev, {"x": 1})
+    assert stat.S_ISCHR(dev.lstat().st_mode)
+    atomic.check_writable(dev)
+
+
+def test_read_only_file_is_refused_not_replaced(tmp_path):
+    from tmplkit.errors import InputError
+
+    ro = tmp_path / "ro.json"
+    ro.write_text("KEEP", encoding="utf-8")
+    ro.chmod(0o444)
+    with pytest.raises(InputError, match="read-only"):
+        atomic.check_writable(ro)
+    with pytest.raises(InputError, match="read-only"):
+        atomic.write_output(ro, "NEW")
+    assert ro.read_text(encoding="utf-8") == "KEEP"
+
+
+def test_cli_output_into_device_and_through_symlink(tmp_path):
+    """`tmplkit audit ... -o PATH` end to end: the device stays a device, the link stays a link."""
+    dev = tmp_path / "null"
+    try:
+        os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, OSError):
+        dev = None
+    real = tmp_path / "report.json"
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    fixture = os.path.join(os.path.dirname(__file__), "..", "fixtures", "templates", "chatml.jinja")
+    for out in [link] + ([dev] if dev else []):
+        run = subprocess.run([sys.executable, "-m", "tmplkit", "audit", fixture, "--format", "json", "-o", str(out)],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+    assert link.is_symlink() and '"schema_version"' in real.read_text(encoding="utf-8")
+    if dev:
+        assert stat.S_ISCHR(dev.lstat().st_mode)

@@ -9,6 +9,11 @@ This is also the one place tmplkit writes what a user asked for (reports, tables
 sessions, plots): `write_output` / `write_json` turn a failure into one InputError line, and
 `check_writable` reports a path that cannot be written before any long work starts.
 
+A path behaves as it does after a shell's `>`: a symlink is written through (its target is
+replaced atomically, the link stays a link); a FIFO, a character or block device is written into,
+never replaced (`-o /dev/null` as root must not replace /dev/null itself); a read-only regular
+file is refused rather than silently replaced. Only regular files are written atomically.
+
 >>> import tempfile, pathlib
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "report.json"
 >>> write_text_atomic(p, '{"ok": true}\\n')
@@ -19,8 +24,10 @@ sessions, plots): `write_output` / `write_json` turn a failure into one InputErr
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,15 +75,22 @@ def atomic_open(
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
-    target = Path(path)
+    target = _resolve(path)
+    st = _stat(target)
+    if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        # A FIFO, a device, a socket: write into it as `>` does; there is nothing to rename over.
+        with open(target, mode, encoding=None if "b" in mode else encoding, newline=newline) as special:
+            yield special
+        return
+    if st is not None and stat.S_ISREG(st.st_mode) and not _user_writable(target, st):
+        raise OSError(errno.EACCES, "the file is read-only", str(target))
     folder = target.parent
     if permissions is not None:
         file_mode = permissions
+    elif st is not None:
+        file_mode = st.st_mode & 0o7777
     else:
-        try:
-            file_mode = target.stat().st_mode & 0o7777
-        except FileNotFoundError:
-            file_mode = 0o666 & ~_UMASK
+        file_mode = 0o666 & ~_UMASK
     fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
     try:
@@ -98,6 +112,26 @@ def atomic_open(
         raise
     if fsync:
         _fsync_dir(folder)
+
+
+def _resolve(path: str | os.PathLike) -> Path:
+    """The path a shell's `>` would write: a symlink's final target (which may not exist yet)."""
+    target = Path(path)
+    if target.is_symlink():
+        return Path(os.path.realpath(target))
+    return target
+
+
+def _stat(target: Path) -> os.stat_result | None:
+    try:
+        return target.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _user_writable(target: Path, st: os.stat_result) -> bool:
+    """Writable by this user, and not marked read-only (root's access() would say yes to a 0o444 file)."""
+    return bool(st.st_mode & 0o222) and os.access(target, os.W_OK)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -148,8 +182,21 @@ def write_json(path: str | os.PathLike, obj, *, indent: int | None = 2) -> None:
 
 
 def check_writable(path: str | os.PathLike) -> None:
-    """Raise InputError now if `path` cannot be written later (a folder, or its folder missing or read-only)."""
-    target = Path(path)
+    """Raise InputError now if `path` cannot be written later, judged as a shell's `>` would.
+
+    A folder, a missing or read-only folder (for a file to be created or replaced atomically), a
+    read-only file, or a FIFO or device this user may not write into are refused.
+    """
+    target = _resolve(path)
+    st = _stat(target)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{path}: cannot write the file here; it is a folder: {_WRITABLE_HINT}")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if not os.access(target, os.W_OK):
+            raise InputError(f"{path}: cannot write into it (permission denied); {_WRITABLE_HINT}")
+        return
+    if st is not None and not _user_writable(target, st):
+        raise InputError(f"{path}: the file is read-only; make it writable or {_WRITABLE_HINT}")
     folder = target.parent
-    if target.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"{path}: cannot write the file here; {_WRITABLE_HINT}")
