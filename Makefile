@@ -1,6 +1,6 @@
 # Entry points (see README Quick start): `make audit` and `make test`.
 # `make audit` sets up .venv with the Python-only parts (no compiler: the core and the tokenizers
-# package, which reads the corpus's BPE vocabularies, tmplkit/gguf_vocab.py), fetches the pinned
+# package, which reads the corpus's BPE vocabularies, tmplkit/tokens/gguf_vocab.py), fetches the pinned
 # llama.cpp corpus and audits; `make test` adds every extra (llama-cpp-python compiles) and the
 # Hub corpus. Both install at the versions the suite is known to pass with (constraints.txt).
 PYTHON ?= python3

@@ -4,7 +4,7 @@
 Each run is a pair of fresh Python processes sharing a new, empty cache folder: the cold one
 compiles every template (and fills the cache with the compiled code and the static scan's
 warnings), the warm one is a second audit of the same, unchanged templates that loads them
-instead (tmplkit.compile_cache). Each analyzes the 70 templates one after the other, as
+instead (tmplkit.sandbox.compile_cache). Each analyzes the 70 templates one after the other, as
 `tmplkit audit --in-process` does: each template is compiled (or loaded) once, rendered by all
 its probes, then scanned. Per template it times the compile, the probes and the scan, and checks
 that warm and cold results are identical. The script prints medians over templates and over
@@ -48,7 +48,7 @@ def worker(templates_dir: Path) -> dict:
     t0 = time.perf_counter()
     sys.path.insert(0, str(ROOT))
     from tmplkit.analysis import analyze
-    from tmplkit.isolate import add_scan_warnings
+    from tmplkit.auditing.isolate import add_scan_warnings
     from tmplkit.sandbox import compile_template
     from tmplkit.sources import ChatTemplate
 
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.json).write_text(text + "\n", encoding="utf-8")
         return 0
     sys.path.insert(0, str(ROOT))
-    from tmplkit import corpus
+    from tmplkit.sources import corpus
 
     if not corpus.is_fetched():
         print("the llama.cpp corpus is not in the cache; run `tmplkit corpus fetch` first", file=sys.stderr)

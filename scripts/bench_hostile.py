@@ -44,14 +44,17 @@ from test_gguf_fuzz import CASES, GOOD_KVS, HUGE, gguf_bytes  # noqa: E402
 from test_hostile import SECRET_ENV, leaked, load_hostile, load_manifest, verdict  # noqa: E402
 from test_isolate import _by_name  # noqa: E402  (a target that sleeps for "nap-" templates)
 
-from tmplkit import corpus  # noqa: E402
 from tmplkit.analysis import analyze  # noqa: E402
 from tmplkit.atomic import write_text_atomic  # noqa: E402
+from tmplkit.auditing.isolate import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, analyze_isolated  # noqa: E402
 from tmplkit.errors import TmplkitError  # noqa: E402
-from tmplkit.isolate import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, analyze_isolated  # noqa: E402
 from tmplkit.sandbox import Limits  # noqa: E402
-from tmplkit.sources import load, load_gguf  # noqa: E402
-from tmplkit.static_scan import scan  # noqa: E402
+from tmplkit.sandbox.static_scan import scan  # noqa: E402
+from tmplkit.sources import (  # noqa: E402
+    corpus,  # noqa: E402
+    load,
+    load_gguf,
+)
 
 HANG_SLACK = 2.0
 GGUF_HANG_S = 5.0  # a load that takes this long on a file of at most a few MB counts as a hang

@@ -22,11 +22,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _held_out import held_out  # noqa: E402  (scripts/, beside this file)
 from _machine import cpu_model  # noqa: E402
 
-from tmplkit import corpus  # noqa: E402
 from tmplkit.analysis import analyze  # noqa: E402
 from tmplkit.masks import annotate_template, check_conversations, text_mask, transformers_mask  # noqa: E402
 from tmplkit.session import for_server, generate_session  # noqa: E402
-from tmplkit.sources import ChatTemplate, load_one  # noqa: E402
+from tmplkit.sources import (  # noqa: E402
+    ChatTemplate,
+    corpus,  # noqa: E402
+    load_one,
+)
 
 TAGGED = re.compile(r"\{%-?\s*generation\s*-?%\}")
 OUT = Path(__file__).resolve().parent / "results" / "masks.json"

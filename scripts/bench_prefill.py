@@ -57,9 +57,7 @@ from _machine import cpu_model  # scripts/, beside this file
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tmplkit import corpus  # noqa: E402
 from tmplkit.errors import InputError  # noqa: E402
-from tmplkit.llama_server import LlamaServer  # noqa: E402
 from tmplkit.prefill import (  # noqa: E402
     BatchSchedule,
     FixedBreaks,
@@ -72,16 +70,17 @@ from tmplkit.prefill import (  # noqa: E402
     load_session,
     next_user_turn,
     save_session,
-    server_delimiters,
+    server_delimiter_list,
     server_spans,
     tiny_model_path,
 )
 from tmplkit.prefill._llama import effective_repack  # noqa: E402
 from tmplkit.prefill.report import write_json  # noqa: E402
 from tmplkit.prefill.tinymodel import TinyConfig  # noqa: E402
+from tmplkit.server.process import LlamaServer  # noqa: E402
 from tmplkit.session import Session  # noqa: E402
-from tmplkit.sources import load_one  # noqa: E402
-from tmplkit.token_delims import text_delimiters  # noqa: E402
+from tmplkit.sources import corpus, load_one  # noqa: E402
+from tmplkit.tokens.delimiter_ids import text_delimiters  # noqa: E402
 
 GEMMA_TEMPLATE = "google-gemma-2-2b-it"  # Gemma's turn format (<start_of_turn>user / model), no tool role
 QWEN_TEMPLATE = "Qwen3.5-4B"
@@ -91,7 +90,7 @@ QWEN_TEMPLATE = "Qwen3.5-4B"
 
 
 class Server(LlamaServer):
-    """llama-server on 127.0.0.1 (tmplkit.llama_server.LlamaServer), plus one timed prefill request."""
+    """llama-server on 127.0.0.1 (tmplkit.server.process.LlamaServer), plus one timed prefill request."""
 
     def __init__(self, binary: str, model: str, args: list[str], log: Path):
         super().__init__(binary, model, args, log=log)
@@ -185,8 +184,8 @@ def prompt_from_text(text: str, template, tok, add_bos: bool):
     """A prompt text already rendered, as the runner takes it: tokens and tmplkit's spans (the
     template's delimiters, token ids checked on this text, as build_prompt does for a session)."""
     from tmplkit.prefill.prompt import Prompt
-    from tmplkit.spans import SpanDetector
-    from tmplkit.token_delims import tokenize_delimiters
+    from tmplkit.tokens.delimiter_ids import tokenize_delimiters
+    from tmplkit.tokens.spans import SpanDetector
 
     tokens = tok.tokenize(text, add_bos=False)
     bos = tok.tokenize("", add_bos=True) if add_bos else []
@@ -233,7 +232,7 @@ def bench_policies(name, model, template, source, settings, repeat, threads, ser
         prompt = (prompt_from_text(source, template, tok, runner.info.add_bos) if isinstance(source, str)
                   else build_prompt(source, template, tok, add_bos=runner.info.add_bos))
         try:  # llama-server's two delimiters are known for a few template families only
-            sdelims = server_delimiters(template)
+            sdelims = server_delimiter_list(template)
         except InputError:
             sdelims = ()
         sspans = server_spans(prompt.tokens, template, tok) if sdelims else None
@@ -376,7 +375,7 @@ def bench_resume(name, model, template, session, settings, repeat, threads, serv
     if server_bin:
         server = Server(server_bin, str(model), server_args(settings, threads), outdir / f"llama-server-{name}-resume.log")
         try:
-            for label, delims in (("llama-server, its 2 delimiters", server_delimiters(template)),):
+            for label, delims in (("llama-server, its 2 delimiters", server_delimiter_list(template)),):
                 for _ in range(repeat):
                     server.completion(p1.tokens, delims, cache_prompt=True)
                     r = server.completion(p2.tokens, delims, cache_prompt=True)

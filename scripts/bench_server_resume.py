@@ -11,7 +11,7 @@ template as its chat template, on the tiny random-weight model of the template's
 gemma3-shaped with a sliding window of 512, which needs checkpoints just the same. One generated
 agent session (`--tokens`, seed `--seed`) is sent request by request through /v1/chat/completions
 (`tmplkit.drive_session`, max_tokens 1), and each request is predicted by the turns study's
-llama-server setting over the server's own render (`tmplkit.server_resume.check_resume`): the
+llama-server setting over the server's own render (`tmplkit.server.resume.check_resume`): the
 server's delimiter list for the template (from `--server-delimiters`), its batch, checkpoint
 and restore rules with the server's settings. Prediction must equal measurement on every request:
 tokens reused and processed, batch starts, checkpoints created and restored, full re-processing.
@@ -39,7 +39,8 @@ from _machine import cpu_model
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tmplkit import corpus, load_one  # noqa: E402
+from tmplkit import load_one  # noqa: E402
+from tmplkit.sources import corpus  # noqa: E402
 
 # Templates covering the classes of `tmplkit server delimiters` on the family vocabularies
 # (scripts/results/server-delimiters-family-vocab.json): the server's user starts agree with
@@ -56,24 +57,24 @@ RATIO_TEMPLATES = ("Qwen3.5-4B", "Qwen-Qwen3-0.6B", "MiMo-VL", "HuggingFaceTB-Sm
 
 
 def _server_args(settings, template, extra=()) -> list[str]:
-    from tmplkit.server_resume import server_settings_args
+    from tmplkit.server.resume import server_settings_args
 
     return ["--jinja", "-c", str(settings.n_ctx), "-np", "1", "-t", "2", "-tb", "2", "--no-warmup", "--cache-ram", "0",
             *server_settings_args(settings), "-lv", "4", "--chat-template-file", str(template.source), *extra]
 
 
 def run_one(binary, name: str, session, settings, classes: dict, known: dict, log_dir: Path) -> dict:
-    from tmplkit.llama_server import LlamaServer
     from tmplkit.prefill import tiny_model_path
-    from tmplkit.server_resume import check_resume
-    from tmplkit.server_rules import server_delimiters
-    from tmplkit.token_audit import vocab_for_template
-    from tmplkit.tokenizers import LlamaCppTokenizer
+    from tmplkit.server.process import LlamaServer
+    from tmplkit.server.resume import check_resume
+    from tmplkit.server_rules import server_delimiter_list
+    from tmplkit.tokens.roundtrip import vocab_for_template
+    from tmplkit.tokens.tokenizers import LlamaCppTokenizer
 
     template = load_one(str(corpus.templates_dir() / f"{name}.jinja"))
     vocab = vocab_for_template(name) or "qwen35"
     model = tiny_model_path(vocab, None)
-    delims = server_delimiters(template, known)
+    delims = server_delimiter_list(template, known)
     args = _server_args(settings, template)
     tok = LlamaCppTokenizer(model)
     t0 = time.perf_counter()
@@ -89,14 +90,14 @@ def run_one(binary, name: str, session, settings, classes: dict, known: dict, lo
 
 def run_ratios(binary, name: str, tokens: int, seed: int, known: dict, log_dir: Path) -> dict:
     """One template's 30k-token session three ways (module doc)."""
-    from tmplkit.llama_server import LlamaServer, message_delimiters
     from tmplkit.prefill import tiny_model_path
-    from tmplkit.server_resume import check_resume, predict_requests, send_completions, server_renders
-    from tmplkit.server_rules import PrefillSettings, server_delimiters
-    from tmplkit.server_session import drive_session
+    from tmplkit.server.chat_session import drive_session
+    from tmplkit.server.process import LlamaServer, message_delimiters
+    from tmplkit.server.resume import check_resume, predict_requests, send_completions, server_renders
+    from tmplkit.server_rules import PrefillSettings, server_delimiter_list
     from tmplkit.session import generate_session
-    from tmplkit.token_audit import vocab_for_template
-    from tmplkit.tokenizers import LlamaCppTokenizer
+    from tmplkit.tokens.roundtrip import vocab_for_template
+    from tmplkit.tokens.tokenizers import LlamaCppTokenizer
     from tmplkit.turns import MemoryModel
 
     template = load_one(str(corpus.templates_dir() / f"{name}.jinja"))
@@ -106,7 +107,7 @@ def run_ratios(binary, name: str, tokens: int, seed: int, known: dict, log_dir: 
     settings = PrefillSettings(n_ctx=65536)  # llama-server's defaults: -b 2048 -ub 512 -ctxcp 32 -cms 8192
     tok = LlamaCppTokenizer(model)
     try:
-        theirs = server_delimiters(template, known)
+        theirs = server_delimiter_list(template, known)
         ours = tuple((d.role, d.delimiter) for d in message_delimiters(template, tok))
         with LlamaServer(binary, model, _server_args(settings, template), log=log_dir / f"{name}-own.log") as srv:
             own = check_resume(srv, template, session, tokenizer=tok, delimiters=theirs, settings=settings)
@@ -136,7 +137,7 @@ def run_ratios(binary, name: str, tokens: int, seed: int, known: dict, log_dir: 
 
 
 def main() -> int:
-    from tmplkit.llama_server import llama_server_binary
+    from tmplkit.server.process import llama_server_binary
     from tmplkit.server_rules import PrefillSettings, load_server_delimiters
     from tmplkit.session import generate_session
 

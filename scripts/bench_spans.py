@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from tmplkit import corpus  # noqa: E402
-from tmplkit.spans import SpanDetector, split_reference  # noqa: E402
-from tmplkit.token_delims import token_delimiters  # noqa: E402
-from tmplkit.tokenizers import load_tokenizer  # noqa: E402
+from tmplkit.sources import corpus  # noqa: E402
+from tmplkit.tokens.delimiter_ids import token_delimiters  # noqa: E402
+from tmplkit.tokens.spans import SpanDetector, split_reference  # noqa: E402
+from tmplkit.tokens.tokenizers import load_tokenizer  # noqa: E402
 
 TEMPLATE = "Qwen3.5-4B"
 VOCAB = "qwen35"

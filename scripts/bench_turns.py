@@ -49,9 +49,10 @@ from _machine import cpu_model
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tmplkit import corpus, load_one  # noqa: E402
+from tmplkit import load_one  # noqa: E402
 from tmplkit.replay import REPLAYED  # noqa: E402  (llama-server, tmplkit, divergence-aware)
 from tmplkit.session import generate_session  # noqa: E402
+from tmplkit.sources import corpus  # noqa: E402
 from tmplkit.turns import study_turns  # noqa: E402
 from tmplkit.turns.formats import format_turns  # noqa: E402
 
@@ -70,8 +71,8 @@ _MODELS = {"qwen": _tiny,
 
 def corpus_table(args) -> dict:
     from tmplkit.server_rules import load_server_delimiters
-    from tmplkit.token_audit import vocab_for_template
-    from tmplkit.tokenizers import load_tokenizer
+    from tmplkit.tokens.roundtrip import vocab_for_template
+    from tmplkit.tokens.tokenizers import load_tokenizer
 
     session = generate_session(args.tokens, seed=args.seed, style="agent")
     server = load_server_delimiters(args.server_delimiters)
@@ -152,7 +153,7 @@ def classes_table(args) -> dict:
 def _engine_differs(args) -> set[str]:
     """The templates llama.cpp's engine renders otherwise (scripts/results/engine-parity.json), whose
     llama-server setting is then simulated on the server's own renders; none without the binary."""
-    from tmplkit.llama_server import llama_server_binary
+    from tmplkit.server.process import llama_server_binary
 
     if args.no_server_render or llama_server_binary() is None:
         print("llama-server's own renders not used (--no-server-render, or no binary)", file=sys.stderr)
@@ -165,9 +166,9 @@ def _server_texts(template, vocab: str, session) -> list[str]:
     """Each request as the pinned llama-server renders it, on the tiny model of `vocab`."""
     import tempfile
 
-    from tmplkit.llama_server import LlamaServer, llama_server_binary
     from tmplkit.prefill import tiny_model_path
-    from tmplkit.server_resume import server_renders
+    from tmplkit.server.process import LlamaServer, llama_server_binary
+    from tmplkit.server.resume import server_renders
 
     args = ["--jinja", "-c", "4096", "-np", "1", "-t", "1", "--no-warmup", "--chat-template-file", str(template.source)]
     with tempfile.TemporaryDirectory(prefix="tmplkit-renders-") as tmp:

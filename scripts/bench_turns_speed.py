@@ -66,7 +66,7 @@ def write_sessions(folder: Path) -> dict:
     sys.path.insert(0, str(ROOT))
     from tmplkit.session import generate_session
     from tmplkit.sources import load_one
-    from tmplkit.tokenizers import load_tokenizer
+    from tmplkit.tokens.tokenizers import load_tokenizer
     from tmplkit.turns import session_requests
 
     # 341 messages, about 89k qwen35 tokens in the last request: the session of the issue's figures
@@ -83,7 +83,7 @@ def worker(case: str, session_file: str) -> dict:
     """One timed study of `case` with the tmplkit on sys.path (this tree's or the revision's)."""
     try:  # this tree
         from tmplkit.session import load_session
-        from tmplkit.tokenizers import load_tokenizer
+        from tmplkit.tokens.tokenizers import load_tokenizer
     except ImportError:  # before the session layer (e95b580)
         from tmplkit.prefill.session import load_session  # type: ignore[no-redef]
         from tmplkit.tokenize import load_tokenizer  # type: ignore[no-redef]

@@ -4,10 +4,10 @@
 #
 #   scripts/build_llama_server.sh            # prints the path of the llama-server binary
 #   JOBS=2 CMAKE_ARGS="-DGGML_CUDA=on" scripts/build_llama_server.sh   # a CUDA build
-#   scripts/build_llama_server.sh 0.3.33     # another pinned release (tmplkit/server_pins.py)
+#   scripts/build_llama_server.sh 0.3.33     # another pinned release (tmplkit/server/pins.py)
 #
 # Downloads the sdist with pip (no other network access), checks its sha256 against the pin in
-# tmplkit/corpus.py (another release: tmplkit/server_pins.py), and builds in
+# tmplkit/sources/corpus.py (another release: tmplkit/server/pins.py), and builds in
 # ~/.cache/tmplkit/llama-server-<version>/ (or $TMPLKIT_CACHE), never inside the repository.
 # Idempotent: an existing binary is reused.
 set -euo pipefail
@@ -19,7 +19,7 @@ PYTHON="${PYTHON:-$here/.venv/bin/python}"
 # One pinned release: the argument (default: the one tmplkit runs on), with its sha256.
 pin="$("$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1])
 from tmplkit.errors import TmplkitError
-from tmplkit.server_pins import server_pin
+from tmplkit.server.pins import server_pin
 try:
     print(*server_pin(sys.argv[2] or None))
 except TmplkitError as exc:

@@ -13,7 +13,7 @@
 #                                                   # anywhere); --quick: one test file, a tiny bench
 #
 # The bundle: the sdist without its git history, vocabulary GGUFs and docs (llama.cpp's sources
-# whole; the original's sha256 is checked against tmplkit/corpus.py before trimming), the corpus
+# whole; the original's sha256 is checked against tmplkit/sources/corpus.py before trimming), the corpus
 # subset the model tests use (all templates, the qwen35 and llama-spm vocabularies), and wheels of
 # the Python packages a bare Python 3.12 with PyTorch's image lacks (gguf, diskcache).
 # The Gemma 3 270M model (253 MB) does not fit the 64 MiB a GPU run may carry: its tests skip and
@@ -32,12 +32,12 @@ cmd="${1:-}"
 log() { echo "gpu_check: $*" >&2; }
 die() { echo "gpu_check: $*" >&2; exit 2; }
 
-version_of() {  # the pinned llama-cpp-python version and sha256, from tmplkit/corpus.py
+version_of() {  # the pinned llama-cpp-python version and sha256, from tmplkit/sources/corpus.py
     sed -n "s/^LLAMA_CPP_PYTHON_$1 = \"\(.*\)\"$/\1/p" "$here/tmplkit/corpus.py"
 }
 VERSION="$(version_of VERSION)"
 SHA256="$(version_of SHA256)"
-[ -n "$VERSION" ] && [ -n "$SHA256" ] || die "cannot read the pinned llama-cpp-python version from tmplkit/corpus.py"
+[ -n "$VERSION" ] && [ -n "$SHA256" ] || die "cannot read the pinned llama-cpp-python version from tmplkit/sources/corpus.py"
 
 # ---- prepare (a machine with network access and the project's venv) ----------------------------------
 

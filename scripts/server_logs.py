@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tmplkit.llama_server import LlamaServer, llama_server_binary  # noqa: E402
-from tmplkit.server_log import read_server_log  # noqa: E402
-from tmplkit.server_pins import server_pin  # noqa: E402
+from tmplkit.server.log import read_server_log  # noqa: E402
+from tmplkit.server.pins import server_pin  # noqa: E402
+from tmplkit.server.process import LlamaServer, llama_server_binary  # noqa: E402
 
 _KEEP_START = re.compile(r"verbosity = \d+|llama_context: n_(u)?batch|context checkpoints (enabled|disabled)|"
                          r"initializing, n_slots|llama_server: model loaded")
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from tmplkit.prefill import generate_session, tiny_model_path
-    from tmplkit.server_session import drive_session
+    from tmplkit.server.chat_session import drive_session
 
     version, _ = server_pin(args.version)
     binary = llama_server_binary(version)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit import corpus
+from tmplkit.sources import corpus
 
 # Child processes (the workers' forkserver, which Python 3.11 starts without the parent's
 # sys.path, and the CLI run as a subprocess) import this checkout's package, from whatever
@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config, items):
 
 def _corpus_vocab(name: str):
     """The corpus's vocab-only GGUF `name` as a tokenizer; skips when llama_cpp or the corpus is missing."""
-    from tmplkit.tokenizers import load_tokenizer
+    from tmplkit.tokens.tokenizers import load_tokenizer
 
     pytest.importorskip("llama_cpp")
     if not corpus.is_fetched():
@@ -133,7 +133,7 @@ def llama_server_path():
     """The pinned llama-server binary, or a skip that says how to build it (with the corpus the
     server tests render from)."""
     pytest.importorskip("llama_cpp")
-    from tmplkit.llama_server import llama_server_binary
+    from tmplkit.server.process import llama_server_binary
 
     if not corpus.is_fetched():
         pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")

@@ -7,11 +7,10 @@ from pathlib import Path
 from tmplkit.analysis import analyze
 from tmplkit.analysis._probing import Prober
 from tmplkit.analysis._verdict import GENERATION_PROMPT_MATCH, extend_back, replaced, verdict
-from tmplkit.delimiters import Delimiter, sort_delimiters
-from tmplkit.probes import SYSTEM_PREAMBLE, ProbeBuilder
+from tmplkit.analysis.probes import SYSTEM_PREAMBLE, ProbeBuilder
+from tmplkit.delimiters import Delimiter, sort_delimiters, split_text
 from tmplkit.sandbox import render
 from tmplkit.sources import ChatTemplate
-from tmplkit.spans import split_text
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "templates"
 

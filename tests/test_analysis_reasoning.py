@@ -7,9 +7,9 @@ from pathlib import Path
 
 from tmplkit.analysis import analyze
 from tmplkit.auditing import format_table
-from tmplkit.delimiters import REASONING_ROLES, ROLES, Delimiter, sort_delimiters
+from tmplkit.delimiters import REASONING_ROLES, ROLES, Delimiter, sort_delimiters, split_text
 from tmplkit.sources import ChatTemplate
-from tmplkit.spans import SpanDetector, split_text
+from tmplkit.tokens.spans import SpanDetector
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "templates"
 

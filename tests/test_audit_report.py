@@ -13,7 +13,7 @@ from tmplkit import Analysis, Delimiter, InputError, RoundTrip
 
 # `tmplkit.audit` is also the audit function exported by the package; take the module itself.
 from tmplkit import auditing as audit_mod
-from tmplkit.config import load_expected_failures
+from tmplkit.cli.config import load_expected_failures
 
 PASS = Analysis(
     name="qwen|like", source="x.jinja", status="pass",

@@ -13,7 +13,7 @@ import pytest
 from tmplkit import Analysis, InputError, load_one
 from tmplkit import auditing as audit_mod
 from tmplkit.cli import main
-from tmplkit.config import load_expected_failures
+from tmplkit.cli.config import load_expected_failures
 
 ROOT = Path(__file__).resolve().parent.parent
 TURNS = ROOT / "fixtures" / "turns"

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit import analyze, corpus, load_one
+from tmplkit import analyze, load_one
 from tmplkit.auditing import JSON_SCHEMA_VERSION
 from tmplkit.cli import EXIT_CODES, main
 from tmplkit.cli._common import use_color
+from tmplkit.sources import corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "templates"

@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 
 import tmplkit._version
-from tmplkit import compile_cache
-from tmplkit.compile_cache import cache_dir, cached_by_text, compile_template_cached
 from tmplkit.errors import RenderLimitError
-from tmplkit.sandbox import render
+from tmplkit.sandbox import compile_cache, render
 from tmplkit.sandbox._jinja import _compile, _environment
+from tmplkit.sandbox.compile_cache import cache_dir, cached_by_text, compile_template_cached
 from tmplkit.sources import ChatTemplate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -240,8 +239,8 @@ def test_results_of_the_text_are_kept_as_json(cache):
 
 
 def test_the_scan_warnings_come_from_the_cache(cache, monkeypatch):
-    from tmplkit import isolate
     from tmplkit.analysis import Analysis
+    from tmplkit.auditing import isolate
 
     hostile = "{{ x.__class__ }}"
     plain = Analysis(name="t", source="-", status="pass")
@@ -251,6 +250,6 @@ def test_the_scan_warnings_come_from_the_cache(cache, monkeypatch):
     def no_scan(text):
         raise AssertionError("the scan ran again")
 
-    no_scan.__qualname__, no_scan.__module__ = "scan", "tmplkit.static_scan"  # the same key as the real scan
+    no_scan.__qualname__, no_scan.__module__ = "scan", "tmplkit.sandbox.static_scan"  # the same key as the real scan
     monkeypatch.setattr(isolate, "scan", no_scan)
     assert isolate.add_scan_warnings(plain, hostile) == first

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit import corpus
 from tmplkit.cli import main
-from tmplkit.config import Config, find_config, load_config
+from tmplkit.cli.config import Config, find_config, load_config
 from tmplkit.errors import InputError
+from tmplkit.sources import corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "templates"

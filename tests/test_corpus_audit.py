@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit import corpus
 from tmplkit.analysis import analyze
-from tmplkit.delimiters import Delimiter
-from tmplkit.sources import ChatTemplate
-from tmplkit.spans import split_text
+from tmplkit.delimiters import Delimiter, split_text
+from tmplkit.sources import ChatTemplate, corpus
 
 pytestmark = pytest.mark.corpus
 

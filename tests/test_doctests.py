@@ -19,7 +19,7 @@ OPTIONAL = {"llama_cpp", "matplotlib", "tokenizers", "transformers"}
 
 
 def test_modules_with_examples_are_found():
-    assert {"tmplkit", "tmplkit.config", "tmplkit.auditing", "tmplkit.sources"} <= {"tmplkit", *MODULES}
+    assert {"tmplkit", "tmplkit.cli.config", "tmplkit.auditing", "tmplkit.sources"} <= {"tmplkit", *MODULES}
 
 
 @pytest.mark.parametrize("name", ["tmplkit", *MODULES])

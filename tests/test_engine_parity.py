@@ -8,11 +8,10 @@ import json
 
 import pytest
 
-from tmplkit import corpus
 from tmplkit.cli import main
-from tmplkit.engine_parity import engine_parity, format_parity_table
-from tmplkit.llama_server import llama_server_binary
-from tmplkit.sources import load_one
+from tmplkit.server.parity import engine_parity, format_parity_table
+from tmplkit.server.process import llama_server_binary
+from tmplkit.sources import corpus, load_one
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.corpus]
 
@@ -69,7 +68,7 @@ def test_engine_parity_cli(server, tmp_path, capsys):
 
 
 def test_table_format():
-    from tmplkit.engine_parity import EngineComparison
+    from tmplkit.server.parity import EngineComparison
 
     rows = [EngineComparison("a", "round trip", "identical", round_trip=True),
             EngineComparison("b", "round trip", "differs", at=3, ours="x|\ny", theirs="x`z", round_trip=False),

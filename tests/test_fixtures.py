@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tmplkit.analysis import analyze
+from tmplkit.delimiters import split_text
 from tmplkit.sandbox import render
 from tmplkit.sources import ChatTemplate
-from tmplkit.spans import split_text
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "templates"
 EXPECTED = {k: v for k, v in json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8")).items() if not k.startswith("_")}

@@ -24,9 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tmplkit import corpus
 from tmplkit.errors import GGUFError, TmplkitError
-from tmplkit.sources import load, load_gguf
+from tmplkit.sources import corpus, load, load_gguf
 
 # What a message must say: the problem, in words a user can act on.
 PROBLEM = re.compile(

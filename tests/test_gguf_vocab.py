@@ -8,13 +8,12 @@ import importlib.util
 
 import pytest
 
-from tmplkit import corpus
 from tmplkit.analysis import analyze
 from tmplkit.errors import TokenizerError
-from tmplkit.gguf_vocab import PRE_TYPES, supports
-from tmplkit.sources import load_one
-from tmplkit.token_audit import corpus_pairs
-from tmplkit.tokenizers import GGUFBPETokenizer, LlamaCppTokenizer, load_tokenizer
+from tmplkit.sources import corpus, load_one
+from tmplkit.tokens.gguf_vocab import PRE_TYPES, supports
+from tmplkit.tokens.roundtrip import corpus_pairs
+from tmplkit.tokens.tokenizers import GGUFBPETokenizer, LlamaCppTokenizer, load_tokenizer
 
 pytestmark = pytest.mark.corpus
 

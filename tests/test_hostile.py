@@ -19,10 +19,10 @@ import psutil
 import pytest
 
 from tmplkit.analysis import Analysis, analyze
-from tmplkit.isolate import analyze_isolated
+from tmplkit.auditing.isolate import analyze_isolated
 from tmplkit.sandbox import Limits, render
+from tmplkit.sandbox.static_scan import scan
 from tmplkit.sources import ChatTemplate
-from tmplkit.static_scan import scan
 
 HOSTILE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "hostile"
 SECRET_ENV = "TMPLKIT_HOSTILE_SECRET"

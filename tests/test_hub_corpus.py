@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit import corpus
 from tmplkit.analysis import analyze
 from tmplkit.errors import SourceError
-from tmplkit.sources import load
+from tmplkit.sources import corpus, load
 
 pytestmark = pytest.mark.corpus
 

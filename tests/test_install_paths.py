@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit import corpus
+from tmplkit.sources import corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 CHATML = str(ROOT / "fixtures" / "templates" / "chatml.jinja")

@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from tmplkit.analysis import Analysis
+from tmplkit.auditing.isolate import analysis_from_exception, analyze_isolated, scan_only
 from tmplkit.errors import InputError, RenderLimitError
-from tmplkit.isolate import analysis_from_exception, analyze_isolated, scan_only
 from tmplkit.sources import ChatTemplate
 
 
@@ -196,7 +196,7 @@ _ORPHAN = r"""
 import sys, time
 sys.path.insert(0, sys.argv[1])
 from test_isolate import T, _by_name
-from tmplkit.isolate import analyze_isolated
+from tmplkit.auditing.isolate import analyze_isolated
 print("start", flush=True)
 analyze_isolated([T("sleep-1"), T("sleep-2")], jobs=2, timeout=600, target=_by_name)
 """
@@ -228,7 +228,7 @@ def test_workers_die_with_the_auditing_process():
 def test_a_worker_that_cannot_start_is_a_verdict(monkeypatch):
     import itertools
 
-    import tmplkit.workers as iso
+    import tmplkit.auditing.workers as iso
 
     real = iso._context()
     starts = itertools.count()

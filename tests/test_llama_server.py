@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from tmplkit import analyze, corpus
+from tmplkit import analyze
 from tmplkit.cli import main
 from tmplkit.errors import AnalysisError
-from tmplkit.llama_server import (
+from tmplkit.sandbox import render
+from tmplkit.server.process import (
     CompletionRequest,
     MessageDelimiter,
     _split_problem,
@@ -20,10 +21,9 @@ from tmplkit.llama_server import (
     read_prefill_log,
     server_message_starts,
 )
-from tmplkit.sandbox import render
-from tmplkit.sources import load_one
-from tmplkit.spans import SpanDetector
-from tmplkit.token_delims import token_delimiters
+from tmplkit.sources import corpus, load_one
+from tmplkit.tokens.delimiter_ids import token_delimiters
+from tmplkit.tokens.spans import SpanDetector
 
 pytestmark = pytest.mark.corpus
 
@@ -164,7 +164,7 @@ def test_read_prefill_log():
 def test_a_llama_server_binary_that_cannot_run_is_one_line(tmp_path, capsys):
     from tmplkit.cli import main
     from tmplkit.errors import ModelError
-    from tmplkit.llama_server import LlamaServer
+    from tmplkit.server.process import LlamaServer
 
     with pytest.raises(ModelError, match="cannot run llama-server"):
         LlamaServer(tmp_path / "no-such-server", tmp_path / "m.gguf", log=tmp_path / "server.log")
@@ -197,8 +197,8 @@ def test_openai_tool_call_arguments_are_parsed_as_llama_server_does(qwen_templat
 def test_every_corpus_template_with_a_vocab_gets_delimiters_llama_server_can_use():
     # docs/llama-server.md's claim: all template/vocabulary pairs of the corpus pass `request`'s checks
     pytest.importorskip("llama_cpp")
-    from tmplkit.token_audit import corpus_pairs
-    from tmplkit.tokenizers import load_tokenizer
+    from tmplkit.tokens.roundtrip import corpus_pairs
+    from tmplkit.tokens.tokenizers import load_tokenizer
 
     pairs = corpus_pairs()
     assert len(pairs) == 27

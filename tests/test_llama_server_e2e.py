@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tmplkit import analyze
-from tmplkit.llama_server import LlamaServer, MessageDelimiter, completion_request, read_prefill_log, server_message_starts
+from tmplkit.server.process import LlamaServer, MessageDelimiter, completion_request, read_prefill_log, server_message_starts
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.corpus]
 
@@ -22,12 +22,12 @@ N_BATCH, N_UBATCH, MIN_STEP = 2048, 512, 512
 def setup(llama_server_path):
     binary = llama_server_path
     from tmplkit.prefill import generate_session, tiny_model_path
-    from tmplkit.server_rules import server_delimiters
+    from tmplkit.server_rules import server_delimiter_list
     from tmplkit.session import messages_for
     from tmplkit.sources import load_one
-    from tmplkit.spans import SpanDetector
-    from tmplkit.token_delims import token_delimiters
-    from tmplkit.tokenizers import LlamaCppTokenizer
+    from tmplkit.tokens.delimiter_ids import token_delimiters
+    from tmplkit.tokens.spans import SpanDetector
+    from tmplkit.tokens.tokenizers import LlamaCppTokenizer
 
     model = tiny_model_path("qwen35")  # gemma3 (sliding window: llama-server takes checkpoints) with Qwen3.5's template
     template = load_one(model)
@@ -36,7 +36,7 @@ def setup(llama_server_path):
     conversation = {"messages": messages_for(template, session.messages), "tools": list(session.tools)}
     analysis = analyze(template)
     ours = completion_request(template, tok, conversation, analysis=analysis, n_predict=1)
-    own = [MessageDelimiter(role, text) for role, text in server_delimiters(template)]
+    own = [MessageDelimiter(role, text) for role, text in server_delimiter_list(template)]
     ids = tok.tokenize(ours.prompt, add_bos=True)  # as llama-server tokenizes a prompt string
     spans = SpanDetector(token_delimiters(analysis, tok)).split(ids)
     yield dict(binary=binary, model=model, ours=ours, own=own, ids=ids, tok=tok, template=template, analysis=analysis,
@@ -88,8 +88,8 @@ def test_tmplkit_delimiters_keep_llama_server_off_tool_responses(setup, tmp_path
 def test_a_resume_restores_the_checkpoint_tmplkit_runner_predicts(setup, tmp_path):
     from tmplkit.prefill import PrefillRunner, PrefillSettings, ServerGated
     from tmplkit.session import messages_for, next_user_turn
-    from tmplkit.spans import SpanDetector
-    from tmplkit.token_delims import token_delimiters
+    from tmplkit.tokens.delimiter_ids import token_delimiters
+    from tmplkit.tokens.spans import SpanDetector
 
     later = next_user_turn(setup["session"])  # the agent answers, the user asks again
     first = setup["ours"]

@@ -138,7 +138,7 @@ def test_a_conversation_without_an_assistant_turn_masks_nothing():
 
 @pytest.mark.corpus
 def test_qwen35_tokens_on_a_corpus_template(qwen35):
-    from tmplkit.corpus import templates_dir
+    from tmplkit.sources.corpus import templates_dir
 
     t = load_one(str(templates_dir() / "Qwen3.5-4B.jinja"))
     m = assistant_mask(t, qwen35, FIXTURES / "chat.json")

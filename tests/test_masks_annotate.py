@@ -155,7 +155,7 @@ def test_mask_command_bad_input_is_one_line(capsys, tmp_path, tokenizer_json):
 @pytest.mark.corpus
 @pytest.mark.parametrize("name", ["meta-llama-Llama-3.2-3B-Instruct", "Qwen3-Coder", "google-gemma-2-2b-it"])
 def test_corpus_templates_mask_each_turn_after_its_header(name):
-    from tmplkit.corpus import templates_dir
+    from tmplkit.sources.corpus import templates_dir
 
     t = load_one(str(templates_dir() / f"{name}.jinja"))
     m = text_mask(t, FIXTURES / "plain.json" if "gemma" not in name else [
@@ -187,8 +187,8 @@ def test_the_mask_command_says_which_turns_learn_nothing():
     # text after the tool results: no single stretch of the render is what the model generated, and
     # the summary says so rather than leaving those turns silently unlearned.
     from tmplkit.cli._mask import format_mask
-    from tmplkit.corpus import templates_dir
     from tmplkit.masks import assistant_mask
+    from tmplkit.sources.corpus import templates_dir
 
     class Chars:
         name = "chars"

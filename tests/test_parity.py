@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit import corpus
 from tmplkit.errors import InputError, RenderError
 from tmplkit.sandbox import PINNED_NOW, render
-from tmplkit.sources import ChatTemplate
+from tmplkit.sources import ChatTemplate, corpus
 
 ctu = pytest.importorskip("transformers.utils.chat_template_utils", reason="transformers is not installed")
 

@@ -11,7 +11,7 @@ from tmplkit.delimiters import Delimiter
 from tmplkit.prefill.prompt import build_prompt, user_starts_of_other_roles
 from tmplkit.session import Session
 from tmplkit.sources import ChatTemplate
-from tmplkit.spans import SpanDetector
+from tmplkit.tokens.spans import SpanDetector
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "templates"
 MESSAGES = ({"role": "system", "content": "Be brief and exact."}, {"role": "user", "content": "What is 2+2?"},
@@ -40,8 +40,8 @@ def test_a_system_prompt_folded_into_a_user_turn_is_no_extra_start():
 
 def test_build_prompt_marks_the_system_turn_among_the_user_starts():
     pytest.importorskip("llama_cpp")
-    from tmplkit import corpus
-    from tmplkit.tokenizers import load_tokenizer
+    from tmplkit.sources import corpus
+    from tmplkit.tokens.tokenizers import load_tokenizer
 
     if not corpus.is_fetched():
         pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")

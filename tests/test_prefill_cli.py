@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from tmplkit import corpus
 from tmplkit.cli import main
 from tmplkit.errors import SourceError
+from tmplkit.sources import corpus
 
 pytestmark = [pytest.mark.model, pytest.mark.corpus]
 llama_cpp = pytest.importorskip("llama_cpp")

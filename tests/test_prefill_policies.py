@@ -9,7 +9,7 @@ import pytest
 from tmplkit.errors import InputError
 from tmplkit.prefill.report import CheckpointRecord, Comparison, DecodeCall, PolicyResult, PrefillReport, markdown_summary, write_atomic
 from tmplkit.server_rules import POLICIES, BreakContext, Checkpoint, CheckpointStore, FixedBreaks, ServerGated, get_policy
-from tmplkit.spans import SpanDetector
+from tmplkit.tokens.spans import SpanDetector
 
 # user starts at 2, 6, 12; an assistant start at 4
 SPANS = SpanDetector([("user", [9]), ("assistant", [8])]).split([0, 0, 9, 1, 8, 1, 9, 1, 1, 1, 1, 1, 9, 1])
@@ -245,7 +245,7 @@ def test_one_checkpoint_rule_for_the_schedule_and_gated():
 
 
 def _spans_with_users(n, users):
-    from tmplkit.spans import SpanDetector
+    from tmplkit.tokens.spans import SpanDetector
 
     toks = [1] * n
     for u in users:

@@ -26,8 +26,8 @@ import os
 import numpy as np
 import pytest
 
-from tmplkit import corpus
 from tmplkit.errors import InputError, ModelError, SourceError, TmplkitError
+from tmplkit.sources import corpus
 
 pytestmark = [pytest.mark.model, pytest.mark.corpus]
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -35,8 +35,8 @@ llama_cpp = pytest.importorskip("llama_cpp")
 from tmplkit.prefill import PrefillRunner, PrefillSettings, ServerGated, build_prompt, generate_session, server_spans, tiny_model_path  # noqa: E402
 from tmplkit.session import Session  # noqa: E402
 from tmplkit.sources import load_one  # noqa: E402
-from tmplkit.token_delims import text_delimiters  # noqa: E402
-from tmplkit.tokenizers import LlamaCppTokenizer  # noqa: E402
+from tmplkit.tokens.delimiter_ids import text_delimiters  # noqa: E402
+from tmplkit.tokens.tokenizers import LlamaCppTokenizer  # noqa: E402
 
 # TMPLKIT_TEST_GPU_LAYERS: layers offloaded to a GPU (scripts/gpu_check.sh sets 99); 0 here
 GPU_LAYERS = int(os.environ.get("TMPLKIT_TEST_GPU_LAYERS", "0"))

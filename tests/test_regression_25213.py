@@ -13,10 +13,10 @@ import json
 
 import pytest
 
-from tmplkit import corpus
-from tmplkit.delimiters import ROLES, Delimiter
-from tmplkit.spans import SpanDetector, split_text, text_matches
-from tmplkit.token_delims import token_delimiters
+from tmplkit.delimiters import ROLES, Delimiter, split_text, text_matches
+from tmplkit.sources import corpus
+from tmplkit.tokens.delimiter_ids import token_delimiters
+from tmplkit.tokens.spans import SpanDetector
 
 pytestmark = pytest.mark.corpus
 

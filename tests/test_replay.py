@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tmplkit import corpus
 from tmplkit.session import generate_session
-from tmplkit.sources import load_one
+from tmplkit.sources import corpus, load_one
 
 pytestmark = [pytest.mark.model, pytest.mark.corpus]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tmplkit import corpus
-from tmplkit.static_scan import MAX_WARNINGS, scan
+from tmplkit.sandbox.static_scan import MAX_WARNINGS, scan
+from tmplkit.sources import corpus
 
 FLAGGED = [
     ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "'__class__'"),
@@ -86,7 +86,7 @@ def test_unparseable_template_falls_back_to_text_search():
 
 
 def test_long_templates_say_they_were_scanned_in_part():
-    from tmplkit.static_scan import _MAX_SCAN_CHARS
+    from tmplkit.sandbox.static_scan import _MAX_SCAN_CHARS
 
     for head in ("{{ x }}", "{% unknowntag %}"):  # parsed, and the text-search fallback
         warnings = scan(head + " " * _MAX_SCAN_CHARS)

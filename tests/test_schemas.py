@@ -165,7 +165,7 @@ def test_server_log_json(capsys, matches_schema):
 
 
 def test_engine_parity_json(matches_schema):
-    from tmplkit.engine_parity import EngineComparison, parity_report
+    from tmplkit.server.parity import EngineComparison, parity_report
 
     rows = [EngineComparison("a", "round trip", "identical", round_trip=True),
             EngineComparison("b", "generation prompt", "differs", at=3, ours="x", theirs="y", round_trip=False),

@@ -10,22 +10,24 @@ from pathlib import Path
 import pytest
 
 from tmplkit import analyze, load_one
-from tmplkit.llama_server import MessageDelimiter
-from tmplkit.server_delimiters import (
+from tmplkit.server.delimiter_comparison import (
     VERDICTS,
     ComparisonReport,
-    ServerDelimiters,
-    ServerStart,
-    _bytes_to_unicode,
-    _last_error,
-    _opener,
-    _route,
-    _user_starts,
     compare_delimiters,
     format_comparison_table,
     verdict_counts,
 )
-from tmplkit.server_log import TaskPrefill
+from tmplkit.server.delimiters import (
+    ServerDelimiters,
+    ServerStart,
+    _last_error,
+    _route,
+    _user_starts,
+    message_opener,
+)
+from tmplkit.server.log import TaskPrefill
+from tmplkit.server.process import MessageDelimiter
+from tmplkit.tokens.gguf_vocab import bytes_to_unicode
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "templates"
 
@@ -54,7 +56,7 @@ def _task(n: int, starts, ubatch: int = 512) -> TaskPrefill:
 
 def test_the_end_of_prompt_breaks_are_told_apart_by_a_shorter_prompt():
     text = "".join(f"<u>Kq{c}1Zx" for c in "ABCD") + "<a>" * 300  # each character one token (the byte model)
-    opener = _opener(text, [{"role": "user", "content": f"Kq{c}1Zx"} for c in "ABCD"])
+    opener = message_opener(text, [{"role": "user", "content": f"Kq{c}1Zx"} for c in "ABCD"])
     n = len(text)
     # a user start that happens to lie at n - 4 - 512, and the two end-of-prompt breaks
     a = _task(n, [0, 11, 22, n - 516, n - 4])
@@ -75,7 +77,7 @@ def test_the_end_of_prompt_breaks_are_told_apart_by_a_shorter_prompt():
     text = "<u>KqA1Zx" + "x" * 600 + "<u>KqB1Zx" + "y" * 10
     n = len(text)
     c = _task(n, [0, n - 516, n - 4])
-    assert _user_starts(c, text, [], lambda p: p, _opener(text, [{"role": "user", "content": "KqA1Zx"},
+    assert _user_starts(c, text, [], lambda p: p, message_opener(text, [{"role": "user", "content": "KqA1Zx"},
                                                                 {"role": "user", "content": "KqB1Zx"}])) == (set(), [n - 516])
 
 
@@ -144,6 +146,6 @@ def test_the_servers_reason_for_refusing_a_template(tmp_path):
 
 
 def test_the_byte_vocabulary_maps_every_byte_to_its_own_character():
-    chars = _bytes_to_unicode()
+    chars = bytes_to_unicode()
     assert sorted(chars) == list(range(256)) and len(set(chars.values())) == 256
     assert chars[ord("a")] == "a" and chars[ord(" ")] == "\u0120"  # GPT-2's map

@@ -12,8 +12,9 @@ import json
 
 import pytest
 
-from tmplkit import analyze, corpus
-from tmplkit.llama_server import LlamaServer
+from tmplkit import analyze
+from tmplkit.server.process import LlamaServer
+from tmplkit.sources import corpus
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.corpus]
 
@@ -31,7 +32,7 @@ def _template(name: str):
 
 def test_a_session_request_by_request_and_what_the_log_says(binary, tmp_path):
     from tmplkit.prefill import generate_session, tiny_model_path
-    from tmplkit.server_session import drive_session
+    from tmplkit.server.chat_session import drive_session
 
     session = generate_session(8000, seed=0, style="agent")  # request 9 follows a new user message
     args = ["--jinja", "-c", "16384", "-np", "1", "-t", "2", "-tb", "2", "--no-warmup", "--cache-ram", "0",
@@ -67,7 +68,8 @@ def test_a_session_request_by_request_and_what_the_log_says(binary, tmp_path):
     ("LFM2-8B-A1B", "bytes", "specialized", "no delimiters at all"),
 ])
 def test_the_chat_endpoints_delimiters_read_off_the_server(binary, name, model, route, verdict, tmp_path):
-    from tmplkit.server_delimiters import compare_delimiters, server_delimiters
+    from tmplkit.server.delimiter_comparison import compare_delimiters
+    from tmplkit.server.delimiters import server_delimiters
 
     template = _template(name)
     analysis = analyze(template)

@@ -11,7 +11,7 @@ import pytest
 
 from tmplkit.cli import main
 from tmplkit.errors import InputError
-from tmplkit.server_log import FAR_BACK_TOKENS, LOG_SCHEMA_VERSION, read_server_log
+from tmplkit.server.log import FAR_BACK_TOKENS, LOG_SCHEMA_VERSION, read_server_log
 
 LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "server-logs"
 
@@ -144,10 +144,9 @@ def test_a_missing_log_and_half_the_placing_options_are_usage_errors(tmp_path, c
 
 @pytest.mark.corpus
 def test_with_the_template_and_the_session_the_breaks_fall_on_tool_results(qwen35):
-    from tmplkit import corpus
     from tmplkit.prefill import generate_session
-    from tmplkit.server_log import locate_breaks
-    from tmplkit.sources import load_one
+    from tmplkit.server.log import locate_breaks
+    from tmplkit.sources import corpus, load_one
 
     template = load_one(str(corpus.templates_dir() / "Qwen3.5-4B.jinja"))
     session = generate_session(30000, seed=0, style="agent")  # the session scripts/server_logs.py sent

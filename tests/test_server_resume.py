@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit import corpus
+from tmplkit.sources import corpus
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.corpus]
 
@@ -43,16 +43,16 @@ def session():
     ("LFM2-8B-A1B", "restored"),
 ])
 def test_prediction_equals_the_servers_log_on_every_request(binary, session, name, what, tmp_path):
-    from tmplkit.llama_server import LlamaServer
     from tmplkit.prefill import tiny_model_path
-    from tmplkit.server_resume import check_resume, server_settings_args
-    from tmplkit.server_rules import PrefillSettings, load_server_delimiters, server_delimiters
+    from tmplkit.server.process import LlamaServer
+    from tmplkit.server.resume import check_resume, server_settings_args
+    from tmplkit.server_rules import PrefillSettings, load_server_delimiters, server_delimiter_list
     from tmplkit.sources import load_one
-    from tmplkit.token_audit import vocab_for_template
-    from tmplkit.tokenizers import LlamaCppTokenizer
+    from tmplkit.tokens.roundtrip import vocab_for_template
+    from tmplkit.tokens.tokenizers import LlamaCppTokenizer
 
     template = load_one(str(corpus.templates_dir() / f"{name}.jinja"))
-    delims = server_delimiters(template, load_server_delimiters(RESULTS))
+    delims = server_delimiter_list(template, load_server_delimiters(RESULTS))
     assert (len(delims) == 0) == (name == "LFM2-8B-A1B")
     settings = PrefillSettings(n_ctx=16384, max_checkpoints=6, checkpoint_min_step=256)
     model = tiny_model_path(vocab_for_template(name) or "qwen35", None)

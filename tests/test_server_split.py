@@ -87,7 +87,7 @@ def test_the_turns_study_takes_the_servers_lists(tmp_path):
     pytest.importorskip("tokenizers")
     from tmplkit.session import generate_session
     from tmplkit.sources import load_one
-    from tmplkit.tokenizers import load_tokenizer
+    from tmplkit.tokens.tokenizers import load_tokenizer
     from tmplkit.turns import study_turns
 
     template = load_one(str(Path(__file__).resolve().parent.parent / "fixtures" / "turns" / "stable.jinja"))
@@ -112,7 +112,7 @@ def test_the_servers_own_renders_feed_its_setting_alone():
     pytest.importorskip("tokenizers")
     from tmplkit.session import for_server, generate_session
     from tmplkit.sources import load_one
-    from tmplkit.tokenizers import load_tokenizer
+    from tmplkit.tokens.tokenizers import load_tokenizer
     from tmplkit.turns import iter_requests, study_turns
 
     template = load_one(str(Path(__file__).resolve().parent.parent / "fixtures" / "turns" / "stable.jinja"))

@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from tmplkit import corpus
 from tmplkit.errors import InputError
 from tmplkit.session import Session, generate_session, load_session, messages_for, next_user_turn, save_session, session_from_json
-from tmplkit.sources import ChatTemplate
+from tmplkit.sources import ChatTemplate, corpus
 
 
 def test_generator_is_seeded_and_deterministic():

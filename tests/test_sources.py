@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tmplkit import GGUFError, SourceError, sources
-from tmplkit.gguf_meta import GGUF_MAGIC, GGUFValueType, Keys
+from tmplkit.sources.gguf_meta import GGUF_MAGIC, GGUFValueType, Keys
 
 CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 
@@ -41,7 +41,7 @@ def test_gguf_chat_templates_list_is_not_a_template(write_gguf, tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    from tmplkit.gguf_meta import read_metadata
+    from tmplkit.sources.gguf_meta import read_metadata
 
     assert Keys.Tokenizer.CHAT_TEMPLATES in read_metadata(path, lambda k: True)  # the list of names is there
     assert [t.name for t in sources.load(path)] == ["listed", "listed:rag"]
@@ -86,7 +86,7 @@ def test_gguf_truncated_and_not_gguf(write_gguf, tmp_path):
 
 @pytest.mark.corpus
 def test_real_vocab_gguf_templates():
-    from tmplkit import corpus
+    from tmplkit.sources import corpus
 
     qwen = sources.load(corpus.vocab_path("qwen35"))
     assert qwen[0].bos_token == "<|endoftext|>" and "<|im_start|>" in qwen[0].text

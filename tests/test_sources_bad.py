@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tmplkit import sources
 from tmplkit.errors import SourceError, TmplkitError
+from tmplkit.sources import templates as sources
 
 
 def _check(exc: BaseException, where) -> str:

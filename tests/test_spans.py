@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tmplkit.delimiters import Delimiter
+from tmplkit.delimiters import Delimiter, split_text, text_matches
 from tmplkit.errors import InputError
-from tmplkit.spans import SpanDetector, Spans, TokenSpan, split_reference, split_text, text_matches
+from tmplkit.tokens.spans import SpanDetector, Spans, TokenSpan, split_reference
 
 # ---- text ------------------------------------------------------------------------------------
 

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from tmplkit import corpus
 from tmplkit.errors import SourceError, TokenizerError
 from tmplkit.prefill.tinymodel import TinyConfig, build_tiny_model, tiny_model_path
+from tmplkit.sources import corpus
 
 pytestmark = pytest.mark.corpus
 

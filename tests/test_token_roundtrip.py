@@ -7,18 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit import corpus
 from tmplkit.analysis import Analysis, RoundTrip
-from tmplkit.delimiters import Delimiter
-from tmplkit.spans import split_text
-from tmplkit.token_audit import (
+from tmplkit.delimiters import Delimiter, split_text
+from tmplkit.session.token_spans import conversation_spans
+from tmplkit.sources import corpus
+from tmplkit.tokens.roundtrip import (
     VOCAB_FOR_TEMPLATE,
-    conversation_spans,
     corpus_pairs,
     token_round_trip,
     vocab_for_template,
 )
-from tmplkit.tokenizers import load_tokenizer
+from tmplkit.tokens.tokenizers import load_tokenizer
 
 EXPECTED_FAILURES_FILE = Path(__file__).with_name("token_roundtrip_expected_failures.json")
 EXPECTED_FAILURES: dict[str, str] = json.loads(EXPECTED_FAILURES_FILE.read_text(encoding="utf-8"))

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tmplkit import corpus
 from tmplkit.analysis import Analysis, RoundTrip
-from tmplkit.delimiters import Delimiter
+from tmplkit.delimiters import Delimiter, split_text
 from tmplkit.errors import SourceError, TokenizerError
-from tmplkit.spans import SpanDetector, split_text
-from tmplkit.token_delims import token_delimiters, tokenize_delimiters
-from tmplkit.tokenizers import HFTokenizer, Tokenizer, load_tokenizer
+from tmplkit.sources import corpus
+from tmplkit.tokens.delimiter_ids import token_delimiters, tokenize_delimiters
+from tmplkit.tokens.spans import SpanDetector
+from tmplkit.tokens.tokenizers import HFTokenizer, Tokenizer, load_tokenizer
 
 needs_corpus = pytest.mark.skipif(not corpus.is_fetched(), reason="the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
 
@@ -275,7 +275,7 @@ def test_core_takes_delimiters_and_a_render(qwen35):
     assert core == via_analysis and core.template == "qwen" and core.passed
     # the names stay importable from their module and the package
     import tmplkit
-    from tmplkit import token_delims
+    from tmplkit.tokens import delimiter_ids as token_delims
 
     assert token_delims.token_delimiters is token_delimiters is tmplkit.token_delimiters
     assert token_delims.TokenDelimiters is type(core)

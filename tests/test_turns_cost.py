@@ -11,7 +11,7 @@ from tmplkit import load_one
 from tmplkit.errors import InputError
 from tmplkit.server_rules import DivergenceAware, PrefillSettings, ServerGated, get_policy
 from tmplkit.session import Session, generate_session
-from tmplkit.spans import SpanDetector
+from tmplkit.tokens.spans import SpanDetector
 from tmplkit.turns import MemoryModel, ServerSimulation, study_turns
 from tmplkit.turns.simulation import plan_batches
 
@@ -160,8 +160,8 @@ def test_divergence_aware_sees_a_rewrite_of_the_last_user_message_on_a_strict_te
     # refuses a user message right after a tool call: the rewrite of a user message is predicted
     # from the request that first holds it, through the follow-up "tool results, a reply, the next
     # user message", so its checkpoint exists when the user speaks again.
+    from tmplkit.session.requests import next_renders
     from tmplkit.turns import session_requests
-    from tmplkit.turns.requests import next_renders
 
     template = load_one(str(FIX / "strict-alternation.jinja"))
     session = generate_session(12000, seed=3, style="agent", requests=3)

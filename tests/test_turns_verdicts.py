@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from tmplkit import load_one
 from tmplkit.session import Session, for_server, generate_session
+from tmplkit.session.requests import turn_ending
 from tmplkit.turns import session_requests, study_turns
-from tmplkit.turns.requests import turn_ending
 
 FIX = Path(__file__).parent.parent / "fixtures" / "turns"
 
@@ -72,7 +72,7 @@ def test_the_renders_tmplkit_builds_keep_the_keys_the_client_sent():
     # An OpenAI-style agent: tool-call turns with content null, tool messages without a name. The
     # needle render of the newest turn keeps its tool calls, and the predicted follow-ups' tool
     # results are shaped like the session's own.
-    from tmplkit.turns.requests import _generated_turn, next_renders
+    from tmplkit.session.requests import _generated_turn, next_renders
 
     call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
     messages = ({"role": "user", "content": "Find x."}, {"role": "assistant", "content": None, "tool_calls": [call]},

@@ -1,4 +1,9 @@
-"""Roles and role start delimiters: the vocabulary every pipeline stage shares."""
+"""Roles, role start delimiters and text spans: the vocabulary every pipeline stage shares.
+
+`split_text` splits a rendered string into role spans as llama-server splits a prompt (a span runs
+from its delimiter to the next; text before the first belongs to none), the longest delimiter first.
+It lives here, below the analysis, so that the analysis needs neither token ids nor numpy.
+"""
 
 from __future__ import annotations
 
@@ -40,3 +45,57 @@ def sort_delimiters(delimiters: Iterable[Delimiter]) -> tuple[Delimiter, ...]:
     return tuple(
         sorted(unique.values(), key=lambda d: (-len(d.text), _ROLE_RANK.get(d.role, len(SPAN_ROLES)), d.text))
     )
+
+
+@dataclass(frozen=True)
+class TextSpan:
+    """A message span in rendered text: [start, end) character offsets; `start` is where its delimiter begins."""
+
+    role: str
+    start: int
+    end: int
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "start": self.start, "end": self.end}
+
+
+def split_text(text: str, delimiters: Iterable[Delimiter]) -> list[TextSpan]:
+    """Split `text` into spans, each running from one delimiter match to the next.
+
+    At each position the longest matching delimiter wins; text before the first match belongs
+    to no span (llama-server's semantics).
+
+    >>> split_text("<s>U:hi A:yo", [Delimiter("user", "U:"), Delimiter("assistant", "A:")])
+    [TextSpan(role='user', start=3, end=8), TextSpan(role='assistant', start=8, end=12)]
+    """
+    starts = text_matches(text, delimiters)
+    n = len(text)
+    return [
+        TextSpan(d.role, at, starts[i + 1][0] if i + 1 < len(starts) else n)
+        for i, (at, d) in enumerate(starts)
+    ]
+
+
+def text_matches(text: str, delimiters: Iterable[Delimiter]) -> list[tuple[int, Delimiter]]:
+    """Where each span of `split_text` starts, and the delimiter that matched there.
+
+    >>> text_matches("U:hi A:yo", [Delimiter("user", "U:"), Delimiter("assistant", "A:")])
+    [(0, Delimiter(role='user', text='U:')), (5, Delimiter(role='assistant', text='A:'))]
+    """
+    ordered = sort_delimiters(delimiters)
+    starts: list[tuple[int, Delimiter]] = []
+    pos = 0
+    n = len(text)
+    while pos < n:
+        best = None
+        best_at = n
+        # Find the earliest match at or after pos; among matches there, the longest (first in order).
+        for d in ordered:
+            at = text.find(d.text, pos, best_at + len(d.text))
+            if at != -1 and at < best_at:
+                best, best_at = d, at
+        if best is None:
+            break
+        starts.append((best_at, best))
+        pos = best_at + len(best.text)
+    return starts

@@ -1,6 +1,6 @@
 """Differential analysis: derive each role's start delimiter from probe renders, and prove it.
 
-`analyze(template)` renders small probe conversations (tmplkit.probes) that differ by one message,
+`analyze(template)` renders small probe conversations (tmplkit.analysis.probes) that differ by one message,
 finds each message's content by its needle, and reads the role delimiters off the text between
 contents, in every context a role was seen in. A long mixed conversation is then rendered and
 split with the derived delimiters; the Analysis carries that round-trip verdict.

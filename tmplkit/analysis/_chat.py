@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..probes import CHAT_SHAPES, ProbeBuilder
 from ._probing import Prober, Seen
 from ._result import status_of
 from ._text import UNIT, Note, agree, back_to_boundary, distinctive, from_first_unit, lcp, lcs, template_message, unit_prefix, unit_suffix
+from .probes import CHAT_SHAPES, ProbeBuilder
 
 __all__ = ["ChatDelimiters", "ChatFindings", "Stop", "assistant_delimiters", "chat_delimiters", "closer_header", "context_candidates",
            "context_starts", "generation_prompt_of", "probe_chat"]

@@ -11,9 +11,9 @@ import re
 from typing import NamedTuple
 
 from ..errors import RenderError, RenderLimitError
-from ..probes import EXTRA_VARIABLES, Needles, Probe, ProbeBuilder, extra_variable, variable_strings
 from ..sandbox import Limits, render
 from ._text import Note, agree, back_to_boundary, canon, keep_contained, lcp, template_message
+from .probes import EXTRA_VARIABLES, Needles, Probe, ProbeBuilder, extra_variable, variable_strings
 
 __all__ = ["Attempt", "Prober", "Seen"]
 

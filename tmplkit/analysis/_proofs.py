@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import RenderError
-from ..probes import Probe
 from ._probing import Prober
+from .probes import Probe
 
 __all__ = ["PAIRS", "indistinguishable"]
 

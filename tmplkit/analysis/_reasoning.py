@@ -6,10 +6,10 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ..errors import RenderError
-from ..probes import REASONING_KEYS, THINKING_FLAGS, Probe
 from ._chat import ChatFindings, generation_prompt_of
 from ._probing import Prober, Seen
 from ._text import UNIT, Note, agree, canon, distinctive, lcp, template_message, unit_prefix
+from .probes import REASONING_KEYS, THINKING_FLAGS, Probe
 
 __all__ = ["ReasoningFindings", "generation_prompts", "probe_reasoning", "switch_renders", "switched_renders", "thinking_flags",
            "without_reasoning"]

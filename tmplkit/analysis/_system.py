@@ -6,13 +6,12 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..delimiters import Delimiter
+from ..delimiters import Delimiter, split_text
 from ..errors import RenderError
-from ..probes import ProbeBuilder
-from ..spans import split_text
 from ._chat import ChatDelimiters, ChatFindings
 from ._probing import Prober, Seen
 from ._text import BOUNDARY, MARKUP_END, UNIT, Note, back_to_boundary, distinctive, lcp, lcs, template_message, unit_prefix, unit_suffix
+from .probes import ProbeBuilder
 
 __all__ = ["SystemFindings", "probe_system", "refine_system_start"]
 

@@ -1,28 +1,33 @@
-"""Pure text helpers of the analysis: common prefixes and suffixes, cuts at markup, agreement.
-
-Nothing here renders or knows a template; every function takes strings and returns a string or a
-length.
+"""Text helpers of the analysis: tool-call ids made canonical, a role's delimiter agreed across
+contexts, a delimiter cut to what every render contains. The markup vocabulary they build on
+(`UNIT`, `lcp`, `lcs`, ...) is the ground floor's `tmplkit.markup`, re-exported here for the
+analysis's modules.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import NamedTuple
 
-from ..probes import CALL_ID_FORMAT
+from ..markup import (  # re-exported: the analysis reads them from here
+    BOUNDARY,
+    MARKUP_END,
+    UNIT,
+    back_to_boundary,
+    distinctive,
+    from_first_unit,
+    lcp,
+    lcs,
+    unit_prefix,
+    unit_suffix,
+)
+from .probes import CALL_ID_FORMAT
 
 __all__ = [
     "BOUNDARY", "MARKUP_END", "UNIT", "Note", "agree", "back_to_boundary", "canon", "distinctive",
     "from_first_unit", "keep_contained", "lcp", "lcs", "template_message", "unit_prefix", "unit_suffix",
 ]
-
-# Markup units: special tokens and tags such as <|im_start|>, <｜User｜>, <start_of_turn>, [INST].
-UNIT = re.compile(r"<\|[^<>|\s]*\|>|<｜[^<>｜]*｜>|〈\|[^〈〉]*\|〉|<[^<>\s]+>|\[[^\[\]\s]+\]")
-# Markup (units and bare role words such as `system`) ending a text: `<|im_system|>system<|im_middle|>`.
-MARKUP_END = re.compile(r"(?:" + UNIT.pattern + r"|[A-Za-z_]+(?=<|\[|〈)|\s)+$")
-# A closer that is only partly rendered is cut after one of these.
-BOUNDARY = frozenset(">]}\n \t")
 
 _CALL_ID = re.compile(CALL_ID_FORMAT.replace("{:02d}", r"\d\d"))
 _CANON_ID = CALL_ID_FORMAT.format(0)
@@ -33,81 +38,6 @@ class Note(NamedTuple):
 
     key: str
     text: str
-
-
-def lcp(a: Sequence, b: Sequence) -> int:
-    """Length of the longest common prefix of two strings or token lists (binary search on
-    slices: fast on long renders and sessions)."""
-    hi = min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    lo = 0
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def lcs(a: str, b: str) -> int:
-    """Length of the longest common suffix (binary search on slices, as `lcp`: a session's turn
-    is compared with the whole history before it)."""
-    hi = min(len(a), len(b))
-    if a[len(a) - hi:] == b[len(b) - hi:]:
-        return hi
-    lo = 0
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[len(a) - mid:] == b[len(b) - mid:]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def back_to_boundary(s: str, k: int, floor: int = 0) -> int:
-    """`k`, moved back until s[:k] ends at a markup boundary (after `>`, `]`, `}` or whitespace)."""
-    while k > floor and s[k - 1] not in BOUNDARY:
-        k -= 1
-    return k
-
-
-def unit_prefix(s: str, k: int) -> int:
-    """`k`, moved back so that s[:k] does not end inside a markup unit such as `<|im_start|>`."""
-    if k >= len(s):
-        return k
-    opening = max(s.rfind("<", 0, k), s.rfind("[", 0, k))
-    if opening >= 0 and s.find(">" if s[opening] == "<" else "]", opening, k) < 0:
-        return opening
-    return k
-
-
-def unit_suffix(s: str, j: int) -> int:
-    """`j`, moved forward so that s[j:] does not start inside a markup unit."""
-    if j <= 0:
-        return 0
-    closings = [i for i in (s.find(">", j), s.find("]", j)) if i >= 0]
-    if not closings:
-        return j
-    close = min(closings)
-    if s.rfind("<" if s[close] == ">" else "[", j, close) < 0:
-        return close + 1
-    return j
-
-
-def distinctive(d: str | None) -> bool:
-    """Whether `d` can mark a turn: it holds a markup unit or a word, not just punctuation (`, `
-    between list items does not)."""
-    if not d:
-        return False
-    return bool(UNIT.search(d)) or sum(c.isalnum() for c in d) >= 2
-
-
-def from_first_unit(text: str) -> str:
-    m = UNIT.search(text)
-    return text[m.start():] if m else ""
 
 
 def canon(text: str) -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..probes import TOOL_NAME, TOOL_SHAPES, ProbeBuilder
 from ._chat import ChatDelimiters, ChatFindings
 from ._probing import Prober, Seen
 from ._text import UNIT, Note, distinctive, from_first_unit, lcp, lcs, template_message, unit_suffix
+from .probes import TOOL_NAME, TOOL_SHAPES, ProbeBuilder
 
 __all__ = ["ToolFindings", "ToolProbe", "probe_tools", "tool_delimiters"]
 

@@ -6,15 +6,14 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from ..delimiters import REASONING_ROLES, Delimiter, sort_delimiters
+from ..delimiters import REASONING_ROLES, Delimiter, sort_delimiters, split_text
 from ..errors import RenderError
-from ..probes import CALL_ID_FORMAT, TOOL_NAME, Probe, ProbeBuilder
-from ..sources import family_special_tokens
-from ..spans import split_text
+from ..sources.templates import family_special_tokens
 from ._probing import Prober, Seen
 from ._result import RoundTrip
 from ._text import back_to_boundary, lcs, template_message
 from ._tools import ToolFindings, ToolProbe
+from .probes import CALL_ID_FORMAT, TOOL_NAME, Probe, ProbeBuilder
 
 __all__ = ["GENERATION_PROMPT_MATCH", "extend_back", "message_modes", "prompt_cuts", "replaced",
            "render_round_trip", "round_trip", "verdict"]

@@ -13,7 +13,7 @@ a template whose resumed agent session is not a prefix of what the server holds 
 {"name": {"unstable": "reason"}} in the expected failures, which then must stay unstable).
 
 The package, in the order an audit runs: `_driver` (`audit()`: the analyses, in workers over
-`tmplkit.isolate`, the token round trip), `_prefix` (the prefix-stability check, run in the same
+`tmplkit.auditing.isolate`, the token round trip), `_prefix` (the prefix-stability check, run in the same
 worker), `_gate` (`AuditReport`: what fails the audit, `FAILING`, the verdict of each template) and
 `_formats` (text, JSON, markdown, JUnit, the delimiter table, `show`).
 """

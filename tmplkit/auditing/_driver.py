@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 
 from ..analysis import Analysis
-from ..sources import ChatTemplate
+from ..sources.templates import ChatTemplate
 from ._gate import AuditReport, check_modes
 from ._prefix import PrefixStability, analyze_with_prefix_stability, check_session, default_turns_session, split_prefix_checks
 
@@ -33,7 +33,7 @@ def audit(
     """Analyze every template and collect the results in input order.
 
     `jobs=1` with no limits analyzes in this process; otherwise each template runs in a worker
-    process with a wall-clock and memory limit (see tmplkit.isolate), `jobs` at a time.
+    process with a wall-clock and memory limit (see tmplkit.auditing.isolate), `jobs` at a time.
     `tokenizer` (a path/spec for `load_tokenizer`, or "auto") adds the token-level round trip;
     `tokenizers` pairs template names with tokenizers, ahead of `tokenizer`. `fail_on`: see
     AuditReport. `prefix_stability` "report" or "fail" adds the prefix-stability check of each
@@ -53,7 +53,7 @@ def audit(
     if jobs == 1 and timeout is None and memory_mb is None:
         results = _in_process(templates, target, progress)
     else:
-        from ..isolate import analyze_isolated
+        from .isolate import analyze_isolated
 
         kwargs: dict = {}
         if timeout is not None:
@@ -71,7 +71,7 @@ def audit(
 def _in_process(templates: Sequence[ChatTemplate], target, progress) -> list:
     """Each template analyzed in this process (render limits only), with the scan's warnings."""
     from ..analysis import analyze
-    from ..isolate import add_scan_warnings
+    from .isolate import add_scan_warnings
 
     results: list = []
     for i, t in enumerate(templates):
@@ -88,7 +88,7 @@ def tokenizer_for(name: str, source: str, tokenizer: str | None, tokenizers: Map
 
     The pairing `tokenizers` (template name -> spec) first; then `tokenizer`: "auto" is the GGUF
     the template came from, else the corpus vocab paired with its name
-    (token_audit.VOCAB_FOR_TEMPLATE), else None; any other value is one tokenizer for all.
+    (tokens.roundtrip.VOCAB_FOR_TEMPLATE), else None; any other value is one tokenizer for all.
 
     >>> tokenizer_for("x", "x.jinja", "auto", {"x": "vocab:qwen35"}), tokenizer_for("y", "m.gguf", "auto")
     ('vocab:qwen35', 'm.gguf')
@@ -99,7 +99,7 @@ def tokenizer_for(name: str, source: str, tokenizer: str | None, tokenizers: Map
         return tokenizer
     if source.lower().endswith(".gguf"):
         return source
-    from ..token_audit import vocab_for_template
+    from ..tokens.roundtrip import vocab_for_template
 
     vocab = vocab_for_template(name)
     return f"vocab:{vocab}" if vocab else None
@@ -108,8 +108,8 @@ def tokenizer_for(name: str, source: str, tokenizer: str | None, tokenizers: Map
 def token_checks(results: Sequence[Analysis], tokenizer: str | None, tokenizers: Mapping[str, str | None] | None = None) -> tuple:
     """The token-level round trip of every passing analysis with a tokenizer (see `tokenizer_for`);
     None for the others."""
-    from ..token_audit import token_round_trip
-    from ..tokenizers import load_tokenizer
+    from ..tokens.roundtrip import token_round_trip
+    from ..tokens.tokenizers import load_tokenizer
 
     opened: dict[str, object] = {}
 

@@ -278,7 +278,7 @@ def unrendered_reason(analysis: Analysis) -> str | None:
 def format_show(analysis: Analysis, color: bool = False) -> str:
     """The round-trip conversation as the template renders it, each span introduced by a marker
     line naming its role; the delimiter is highlighted where the terminal allows."""
-    from ..spans import split_text
+    from ..delimiters import split_text
 
     why = unrendered_reason(analysis)
     if why is not None:

@@ -12,11 +12,17 @@ from dataclasses import dataclass, field
 
 from .._version import __version__
 from ..analysis import Analysis
-from ..config import FAIL_ON, PREFIX_STABILITY
 from ..errors import InputError
 from ._prefix import PrefixStability
 
 __all__ = ["FAILING", "JSON_SCHEMA_VERSION", "REPORT_FAILURES", "AuditReport", "is_failure", "verdict_of"]
+
+# What ends an audit non-zero (`--fail-on`, the configuration's `fail-on`): "fail" (failing
+# templates) or "warning" (warnings as well).
+FAIL_ON = ("fail", "warning")
+# The prefix-stability check (`--prefix-stability`): not run, run and reported, or run with unstable
+# templates failing the audit (the CI gate).
+PREFIX_STABILITY = ("off", "report", "fail")
 
 # Statuses that make an audit fail (exit 1): every status but 'pass'. 'impossible' is a template
 # refused with the proof that no delimiter can exist; 'unsupported' one that renders no chat at all

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..analysis import Analysis
-from ..sources import ChatTemplate
+from ..sources.templates import ChatTemplate
 
 __all__ = ["NOT_APPLICABLE", "PrefixStability", "analyze_with_prefix_stability", "default_turns_session", "prefix_stability_of"]
 
@@ -105,7 +105,7 @@ def _bounded(text: str, limit: int = 500) -> str:
 
 def analyze_with_prefix_stability(template: ChatTemplate, session=None,
                                   timeout: float | None = None) -> tuple[Analysis, PrefixStability | None]:
-    """A worker target (tmplkit.isolate): the analysis, then the prefix-stability check, in the same
+    """A worker target (tmplkit.auditing.isolate): the analysis, then the prefix-stability check, in the same
     sandboxed process and under the same limits, since both render the template; the two come back
     as a pair (None: not checked). Prefix stability needs renders, not delimiters: it is checked
     whatever the analysis found, except after a sandbox limit (the template would hit it again).

@@ -26,7 +26,7 @@ def _cmd_annotate(args) -> int:
     from ..atomic import check_writable, write_output
     from ..errors import InputError
     from ..masks import annotate_template
-    from ..sources import load_one
+    from ..sources.templates import load_one
 
     if importlib.util.find_spec("transformers") is None:
         raise InputError("tmplkit annotate checks the copy with transformers, which is not installed; pip install transformers")

@@ -1,7 +1,7 @@
 """The `audit` and `table` subcommands.
 
 Both read their defaults from the configuration (`[tool.tmplkit]` or tmplkit.toml, see
-tmplkit.config); a flag given on the command line overrides the configuration's value.
+tmplkit.cli.config); a flag given on the command line overrides the configuration's value.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import importlib.util
 import sys
 
 from .. import auditing as audit_mod
-from ..config import FAIL_ON, PREFIX_STABILITY, load_expected_failures
 from ..errors import InputError, TmplkitError
 from ._common import (
     EXTRAS,
@@ -27,6 +26,7 @@ from ._common import (
     use_color,
     verbosity,
 )
+from .config import FAIL_ON, PREFIX_STABILITY, load_expected_failures
 
 _DEFAULT_TIMEOUT = 10.0
 _DEFAULT_MEMORY_MB = 1024
@@ -158,7 +158,7 @@ def _auto_without_extras(templates, tokenizers, quiet: bool) -> dict[str, str | 
     """`--tokenizer auto`'s templates whose vocabulary needs an extra that is not installed, mapped
     to no tokenizer: their token round trip is left out, said on one line, and the rest is run
     (a Python-only install still checks every vocabulary it can read)."""
-    from ..tokenizers import TokenizerSpec
+    from ..tokens.tokenizers import TokenizerSpec
 
     left_out: dict[str, str | None] = {}
     needs: set[str] = set()

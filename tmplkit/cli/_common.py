@@ -4,13 +4,14 @@ the global options (verbosity, colour, configuration) and the optional extras a 
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
+
+from ..environment import no_color, terminal_is_dumb
 
 
 def load_templates(sources_: list[str], name: str | None = None):
     """The templates of `sources_`; with `name` (--name), only those of that name."""
-    from ..sources import load_many, select_named
+    from ..sources.templates import load_many, select_named
 
     return select_named(load_many(sources_), name, sources_)
 
@@ -39,7 +40,7 @@ def progress_printer(enabled: bool):
     cursor (TERM=dumb) each step is a line of its own; elsewhere one line is rewritten."""
     if not enabled:
         return None
-    rewrite = os.environ.get("TERM") != "dumb"
+    rewrite = not terminal_is_dumb()
 
     def report(done: int, total: int, analysis) -> None:
         print(progress_text(done, total, analysis.name, rewrite=rewrite), end="\n" if done == total or not rewrite else "",
@@ -65,7 +66,7 @@ def emit(text: str, output: str | None) -> None:
 
 def model_template(args, model):
     """The template --template and --name give for a model (None: the model GGUF's default own one)."""
-    from ..sources import load_one
+    from ..sources.templates import load_one
 
     if args.template is None and args.name is None:
         return None
@@ -91,15 +92,15 @@ def use_color(args, stream) -> bool:
     mode = getattr(args, "color", "auto") or "auto"
     if mode != "auto":
         return mode == "always"
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+    if no_color() or terminal_is_dumb():
         return False
     return stream.isatty()
 
 
 def config_of(args):
     """The configuration that applies: --config FILE, none with --no-config, else the one found
-    from the current folder (tmplkit.config). Loaded once per run."""
-    from ..config import Config, load_config
+    from the current folder (tmplkit.cli.config). Loaded once per run."""
+    from .config import Config, load_config
 
     if getattr(args, "_config", None) is None:
         args._config = Config() if getattr(args, "no_config", False) else load_config(getattr(args, "config", None))
@@ -126,7 +127,7 @@ def require_extra(name: str, needed_by: str) -> None:
 def require_tokenizers(specs, needed_by: str) -> None:
     """Refuse at once when any of the tokenizer `specs` needs an extra that is not installed
     (`TokenizerSpec.extra`)."""
-    from ..tokenizers import TokenizerSpec
+    from ..tokens.tokenizers import TokenizerSpec
 
     for extra in sorted({TokenizerSpec.parse(s).extra for s in specs if s}):
         require_extra(extra, needed_by)

@@ -28,8 +28,8 @@ def _cmd_mask(args) -> int:
 
     from ..masks import assistant_mask
     from ..session import load_conversation
-    from ..sources import load_one
-    from ..tokenizers import load_tokenizer
+    from ..sources.templates import load_one
+    from ..tokens.tokenizers import load_tokenizer
     from ._common import emit, require_tokenizers, use_color
 
     require_tokenizers([args.tokenizer], "tmplkit mask --tokenizer " + args.tokenizer)  # before any work

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
+from ..environment import terminal_is_dumb
 from ._common import add_format, add_llama_options, add_output, at_least, emit_result, model_template, prefill_settings, require_extra
 
 
@@ -45,7 +45,7 @@ def _cmd_prefill(args) -> int:
     at_least(args.repeat, 1, "--repeat")
     settings = prefill_settings(args)
     # A bar redrawn in place: a terminal only, and not a dumb one (TERM=dumb, CI logs).
-    bar = TerminalProgress(sys.stderr, args.repeat) if sys.stderr.isatty() and os.environ.get("TERM") != "dumb" else None
+    bar = TerminalProgress(sys.stderr, args.repeat) if sys.stderr.isatty() and not terminal_is_dumb() else None
     try:
         model = resolve_model(args.model)
         comp = compare_policies(model, args.session, template=model_template(args, model), policies=args.policy,

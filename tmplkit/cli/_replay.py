@@ -32,7 +32,7 @@ def _cmd_replay(args) -> int:
     from ..prefill.compare import resolve_template
     from ..prefill.models import resolve_model
     from ..prefill.plot import require_matplotlib
-    from ..replay import REPLAYED, plot_replay, replay_session
+    from ..replay.replaying import REPLAYED, plot_replay, replay_session
     from ..session import load_session
 
     names = [n.strip() for n in args.settings.split(",") if n.strip()]

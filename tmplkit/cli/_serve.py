@@ -30,9 +30,9 @@ def _cmd_request(args) -> int:
     import json
 
     from ..errors import InputError
-    from ..llama_server import completion_request, message_delimiters
-    from ..sources import load_one
-    from ..tokenizers import load_tokenizer
+    from ..server.process import completion_request, message_delimiters
+    from ..sources.templates import load_one
+    from ..tokens.tokenizers import load_tokenizer
     from ._common import emit, require_tokenizers
 
     if args.delimiters_only == (args.conversation is not None):
@@ -71,9 +71,9 @@ def _cmd_engine_parity(args) -> int:
     import json
     import os
 
-    from ..engine_parity import engine_parity, format_parity_table, parity_report
     from ..errors import InputError
-    from ..llama_server import BUILD_HINT, llama_server_binary
+    from ..server.parity import engine_parity, format_parity_table, parity_report
+    from ..server.process import BUILD_HINT, llama_server_binary
     from ._common import emit, load_templates, require_extra
 
     binary = args.server or llama_server_binary()

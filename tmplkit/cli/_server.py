@@ -7,6 +7,7 @@ llama-server log as a user has it.
 
 from __future__ import annotations
 
+from ..environment import terminal_is_dumb
 from ._common import add_format, add_name, add_output
 
 
@@ -71,10 +72,11 @@ def _cmd_delimiters(args) -> int:
     import os
     import sys
 
-    from ..corpus import LLAMA_CPP_PYTHON_VERSION
     from ..errors import InputError
-    from ..llama_server import BUILD_HINT, llama_server_binary
-    from ..server_delimiters import ComparisonReport, compare_delimiters, format_comparison_table, server_delimiters
+    from ..server.delimiter_comparison import ComparisonReport, compare_delimiters, format_comparison_table
+    from ..server.delimiters import server_delimiters
+    from ..server.process import BUILD_HINT, llama_server_binary
+    from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION
     from ._common import emit, load_templates, progress_text, require_extra, verbosity
 
     binary = args.server or llama_server_binary()
@@ -92,7 +94,7 @@ def _cmd_delimiters(args) -> int:
     templates = load_templates(args.sources, args.name)
     rows = []
     progress = verbosity(args) >= 0 and sys.stderr.isatty()
-    rewrite = os.environ.get("TERM") != "dumb"
+    rewrite = not terminal_is_dumb()
     for i, t in enumerate(templates, 1):
         if progress:
             print(progress_text(i, len(templates), t.name, rewrite=rewrite), end="" if rewrite else "\n",
@@ -117,7 +119,7 @@ def _cmd_log(args) -> int:
     from pathlib import Path
 
     from ..errors import InputError
-    from ..server_log import format_server_log, locate_breaks, read_server_log
+    from ..server.log import format_server_log, locate_breaks, read_server_log
     from ._common import emit, require_tokenizers
 
     given = [x is not None for x in (args.template, args.session, args.tokenizer)]
@@ -138,8 +140,8 @@ def _cmd_log(args) -> int:
         source = str(path)
     log = read_server_log(text, source)
     if all(given):
-        from ..sources import load_one
-        from ..tokenizers import load_tokenizer
+        from ..sources.templates import load_one
+        from ..tokens.tokenizers import load_tokenizer
 
         template = load_one(args.template, args.name)
         log = locate_breaks(log, template, args.session, load_tokenizer(args.tokenizer))

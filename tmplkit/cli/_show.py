@@ -17,9 +17,9 @@ def add_show(sub) -> None:
 
 def _cmd_show(args) -> int:
     from ..auditing import format_show, unrendered_reason
+    from ..auditing.isolate import analyze_isolated
     from ..errors import RenderError
-    from ..isolate import analyze_isolated
-    from ..sources import load_one
+    from ..sources.templates import load_one
     from ._common import emit, use_color
 
     # The template is untrusted: analyze it in a worker with the audit's default limits.

@@ -21,9 +21,9 @@ def add_spans(sub) -> None:
 def _cmd_spans(args) -> int:
     import json
 
-    from ..sources import load_one
-    from ..token_audit import conversation_spans, format_spans_text
-    from ..tokenizers import load_tokenizer
+    from ..session.token_spans import conversation_spans, format_spans_text
+    from ..sources.templates import load_one
+    from ..tokens.tokenizers import load_tokenizer
     from ._common import emit, require_tokenizers
 
     require_tokenizers([args.tokenizer], "tmplkit spans --tokenizer " + args.tokenizer)  # before any work

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 
+from ..environment import terminal_is_dumb
 from ._common import add_format, add_name, add_output
 
 
@@ -54,7 +54,7 @@ def _cmd_turns(args) -> int:
     templates = load_templates(args.sources, args.name)
     tokenizer = None
     if args.tokenizer:
-        from ..tokenizers import load_tokenizer
+        from ..tokens.tokenizers import load_tokenizer
 
         tokenizer = load_tokenizer(args.tokenizer)
     reports = []
@@ -78,7 +78,7 @@ def _cmd_turns(args) -> int:
 def _progress(name: str):
     """A progress line on a terminal's stderr (none when redirected or TERM=dumb), cleared at the end;
     redrawn at most ten times a second, since a long session has thousands of requests."""
-    if not sys.stderr.isatty() or os.environ.get("TERM") == "dumb":
+    if not sys.stderr.isatty() or terminal_is_dumb():
         yield None
         return
     last = [0.0]

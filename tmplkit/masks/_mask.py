@@ -1,7 +1,7 @@
 """Training masks: which characters and tokens of a rendered conversation the model learns.
 
 A trainer renders the whole conversation once (no generation prompt) and learns, in each assistant
-turn, what the model would generate there: the turns study's generated turn (`turns.requests`:
+turn, what the model would generate there: the session layer's generated turn (`session.requests`:
 what follows the generation prompt of the request that asks for the turn, up to and including the
 end of turn the model must emit), found again in the render of the whole conversation.
 
@@ -35,21 +35,20 @@ from datetime import timedelta
 from functools import lru_cache
 
 from ..analysis import Analysis, analyze
-from ..analysis._text import UNIT, lcs
-from ..analysis._text import lcp as common_prefix
+from ..delimiters import TextSpan, split_text
 from ..errors import RenderError, TmplkitError
+from ..markup import UNIT, lcs
+from ..markup import lcp as common_prefix
 from ..sandbox import PINNED_NOW
 from ..session import Conversation, ServerConversation, for_server, load_conversation
-from ..sources import ChatTemplate
-from ..spans import TextSpan, split_text
-from ..tokenizers import Tokenizer
-from ..turns.requests import after_prompt, clock_at, iter_requests, model_text_start, request_points, turn_ending
+from ..session.requests import NEEDLE, TurnEndings, clock_at, iter_requests, locate_turn, request_points
+from ..sources.templates import ChatTemplate
+from ..tokens.tokenizers import Tokenizer
 
 __all__ = ["MASK_SCHEMA_VERSION", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
            "assistant_masks", "text_mask", "text_masks", "tokenize_mask"]
 
 MASK_SCHEMA_VERSION = 1
-_NEEDLE = "\u2063mask-needle\u2063"
 _LEADING_MARKUP = re.compile(r"(?:" + UNIT.pattern + r"|\s)*")
 
 
@@ -249,7 +248,7 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
 
 
 def _located_turns(server: ServerConversation, text: str, others: Sequence[int]):
-    """(turn, start, end, rule) of each generated turn, found from the turns study's requests."""
+    """(turn, start, end, rule) of each generated turn, found from the session's requests (`iter_requests`) with `locate_turn`."""
     # Every request rendered at the time the whole render is, so a template that prints the date
     # writes the same date in both.
     for req in iter_requests(server, server.template, interval=timedelta(0)):
@@ -264,12 +263,12 @@ def _prefix_turns(server: ServerConversation, text: str) -> list[tuple[tuple[int
     """`_located_turns` where every request is a prefix of the render up to its turn's end, and that
     one of the whole render (nearly every template): each turn is what the latter adds after the
     former, less what the newest turn ends with only for being the newest, exactly where the whole
-    render holds it. Two renders a request (the turns study's third, the request without its
+    render holds it. Two renders a request (`iter_requests`' third, the request without its
     generation prompt, only finds the prompt, which the prefix case does not use); None where a
     request is not such a prefix (the requests then say where each turn lies)."""
     messages = list(server.messages)
     clock = clock_at(PINNED_NOW)  # the time of the whole render (the sandbox's pinned time)
-    endings: dict[bool, str] = {}
+    endings = TurnEndings(server)
     out = []
     for n, end in request_points(messages):
         if end <= n:
@@ -281,12 +280,7 @@ def _prefix_turns(server: ServerConversation, text: str) -> list[tuple[tuple[int
             return None
         if not (full.startswith(request) and text.startswith(full)):
             return None
-        generated = full[len(request):]
-        kind = bool(messages[end - 1].get("tool_calls"))
-        if kind not in endings:
-            endings[kind] = turn_ending(server, messages[end - 1])
-        if endings[kind] and generated.endswith(endings[kind]):
-            generated = generated[:-len(endings[kind])]
+        generated = endings.strip(messages[end - 1], full[len(request):])
         if generated:
             out.append(((n, end), len(request), len(request) + len(generated), "exact"))
     return out
@@ -305,8 +299,7 @@ def _locate(server: ServerConversation, text: str, req, others: Sequence[int]) -
             # The history writes the turn's opening otherwise than the generation prompt (a
             # forced-open `<think>` it does not print, reasoning inside the empty block the prompt
             # closed): the turn starts after the prompt as the history writes it.
-            j = bisect_left(others, history + 1)
-            start = after_prompt(text, history, req.generation_prompt, others[j] if j < len(others) else len(text))
+            start = locate_turn(text, req.text[:history], req.generation_prompt, len(text), others, header=history)
         else:
             start = _start_by_needle(server, text, req, others)
     if text.startswith(generated, start):
@@ -377,7 +370,7 @@ def _start_by_needle(server: ServerConversation, text: str, req, others: Sequenc
     last = req.turn[1] - 1
     msgs = list(server.messages)
     content = msgs[last].get("content")
-    msgs[last] = {**msgs[last], "content": _NEEDLE}
+    msgs[last] = {**msgs[last], "content": NEEDLE}
     try:
         needled = server.render(msgs, add_generation_prompt=False)
     except RenderError as exc:
@@ -386,7 +379,7 @@ def _start_by_needle(server: ServerConversation, text: str, req, others: Sequenc
     printed = needled != text or not req.generated
     at = common_prefix(text, needled) if printed else len(text)
     history = req.text[:len(req.text) - len(req.generation_prompt)]
-    header = model_text_start(text, history, req.generation_prompt, at, others)
+    header = locate_turn(text, history, req.generation_prompt, at, others)
     if header >= 0:
         return header
     if not printed:

@@ -33,7 +33,7 @@ from ..server_rules import (
     ServerGated,
     checkpoint_due,
     get_policy,
-    server_delimiters,
+    server_delimiter_list,
     server_spans,
 )
 from ..session import Session, generate_session, load_session, next_user_turn, save_session, session_from_json
@@ -49,5 +49,5 @@ __all__ = [
     "PlannedBatch", "PolicyResult", "PrefillReport", "PrefillRunner", "PrefillSettings", "Prompt", "ServerGated",
     "Session", "TinyConfig", "build_prompt", "checkpoint_due", "compare_policies",
     "generate_session", "get_policy", "load_session", "next_user_turn", "prepare", "save_session",
-    "server_delimiters", "server_spans", "session_from_json", "tiny_model_path",
+    "server_delimiter_list", "server_spans", "session_from_json", "tiny_model_path",
 ]

@@ -1,5 +1,6 @@
-"""llama.cpp for the prefill runner: import, backend and log capture, and one small wrapper per C
-handle: `Model`, `Context` (and its memory), `Threadpool`, `TokenBatch`.
+"""llama.cpp for the prefill runner: one small wrapper per C handle: `Model` (the tokens layer's
+`LlamaModel`, the one owner of a model, which also imports llama-cpp-python, initialises the
+backend and captures its log), `Context` (and its memory), `Threadpool`, `TokenBatch`.
 
 Everything here talks to llama-cpp-python's low-level bindings (or, for the threadpool, which
 llama-cpp-python does not bind, to ggml through ctypes), as llama-cpp-python's own `_internals.py`
@@ -10,14 +11,14 @@ use) through an ExitStack, and holds no C detail.
 from __future__ import annotations
 
 import ctypes
-import os
-from collections import deque
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ModelError
 from ..server_rules import CACHE_TYPES, FLASH_ATTN, PrefillSettings
+from ..tokens.llama_model import LlamaModel as Model
+from ..tokens.llama_model import clear_log, ensure_backend, import_llama_cpp, log_cause
 
 __all__ = [
     "SEQ", "STATE_PARTIAL", "Context", "Model", "Threadpool", "TokenBatch", "clear_log", "cpu_has_amx", "effective_repack",
@@ -26,15 +27,6 @@ __all__ = [
 
 STATE_PARTIAL = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 SEQ = 0  # the one sequence the runner uses
-
-
-def import_llama_cpp():
-    """The llama_cpp module, or a ModelError that says how to install it."""
-    try:
-        import llama_cpp
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ModelError("llama-cpp-python is not installed; run `pip install 'tmplkit[llama]'`") from exc
-    return llama_cpp
 
 
 def cpu_has_amx() -> bool:
@@ -51,52 +43,6 @@ def cpu_has_amx() -> bool:
 def effective_repack(repack: bool | None) -> bool:
     """Whether weights are repacked: as set, else on unless the CPU has AMX (see PrefillSettings)."""
     return (not cpu_has_amx()) if repack is None else bool(repack)
-
-
-# ---- backend and log capture (process-wide: llama.cpp has one log callback) ---------------------
-
-_LOG_LINES: deque[tuple[int, str]] = deque(maxlen=40)
-_LOG_CB = None  # kept referenced: llama.cpp calls it for the life of the process
-_BACKEND_READY = False
-
-
-def ensure_backend(llama_cpp) -> None:
-    """Initialise llama.cpp's backend once and capture its warnings and errors (echoed to stderr
-    as well when TMPLKIT_LLAMA_LOG=1), so a failure can be explained in llama.cpp's own words."""
-    global _LOG_CB, _BACKEND_READY
-    if _BACKEND_READY:
-        return
-    echo = os.environ.get("TMPLKIT_LLAMA_LOG") == "1"
-
-    @llama_cpp.llama_log_callback
-    def _cb(level, text, user_data):  # pragma: no cover - called from C
-        try:
-            s = text.decode("utf-8", "replace") if text else ""
-        except Exception:
-            return
-        if echo:
-            os.write(2, s.encode())
-        if level in (3, 4) and s.strip():  # GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR
-            _LOG_LINES.append((int(level), s.strip()))
-
-    _LOG_CB = _cb
-    llama_cpp.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
-    llama_cpp.llama_backend_init()
-    _BACKEND_READY = True
-
-
-def clear_log() -> None:
-    _LOG_LINES.clear()
-
-
-def log_cause(default: str) -> str:
-    """The first error llama.cpp logged since the last clear (its own words, one line)."""
-    errors = [text for level, text in _LOG_LINES if level == 4] or [text for _, text in _LOG_LINES]
-    cause = errors[0] if errors else default
-    head, sep, rest = cause.partition(": ")
-    if sep and " " not in head:  # drop the C function name prefix
-        cause = rest
-    return " ".join(cause.split())[:300]
 
 
 # ---- a persistent CPU threadpool, as llama-server attaches (llama-cpp-python has no binding) -----
@@ -228,51 +174,6 @@ class TokenBatch:
 
 
 # ---- the model and the context --------------------------------------------------------------------
-
-
-class Model:
-    """A `llama_model` loaded from a GGUF file (its weights on the CPU unless `n_gpu_layers`;
-    `repack`: llama.cpp may repack them into CPU-specific buffers), and what the runner reads of it."""
-
-    def __init__(self, llama_cpp, path: Path, *, n_gpu_layers: int, repack: bool):
-        self._lc = llama_cpp
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = n_gpu_layers
-        mparams.use_extra_bufts = repack
-        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
-        if not self.model:
-            raise ModelError(f"llama.cpp cannot load {path}: {log_cause('not a valid GGUF model')}")
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-
-    @property
-    def n_vocab(self) -> int:
-        return int(self._lc.llama_vocab_n_tokens(self.vocab))
-
-    @property
-    def n_swa(self) -> int:
-        return int(self._lc.llama_model_n_swa(self.model))
-
-    @property
-    def is_recurrent(self) -> bool:
-        return bool(self._lc.llama_model_is_recurrent(self.model))
-
-    @property
-    def is_hybrid(self) -> bool:
-        return bool(self._lc.llama_model_is_hybrid(self.model))
-
-    @property
-    def add_bos(self) -> bool:
-        return bool(self._lc.llama_vocab_get_add_bos(self.vocab))
-
-    def chat_template(self) -> str | None:
-        tmpl = self._lc.llama_model_chat_template(self.model, None)
-        return tmpl.decode("utf-8", "replace") if tmpl else None
-
-    def free(self) -> None:
-        """Free the model (after every context on it)."""
-        if self.model:
-            self._lc.llama_model_free(self.model)
-            self.model = None
 
 
 class Context:

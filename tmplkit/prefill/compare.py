@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..server_rules import POLICIES, PrefillSettings, get_policy
 from ..session import Session, load_session
-from ..sources import ChatTemplate, load_one
+from ..sources.templates import ChatTemplate, load_one
 from .prompt import Prompt, build_prompt
 from .report import Comparison, PolicyResult
 from .runner import PrefillRunner

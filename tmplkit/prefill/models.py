@@ -28,7 +28,7 @@ def resolve_model(spec: str | os.PathLike) -> Path:
     """The GGUF path for a shortcut (see the module doc) or a path; InputError for a missing file."""
     text = str(spec)
     if text == "gemma":
-        from ..corpus import gemma_model_path
+        from ..sources.corpus import gemma_model_path
 
         return gemma_model_path()
     if text.startswith("tiny:"):

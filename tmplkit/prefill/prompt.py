@@ -19,14 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..delimiters import Delimiter, sort_delimiters
+from ..delimiters import Delimiter, sort_delimiters, split_text
 from ..errors import AnalysisError
 from ..session import Session, for_server
-from ..sources import ChatTemplate
-from ..spans import SpanDetector, Spans, split_text
+from ..sources.templates import ChatTemplate
+from ..tokens.spans import SpanDetector, Spans
 
 if TYPE_CHECKING:
-    from ..token_delims import TokenDelimiters
+    from ..tokens.delimiter_ids import TokenDelimiters
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos
     `delimiters`: the template's text delimiters when already derived (`text_delimiters(template)[0]`),
     so that building many prompts of one template analyzes it once.
     """
-    from ..token_delims import text_delimiters, tokenize_delimiters
+    from ..tokens.delimiter_ids import text_delimiters, tokenize_delimiters
 
     conversation = for_server(template, session)  # as a server renders it (tmplkit.session.render_conversation)
     text = conversation.render(add_generation_prompt=add_generation_prompt)

@@ -58,7 +58,7 @@ from ._llama import (
 from .report import CheckpointRecord, DecodeCall, GenerationReport, PrefillReport
 
 if TYPE_CHECKING:
-    from ..tokenizers import LlamaCppTokenizer
+    from ..tokens.tokenizers import LlamaCppTokenizer
 
 __all__ = ["ModelInfo", "PrefillRunner"]
 
@@ -177,7 +177,7 @@ class PrefillRunner:
         if self._tokenizer is None:
             if self._model is None:
                 raise ModelError("the runner is closed")
-            from ..tokenizers import LlamaCppTokenizer
+            from ..tokens.tokenizers import LlamaCppTokenizer
 
             self._tokenizer = tok = LlamaCppTokenizer.of_model(self._model.model, self.model_path, add_bos=False)
             self._handles.callback(tok.close)  # first of all: it reads the model's vocabulary

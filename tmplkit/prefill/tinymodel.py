@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SourceError
-from ..gguf_meta import Keys
+from ..sources.gguf_meta import Keys
 
 # Bump when the layout of the generated file changes, so cached files are rebuilt.
 _FORMAT = 1
@@ -67,7 +67,7 @@ def tiny_model_path(vocab: str = "qwen35", template: str | None = "default", con
     `template`: a corpus template name (e.g. "Qwen3.5-4B"), "default" for DEFAULT_TEMPLATES' choice
     (else the vocab file's own template), or None for the vocab file's own template.
     """
-    from .. import corpus
+    from ..sources import corpus
 
     config = config or TinyConfig()
     vocab_file = corpus.vocab_path(vocab)

@@ -19,9 +19,9 @@ import jinja2.utils
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..compile_cache import compile_template_cached
 from ..errors import RenderLimitError
 from ._limits import _STATE, PINNED_NOW, _check_planned, _check_size, _guard_iter, _timeout
+from .compile_cache import compile_template_cached
 
 __all__: list[str] = []  # private: `_environment()` and `_compile()` serve the rendering
 
@@ -319,7 +319,7 @@ def _environment() -> _Environment:
 def _compile(text: str):
     """The compiled template, or the TemplateError that compiling raised (cached as well).
 
-    Compiled code is also kept between runs in the cache folder (tmplkit.compile_cache), so a
+    Compiled code is also kept between runs in the cache folder (tmplkit.sandbox.compile_cache), so a
     later run of unchanged templates skips compiling; TMPLKIT_NO_CACHE=1 turns that off.
     """
     try:

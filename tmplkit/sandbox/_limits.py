@@ -70,7 +70,7 @@ _STATE: ContextVar[_State | None] = ContextVar("tmplkit_render_state", default=N
 # --- hints: how a user raises a limit, in the terms of where they are -------------------------------
 
 # A library caller raises a limit with `Limits(...)` or a function's argument, a command-line user
-# with a flag; the CLI runs its commands inside `hints_for("cli")`, and tmplkit.isolate carries the place
+# with a flag; the CLI runs its commands inside `hints_for("cli")`, and tmplkit.auditing.isolate carries the place
 # into its workers. The per-render limits have no flag: on the command line the hint says so.
 _HINTS = {
     "library": {

@@ -14,7 +14,7 @@ import jinja2
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 
 from ..errors import InputError, RenderError, RenderLimitError
-from ..sources import ChatTemplate
+from ..sources.templates import ChatTemplate
 from ._inputs import _plain, _prepare_dicts, _prepare_messages
 from ._jinja import _compile
 from ._limits import _STATE, DEFAULT_LIMITS, Limits, _State, _timeout, _too_big

@@ -17,7 +17,7 @@ from ._delimiters import (
     SERVER_DELIMITERS,
     delimiters_of_row,
     load_server_delimiters,
-    server_delimiters,
+    server_delimiter_list,
     server_spans,
     server_split,
 )
@@ -42,6 +42,6 @@ __all__ = [
     "CACHE_TYPES", "FLASH_ATTN", "HANDLER_DELIMITERS", "POLICIES", "SERVER_DELIMITERS", "BatchPolicy", "BatchSchedule", "BreakContext",
     "Checkpoint", "CheckpointStore", "DivergenceAware", "EveryUserStart", "FixedBreaks", "Gated", "NoBreaks",
     "PlannedBatch", "PolicyRegistry", "PrefillSettings", "ResumePlan", "ServerGated", "checkpoint_due", "delimiters_of_row", "get_policy",
-    "last_user_start", "load_server_delimiters", "near_end", "near_end_breaks", "plan_resume", "server_delimiters",
+    "last_user_start", "load_server_delimiters", "near_end", "near_end_breaks", "plan_resume", "server_delimiter_list",
     "server_spans", "server_split", "user_starts",
 ]

@@ -11,7 +11,7 @@ true)`, common/chat.cpp:147-151) and the prompt is split by the server's own loo
 match. Only user starts act (a batch break, maybe a checkpoint).
 
 `load_server_delimiters(path)` reads the lists of a saved `tmplkit server delimiters --format json`;
-without one, `server_delimiters(template)` knows two families by a marker (the regression's
+without one, `server_delimiter_list(template)` knows two families by a marker (the regression's
 ChatML and Gemma delimiters).
 
     >>> server_split([5, 7, 1, 9, 7, 1, 4], [("tool", [7, 1, 9]), ("user", [7, 1])]).starts("user")
@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..sources import ChatTemplate
-from ..spans import Spans
+from ..sources.templates import ChatTemplate
+from ..tokens.spans import Spans
 
 __all__ = ["HANDLER_DELIMITERS", "SERVER_DELIMITERS", "delimiters_of_row", "load_server_delimiters",
-           "server_delimiters", "server_spans", "server_split"]
+           "server_delimiter_list", "server_spans", "server_split"]
 
 Delims = tuple[tuple[str, str], ...]
 
@@ -112,7 +112,7 @@ def load_server_delimiters(path: str | Path) -> dict[str, Delims]:
     return out
 
 
-def server_delimiters(template: ChatTemplate, known: Mapping[str, Delims] | None = None) -> Delims:
+def server_delimiter_list(template: ChatTemplate, known: Mapping[str, Delims] | None = None) -> Delims:
     """llama-server's delimiter list for `template`: from `known` (`load_server_delimiters`) when
     given, else its family's two delimiters (user and assistant start)."""
     if known is not None:
@@ -147,5 +147,5 @@ def server_split(tokens, delimiters: Sequence[tuple[str, Sequence[int]]]) -> Spa
 
 def server_spans(tokens, template: ChatTemplate, tokenizer, known: Mapping[str, Delims] | None = None) -> Spans:
     """The spans llama-server finds: its delimiters, each tokenized on its own, split its way."""
-    delims = server_delimiters(template, known)
+    delims = server_delimiter_list(template, known)
     return server_split(tokens, [(role, tokenizer.tokenize(text, add_bos=False)) for role, text in delims])

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ._checkpoints import checkpoint_due
 
 if TYPE_CHECKING:
-    from ..spans import Spans
+    from ..tokens.spans import Spans
 
 __all__ = ["BatchPolicy", "BreakContext", "EveryUserStart", "FixedBreaks", "Gated", "NoBreaks", "ServerGated",
            "last_user_start", "user_starts"]

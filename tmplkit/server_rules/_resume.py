@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..analysis._text import lcp as common_prefix  # token lists and strings alike
+from ..markup import lcp as common_prefix  # token lists and strings alike
 from ._checkpoints import Checkpoint, CheckpointStore
 
 __all__ = ["ResumePlan", "plan_resume"]

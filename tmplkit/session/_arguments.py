@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from ..errors import TmplkitError
 from ..sandbox import render
-from ..sources import ChatTemplate, family_special_tokens
+from ..sources.templates import ChatTemplate, family_special_tokens
 
 __all__ = ["messages_for", "object_arguments", "reads_thinking", "reasoning_for", "template_messages"]
 

@@ -25,7 +25,7 @@ from datetime import datetime
 from functools import cached_property
 
 from ..sandbox import Limits, Prepared, prepare_message, prepare_tools, render
-from ..sources import ChatTemplate, family_special_tokens
+from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation
 

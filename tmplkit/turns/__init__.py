@@ -18,10 +18,10 @@ does) and llama-server's rules (`tmplkit.server_rules`: the simulation follows t
 a model (`tmplkit.replay`) sits above it and prefill.
 """
 
+from ..session.requests import Request, common_prefix, iter_requests, next_renders, request_points, session_requests
 from .cost import SETTINGS, CostSetting, SessionCost, default_settings, session_cost
 from .divergence import CAUSES, Divergence, TokenizedRequests, divergences, tokenize_requests
 from .pipeline import PreparedSession, prepare_session, request_spans
-from .requests import Request, common_prefix, iter_requests, next_renders, request_points, session_requests
 from .simulation import MemoryModel, ServerSimulation, SimulatedRequest, plan_batches
 from .summary import HISTORY_FLAGS, TurnsReport, study_turns
 

@@ -4,7 +4,7 @@
   (the lower bound; the physical limit of any checkpoint placement);
 - "llama-server": a checkpointing model (sliding window or recurrent) with llama-server's own
   delimiter list for the template (a specialized handler's hard-coded list, none, or the
-  autoparser's user and assistant starts: `server_rules.server_delimiters`; each tokenized on its
+  autoparser's user and assistant starts: `server_rules.server_delimiter_list`; each tokenized on its
   own, split the server's way) and its gate (`ServerGated`);
 - "tmplkit": the same with tmplkit's delimiters (every role, derived from the template) and the
   `gated` policy;
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..server_rules import DivergenceAware, Gated, PrefillSettings, ServerGated
-from .requests import common_prefix
+from ..session.requests import common_prefix
 from .simulation import MemoryModel, ServerSimulation, SimulatedRequest
 
 __all__ = ["SETTINGS", "CostSetting", "SessionCost", "session_cost", "default_settings", "policy_for",

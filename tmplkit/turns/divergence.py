@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..analysis._text import UNIT
-from .requests import Request, common_prefix
+from ..markup import UNIT
+from ..session.requests import Request, common_prefix
 
 __all__ = ["CAUSES", "Divergence", "divergences", "TokenizedRequests", "tokenize_requests"]
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import InputError, TmplkitError
 from ..session import ServerConversation, for_server
-from ..sources import ChatTemplate
+from ..session.requests import DEFAULT_INTERVAL, Request, iter_requests, next_renders, request_points
+from ..sources.templates import ChatTemplate
 from .cost import predicted_divergences
 from .divergence import TokenizedRequests, tokenize_requests
-from .requests import DEFAULT_INTERVAL, Request, iter_requests, next_renders, request_points
 
 __all__ = ["PreparedSession", "prepare_session", "request_spans"]
 
@@ -53,9 +53,9 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
     requests only. A template that cannot render the session raises its RenderError here.
     `budget` (a `Budget`): progress while rendering, and the requests up to its time limit.
     `server`: template name -> llama-server's delimiter list (`server_rules.load_server_delimiters`);
-    None: the two delimiters of the families `server_rules.server_delimiters` knows by a marker.
+    None: the two delimiters of the families `server_rules.server_delimiter_list` knows by a marker.
     `server_texts`: each request as llama-server renders it (its own engine, where that differs
-    from transformers': `server_resume.server_renders`); the llama-server setting's tokens and
+    from transformers': `server.resume.server_renders`); the llama-server setting's tokens and
     spans are then those, the generated turns the same."""
     conversation = for_server(template, session, kwargs)  # prepared once, rendered for every request
     requests = iter_requests(conversation, template, interval=interval)
@@ -95,9 +95,9 @@ def request_spans(template, tokenizer, reqs, tokens, notes: list, server: Mappin
     """One Spans per request for each delimiter set that works here ("tmplkit", "server"; for
     `server` see `prepare_session`; the server's spans are of `server_tokens` when given)."""
     from ..analysis import Analysis, RoundTrip
-    from ..server_rules import server_delimiters, server_split
-    from ..spans import SpanDetector
-    from ..token_delims import text_delimiters, token_delimiters
+    from ..server_rules import server_delimiter_list, server_split
+    from ..tokens.delimiter_ids import text_delimiters, token_delimiters
+    from ..tokens.spans import SpanDetector
 
     out = {}
     try:
@@ -114,7 +114,7 @@ def request_spans(template, tokenizer, reqs, tokens, notes: list, server: Mappin
         notes.append(f"no tmplkit delimiters: {exc}")
     try:
         # each text tokenized on its own, the prompt split the server's way (server_rules._delimiters)
-        ids = [(role, tokenizer.tokenize(text, add_bos=False)) for role, text in server_delimiters(template, server)]
+        ids = [(role, tokenizer.tokenize(text, add_bos=False)) for role, text in server_delimiter_list(template, server)]
         out["server"] = [server_split(t, ids) for t in (server_tokens or tokens).requests]
     except TmplkitError as exc:
         notes.append(f"no llama-server delimiters: {exc}")

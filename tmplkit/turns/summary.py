@@ -11,15 +11,15 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ..analysis.probes import THINKING_FLAGS
 from ..errors import RenderError, TmplkitError
-from ..probes import THINKING_FLAGS
 from ..session import for_server
-from ..sources import ChatTemplate
+from ..session.requests import DEFAULT_INTERVAL, clock_at, iter_requests
+from ..sources.templates import ChatTemplate
 from .budget import Budget
 from .cost import SessionCost, session_cost
 from .divergence import Divergence, divergences
 from .pipeline import prepare_session
-from .requests import DEFAULT_INTERVAL, clock_at, iter_requests
 
 __all__ = ["TurnsReport", "study_turns", "HISTORY_FLAGS"]
 

@@ -32,18 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-from .jsonio import read_json
+from ..auditing._gate import FAIL_ON, PREFIX_STABILITY
+from ..errors import InputError
+from ..jsonio import read_json
 
 __all__ = ["EXPECTED_KINDS", "FAIL_ON", "PREFIX_STABILITY", "Config", "find_config", "is_expected_failures",
            "load_config", "load_expected_failures", "parse_config"]
 
-# What ends an audit non-zero: "fail" (failing templates) or "warning" (warnings as well).
-# Here rather than in auditing so that reading a configuration imports no analysis code.
-FAIL_ON = ("fail", "warning")
-# The prefix-stability check of the audit: not run, run and reported, or run with unstable
-# templates failing the audit (the CI gate).
-PREFIX_STABILITY = ("off", "report", "fail")
 # What an expected-failures entry may excuse: {name: reason} is {name: {"fail": reason}}.
 EXPECTED_KINDS = ("fail", "unstable")
 
@@ -188,7 +183,7 @@ def _tokenizer(value: object, base: Path, path: Path, key: str) -> str | None:
 
 def _tokenizer_spec(spec: str, base: Path) -> str:
     """A tokenizer spec with its path, if it names one, relative to the configuration's folder."""
-    from .tokenizers import TokenizerSpec
+    from ..tokens.tokenizers import TokenizerSpec
 
     return _resolve(spec, base) if spec != "auto" and TokenizerSpec.parse(spec).is_path else spec
 

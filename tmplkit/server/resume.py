@@ -5,7 +5,7 @@ each request is predicted beforehand from the same inputs the server has: the pr
 renders it (`/apply-template`: llama.cpp's own engine and message handling, which differ from
 transformers' on some templates, see `engine_parity`), its token ids (the model's vocabulary, BOS
 as the model adds it), the server's delimiter list for the template
-(`server_rules.server_delimiters`, split the server's way) and its rules
+(`server_rules.server_delimiter_list`, split the server's way) and its rules
 (`turns.ServerSimulation` with `ServerGated`, the settings the server was started with). Per
 request the prediction must equal the log: tokens reused and processed, where each batch starts,
 which checkpoints are created and which one is restored, whether the whole prompt is processed
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .errors import InputError
+from ..errors import InputError
 
 __all__ = ["RequestCheck", "ResumeCheck", "check_resume", "predict_requests", "request_bodies",
            "server_renders", "send_completions", "server_settings_args"]
@@ -97,8 +97,8 @@ def check_resume(server, template, session, *, tokenizer, delimiters, settings, 
     server's (role, text) list for the template; `memory`: the model's (default: a sliding window of
     512, the tiny model's).
     """
-    from .server_session import drive_session
-    from .turns import MemoryModel
+    from ..turns import MemoryModel
+    from .chat_session import drive_session
 
     if max_tokens != 1:
         raise InputError("check_resume predicts what the slot holds only with max_tokens 1 (no generated token decoded)")
@@ -118,7 +118,7 @@ def server_renders(server, session) -> list[str]:
 
 def request_bodies(session) -> list[dict]:
     """Each request's messages and tools, as `drive_session` sends them (for `/apply-template`)."""
-    from .turns.requests import request_points
+    from ..session.requests import request_points
 
     messages = [dict(m) for m in session.messages]
     out = []
@@ -133,8 +133,8 @@ def request_bodies(session) -> list[dict]:
 def predict_requests(prompts, tokenizer, delimiters, settings, memory) -> list[dict]:
     """The turns study's llama-server setting over `prompts` (the server's renders), with the
     (role, text) `delimiters` the server is given, per request as `_measured` reads the log."""
-    from .server_rules import ServerGated, server_split
-    from .turns import ServerSimulation
+    from ..server_rules import ServerGated, server_split
+    from ..turns import ServerSimulation
 
     ids = [(role, tokenizer.tokenize(text, add_bos=False)) for role, text in delimiters]
     sim = ServerSimulation(memory, settings)
@@ -162,8 +162,8 @@ def send_completions(server, prompts, delimiters, *, log_wait_s: float = 30) -> 
     (a client that renders the prompt itself and gives tmplkit's delimiters), one token generated
     (so the slot holds the prompt alone, as in `check_resume`); per request as `_measured` reads
     the log."""
-    from .server_log import read_server_log
-    from .server_session import ServedRequest, _task_lines
+    from .chat_session import ServedRequest, _task_lines
+    from .log import read_server_log
 
     head = server.log_text()
     out = []

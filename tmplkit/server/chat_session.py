@@ -2,7 +2,7 @@
 the server's log says it did with each request.
 
 Request k is the session's messages up to where the model speaks (after a user message, or after
-all the tool results of a turn: `tmplkit.turns.requests.request_points`), sent to
+all the tool results of a turn: `tmplkit.session.requests.request_points`), sent to
 `/v1/chat/completions` exactly as a client sends them (tool-call arguments as the session has
 them, the session's tools), with `cache_prompt`, a fixed seed and a few `max_tokens`. The server
 renders each request with its own chat template and keeps its memory between requests, so each
@@ -23,8 +23,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .errors import InputError, ModelError
-from .server_log import TaskPrefill, read_server_log
+from ..errors import InputError, ModelError
+from .log import TaskPrefill, read_server_log
 
 __all__ = ["ServedRequest", "drive_session"]
 
@@ -62,8 +62,8 @@ def drive_session(server, session, *, max_tokens: int = 2, seed: int = 0, cache_
     `extra`: more fields for every request body (e.g. `{"chat_template_kwargs": {...}}`). Raises ModelError when the server refuses a request or
     its log does not show the task.
     """
-    from .session import Session, session_from_json
-    from .turns.requests import request_points
+    from ..session import Session, session_from_json
+    from ..session.requests import request_points
 
     if not isinstance(session, Session):
         session = session_from_json(session)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from .errors import ModelError, TmplkitError
+from ..errors import ModelError, TmplkitError
 
 __all__ = ["PARITY_SCHEMA_VERSION", "EngineComparison", "engine_parity", "format_parity_table", "parity_report"]
 
@@ -59,7 +59,7 @@ class EngineComparison:
 
 def parity_report(rows) -> dict:
     """What `tmplkit engine-parity --format json` prints: {schema_version, tmplkit_version, rows}."""
-    from ._version import __version__
+    from .._version import __version__
 
     return {"schema_version": PARITY_SCHEMA_VERSION, "tmplkit_version": __version__, "rows": [r.to_dict() for r in rows]}
 
@@ -74,10 +74,10 @@ def engine_parity(template, binary, model, *, analysis=None, log_dir=None) -> tu
     Starts one llama-server for the template (its text in a temporary file); its log goes to
     `log_dir` (default: a temporary folder, removed).
     """
-    from .sources import ChatTemplate, load_gguf
+    from ..sources.templates import ChatTemplate, load_gguf
 
     if analysis is None:
-        from .analysis import analyze
+        from ..analysis import analyze
 
         analysis = analyze(template)
     rt = analysis.round_trip
@@ -98,13 +98,13 @@ def engine_parity(template, binary, model, *, analysis=None, log_dir=None) -> tu
 
 
 def _start(binary, model, template_file: Path, log: Path):
-    from .llama_server import LlamaServer
+    from .process import LlamaServer
 
     return LlamaServer(binary, model, [*_SERVER_ARGS, "--chat-template-file", str(template_file)], log=log, startup_s=120)
 
 
 def _compare(server, template, analysis, add_generation_prompt: bool) -> EngineComparison:
-    from .session import Conversation, render_conversation
+    from ..session import Conversation, render_conversation
 
     rt = analysis.round_trip
     variant = "generation prompt" if add_generation_prompt else "round trip"
@@ -149,8 +149,7 @@ def _round_trip_holds(theirs: str, ours: str, analysis) -> bool:
     into the same message roles as tmplkit's (the generation prompt adds an assistant span to both).
     Reasoning spans are left out: where llama.cpp renders a past turn's reasoning that
     transformers drops, the messages still start where they should."""
-    from .delimiters import ROLES
-    from .spans import split_text
+    from ..delimiters import ROLES, split_text
 
     def roles(text: str) -> tuple[str, ...]:
         return tuple(s.role for s in split_text(text, analysis.delimiters) if s.role in ROLES)

@@ -43,7 +43,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from .errors import InputError
+from ..errors import InputError
 
 __all__ = ["FAR_BACK_TOKENS", "LOG_SCHEMA_VERSION", "BreakPlace", "ServerLog", "TaskLocation", "TaskPrefill",
            "format_server_log", "locate_breaks", "read_server_log"]
@@ -481,14 +481,14 @@ def locate_breaks(log: ServerLog, template, session, tokenizer, *, analysis=None
     request (from the last one matched on) whose token count is its prompt length; when none
     matches, its places are read on the longest request (`tokens_match` False: approximate).
     """
-    from .session import Session, messages_for, session_from_json
-    from .spans import split_text
-    from .turns.requests import session_requests
+    from ..delimiters import split_text
+    from ..session import Session, messages_for, session_from_json
+    from ..session.requests import session_requests
 
     if not isinstance(session, Session):
         session = session_from_json(session) if not isinstance(session, str) else _load_session(session)
     if analysis is None:
-        from .analysis import analyze
+        from ..analysis import analyze
 
         analysis = analyze(template)
     if not analysis.delimiters:
@@ -531,7 +531,7 @@ def locate_breaks(log: ServerLog, template, session, tokenizer, *, analysis=None
 
 
 def _load_session(path: str):
-    from .session import load_session
+    from ..session import load_session
 
     return load_session(path)
 

@@ -13,7 +13,7 @@ C-level call that runs for minutes or allocates gigabytes never comes back to a 
 The pool knows nothing of what the work is: `work(item, note)` runs in the worker and returns any
 picklable result; `prelude(item)`, when given, runs first and its value (`note`) comes back at once,
 so that an item whose worker is lost still has it, and the item's clock starts when it arrives.
-`tmplkit.isolate` puts the analysis on it.
+`tmplkit.auditing.isolate` puts the analysis on it.
 
 Workers are forked from a `forkserver` (spawned where that is not available) with tmplkit's
 analysis already imported (about 10 ms each). A worker does up to `max_tasks` items and is replaced
@@ -41,7 +41,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from .errors import InputError
+from ..errors import InputError
 
 __all__ = ["EXIT_MEMORY", "Lost", "check_options", "run_in_workers"]
 
@@ -52,7 +52,7 @@ _STARTUP_GRACE = 30.0
 # loaded: the analysis stack, which is what tmplkit's workers run. `__main__` (multiprocessing's
 # default) is kept so that a script's main module is imported once, in the server, and not again in
 # every worker.
-_PRELOAD = ["__main__", "tmplkit.analysis", "tmplkit.sandbox", "tmplkit.static_scan", "tmplkit.isolate", "jinja2.sandbox"]
+_PRELOAD = ["__main__", "tmplkit.analysis", "tmplkit.sandbox", "tmplkit.sandbox.static_scan", "tmplkit.auditing.isolate", "jinja2.sandbox"]
 
 
 @dataclasses.dataclass(frozen=True)

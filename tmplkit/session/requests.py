@@ -52,17 +52,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ..analysis._text import BOUNDARY, UNIT, back_to_boundary, lcs, unit_prefix
-from ..analysis._text import lcp as common_prefix  # strings and token lists alike
 from ..errors import InputError, RenderError, TmplkitError
+from ..markup import BOUNDARY, UNIT, back_to_boundary, lcs, unit_prefix
+from ..markup import lcp as common_prefix  # strings and token lists alike
 from ..sandbox import PINNED_NOW
-from ..session import for_server
-from ..sources import ChatTemplate
+from ..sources.templates import ChatTemplate
+from ._render import for_server
 
-__all__ = ["Request", "after_prompt", "model_text_start", "turn_header", "session_requests", "iter_requests",
-           "request_points", "common_prefix", "next_renders"]
+__all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "iter_requests", "locate_turn",
+           "next_renders", "request_points", "session_requests", "turn_ending", "turn_header"]
 
-_NEEDLE = "\u2063needle\u2063"
+# The content that marks where a message's own text lies in a render (the turns study's generated
+# turn, the masks' turn in a whole render): invisible separators around a word no template writes.
+NEEDLE = "\u2063needle\u2063"
 _NEXT = "\u2063next\u2063"
 
 
@@ -144,7 +146,7 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
     if not points:
         raise InputError(f"{conversation.conversation.source}: no request in the session: the model speaks after a "
                          "user message or tool results; add a user message")
-    endings: dict[bool, str] = {}  # what the newest turn ends with only for being the newest, by kind
+    endings = TurnEndings(conversation)
     for k, (n, end) in enumerate(points):
         when = start + k * interval
         clock = clock_at(when)  # each request at its own time
@@ -164,12 +166,30 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
                 # the server holds the request (and that turn), and the next request is compared
                 # with the request alone.
                 generated, rule = "", "unrendered"
-            kind = bool(messages[end - 1].get("tool_calls"))
-            if kind not in endings:
-                endings[kind] = turn_ending(conversation, messages[end - 1])
-            if endings[kind] and generated.endswith(endings[kind]):
-                generated = generated[:-len(endings[kind])]
+            generated = endings.strip(messages[end - 1], generated)
         yield Request(k, n, text, gprompt, generated, (n, end), rule, when)
+
+
+class TurnEndings:
+    """What the newest turn ends with only for being the newest (`turn_ending`), read once per kind
+    of turn (with tool calls or without) and cut off a generated turn: the request loop of the turns
+    study and the masks' prefix path share it.
+
+        >>> endings = TurnEndings(conversation)                                   # doctest: +SKIP
+        >>> endings.strip(messages[end - 1], full[len(request):])                 # doctest: +SKIP
+    """
+
+    def __init__(self, conversation):
+        self._conversation = conversation
+        self._by_kind: dict[bool, str] = {}
+
+    def strip(self, last: dict, generated: str) -> str:
+        """`generated` (a turn whose last message is `last`) less the ending it has only for being the newest."""
+        kind = bool(last.get("tool_calls"))
+        if kind not in self._by_kind:
+            self._by_kind[kind] = turn_ending(self._conversation, last)
+        ending = self._by_kind[kind]
+        return generated[:-len(ending)] if ending and generated.endswith(ending) else generated
 
 
 def turn_ending(conversation, turn: dict) -> str:
@@ -178,18 +198,18 @@ def turn_ending(conversation, turn: dict) -> str:
     (a next assistant header printed whatever `add_generation_prompt` says; `<|return|>` where a
     followed turn has `<|end|>`). Read off two short renders, the turn's content a needle; "" where
     the template renders them alike or refuses them."""
-    mine = {**turn, "content": _NEEDLE}
+    mine = {**turn, "content": NEEDLE}
     ask = {"role": "user", "content": "Hello."}
     try:
         last = conversation.render([ask, mine], add_generation_prompt=False)
         followed = conversation.render([ask, mine, {"role": "user", "content": _NEXT}], add_generation_prompt=False)
     except TmplkitError:
         return ""
-    a, b = last.rfind(_NEEDLE), followed.rfind(_NEEDLE)
+    a, b = last.rfind(NEEDLE), followed.rfind(NEEDLE)
     if a >= 0 and b >= 0:
         # Compared from the turn's content on: a followed turn's history may be written otherwise
         # before it (reasoning dropped once a user message follows), which says nothing of its end.
-        last, followed = last[a + len(_NEEDLE):], followed[b + len(_NEEDLE):]
+        last, followed = last[a + len(NEEDLE):], followed[b + len(NEEDLE):]
     k = common_prefix(last, followed)
     if k >= len(last):
         return ""
@@ -224,11 +244,11 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
         return full[len(request):], "prefix"
     # The needle render: the same history, the newest turn with other content (see the module doc).
     # (every key of the turn as the client sent it, its content a needle)
-    needle = draw(messages[:-1] + [{**messages[-1], "content": _NEEDLE}], False)
+    needle = draw(messages[:-1] + [{**messages[-1], "content": NEEDLE}], False)
     printed = needle != full
     shared = common_prefix(full, needle) if printed else len(full)
     history = request[:len(request) - len(gprompt)] if request.endswith(gprompt) else request
-    at = model_text_start(full, history, gprompt, shared)
+    at = locate_turn(full, history, gprompt, shared)
     if at >= 0:
         return full[at:], "newest-turn"
     if not printed:
@@ -254,9 +274,13 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
     return turn[back_to_boundary(turn, common_prefix(gprompt, turn)):], "newest-turn"
 
 
-def model_text_start(full: str, history: str, gprompt: str, limit: int, stops: Sequence[int] = ()) -> int:
+def locate_turn(full: str, history: str, gprompt: str, limit: int, stops: Sequence[int] = (), *,
+                header: int | None = None) -> int:
     """Where the model's own text starts in `full` (a render that holds the turn the model generated
-    after `history` + `gprompt`), or -1 where no header says: after the turn's header
+    after `history` + `gprompt`), or -1 where no header says: the one way a turn is located in a
+    render, for the turns study (the render that ends with the turn) and the masks (the whole
+    conversation's render). `header`: where the turn's header is already known to start (the render
+    agrees with the request up to the history's end); else it is found: after the turn's header
     (`turn_header`) and the generation prompt as the turn writes it (`after_prompt`); with an empty
     generation prompt, after the markup the history ends with where the turn writes it otherwise:
     later, after reasoning the history's own header closed (Command R7B's `<|END_THINKING|>` ends
@@ -264,8 +288,11 @@ def model_text_start(full: str, history: str, gprompt: str, limit: int, stops: S
     leaves out `<｜tool▁outputs▁end｜>` before a turn's next calls). `limit`: where the turn's
     content begins (or the render's end); `stops`: where other messages' spans start, which the
     prompt's end is not looked for past."""
-    header = turn_header(full, history, gprompt, limit)
     prompt = gprompt
+    if header is not None:
+        k = bisect_left(stops, header + 1)
+        return after_prompt(full, header, prompt, min(limit, stops[k]) if k < len(stops) else limit)
+    header = turn_header(full, history, gprompt, limit)
     if header < 0:
         if gprompt.strip():
             return -1

@@ -13,7 +13,7 @@ A spec names a tokenizer: a path (a `.gguf`, a `tokenizer.json` or a folder hold
 `TokenizerSpec.parse(spec)` reads one, for the loader (`load_tokenizer`), the command line (which
 extra a spec needs) and the configuration (which specs are paths, relative to its file) alike.
 
-Delimiters as token ids of one of these tokenizers are derived in `token_delims`, which sits above.
+Delimiters as token ids of one of these tokenizers are derived in `delimiter_ids`, beside it.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from .analysis._text import lcp  # strings, bytes and token lists alike
-from .errors import GGUFError, TokenizerError
-from .gguf_meta import Keys, read_metadata
+from ..errors import GGUFError, ModelError, TokenizerError
+from ..markup import lcp  # strings, bytes and token lists alike
+from ..sources.gguf_meta import Keys, read_metadata
+from .llama_model import LlamaModel, import_llama_cpp
 
 __all__ = ["GGUFBPETokenizer", "HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "load_tokenizer"]
 
@@ -91,7 +92,7 @@ class TokenizerSpec:
 
         if importlib.util.find_spec("llama_cpp") is not None:
             return "llama"
-        from . import corpus
+        from ..sources import corpus
         from .gguf_vocab import supports
 
         if self.kind == "vocab":
@@ -243,19 +244,15 @@ class LlamaCppTokenizer:
             raise TokenizerError(f"{path} has no vocabulary (no {Keys.Tokenizer.MODEL} key); use the model's GGUF or a vocab GGUF")
         if model in ("none", "no_vocab"):
             raise TokenizerError(f"{path} has no vocabulary ({Keys.Tokenizer.MODEL} = '{model}'); use the model's GGUF or a vocab GGUF")
-        try:
-            import llama_cpp
-        except ImportError:
-            raise TokenizerError("reading a GGUF vocabulary needs llama-cpp-python; run `pip install 'tmplkit[llama]'`") from None
+        llama_cpp = import_llama_cpp(TokenizerError, "reading a GGUF vocabulary")
         self._lib = llama_cpp
-        with _quiet_llama():
-            llama_cpp.llama_backend_init()
-            params = llama_cpp.llama_model_default_params()
-            params.vocab_only = True
-            self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-        if not self._model:
+        try:
+            with _quiet_llama():
+                self._owner: LlamaModel | None = LlamaModel(llama_cpp, path, vocab_only=True)
+        except ModelError:
             raise TokenizerError(f"llama.cpp could not load the vocabulary of {path} (tokenizer '{model}'); "
-                                 "the file may be damaged or from a newer llama.cpp")
+                                 "the file may be damaged or from a newer llama.cpp") from None
+        self._model = self._owner.model
         self._use_vocab(self._model, path, add_bos, name)
         if self.n_vocab <= 0:
             self.close()
@@ -280,7 +277,8 @@ class LlamaCppTokenizer:
 
         self = cls.__new__(cls)
         self._lib = llama_cpp
-        self._model = None  # not ours to free
+        self._owner = None  # not ours to free
+        self._model = None
         self._use_vocab(model, Path(path), add_bos, name)
         return self
 
@@ -290,9 +288,10 @@ class LlamaCppTokenizer:
     def close(self) -> None:
         # no call may reach llama.cpp with the vocabulary of a freed model
         self._vocab = None
-        model, self._model = getattr(self, "_model", None), None
-        if model:
-            self._lib.llama_model_free(model)
+        self._model = None
+        owner, self._owner = getattr(self, "_owner", None), None
+        if owner is not None:
+            owner.free()
 
     def _open_vocab(self):
         if self._vocab is None:
@@ -516,8 +515,8 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
     parsed = TokenizerSpec.parse(spec)
     text = parsed.text
     if parsed.kind == "vocab":
-        from . import corpus
-        from .errors import SourceError
+        from ..errors import SourceError
+        from ..sources import corpus
 
         try:
             return _gguf_tokenizer(corpus.vocab_path(parsed.name), add_bos, name=text)

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .sandbox import PINNED_NOW, REASONING_KEYS
+from ..sandbox import PINNED_NOW, REASONING_KEYS
 
 # The function every tool probe declares and calls. Its name, the call ids and the argument values
 # vary per call in real conversations, so a delimiter is cut where one of them appears.

@@ -3,7 +3,7 @@
 A chat template is code from whoever published the model. The Jinja sandbox stops it from
 reaching Python internals, and the sandbox's `Limits` stop most loops and output bombs from inside
 the render, but one process cannot stop everything from inside, so an audit analyzes each
-template in a worker process of its own (`tmplkit.workers`: the limits, the kills, the pool).
+template in a worker process of its own (`tmplkit.auditing.workers`: the limits, the kills, the pool).
 This module puts the analysis on that pool:
 
 - in the worker, the static scan runs first and its warnings come back at once (a template whose
@@ -34,10 +34,10 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 
-from .analysis import Analysis, failed_analysis, failure_reason, status_of
-from .compile_cache import cached_by_text
-from .sandbox import hint, hint_place, hints_for
-from .static_scan import scan
+from ..analysis import Analysis, failed_analysis, failure_reason, status_of
+from ..sandbox import hint, hint_place, hints_for
+from ..sandbox.compile_cache import cached_by_text
+from ..sandbox.static_scan import scan
 from .workers import EXIT_MEMORY, Lost, check_options, run_in_workers
 
 __all__ = [
@@ -104,7 +104,7 @@ def scan_only(template) -> Analysis:
 
 
 def _default_target(template) -> Analysis:
-    from .analysis import analyze
+    from ..analysis import analyze
 
     return analyze(template)
 

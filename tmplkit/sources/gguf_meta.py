@@ -19,7 +19,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
 
-from .errors import GGUFError
+from ..errors import GGUFError
 
 __all__ = ["GGUF_MAGIC", "GGUFValueType", "Keys", "read_metadata"]
 

@@ -38,6 +38,9 @@ cannot be seen.
     ('Qwen3-Coder', [(1, 'user'), (3, 'user'), (5, 'tool')])
     >>> compare_delimiters(d, analyze(template)).verdict                      # doctest: +SKIP
     'tool results taken for user messages'
+
+The comparison with tmplkit's delimiters is `tmplkit.server.delimiter_comparison`; the byte model
+the probe runs on by default is `tmplkit.prefill.bytemodel`.
 """
 
 from __future__ import annotations
@@ -51,32 +54,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ModelError
-from .llama_server import MessageDelimiter
+from ..errors import ModelError
+from ..prefill.bytemodel import byte_model_path
+from .process import MessageDelimiter
 
-__all__ = ["COMPARISON_SCHEMA_VERSION", "HANDLERS_WITHOUT_DELIMITERS", "VERDICTS", "ComparisonReport",
-           "DelimiterComparison", "ServerDelimiters", "ServerStart", "byte_model_path", "compare_delimiters",
-           "format_comparison_table", "probe_model", "server_delimiters", "verdict_counts"]
+__all__ = ["ServerDelimiters", "ServerStart", "message_opener", "probe_model", "server_delimiters"]
 
-COMPARISON_SCHEMA_VERSION = 1
-
-# The verdicts, in the order the table lists them.
-VERDICTS = ("agree", "tool results taken for user messages", "other messages taken for user messages",
-            "real user messages missed", "no delimiters at all", "refused by llama-server", "not compared")
-
-# The specialized handlers that set no message_delimiters (by the name each logs, common/chat.cpp:
-# 1098-1170): llama-server ends no batch at any message of theirs. The others set a list
-# (common/parsers/*.cpp, `data.message_delimiters`: gpt-oss.cpp:34, muse-glimmer.cpp:26, kimi-k3.cpp:47,
-# ling3.cpp:41, cohere2moe.cpp:57, minimax-m3.cpp:31, deepseek.cpp:108, gemma4.cpp:166,
-# minicpm5.cpp:26, qwen3-coder.cpp:32). Only the wording of a verdict uses this table: where the
-# server's starts are is read off the server.
-HANDLERS_WITHOUT_DELIMITERS = ("Ministral/Magistral Large 3", "Functionary v3.2", "Kimi K2 Thinking", "LFM2", "LFM2.5",
-                               "GigaChatV3")
 
 _N_UBATCH = 512
 _SERVER_ARGS = ("--jinja", "--no-prefill-assistant", "-c", "16384", "-b", "16384", "-ub", str(_N_UBATCH), "-np", "1",
                 "-t", "1", "-tb", "1", "--no-warmup", "--cache-ram", "0", "-ctxcp", "256", "-cms", "0", "-lv", "5")
-_MARKER = re.compile(r"Kq[A-Z0-9]+Zx")  # the round trip's content markers (tmplkit.probes)
+_MARKER = re.compile(r"Kq[A-Z0-9]+Zx")  # the round trip's content markers (tmplkit.analysis.probes)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PREFIX = r"(?:[\d.]+ [A-Z] )?"  # llama.cpp's log prefix (time and level), when it is on
 _SPECIALIZED = re.compile(r"Using specialized template: ([^\n]+)")
@@ -147,77 +135,15 @@ def probe_model(template, spec: str | os.PathLike = "bytes") -> tuple[str, Path]
     if str(spec) == "bytes":
         return "bytes", byte_model_path()
     if str(spec) == "family":
-        from .prefill import tiny_model_path
-        from .token_audit import vocab_for_template
+        from ..prefill import tiny_model_path
+        from ..tokens.roundtrip import vocab_for_template
 
         vocab = vocab_for_template(getattr(template, "name", "")) or "qwen35"
         return vocab, tiny_model_path(vocab, "default" if vocab == "qwen35" else None)
-    from .prefill.models import resolve_model
+    from ..prefill.models import resolve_model
 
     path = resolve_model(spec)
     return path.name, path
-
-
-# The byte vocabulary: GPT-2's byte-to-character map (each byte one token, in token-id order), an
-# end-of-text control token, and one merge that no text can use (two NUL bytes), since llama.cpp's
-# BPE needs a merges list.
-_BYTE_VOCAB_FORMAT = 1
-
-
-def byte_model_path() -> Path:
-    """The tiny random-weight gemma3 model (sliding window, so llama-server takes checkpoints) with
-    a vocabulary of single bytes; built once into the cache (`cache_root()/models/`)."""
-    import hashlib
-
-    from .corpus import cache_folder, cache_root
-    from .prefill.tinymodel import TinyConfig, build_tiny_model
-
-    config = TinyConfig()
-    key = hashlib.sha256(f"{_BYTE_VOCAB_FORMAT}|{sorted(vars(config).items())}".encode()).hexdigest()[:12]
-    out = cache_root() / "models" / f"tiny-gemma3-bytes-{key}.gguf"
-    if out.is_file() and out.stat().st_size > 0:
-        return out
-    cache_folder("models")
-    fd, vocab = tempfile.mkstemp(dir=out.parent, prefix=".vocab-bytes-", suffix=".gguf")
-    os.close(fd)
-    try:
-        _write_byte_vocab(Path(vocab))
-        build_tiny_model(vocab, out, config=config)
-    finally:
-        os.unlink(vocab)
-    return out
-
-
-def _write_byte_vocab(path: Path) -> None:
-    import gguf
-
-    chars = _bytes_to_unicode()
-    tokens = [chars[b] for b in range(256)] + ["<|endoftext|>", chars[0] * 2]
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types([gguf.TokenType.NORMAL] * 256 + [gguf.TokenType.CONTROL, gguf.TokenType.NORMAL])
-    w.add_token_merges([f"{chars[0]} {chars[0]}"])
-    w.add_bos_token_id(256)
-    w.add_eos_token_id(256)
-    w.add_add_bos_token(False)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's map of bytes to printable characters (what a byte-level BPE vocabulary lists)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), ord("\u00ff") + 1)]
-    out = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in out:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return out
 
 
 def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, analysis=None,
@@ -228,11 +154,11 @@ def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, a
 
     Its log goes to `log_dir` (default: a temporary folder, removed).
     """
-    from .llama_server import LlamaServer
-    from .tokenizers import LlamaCppTokenizer
+    from ..tokens.tokenizers import LlamaCppTokenizer
+    from .process import LlamaServer
 
     if analysis is None:
-        from .analysis import analyze
+        from ..analysis import analyze
 
         analysis = analyze(template)
     name = getattr(template, "name", "")
@@ -285,7 +211,7 @@ def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, a
                                 prompt=prompt_a, error=f"the render tokenizes to {len(ids_bos)} tokens here, the server "
                                                        f"counted {n_a}: cannot place its starts")
     bos = len(ids_bos) - len(offsets)
-    opener = _opener(prompt_a, messages)
+    opener = message_opener(prompt_a, messages)
     starts, undecided = _user_starts(task_a, prompt_a, others, lambda p: _char_at(offsets, p - bos, len(prompt_a)), opener)
     found = []
     for p in sorted(starts):
@@ -299,7 +225,7 @@ def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, a
 
 def _probe(server, head: str, body: dict, log_path: Path):
     """Send `body` to the chat endpoint; (its log, its task, its prompt from /apply-template)."""
-    from .server_log import read_server_log
+    from .log import read_server_log
 
     mark = len(server.log_text())
     try:
@@ -347,7 +273,7 @@ def _char_at(offsets, i: int, end: int) -> int:
 
 
 def _wait_task(server, mark: int, wait_s: float) -> str:
-    from .server_session import _task_lines
+    from .chat_session import _task_lines
 
     return _task_lines(server, mark, wait_s)
 
@@ -370,7 +296,7 @@ def _route(segment: str) -> tuple[str | None, str | None, tuple[MessageDelimiter
     return "specialized", None, None
 
 
-def _opener(text: str, messages: Sequence[dict]):
+def message_opener(text: str, messages: Sequence[dict]):
     """A function: a character offset -> the index of the message whose content marker comes
     first at or after it (None: none does)."""
     owner: dict[str, int] = {}
@@ -415,164 +341,3 @@ def _last_error(log: Path) -> str | None:
 
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100] or "template"
-
-
-# ---------------------------------------------------------------------------------------------
-# Compared with tmplkit's
-
-
-@dataclass(frozen=True)
-class DelimiterComparison:
-    """llama-server's user starts against tmplkit's on the server's own render of the probe.
-
-    `server` and `tmplkit` are the probe's message indices each opens with a user start; `extra`
-    the ones only the server opens, `missed` the ones only tmplkit opens, as (index, role).
-    `verdicts` are the VERDICTS that apply ("agree" alone when the two are the same).
-    """
-
-    template: str
-    verdicts: tuple[str, ...]
-    server: tuple[int, ...]
-    tmplkit: tuple[int, ...]
-    extra: tuple[tuple[int, str], ...]
-    missed: tuple[tuple[int, str], ...]
-    delimiters: ServerDelimiters
-    tmplkit_passed: bool
-    unseen: tuple[int, ...] = ()  # messages tmplkit starts at the prompt's first token (never a batch break)
-
-    @property
-    def verdict(self) -> str:
-        return "; ".join(self.verdicts)
-
-    def advice(self) -> str:
-        """What the verdicts mean for a user, in a sentence or two."""
-        d = self.delimiters
-        if "refused by llama-server" in self.verdicts:
-            return f"llama-server refuses this template ({d.error or 'no reason given'})"
-        if "not compared" in self.verdicts:
-            return d.error or "tmplkit derives no delimiters for this template, so there is nothing to compare"
-        if self.verdicts == ("agree",):
-            return "llama-server ends batches and takes checkpoints at the same user messages as tmplkit"
-        out = []
-        tools = [i for i, r in self.extra if r == "tool"]
-        other = [f"{i} ({r})" for i, r in self.extra if r != "tool"]
-        if tools:
-            out.append(f"llama-server takes {len(tools)} tool result(s) for user messages: a batch break and a "
-                       "checkpoint at each (the llama.cpp issue 25213 shape); send tmplkit's delimiters with "
-                       "/completion (tmplkit request --delimiters-only)")
-        if other:
-            out.append(f"llama-server starts a user message at message(s) {', '.join(other)}")
-        missed = [i for i, r in self.missed if r == "user"]
-        if "no delimiters at all" in self.verdicts:
-            out.append("llama-server's chat endpoint has no user delimiter for this template: no batch break or "
-                       "checkpoint at any message, only near the prompt's end, so a resume goes back to the newest "
-                       "end-of-prompt checkpoint it can use, or to the start")
-        elif missed:
-            out.append(f"llama-server misses {len(missed)} of the {len(self.tmplkit)} user messages tmplkit finds: no "
-                       "checkpoint there, so a resume goes back further")
-        return "; ".join(out)
-
-    def to_dict(self) -> dict:
-        return {"template": self.template, "verdicts": list(self.verdicts),
-                "server_user_starts": list(self.server), "tmplkit_user_starts": list(self.tmplkit),
-                "extra": [{"message": i, "role": r} for i, r in self.extra],
-                "missed": [{"message": i, "role": r} for i, r in self.missed], "unseen": list(self.unseen),
-                "tmplkit_passed": self.tmplkit_passed, "advice": self.advice(), "server": self.delimiters.to_dict()}
-
-
-@dataclass(frozen=True)
-class ComparisonReport:
-    """The comparison over many templates, with the llama-cpp-python release of the server."""
-
-    rows: tuple[DelimiterComparison, ...]
-    llama_cpp_python: str
-
-    def to_dict(self) -> dict:
-        from ._version import __version__
-
-        return {"schema_version": COMPARISON_SCHEMA_VERSION, "tmplkit_version": __version__,
-                "llama_cpp_python": self.llama_cpp_python, "templates": len(self.rows),
-                "counts": verdict_counts(self.rows), "results": [r.to_dict() for r in self.rows]}
-
-
-def compare_delimiters(server: ServerDelimiters, analysis) -> DelimiterComparison:
-    """Compare llama-server's user starts with tmplkit's on the server's render of the probe."""
-    from .spans import split_text
-
-    name = server.template
-    passed = analysis.status in ("pass", "pass with warnings")
-    if server.status == "refused":
-        return DelimiterComparison(name, ("refused by llama-server",), (), (), (), (), server, passed)
-    if server.status != "ok" or not analysis.delimiters:
-        return DelimiterComparison(name, ("not compared",), (), (), (), (), server, passed)
-    messages = server.messages
-    opener = _opener(server.prompt, messages)
-    ours: set[int] = set()
-    unseen: set[int] = set()
-    first_token_end = server.first_token_chars
-    for span in split_text(server.prompt, analysis.delimiters):
-        if span.role != "user":
-            continue
-        msg = opener(span.start)
-        if msg is None:
-            continue
-        if span.start < first_token_end:
-            unseen.add(msg)
-        else:
-            ours.add(msg)
-    theirs = {s.message for s in server.user_starts if s.message is not None} - unseen
-    extra = tuple((i, messages[i]["role"]) for i in sorted(theirs - ours))
-    missed = tuple((i, messages[i]["role"]) for i in sorted(ours - theirs))
-    verdicts = []
-    if not server.user_starts and _has_none(server):
-        verdicts.append("no delimiters at all")
-    if any(r == "tool" for _, r in extra):
-        verdicts.append("tool results taken for user messages")
-    if any(r != "tool" for _, r in extra):
-        verdicts.append("other messages taken for user messages")
-    if missed and "no delimiters at all" not in verdicts:
-        verdicts.append("real user messages missed")
-    if not verdicts:
-        verdicts.append("agree")
-    return DelimiterComparison(name, tuple(verdicts), tuple(sorted(theirs)), tuple(sorted(ours)), extra, missed, server,
-                               passed, tuple(sorted(unseen)))
-
-
-def _has_none(server: ServerDelimiters) -> bool:
-    """The server has no user delimiter for the template (not: it has one that matches nothing)."""
-    if server.route == "autoparser":
-        return not any(d.role == "user" for d in server.delimiters or ())
-    return server.handler in HANDLERS_WITHOUT_DELIMITERS
-
-
-def format_comparison_table(rows: Sequence[DelimiterComparison]) -> str:
-    """A markdown table: one row per template, then the counts per verdict."""
-    lines = ["| template | vocab | llama-server's delimiters | user starts (server / tmplkit) | verdict |",
-             "|---|---|---|---|---|"]
-    for r in rows:
-        d = r.delimiters
-        if d.route == "specialized" and d.handler in HANDLERS_WITHOUT_DELIMITERS:
-            how = f"{d.handler} handler: none"
-        elif d.route == "specialized":
-            how = f"{d.handler or 'unnamed'} handler: hard-coded, not logged"
-        elif d.route == "autoparser":
-            how = "autoparser: " + (", ".join(f"{x.role} `{_cell(x.delimiter)}`" for x in d.delimiters or ()) or "none")
-        else:
-            how = "-"
-        lines.append(f"| {r.template} | {d.vocab} | {how} | {len(r.server)} / {len(r.tmplkit)} | {r.verdict} |")
-    lines.append("")
-    lines.append(", ".join(f"{k}: {v}" for k, v in verdict_counts(rows).items() if v))
-    return "\n".join(lines) + "\n"
-
-
-def verdict_counts(rows: Sequence[DelimiterComparison]) -> dict[str, int]:
-    """Templates per verdict (a template with two verdicts counts in both)."""
-    out = dict.fromkeys(VERDICTS, 0)
-    for r in rows:
-        for v in r.verdicts:
-            out[v] += 1
-    return out
-
-
-def _cell(text: str) -> str:
-    return text.replace("\n", "\\n").replace("|", "\\|").replace("`", "'")

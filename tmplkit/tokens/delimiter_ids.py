@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .delimiters import Delimiter, sort_delimiters
-from .errors import InputError
+from ..delimiters import Delimiter, sort_delimiters
+from ..errors import InputError
 
 if TYPE_CHECKING:
-    from .sources import ChatTemplate
+    from ..sources.templates import ChatTemplate
     from .tokenizers import Offsets, Tokenizer
 
 __all__ = ["TokenDelimiter", "TokenDelimiters", "text_delimiters", "token_delimiters", "tokenize_delimiters"]
@@ -223,7 +223,7 @@ class _Render:
 
 def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]:
     """The template's role delimiters, as tmplkit's analysis derives them (never a hand-written table)."""
-    from .analysis import analyze
+    from ..analysis import analyze
 
     analysis = analyze(template)
     if not analysis.delimiters:
@@ -284,7 +284,7 @@ def _occurrences(render: _Render, delimiters: Sequence[Delimiter]):
     Returns ({delimiter: occurrences}, [(delimiter, index into its occurrences)] in text order,
     problems for matches no token covers).
     """
-    from .spans import text_matches
+    from ..delimiters import text_matches
 
     per: dict[Delimiter, list[_Occurrence]] = {d: [] for d in delimiters}
     order: list[tuple[Delimiter, int]] = []

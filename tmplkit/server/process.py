@@ -35,8 +35,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .delimiters import ROLES
-from .errors import AnalysisError, InputError, ModelError
+from ..delimiters import ROLES
+from ..environment import llama_server_override
+from ..errors import AnalysisError, InputError, ModelError
 
 __all__ = ["BUILD_HINT", "CompletionRequest", "LlamaServer", "MessageDelimiter", "PrefillLog", "completion_request",
            "llama_server_binary", "message_delimiters", "read_prefill_log", "server_message_starts"]
@@ -83,10 +84,10 @@ def message_delimiters(template, tokenizer, *, analysis=None) -> tuple[MessageDe
     >>> [d.to_dict() for d in message_delimiters(load_one("Qwen3.5-4B.jinja"), load_tokenizer("vocab:qwen35"))][:1]  # doctest: +SKIP
     [{'role': 'tool', 'delimiter': '<|im_start|>user\\n<tool_response'}]
     """
-    from .token_delims import token_delimiters
+    from ..tokens.delimiter_ids import token_delimiters
 
     if analysis is None:
-        from .analysis import analyze
+        from ..analysis import analyze
 
         analysis = analyze(template)
     name = getattr(template, "name", "")
@@ -119,14 +120,14 @@ def completion_request(template, tokenizer, conversation, *, analysis=None, add_
     AnalysisError when llama-server, splitting this prompt with these delimiters, would not find
     the message starts that splitting its text finds.
     """
-    from .session import Conversation, load_conversation, render_conversation
+    from ..session import Conversation, load_conversation, render_conversation
 
     if n_predict is not None and n_predict < -1:  # llama-server: -1 generates until the model stops
         raise InputError(f"n_predict must be -1 (until the model stops), 0 or more, got {n_predict}")
     if not isinstance(conversation, Conversation):
         conversation = load_conversation(conversation)
     if analysis is None:
-        from .analysis import analyze
+        from ..analysis import analyze
 
         analysis = analyze(template)
     delims = message_delimiters(template, tokenizer, analysis=analysis)
@@ -143,7 +144,7 @@ def _split_problem(prompt: str, text_delimiters, delims: Sequence[MessageDelimit
     (ids cut back to the tokens wholly inside it). Only user starts decide its batches and
     checkpoints, so other roles are not checked (its split may find more of them than tmplkit's,
     since it moves on one token after a match)."""
-    from .spans import text_matches
+    from ..delimiters import text_matches
 
     expected = [(at, at + len(d.text)) for at, d in text_matches(prompt, text_delimiters) if d.role == "user"]
     ids, offsets = tokenizer.tokenize_with_offsets(prompt)
@@ -191,14 +192,14 @@ BUILD_HINT = ("give --server PATH (or set TMPLKIT_LLAMA_SERVER) to a llama-serve
 def llama_server_binary(version: str | None = None) -> Path | None:
     """The llama-server scripts/build_llama_server.sh built ($TMPLKIT_LLAMA_SERVER wins), or None.
 
-    `version`: another pinned llama-cpp-python release (`tmplkit.server_pins`), built by
+    `version`: another pinned llama-cpp-python release (`tmplkit.server.pins`), built by
     `scripts/build_llama_server.sh VERSION`; $TMPLKIT_LLAMA_SERVER stands for the default one only.
     """
-    from .corpus import LLAMA_CPP_PYTHON_VERSION, cache_root
+    from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION, cache_root
 
-    env = os.environ.get("TMPLKIT_LLAMA_SERVER") if version in (None, LLAMA_CPP_PYTHON_VERSION) else None
+    env = llama_server_override() if version in (None, LLAMA_CPP_PYTHON_VERSION) else None
     built = cache_root() / f"llama-server-{version or LLAMA_CPP_PYTHON_VERSION}" / "build" / "bin" / "llama-server"
-    path = Path(env) if env else built
+    path = env or built
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from .errors import GGUFError, TokenizerError
-from .gguf_meta import Keys, read_metadata
+from ..errors import GGUFError, TokenizerError
+from ..sources.gguf_meta import Keys, read_metadata
 
-__all__ = ["PRE_TYPES", "byte_level_bytes", "gguf_bpe_tokenizer", "supports"]
+__all__ = ["PRE_TYPES", "byte_level_bytes", "gguf_bpe_tokenizer", "supports", "bytes_to_unicode"]
 
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
@@ -69,6 +69,15 @@ def _byte_level_map() -> dict[str, int]:
 
 
 _BYTE_OF = _byte_level_map()
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's map of bytes to printable characters (what a byte-level BPE vocabulary lists).
+
+    >>> m = bytes_to_unicode(); m[ord("a")], m[ord(" ")]
+    ('a', 'Ġ')
+    """
+    return {b: ch for ch, b in _BYTE_OF.items()}
 
 
 def byte_level_bytes(token: str) -> bytes:

@@ -43,7 +43,8 @@ from typing import TypeVar
 import jinja2
 import jinja2.bccache
 
-from . import _version
+from .. import _version
+from ..environment import compile_cache_enabled
 
 __all__ = ["cache_dir", "cached_by_text", "compile_template_cached", "enabled"]
 
@@ -55,12 +56,12 @@ T = TypeVar("T")
 
 def enabled() -> bool:
     """False when TMPLKIT_NO_CACHE is set (to anything but '' or '0')."""
-    return os.environ.get("TMPLKIT_NO_CACHE", "") in ("", "0")
+    return compile_cache_enabled()
 
 
 def cache_dir() -> Path:
     """Where compiled templates are kept: `compiled/` in the cache folder."""
-    from .corpus import cache_root
+    from ..sources.corpus import cache_root
 
     return cache_root() / "compiled"
 
@@ -93,7 +94,7 @@ def cached_by_text(compute: Callable[[str], T], text: str) -> T:
     not JSON data is returned without being kept. (The static scan's warnings are kept this way: a
     warm audit would otherwise still parse every template once for them.)
 
-    >>> from tmplkit.static_scan import scan
+    >>> from tmplkit.sandbox.static_scan import scan
     >>> cached_by_text(scan, "{{ x.__class__ }}") == scan("{{ x.__class__ }}")
     True
     """
@@ -200,7 +201,7 @@ def _code(payload: bytes | None) -> CodeType | None:
 
 
 def _write_entry(path: Path, payload: bytes) -> None:
-    from .atomic import atomic_open
+    from ..atomic import atomic_open
 
     try:
         # No fsync: a cache file lost in a crash is made again; the rename keeps it whole.

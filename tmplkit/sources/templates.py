@@ -16,8 +16,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import GGUFError, SourceError
-from .jsonio import parse_json, read_json, read_text
+from ..errors import GGUFError, SourceError
+from ..jsonio import parse_json, read_json, read_text
+
+__all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "family_special_tokens", "load", "load_dir", "load_gguf", "load_hf",
+           "load_jinja", "load_json", "load_many", "load_one", "select_named"]
 
 
 @dataclass(frozen=True)

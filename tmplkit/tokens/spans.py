@@ -1,74 +1,18 @@
-"""Splitting rendered text, and token ids, into role spans by start delimiters.
+"""Splitting token ids into role spans by start delimiters.
 
-`split_text` works on a rendered string; `SpanDetector.split` on a token list, the piece that
-decides where a prefill batch may end. Both follow llama-server's semantics (a span runs from
+`SpanDetector.split` works on a token list, the piece that decides where a prefill batch may end;
+`split_text` (tmplkit.delimiters, re-exported here) does the same on a rendered string. Both follow llama-server's semantics (a span runs from
 its delimiter to the next one; tokens before the first belong to none) except that the longest
 delimiter always wins at a position.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from .delimiters import Delimiter, sort_delimiters
-
-
-@dataclass(frozen=True)
-class TextSpan:
-    """A message span in rendered text: [start, end) character offsets; `start` is where its delimiter begins."""
-
-    role: str
-    start: int
-    end: int
-
-    def to_dict(self) -> dict:
-        return {"role": self.role, "start": self.start, "end": self.end}
-
-
-def split_text(text: str, delimiters: Iterable[Delimiter]) -> list[TextSpan]:
-    """Split `text` into spans, each running from one delimiter match to the next.
-
-    At each position the longest matching delimiter wins; text before the first match belongs
-    to no span (llama-server's semantics).
-
-    >>> split_text("<s>U:hi A:yo", [Delimiter("user", "U:"), Delimiter("assistant", "A:")])
-    [TextSpan(role='user', start=3, end=8), TextSpan(role='assistant', start=8, end=12)]
-    """
-    starts = text_matches(text, delimiters)
-    n = len(text)
-    return [
-        TextSpan(d.role, at, starts[i + 1][0] if i + 1 < len(starts) else n)
-        for i, (at, d) in enumerate(starts)
-    ]
-
-
-def text_matches(text: str, delimiters: Iterable[Delimiter]) -> list[tuple[int, Delimiter]]:
-    """Where each span of `split_text` starts, and the delimiter that matched there.
-
-    >>> text_matches("U:hi A:yo", [Delimiter("user", "U:"), Delimiter("assistant", "A:")])
-    [(0, Delimiter(role='user', text='U:')), (5, Delimiter(role='assistant', text='A:'))]
-    """
-    ordered = sort_delimiters(delimiters)
-    starts: list[tuple[int, Delimiter]] = []
-    pos = 0
-    n = len(text)
-    while pos < n:
-        best = None
-        best_at = n
-        # Find the earliest match at or after pos; among matches there, the longest (first in order).
-        for d in ordered:
-            at = text.find(d.text, pos, best_at + len(d.text))
-            if at != -1 and at < best_at:
-                best, best_at = d, at
-        if best is None:
-            break
-        starts.append((best_at, best))
-        pos = best_at + len(best.text)
-    return starts
-
+from ..delimiters import Delimiter
 
 # ---------------------------------------------------------------------------------------------
 # Token spans: the same splitting over token ids, fast enough to run on every prompt.
@@ -206,8 +150,8 @@ class SpanDetector:
     """
 
     def __init__(self, delimiters, tokenizer=None):
-        from .delimiters import SPAN_ROLES as ROLES
-        from .errors import InputError
+        from ..delimiters import SPAN_ROLES as ROLES
+        from ..errors import InputError
 
         items: list[tuple[str, tuple[int, ...]]] = []
         source = getattr(delimiters, "delimiters", delimiters)
@@ -315,7 +259,7 @@ def split_reference(tokens, delimiters, skips=None) -> list[TokenSpan]:
     `delimiters` are (role, ids) pairs; at each position the one with the most tokens wins
     (ties: role order, then ids), as in SpanDetector.
     """
-    from .delimiters import SPAN_ROLES as ROLES
+    from ..delimiters import SPAN_ROLES as ROLES
 
     rank = {r: i for i, r in enumerate(ROLES)}
     ordered = sorted(((r, list(s)) for r, s in delimiters if len(s)),

@@ -13,12 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .delimiter_ids import TokenDelimiters, token_delimiters
 from .spans import SpanDetector, Spans
-from .token_delims import TokenDelimiters, token_delimiters
 from .tokenizers import Tokenizer
-
-# The spans JSON's layout (tmplkit/schemas/spans.schema.json): raised when a field is removed or changes meaning.
-SPANS_SCHEMA_VERSION = 1
 
 # Template name pattern (re.search on the template's name, e.g. the .jinja file stem) -> vocab name
 # (corpus.vocab_path), first match wins. "exact" means the vocab is the model family's own; "base"
@@ -107,80 +104,12 @@ def token_round_trip(analysis, tokenizer: Tokenizer) -> TokenRoundTrip:
     return TokenRoundTrip(name, tok_name, passed, expected, actual, len(ids), td, tuple(problems), spans)
 
 
-@dataclass(frozen=True)
-class ConversationSpans:
-    """The message spans of one conversation, rendered with a template and tokenized.
-
-    `delimiters` are the template's delimiters as token ids (checked on its probe render);
-    `spans` the spans they find in the conversation's tokens.
-    """
-
-    template: str
-    tokenizer: str
-    n_tokens: int
-    delimiters: TokenDelimiters
-    spans: Spans
-    roles: tuple[str, ...]
-
-    def to_dict(self) -> dict:
-        """What `tmplkit spans --format json` prints (tmplkit/schemas/spans.schema.json)."""
-        return {
-            "schema_version": SPANS_SCHEMA_VERSION,
-            "template": self.template,
-            "tokenizer": self.tokenizer,
-            "n_tokens": self.n_tokens,
-            "message_roles": list(self.roles),
-            "user_starts": self.spans.starts("user"),
-            "last_user_start": self.spans.last_user_start(),
-            "spans": self.spans.to_dict()["spans"],
-            "delimiters": self.delimiters.to_dict(),
-        }
-
-
-def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis=None,
-                       add_generation_prompt: bool = False) -> ConversationSpans:
-    """Render `conversation` with `template` as a server does (`session.render_conversation`),
-    tokenize it, and find its message spans.
-
-    `conversation` is a `Conversation` or anything `load_conversation` takes; `analysis` is
-    `analyze(template)` when not given.
-
-    >>> cs = conversation_spans(load_one("Qwen3.5-4B.jinja"), load_tokenizer("vocab:qwen35"), "session.json")  # doctest: +SKIP
-    >>> cs.spans.last_user_start()                                                                        # doctest: +SKIP
-    """
-    from .session import Conversation, load_conversation, render_conversation
-
-    if not isinstance(conversation, Conversation):
-        conversation = load_conversation(conversation)
-    if analysis is None:
-        from .analysis import analyze
-
-        analysis = analyze(template)
-    td = token_delimiters(analysis, tokenizer)
-    rendered = render_conversation(template, conversation, add_generation_prompt=add_generation_prompt)
-    ids = tokenizer.tokenize(rendered)
-    spans = SpanDetector(td).split(ids)
-    return ConversationSpans(getattr(template, "name", ""), getattr(tokenizer, "name", ""), len(ids), td, spans,
-                             conversation.roles)
-
-
-def format_spans_text(cs: ConversationSpans) -> str:
-    """A header line, then one line per span: role, pos, len."""
-    lines = [f"{cs.template} with {cs.tokenizer}: {cs.n_tokens} tokens, {len(cs.spans)} spans, "
-             f"user starts {cs.spans.starts('user')}"]
-    for s in cs.spans:
-        lines.append(f"{s.role:<9} pos {s.pos:>7}  len {s.len:>6}")
-    for p in cs.delimiters.problems:
-        lines.append(f"problem: {p}")
-    return "\n".join(lines) + "\n"
-
-
 def corpus_pairs() -> list[tuple[str, str]]:
     """(template name, vocab name) for every corpus template that has a vocab in the corpus.
 
     Raises SourceError when the corpus is not fetched.
     """
-    from . import corpus
+    from ..sources import corpus
 
     out = []
     for path in sorted(corpus.templates_dir().glob("*.jinja")):

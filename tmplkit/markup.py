@@ -1,0 +1,100 @@
+"""The markup vocabulary every layer shares: markup units, where a cut may fall, common prefixes
+and suffixes.
+
+A markup unit is a special token or tag (`<|im_start|>`, `<｜User｜>`, `<start_of_turn>`, `[INST]`);
+a cut that lands inside one is moved to its edge. Nothing here renders or knows a template: every
+function takes strings (`lcp` also token lists) and returns a string or a length.
+
+    >>> lcp("<|im_start|>user", "<|im_start|>assistant"), unit_prefix("ab<|im_start|>", 5)
+    (12, 2)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+__all__ = ["BOUNDARY", "MARKUP_END", "UNIT", "back_to_boundary", "distinctive", "from_first_unit", "lcp", "lcs",
+           "unit_prefix", "unit_suffix"]
+
+# Markup units: special tokens and tags such as <|im_start|>, <｜User｜>, <start_of_turn>, [INST].
+UNIT = re.compile(r"<\|[^<>|\s]*\|>|<｜[^<>｜]*｜>|〈\|[^〈〉]*\|〉|<[^<>\s]+>|\[[^\[\]\s]+\]")
+# Markup (units and bare role words such as `system`) ending a text: `<|im_system|>system<|im_middle|>`.
+MARKUP_END = re.compile(r"(?:" + UNIT.pattern + r"|[A-Za-z_]+(?=<|\[|〈)|\s)+$")
+# A closer that is only partly rendered is cut after one of these.
+BOUNDARY = frozenset(">]}\n \t")
+
+
+def lcp(a: Sequence, b: Sequence) -> int:
+    """Length of the longest common prefix of two strings or token lists (binary search on
+    slices: fast on long renders and sessions)."""
+    hi = min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def lcs(a: str, b: str) -> int:
+    """Length of the longest common suffix (binary search on slices, as `lcp`: a session's turn
+    is compared with the whole history before it)."""
+    hi = min(len(a), len(b))
+    if a[len(a) - hi:] == b[len(b) - hi:]:
+        return hi
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[len(a) - mid:] == b[len(b) - mid:]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def back_to_boundary(s: str, k: int, floor: int = 0) -> int:
+    """`k`, moved back until s[:k] ends at a markup boundary (after `>`, `]`, `}` or whitespace)."""
+    while k > floor and s[k - 1] not in BOUNDARY:
+        k -= 1
+    return k
+
+
+def unit_prefix(s: str, k: int) -> int:
+    """`k`, moved back so that s[:k] does not end inside a markup unit such as `<|im_start|>`."""
+    if k >= len(s):
+        return k
+    opening = max(s.rfind("<", 0, k), s.rfind("[", 0, k))
+    if opening >= 0 and s.find(">" if s[opening] == "<" else "]", opening, k) < 0:
+        return opening
+    return k
+
+
+def unit_suffix(s: str, j: int) -> int:
+    """`j`, moved forward so that s[j:] does not start inside a markup unit."""
+    if j <= 0:
+        return 0
+    closings = [i for i in (s.find(">", j), s.find("]", j)) if i >= 0]
+    if not closings:
+        return j
+    close = min(closings)
+    if s.rfind("<" if s[close] == ">" else "[", j, close) < 0:
+        return close + 1
+    return j
+
+
+def distinctive(d: str | None) -> bool:
+    """Whether `d` can mark a turn: it holds a markup unit or a word, not just punctuation (`, `
+    between list items does not)."""
+    if not d:
+        return False
+    return bool(UNIT.search(d)) or sum(c.isalnum() for c in d) >= 2
+
+
+def from_first_unit(text: str) -> str:
+    m = UNIT.search(text)
+    return text[m.start():] if m else ""
