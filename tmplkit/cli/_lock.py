@@ -61,7 +61,6 @@ def derive(args, templates, cfg=None):
 def _cmd_lock(args) -> int:
     from ..atomic import check_writable
     from ..behaviour import DEFAULT_LOCK, BehaviourLock, compare, read_lock, write_lock
-    from ._audit import _sources
 
     cfg = config_of(args)
     path = args.lock or cfg.lock or DEFAULT_LOCK
@@ -78,6 +77,16 @@ def _cmd_lock(args) -> int:
               f"behaviour{': ' + ', '.join(r.name for r in changed) if changed else ''}); {len(lock.records)} in the lock",
               file=sys.stderr)
     return 0
+
+
+def _sources(args, cfg) -> list[str]:
+    """SOURCE arguments, else the configuration's sources (as the audit reads them)."""
+    from ..errors import InputError
+
+    if args.sources or cfg.sources:
+        return list(args.sources or cfg.sources)
+    raise InputError("no template sources given; give SOURCE arguments or set 'sources' in [tool.tmplkit] of "
+                     "pyproject.toml or in tmplkit.toml")
 
 
 # ---- the audit's checks ----------------------------------------------------------------------------
