@@ -29,11 +29,9 @@ _ROLE_BACK = {"system": "the system message is now rendered", "user": "user mess
               "assistant": "assistant messages are now rendered", "tool": "tool results are now rendered"}
 _SYSTEM_WORDS = {"own_turn": "a turn of its own", "as_user": "a user turn of its own",
                  "inside_user": "inside the first user turn", "inside_assistant": "inside the assistant turn",
-                 "preamble": "a preamble before any delimiter", "dropped": "not rendered",
-                 "rejected": "refused by the template", None: "unknown"}
+                 "preamble": "a preamble before any delimiter", "dropped": "not rendered", None: "unknown"}
 _TOOL_WORDS = {"own_role": "a turn of their own", "inside_user": "inside a user turn",
-               "inside_assistant": "inside the assistant turn", "dropped": "not rendered",
-               "rejected": "refused by the template", "unknown": "unknown"}
+               "inside_assistant": "inside the assistant turn", "dropped": "not rendered", "unknown": "unknown"}
 _GENERATION_WORDS = {"open": "opens the reasoning (forced open)", "closed": "closes the reasoning (forced closed)",
                      "model": "leaves reasoning to the model", None: "has no reasoning markup"}
 _GENERATION_BEFORE = {"open": "opened it", "closed": "closed it", "model": "left it to the model", None: "had no reasoning markup"}
@@ -104,14 +102,21 @@ def _roles(old: BehaviourRecord, new: BehaviourRecord) -> list[Change]:
     return out
 
 
+def _moved(what: str, words: dict, old: str | None, new: str | None) -> str:
+    """`what` (the system message, tool responses) moved from `old` to `new`, said in words."""
+    if old == "rejected":
+        return f"the template now accepts {what} ({words.get(new, new)})"
+    if new == "rejected":
+        return f"the template now refuses {what} (before: {words.get(old, old)})"
+    return f"{what} moved from {words.get(old, old)} to {words.get(new, new)}"
+
+
 def _placements(old: BehaviourRecord, new: BehaviourRecord, said: set[str]) -> list[Change]:
     out = []
     if old.system != new.system and not (new.system == "dropped" and "system" in said):
-        out.append(Change("system", f"the system message moved from {_SYSTEM_WORDS.get(old.system, old.system)} "
-                                    f"to {_SYSTEM_WORDS.get(new.system, new.system)}"))
+        out.append(Change("system", _moved("the system message", _SYSTEM_WORDS, old.system, new.system)))
     if old.tool_placement != new.tool_placement and not (new.tool_placement == "dropped" and "tool" in said):
-        out.append(Change("tool_placement", f"tool responses moved from {_TOOL_WORDS.get(old.tool_placement)} "
-                                            f"to {_TOOL_WORDS.get(new.tool_placement)}"))
+        out.append(Change("tool_placement", _moved("tool responses", _TOOL_WORDS, old.tool_placement, new.tool_placement)))
     return out
 
 
@@ -136,6 +141,15 @@ def _starts(old: BehaviourRecord, new: BehaviourRecord) -> list[Change]:
     return out
 
 
+def _prompt_change(label: str, a: str | None, b: str | None) -> str:
+    """A generation prompt's change; None is a render with it that does not extend the one without."""
+    if b is None:
+        return f"{label} no longer extends the conversation as rendered (it was {shown(a)})"
+    if a is None:
+        return f"{label} now extends the conversation as rendered: {shown(b)}"
+    return f"{label} changed from {shown(a)} to {shown(b)}"
+
+
 def _setting_label(setting: str) -> str:
     return "the generation prompt" if setting == SETTINGS_DEFAULT else f"with {setting}, the generation prompt"
 
@@ -151,7 +165,7 @@ def _generation(old: BehaviourRecord, new: BehaviourRecord) -> list[Change]:
         a, b = old.generation[setting], new.generation[setting]
         label = _setting_label(setting)
         if a.get("prompt") != b.get("prompt"):
-            out.append(Change("generation_prompt", f"{label} changed from {shown(a.get('prompt'))} to {shown(b.get('prompt'))}"))
+            out.append(Change("generation_prompt", _prompt_change(label, a.get("prompt"), b.get("prompt"))))
         if a.get("reasoning") != b.get("reasoning"):
             out.append(Change("reasoning", f"{label} now {_GENERATION_WORDS.get(b.get('reasoning'))}; "
                                            f"before, it {_GENERATION_BEFORE.get(a.get('reasoning'))}"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..errors import RenderError, RenderLimitError, TmplkitError
 from ..probes import THINKING_FLAGS
 from ..sandbox import render
+from ..sources import family_special_tokens
 
 __all__ = ["PROBE_NAMES", "SETTINGS_DEFAULT", "probe_renders", "rendered_roles", "switch_settings"]
 
@@ -83,10 +84,12 @@ def _render_or_error(template, messages, tools, gp: bool, kwargs: dict) -> str:
 
 def probe_renders(template, flags=()) -> dict[str, str]:
     """Every probe rendered with each switch setting: {'probe' or 'probe [setting]': text}.
-    A setting's renders are kept only where one differs from the default's."""
+    A setting's renders are kept only where one differs from the default's. A template that refuses
+    a probe gives 'error: ...' (its own words), one past a limit 'limit: KIND'."""
     out: dict[str, str] = {}
+    tokens = family_special_tokens(template)  # a bare .jinja that needs BOS/EOS gets its family's, as in the analysis
     for setting, kwargs in switch_settings(flags):
-        texts = {name: _render_or_error(template, m, tools, gp, kwargs) for name, (m, tools, gp) in _probes().items()}
+        texts = {name: _render_or_error(template, m, tools, gp, {**tokens, **kwargs}) for name, (m, tools, gp) in _probes().items()}
         if setting == SETTINGS_DEFAULT:
             out.update(texts)
         elif any(texts[n] != out[n] for n in texts):

@@ -27,7 +27,8 @@ def add_lock(sub) -> None:
         epilog="Example:\n  tmplkit lock templates/ --lock tmplkit.lock.json\n"
                "  tmplkit audit templates/ --lock tmplkit.lock.json   # exit 1 when a behaviour changed")
     p.add_argument("sources", nargs="*", metavar="SOURCE", help="as for audit; default: the configuration's sources")
-    p.add_argument("--lock", metavar="FILE", help=f"the lock file to write (default: the configuration's lock, else {DEFAULT_LOCK})")
+    p.add_argument("--lock", "-o", "--output", dest="lock", metavar="FILE",
+                   help=f"the lock file to write, atomically (default: the configuration's lock, else {DEFAULT_LOCK})")
     p.add_argument("--fresh", action="store_true", help="write only the templates given (drop other entries; also "
                                                         "replaces a lock of another layout)")
     add_name(p, many=True)
