@@ -160,6 +160,10 @@ def test_a_text_only_edit_passes_the_lock(capsys, tmp_path):
     chat.write_text(b.read_text())
     code, out, _ = run(capsys, "audit", "--in-process", str(chat), "--lock", "my.lock.json")
     assert code == 0 and "0 changed behaviour -> ok" in out
+    assert ("TEXT  chat: no change in behaviour; the template text changed (8089ed54712c -> 4c2a12701744), every probe "
+            "renders the same") in out
+    code, _, err = run(capsys, "lock", "--in-process", str(chat), "--lock", "my.lock.json")
+    assert code == 0 and "(0 new, 0 changed behaviour, 1 text only: chat)" in err
 
 
 def test_the_configuration_names_the_lock(tmp_path):

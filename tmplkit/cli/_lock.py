@@ -71,11 +71,15 @@ def _cmd_lock(args) -> int:
     lock = old.updated(records, fresh=args.fresh)
     write_lock(path, lock)
     new = [r for r in records if r.name not in old.records]
-    changed = [r for r in records if r.name in old.records and not compare(old.records[r.name], r).same]
+    diffs = {r.name: compare(old.records[r.name], r) for r in records if r.name in old.records}
+    changed = [name for name, d in diffs.items() if not d.same]
+    text_only = [name for name, d in diffs.items() if d.same and d.text_change]
     if verbosity(args) >= 0:
         n = len(records)
-        print(f"tmplkit: wrote {path}: {n} template{'s' if n != 1 else ''} locked ({len(new)} new, {len(changed)} changed "
-              f"behaviour{': ' + ', '.join(r.name for r in changed) if changed else ''}); {len(lock.records)} in the lock",
+        said = f"{len(new)} new, {len(changed)} changed behaviour" + (f": {', '.join(changed)}" if changed else "")
+        if text_only:
+            said += f", {len(text_only)} text only: {', '.join(text_only)}"
+        print(f"tmplkit: wrote {path}: {n} template{'s' if n != 1 else ''} locked ({said}); {len(lock.records)} in the lock",
               file=sys.stderr)
     return 0
 
@@ -132,7 +136,8 @@ def upstreams_for(cfg, templates) -> list:
 
 def run_checks(args, cfg, templates, lock, pairs) -> tuple[list[tuple[str, str, str, str]], bool]:
     """The lock check and the upstream drift check: their findings, each (kind, name, source,
-    message) with kind LOCK, DRIFT or "" (a summary line), and whether both hold."""
+    message) with kind LOCK, DRIFT, TEXT (a text-only edit: no change in behaviour, said apart) or
+    "" (a summary line), and whether both hold."""
     from ..behaviour import check_lock, compare, render_line
 
     if not lock and not pairs:
@@ -143,10 +148,12 @@ def run_checks(args, cfg, templates, lock, pairs) -> tuple[list[tuple[str, str, 
     ok = True
     if lock:
         check = check_lock(lock[1], records[:n], lock[0])
-        for name, source, d in check.changed:
+        for name, source, d in check.diffs:
             out += [("LOCK", name, source, c.message) for c in d.changes]
-            if d.first_render:
+            if d.changes and d.first_render:
                 out.append(("LOCK", name, source, "first differing render: " + render_line(d.first_render)))
+            if d.same and d.text_change and verbosity(args) >= 0:  # said apart, not a failure
+                out.append(("TEXT", name, source, d.headline))
         if not check.ok or verbosity(args) >= 0:
             out.append(("", "", "", check.summary()))
         ok = check.ok
@@ -168,7 +175,9 @@ def print_checks(findings, fmt: str, output: str | None) -> None:
         return
     if fmt == "github" and not output:
         for kind, name, source, message in findings:
-            if kind:
+            if kind == "TEXT":
+                print(f"::notice file={_escape(source, True)},title=tmplkit lock%3A {_escape(name, True)}::{name}: {_escape(message)}")
+            elif kind:
                 print(f"::error file={_escape(source, True)},title=tmplkit {kind.lower()}%3A {_escape(name, True)}::"
                       f"{name}: {_escape(message)}")
             else:
