@@ -27,7 +27,7 @@ from tmplkit.sources import load_one
 ROOT = Path(__file__).resolve().parent.parent
 PAIRS = ROOT / "fixtures" / "lock"
 CLASSES = ("delimiter-moved", "role-dropped", "system-not-rendered", "reasoning-dropped", "tool-placement",
-           "generation-prompt", "verdict-changed", "text-only")
+           "generation-prompt", "verdict-changed", "default-system", "text-only")
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
@@ -89,6 +89,13 @@ def test_the_verdict_changed(records):
     said = messages(records, "verdict-changed")
     assert said[0].startswith("the verdict changed from pass to fail: an assistant delimiter matches")
     assert "agent sessions are no longer prefix-stable (generation prompt at request 1)" in said
+
+
+def test_a_default_system_prompt_added(records):
+    assert messages(records, "default-system") == [
+        "a chat without a system message now gets the template's default system prompt"]
+    assert messages(records, "default-system", swap=True) == [
+        "a chat without a system message no longer gets a default system prompt"]
 
 
 def test_text_only_edits_are_no_change_in_behaviour(records):

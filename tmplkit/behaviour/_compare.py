@@ -115,6 +115,9 @@ def _placements(old: BehaviourRecord, new: BehaviourRecord, said: set[str]) -> l
     out = []
     if old.system != new.system and not (new.system == "dropped" and "system" in said):
         out.append(Change("system", _moved("the system message", _SYSTEM_WORDS, old.system, new.system)))
+    if old.default_system is not None and new.default_system is not None and old.default_system != new.default_system:
+        out.append(Change("system", "a chat without a system message now gets the template's default system prompt"
+                          if new.default_system else "a chat without a system message no longer gets a default system prompt"))
     if old.tool_placement != new.tool_placement and not (new.tool_placement == "dropped" and "tool" in said):
         out.append(Change("tool_placement", _moved("tool responses", _TOOL_WORDS, old.tool_placement, new.tool_placement)))
     return out

@@ -45,6 +45,9 @@ class BehaviourRecord:
     generation: dict = field(default_factory=dict)
     rendered: dict = field(default_factory=dict)
     system: str | None = None
+    # Whether a chat without a system message still renders a system turn (the template's default
+    # system prompt); None where the template has no system start or the probe did not render.
+    default_system: bool | None = None
     tool_placement: str = "unknown"
     earlier_reasoning: str | None = None
     prefix_stability: dict = field(default_factory=dict)
@@ -66,7 +69,8 @@ class BehaviourRecord:
             "reason": self.reason, "starts": dict(self.starts),
             "delimiters": [{"role": r, "text": t} for r, t in self.delimiters],
             "generation": {k: dict(v) for k, v in self.generation.items()}, "rendered": dict(self.rendered),
-            "system": self.system, "tool_placement": self.tool_placement, "earlier_reasoning": self.earlier_reasoning,
+            "system": self.system, "default_system": self.default_system, "tool_placement": self.tool_placement,
+            "earlier_reasoning": self.earlier_reasoning,
             "prefix_stability": dict(self.prefix_stability), "renders": dict(self.renders),
         }
 
@@ -78,7 +82,7 @@ class BehaviourRecord:
                        verdict=str(d["verdict"]), reason=str(d.get("reason", "")), starts=dict(d["starts"]),
                        delimiters=tuple((str(x["role"]), str(x["text"])) for x in d["delimiters"]),
                        generation={str(k): dict(v) for k, v in d["generation"].items()}, rendered=dict(d["rendered"]),
-                       system=d["system"], tool_placement=str(d["tool_placement"]),
+                       system=d["system"], default_system=d["default_system"], tool_placement=str(d["tool_placement"]),
                        earlier_reasoning=d["earlier_reasoning"], prefix_stability=dict(d["prefix_stability"]),
                        renders=dict(d["renders"]))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -110,6 +114,13 @@ def _generation(analysis: Analysis, renders: dict[str, str]) -> dict:
     return out
 
 
+def _default_system(analysis: Analysis, renders: dict[str, str]) -> bool | None:
+    text = renders.get("user")
+    if not analysis.system_start or text is None or text.startswith(("error: ", "limit: ")):
+        return None
+    return analysis.system_start in text
+
+
 def _prefix(check: PrefixStability | None) -> dict:
     if check is None:
         return {"verdict": NOT_APPLICABLE, "cause": "", "request": None}
@@ -128,7 +139,8 @@ def record_of(template, analysis: Analysis, prefix: PrefixStability | None, rend
         delimiters=tuple((d.role, d.text) for d in analysis.delimiters),
         generation=_generation(analysis, renders) if renders else {},
         rendered=rendered_roles(renders) if renders else {},
-        system=analysis.capabilities.get("system"), tool_placement=analysis.tool_placement,
+        system=analysis.capabilities.get("system"), default_system=_default_system(analysis, renders),
+        tool_placement=analysis.tool_placement,
         earlier_reasoning=analysis.earlier_reasoning, prefix_stability=_prefix(prefix),
         renders={name: sha256_of(text) for name, text in sorted(renders.items())},
         texts=dict(renders), template_text=template.text)
