@@ -13,7 +13,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "tmplkit"
 MAX_FUNCTION_LINES = 80
 # Packages made of private modules (`_name.py`), each with an `__all__` the package re-exports.
-LAYER_PACKAGES = ("tmplkit.sandbox", "tmplkit.session", "tmplkit.server_rules", "tmplkit.auditing", "tmplkit.masks")
+LAYER_PACKAGES = ("tmplkit.sandbox", "tmplkit.session", "tmplkit.server_rules", "tmplkit.auditing", "tmplkit.masks",
+                  "tmplkit.behaviour")
 
 
 def _modules() -> dict[str, Path]:
