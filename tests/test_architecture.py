@@ -29,11 +29,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("masks", ("masks",)),
     ("replay", ("replay",)),
     ("server", ("server",)),
-    ("audit", ("auditing",)),
+    ("audit", ("auditing", "behaviour")),
     ("surface", ("cli", "__main__")),
 )
 # Packages made of private modules (`_name.py`), each with an `__all__` the package re-exports.
-LAYER_PACKAGES = ("tmplkit.sandbox", "tmplkit.session", "tmplkit.server_rules", "tmplkit.auditing", "tmplkit.masks")
+LAYER_PACKAGES = ("tmplkit.sandbox", "tmplkit.session", "tmplkit.server_rules", "tmplkit.auditing", "tmplkit.masks",
+                  "tmplkit.behaviour")
 
 
 def _modules() -> dict[str, Path]:

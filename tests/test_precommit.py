@@ -235,3 +235,40 @@ def test_the_package_ships_py_typed():
     assert (ROOT / "tmplkit" / "py.typed").is_file()
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "py.typed" in config["tool"]["setuptools"]["package-data"]["tmplkit"]
+
+
+# ---- the behaviour lock through the hook and the action ---------------------------------------------
+
+LOCK_PAIR = ROOT / "fixtures" / "lock" / "system-not-rendered"
+
+
+def _locked_repo(tmp_path: Path) -> Path:
+    """A repository whose configuration names a lock written for chat.jinja (lock pair a)."""
+    repo = _repo(tmp_path, {"chat.jinja": (LOCK_PAIR / "a.jinja").read_text(),
+                            "pyproject.toml": '[tool.tmplkit]\nlock = "tmplkit.lock.json"\n'})
+    proc = subprocess.run(["tmplkit", "lock", "chat.jinja"], cwd=repo, env=_env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return repo
+
+
+def test_hook_checks_the_configured_lock(hook, tmp_path):
+    repo = _locked_repo(tmp_path)
+    proc, files = _run_hook(hook, repo)
+    assert files == ["chat.jinja"] and proc.returncode == 0, proc.stdout + proc.stderr
+    (repo / "chat.jinja").write_text((LOCK_PAIR / "b.jinja").read_text())
+    subprocess.run(["git", "add", "chat.jinja"], cwd=repo, check=True)
+    proc, _ = _run_hook(hook, repo)
+    assert proc.returncode == 1
+    assert "LOCK  chat: the system message is no longer rendered" in proc.stdout
+
+
+def test_action_checks_the_lock_input(action, tmp_path):
+    repo = _locked_repo(tmp_path)
+    (repo / "pyproject.toml").unlink()  # the input names the lock, not the configuration
+    assert _run_action(action, repo, paths="chat.jinja", lock="tmplkit.lock.json").returncode == 0
+    (repo / "chat.jinja").write_text((LOCK_PAIR / "b.jinja").read_text())
+    proc = _run_action(action, repo, paths="chat.jinja", lock="tmplkit.lock.json")
+    assert proc.returncode == 1
+    assert ("::error file=chat.jinja,title=tmplkit lock%3A chat::chat: the system message is no longer rendered"
+            in proc.stdout)
+    assert _run_action(action, repo, paths="chat.jinja").returncode == 0  # no lock: the audit alone

@@ -17,6 +17,8 @@ from ..sandbox import hints_for
 from ._annotate import add_annotate
 from ._audit import add_audit, add_table
 from ._corpus import add_corpus
+from ._diff import add_diff
+from ._lock import add_lock
 from ._mask import add_mask
 from ._prefill import add_prefill
 from ._replay import add_replay
@@ -32,10 +34,11 @@ __all__ = ["build_parser", "main"]
 
 # Each subcommand registers itself here: an add-parser function per subcommand.
 _SUBCOMMANDS = [add_audit, add_table, add_show, add_corpus, add_spans, add_prefill, add_turns, add_request,
-                add_engine_parity, add_server, add_session, add_replay, add_schema, add_mask, add_annotate]
+                add_engine_parity, add_server, add_session, add_replay, add_schema, add_mask, add_annotate,
+                add_lock, add_diff]
 
 
-EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)", 1: "the audit failed",
+EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)", 1: "the audit failed (diff: the behaviour differs)",
               2: "usage or input error (one line on stderr)", 130: "interrupted"}
 
 

@@ -26,6 +26,7 @@ from ._common import (
     use_color,
     verbosity,
 )
+from ._lock import lock_for, precheck, print_checks, run_checks, upstreams_for
 from .config import FAIL_ON, PREFIX_STABILITY, load_expected_failures
 
 _DEFAULT_TIMEOUT = 10.0
@@ -69,6 +70,10 @@ def add_audit(sub) -> None:
                         "it runs in the template's worker, within --timeout and --memory")
     p.add_argument("--session", metavar="FILE",
                    help="the session JSON the prefix-stability check resumes (default: a generated agent session)")
+    p.add_argument("--lock", metavar="FILE",
+                   help="also check each template against this behaviour lock (written by `tmplkit lock`; default: "
+                        "the configuration's lock): a template whose behaviour differs fails the audit, each change "
+                        "said in words; the configuration's [upstream] GGUFs are checked for drift the same way")
     p.set_defaults(func=_cmd_audit)
 
 
@@ -91,7 +96,7 @@ def _cmd_audit(args) -> int:
     reports = _more_reports(args.report)  # a bad --report before any work
     junit = [f for fmt, f in [(args.format, args.output), *reports] if fmt == "junit" and f]
     try:
-        report = _run_audit(args)
+        report, findings, held = _run_audit(args)
     except TmplkitError as exc:
         for path in junit:  # a CI reading the report finds why, not no file
             with contextlib.suppress(TmplkitError):
@@ -108,7 +113,8 @@ def _cmd_audit(args) -> int:
         emit(audit_mod.AUDIT_FORMATS[fmt](report), path)
     if (args.format not in ("text", "github") or args.output) and not quiet:
         print(audit_mod.summary_line(report, color=use_color(args, sys.stderr)), file=sys.stderr)
-    return 0 if report.ok else 1
+    print_checks(findings, args.format, args.output)
+    return 0 if report.ok and held else 1
 
 
 def _more_reports(specs: list[str] | None) -> list[tuple[str, str]]:
@@ -142,6 +148,10 @@ def _run_audit(args):
     needed_by = "the token round trip (--tokenizer)"
     require_tokenizers([tokenizer if tokenizer != "auto" else None, *cfg.tokenizers.values()], needed_by)
     templates = load_templates(sources, args.name)
+    lock = lock_for(args, cfg)  # a bad lock, a template it lacks, an upstream not at hand: before any work
+    if lock:
+        precheck(lock, templates)
+    pairs = upstreams_for(cfg, templates)
     quiet = verbosity(args) < 0
     tokenizers = dict(cfg.tokenizers)
     if tokenizer == "auto":  # which tokenizers 'auto' opens depends on the templates: still before any analysis
@@ -149,9 +159,10 @@ def _run_audit(args):
     progress = progress_printer(sys.stderr.isatty() and not quiet)
     # In process: jobs=1 and no worker limits (audit's in-process path).
     limits = {"jobs": 1} if args.in_process else {"jobs": jobs, "timeout": timeout, "memory_mb": memory}
-    return audit_mod.audit(templates, **limits, expected_failures=expected, tokenizer=tokenizer,
-                           tokenizers=tokenizers, fail_on=_first(args.fail_on, cfg.fail_on, "fail"),
-                           prefix_stability=prefix_stability, session=session, progress=progress)
+    report = audit_mod.audit(templates, **limits, expected_failures=expected, tokenizer=tokenizer,
+                             tokenizers=tokenizers, fail_on=_first(args.fail_on, cfg.fail_on, "fail"),
+                             prefix_stability=prefix_stability, session=session, progress=progress)
+    return (report, *run_checks(args, cfg, templates, lock, pairs))
 
 
 def _auto_without_extras(templates, tokenizers, quiet: bool) -> dict[str, str | None]:

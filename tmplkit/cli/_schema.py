@@ -7,7 +7,7 @@ def add_schema(sub) -> None:
     p = sub.add_parser("schema", help="print the JSON Schema of a command's JSON output, or list them",
                        description="Print the JSON Schema (draft 2020-12) of a JSON output: audit, table, turns, "
                                    "spans, request, engine-parity, server-delimiters, server-log, prefill, replay, "
-                                   "session. Without NAME, list them with the path of each file.")
+                                   "session, lock, diff. Without NAME, list them with the path of each file.")
     p.add_argument("name", metavar="NAME", nargs="?", help="the schema to print (default: list them)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the schema to FILE (atomically) instead of stdout")
     p.set_defaults(func=_cmd_schema)

@@ -11,12 +11,15 @@ command line override it. Unknown keys and bad values are errors naming the file
     tokenizer = "auto"                            # token round trip: auto, a .gguf, tokenizer.json, vocab:NAME
     expected-failures = "expected.json"           # a JSON file {name: reason}, or a table of them
     prefix-stability = "report"                   # off (default), report, or fail: unstable templates fail
+    lock = "tmplkit.lock.json"                    # the behaviour lock the audit checks templates against
     [limits]                                      # [tool.tmplkit.limits] in pyproject.toml
     timeout = 10                                  # wall-clock seconds per template
     memory = 1024                                 # MiB a worker may allocate
     jobs = 2                                      # worker processes
     [tokenizers]                                  # tokenizer pairing: template name -> tokenizer
     "Qwen3-Coder" = "vocab:qwen35"
+    [upstream]                                    # a GGUF -> its upstream template: the audit reports drift
+    "models/chat-7b.Q4_K_M.gguf" = "hf:acme/chat-7b"
 
 >>> cfg = parse_config({"fail-on": "warning", "limits": {"timeout": 5}}, Path("tmplkit.toml"))
 >>> cfg.fail_on, cfg.timeout
@@ -42,7 +45,8 @@ __all__ = ["EXPECTED_KINDS", "FAIL_ON", "PREFIX_STABILITY", "Config", "find_conf
 # What an expected-failures entry may excuse: {name: reason} is {name: {"fail": reason}}.
 EXPECTED_KINDS = ("fail", "unstable")
 
-_TOP_KEYS = ("sources", "fail-on", "tokenizer", "expected-failures", "prefix-stability", "limits", "tokenizers")
+_TOP_KEYS = ("sources", "fail-on", "tokenizer", "expected-failures", "prefix-stability", "limits", "tokenizers", "lock",
+             "upstream")
 _LIMIT_KEYS = ("timeout", "memory", "jobs")
 # Sources and tokenizer specs that are not paths, so not relative to the configuration file.
 _NOT_PATHS = ("hf:", "corpus:", "vocab:")
@@ -62,13 +66,16 @@ class Config:
     timeout: float | None = None
     memory: int | None = None
     jobs: int | None = None
+    # The behaviour lock the audit checks against, and each GGUF's upstream source (both resolved).
+    lock: str | None = None
+    upstream: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
             "path": str(self.path) if self.path else None, "sources": list(self.sources), "fail_on": self.fail_on,
             "tokenizer": self.tokenizer, "tokenizers": dict(self.tokenizers),
             "expected_failures": self.expected_failures, "prefix_stability": self.prefix_stability, "timeout": self.timeout, "memory": self.memory,
-            "jobs": self.jobs,
+            "jobs": self.jobs, "lock": self.lock, "upstream": dict(self.upstream),
         }
 
 
@@ -125,7 +132,23 @@ def parse_config(data: dict[str, Any], path: Path) -> Config:
         timeout=_number(limits, "timeout", path, float),
         memory=_number(limits, "memory", path, int),
         jobs=_number(limits, "jobs", path, int),
+        lock=_resolve(_path_string(data, "lock", path), base) if data.get("lock") is not None else None,
+        upstream=_upstream(data.get("upstream", {}), base, path),
     )
+
+
+def _path_string(data: dict, key: str, path: Path) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+        raise _bad(path, key, "must be a file name", value)
+    return value
+
+
+def _upstream(value: object, base: Path, path: Path) -> dict[str, str]:
+    """{GGUF path: upstream source}, both relative to the configuration's folder."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in value.items()):
+        raise _bad(path, "upstream", "must be a table of GGUF path = template source (hf:org/name[@rev], a file)", value)
+    return {_resolve(k, base): _resolve(v, base) for k, v in value.items()}
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

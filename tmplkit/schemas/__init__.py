@@ -1,8 +1,8 @@
 """The JSON Schemas (draft 2020-12) of every JSON tmplkit prints, shipped with the package.
 
 Each `NAME.schema.json` here describes one command's JSON: `audit`, `table`, `turns`, `spans`,
-`request`, `engine-parity`, `server-delimiters`, `server-log`, `prefill`, `replay` and `session`
-(`tmplkit schema NAME` prints one; `tmplkit schema` lists them with their paths). tmplkit's own
+`request`, `engine-parity`, `server-delimiters`, `server-log`, `prefill`, `replay`, `session`, `lock`
+and `diff` (`tmplkit schema NAME` prints one; `tmplkit schema` lists them with their paths). tmplkit's own
 reports carry a `schema_version`, the schema's `const`; the request body (POSTed to llama-server
 as it is) and the session (an OpenAI-style conversation, also an input) carry none. A version is
 raised when a field is removed or changes meaning; adding one does not, but the schema lists it.

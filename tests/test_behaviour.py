@@ -1,0 +1,319 @@
+"""The behaviour lock and `tmplkit diff`: each change class of our fixture pairs (fixtures/lock/<class>/a.jinja,
+b.jinja) is said in the words a user sees; text-only edits are no change in behaviour; the lock round-trips,
+has a schema, is checked by the audit (flag, configuration), is written atomically; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tmplkit import atomic
+from tmplkit.behaviour import (
+    BehaviourLock,
+    compare,
+    derive_records,
+    read_lock,
+    write_lock,
+)
+from tmplkit.cli import main
+from tmplkit.errors import InputError
+from tmplkit.sources import load_one
+
+ROOT = Path(__file__).resolve().parent.parent
+PAIRS = ROOT / "fixtures" / "lock"
+CLASSES = ("delimiter-moved", "role-dropped", "system-not-rendered", "reasoning-dropped", "tool-placement",
+           "generation-prompt", "verdict-changed", "default-system", "text-only")
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture(autouse=True)
+def _no_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def records():
+    """{class: (record of a, record of b)}, derived once, in this process."""
+    templates = [load_one(str(PAIRS / c / side)) for c in CLASSES for side in ("a.jinja", "b.jinja")]
+    derived = derive_records(templates, in_process=True)
+    return {c: (derived[2 * i], derived[2 * i + 1]) for i, c in enumerate(CLASSES)}
+
+
+def messages(records, cls: str, swap: bool = False) -> list[str]:
+    a, b = records[cls]
+    return [c.message for c in (compare(b, a) if swap else compare(a, b)).changes]
+
+
+# ---- each change class, in the words a user reads -----------------------------------------------------
+
+def test_a_delimiter_moved(records):
+    assert messages(records, "delimiter-moved") == [
+        "the tool-response start changed from `<|im_start|>tool\\n` to `<|im_start|>observation\\n`"]
+
+
+def test_a_role_dropped(records):
+    assert messages(records, "role-dropped") == [
+        "tool results are no longer rendered", "the tool-response start `<|im_start|>tool\\n` is gone"]
+
+
+def test_the_system_prompt_no_longer_rendered(records):
+    assert messages(records, "system-not-rendered") == [
+        "the system message is no longer rendered", "the system start `<|im_start|>system\\n` is gone"]
+
+
+def test_reasoning_dropped_and_now_kept(records):
+    assert messages(records, "reasoning-dropped") == [
+        "earlier reasoning is now dropped: agent sessions are no longer prefix-stable"]
+    assert messages(records, "reasoning-dropped", swap=True) == [
+        "earlier reasoning is now kept: agent sessions are now prefix-stable"]
+
+
+def test_tool_placement_changed(records):
+    assert messages(records, "tool-placement") == [
+        "tool responses moved from a turn of their own to inside a user turn",
+        "the tool-response start changed from `<|im_start|>tool\\n` to `<|im_start|>user\\n<tool_response>\\n`"]
+
+
+def test_generation_prompt_changed(records):
+    assert messages(records, "generation-prompt") == [
+        "the generation prompt changed from `<|im_start|>assistant\\n` to `<|im_start|>assistant\\n<think>\\n`",
+        "the generation prompt now opens the reasoning (forced open); before, it left it to the model"]
+
+
+def test_the_verdict_changed(records):
+    said = messages(records, "verdict-changed")
+    assert said[0].startswith("the verdict changed from pass to fail: an assistant delimiter matches")
+    assert "agent sessions are no longer prefix-stable (generation prompt at request 1)" in said
+
+
+def test_a_default_system_prompt_added(records):
+    assert messages(records, "default-system") == [
+        "a chat without a system message now gets the template's default system prompt"]
+    assert messages(records, "default-system", swap=True) == [
+        "a chat without a system message no longer gets a default system prompt"]
+
+
+def test_text_only_edits_are_no_change_in_behaviour(records):
+    a, b = records["text-only"]
+    assert a.text_sha256 != b.text_sha256 and a.behaviour() == b.behaviour()
+    d = compare(a, b)
+    assert d.same and d.changes == () and d.first_render is None
+    assert d.headline == "no change in behaviour; the template text changed (+20 -16 lines), every probe renders the same"
+    assert compare(a, a).headline == "no change in behaviour (the same template text)"
+
+
+@pytest.mark.parametrize("cls", CLASSES[:-1])
+def test_every_behaviour_change_shows_the_first_differing_render(records, cls):
+    d = compare(*records[cls])
+    assert not d.same and d.first_render is not None
+    first = d.first_render
+    assert first["old"] != first["new"] and first["old_digest"] != first["new_digest"]
+
+
+# ---- the lock ------------------------------------------------------------------------------------------
+
+def _pair(tmp_path: Path, cls: str) -> tuple[Path, Path]:
+    """The class's a.jinja copied to tmp_path/templates/chat.jinja; b.jinja's text returned beside it."""
+    (tmp_path / "templates").mkdir(exist_ok=True)
+    chat = tmp_path / "templates" / "chat.jinja"
+    chat.write_text((PAIRS / cls / "a.jinja").read_text())
+    return chat, PAIRS / cls / "b.jinja"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["--no-config", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_lock_round_trips_and_matches_its_schema(capsys, tmp_path, matches_schema):
+    chat, _ = _pair(tmp_path, "reasoning-dropped")
+    code, _, err = run(capsys, "lock", "--in-process", str(chat), "--lock", "my.lock.json")
+    assert code == 0 and "wrote my.lock.json: 1 template locked (1 new, 0 changed behaviour)" in err
+    text = (tmp_path / "my.lock.json").read_text()
+    data = json.loads(text)
+    assert matches_schema("lock", data)
+    assert text == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"  # stable ordering
+    assert data["templates"]["chat"]["prefix_stability"]["verdict"] == "stable"
+    lock = read_lock(tmp_path / "my.lock.json")
+    (fresh,) = derive_records([load_one(str(chat))], in_process=True)
+    assert lock.records["chat"].behaviour() == fresh.behaviour()
+    code, out, _ = run(capsys, "audit", "--in-process", str(chat), "--lock", "my.lock.json")
+    assert code == 0 and "lock my.lock.json: 1 template checked, 0 changed behaviour -> ok" in out
+
+
+def test_the_audit_fails_when_behaviour_differs_and_one_command_updates_the_lock(capsys, tmp_path):
+    chat, b = _pair(tmp_path, "reasoning-dropped")
+    assert run(capsys, "lock", "--in-process", str(chat), "--lock", "my.lock.json")[0] == 0
+    chat.write_text(b.read_text())
+    code, out, _ = run(capsys, "audit", "--in-process", str(chat), "--lock", "my.lock.json")
+    assert code == 1
+    assert "LOCK  chat: earlier reasoning is now dropped: agent sessions are no longer prefix-stable" in out
+    assert "LOCK  chat: first differing render: probe 'earlier reasoning'" in out
+    assert "1 changed behaviour -> FAILED" in out
+    code, _, err = run(capsys, "lock", "--in-process", str(chat), "--lock", "my.lock.json")
+    assert code == 0 and "(0 new, 1 changed behaviour: chat)" in err
+    assert run(capsys, "audit", "--in-process", str(chat), "--lock", "my.lock.json")[0] == 0
+
+
+def test_a_text_only_edit_passes_the_lock(capsys, tmp_path):
+    chat, b = _pair(tmp_path, "text-only")
+    assert run(capsys, "lock", "--in-process", str(chat), "--lock", "my.lock.json")[0] == 0
+    chat.write_text(b.read_text())
+    code, out, _ = run(capsys, "audit", "--in-process", str(chat), "--lock", "my.lock.json")
+    assert code == 0 and "0 changed behaviour -> ok" in out
+    assert ("TEXT  chat: no change in behaviour; the template text changed (8089ed54712c -> 4c2a12701744), every probe "
+            "renders the same") in out
+    code, _, err = run(capsys, "lock", "--in-process", str(chat), "--lock", "my.lock.json")
+    assert code == 0 and "(0 new, 0 changed behaviour, 1 text only: chat)" in err
+
+
+def test_the_configuration_names_the_lock(tmp_path):
+    chat, b = _pair(tmp_path, "tool-placement")
+    (tmp_path / "pyproject.toml").write_text('[tool.tmplkit]\nsources = ["templates"]\nlock = "ci/tmplkit.lock.json"\n')
+    (tmp_path / "ci").mkdir()
+    assert main(["lock", "--in-process"]) == 0 and (tmp_path / "ci" / "tmplkit.lock.json").is_file()
+    assert main(["audit", "--in-process"]) == 0
+    chat.write_text(b.read_text())
+    assert main(["audit", "--in-process"]) == 1
+
+
+def test_the_github_format_annotates_the_changed_template(capsys, tmp_path):
+    chat, b = _pair(tmp_path, "system-not-rendered")
+    assert run(capsys, "lock", "--in-process", str(chat), "--lock", "l.json")[0] == 0
+    chat.write_text(b.read_text())
+    code, out, _ = run(capsys, "audit", "--in-process", "--format", "github", str(chat), "--lock", "l.json")
+    assert code == 1
+    assert f"::error file={chat},title=tmplkit lock%3A chat::chat: the system message is no longer rendered" in out
+
+
+def test_the_lock_keeps_other_entries_unless_fresh(capsys, tmp_path):
+    chat, _ = _pair(tmp_path, "text-only")
+    other = tmp_path / "templates" / "other.jinja"
+    other.write_text((PAIRS / "tool-placement" / "b.jinja").read_text())
+    assert run(capsys, "lock", "--in-process", str(chat), str(other), "--lock", "l.json")[0] == 0
+    assert run(capsys, "lock", "--in-process", str(chat), "--lock", "l.json")[0] == 0
+    assert sorted(read_lock(tmp_path / "l.json").records) == ["chat", "other"]
+    assert run(capsys, "lock", "--in-process", str(chat), "--lock", "l.json", "--fresh")[0] == 0
+    assert sorted(read_lock(tmp_path / "l.json").records) == ["chat"]
+
+
+# ---- bad input: one line, an exit code ----------------------------------------------------------------
+
+def _one_line_error(capsys, *argv: str) -> str:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and err.startswith("tmplkit: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_a_lock_of_another_layout_a_corrupt_lock_and_a_missing_template(capsys, tmp_path):
+    chat, _ = _pair(tmp_path, "text-only")
+    (tmp_path / "old.json").write_text(json.dumps({"schema_version": 0, "tmplkit_version": "0.1.0", "templates": {}}))
+    err = _one_line_error(capsys, "audit", "--in-process", str(chat), "--lock", "old.json")
+    assert "a lock of layout 0 (tmplkit 0.1.0)" in err and "--fresh" in err
+    (tmp_path / "corrupt.json").write_text('{"schema_version": 1, "templates": {"chat": {"na')
+    assert "not valid JSON" in _one_line_error(capsys, "audit", "--in-process", str(chat), "--lock", "corrupt.json")
+    (tmp_path / "bad.json").write_text(json.dumps({"schema_version": 1, "templates": {"chat": {"name": "chat"}}}))
+    assert "not a behaviour record" in _one_line_error(capsys, "audit", "--in-process", str(chat), "--lock", "bad.json")
+    (tmp_path / "empty.json").write_text(json.dumps({"schema_version": 1, "tmplkit_version": "0", "templates": {}}))
+    err = _one_line_error(capsys, "audit", "--in-process", str(chat), "--lock", "empty.json")
+    assert f"empty.json: no entry for chat; add it with `tmplkit lock {chat} --lock empty.json`" in err
+    assert "no such lock" in _one_line_error(capsys, "audit", "--in-process", str(chat), "--lock", "missing.json")
+    # `tmplkit lock` refuses to update a lock it cannot read (--fresh replaces it)
+    assert "a lock of layout 0" in _one_line_error(capsys, "lock", "--in-process", str(chat), "--lock", "old.json")
+    assert run(capsys, "lock", "--in-process", str(chat), "--lock", "old.json", "--fresh")[0] == 0
+
+
+def test_two_templates_of_one_name_are_refused(capsys, tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    for folder in ("x", "y"):
+        (tmp_path / folder / "chat.jinja").write_text((PAIRS / "text-only" / "a.jinja").read_text())
+    err = _one_line_error(capsys, "lock", "--in-process", "x/chat.jinja", "y/chat.jinja")
+    assert "two templates are named 'chat'" in err
+    assert not (tmp_path / "tmplkit.lock.json").exists()
+
+
+def test_a_lock_is_never_half_written(tmp_path, monkeypatch, records):
+    path = tmp_path / "l.json"
+    write_lock(path, BehaviourLock().updated([records["text-only"][0]]))
+    before = path.read_bytes()
+
+    def boom(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "fsync", boom)
+    with pytest.raises(InputError):
+        write_lock(path, BehaviourLock().updated(list(records["tool-placement"][1:])))
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["l.json"]
+
+
+# ---- tmplkit diff ---------------------------------------------------------------------------------------
+
+def test_diff_exit_codes_and_formats(capsys, matches_schema):
+    a, b = str(PAIRS / "tool-placement" / "a.jinja"), str(PAIRS / "tool-placement" / "b.jinja")
+    code, out, _ = run(capsys, "diff", "--in-process", a, b)
+    assert code == 1
+    assert out.splitlines()[1] == "  - tool responses moved from a turn of their own to inside a user turn"
+    code, out, _ = run(capsys, "diff", "--in-process", a, b, "--format", "json")
+    data = json.loads(out)
+    assert code == 1 and matches_schema("diff", data) and data["same_behaviour"] is False
+    assert [c["kind"] for c in data["changes"]] == ["tool_placement", "delimiter"]
+    code, out, _ = run(capsys, "diff", "--in-process", a, b, "--format", "markdown")
+    assert code == 1 and "| tool_placement | tool responses moved" in out
+    text_only = PAIRS / "text-only"
+    code, out, _ = run(capsys, "diff", "--in-process", str(text_only / "a.jinja"), str(text_only / "b.jinja"))
+    assert code == 0 and out.rstrip().endswith(
+        "no change in behaviour; the template text changed (+20 -16 lines), every probe renders the same")
+    assert "no such file" in _one_line_error(capsys, "diff", "--in-process", a, "missing.jinja")
+
+
+def _hf_cache(root: Path, repo: str, files: dict[str, str], commit: str = "b" * 40) -> None:
+    base = root / "hub" / ("models--" + repo.replace("/", "--"))
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / "main").write_text(commit)
+    for name, text in files.items():
+        (base / "snapshots" / commit / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / "snapshots" / commit / name).write_text(text)
+
+
+def _offline(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {**ENV, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
+    env.pop("HF_HUB_CACHE", None)
+    return subprocess.run([sys.executable, "-m", "tmplkit", *argv], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+
+
+def test_a_gguf_against_its_upstream_from_the_local_cache(tmp_path, write_gguf):
+    upstream = (PAIRS / "delimiter-moved" / "a.jinja").read_text()
+    _hf_cache(tmp_path / "hf", "acme/chat-7b", {"chat_template.jinja": upstream})
+    same = write_gguf("same.gguf", template=upstream)
+    drifted = write_gguf("drifted.gguf", template=(PAIRS / "delimiter-moved" / "b.jinja").read_text())
+    proc = _offline(tmp_path, "diff", "--in-process", "hf:acme/chat-7b", str(same))
+    assert proc.returncode == 0 and "no change in behaviour" in proc.stdout, proc.stderr
+    proc = _offline(tmp_path, "diff", "--in-process", "hf:acme/chat-7b", str(drifted))
+    assert proc.returncode == 1 and ("  - the tool-response start changed from `<|im_start|>tool\\n` to "
+                                     "`<|im_start|>observation\\n`") in proc.stdout
+    proc = _offline(tmp_path, "diff", "--in-process", "hf:acme/other", str(drifted))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "HF_HUB_OFFLINE" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_audit_reports_drift_from_a_declared_upstream(tmp_path, write_gguf):
+    upstream = tmp_path / "upstream.jinja"
+    upstream.write_text((PAIRS / "generation-prompt" / "a.jinja").read_text())
+    write_gguf("model.gguf", template=(PAIRS / "generation-prompt" / "b.jinja").read_text())
+    (tmp_path / "tmplkit.toml").write_text('sources = ["model.gguf"]\n[upstream]\n"model.gguf" = "upstream.jinja"\n')
+    proc = subprocess.run([sys.executable, "-m", "tmplkit", "audit", "--in-process"], env=ENV, capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert ("DRIFT model: from its upstream upstream.jinja: the generation prompt changed from "
+            "`<|im_start|>assistant\\n` to `<|im_start|>assistant\\n<think>\\n`") in proc.stdout
+    (tmp_path / "tmplkit.toml").write_text('sources = ["model.gguf"]\n[upstream]\n"model.gguf" = "hf:acme/none"\n')
+    proc = _offline(tmp_path, "audit", "--in-process")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "hf:acme/none" in proc.stderr

@@ -1,0 +1,37 @@
+"""Behaviour records of many templates, each derived in a sandboxed worker (as the audit does)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+from ..auditing import default_turns_session
+from ._record import BehaviourRecord, derive_behaviour, record_of
+
+__all__ = ["DEFAULT_TIMEOUT", "derive_records"]
+
+# Seconds per template: the analysis and a whole agent session are rendered.
+DEFAULT_TIMEOUT = 30.0
+
+
+def derive_records(templates: Sequence, *, jobs: int | None = None, timeout: float | None = DEFAULT_TIMEOUT,
+                   memory_mb: int | None = 1024, session=None, in_process: bool = False,
+                   progress: Callable | None = None) -> list[BehaviourRecord]:
+    """The behaviour record of each template, in input order. Each is derived in a worker process
+    with `timeout` seconds and `memory_mb` MiB (`in_process`: here, under the render limits only);
+    `session` is the agent session of the prefix-stability check (default: the audit's)."""
+    session = session if session is not None else default_turns_session()
+    if in_process:
+        target = functools.partial(derive_behaviour, session=session)
+        results: list = [target(t) for t in templates]
+    else:
+        from ..auditing.isolate import analyze_isolated
+
+        target = functools.partial(derive_behaviour, session=session, timeout=timeout)
+        results = analyze_isolated(list(templates), jobs=jobs, timeout=timeout, memory_mb=memory_mb,
+                                   target=target, progress=progress)
+    out = []
+    for template, result in zip(templates, results):
+        analysis, prefix, renders = result if isinstance(result, tuple) else (result, None, {})
+        out.append(record_of(template, analysis, prefix, renders))
+    return out

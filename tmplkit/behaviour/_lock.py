@@ -1,0 +1,106 @@
+"""The behaviour lock: one JSON file of behaviour records, keyed by template name.
+
+`{"schema_version": 1, "tmplkit_version": ..., "templates": {name: record}}`, written with sorted
+keys and two-space indents so that a change reviews as a small diff, and atomically (a reader
+sees the old lock or the whole new one, never half of it). `read_lock` refuses a lock of another
+layout, a corrupt one and a record that is not one, each on one line saying what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .._version import __version__
+from ..errors import InputError
+from ..jsonio import read_json
+from ._compare import compare
+from ._record import BehaviourRecord
+
+__all__ = ["DEFAULT_LOCK", "LOCK_SCHEMA_VERSION", "BehaviourLock", "LockCheck", "check_lock", "read_lock", "require_entries", "write_lock"]
+
+# The lock's layout; raised when a field is removed or changes meaning.
+LOCK_SCHEMA_VERSION = 1
+DEFAULT_LOCK = "tmplkit.lock.json"
+
+
+@dataclass(frozen=True)
+class BehaviourLock:
+    records: dict = field(default_factory=dict)  # name -> BehaviourRecord
+    tmplkit_version: str = __version__
+
+    def to_dict(self) -> dict:
+        return {"schema_version": LOCK_SCHEMA_VERSION, "tmplkit_version": self.tmplkit_version,
+                "templates": {name: self.records[name].to_dict() for name in sorted(self.records)}}
+
+    def updated(self, records, fresh: bool = False) -> BehaviourLock:
+        """This lock with `records` written over their names' entries (`fresh`: only `records`);
+        InputError when two of `records` share a name."""
+        seen: dict[str, BehaviourRecord] = {}
+        for r in records:
+            if r.name in seen:
+                raise InputError(f"two templates are named '{r.name}' ({seen[r.name].source}, {r.source}); a lock keys "
+                                 "templates by name: lock them in separate lock files, or give one --name")
+            seen[r.name] = r
+        return BehaviourLock({**({} if fresh else self.records), **seen}, __version__)
+
+
+def read_lock(path) -> BehaviourLock:
+    """The lock in `path`; one-line InputErrors for a missing, corrupt or other-version lock."""
+    data = read_json(path, what="a behaviour lock (written by `tmplkit lock`)")
+    if not isinstance(data, dict) or not isinstance(data.get("templates"), dict):
+        raise InputError(f"{path}: not a behaviour lock (no 'templates' object); write it with `tmplkit lock SOURCE... --lock {path}`")
+    version = data.get("schema_version")
+    if version != LOCK_SCHEMA_VERSION:
+        raise InputError(f"{path}: a lock of layout {version!r} (tmplkit {data.get('tmplkit_version', '?')}); this tmplkit "
+                         f"reads layout {LOCK_SCHEMA_VERSION}: write it again with `tmplkit lock SOURCE... --lock {path} --fresh`")
+    records = {}
+    for name, entry in data["templates"].items():
+        if not isinstance(entry, dict):
+            raise InputError(f"{path}: the entry of '{name}' is not an object; write the lock again with `tmplkit lock`")
+        records[name] = BehaviourRecord.from_dict(entry, where=f"{path}: '{name}'")
+    return BehaviourLock(records, str(data.get("tmplkit_version", "")))
+
+
+def write_lock(path, lock: BehaviourLock) -> None:
+    """Write `lock` to `path` atomically, keys sorted."""
+    from ..atomic import write_output
+
+    write_output(path, json.dumps(lock.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+@dataclass(frozen=True)
+class LockCheck:
+    """Each template checked against its locked record: (name, source, BehaviourDiff)."""
+
+    lock_path: str
+    diffs: tuple = ()
+
+    @property
+    def changed(self) -> list:
+        return [(name, source, d) for name, source, d in self.diffs if not d.same]
+
+    @property
+    def ok(self) -> bool:
+        return not self.changed
+
+    def summary(self) -> str:
+        n, bad = len(self.diffs), len(self.changed)
+        verdict = "ok" if self.ok else f"FAILED; after an intended change: tmplkit lock SOURCE... --lock {self.lock_path}"
+        return f"lock {self.lock_path}: {n} template{'s' if n != 1 else ''} checked, {bad} changed behaviour -> {verdict}"
+
+
+def require_entries(lock: BehaviourLock, templates, lock_path) -> None:
+    """InputError (one line) naming the templates (anything with .name and .source) the lock lacks."""
+    missing = [t for t in templates if t.name not in lock.records]
+    if missing:
+        names = ", ".join(t.name for t in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        raise InputError(f"{lock_path}: no entry for {names}; add {'it' if len(missing) == 1 else 'them'} with "
+                         f"`tmplkit lock {missing[0].source} --lock {lock_path}`")
+
+
+def check_lock(lock: BehaviourLock, records, lock_path) -> LockCheck:
+    """Compare each record with its name's entry in `lock` (`require_entries` first)."""
+    require_entries(lock, records, lock_path)
+    diffs = tuple((r.name, r.source, compare(lock.records[r.name], r)) for r in records)
+    return LockCheck(str(lock_path), diffs)

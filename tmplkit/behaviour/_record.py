@@ -1,0 +1,146 @@
+"""A template's behaviour record: what tmplkit derived for it, in the fields a publisher reviews.
+
+`derive_behaviour` is the worker target (tmplkit.auditing.isolate): the analysis, the prefix-stability check
+on the agent session and the probe renders, in one sandboxed process. `record_of` turns what it
+found into a `BehaviourRecord`: the verdict, every role's delimiter, the generation prompt and
+what it does with reasoning under each thinking switch, where tool responses and the system
+prompt go, whether earlier reasoning is kept, the prefix-stability verdict, and a digest of each
+probe render. Two records are equal exactly when the behaviour is: the template's text is kept
+apart (`text_sha256`), so an edit that renders the same on every probe changes nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from ..analysis import Analysis
+from ..auditing import NOT_APPLICABLE, PrefixStability, analyze_with_prefix_stability
+from ..errors import InputError
+from ._probes import SETTINGS_DEFAULT, probe_renders, rendered_roles, switch_settings
+
+__all__ = ["START_ROLES", "BehaviourRecord", "derive_behaviour", "record_of", "sha256_of"]
+
+# The role starts a record holds (Analysis fields), in the order a report names them.
+START_ROLES = (("system", "system_start"), ("user", "user_start"), ("assistant", "assistant_start"),
+               ("tool", "tool_response_start"), ("tool_next", "tool_response_next"),
+               ("reasoning", "reasoning_start"), ("reasoning_end", "reasoning_end"))
+
+
+def sha256_of(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class BehaviourRecord:
+    """What one template does. `renders` maps each probe to the digest of its render; `texts` (not
+    compared, not written to a lock) keeps the renders themselves, to show the first that differs."""
+
+    name: str
+    source: str
+    text_sha256: str
+    verdict: str
+    starts: dict = field(default_factory=dict)
+    delimiters: tuple[tuple[str, str], ...] = ()
+    generation: dict = field(default_factory=dict)
+    rendered: dict = field(default_factory=dict)
+    system: str | None = None
+    # Whether a chat without a system message still renders a system turn (the template's default
+    # system prompt); None where the template has no system start or the probe did not render.
+    default_system: bool | None = None
+    tool_placement: str = "unknown"
+    earlier_reasoning: str | None = None
+    prefix_stability: dict = field(default_factory=dict)
+    renders: dict = field(default_factory=dict)
+    reason: str = ""
+    texts: dict = field(default_factory=dict, repr=False, compare=False)
+    template_text: str = field(default="", repr=False, compare=False)
+
+    def behaviour(self) -> dict:
+        """The record less its name, source, text digest and reason: what two templates compare on."""
+        d = self.to_dict()
+        for key in ("name", "source", "text_sha256", "reason"):
+            d.pop(key)
+        return d
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "source": self.source, "text_sha256": self.text_sha256, "verdict": self.verdict,
+            "reason": self.reason, "starts": dict(self.starts),
+            "delimiters": [{"role": r, "text": t} for r, t in self.delimiters],
+            "generation": {k: dict(v) for k, v in self.generation.items()}, "rendered": dict(self.rendered),
+            "system": self.system, "default_system": self.default_system, "tool_placement": self.tool_placement,
+            "earlier_reasoning": self.earlier_reasoning,
+            "prefix_stability": dict(self.prefix_stability), "renders": dict(self.renders),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "the lock") -> BehaviourRecord:
+        """A record read back from a lock; InputError naming `where` when a field is missing or wrong."""
+        try:
+            return cls(name=str(d["name"]), source=str(d["source"]), text_sha256=str(d["text_sha256"]),
+                       verdict=str(d["verdict"]), reason=str(d.get("reason", "")), starts=dict(d["starts"]),
+                       delimiters=tuple((str(x["role"]), str(x["text"])) for x in d["delimiters"]),
+                       generation={str(k): dict(v) for k, v in d["generation"].items()}, rendered=dict(d["rendered"]),
+                       system=d["system"], default_system=d["default_system"], tool_placement=str(d["tool_placement"]),
+                       earlier_reasoning=d["earlier_reasoning"], prefix_stability=dict(d["prefix_stability"]),
+                       renders=dict(d["renders"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InputError(f"{where}: a template's record is not a behaviour record ({type(exc).__name__}: {exc}); "
+                             "write the lock again with `tmplkit lock`") from None
+
+
+def derive_behaviour(template, session=None, timeout: float | None = None):
+    """A worker target: (Analysis, PrefixStability or None, {probe: render}) of `template`, all
+    rendered in this process under its limits."""
+    analysis, prefix = analyze_with_prefix_stability(template, session, timeout)
+    if analysis.status in ("timeout", "memory", "unsafe"):
+        return analysis, prefix, {}
+    return analysis, prefix, probe_renders(template, analysis.capabilities.get("thinking_flags", ()))
+
+
+def _generation(analysis: Analysis, renders: dict[str, str]) -> dict:
+    """{setting: {"prompt": text or None, "reasoning": open/closed/model or None}}: the generation
+    prompt as the one-message chat with and without it differ (None: not a plain suffix)."""
+    out = {}
+    for setting, _ in switch_settings(analysis.capabilities.get("thinking_flags", ())):
+        tag = "" if setting == SETTINGS_DEFAULT else f" [{setting}]"
+        with_gp = renders.get("user" + tag, renders.get("user"))
+        without = renders.get("user without generation prompt" + tag, renders.get("user without generation prompt"))
+        prompt = None
+        if with_gp is not None and without is not None and not with_gp.startswith(("error: ", "limit: ")):
+            prompt = with_gp[len(without):] if with_gp.startswith(without) else None
+        out[setting] = {"prompt": prompt, "reasoning": analysis.generation_reasoning.get(setting)}
+    return out
+
+
+def _default_system(analysis: Analysis, renders: dict[str, str]) -> bool | None:
+    text = renders.get("user")
+    if not analysis.system_start or text is None or text.startswith(("error: ", "limit: ")):
+        return None
+    return analysis.system_start in text
+
+
+def _prefix(check: PrefixStability | None) -> dict:
+    if check is None:
+        return {"verdict": NOT_APPLICABLE, "cause": "", "request": None}
+    return {"verdict": check.verdict, "cause": check.cause, "request": check.request}
+
+
+def record_of(template, analysis: Analysis, prefix: PrefixStability | None, renders: dict[str, str]) -> BehaviourRecord:
+    """The behaviour record of `template` from what `derive_behaviour` found."""
+    reason = ""
+    if analysis.status != "pass":
+        reasons = list(analysis.errors) or (list(analysis.round_trip.problems) if analysis.round_trip else [])
+        reason = " ".join(str(reasons[0]).split())[:300] if reasons else analysis.status
+    return BehaviourRecord(
+        name=template.name, source=template.source, text_sha256=sha256_of(template.text), verdict=analysis.status,
+        reason=reason, starts={role: getattr(analysis, attr) for role, attr in START_ROLES},
+        delimiters=tuple((d.role, d.text) for d in analysis.delimiters),
+        generation=_generation(analysis, renders) if renders else {},
+        rendered=rendered_roles(renders) if renders else {},
+        system=analysis.capabilities.get("system"), default_system=_default_system(analysis, renders),
+        tool_placement=analysis.tool_placement,
+        earlier_reasoning=analysis.earlier_reasoning, prefix_stability=_prefix(prefix),
+        renders={name: sha256_of(text) for name, text in sorted(renders.items())},
+        texts=dict(renders), template_text=template.text)

@@ -1,0 +1,193 @@
+"""The `lock` subcommand (write or update a behaviour lock), and the audit's checks of templates
+against a lock (`--lock`, the configuration's `lock`) and of GGUFs against their upstream (the
+configuration's `[upstream]`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ._common import add_name, config_of, load_templates, positive, progress_printer, verbosity
+
+
+def add_lock(sub) -> None:
+    import argparse
+
+    from ..behaviour import DEFAULT_LOCK
+
+    p = sub.add_parser(
+        "lock", help="record what each template does (its behaviour lock), for the audit to check against",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Write or update a behaviour lock: per template, the verdict, every role's delimiter, the "
+                    "generation prompt and reasoning markers under each thinking switch, the tool placement, the "
+                    "prefix-stability verdict on the agent session, and a digest of each probe render. "
+                    "`tmplkit audit --lock FILE` then fails when a template's behaviour differs from it. Entries of "
+                    "templates not given are kept (--fresh: dropped).",
+        epilog="Example:\n  tmplkit lock templates/ --lock tmplkit.lock.json\n"
+               "  tmplkit audit templates/ --lock tmplkit.lock.json   # exit 1 when a behaviour changed")
+    p.add_argument("sources", nargs="*", metavar="SOURCE", help="as for audit; default: the configuration's sources")
+    p.add_argument("--lock", "-o", "--output", dest="lock", metavar="FILE",
+                   help=f"the lock file to write, atomically (default: the configuration's lock, else {DEFAULT_LOCK})")
+    p.add_argument("--fresh", action="store_true", help="write only the templates given (drop other entries; also "
+                                                        "replaces a lock of another layout)")
+    add_name(p, many=True)
+    add_derive_options(p)
+    p.set_defaults(func=_cmd_lock)
+
+
+def add_derive_options(p) -> None:
+    from ..behaviour import DEFAULT_TIMEOUT
+
+    p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: the machine's cores)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help=f"wall-clock seconds per template: its analysis and agent session (default {DEFAULT_TIMEOUT:g})")
+    p.add_argument("--memory", type=int, default=None, metavar="MB", help="MiB a worker may allocate (default 1024)")
+    p.add_argument("--in-process", action="store_true", help="derive in this process (no workers; render limits only)")
+
+
+def derive(args, templates, cfg=None):
+    """The behaviour records of `templates` under the command's limits (flags, then configuration)."""
+    from ..behaviour import DEFAULT_TIMEOUT, derive_records
+
+    cfg = cfg or config_of(args)
+    jobs = positive(args.jobs if args.jobs is not None else cfg.jobs, "--jobs")
+    timeout = positive(next(v for v in (args.timeout, cfg.timeout, DEFAULT_TIMEOUT) if v is not None), "--timeout")
+    memory = positive(next(v for v in (args.memory, cfg.memory, 1024) if v is not None), "--memory")
+    progress = progress_printer(sys.stderr.isatty() and verbosity(args) >= 0)
+    return derive_records(templates, jobs=jobs, timeout=timeout, memory_mb=memory,
+                          in_process=getattr(args, "in_process", False), progress=progress)
+
+
+def _cmd_lock(args) -> int:
+    from ..atomic import check_writable
+    from ..behaviour import DEFAULT_LOCK, BehaviourLock, compare, read_lock, write_lock
+
+    cfg = config_of(args)
+    path = args.lock or cfg.lock or DEFAULT_LOCK
+    old = BehaviourLock() if args.fresh or not os.path.exists(path) else read_lock(path)  # a bad lock: before any work
+    check_writable(path)
+    records = derive(args, load_templates(_sources(args, cfg), args.name), cfg)
+    lock = old.updated(records, fresh=args.fresh)
+    write_lock(path, lock)
+    new = [r for r in records if r.name not in old.records]
+    diffs = {r.name: compare(old.records[r.name], r) for r in records if r.name in old.records}
+    changed = [name for name, d in diffs.items() if not d.same]
+    text_only = [name for name, d in diffs.items() if d.same and d.text_change]
+    if verbosity(args) >= 0:
+        n = len(records)
+        said = f"{len(new)} new, {len(changed)} changed behaviour" + (f": {', '.join(changed)}" if changed else "")
+        if text_only:
+            said += f", {len(text_only)} text only: {', '.join(text_only)}"
+        print(f"tmplkit: wrote {path}: {n} template{'s' if n != 1 else ''} locked ({said}); {len(lock.records)} in the lock",
+              file=sys.stderr)
+    return 0
+
+
+def _sources(args, cfg) -> list[str]:
+    """SOURCE arguments, else the configuration's sources (as the audit reads them)."""
+    from ..errors import InputError
+
+    if args.sources or cfg.sources:
+        return list(args.sources or cfg.sources)
+    raise InputError("no template sources given; give SOURCE arguments or set 'sources' in [tool.tmplkit] of "
+                     "pyproject.toml or in tmplkit.toml")
+
+
+# ---- the audit's checks ----------------------------------------------------------------------------
+
+def lock_for(args, cfg):
+    """(path, BehaviourLock) the audit checks against (--lock, else the configuration's), or None;
+    a missing, corrupt or other-layout lock is refused here, before any work."""
+    from ..behaviour import read_lock
+    from ..errors import InputError
+
+    path = getattr(args, "lock", None) or cfg.lock
+    if path is None:
+        return None
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such lock; write it with `tmplkit lock SOURCE... --lock {path}`")
+    return path, read_lock(path)
+
+
+def precheck(lock, templates) -> None:
+    """A template the lock does not hold is refused before the long work."""
+    from ..behaviour import require_entries
+
+    require_entries(lock[1], templates, lock[0])
+
+
+def upstreams_for(cfg, templates) -> list:
+    """[(gguf template, its upstream template)] for every GGUF the configuration's [upstream] names;
+    each upstream is loaded here (an uncached offline Hub source: one line, before any work)."""
+    from ..sources.templates import load_one
+
+    if not cfg.upstream:
+        return []
+    declared = {Path(k).resolve(): v for k, v in cfg.upstream.items()}
+    pairs = []
+    for t in templates:
+        spec = declared.get(Path(t.source).resolve()) if t.source.lower().endswith(".gguf") else None
+        if spec is not None:
+            name = t.name.split(":", 1)[1] if ":" in t.name else None
+            pairs.append((t, load_one(spec, name)))
+    return pairs
+
+
+def run_checks(args, cfg, templates, lock, pairs) -> tuple[list[tuple[str, str, str, str]], bool]:
+    """The lock check and the upstream drift check: their findings, each (kind, name, source,
+    message) with kind LOCK, DRIFT, TEXT (a text-only edit: no change in behaviour, said apart) or
+    "" (a summary line), and whether both hold."""
+    from ..behaviour import check_lock, compare, render_line
+
+    if not lock and not pairs:
+        return [], True
+    n = len(templates)
+    records = derive(args, list(templates) + [u for _, u in pairs], cfg)
+    out: list[tuple[str, str, str, str]] = []
+    ok = True
+    if lock:
+        check = check_lock(lock[1], records[:n], lock[0])
+        for name, source, d in check.diffs:
+            out += [("LOCK", name, source, c.message) for c in d.changes]
+            if d.changes and d.first_render:
+                out.append(("LOCK", name, source, "first differing render: " + render_line(d.first_render)))
+            if d.same and d.text_change and verbosity(args) >= 0:  # said apart, not a failure
+                out.append(("TEXT", name, source, d.headline))
+        if not check.ok or verbosity(args) >= 0:
+            out.append(("", "", "", check.summary()))
+        ok = check.ok
+    index = {id(t): i for i, t in enumerate(templates)}
+    for (t, _), up in zip(pairs, records[n:]):
+        d = compare(up, records[index[id(t)]])
+        if not d.same:
+            ok = False
+            out += [("DRIFT", t.name, t.source, f"from its upstream {up.source}: {c.message}") for c in d.changes]
+        elif verbosity(args) >= 0:
+            out.append(("", "", "", f"upstream {up.source} -> {t.name}: {d.headline}"))
+    return out, ok
+
+
+def print_checks(findings, fmt: str, output: str | None) -> None:
+    """The checks' findings: after a text report on stdout, as annotations in github format (on the
+    template's file), else on stderr."""
+    if not findings:
+        return
+    if fmt == "github" and not output:
+        for kind, name, source, message in findings:
+            if kind == "TEXT":
+                print(f"::notice file={_escape(source, True)},title=tmplkit lock%3A {_escape(name, True)}::{name}: {_escape(message)}")
+            elif kind:
+                print(f"::error file={_escape(source, True)},title=tmplkit {kind.lower()}%3A {_escape(name, True)}::"
+                      f"{name}: {_escape(message)}")
+            else:
+                print(message)
+        return
+    text = "\n".join(f"{kind:<5} {name}: {message}" if kind else message for kind, name, source, message in findings)
+    print(text, file=sys.stdout if fmt == "text" and not output else sys.stderr)
+
+
+def _escape(text: str, prop: bool = False) -> str:
+    """GitHub workflow-command escaping (a property also escapes ':' and ',')."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
