@@ -148,7 +148,7 @@ def text_mask(template: ChatTemplate, conversation, *, kwargs: Mapping | None = 
     `conversation`: a `Conversation` or anything `load_conversation` takes; `kwargs`: extra template
     variables (e.g. `{"enable_thinking": False}`); `analysis`: `analyze(template)` when not given."""
     analysis = _proven(template, analysis)
-    server = for_server(template, _conversation(conversation), kwargs)
+    server = for_server(template, _conversation(conversation), kwargs, inputs="transformers")  # as a trainer renders
     text = server.render(add_generation_prompt=False)
     spans = tuple(split_text(text, analysis.delimiters))
     headers = tuple(d.text for d in analysis.delimiters if d.role == "assistant" and d.text.strip())
