@@ -11,9 +11,14 @@ this order:
 - "generation prompt": it lies in request k's generation prompt, i.e. the template renders an
   assistant turn otherwise than the prompt it generated after;
 - "tool list": a tool definition lies at the divergence, in either text;
+- "tool calls rewritten": it lies in the tool calls of the turn request k generated, which the
+  history writes otherwise (Apriel 1.5 adds each call's id);
 - "system prompt": the divergence lies in the system message;
 - "last user message" / "last tool result": it lies at request k's last message (the template
   renders the newest message otherwise once the model has answered it);
+- "answer dropped": the held text has the answer (content) of an earlier assistant turn at the
+  divergence and the request no longer has it (a template that keeps an earlier turn's reasoning
+  and drops its answer);
 - "other": none of these; `held_text` and `request_text` show both texts around it.
 
 With a tokenizer the token ids are compared too, as a server compares them: request k tokenized
@@ -33,7 +38,7 @@ from .requests import Request, common_prefix
 __all__ = ["CAUSES", "Divergence", "divergences", "TokenizedRequests", "tokenize_requests"]
 
 CAUSES = ("date or time", "reasoning dropped", "generation prompt", "tool list", "system prompt",
-          "last user message", "last tool result", "other")
+          "last user message", "last tool result", "tool calls rewritten", "answer dropped", "other")
 # Words that name reasoning markup (as the analysis reads them: tmplkit.analysis._reasoning).
 _REASONING_WORDS = ("think", "reason", "thought", "analysis")
 _NEAR = 256  # characters around a message's text still counted as its rendering (headers, markup)
@@ -213,12 +218,42 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
         role = last["role"]
         return ("last user message" if role == "user" else "last tool result",
                 f"request {prev.index}'s last message ({role}) is rendered differently once the model has answered it")
-    return "other", "see held_text and request_text"
+    return _turn_cause(prev, text, pos, messages) or ("other", "see held_text and request_text")
+
+
+def _turn_cause(prev: Request, text: str, pos: int, messages) -> tuple[str, str] | None:
+    """The cause where an earlier assistant turn is written otherwise once the model has answered:
+    its tool calls, in the turn request k generated ("tool calls rewritten"), or its answer, which
+    the held text has at the divergence and the request no longer has ("answer dropped"); None
+    where neither is seen."""
+    held = prev.held
+    turn = messages[prev.turn[1] - 1] if prev.turn[1] > prev.turn[0] else {}
+    if pos >= len(prev.text) and turn.get("role") == "assistant":
+        names = [c.get("function", c).get("name") for c in turn.get("tool_calls") or () if isinstance(c, dict)]
+        before = held[max(len(prev.text), pos - _NEAR):pos]
+        if any(isinstance(n, str) and n and n in before for n in names):
+            return "tool calls rewritten", (f"the history writes the tool calls of message {prev.turn[1] - 1} otherwise than "
+                                            "the turn the model generated (the template renders the newest turn's calls "
+                                            "in another form)")
+    for i, m in enumerate(messages[:prev.turn[1]]):
+        body = _text(m.get("content")).strip() if m.get("role") == "assistant" else ""
+        if body and _covers(held, body, pos, slack=_NEAR) and text.count(body) < held.count(body):
+            return "answer dropped", (f"the answer of message {i} is in the held text at the divergence and not in the "
+                                      "request: the template drops an earlier turn's answer (and keeps its reasoning)")
+    return None
 
 
 def _reasoning_block(held: str, text: str, pos: int) -> str:
     """The reasoning markup (`<think>`, `<|channel|>analysis`, ...) that the held text has at the
-    divergence and the request does not, else ""."""
+    divergence and the request does not, else "". The divergence may fall inside the markup where
+    the request's next unit shares its opening (`<t` of `<think>` and `<tool_call>`): it is read from
+    the unit's start."""
+    opening = held.rfind("<", max(0, pos - 32), pos + 1)
+    if opening >= 0 and any(c.isspace() for c in held[opening:pos]):
+        opening = -1  # whitespace between: no unit spans the divergence
+    m = UNIT.match(held, opening) if opening >= 0 else None
+    if m is not None and m.end() > pos and text.startswith(held[opening:pos], opening):
+        pos = opening
     rest = held[pos:pos + 200]
     lead = len(rest) - len(rest.lstrip())
     m = UNIT.match(rest, lead)

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from ..errors import RenderError, TmplkitError
@@ -107,8 +107,18 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
         cost = session_cost(tokens, prepared.spans, predicted=prepared.predicted, memory=memory, prefill=prefill,
                             server_tokens=prepared.server_tokens)
     tried = _switches(template, conversation, kwargs, interval, reqs) if switches and not budget.stopped else ()
+    if switches and not budget.stopped:
+        divs = _name_switches(divs, tried)
     notes = prepared.notes + ((budget.stopped,) if budget.stopped else ())
     return TurnsReport(template.name, len(reqs), divs, tried, cost, notes, stopped=budget.stopped, inputs=inputs)
+
+
+def _name_switches(divs: tuple[Divergence, ...], tried) -> tuple[Divergence, ...]:
+    """Each "reasoning dropped" divergence with the switches that keep the session stable named (an
+    empty reasoning block Qwen3 writes into the newest turn only has none), for a reader to act on."""
+    keeps = [name for name, ok in tried if ok]
+    note = f"; stable with {', '.join(keeps)}" if keeps else "; no switch the template reads keeps it"
+    return tuple(replace(d, detail=d.detail + note) if d.cause == "reasoning dropped" else d for d in divs)
 
 
 def _redraw(conversation, reqs):
