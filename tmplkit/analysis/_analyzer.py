@@ -232,11 +232,13 @@ class _Stages:
     def finish(self) -> Analysis:
         delimiters, verdict, ext = self.proved()
         tools = self.tools_final
-        # A round trip that places every message in its own role's span already tells the roles
-        # apart; the proof is looked for where it does not (or places a system prompt as a user turn).
+        # A round trip that places every message in its own role's span tells the roles apart on
+        # that conversation, but a start that also matches where no message starts (a warning) may
+        # be what places them (Hunyuan-7B-Pretrain-0124: tool results after the answer's `<|eos|>`,
+        # rendered exactly as system prompts): the proof is looked for there too.
         modes = message_modes(self.rt_probe, self.system.mode, tools)
         proof = (indistinguishable(self.prober, self.rt_probe, self.rt_text)
-                 if not verdict.passed or "as_user" in modes or tools.same_as_user else None)
+                 if not verdict.passed or "as_user" in modes or tools.same_as_user or verdict.notes else None)
         errors = self.chat_final.errors + tools.errors
         if proof and not tools.same_as_user:  # (a tool result rendered as a user turn says so already)
             errors = (proof,) + errors
