@@ -77,8 +77,9 @@ class _Stages:
         self.tools_probed = self._tool_delimiters(self.chat_probed)
         self.switches = switch_renders(prober, chat)
         self.thinking_flags = thinking_flags(chat, self.switches)
+        self.rt_refused: list[str] = []  # what the template refuses of the round-trip conversation
         rt_probe, rt_text, rt_error = render_round_trip(prober, self.system.builder, self.system.mode,
-                                                        self.tool_probe, self.tools_probed)
+                                                        self.tool_probe, self.tools_probed, self.rt_refused)
         self.rt_probe, self.rt_text, self.rt_error = rt_probe, rt_text, rt_error
         self.variants: list[tuple[str, str]] = []
         self.switch_notes: tuple = ()  # switch values the round-trip conversation does not render with
@@ -146,7 +147,7 @@ class _Stages:
         said: dict[str, str] = {}
         for note in (n for g in groups for n in g):
             said.setdefault(note.key, note.text)
-        return tuple(said.values()) + self.dropped_tools() + self.fused()
+        return tuple(said.values()) + tuple(self.rt_refused) + self.dropped_tools() + self.fused()
 
     def dropped_tools(self) -> tuple[str, ...]:
         """A template without tool support renders no tool result: in an agent session the model never

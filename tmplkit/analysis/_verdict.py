@@ -33,7 +33,8 @@ def _turn_role(role: str) -> str:
     return "assistant" if role in REASONING_ROLES else role
 
 
-def render_round_trip(prober: Prober, builder: ProbeBuilder, system_mode: str, tool_probe: ToolProbe, tools: ToolFindings):
+def render_round_trip(prober: Prober, builder: ProbeBuilder, system_mode: str, tool_probe: ToolProbe, tools: ToolFindings,
+                      refused: list[str] | None = None):
     """The round-trip conversation: (probe, render or None, error).
 
     Its contexts refine the delimiters. The first conversation ends like an agent session in
@@ -42,7 +43,8 @@ def render_round_trip(prober: Prober, builder: ProbeBuilder, system_mode: str, t
     many templates print for earlier turns is no part of the assistant start (GLM 4.6:
     `<|assistant|>\\n<think>`). The first spec that renders every message the analysis expects to
     see is kept (Mistral Nemo folds the system prompt into the last message only when that is a user
-    message), else the first that renders at all."""
+    message), else the first that renders at all. Where none renders, the conversations shaped to
+    the template are tried (`_shaped`), and what it refuses is added to `refused`."""
     head = [] if system_mode == "rejected" else ["S1"]
     if tools.placement in (None, "rejected", "unknown"):
         specs = [head + "U1 A1/R1 U2 A2 U3 A3 U4".split(), head + "U1 A1 U2 A2 U3 A3 U4".split()]
@@ -70,7 +72,27 @@ def render_round_trip(prober: Prober, builder: ProbeBuilder, system_mode: str, t
     if rendered:
         return rendered[0], rendered[1], None
     assert first is not None, "no spec rendered, so the first failure is kept"
+    for spec in _shaped(specs):
+        text, probe, builder, _ = prober.attempt(builder, " ".join(spec), add_generation_prompt=True)
+        if text is not None:
+            if refused is not None:
+                refused.append(f"the template refuses the round-trip conversation ({template_message(first[1])}); its "
+                               "roles are proved on the conversation it accepts, without an answer right after tool "
+                               "results (it takes a user message there)")
+            return probe, text, None
     return first[0], None, first[1]
+
+
+def _shaped(specs: list[list[str]]) -> list[list[str]]:
+    """`specs` shaped to a template whose own constraint refuses them: without the answers right after
+    tool results (a template that makes user and assistant turns alternate over every message but the
+    tool results refuses an answer after them, as tiny test models of real families do)."""
+    out = []
+    for spec in specs:
+        shaped = [s for j, s in enumerate(spec) if not (s[0] == "A" and j and spec[j - 1][0] == "T")]
+        if shaped != spec and shaped not in out:
+            out.append(shaped)
+    return out
 
 
 def message_modes(probe: Probe, system_mode: str, tools: ToolFindings) -> list[str]:
