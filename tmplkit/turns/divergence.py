@@ -201,6 +201,9 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
     # In the generated turn, or in request k's history (an empty block Intern-S1 writes into the
     # turns after the last user message only), not in its generation prompt (a forced-open block).
     block = _reasoning_block(held, text, pos) if pos >= len(prev.text) or pos < g0 else ""
+    if block and block in text[pos:pos + 4096]:
+        return "reasoning dropped", (f"the held turn closes its reasoning at once ({block!r} at the divergence), where the "
+                                     "request writes the turn's reasoning before it: the newest turn's reasoning is left out")
     if block:
         return "reasoning dropped", (f"the reasoning markup {block!r} the held turn has at the divergence is not in the "
                                      "request: the template writes it into the newest turn only (an empty reasoning block "
