@@ -142,6 +142,15 @@ def test_a_turn_whose_content_the_template_does_not_print_is_refused_not_masked_
     assert text_mask(template("parts-only"), FIXTURES / "plain-parts.json").masked_text() == [" Hello.", " Goodbye."]
 
 
+def test_the_mask_command_refuses_a_mask_that_learns_nothing_in_one_line(capsys):
+    from tmplkit.cli import main
+
+    code = main(["mask", str(FIXTURES / "plain.json"), "--template", str(FIXTURES / "parts-only.jinja"),
+                 "--tokenizer", "vocab:qwen35"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "would mask nothing" in err
+
+
 def test_a_conversation_without_an_assistant_turn_masks_nothing():
     m = text_mask(template("reasoning-kept"), [{"role": "user", "content": "hi"}])
     assert m.turns == () and m.ranges == ()
