@@ -109,3 +109,21 @@ def test_an_earlier_message_a_classifier_leaves_out_is_message_dropped():
     cur = Request(1, 5, "<h>Gamma?</h><gp>", "<gp>", "", (5, 5), "", when)
     first = divergences((prev, cur), messages)[0]
     assert first.cause == "message dropped" and first.detail.startswith("message 0 (user) is in the held text")
+
+
+def test_a_held_turn_that_closes_its_reasoning_at_once_where_the_history_writes_it_says_so():
+    from datetime import datetime
+
+    from tmplkit.turns import Request, divergences
+
+    # Command R7B's shape: the prompt opens the reasoning block, the newest turn closes it at once,
+    # the history writes the turn's reasoning into it
+    messages = ({"role": "user", "content": "Go."}, {"role": "assistant", "reasoning_content": "Plan it.", "content": "Done."},
+                {"role": "user", "content": "Next."})
+    when = datetime(2026, 1, 1)
+    prev = Request(0, 1, "<u>Go.</u><a><|START_THINKING|>", "<a><|START_THINKING|>", "<|END_THINKING|>Done.</a>", (1, 2),
+                   "prefix", when)
+    cur = Request(1, 3, "<u>Go.</u><a><|START_THINKING|>Plan it.<|END_THINKING|>Done.</a><u>Next.</u><a><|START_THINKING|>",
+                  "<a><|START_THINKING|>", "", (3, 3), "", when)
+    first = divergences((prev, cur), messages)[0]
+    assert first.cause == "reasoning dropped" and first.detail.startswith("the held turn closes its reasoning at once")
