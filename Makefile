@@ -30,7 +30,7 @@ setup: $(BIN)/.installed
 	$(BIN)/tmplkit corpus fetch
 	$(BIN)/tmplkit corpus fetch hub
 
-# The two corpus templates that cannot pass and the fixtures' deliberate failures (reasons in the
+# The corpus template that cannot pass and the fixtures' deliberate failures (reasons in the
 # files) are carried as expected failures, as a CI gate would carry them. Without llama-cpp-python
 # the templates whose vocabulary only llama.cpp reads get no token round trip (the audit says which).
 audit: setup-core

@@ -14,8 +14,8 @@ Where the two differ, the difference is put down to what the renders show:
 - `the clock`: tmplkit renders each request at its own time (the cause is "date or time");
 - `prefill snapshot`: a shape's snapshot ends with an assistant message (a prefill), which is no
   request a client makes for the model to speak; tmplkit's requests are where the model speaks;
-- `null keys dropped`: tmplkit renders a message as transformers' `apply_chat_template` gives it,
-  its null-valued keys dropped (`content: null` of a tool-call turn), while chatlint passes the
+- `null content as ""`: tmplkit renders a message as llama-server gives it (`content: null` of a
+  tool-call turn given as `""`, the other null-valued keys left out), while chatlint passes the
   null; chatlint's own renderer, given the messages so, renders what tmplkit renders;
 - `tools given as none`: transformers and tmplkit give a template without tools `tools = none`,
   chatlint leaves the variable undefined (`tools is none` differs);
@@ -114,17 +114,18 @@ def _renders(template, shape, prepare, tools_none: bool = False) -> list:
 
 
 def inputs_reason(template, shape) -> str | None:
-    """Which of tmplkit's inputs makes chatlint's own renderer render the shape otherwise: the null
-    keys dropped, then the messages as llama-server gives them; None where neither does."""
-    from tmplkit.session import messages_for
+    """Which of tmplkit's inputs makes chatlint's own renderer render the shape otherwise: a null
+    content given as "" (the other null keys left out), then the messages as llama-server gives them;
+    None where neither does."""
+    from tmplkit.session import given_messages, messages_for
 
     def dropped(messages):
-        return [{k: v for k, v in m.items() if v is not None} for m in messages]
+        return [{k: v for k, v in m.items() if v is not None} for m in given_messages(messages, "server")]
 
     raw = _renders(template, shape, lambda m: m)
     without_nulls = _renders(template, shape, dropped)
     if raw != without_nulls:
-        return "null keys dropped"
+        return 'null content as ""'
     no_tools = _renders(template, shape, dropped, tools_none=True)
     if without_nulls != no_tools:
         return "tools given as none"

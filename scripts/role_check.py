@@ -7,9 +7,12 @@ match wins, the longest among those), and requires:
 1. every rendered message's content in a span of its own role (reasoning markers open no message:
    reasoning and reasoning_end delimiters are not used to split); a system message may also lie
    before the first delimiter (a preamble) or inside a user message's span (folded into its turn);
-2. no span of the system, user or tool role that holds no message content, from the first
-   message's span on (a delimiter that matches where no message starts), and no user or tool span
-   after the last message (inside the generation prompt);
+2. no span of the user role that holds no message content, from the first message's span on (a
+   user start where no user message starts: a server ends a batch there, a trainer sees a user
+   turn), and no user or tool span after the last message (inside the generation prompt); a
+   system, tool or assistant start that matches where no message starts moves no message's
+   content (1 holds) and misleads no consumer of the roles: it is reported apart (`strays`), not
+   failed;
 3. each user message in a span of its own.
 
 One exception to 1: an answer that follows tool results with no markup between them (`...result]`
@@ -161,9 +164,10 @@ class RoleCheck:
     verdict: str  # 'pass', 'fail', 'impossible' (no delimiter can exist) or 'no render'
     problems: list[str] = field(default_factory=list)
     variant: str = ""
+    strays: list[str] = field(default_factory=list)  # other starts where no message starts (rule 2)
 
     def to_dict(self) -> dict:
-        return {"verdict": self.verdict, "problems": self.problems, "variant": self.variant}
+        return {"verdict": self.verdict, "problems": self.problems, "variant": self.variant, "strays": self.strays}
 
 
 def _first_render(template: str):
@@ -224,6 +228,7 @@ def check_roles(template: str, delimiters) -> RoleCheck:
         return k
 
     problems: list[str] = []
+    strays: list[str] = []
     owned: dict[int, list[int]] = {}
     where: dict[int, list[int]] = {}
     for i, m in enumerate(messages):
@@ -252,8 +257,10 @@ def check_roles(template: str, delimiters) -> RoleCheck:
                 continue
             if k > last and role in ("user", "tool"):
                 problems.append(f"a {role} delimiter matches in the generation prompt (character {at})")
-            elif k <= last and role != "assistant":
+            elif k <= last and role == "user":
                 problems.append(f"a {role} delimiter matches where no message starts (character {at})")
+            elif k <= last:
+                strays.append(f"a {role} delimiter matches where no message starts (character {at})")
     if len(set(user_spans)) < len(user_spans):
         problems.append("two user messages share one span")
-    return RoleCheck("fail" if problems else "pass", problems, label)
+    return RoleCheck("fail" if problems else "pass", problems, label, strays)

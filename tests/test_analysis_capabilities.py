@@ -155,11 +155,17 @@ def test_delimiters_derived_without_bos_eos_are_proved_with_the_common_ones():
     assert "</s><s>[INST] " in cuts[0][2]
     modes = ["in_user", "own", "own", "own", "own", "own"]
     assert round_trip(probe, text, None, [], a.delimiters, modes, cuts).passed
-    # A delimiter that holds only while the EOS renders empty is caught by the render with real tokens.
-    eos_bound = sort_delimiters(a.delimiters + (Delimiter("tool", "</s>"),))
+    # A delimiter that holds only while the EOS renders empty is caught by the render with real tokens:
+    # a user start there fails (a server ends a batch where no user message starts) ...
+    eos_bound = sort_delimiters(a.delimiters + (Delimiter("user", "</s>"),))
     assert verdict(text, probe, eos_bound, modes).passed
     proved = round_trip(probe, text, None, [], eos_bound, modes, cuts)
     assert not proved.passed and any(p.startswith("cut after a user message, bos_token='<s>', eos_token='</s>': ") for p in proved.problems)
+    # ... another role's start moves no message's content: the round trip passes and warns where it is.
+    tool_bound = sort_delimiters(a.delimiters + (Delimiter("tool", "</s>"),))
+    warned = round_trip(probe, text, None, [], tool_bound, modes, cuts)
+    assert warned.passed and any(n.startswith("cut after a user message, bos_token='<s>', eos_token='</s>': a tool delimiter also "
+                                              "matches at character") for n in warned.notes)
 
 
 def test_a_source_with_real_tokens_is_not_proved_with_other_ones():

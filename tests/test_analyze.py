@@ -165,16 +165,26 @@ def test_thinking_switches_that_change_the_render_are_reported():
     assert analyze(T(CHATML)).capabilities["thinking_flags"] == []
 
 
-def test_a_delimiter_matching_inside_template_text_fails_the_round_trip():
-    # The tool marker also appears in the system text the template writes after a system prompt.
+def test_a_tool_delimiter_matching_inside_template_text_passes_with_a_warning():
+    # The tool marker also appears in the system text the template writes after a system prompt:
+    # every message's content lies in its own role's span, so no consumer is misled; the warning
+    # says where the stray match is and what it does.
     t = ("{% for m in messages %}{% if m.role == 'system' %}<|im_start|>system\n{{ m.content }}\nResults arrive after <out>.<|im_end|>\n"
          "{% elif m.role == 'tool' %}{% if messages[loop.index0 - 1].role != 'tool' %}<|im_start|>user\n{% endif %}<out>{{ m.content }}"
          "{% if loop.last or messages[loop.index0 + 1].role != 'tool' %}<|im_end|>\n{% endif %}"
          "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}")
     a = analyze(T(t))
     assert a.tool_response_next == "<out>"
-    assert a.status == "fail"
-    assert any("where no message starts" in p for p in a.round_trip.problems)
+    assert a.status == "pass" and a.round_trip.passed
+    stray = [w for w in a.warnings if "where no message starts" in w]
+    assert stray and "inside a system message's turn" in stray[0] and "'<out>.<|im_end|>" in stray[0]
+    assert "a span detector opens a tool span there" in stray[0]
+    # A user start quoted there fails: a server ends a batch at it and a trainer sees a user turn.
+    quoted = t.replace("Results arrive after <out>.", "Users write after <|im_start|>user\n.")
+    b = analyze(T(quoted))
+    assert b.status == "fail"
+    assert any(p.startswith("a user delimiter matches at character") and "inside a system message's turn" in p
+               for p in b.round_trip.problems)
 
 
 # Apriel 1.5's shape: every turn ends `\n<|end|>\n` (an answer adds the EOS), and a call's id is

@@ -16,7 +16,7 @@ TEMPLATES = {
     "unsloth-gpt-oss-20b": "inputs as a server gives them",
     "Qwen-Qwen3-0.6B@a55ee1": "generated reasoning",
     "allenai-Olmo-3-7B-Instruct": "tools given as none",
-    "BAAI-BGE-VL-MLLM-S1": "null keys dropped",
+    "BAAI-BGE-VL-MLLM-S1": 'null content as ""',
     "Apertus-8B-Instruct": "prefill snapshot",
 }
 

@@ -90,3 +90,9 @@ def test_the_role_check_fails_wrong_roles_and_refuses_indistinguishable_ones():
     assert "generation prompt" in " ".join(check.check_roles(prompting, right + [("user", "<go>")]).problems)
     as_user = chatml.replace("<|im_start|>{{ m.role }}", "<|im_start|>{{ 'user' if m.role == 'tool' else m.role }}")
     assert check.check_roles(as_user, right).verdict == "impossible"
+    # A start that matches where no message starts (a marker the system turn names): a user start
+    # fails; another role's moves no content and is listed apart.
+    naming = chatml.replace("{{ m.content or '' }}", "{{ m.content or '' }}{% if m.role == 'system' %} See <out>.{% endif %}")
+    stray = check.check_roles(naming, right + [("tool", "<out>")])
+    assert stray.verdict == "pass" and stray.strays and "a tool delimiter matches where no message starts" in stray.strays[0]
+    assert check.check_roles(naming, right + [("user", "<out>")]).verdict == "fail"

@@ -65,7 +65,7 @@ def test_no_header_and_no_generation_prompt_is_masked(name, conv):
         # header-closes-reasoning)
         assert m.text[:turn.start].endswith(("<|im_start|>assistant\n", "### Response:\n", "<|assistant|>", "<|assistant|>\n",
                                              "<|start|>assistant", "</think>\n", "<|assistant|><think></think>",
-                                             "</think>", "[/INST]")), \
+                                             "</think>", "[/INST]", "ASSISTANT:")), \
             (name, m.text[:turn.start][-30:])
 
 
@@ -129,6 +129,26 @@ def test_unproven_boundaries_are_refused():
     same = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}", "nodelims", "-")
     with pytest.raises(MaskError, match="not proven"):
         text_mask(same, FIXTURES / "plain.json")
+
+
+def test_a_turn_whose_content_the_template_does_not_print_is_refused_not_masked_empty():
+    # parts-only (ours) reads content only as text parts: given strings its render holds no answer,
+    # and every turn would mask nothing; the library refuses in one line instead
+    with pytest.raises(MaskError, match=r"messages 2\.\.2 would mask nothing: the render holds none of its content 'Hello\.'") as err:
+        text_mask(template("parts-only"), FIXTURES / "plain.json")
+    assert "\n" not in str(err.value)
+    with pytest.raises(MaskError, match="would mask nothing"):
+        assistant_masks(template("parts-only"), CharTokenizer(), [FIXTURES / "plain.json"])
+    assert text_mask(template("parts-only"), FIXTURES / "plain-parts.json").masked_text() == [" Hello.", " Goodbye."]
+
+
+def test_the_mask_command_refuses_a_mask_that_learns_nothing_in_one_line(capsys):
+    from tmplkit.cli import main
+
+    code = main(["mask", str(FIXTURES / "plain.json"), "--template", str(FIXTURES / "parts-only.jinja"),
+                 "--tokenizer", "vocab:qwen35"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "would mask nothing" in err
 
 
 def test_a_conversation_without_an_assistant_turn_masks_nothing():

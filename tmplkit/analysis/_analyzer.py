@@ -77,8 +77,9 @@ class _Stages:
         self.tools_probed = self._tool_delimiters(self.chat_probed)
         self.switches = switch_renders(prober, chat)
         self.thinking_flags = thinking_flags(chat, self.switches)
+        self.rt_refused: list[str] = []  # what the template refuses of the round-trip conversation
         rt_probe, rt_text, rt_error = render_round_trip(prober, self.system.builder, self.system.mode,
-                                                        self.tool_probe, self.tools_probed)
+                                                        self.tool_probe, self.tools_probed, self.rt_refused)
         self.rt_probe, self.rt_text, self.rt_error = rt_probe, rt_text, rt_error
         self.variants: list[tuple[str, str]] = []
         self.switch_notes: tuple = ()  # switch values the round-trip conversation does not render with
@@ -146,7 +147,7 @@ class _Stages:
         said: dict[str, str] = {}
         for note in (n for g in groups for n in g):
             said.setdefault(note.key, note.text)
-        return tuple(said.values()) + self.dropped_tools() + self.fused()
+        return tuple(said.values()) + tuple(self.rt_refused) + self.dropped_tools() + self.fused()
 
     def dropped_tools(self) -> tuple[str, ...]:
         """A template without tool support renders no tool result: in an agent session the model never
@@ -232,11 +233,13 @@ class _Stages:
     def finish(self) -> Analysis:
         delimiters, verdict, ext = self.proved()
         tools = self.tools_final
-        # A round trip that places every message in its own role's span already tells the roles
-        # apart; the proof is looked for where it does not (or places a system prompt as a user turn).
+        # A round trip that places every message in its own role's span tells the roles apart on
+        # that conversation, but a start that also matches where no message starts (a warning) may
+        # be what places them (Hunyuan-7B-Pretrain-0124: tool results after the answer's `<|eos|>`,
+        # rendered exactly as system prompts): the proof is looked for there too.
         modes = message_modes(self.rt_probe, self.system.mode, tools)
         proof = (indistinguishable(self.prober, self.rt_probe, self.rt_text)
-                 if not verdict.passed or "as_user" in modes or tools.same_as_user else None)
+                 if not verdict.passed or "as_user" in modes or tools.same_as_user or verdict.notes else None)
         errors = self.chat_final.errors + tools.errors
         if proof and not tools.same_as_user:  # (a tool result rendered as a user turn says so already)
             errors = (proof,) + errors

@@ -27,6 +27,9 @@ def add_turns(sub) -> None:
                    help="llama-server's delimiter lists from a saved `tmplkit server delimiters --format json` (its "
                         "specialized handlers' hard-coded lists, its autoparser's logged starts, or none) for the "
                         "llama-server setting; default: the two ChatML or Gemma delimiters only")
+    p.add_argument("--inputs", choices=("server", "transformers"), default="server",
+                   help="messages as llama-server gives them (server: a null content as \"\", the default) or as "
+                        "transformers' apply_chat_template does (transformers: null-valued keys dropped)")
     p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per template: study the requests rendered within SECONDS and say where it stopped (default: no limit)")
@@ -62,7 +65,7 @@ def _cmd_turns(args) -> int:
         with _progress(t.name) as progress:
             reports.append(study_turns(t, session, tokenizer=tokenizer, add_bos=args.add_bos, memory=memory,
                                        switches=not args.no_switches, timeout=timeout, progress=progress,
-                                       server=server))
+                                       server=server, inputs=args.inputs))
     failed = [r for r in reports if r.error]
     # The text report is for a person: a template that cannot render the session is an error line
     # (below) instead; the tables and the JSON keep its row, with the error, for a program.

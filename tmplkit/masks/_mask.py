@@ -147,11 +147,11 @@ def text_mask(template: ChatTemplate, conversation, *, kwargs: Mapping | None = 
     `conversation`: a `Conversation` or anything `load_conversation` takes; `kwargs`: extra template
     variables (e.g. `{"enable_thinking": False}`); `analysis`: `analyze(template)` when not given."""
     analysis = _proven(template, analysis)
-    server = for_server(template, _conversation(conversation), kwargs)
+    server = for_server(template, _conversation(conversation), kwargs, inputs="transformers")  # as a trainer renders
     text = server.render(add_generation_prompt=False)
     spans = tuple(split_text(text, analysis.delimiters))
     headers = tuple(d.text for d in analysis.delimiters if d.role == "assistant" and d.text.strip())
-    return TextMask(template.name, text, spans, tuple(_turns(server, text, spans, headers)))
+    return TextMask(template.name, text, spans, _learning(server, text, tuple(_turns(server, text, spans, headers))))
 
 
 def text_masks(template: ChatTemplate, conversations: Iterable, *, kwargs: Mapping | None = None) -> tuple[TextMask, ...]:
@@ -329,6 +329,26 @@ def _locate(server: ServerConversation, text: str, req, others: Sequence[int]) -
         if at >= 0:
             return at, at + len(generated), "exact"
     return start, end, "history" if end > start else "dropped"
+
+
+def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ...]) -> tuple[MaskedTurn, ...]:
+    """`turns`, refused in one line where a turn found as generated ("exact") masks nothing though its
+    assistant message has content that the render does not hold (a template that prints only list
+    parts, BAAI Emu3, given a string): such a mask would teach nothing, silently."""
+    for t in turns:
+        if t.end > t.start or t.rule != "exact":
+            continue
+        for i in range(*t.messages):
+            m = server.messages[i]
+            content = m.get("content")
+            body = content if isinstance(content, str) else "".join(
+                p.get("text", "") for p in content or () if isinstance(p, dict) and isinstance(p.get("text"), str))
+            if m.get("role") == "assistant" and body.strip() and body.strip() not in text:
+                raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
+                                f"{t.messages[1] - 1} would mask nothing: the render holds none of its content "
+                                f"{body.strip()[:40]!r}; give the content as the template reads it (a string or a list "
+                                "of text parts)")
+    return turns
 
 
 def _inside_unit(text: str, at: int) -> bool:

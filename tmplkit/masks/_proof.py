@@ -103,7 +103,7 @@ def check_cases(template: ChatTemplate, conversations) -> list[tuple[ServerConve
     for c in conversations if conversations is not None else check_conversations():
         conversation = c if isinstance(c, Conversation) else load_conversation(c)
         for shaped, kwargs in [(conversation, None), *_as_analysed(template, conversation)]:
-            server = for_server(template, shaped, kwargs)
+            server = for_server(template, shaped, kwargs, inputs="transformers")  # as a trainer renders
             try:
                 out.append((server, text_mask(template, server)))
                 break

@@ -7,6 +7,8 @@ conversation for a server.
 - `generate_session()` / `next_user_turn()`: seeded coding-agent sessions (_generator);
 - `messages_for(template, messages)`: tool-call arguments as llama-server gives that template
   (_arguments);
+- `given_messages(messages, inputs)`: a null content as llama-server gives it ("server": `""`) or
+  as transformers does ("transformers": the key dropped) (_inputs);
 - `render_conversation(template, conversation)` and `for_server(...)`: the render every place that
   renders a conversation for a server shares (_render).
 
@@ -17,10 +19,12 @@ turns.
 from ._arguments import messages_for, object_arguments, reads_thinking, reasoning_for, template_messages
 from ._conversation import Conversation, Session, load_conversation, load_session, save_session, session_from_json
 from ._generator import STYLES, TOOLS, generate_session, next_user_turn
+from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, given_messages, inputs_note
 from ._render import SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables
 
 __all__ = [
-    "SESSION_LIMITS", "STYLES", "TOOLS", "Conversation", "ServerConversation", "Session", "for_server", "generate_session",
+    "DEFAULT_INPUTS", "INPUTS", "SESSION_LIMITS", "STYLES", "TOOLS", "Conversation", "ServerConversation", "Session",
+    "check_inputs", "for_server", "generate_session", "given_messages", "inputs_note",
     "load_conversation", "load_session", "messages_for", "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for",
     "render_conversation",
     "render_variables", "save_session", "session_from_json", "template_messages",

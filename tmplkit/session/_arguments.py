@@ -18,6 +18,7 @@ from functools import lru_cache
 from ..errors import TmplkitError
 from ..sandbox import render
 from ..sources.templates import ChatTemplate, family_special_tokens
+from ._inputs import DEFAULT_INPUTS, given_messages
 
 __all__ = ["messages_for", "object_arguments", "reads_thinking", "reasoning_for", "template_messages"]
 
@@ -65,12 +66,14 @@ def _shows_arguments(template: ChatTemplate, arguments) -> bool | None:
     return _NEEDLE in out
 
 
-def messages_for(template: ChatTemplate, messages) -> list[dict]:
+def messages_for(template: ChatTemplate, messages, inputs: str = DEFAULT_INPUTS) -> list[dict]:
     """`messages` as `template` is given them by llama-server: tool-call arguments parsed into
     objects where it reads them as objects, else left as the client sent them; an assistant's
-    `reasoning_content` also under `thinking` where llama-server gives it so (`reasoning_for`).
-    Every other key stays as the client sent it."""
-    return reasoning_for(template, template_messages(messages, parse_arguments=object_arguments(template)))
+    `reasoning_content` also under `thinking` where llama-server gives it so (`reasoning_for`);
+    a null content as `""` (`inputs` "server"), or left null for the sandbox to drop as
+    transformers does ("transformers": `session._inputs`). Every other key stays as the client sent it."""
+    given = given_messages(messages, inputs)
+    return reasoning_for(template, template_messages(given, parse_arguments=object_arguments(template)))
 
 
 def reads_thinking(template: ChatTemplate) -> bool:

@@ -28,6 +28,7 @@ from ..sandbox import Limits, Prepared, prepare_message, prepare_tools, render
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation
+from ._inputs import DEFAULT_INPUTS, check_inputs
 
 __all__ = ["SESSION_LIMITS", "ServerConversation", "for_server", "render_conversation", "render_variables"]
 
@@ -56,6 +57,7 @@ class ServerConversation:
     tools: tuple[dict, ...] | None = field(repr=False)
     kwargs: dict = field(default_factory=dict)
     variables: dict = field(default_factory=dict, repr=False)
+    inputs: str = DEFAULT_INPUTS  # whose message preparation: "server" or "transformers" (session._inputs)
 
     def render(self, messages: Sequence[dict] | None = None, *, add_generation_prompt: bool = True,
                clock: Callable[[], datetime] | None = None) -> str:
@@ -78,18 +80,24 @@ class ServerConversation:
         return {id(m): prepare_message(m) for m in self.messages}
 
 
-def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = None) -> ServerConversation:
+def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = None, *,
+               inputs: str | None = None) -> ServerConversation:
     """`conversation` (a `Conversation`, or one already prepared: then kept, or prepared again for
-    another template or other `kwargs`) as a server gives it to `template`."""
+    another template, other `kwargs` or other `inputs`) as a server gives it to `template`; `inputs`:
+    whose message preparation ("server", the default, or "transformers": `session._inputs`; None
+    keeps a prepared conversation's own)."""
     if isinstance(conversation, ServerConversation):
-        if conversation.template == template:  # its messages stay as they are for this template
+        inputs = conversation.inputs if inputs is None else inputs
+        if conversation.template == template and conversation.inputs == inputs:  # its messages stay as they are
             if kwargs is None:
                 return conversation
             return replace(conversation, kwargs=dict(kwargs), variables=render_variables(template, kwargs))
         kwargs = conversation.kwargs if kwargs is None else kwargs
         conversation = conversation.conversation
-    return ServerConversation(template, conversation, tuple(messages_for(template, conversation.messages)),
-                              tuple(conversation.tools or ()) or None, dict(kwargs or {}), render_variables(template, kwargs))
+    inputs = check_inputs(inputs or DEFAULT_INPUTS)
+    return ServerConversation(template, conversation, tuple(messages_for(template, conversation.messages, inputs)),
+                              tuple(conversation.tools or ()) or None, dict(kwargs or {}), render_variables(template, kwargs),
+                              inputs)
 
 
 def render_conversation(template: ChatTemplate, conversation, *, add_generation_prompt: bool = True,

@@ -11,9 +11,16 @@ this order:
 - "generation prompt": it lies in request k's generation prompt, i.e. the template renders an
   assistant turn otherwise than the prompt it generated after;
 - "tool list": a tool definition lies at the divergence, in either text;
+- "tool calls rewritten": it lies in the tool calls of the turn request k generated, which the
+  history writes otherwise (Apriel 1.5 adds each call's id);
 - "system prompt": the divergence lies in the system message;
 - "last user message" / "last tool result": it lies at request k's last message (the template
   renders the newest message otherwise once the model has answered it);
+- "answer dropped": the held text has the answer (content) of an earlier assistant turn at the
+  divergence and the request no longer has it (a template that keeps an earlier turn's reasoning
+  and drops its answer), or the empty answer the generated turn ends with;
+- "message dropped": the same for an earlier message of another role (a classifier's template that
+  renders only the newest exchange);
 - "other": none of these; `held_text` and `request_text` show both texts around it.
 
 With a tokenizer the token ids are compared too, as a server compares them: request k tokenized
@@ -24,18 +31,21 @@ token the model emits where the template writes text): `token_note` says so.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..markup import UNIT
+from ..sandbox import REASONING_KEYS
 from ..session.requests import Request, common_prefix
 
 __all__ = ["CAUSES", "Divergence", "divergences", "TokenizedRequests", "tokenize_requests"]
 
 CAUSES = ("date or time", "reasoning dropped", "generation prompt", "tool list", "system prompt",
-          "last user message", "last tool result", "other")
+          "last user message", "last tool result", "tool calls rewritten", "answer dropped", "message dropped", "other")
 # Words that name reasoning markup (as the analysis reads them: tmplkit.analysis._reasoning).
 _REASONING_WORDS = ("think", "reason", "thought", "analysis")
+_BARE_WORD = re.compile(r"[A-Za-z_]+")  # a role or channel name between markup units (`<|channel|>final`)
 _NEAR = 256  # characters around a message's text still counted as its rendering (headers, markup)
 _SHOW = 60   # characters shown each side of an unexplained divergence
 
@@ -182,15 +192,22 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
             return "date or time", (f"rendered at request {prev.index}'s time the request matches further "
                                     f"({cur.time:%H:%M:%S} vs {prev.time:%H:%M:%S})")
     for i, m in enumerate(messages[:prev.turn[1]]):
-        r = _text(m.get("reasoning_content")).strip() if m.get("role") == "assistant" else ""
+        # (reasoning under any key a template reads it from: gpt-oss's `thinking`, Laguna's `reasoning`)
+        r = next((_text(m.get(k)).strip() for k in REASONING_KEYS if _text(m.get(k)).strip()), "") \
+            if m.get("role") == "assistant" else ""
         if r and _covers(held, r, pos, slack=_NEAR) and text.count(r) < held.count(r):
             return "reasoning dropped", f"the reasoning of message {i} is in the held text at the divergence and not in the request"
-    block = _reasoning_block(held, text, pos) if pos >= len(prev.text) else ""  # in the generated turn
+    g0 = len(prev.text) - len(prev.generation_prompt)
+    # In the generated turn, or in request k's history (an empty block Intern-S1 writes into the
+    # turns after the last user message only), not in its generation prompt (a forced-open block).
+    block = _reasoning_block(held, text, pos) if pos >= len(prev.text) or pos < g0 else ""
+    if block and block in text[pos:pos + 4096]:
+        return "reasoning dropped", (f"the held turn closes its reasoning at once ({block!r} at the divergence), where the "
+                                     "request writes the turn's reasoning before it: the newest turn's reasoning is left out")
     if block:
         return "reasoning dropped", (f"the reasoning markup {block!r} the held turn has at the divergence is not in the "
                                      "request: the template writes it into the newest turn only (an empty reasoning block "
                                      "the history drops)")
-    g0 = len(prev.text) - len(prev.generation_prompt)
     # Text inserted before an intact generation prompt belongs to the message before it; the
     # generation prompt the next request ends with is its own, no sign of that.
     at = text.find(prev.generation_prompt, g0)
@@ -209,16 +226,56 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
         return "system prompt", "the divergence lies in the system message"
     last = next((m for m in reversed(messages[:prev.n_messages]) if m.get("role") in ("user", "tool")), None)
     body = _text(last.get("content")).strip() if last is not None else ""
-    if last is not None and body and _covers(held[:len(prev.text)], body, pos, _NEAR):
+    # (an empty one, Bielik's empty tool result, is placed by where the generation prompt begins)
+    near_end = not body and prev.n_messages > 0 and messages[prev.n_messages - 1] is last and g0 - _NEAR // 4 <= pos < g0
+    if last is not None and (body and _covers(held[:len(prev.text)], body, pos, _NEAR) or near_end):
         role = last["role"]
         return ("last user message" if role == "user" else "last tool result",
                 f"request {prev.index}'s last message ({role}) is rendered differently once the model has answered it")
-    return "other", "see held_text and request_text"
+    return _turn_cause(prev, text, pos, messages) or ("other", "see held_text and request_text")
+
+
+def _turn_cause(prev: Request, text: str, pos: int, messages) -> tuple[str, str] | None:
+    """The cause where an earlier assistant turn is written otherwise once the model has answered:
+    its tool calls, in the turn request k generated ("tool calls rewritten"), or its answer, which
+    the held text has at the divergence and the request no longer has ("answer dropped"); None
+    where neither is seen."""
+    held = prev.held
+    turn = messages[prev.turn[1] - 1] if prev.turn[1] > prev.turn[0] else {}
+    if pos >= len(prev.text) and turn.get("role") == "assistant":
+        names = [c.get("function", c).get("name") for c in turn.get("tool_calls") or () if isinstance(c, dict)]
+        before = held[max(len(prev.text), pos - _NEAR):pos]
+        if any(isinstance(n, str) and n and n in before for n in names):
+            return "tool calls rewritten", (f"the history writes the tool calls of message {prev.turn[1] - 1} otherwise than "
+                                            "the turn the model generated (the template renders the newest turn's calls "
+                                            "in another form)")
+    for i, m in enumerate(messages[:prev.turn[1]]):
+        body = _text(m.get("content")).strip()
+        if body and _covers(held, body, pos, slack=_NEAR) and text.count(body) < held.count(body):
+            if m.get("role") == "assistant":
+                return "answer dropped", (f"the answer of message {i} is in the held text at the divergence and not in the "
+                                          "request: the template drops an earlier turn's answer (and keeps its reasoning)")
+            return "message dropped", (f"message {i} ({m.get('role')}) is in the held text at the divergence and not in the "
+                                       "request: the template renders only the newest messages (a classifier's prompt)")
+    rest = held[pos:]
+    if pos >= len(prev.text) and turn.get("role") == "assistant" and not _text(turn.get("content")).strip() \
+            and rest.strip() and not _BARE_WORD.sub("", UNIT.sub(" ", rest)).strip():
+        return "answer dropped", (f"the empty answer the generated turn ends with ({rest.strip()!r}) is not in the request: "
+                                  f"the template drops message {prev.turn[1] - 1}'s empty answer from the history")
+    return None
 
 
 def _reasoning_block(held: str, text: str, pos: int) -> str:
     """The reasoning markup (`<think>`, `<|channel|>analysis`, ...) that the held text has at the
-    divergence and the request does not, else ""."""
+    divergence and the request does not, else "". The divergence may fall inside the markup where
+    the request's next unit shares its opening (`<t` of `<think>` and `<tool_call>`): it is read from
+    the unit's start."""
+    opening = held.rfind("<", max(0, pos - 32), pos + 1)
+    if opening >= 0 and any(c.isspace() for c in held[opening:pos]):
+        opening = -1  # whitespace between: no unit spans the divergence
+    m = UNIT.match(held, opening) if opening >= 0 else None
+    if m is not None and m.end() > pos and text.startswith(held[opening:pos], opening):
+        pos = opening
     rest = held[pos:pos + 200]
     lead = len(rest) - len(rest.lstrip())
     m = UNIT.match(rest, lead)

@@ -7,6 +7,7 @@ import io
 import json
 
 from .._version import __version__
+from ..session import inputs_note
 from .cost import SETTINGS
 
 __all__ = ["format_turns", "FORMATS", "TURNS_SCHEMA_VERSION"]
@@ -82,13 +83,14 @@ def _share(r, setting: str) -> str:
 def _text(r) -> str:
     if r.error:
         return f"{r.template}: cannot render the session: {r.error}\n"
-    lines = [f"{r.template}: {'stable' if r.stable else 'NOT stable'} over {r.n_requests} requests"]
+    lines = [f"{r.template}: {'stable' if r.stable else 'NOT stable'} over {r.n_requests} requests",
+             f"  inputs: {r.inputs} ({inputs_note(r.inputs)})"]
     first = r.first
     if first is not None:
         tok = "" if first.token_position is None else f" (token {first.token_position} of {first.n_held_tokens})"
         lines.append(f"  first divergence: request {first.request}, character {first.position} of {first.n_held} held{tok}: "
                      f"{first.cause} ({first.detail})")
-        if first.cause in ("other", "generation prompt"):
+        if first.cause in ("other", "generation prompt", "tool calls rewritten"):
             lines.append(f"    held:    {first.held_text!r}")
             lines.append(f"    request: {first.request_text!r}")
         if first.token_note:

@@ -48,7 +48,7 @@ class PreparedSession:
 
 def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos: bool = False,
                     kwargs: Mapping | None = None, interval=DEFAULT_INTERVAL, budget=None,
-                    server: Mapping | None = None, server_texts=None) -> PreparedSession:
+                    server: Mapping | None = None, server_texts=None, inputs: str | None = None) -> PreparedSession:
     """`session` on `template`, through the pipeline of the module doc; without a tokenizer, the
     requests only. A template that cannot render the session raises its RenderError here.
     `budget` (a `Budget`): progress while rendering, and the requests up to its time limit.
@@ -56,8 +56,9 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
     None: the two delimiters of the families `server_rules.server_delimiter_list` knows by a marker.
     `server_texts`: each request as llama-server renders it (its own engine, where that differs
     from transformers': `server.resume.server_renders`); the llama-server setting's tokens and
-    spans are then those, the generated turns the same."""
-    conversation = for_server(template, session, kwargs)  # prepared once, rendered for every request
+    spans are then those, the generated turns the same. `inputs`: whose message preparation
+    ("server", the default, or "transformers": `session.given_messages`)."""
+    conversation = for_server(template, session, kwargs, inputs=inputs)  # prepared once, rendered for every request
     requests = iter_requests(conversation, template, interval=interval)
     if budget is None:
         reqs = tuple(requests)

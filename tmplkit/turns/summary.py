@@ -8,12 +8,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from ..analysis.probes import THINKING_FLAGS
 from ..errors import RenderError, TmplkitError
-from ..session import for_server
+from ..session import DEFAULT_INPUTS, check_inputs, for_server, inputs_note
 from ..session.requests import DEFAULT_INTERVAL, clock_at, iter_requests
 from ..sources.templates import ChatTemplate
 from .budget import Budget
@@ -45,6 +45,7 @@ class TurnsReport:
     notes: tuple[str, ...] = ()
     error: str = ""
     stopped: str = ""  # where a time limit cut the session short ("" : studied whole)
+    inputs: str = DEFAULT_INPUTS  # whose message preparation the renders follow (session.given_messages)
 
     @property
     def stable(self) -> bool:
@@ -72,12 +73,12 @@ class TurnsReport:
                 "switches": [{"setting": n, "stable": ok} for n, ok in self.switches],
                 "stable_with": list(self.stable_with), "cost": self.cost.to_dict() if self.cost else None,
                 "divergences": [d.to_dict() for d in self.divergences], "notes": list(self.notes), "error": self.error,
-                "stopped": self.stopped}
+                "stopped": self.stopped, "inputs": self.inputs, "inputs_note": inputs_note(self.inputs)}
 
 
 def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: bool = False, memory=None,
                 prefill=None, kwargs=None, switches: bool = True, interval=DEFAULT_INTERVAL, timeout: float | None = None,
-                progress=None, server=None, server_texts=None) -> TurnsReport:
+                progress=None, server=None, server_texts=None, inputs: str = DEFAULT_INPUTS) -> TurnsReport:
     """Requests, divergences, thinking switches and (with a tokenizer) the cost of `session` on `template`.
 
     A template that cannot render the session gives a report with `error` set (a corpus table
@@ -86,15 +87,18 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     is called as the requests are rendered. `server`: template name -> llama-server's delimiter
     list for the llama-server setting (`server_rules.load_server_delimiters`; None: see `prepare_session`);
     `server_texts`: each request as llama-server renders it, for that setting (`prepare_session`).
+    `inputs`: "server" (messages as llama-server gives them, the default) or "transformers" (as
+    `apply_chat_template` does); the report says which.
     """
+    check_inputs(inputs)
     if getattr(template, "error", None):  # a folder's file that could not be read (sources.load_dir)
-        return TurnsReport(template.name, 0, (), error=template.error or "")
+        return TurnsReport(template.name, 0, (), error=template.error or "", inputs=inputs)
     budget = Budget(timeout, progress)
     try:
         prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval,
-                                   budget=budget, server=server, server_texts=server_texts)
+                                   budget=budget, server=server, server_texts=server_texts, inputs=inputs)
     except RenderError as exc:  # (RenderLimitError too)
-        return TurnsReport(template.name, 0, (), error=str(exc))
+        return TurnsReport(template.name, 0, (), error=str(exc), inputs=inputs)
     conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens
     divs = divergences(reqs, conversation.messages, conversation.conversation.tools, redraw=_redraw(conversation, reqs),
                        tokens=tokens, tokenizer=tokenizer)
@@ -103,8 +107,18 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
         cost = session_cost(tokens, prepared.spans, predicted=prepared.predicted, memory=memory, prefill=prefill,
                             server_tokens=prepared.server_tokens)
     tried = _switches(template, conversation, kwargs, interval, reqs) if switches and not budget.stopped else ()
+    if switches and not budget.stopped:
+        divs = _name_switches(divs, tried)
     notes = prepared.notes + ((budget.stopped,) if budget.stopped else ())
-    return TurnsReport(template.name, len(reqs), divs, tried, cost, notes, stopped=budget.stopped)
+    return TurnsReport(template.name, len(reqs), divs, tried, cost, notes, stopped=budget.stopped, inputs=inputs)
+
+
+def _name_switches(divs: tuple[Divergence, ...], tried) -> tuple[Divergence, ...]:
+    """Each "reasoning dropped" divergence with the switches that keep the session stable named (an
+    empty reasoning block Qwen3 writes into the newest turn only has none), for a reader to act on."""
+    keeps = [name for name, ok in tried if ok]
+    note = f"; stable with {', '.join(keeps)}" if keeps else "; no switch the template reads keeps it"
+    return tuple(replace(d, detail=d.detail + note) if d.cause == "reasoning dropped" else d for d in divs)
 
 
 def _redraw(conversation, reqs):

@@ -1,0 +1,129 @@
+"""The turns study names the cause where an earlier assistant turn is written otherwise: an empty
+reasoning block the history drops, an answer dropped, tool calls rewritten (fixtures of ours)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tmplkit import load_one
+from tmplkit.session import Session
+from tmplkit.turns import CAUSES, study_turns
+
+FIX = Path(__file__).parent.parent / "fixtures" / "turns"
+
+
+def _call(i: int, name: str) -> dict:
+    return {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def _study(name: str, messages, **kw):
+    return study_turns(load_one(str(FIX / f"{name}.jinja")), Session(tuple(messages), ()), **kw)
+
+
+def test_an_empty_reasoning_block_the_history_drops_is_reasoning_dropped():
+    # `<think>` and `<tool_call>` share `<t`: the texts part inside the unit, read from its start
+    messages = [{"role": "user", "content": "List it."}, {"role": "assistant", "content": "", "tool_calls": [_call(1, "ls")]},
+                {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}, {"role": "assistant", "content": "One file."}]
+    first = _study("empty-think-newest", messages).first
+    assert first.request == 1 and first.cause == "reasoning dropped"
+    assert "'<think>'" in first.detail and "an empty reasoning block" in first.detail
+    # the switches were tried: the report says none of the template's keeps it
+    assert first.detail.endswith("no switch the template reads keeps it")
+    assert "keeps it" not in _study("empty-think-newest", messages, switches=False).first.detail
+
+
+def test_a_reasoning_switch_that_keeps_the_session_stable_is_named():
+    messages = [{"role": "user", "content": "Is 91 prime?"},
+                {"role": "assistant", "reasoning_content": "91 = 7 * 13.", "content": "No."},
+                {"role": "user", "content": "And 97?"}, {"role": "assistant", "content": "Yes."}]
+    first = _study("drops-reasoning", messages).first
+    assert first.cause == "reasoning dropped" and first.detail.endswith("; stable with preserve_thinking=True")
+
+
+def test_an_earlier_answer_dropped_is_named():
+    messages = [{"role": "user", "content": "Is 91 prime?"},
+                {"role": "assistant", "reasoning_content": "91 = 7 * 13.", "content": "No."},
+                {"role": "user", "content": "And 97?"},
+                {"role": "assistant", "reasoning_content": "No divisor.", "content": "Yes."}]
+    first = _study("drops-answer", messages).first
+    assert first.request == 1 and first.cause == "answer dropped" and "answer of message 1" in first.detail
+
+
+def test_tool_calls_the_history_writes_otherwise_are_named():
+    messages = [{"role": "user", "content": "List it."},
+                {"role": "assistant", "content": "", "tool_calls": [_call(1, "ls"), _call(2, "pwd")]},
+                {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}, {"role": "tool", "tool_call_id": "c2", "content": "/"},
+                {"role": "assistant", "content": "", "tool_calls": [_call(3, "cat"), _call(4, "wc")]},
+                {"role": "tool", "tool_call_id": "c3", "content": "hello"}, {"role": "tool", "tool_call_id": "c4", "content": "1"},
+                {"role": "assistant", "content": "It says hello."}]
+    report = _study("call-ids-in-history", messages)
+    first = report.first
+    assert first.request == 2 and first.cause == "tool calls rewritten" and "message 4" in first.detail
+    assert '"id": "c3"' in first.request_text and '"id": "c3"' not in first.held_text
+    assert set(report.causes()) <= set(CAUSES)
+
+
+def test_an_empty_reasoning_block_dropped_from_the_history_is_reasoning_dropped():
+    # the block lies in request 1's history (the tool-call turn after the last user message), and is
+    # gone once a user message follows: the divergence is before request 1's generation prompt
+    messages = [{"role": "user", "content": "List it."}, {"role": "assistant", "content": "", "tool_calls": [_call(1, "ls")]},
+                {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}, {"role": "assistant", "content": "One file."},
+                {"role": "user", "content": "Thanks."}, {"role": "assistant", "content": "Bye."}]
+    first = _study("empty-think-after-user", messages, switches=False).first
+    assert first.request == 2 and first.cause == "reasoning dropped" and "'<think>'" in first.detail
+
+
+def test_an_empty_answer_the_history_drops_is_answer_dropped():
+    messages = [{"role": "user", "content": "Think about 91."},
+                {"role": "assistant", "reasoning_content": "91 = 7 * 13.", "content": None},
+                {"role": "user", "content": "And?"}, {"role": "assistant", "content": "Composite."}]
+    first = _study("drops-answer", messages, switches=False).first
+    assert first.request == 1 and first.cause == "answer dropped" and "empty answer" in first.detail
+
+
+def test_reasoning_under_another_key_is_found():
+    # the reasoning given as `thinking` (gpt-oss's key), kept by the template only in the newest turn
+    messages = [{"role": "user", "content": "Is 91 prime?"},
+                {"role": "assistant", "thinking": "91 = 7 * 13.", "reasoning_content": None, "content": "No."},
+                {"role": "user", "content": "And 97?"}, {"role": "assistant", "content": "Yes."}]
+    src = ("{% for m in messages %}{% if m.role == 'assistant' %}<|a|>{% if loop.last and m.thinking %}<analysis>"
+           "{{ m.thinking }}</analysis>{% endif %}{{ m.content }}<|e|>{% else %}<|u|>{{ m.content }}<|e|>{% endif %}"
+           "{% endfor %}{% if add_generation_prompt %}<|a|>{% endif %}")
+    from tmplkit.sources import ChatTemplate
+
+    first = study_turns(ChatTemplate(src, "thinking-newest", "-"), Session(tuple(messages), ()), switches=False).first
+    assert first.cause == "reasoning dropped" and "reasoning of message 1" in first.detail
+
+
+def test_an_earlier_message_a_classifier_leaves_out_is_message_dropped():
+    from datetime import datetime
+
+    from tmplkit.turns import Request, divergences
+
+    question = "Alpha " * 60  # long enough that the tool result lies far after the divergence
+    messages = ({"role": "user", "content": question}, {"role": "assistant", "content": "", "tool_calls": [_call(1, "ls")]},
+                {"role": "tool", "tool_call_id": "c1", "content": "Tool said"}, {"role": "assistant", "content": "Beta."},
+                {"role": "user", "content": "Gamma?"})
+    when = datetime(2026, 1, 1)
+    prev = Request(0, 3, f"<h>{question}</h><ai></ai><r>Tool said</r><gp>", "<gp>", "Beta.", (3, 4), "prefix", when)
+    cur = Request(1, 5, "<h>Gamma?</h><gp>", "<gp>", "", (5, 5), "", when)
+    first = divergences((prev, cur), messages)[0]
+    assert first.cause == "message dropped" and first.detail.startswith("message 0 (user) is in the held text")
+
+
+def test_a_held_turn_that_closes_its_reasoning_at_once_where_the_history_writes_it_says_so():
+    from datetime import datetime
+
+    from tmplkit.turns import Request, divergences
+
+    # Command R7B's shape: the prompt opens the reasoning block, the newest turn closes it at once,
+    # the history writes the turn's reasoning into it
+    messages = ({"role": "user", "content": "Go."}, {"role": "assistant", "reasoning_content": "Plan it.", "content": "Done."},
+                {"role": "user", "content": "Next."})
+    when = datetime(2026, 1, 1)
+    prev = Request(0, 1, "<u>Go.</u><a><|START_THINKING|>", "<a><|START_THINKING|>", "<|END_THINKING|>Done.</a>", (1, 2),
+                   "prefix", when)
+    cur = Request(1, 3, "<u>Go.</u><a><|START_THINKING|>Plan it.<|END_THINKING|>Done.</a><u>Next.</u><a><|START_THINKING|>",
+                  "<a><|START_THINKING|>", "", (3, 3), "", when)
+    first = divergences((prev, cur), messages)[0]
+    assert first.cause == "reasoning dropped" and first.detail.startswith("the held turn closes its reasoning at once")
