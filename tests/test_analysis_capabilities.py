@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tmplkit.analysis import analyze
 from tmplkit.analysis._probing import Prober
-from tmplkit.analysis._verdict import GENERATION_PROMPT_MATCH, extend_back, replaced, verdict
+from tmplkit.analysis._verdict import GENERATION_PROMPT_MATCH, extend_back, replaced, round_trip_verdict
 from tmplkit.analysis.probes import SYSTEM_PREAMBLE, ProbeBuilder
 from tmplkit.delimiters import Delimiter, sort_delimiters, split_text
 from tmplkit.sandbox import render
@@ -40,10 +40,10 @@ def test_a_user_start_that_matches_inside_the_generation_prompt_fails_the_round_
     assert spans[-1].role == "user" and rt.rendered[spans[-1].start - len("Destination: "):].startswith("Destination: ")
     probe = ProbeBuilder(Prober(fixture("source-destination"), None).needles).build("S1 U1 A1 U2", add_generation_prompt=True)
     text = render(fixture("source-destination"), probe.messages, **probe.kwargs)
-    bad = verdict(text, probe, cut, ["own"] * 4)
+    bad = round_trip_verdict(text, probe, cut, ["own"] * 4)
     assert not bad.passed
     assert any("a user delimiter matches in the generation prompt" in p for p in bad.problems)
-    assert verdict(text, probe, a.delimiters, ["own"] * 4).passed
+    assert round_trip_verdict(text, probe, a.delimiters, ["own"] * 4).passed
 
 
 def test_a_template_that_refuses_a_cut_is_not_failed_for_it():
@@ -158,7 +158,7 @@ def test_delimiters_derived_without_bos_eos_are_proved_with_the_common_ones():
     # A delimiter that holds only while the EOS renders empty is caught by the render with real tokens:
     # a user start there fails (a server ends a batch where no user message starts) ...
     eos_bound = sort_delimiters(a.delimiters + (Delimiter("user", "</s>"),))
-    assert verdict(text, probe, eos_bound, modes).passed
+    assert round_trip_verdict(text, probe, eos_bound, modes).passed
     proved = round_trip(probe, text, None, [], eos_bound, modes, cuts)
     assert not proved.passed and any(p.startswith("cut after a user message, bos_token='<s>', eos_token='</s>': ") for p in proved.problems)
     # ... another role's start moves no message's content: the round trip passes and warns where it is.
@@ -190,9 +190,9 @@ def test_a_user_start_that_matches_in_the_generation_prompt_is_extended_back_to_
     prober = Prober(t, None)
     text, probe, _, _ = prober.attempt(ProbeBuilder(prober.needles), "S1 U1 A1 U2", add_generation_prompt=True)
     short = replaced(a.delimiters, "user", "Source: user\n\n ", "user\n\n ")
-    bad = verdict(text, probe, short, ["own"] * 4)
+    bad = round_trip_verdict(text, probe, short, ["own"] * 4)
     assert any(GENERATION_PROMPT_MATCH in p for p in bad.problems)
-    assert verdict(text, probe, a.delimiters, ["own"] * 4).passed
+    assert round_trip_verdict(text, probe, a.delimiters, ["own"] * 4).passed
 
 
 def test_extend_back_takes_the_shortest_form_at_a_markup_boundary_that_passes():

@@ -4,7 +4,7 @@ turn before it whose content still lies in a span of its own role passes, and sa
 from __future__ import annotations
 
 from tmplkit.analysis._probing import Prober
-from tmplkit.analysis._verdict import verdict
+from tmplkit.analysis._verdict import round_trip_verdict
 from tmplkit.analysis.probes import ProbeBuilder
 from tmplkit.delimiters import Delimiter, sort_delimiters
 from tmplkit.sources import ChatTemplate
@@ -28,7 +28,7 @@ def _render():
 def test_a_continuation_in_a_span_of_its_own_role_passes_and_says_so():
     text, probe = _render()
     delims = sort_delimiters([Delimiter("user", "<|user|>"), Delimiter("assistant", "<|assistant|>"), Delimiter("tool", "<tool>")])
-    r = verdict(text, probe, delims, MODES)
+    r = round_trip_verdict(text, probe, delims, MODES)
     assert r.passed and not r.problems
     assert r.notes == ("message 3 (tool): the template writes it on in the turn before it, and a tool start opens a span of its "
                        "own there: it is read as a tool message, which misleads no consumer",)
@@ -39,6 +39,6 @@ def test_a_continuation_read_as_another_role_fails():
     # the second result's opener read as a user start: a tool result given to the user
     delims = sort_delimiters([Delimiter("user", "<|user|>"), Delimiter("assistant", "<|assistant|>"),
                               Delimiter("tool", "<call>kq_lookup</call><tool>"), Delimiter("user", "</tool>\n<tool>")])
-    r = verdict(text, probe, delims, MODES)
+    r = round_trip_verdict(text, probe, delims, MODES)
     assert not r.passed
     assert "message 3 (tool): continues the turn before it, but its content lies in a user span" in r.problems

@@ -16,7 +16,7 @@ from ._tools import ToolFindings, ToolProbe
 from .probes import CALL_ID_FORMAT, TOOL_NAME, Probe, ProbeBuilder
 
 __all__ = ["GENERATION_PROMPT_MATCH", "extend_back", "message_modes", "prompt_cuts", "replaced",
-           "render_round_trip", "round_trip", "verdict"]
+           "render_round_trip", "round_trip", "round_trip_verdict"]
 
 # How a problem says that a user or tool start matches after the last message.
 GENERATION_PROMPT_MATCH = "matches in the generation prompt"
@@ -169,12 +169,12 @@ def round_trip(probe: Probe, text: str | None, error, variants, delimiters, mode
     if text is None:
         return RoundTrip(False, (), (), (f"the round-trip conversation does not render: {template_message(error)}",),
                          messages=tuple(probe.conversation()), render_kwargs=dict(probe.kwargs))
-    result = verdict(text, probe, delimiters, modes)
+    result = round_trip_verdict(text, probe, delimiters, modes)
     base = result.problems
     others = [(f"with {switch}", probe, other, modes) for switch, other in variants]
     others += [(label, cut, other, _cut_modes(cut, other, modes)) for label, cut, other in cuts]
     for label, other_probe, other_text, other_modes in others:
-        other = verdict(other_text, other_probe, delimiters, other_modes)
+        other = round_trip_verdict(other_text, other_probe, delimiters, other_modes)
         if not other.passed:
             result = replace(result, passed=False, problems=result.problems + tuple(
                 f"{label}: {p}" for p in other.problems if p not in base))
@@ -400,7 +400,7 @@ class _Placement:
         return expected
 
 
-def verdict(text: str, probe: Probe, delimiters, modes: list[str]) -> RoundTrip:
+def round_trip_verdict(text: str, probe: Probe, delimiters, modes: list[str]) -> RoundTrip:
     """Split the round-trip render and check every message against the spans.
 
     Each message the template renders as a turn of its own must own the spans its content lies in
