@@ -29,22 +29,29 @@ def add_request(sub) -> None:
 def _cmd_request(args) -> int:
     import json
 
+    from ..contained import portable_tokenizer, run_contained
     from ..errors import InputError
     from ..llama_server import completion_request, message_delimiters
+    from ..session import load_conversation
     from ..sources import load_one
     from ..tokenizers import load_tokenizer
     from ._common import emit, require_tokenizers
+    from ._limits import render_timeout
 
     if args.delimiters_only == (args.conversation is not None):
         raise InputError("give a CONVERSATION file, or --delimiters-only without one")
     require_tokenizers([args.tokenizer], "tmplkit request --tokenizer " + args.tokenizer)  # before any work
+    conversation = None if args.delimiters_only else load_conversation(args.conversation)
     template = load_one(args.template, args.name)
-    tokenizer = load_tokenizer(args.tokenizer)
+    tokenizer = portable_tokenizer(load_tokenizer(args.tokenizer), args.tokenizer)
+    # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.contained).
+    what = f"request for '{template.name}'"
     if args.delimiters_only:
-        out: object = [d.to_dict() for d in message_delimiters(template, tokenizer)]
+        out: object = [d.to_dict() for d in run_contained(message_delimiters, template, tokenizer, what=what,
+                                                                   timeout=render_timeout(args))]
     else:
-        out = completion_request(template, tokenizer, args.conversation, add_generation_prompt=args.add_generation_prompt,
-                                 n_predict=args.n_predict).to_dict()
+        out = run_contained(completion_request, template, tokenizer, conversation, what=what, timeout=render_timeout(args),
+                            add_generation_prompt=args.add_generation_prompt, n_predict=args.n_predict).to_dict()
     emit(json.dumps(out, ensure_ascii=False, indent=2) + "\n", args.output)
     return 0
 
