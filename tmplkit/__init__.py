@@ -18,6 +18,7 @@ llama.cpp (`llama_server`, `engine_parity`), audit (`workers`, `isolate`, `audit
     ('pass', '<|im_start|>user\\n<tool_response>\\n')
 """
 
+from . import _interrupt  # noqa: F401  (first: a Ctrl-C while the command starts is one line and exit 130)
 from ._version import __version__ as __version__
 from .analysis import Analysis, RoundTrip, analyze
 from .auditing import AuditReport, audit
