@@ -96,7 +96,13 @@ def _cmd_engine_parity(args) -> int:
 
         model = tiny_model_path("qwen35")
     templates = load_templates(args.sources, args.name)
-    rows = [row for t in templates for row in engine_parity(t, binary, model, log_dir=args.log_dir)]
+    # The templates are untrusted: analyzed in workers under the audit's limits; tmplkit's side of
+    # the comparison then renders only the conversation a template rendered there.
+    from ..isolate import analyze_isolated
+
+    analyses = analyze_isolated(templates, jobs=1)
+    rows = [row for t, a in zip(templates, analyses) for row in engine_parity(t, binary, model, analysis=a,
+                                                                               log_dir=args.log_dir)]
     if args.format == "json":
         emit(json.dumps(parity_report(rows), ensure_ascii=False, indent=2) + "\n", args.output)
     else:
