@@ -13,7 +13,7 @@ bound, never a traceback), "HANG" (killed at the bound), "TRACEBACK", or "BROKEN
 the wrong exit code, a symlink replaced).
 
     python scripts/contract_matrix.py [--out scripts/results/contract_matrix] [--bound 150]
-        [--commands audit,mask] [--scenarios hostile-time,closed-stdout] [--update-docs]
+        [--commands audit,mask] [--scenarios hostile-time,closed-stdout] [--merge] [--update-docs]
 
 Writes <out>.json and <out>.md and prints the table; --update-docs also puts it into docs/hardening.md.
 """
@@ -50,7 +50,7 @@ COMMANDS = {
 # (command, scenario) pairs that do not apply: the command takes no conversation or tokenizer.
 NOT_APPLICABLE = {("audit", "bad-conversation"), ("table", "bad-conversation"), ("show", "bad-conversation"),
                   ("annotate", "bad-conversation"), ("table", "bad-tokenizer"), ("show", "bad-tokenizer"),
-                  ("annotate", "bad-tokenizer"), ("audit", "bad-tokenizer")}
+                  ("annotate", "bad-tokenizer")}
 SCENARIOS = ("hostile-time", "hostile-memory", "huge-template", "bad-conversation", "bad-tokenizer",
              "missing-folder", "symlink-output", "closed-stdout", "ctrl-c-early", "ctrl-c-late")
 
@@ -94,6 +94,8 @@ def _args(command: str, scenario: str, fx: dict) -> tuple[list[str], str]:
             values["T"] = f"{CHATML} --session {work / 'bad.json'}"
     elif scenario == "bad-tokenizer":
         values["K"] = str(work / "missing.gguf")
+        if command == "audit":  # (its token round trip's tokenizer)
+            values["T"] = f"{values['T']} --tokenizer {values['K']}"
     elif scenario == "missing-folder":
         values["O"] = str(work / "no" / "such" / "folder" / "out.txt")
         values["T"] = str(HOSTILE / "filter_wordwrap_slow.jinja")  # refused before the work, or it runs long
@@ -169,6 +171,8 @@ def _outcome(row: dict, scenario: str, output: str, hung: bool) -> str:
             else "BROKEN"
     if scenario == "symlink-output":
         return "ok" if Path(output).is_symlink() and code in (0, 1, 2) else "BROKEN"
+    if scenario == "closed-stdout" and output:  # (annotate writes its file, never standard output)
+        return "ok" if code in (0, 1, 2) else "BROKEN"
     if scenario in ("hostile-time", "hostile-memory", "bad-conversation", "bad-tokenizer", "missing-folder",
                     "closed-stdout"):
         return "ok" if code in (1, 2) else "BROKEN"  # never a success on what could not be done
@@ -217,6 +221,7 @@ def main(argv=None) -> int:
     parser.add_argument("--bound", type=float, default=150.0, help="seconds a run may take before it counts as a hang")
     parser.add_argument("--commands", default=",".join(COMMANDS))
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--merge", action="store_true", help="keep the other rows of the last run's JSON")
     parser.add_argument("--update-docs", action="store_true", help="put the table into docs/hardening.md")
     args = parser.parse_args(argv)
     commands = [c for c in args.commands.split(",") if c]
@@ -225,6 +230,9 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown: {', '.join(unknown)}")
     rows = []
+    if args.merge:  # the rows of an earlier run, those run now replacing theirs
+        earlier = json.loads(Path(args.out + ".json").read_text())["rows"]
+        rows = [r for r in earlier if r["command"] not in commands or r["scenario"] not in scenarios]
     with tempfile.TemporaryDirectory(prefix="tmplkit-contract-") as tmp:
         fx = _fixtures(Path(tmp))
         for command in commands:
@@ -233,6 +241,8 @@ def main(argv=None) -> int:
                 rows.append(row)
                 print(f"{command:<9} {scenario:<17} {row['outcome']:<9} {row.get('exit')!s:>4} {row.get('seconds', 0):>7}"
                       f"  {row.get('stderr', '')[:110]}", file=sys.stderr, flush=True)
+    order = {(c, s): i for i, (c, s) in enumerate((c, s) for c in COMMANDS for s in SCENARIOS)}
+    rows.sort(key=lambda r: order[(r["command"], r["scenario"])])
     from tmplkit._version import __version__
 
     result = {"tmplkit_version": __version__, "bound": args.bound, "command": "python scripts/contract_matrix.py",
