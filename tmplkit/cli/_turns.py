@@ -87,7 +87,7 @@ def _contained_study(template, session, timeout: float | None, options: dict):
     try:
         with _progress(template.name) as progress:  # drawn here, from what the worker sends
             return run_contained(functools.partial(study_turns, timeout=limit), template, session,
-                                 what=f"turns of '{template.name}'", timeout=limit + max(1.0, 0.25 * limit),
+                                 what=f"turns of '{template.name}'", timeout=limit + max(1.0, 0.1 * limit),
                                  memory_mb=MEMORY_MB, progress=progress,
                                  advice="; if it is legitimately slow, raise --timeout", **options)
     except RenderError as exc:  # (RenderLimitError: the time or memory limit)
