@@ -141,6 +141,22 @@ def test_prefix_stability_cut_by_its_time_limit_is_not_checked():
     assert check.verdict == NOT_CHECKED and "time limit" in check.detail
 
 
+def test_prefix_stability_stopped_by_a_render_limit_is_not_checked(monkeypatch):
+    # a session's render that hits a render limit (a long session: each render under its 2 s) proves
+    # nothing; a template that refuses the session is "not applicable" (stand-ins for the study: a
+    # real render limit takes its seconds on every render the study tries)
+    import tmplkit.turns as turns
+    from tmplkit.turns import TurnsReport
+
+    stopped = "rendering template 't' took longer than 2 s; the template may loop without end"
+    monkeypatch.setattr(turns, "study_turns", lambda *a, **k: TurnsReport("t", 0, (), error=stopped, limit="timeout"))
+    check = prefix_stability_of(load_one(CHATML))
+    assert check.verdict == NOT_CHECKED and "took longer than" in check.detail
+    refused = "template 't' raised: system messages are not supported"
+    monkeypatch.setattr(turns, "study_turns", lambda *a, **k: TurnsReport("t", 0, (), error=refused))
+    assert prefix_stability_of(load_one(CHATML)).verdict == "not applicable"
+
+
 def _report_with_unchecked_prefix(fail_on: str):
     from tmplkit.auditing import AuditReport, PrefixStability
 

@@ -87,8 +87,9 @@ def prefix_stability_of(template: ChatTemplate, session=None, timeout: float | N
     report = study_turns(template, session if session is not None else default_turns_session(), switches=False,
                          timeout=timeout)
     took = time.perf_counter() - start
-    if report.error:
-        return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, detail=_bounded(report.error), seconds=took)
+    if report.error:  # a render limit stopped the study: not checked; a template that refuses the session: n/a
+        verdict = NOT_CHECKED if report.limit in ("timeout", "memory", "size") else NOT_APPLICABLE
+        return PrefixStability(verdict, n_requests=report.n_requests, detail=_bounded(report.error), seconds=took)
     first = report.first
     if first is None and report.stopped:  # (before the count: a time limit after one request is not a one-request session)
         return PrefixStability(NOT_CHECKED, n_requests=report.n_requests, seconds=took,

@@ -45,6 +45,9 @@ class TurnsReport:
     notes: tuple[str, ...] = ()
     error: str = ""
     stopped: str = ""  # where a time limit cut the session short ("" : studied whole)
+    # The render limit the error is ("timeout", "memory", "size", "unsafe"; "": none): the session was
+    # not studied, which says nothing of the template (not in to_dict: the error says it).
+    limit: str = field(default="", compare=False)
 
     @property
     def stable(self) -> bool:
@@ -94,7 +97,7 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
         prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval,
                                    budget=budget, server=server, server_texts=server_texts)
     except RenderError as exc:  # (RenderLimitError too)
-        return TurnsReport(template.name, 0, (), error=str(exc))
+        return TurnsReport(template.name, 0, (), error=str(exc), limit=getattr(exc, "kind", ""))
     conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens
     divs = divergences(reqs, conversation.messages, conversation.conversation.tools, redraw=_redraw(conversation, reqs),
                        tokens=tokens, tokenizer=tokenizer)
