@@ -36,7 +36,8 @@ setup: $(BIN)/.installed
 audit: setup-core
 	$(BIN)/tmplkit audit fixtures/templates corpus:llama.cpp --tokenizer auto \
 		--expected-failures tests/corpus_expected_failures.json --expected-failures fixtures/expected_failures.json
-	$(BIN)/tmplkit table fixtures/templates corpus:llama.cpp
+	$(BIN)/tmplkit table fixtures/templates corpus:llama.cpp \
+		--expected-failures tests/corpus_expected_failures.json --expected-failures fixtures/expected_failures.json
 
 test: setup
 	$(BIN)/python -m pytest -q -ra

@@ -17,7 +17,7 @@ MAX_FUNCTION_LINES = 80
 # The layers, bottom up, as DESIGN.md and docs/development.md draw them: each a folder of tmplkit/
 # (the ground floor: modules at the top). A module may import its own layer and those below it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("ground", ("_version", "errors", "atomic", "jsonio", "markup", "delimiters", "environment", "schemas")),
+    ("ground", ("_version", "_interrupt", "errors", "atomic", "jsonio", "markup", "delimiters", "environment", "schemas")),
     ("sources", ("sources",)),
     ("render", ("sandbox",)),
     ("analysis", ("analysis",)),
@@ -257,7 +257,7 @@ def test_the_package_root_loads_no_layer_until_a_name_is_used():
             "print(before, heavy, 'tmplkit.analysis' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=PACKAGE.parent, check=True).stdout.strip()
-    assert out == "['tmplkit', 'tmplkit._version'] [] True"
+    assert out == "['tmplkit', 'tmplkit._interrupt', 'tmplkit._version'] [] True"
     import tmplkit
 
     assert all(getattr(tmplkit, name) is not None for name in tmplkit.__all__)

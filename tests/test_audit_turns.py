@@ -4,6 +4,7 @@ in the template's sandboxed worker."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -79,13 +80,13 @@ def test_given_whatever_the_analysis_says(tmp_path):
     assert check.verdict == "unstable"
 
 
-def test_not_applicable_after_a_sandbox_limit(tmp_path):
+def test_not_checked_after_a_sandbox_limit(tmp_path):
     path = tmp_path / "slow.jinja"
     path.write_text((ROOT / "fixtures" / "hostile" / "loop_nested_range.jinja").read_text(encoding="utf-8"))
     report = audit_mod.audit([load_one(str(path))], prefix_stability="report", timeout=2)
     (check,) = report.prefix_checks
     assert report.results[0].status in ("timeout", "memory")
-    assert check.verdict == "not applicable" and report.results[0].status in check.detail
+    assert check.verdict == "not checked" and report.results[0].status in check.detail
 
 
 def test_not_checked_by_default():
@@ -137,7 +138,8 @@ def test_json_rows_are_the_analysis_plus_one_key(checked):
     data = json.loads(audit_mod.format_json(checked))
     assert data["schema_version"] == audit_mod.JSON_SCHEMA_VERSION
     for a, row in zip(checked.results, data["results"]):
-        assert {k: v for k, v in row.items() if k != "prefix_stability"} == json.loads(json.dumps(a.to_dict()))
+        extra = ("prefix_stability", "not_checked")  # (not_checked: [] here, every check ran)
+        assert {k: v for k, v in row.items() if k not in extra} == json.loads(json.dumps(a.to_dict()))
     assert data["results"][1]["prefix_stability"] == checked.prefix_checks[1].to_dict()
     assert data["results"][1]["prefix_stability"]["cause"] == "reasoning dropped"
     summary = data["summary"]
@@ -251,7 +253,7 @@ def test_a_template_that_loops_only_on_the_session_is_stopped(tmp_path):
     assert plain.results[0].status == "pass"  # the analysis alone never reaches the loop
     report = audit_mod.audit([template], jobs=1, timeout=2, prefix_stability="report")
     assert report.results[0].status == "timeout" and "longer than 2 s" in report.results[0].errors[0]
-    assert report.prefix_checks[0].verdict == "not applicable" and not report.ok
+    assert report.prefix_checks[0].verdict == "not checked" and not report.ok
 
 
 def test_a_long_session_is_studied_up_to_the_time_limit():
@@ -263,5 +265,7 @@ def test_a_long_session_is_studied_up_to_the_time_limit():
     report = audit_mod.audit([load_one(STABLE)], jobs=1, timeout=4, prefix_stability="report", session=Session(msgs))
     assert report.results[0].status == "pass"
     (check,) = report.prefix_checks
-    assert check.verdict == "not applicable" and "stopped at the time limit" in check.detail
-    assert 1 < check.n_requests < 3001 and check.detail.endswith("no divergence up to there")
+    assert check.verdict == "not checked" and "stopped at the time limit" in check.detail
+    assert 1 < check.n_requests < 3001 and "no divergence up to there" in check.detail
+    assert report.ok and report.unchecked(0)  # passes, yet says the check did not run
+    assert not dataclasses.replace(report, fail_on="unchecked").ok

@@ -87,8 +87,9 @@ def test_generation_prompt_changed(records):
 
 def test_the_verdict_changed(records):
     said = messages(records, "verdict-changed")
-    assert said[0].startswith("the verdict changed from pass to fail: an assistant delimiter matches")
-    assert "agent sessions are no longer prefix-stable (generation prompt at request 1)" in said
+    assert said[0] == ("the verdict changed from pass to impossible: tool responses render exactly like user messages: "
+                       "no delimiter tells them apart")
+    assert "the tool-response start changed from `<|im_start|>tool\\n` to `<|im_start|>user\\n`" in said
 
 
 def test_a_default_system_prompt_added(records):

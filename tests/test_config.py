@@ -91,7 +91,7 @@ def test_tmplkit_toml_first_and_a_pyproject_without_the_table_is_no_config(proje
 @pytest.mark.parametrize(("text", "message"), [
     ("colour = 'red'\n", "unknown key 'colour' in the file; known keys: sources, fail-on, tokenizer"),
     ("[limits]\ntimeout = 1\nthreads = 2\n", "unknown key 'limits.threads' in [limits]"),
-    ("fail-on = 'sometimes'\n", "'fail-on' must be one of fail, warning, got 'sometimes'"),
+    ("fail-on = 'sometimes'\n", "'fail-on' must be one of fail, unchecked, warning, got 'sometimes'"),
     ("sources = 'templates'\n", "'sources' must be a list of strings, got 'templates'"),
     ("[limits]\ntimeout = -1\n", "'limits.timeout' must be a positive number, got -1"),
     ("[limits]\ntimeout = nan\n", "'limits.timeout' must be a positive number, got nan"),

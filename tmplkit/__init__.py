@@ -22,6 +22,7 @@ imports no layer, so a command, or a caller that needs one function, pays only f
 import importlib
 from typing import TYPE_CHECKING
 
+from . import _interrupt  # noqa: F401  (first: a Ctrl-C while the command starts is one line and exit 130)
 from ._version import __version__ as __version__
 
 # Where each public name lives: module (relative to this package) -> names.

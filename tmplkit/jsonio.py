@@ -123,7 +123,32 @@ def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
         raise error(f"{where}: JSON nested too deeply for {what}; fix the file") from None
     if max_depth is not None and _depth(text, max_depth) > max_depth:
         raise error(f"{where}: JSON nested too deeply for {what} (more than {max_depth} levels); fix the file")
+    if "\\u" in text and (lone := _lone_surrogate(value)) is not None:
+        raise error(f"{where}: a string holds {lone}, half of a UTF-16 pair and no character (no tokenizer or "
+                    "server can encode it); fix the text")
     return value
+
+
+def _lone_surrogate(value) -> str | None:
+    r"""The first lone surrogate escape (as '\ud800') in a parsed JSON value's strings, or None.
+
+    >>> _lone_surrogate({"content": ["ok", "x\ud800"]}), _lone_surrogate("\U0001f600")
+    ('\\ud800', None)
+    """
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"\\u{ord(v[exc.start]):04x}"
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return None
 
 
 def source_name(source: Source, where: str | None = None) -> str:

@@ -8,7 +8,9 @@ the summary then also has `prefix_stability`, `unstable`, `expected_unstable` an
 `unexpected_stable`).
 
 What ends an audit non-zero is `fail_on`: "fail" (a failing template, or a listed expected failure
-that passes) or "warning" (also a template with a warning); and, with `prefix_stability="fail"`,
+that passes), "unchecked" (also a template with a check asked for that did not run: the
+prefix-stability check cut by its time limit, a token round trip without a tokenizer) or
+"warning" (also a template with a warning); and, with `prefix_stability="fail"`,
 a template whose resumed agent session is not a prefix of what the server holds (unless listed as
 {"name": {"unstable": "reason"}} in the expected failures, which then must stay unstable).
 
@@ -18,7 +20,7 @@ worker), `_gate` (`AuditReport`: what fails the audit, `FAILING`, the verdict of
 `_formats` (text, JSON, markdown, JUnit, the delimiter table, `show`).
 """
 
-from ._driver import audit, token_checks, tokenizer_for
+from ._driver import audit, token_checks, token_skips, tokenizer_for
 from ._formats import (
     AUDIT_FORMATS,
     TABLE_COLUMNS,
@@ -38,12 +40,12 @@ from ._formats import (
     unrendered_reason,
 )
 from ._gate import FAILING, JSON_SCHEMA_VERSION, REPORT_FAILURES, AuditReport, is_failure, verdict_of
-from ._prefix import NOT_APPLICABLE, PrefixStability, analyze_with_prefix_stability, default_turns_session, prefix_stability_of
+from ._prefix import NOT_APPLICABLE, NOT_CHECKED, PrefixStability, analyze_with_prefix_stability, default_turns_session, prefix_stability_of
 
 __all__ = [
-    "AUDIT_FORMATS", "FAILING", "JSON_SCHEMA_VERSION", "NOT_APPLICABLE", "REPORT_FAILURES", "TABLE_COLUMNS", "TABLE_FORMATS",
+    "AUDIT_FORMATS", "FAILING", "JSON_SCHEMA_VERSION", "NOT_APPLICABLE", "NOT_CHECKED", "REPORT_FAILURES", "TABLE_COLUMNS", "TABLE_FORMATS",
     "TABLE_SCHEMA_VERSION",
     "AuditReport", "PrefixStability", "analyze_with_prefix_stability", "audit", "default_turns_session", "format_github", "format_json",
     "format_junit", "format_markdown", "format_show", "format_table", "format_text", "is_failure", "junit_error", "prefix_stability_of",
-    "show", "summary_line", "table_rows", "token_checks", "tokenizer_for", "unrendered_reason", "verdict_of",
+    "show", "summary_line", "table_rows", "token_checks", "token_skips", "tokenizer_for", "unrendered_reason", "verdict_of",
 ]

@@ -13,7 +13,7 @@ from ..sources.templates import ChatTemplate
 from ._gate import AuditReport, check_modes
 from ._prefix import PrefixStability, analyze_with_prefix_stability, check_session, default_turns_session, split_prefix_checks
 
-__all__ = ["audit", "token_checks", "tokenizer_for"]
+__all__ = ["audit", "token_checks", "token_skips", "tokenizer_for"]
 
 
 def audit(
@@ -65,7 +65,25 @@ def audit(
     if target is not None:
         results, prefix = split_prefix_checks(results)
     checks = token_checks(results, tokenizer, tokenizers) if tokenizer or tokenizers else ()
-    return AuditReport(tuple(results), dict(expected_failures or {}), checks, fail_on, prefix, prefix_stability)
+    skipped = token_skips(results, tokenizer, tokenizers) if checks else ()
+    return AuditReport(tuple(results), dict(expected_failures or {}), checks, fail_on, prefix, prefix_stability,
+                       skipped)
+
+
+def token_skips(results: Sequence[Analysis], tokenizer: str | None,
+                tokenizers: Mapping[str, str | None] | None = None) -> tuple[str, ...]:
+    """Per result, why the token round trip asked for (`tokenizer` given: one for all, or "auto")
+    did not run on a passing analysis; "" where it ran or was not asked for (AuditReport.token_skipped)."""
+    out = []
+    for a in results:
+        why = ""
+        if tokenizer and a.status == "pass" and tokenizer_for(a.name, a.source, tokenizer, tokenizers) is None:
+            why = ("no tokenizer for it: its vocabulary needs an extra that is not installed, or the configuration "
+                   "pairs it with none" if tokenizers and a.name in tokenizers else
+                   "no tokenizer for it: --tokenizer auto knows none (not a GGUF, no corpus vocabulary paired with "
+                   "its name); give --tokenizer or pair it under [tool.tmplkit.tokenizers]")
+        out.append(why)
+    return tuple(out)
 
 
 def _in_process(templates: Sequence[ChatTemplate], target, progress) -> list:

@@ -68,7 +68,7 @@ def _text_rows(report: AuditReport, i: int, width: int, color: bool, verbosity: 
     # The prefix-stability column, as wide as its longest label (absent when not checked).
     column = f"{check.label:<{max(len(c.label) for c in report.prefix_checks)}}  " if check is not None else ""
     pad = f"{'':<16} {'':<{width}}  {'':<{len(column)}}"
-    if status not in ("warning", "unstable"):
+    if status not in ("warning", "unstable", "unchecked"):
         why = first_reason(a)  # a failed token round trip has its own row below
     rows = [f"{mark} {a.name:<{width}}  {column}{why if why else detail}"]
     if tc is not None:
@@ -76,6 +76,8 @@ def _text_rows(report: AuditReport, i: int, width: int, color: bool, verbosity: 
         rows.append(f"{pad}tokens ({tc.tokenizer}, {tc.n_tokens} ids): {verdict}")
     if status != "warning":  # a 'warning' row already names its warnings as problems
         rows += [f"{pad}warning: {w}" for w in a.warnings]
+    if status != "unchecked":  # a check that did not run is said on every pass it leaves unproved
+        rows += [f"{pad}not checked: {r}" for r in report.unchecked(i)]
     if verbosity > 0:
         rows += [f"{pad}problem: {p}" for p in problems[1:]]
         if check is not None and (check.detail or check.verdict == "unstable"):
@@ -100,6 +102,9 @@ def summary_line(report: AuditReport, *, color: bool = False) -> str:
         for c in report.prefix_checks:
             verdicts[c.verdict] = verdicts.get(c.verdict, 0) + 1
         counts += "; prefix: " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
+    if report.token_checks:  # the token round trip: what it proved, and where it did not run
+        tokens = report.token_counts()
+        counts += f"; token round trip: {tokens['passed']} passed, {tokens['failed']} failed, {tokens['not_run']} not run"
     verdict = _paint("ok", "32", color) if report.ok else _paint("FAILED", _FAIL_COLOR, color)
     n = len(report.results)
     return f"{n} template{'' if n == 1 else 's'}: {counts} -> {verdict}"
@@ -225,13 +230,23 @@ AUDIT_FORMATS: dict[str, Callable[[AuditReport], str]] = {
 
 # The table JSON's layout (tmplkit/schemas/table.schema.json); raised as the audit's is.
 TABLE_SCHEMA_VERSION = 1
-TABLE_COLUMNS = ("name", "status", "user_start", "assistant_start", "system_start",
+TABLE_COLUMNS = ("name", "status", "reason", "user_start", "assistant_start", "system_start",
                  "tool_response_start", "tool_response_next", "generation_prompt", "tool_placement",
                  "reasoning_start", "reasoning_end", "generation_reasoning")
+# The columns a template's analysis proves: shown only where it passed (a failing template's
+# delimiters were not proved, and a table must not list them as if they held).
+_PROVED = TABLE_COLUMNS[3:9] + TABLE_COLUMNS[10:12]
 
 
 def table_rows(results: Iterable[Analysis]) -> list[dict]:
-    return [{c: getattr(a, c) for c in TABLE_COLUMNS} for a in results]
+    rows = []
+    for a in results:
+        row = {c: getattr(a, c) for c in TABLE_COLUMNS if c != "reason"}
+        row["reason"] = first_reason(a)
+        if a.status != "pass":
+            row |= {c: None for c in _PROVED} | {"generation_reasoning": {}}
+        rows.append({c: row[c] for c in TABLE_COLUMNS})
+    return rows
 
 
 def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
@@ -250,16 +265,22 @@ def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
         writer.writerows(rows)
         return buf.getvalue()
     head = ["template", "status", "user", "assistant", "system", "tool response", "next tool response",
-            "generation prompt", "tool placement", "reasoning", "reasoning end", "generation reasoning"]
+            "generation prompt", "tool placement", "reasoning", "reasoning end", "generation reasoning", "why"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = ([r["name"], r["status"]] + [_md(r[c]) for c in TABLE_COLUMNS[2:8]] + [r["tool_placement"]]
-                 + [_md(r[c]) for c in TABLE_COLUMNS[9:]])
+        cells = ([r["name"], r["status"]] + [_md(r[c]) for c in TABLE_COLUMNS[3:9]] + [r["tool_placement"]]
+                 + [_md(r[c]) for c in TABLE_COLUMNS[10:]] + [_reason_cell(r["reason"])])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 TABLE_FORMATS = ("markdown", "csv", "json")
+
+
+def _reason_cell(reason: str, limit: int = 120) -> str:
+    """A reason in one markdown cell: one line, its pipes escaped, cut at `limit` characters."""
+    text = " ".join(reason.split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # ---- a conversation with its spans marked, for a person to read -----------------------------------

@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 from .._version import __version__
 from ..analysis import Analysis
 from ..errors import InputError
-from ._prefix import PrefixStability
+from ._prefix import NOT_CHECKED, PrefixStability
 
 __all__ = ["FAILING", "JSON_SCHEMA_VERSION", "REPORT_FAILURES", "AuditReport", "is_failure", "verdict_of"]
 
-# What ends an audit non-zero (`--fail-on`, the configuration's `fail-on`): "fail" (failing
-# templates) or "warning" (warnings as well).
-FAIL_ON = ("fail", "warning")
+# What ends an audit non-zero (`--fail-on`, the configuration's `fail-on`), each mode stricter than
+# the one before: "fail" (failing templates), "unchecked" (also a passing template with a check
+# asked for that did not run: a time limit, no tokenizer for it) or "warning" (warnings as well).
+FAIL_ON = ("fail", "unchecked", "warning")
 # The prefix-stability check (`--prefix-stability`): not run, run and reported, or run with unstable
 # templates failing the audit (the CI gate).
 PREFIX_STABILITY = ("off", "report", "fail")
@@ -32,8 +33,11 @@ FAILING = frozenset({"fail", "impossible", "unsupported", "error", "timeout", "m
 # The audit JSON's layout; raised when a field is removed or changes meaning (adding one does not).
 JSON_SCHEMA_VERSION = 1
 # The verdicts a report gives besides the analysis statuses, each a failure of the audit: a pass
-# with warnings under fail_on="warning", an unstable prefix under prefix_stability="fail".
-REPORT_FAILURES = ("warning", "unstable")
+# with warnings under fail_on="warning", an unstable prefix under prefix_stability="fail", a check
+# asked for that did not run under fail_on="unchecked" (or "warning").
+REPORT_FAILURES = ("warning", "unstable", "unchecked")
+# How strict each fail_on mode is: each fails what the ones before it fail.
+_STRICTNESS = {mode: rank for rank, mode in enumerate(FAIL_ON)}
 
 
 def check_modes(fail_on: str, prefix_stability: str) -> None:
@@ -59,6 +63,9 @@ class AuditReport:
     prefix_checks: tuple = ()
     # "off" (not checked), "report" (a column only) or "fail" (unstable templates fail the audit).
     prefix_stability: str = "off"
+    # With a tokenizer: per result, why its token round trip did not run although asked for ("":
+    # it ran, or the analysis did not pass); see `unchecked`.
+    token_skipped: tuple = ()
 
     def __post_init__(self):
         check_modes(self.fail_on, self.prefix_stability)
@@ -94,7 +101,24 @@ class AuditReport:
     def failed(self, i: int) -> bool:
         a = self.results[i]
         tc = self.token_check(i)
-        return a.status in FAILING or (tc is not None and not tc.passed) or self.warned(i)
+        return a.status in FAILING or (tc is not None and not tc.passed) or self.warned(i) or self.unchecked_fails(i)
+
+    def unchecked(self, i: int) -> tuple[str, ...]:
+        """The checks asked for that did not run on passing result i, each with why: never a pass of theirs."""
+        if self.results[i].status != "pass":
+            return ()
+        out = []
+        skipped = self.token_skipped[i] if i < len(self.token_skipped) else ""
+        if skipped:
+            out.append(f"token round trip not run: {skipped}")
+        check = self.prefix_check(i)
+        if self.prefix_stability != "off" and check is not None and check.verdict == NOT_CHECKED:
+            out.append(f"prefix stability not checked: {check.detail}")
+        return tuple(out)
+
+    def unchecked_fails(self, i: int) -> bool:
+        """A check that did not run, when that fails the audit (fail_on "unchecked" or stricter)."""
+        return _STRICTNESS[self.fail_on] >= _STRICTNESS["unchecked"] and bool(self.unchecked(i))
 
     def warned(self, i: int) -> bool:
         """A passing template with warnings, when warnings fail the audit (fail_on="warning")."""
@@ -109,6 +133,8 @@ class AuditReport:
             d["token_round_trip"] = tc.to_dict() if tc is not None else None
         if self.prefix_checks:
             d["prefix_stability"] = self.prefix_checks[i].to_dict()
+        if self.token_checks or self.prefix_checks:
+            d["not_checked"] = list(self.unchecked(i))
         return d
 
     @property
@@ -135,8 +161,9 @@ class AuditReport:
         stable, or not applicable): the list must be updated."""
         if self.prefix_stability != "fail":
             return []
-        return [a for a, c in zip(self.results, self.prefix_checks)
-                if a.status == "pass" and self.expected(a.name, "unstable") is not None and c.verdict != "unstable"]
+        return [a for a, c in zip(self.results, self.prefix_checks)  # (one not checked proves nothing either way)
+                if a.status == "pass" and self.expected(a.name, "unstable") is not None
+                and c.verdict not in ("unstable", NOT_CHECKED)]
 
     @property
     def ok(self) -> bool:
@@ -162,8 +189,20 @@ class AuditReport:
                                       if self.unstable(i) and self.expected(n, "unstable") is not None],
                 "unexpected_stable": [a.name for a in self.unexpected_stable],
             })
+        if self.token_checks or self.prefix_checks:  # what was asked for and did not run, by name and count
+            out["not_checked"] = [n for i, n in enumerate(names) if self.unchecked(i)]
+        if self.token_checks:
+            out["token_round_trip"] = self.token_counts()
         out["ok"] = self.ok
         return out
+
+    def token_counts(self) -> dict[str, int]:
+        """Passing templates' token round trips: passed, failed, and asked for but not run."""
+        checks = [self.token_check(i) for i, a in enumerate(self.results) if a.status == "pass"]
+        skipped = sum(1 for i, a in enumerate(self.results) if a.status == "pass" and i < len(self.token_skipped)
+                      and self.token_skipped[i])
+        return {"passed": sum(1 for c in checks if c is not None and c.passed),
+                "failed": sum(1 for c in checks if c is not None and not c.passed), "not_run": skipped}
 
     def to_dict(self) -> dict:
         """The audit JSON: {schema_version, tmplkit_version, summary, results}."""
@@ -181,8 +220,10 @@ def first_reason(a: Analysis) -> str:
 
 def verdict_of(report: AuditReport, i: int) -> tuple[str, str, tuple[str, ...]]:
     """(status, why, all problems) of result i, with a failed token round trip counted as 'fail',
-    an unstable prefix under the gate as 'unstable' and, with fail_on="warning", a pass with
-    warnings as 'warning', so that every format agrees with the audit's exit code."""
+    an unstable prefix under the gate as 'unstable', a check that did not run as 'unchecked' (with
+    fail_on "unchecked" or "warning"; otherwise a 'pass' whose why says it did not run) and, with
+    fail_on="warning", a pass with warnings as 'warning', so that every format agrees with the
+    audit's exit code."""
     a = report.results[i]
     tc = report.token_check(i)
     if a.status == "pass" and tc is not None and not tc.passed:
@@ -192,8 +233,13 @@ def verdict_of(report: AuditReport, i: int) -> tuple[str, str, tuple[str, ...]]:
         check = report.prefix_checks[i]
         why = f"prefix unstable at request {check.request}: {check.cause}"
         return "unstable", why, (why + (f" ({check.detail})" if check.detail else ""),)
+    if report.unchecked_fails(i):
+        unchecked = report.unchecked(i)
+        return "unchecked", unchecked[0], unchecked
     if report.warned(i):
         return "warning", f"warning: {a.warnings[0]}", tuple(a.warnings)
+    if unchecked := report.unchecked(i):  # a pass, yet not of the checks that did not run: it says so
+        return a.status, unchecked[0], unchecked
     return a.status, first_reason(a), a.errors + (a.round_trip.problems if a.round_trip else ())
 
 

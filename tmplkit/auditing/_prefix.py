@@ -10,9 +10,12 @@ from dataclasses import dataclass, field
 from ..analysis import Analysis
 from ..sources.templates import ChatTemplate
 
-__all__ = ["NOT_APPLICABLE", "PrefixStability", "analyze_with_prefix_stability", "default_turns_session", "prefix_stability_of"]
+__all__ = ["NOT_APPLICABLE", "NOT_CHECKED", "PrefixStability", "analyze_with_prefix_stability", "default_turns_session", "prefix_stability_of"]
 
 NOT_APPLICABLE = "not applicable"
+# The check did not run to the end (its time limit, or the template's worker gave no result): it
+# proves nothing, and the gate never counts it as passed (`--fail-on unchecked` fails it).
+NOT_CHECKED = "not checked"
 # Analysis statuses after which the check is not run: the template hit a sandbox limit.
 _LIMIT_STATUSES = frozenset({"timeout", "memory", "unsafe"})
 
@@ -21,8 +24,9 @@ _LIMIT_STATUSES = frozenset({"timeout", "memory", "unsafe"})
 class PrefixStability:
     """Whether each request of a resumed agent session extends what the server holds (tmplkit.turns).
 
-    `verdict`: "stable", "unstable", or "not applicable" (the analysis did not pass, the template
-    cannot render the session, or the session has a single request; `detail` says why). When unstable: the first divergence's
+    `verdict`: "stable", "unstable", "not applicable" (the template cannot render the session, or
+    the session has a single request; `detail` says why) or "not checked" (the time limit came
+    before a divergence, or the worker gave no result: nothing was proved; `detail` says where). When unstable: the first divergence's
     `cause` (one of tmplkit.turns.CAUSES), the `request` it happens at and its character `position`.
     `seconds`: the time the check took (not compared: it differs from run to run).
 
@@ -69,7 +73,7 @@ def prefix_stability_of(template: ChatTemplate, session=None, timeout: float | N
     """Whether `session` (default `default_turns_session()`), resumed request by request on
     `template`, always extends what the server holds; see tmplkit.turns.study_turns. Past
     `timeout` seconds, the requests rendered by then decide: a divergence among them is the
-    verdict, none is "not applicable" with where it stopped.
+    verdict, none is "not checked" with where it stopped.
 
     >>> from tmplkit.sources import load_one
     >>> prefix_stability_of(load_one("fixtures/turns/drops-reasoning.jinja")).label
@@ -83,15 +87,16 @@ def prefix_stability_of(template: ChatTemplate, session=None, timeout: float | N
     report = study_turns(template, session if session is not None else default_turns_session(), switches=False,
                          timeout=timeout)
     took = time.perf_counter() - start
-    if report.error:
-        return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, detail=_bounded(report.error), seconds=took)
+    if report.error:  # a render limit stopped the study: not checked; a template that refuses the session: n/a
+        verdict = NOT_CHECKED if report.limit in ("timeout", "memory", "size") else NOT_APPLICABLE
+        return PrefixStability(verdict, n_requests=report.n_requests, detail=_bounded(report.error), seconds=took)
+    first = report.first
+    if first is None and report.stopped:  # (before the count: a time limit after one request is not a one-request session)
+        return PrefixStability(NOT_CHECKED, n_requests=report.n_requests, seconds=took,
+                               detail=f"{report.stopped}: no divergence up to there, none proved after")
     if report.n_requests < 2:  # nothing is resumed, so "stable" would say nothing
         return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, seconds=took,
                                detail="the session has one request: nothing is resumed")
-    first = report.first
-    if first is None and report.stopped:
-        return PrefixStability(NOT_APPLICABLE, n_requests=report.n_requests, seconds=took,
-                               detail=f"{report.stopped}: no divergence up to there")
     if first is None:
         return PrefixStability("stable", n_requests=report.n_requests, seconds=took)
     return PrefixStability("unstable", first.cause, first.request, first.position, report.n_requests,
@@ -124,13 +129,13 @@ def analyze_with_prefix_stability(template: ChatTemplate, session=None,
 
 
 def split_prefix_checks(results: Sequence) -> tuple[list[Analysis], tuple[PrefixStability, ...]]:
-    """The Analyses and, for each, its PrefixStability ("not applicable" where the analysis did not
-    pass, or the worker ended without a result: a timeout, a crash), from the pairs (or, where the
+    """The Analyses and, for each, its PrefixStability ("not checked" where the check did not run:
+    a sandbox limit in the analysis, or a worker that ended without a result), from the pairs (or, where the
     worker gave none, the failed Analysis alone) the target's workers returned."""
     plain, checks = [], []
     for r in results:
         a, check = r if isinstance(r, tuple) else (r, None)
         plain.append(a)
         checks.append(check if check is not None else
-                      PrefixStability(NOT_APPLICABLE, detail=f"the analysis ended with status '{a.status}'"))
+                      PrefixStability(NOT_CHECKED, detail=f"the analysis ended with status '{a.status}'"))
     return plain, tuple(checks)

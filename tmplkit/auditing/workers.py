@@ -208,15 +208,23 @@ def _start(proc, ctx) -> None:
 
 @contextlib.contextmanager
 def _sigint_ignored():
-    """SIGINT ignored meanwhile (in the main thread, the only one that may set handlers)."""
+    """SIGINT ignored meanwhile (in the main thread, the only one that may set handlers), and held
+    back rather than lost: it is also blocked, so a Ctrl-C that comes meanwhile is delivered here
+    when the block ends (a KeyboardInterrupt), while the child started meanwhile inherits both the
+    ignored disposition and the block."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    blocked = hasattr(signal, "pthread_sigmask")
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, old)
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 @contextlib.contextmanager

@@ -9,10 +9,12 @@ function, listed in `_SUBCOMMANDS`. The global options (`--quiet`, `--verbose`, 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from .._interrupt import restore_default
 from .._version import __version__
-from ..errors import TmplkitError
+from ..errors import InputError, TmplkitError
 from ..sandbox import hints_for
 from ._annotate import add_annotate
 from ._audit import add_audit, add_table
@@ -20,6 +22,7 @@ from ._corpus import add_corpus
 from ._diff import add_diff
 from ._lock import add_lock
 from ._mask import add_mask
+from ._outputs import check_outputs, printable
 from ._prefill import add_prefill
 from ._replay import add_replay
 from ._schema import add_schema
@@ -80,11 +83,61 @@ def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> N
     add("--no-config", action="store_true", default=default(False), help="read no configuration file")
 
 
+class _Stdout:
+    """Standard output as the commands write it: a failed write (a full disk, /dev/full) is one
+    line naming standard output, not a folder; a closed one (`>&-`) too; a name that is no UTF-8
+    (a file name's undecodable bytes) is written escaped (`printable`), never a traceback. After a failure the
+    descriptor is pointed at /dev/null, so that Python's flush at exit does not fail again."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if self._stream is None:
+            raise InputError("standard output is closed; redirect it (> FILE) or give -o FILE")
+        try:
+            return self._stream.write(printable(text))
+        except OSError as exc:
+            self._fail(exc)
+            raise
+
+    def flush(self) -> None:
+        if self._stream is not None:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                self._fail(exc)
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+    def _fail(self, exc: OSError):
+        if isinstance(exc, BrokenPipeError):
+            raise exc
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):
+            pass
+        raise InputError(f"cannot write standard output ({exc.strerror or exc}); check where it goes (a full "
+                         "disk?) or give -o FILE") from None
+
+
 def main(argv: list[str] | None = None) -> int:
+    stdout = sys.stdout
     try:  # the parser too: a Ctrl-C while it is built is still one line
+        restore_default()  # from here, Ctrl-C is a KeyboardInterrupt caught below (see tmplkit._interrupt)
+        sys.stdout = _Stdout(stdout)
         args = build_parser().parse_args(argv)
+        check_outputs(args)  # a path that cannot be written is refused before the work, not after it
         with hints_for("cli"):  # limit messages name the flags a command-line user can change
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a standard output that cannot be written is told here, not at Python's exit
+        return code
     except TmplkitError as exc:
         print(f"tmplkit: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -98,3 +151,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tmplkit: error: {where}{exc.strerror or exc}; check that the folder exists and can be written "
               "(the cache folder is $TMPLKIT_CACHE)", file=sys.stderr)
         return 2
+    finally:
+        sys.stdout = stdout

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# Seconds `annotate` may take per template: transformers' import and the renders of every check conversation.
+ANNOTATE_TIMEOUT = 60.0
+
 
 def add_annotate(sub) -> None:
     import argparse
@@ -24,15 +27,19 @@ def _cmd_annotate(args) -> int:
     import sys
 
     from ..atomic import check_writable, write_output
+    from ..auditing.contained import run_contained
     from ..errors import InputError
     from ..masks import annotate_template
     from ..sources.templates import load_one
+    from ._limits import render_timeout
 
     if importlib.util.find_spec("transformers") is None:
         raise InputError("tmplkit annotate checks the copy with transformers, which is not installed; pip install transformers")
     check_writable(args.output)  # refuse before the work
     template = load_one(args.source, args.name)
-    annotated = annotate_template(template)
+    # The template is untrusted: it renders in a worker under the audit's memory limit; the time
+    # limit allows for transformers' import and the check conversations (tmplkit.auditing.contained).
+    annotated = run_contained(annotate_template, template, what=f"annotating '{template.name}'", timeout=render_timeout(args, ANNOTATE_TIMEOUT))
     write_output(args.output, annotated.text)
     print(f"{args.output}: {template.name} annotated; masks equal on {annotated.checked} conversations "
           f"({annotated.masked_chars} masked characters)", file=sys.stderr)

@@ -56,12 +56,14 @@ def progress_text(done: int, total: int, name: str, *, rewrite: bool) -> str:
 
 def emit(text: str, output: str | None) -> None:
     """Print, or write the file atomically (the old file stays whole if we are interrupted)."""
+    from ._outputs import printable
+
     if output:
         from ..atomic import write_output
 
-        write_output(output, text)
+        write_output(output, printable(text))
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(printable(text))
 
 
 def model_template(args, model):
@@ -129,7 +131,7 @@ def require_tokenizers(specs, needed_by: str) -> None:
     (`TokenizerSpec.extra`)."""
     from ..tokens.tokenizers import TokenizerSpec
 
-    for extra in sorted({TokenizerSpec.parse(s).extra for s in specs if s}):
+    for extra in sorted({TokenizerSpec.parse(s).extra for s in specs if s} - {""}):
         require_extra(extra, needed_by)
 
 

@@ -26,16 +26,21 @@ def add_mask(sub) -> None:
 def _cmd_mask(args) -> int:
     import json
 
+    from ..auditing.contained import portable_tokenizer, run_contained
     from ..masks import assistant_mask
     from ..session import load_conversation
     from ..sources.templates import load_one
     from ..tokens.tokenizers import load_tokenizer
     from ._common import emit, require_tokenizers, use_color
+    from ._limits import render_timeout
 
     require_tokenizers([args.tokenizer], "tmplkit mask --tokenizer " + args.tokenizer)  # before any work
     conversation = load_conversation(args.conversation)
     template = load_one(args.template, args.name)
-    result = assistant_mask(template, load_tokenizer(args.tokenizer), conversation)
+    tokenizer = portable_tokenizer(load_tokenizer(args.tokenizer), args.tokenizer)
+    # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
+    result = run_contained(assistant_mask, template, tokenizer, conversation, what=f"mask of '{template.name}'",
+                           timeout=render_timeout(args))
     fmt = args.format
     if fmt == "auto":
         fmt = "text" if not args.output and sys.stdout.isatty() else "json"

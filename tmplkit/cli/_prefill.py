@@ -6,6 +6,7 @@ import sys
 
 from ..environment import terminal_is_dumb
 from ._common import add_format, add_llama_options, add_output, at_least, emit_result, model_template, prefill_settings, require_extra
+from ._limits import check_template_isolated
 
 
 def add_prefill(sub) -> None:
@@ -48,7 +49,9 @@ def _cmd_prefill(args) -> int:
     bar = TerminalProgress(sys.stderr, args.repeat) if sys.stderr.isatty() and not terminal_is_dumb() else None
     try:
         model = resolve_model(args.model)
-        comp = compare_policies(model, args.session, template=model_template(args, model), policies=args.policy,
+        template = model_template(args, model)
+        check_template_isolated(template, model, "tmplkit prefill")
+        comp = compare_policies(model, args.session, template=template, policies=args.policy,
                                 repeat=args.repeat, settings=settings, progress=bar)
     finally:
         if bar is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ._common import add_format, add_llama_options, add_output, emit_result, model_template, prefill_settings
+from ._limits import check_template_isolated
 
 
 def add_replay(sub) -> None:
@@ -48,6 +49,7 @@ def _cmd_replay(args) -> int:
     settings = prefill_settings(args)
     model = resolve_model(args.model)
     template = model_template(args, model)
+    check_template_isolated(template, model, "tmplkit replay")
     with PrefillRunner(model, settings) as runner:
         rep = replay_session(runner, session, resolve_template(template, runner), settings=tuple(names))
     if args.json:

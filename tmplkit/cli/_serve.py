@@ -29,22 +29,29 @@ def add_request(sub) -> None:
 def _cmd_request(args) -> int:
     import json
 
+    from ..auditing.contained import portable_tokenizer, run_contained
     from ..errors import InputError
     from ..server.process import completion_request, message_delimiters
+    from ..session import load_conversation
     from ..sources.templates import load_one
     from ..tokens.tokenizers import load_tokenizer
     from ._common import emit, require_tokenizers
+    from ._limits import render_timeout
 
     if args.delimiters_only == (args.conversation is not None):
         raise InputError("give a CONVERSATION file, or --delimiters-only without one")
     require_tokenizers([args.tokenizer], "tmplkit request --tokenizer " + args.tokenizer)  # before any work
+    conversation = None if args.delimiters_only else load_conversation(args.conversation)
     template = load_one(args.template, args.name)
-    tokenizer = load_tokenizer(args.tokenizer)
+    tokenizer = portable_tokenizer(load_tokenizer(args.tokenizer), args.tokenizer)
+    # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
+    what = f"request for '{template.name}'"
     if args.delimiters_only:
-        out: object = [d.to_dict() for d in message_delimiters(template, tokenizer)]
+        out: object = [d.to_dict() for d in run_contained(message_delimiters, template, tokenizer, what=what,
+                                                                   timeout=render_timeout(args))]
     else:
-        out = completion_request(template, tokenizer, args.conversation, add_generation_prompt=args.add_generation_prompt,
-                                 n_predict=args.n_predict).to_dict()
+        out = run_contained(completion_request, template, tokenizer, conversation, what=what, timeout=render_timeout(args),
+                            add_generation_prompt=args.add_generation_prompt, n_predict=args.n_predict).to_dict()
     emit(json.dumps(out, ensure_ascii=False, indent=2) + "\n", args.output)
     return 0
 
@@ -89,7 +96,13 @@ def _cmd_engine_parity(args) -> int:
 
         model = tiny_model_path("qwen35")
     templates = load_templates(args.sources, args.name)
-    rows = [row for t in templates for row in engine_parity(t, binary, model, log_dir=args.log_dir)]
+    # The templates are untrusted: analyzed in workers under the audit's limits; tmplkit's side of
+    # the comparison then renders only the conversation a template rendered there.
+    from ..auditing.isolate import analyze_isolated
+
+    analyses = analyze_isolated(templates, jobs=1)
+    rows = [row for t, a in zip(templates, analyses) for row in engine_parity(t, binary, model, analysis=a,
+                                                                               log_dir=args.log_dir)]
     if args.format == "json":
         emit(json.dumps(parity_report(rows), ensure_ascii=False, indent=2) + "\n", args.output)
     else:

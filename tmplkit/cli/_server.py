@@ -89,17 +89,17 @@ def _cmd_delimiters(args) -> int:
         from ..prefill.models import resolve_model
 
         resolve_model(args.model)  # a missing file is a one-line error before any template is analyzed
-    from ..analysis import analyze
+    from ..auditing.isolate import analyze_isolated
 
     templates = load_templates(args.sources, args.name)
+    analyses = analyze_isolated(templates, jobs=1)  # untrusted: analyzed in workers under the audit's limits
     rows = []
     progress = verbosity(args) >= 0 and sys.stderr.isatty()
     rewrite = not terminal_is_dumb()
-    for i, t in enumerate(templates, 1):
+    for i, (t, a) in enumerate(zip(templates, analyses), 1):
         if progress:
             print(progress_text(i, len(templates), t.name, rewrite=rewrite), end="" if rewrite else "\n",
                   file=sys.stderr, flush=True)
-        a = analyze(t)
         d = server_delimiters(t, binary, args.model, analysis=a, log_dir=args.log_dir)
         rows.append(compare_delimiters(d, a))
     if progress and rewrite:

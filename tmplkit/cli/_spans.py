@@ -21,15 +21,21 @@ def add_spans(sub) -> None:
 def _cmd_spans(args) -> int:
     import json
 
+    from ..auditing.contained import portable_tokenizer, run_contained
+    from ..session import load_conversation
     from ..session.token_spans import conversation_spans, format_spans_text
     from ..sources.templates import load_one
     from ..tokens.tokenizers import load_tokenizer
     from ._common import emit, require_tokenizers
+    from ._limits import render_timeout
 
     require_tokenizers([args.tokenizer], "tmplkit spans --tokenizer " + args.tokenizer)  # before any work
+    conversation = load_conversation(args.conversation)
     template = load_one(args.template, args.name)
-    tokenizer = load_tokenizer(args.tokenizer)
-    result = conversation_spans(template, tokenizer, args.conversation, add_generation_prompt=args.add_generation_prompt)
+    tokenizer = portable_tokenizer(load_tokenizer(args.tokenizer), args.tokenizer)
+    # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
+    result = run_contained(conversation_spans, template, tokenizer, conversation, what=f"spans of '{template.name}'", timeout=render_timeout(args),
+                           add_generation_prompt=args.add_generation_prompt)
     if args.format == "text":
         emit(format_spans_text(result), args.output)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import time
 
@@ -32,7 +33,8 @@ def add_turns(sub) -> None:
                         "transformers' apply_chat_template does (transformers: null-valued keys dropped)")
     p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="per template: study the requests rendered within SECONDS and say where it stopped (default: no limit)")
+                   help="per template: study the requests rendered within SECONDS and say where it stopped; the template "
+                        "renders in a worker stopped a grace after SECONDS (default: 60)")
     add_format(p, FORMATS, "text", "the report")
     add_output(p, "the report")
     p.set_defaults(func=_cmd_turns)
@@ -40,7 +42,7 @@ def add_turns(sub) -> None:
 
 def _cmd_turns(args) -> int:
     from ..session import generate_session, load_session
-    from ..turns import MemoryModel, study_turns
+    from ..turns import MemoryModel
     from ..turns.formats import format_turns
     from ._common import emit, load_templates, positive, require_tokenizers
 
@@ -57,15 +59,13 @@ def _cmd_turns(args) -> int:
     templates = load_templates(args.sources, args.name)
     tokenizer = None
     if args.tokenizer:
+        from ..auditing.contained import portable_tokenizer
         from ..tokens.tokenizers import load_tokenizer
 
-        tokenizer = load_tokenizer(args.tokenizer)
-    reports = []
-    for t in templates:
-        with _progress(t.name) as progress:
-            reports.append(study_turns(t, session, tokenizer=tokenizer, add_bos=args.add_bos, memory=memory,
-                                       switches=not args.no_switches, timeout=timeout, progress=progress,
-                                       server=server, inputs=args.inputs))
+        tokenizer = portable_tokenizer(load_tokenizer(args.tokenizer), args.tokenizer)
+    options = {"tokenizer": tokenizer, "add_bos": args.add_bos, "memory": memory, "switches": not args.no_switches,
+               "server": server, "inputs": args.inputs}
+    reports = [_contained_study(t, session, timeout, options) for t in templates]
     failed = [r for r in reports if r.error]
     # The text report is for a person: a template that cannot render the session is an error line
     # (below) instead; the tables and the JSON keep its row, with the error, for a program.
@@ -75,6 +75,32 @@ def _cmd_turns(args) -> int:
     for r in failed:
         print(f"tmplkit: error: {r.template}: cannot render the session: {r.error}", file=sys.stderr)
     return 2 if failed else 0
+
+
+def _contained_study(template, session, timeout: float | None, options: dict):
+    """`study_turns` of one template in a worker under the audit's limits (tmplkit.auditing.contained): the
+    study stops rendering at `timeout` seconds (default DEFAULT_TIMEOUT) and studies what it rendered;
+    the worker is killed a grace later (a render that never checks the clock) or past MEMORY_MB MiB,
+    and a worker stopped becomes the template's error, as a template that cannot render the session is."""
+    from ..auditing.contained import run_contained
+    from ..errors import RenderError
+    from ..turns import TurnsReport, study_turns
+
+    limit = timeout if timeout is not None else DEFAULT_TIMEOUT
+    try:
+        with _progress(template.name) as progress:  # drawn here, from what the worker sends
+            return run_contained(functools.partial(study_turns, timeout=limit), template, session,
+                                 what=f"turns of '{template.name}'", timeout=limit + max(1.0, 0.1 * limit),
+                                 memory_mb=MEMORY_MB, progress=progress,
+                                 advice="; if it is legitimately slow, raise --timeout", **options)
+    except RenderError as exc:  # (RenderLimitError: the time or memory limit)
+        return TurnsReport(template.name, 0, (), error=str(exc))
+
+
+# Per template: the seconds a study may take unless --timeout says, and the MiB its worker may use
+# (a long session's requests and their token ids are held at once).
+DEFAULT_TIMEOUT = 60.0
+MEMORY_MB = 2048
 
 
 @contextlib.contextmanager

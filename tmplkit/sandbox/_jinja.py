@@ -17,7 +17,7 @@ import jinja2.ext
 import jinja2.nodes
 import jinja2.utils
 from jinja2.exceptions import SecurityError, TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, is_internal_attribute
 
 from ..errors import RenderLimitError
 from ._limits import _STATE, PINNED_NOW, _check_planned, _check_size, _guard_iter, _timeout
@@ -284,6 +284,16 @@ class _Environment(ImmutableSandboxedEnvironment):
             except KeyError:
                 return self.undefined(obj=obj, name=attribute)
         return super().getattr(obj, attribute)
+
+    def unsafe_undefined(self, obj, attribute):
+        # Jinja answers an unsafe attribute with an undefined value that raises only when printed or
+        # called; `x|attr('__class__')|attr('__mro__')` passes it on unused and nothing raises. An
+        # internal one (a dunder, a frame, a function's globals) is refused at once, as `x.__class__`
+        # printed is (pallets/jinja sandbox.py documents this hook); a mutating method of a known
+        # mutable (`messages.append`) keeps Jinja's answer, which raises when called.
+        if isinstance(attribute, str) and (attribute.startswith("_") or is_internal_attribute(obj, attribute)):
+            raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe.")
+        return super().unsafe_undefined(obj, attribute)
 
     def call_binop(self, context, operator_, left, right):
         if operator_ == "*":

@@ -81,8 +81,9 @@ def engine_parity(template, binary, model, *, analysis=None, log_dir=None) -> tu
 
         analysis = analyze(template)
     rt = analysis.round_trip
-    if not rt.messages:
-        return (EngineComparison(template.name, "round trip", "unrendered", error="; ".join(rt.problems[:1]) or "no round trip"),)
+    if rt is None or not rt.messages:  # (None: the analysis ended at a limit, in its worker)
+        why = "; ".join(rt.problems[:1]) if rt is not None else "; ".join(analysis.errors[:1])
+        return (EngineComparison(template.name, "round trip", "unrendered", error=why or "no round trip"),)
     vocab = load_gguf(model)[0]  # llama-server's bos_token / eos_token are the model's
     ours_template = ChatTemplate(template.text, template.name, template.source, vocab.bos_token, vocab.eos_token)
     with tempfile.TemporaryDirectory(prefix="tmplkit-parity-") as tmp:

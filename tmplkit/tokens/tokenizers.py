@@ -52,8 +52,8 @@ class TokenizerSpec:
 
     >>> TokenizerSpec.parse("vocab:qwen35").kind, TokenizerSpec.parse("hf:Qwen/Qwen3-8B").name
     ('vocab', 'Qwen/Qwen3-8B')
-    >>> TokenizerSpec.parse("models/m.gguf").is_path, TokenizerSpec.parse("models/m.gguf").extra
-    (True, 'llama')
+    >>> TokenizerSpec.parse("models/m.gguf").is_path, TokenizerSpec.parse("tokenizer.json").extra
+    (True, 'hf')
     """
 
     text: str
@@ -79,7 +79,9 @@ class TokenizerSpec:
     def extra(self) -> str:
         """The optional extra the tokenizer opens with: "llama" for a GGUF or a corpus vocab (also a
         folder without a tokenizer.json: its one .gguf), "hf" for a tokenizer.json or a repo, and
-        for a GGUF whose BPE vocabulary `gguf_vocab` rebuilds when llama-cpp-python is missing."""
+        for a GGUF whose BPE vocabulary `gguf_vocab` rebuilds when llama-cpp-python is missing;
+        "" (none) for a GGUF that no extra would read (missing, truncated, no vocabulary: the
+        loader's error says what is wrong)."""
         if self.kind == "vocab" or (self.is_path and self.text.lower().endswith(".gguf")):
             return self._gguf_extra()
         if self.is_path and os.path.isdir(self.text) and not os.path.isfile(os.path.join(self.text, "tokenizer.json")):
@@ -97,11 +99,23 @@ class TokenizerSpec:
 
         if self.kind == "vocab":
             if not corpus.is_fetched():
-                return "llama"
+                return ""  # no extra would help: the loader says to fetch the corpus
             path = corpus.vocab_dir() / f"ggml-vocab-{self.name}.gguf"
         else:
             path = Path(self.text).expanduser()
-        return "hf" if path.is_file() and supports(path) else "llama"
+        if path.is_file() and supports(path):
+            return "hf"
+        # A file that is missing, not a GGUF, truncated or without a vocabulary needs no extra:
+        # the loader says what is wrong with it (sending the user to compile llama.cpp would not).
+        return "llama" if _readable_vocab(path) else ""
+
+
+def _readable_vocab(path: Path) -> bool:
+    """Whether `path` is a whole GGUF with a vocabulary (what only llama.cpp may then read)."""
+    try:
+        return path.is_file() and _gguf_vocab_model(path) not in (None, "none", "no_vocab")
+    except (TokenizerError, OSError):
+        return False
 
 
 @runtime_checkable

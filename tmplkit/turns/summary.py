@@ -46,6 +46,9 @@ class TurnsReport:
     error: str = ""
     stopped: str = ""  # where a time limit cut the session short ("" : studied whole)
     inputs: str = DEFAULT_INPUTS  # whose message preparation the renders follow (session.given_messages)
+    # The render limit the error is ("timeout", "memory", "size", "unsafe"; "": none): the session was
+    # not studied, which says nothing of the template (not in to_dict: the error says it).
+    limit: str = field(default="", compare=False)
 
     @property
     def stable(self) -> bool:
@@ -98,7 +101,7 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
         prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval,
                                    budget=budget, server=server, server_texts=server_texts, inputs=inputs)
     except RenderError as exc:  # (RenderLimitError too)
-        return TurnsReport(template.name, 0, (), error=str(exc), inputs=inputs)
+        return TurnsReport(template.name, 0, (), error=str(exc), inputs=inputs, limit=getattr(exc, "kind", ""))
     conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens
     divs = divergences(reqs, conversation.messages, conversation.conversation.tools, redraw=_redraw(conversation, reqs),
                        tokens=tokens, tokenizer=tokenizer)

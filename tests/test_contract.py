@@ -1,0 +1,385 @@
+"""One contract for every command: a template renders under the audit's limits wherever it renders
+(hostile templates run in a subprocess with a wall-clock bound: a hang fails the test, never the
+suite), the gate never passes a check that did not run, bad input is one line, outputs are checked
+before the work."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tmplkit as _tmplkit
+from tmplkit.auditing import audit, prefix_stability_of, verdict_of
+from tmplkit.errors import InputError, RenderLimitError
+from tmplkit.sources import load, load_one
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE = Path(_tmplkit.__file__).resolve().parent.parent  # the tmplkit under test, for the subprocesses too
+NOT_CHECKED = "not checked"
+HOSTILE = ROOT / "fixtures" / "hostile"
+CHATML = ROOT / "fixtures" / "templates" / "chatml.jinja"
+BOUND = 40.0  # wall-clock seconds a command may take on a hostile template before it counts as a hang
+
+
+def tmplkit(*args: str, timeout: float = BOUND, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`python -m tmplkit ARGS` in a subprocess, killed past `timeout` (the test then fails as a hang)."""
+    env = {**os.environ, "PYTHONPATH": str(CODE)}
+    try:
+        return subprocess.run([sys.executable, "-m", "tmplkit", *args], capture_output=True, text=True,
+                              timeout=timeout, env=env, input=stdin, cwd=CODE)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"tmplkit {' '.join(args)} ran past {timeout} s (a hang)")
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    err = proc.stderr.strip()
+    assert proc.returncode == 2, (proc.returncode, err[-2000:])
+    assert "Traceback" not in err and err.startswith("tmplkit: error: "), err[-2000:]
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+@pytest.fixture
+def conversation(tmp_path) -> Path:
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps([{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}]))
+    return path
+
+
+# --- (3) every command that renders a template renders it under the audit's limits ---------------
+
+
+def test_turns_timeout_stops_a_render_that_never_checks_the_clock():
+    # one `wordwrap` call over 4M words runs for minutes with no check inside; --timeout 3 is kept
+    proc = tmplkit("turns", str(HOSTILE / "filter_wordwrap_slow.jinja"), "--timeout", "3", "--no-switches")
+    one_line_error(proc, "took longer than 4 s", "the worker was stopped")  # 3 s and a grace of 1
+
+
+def test_turns_reports_a_memory_bomb_as_an_error():
+    proc = tmplkit("turns", str(HOSTILE / "bomb_concat_levels.jinja"), "--timeout", "20", "--no-switches")
+    one_line_error(proc, "memory")
+
+
+def test_mask_stops_a_hostile_render_at_the_audit_time_limit(conversation, tiny_hf_folder):
+    proc = tmplkit("mask", str(conversation), "--template", str(HOSTILE / "filter_wordwrap_slow.jinja"),
+                   "--tokenizer", str(tiny_hf_folder), "--format", "json")
+    # (the worker is stopped at 10 s; where the one call ends sooner, the render's own 2 s limit tells it)
+    one_line_error(proc, "took longer than")
+
+
+def test_spans_reports_a_memory_bomb_as_an_error(conversation, tiny_hf_folder):
+    proc = tmplkit("spans", str(conversation), "--template", str(HOSTILE / "bomb_concat_levels.jinja"),
+                   "--tokenizer", str(tiny_hf_folder))
+    one_line_error(proc, "memory")
+
+
+def test_annotate_stops_a_hostile_render_at_its_time_limit(tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "annotated.jinja"
+    # annotate's own limit (60 s: transformers' import and every check conversation), made 5 s here
+    code = ("import sys, tmplkit.cli._annotate as a; a.ANNOTATE_TIMEOUT = 5.0; from tmplkit.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    env = {**os.environ, "PYTHONPATH": str(CODE)}
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, "annotate", str(HOSTILE / "filter_wordwrap_slow.jinja"),
+                               "-o", str(out)], capture_output=True, text=True, timeout=BOUND, env=env, cwd=CODE)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"annotate ran past {BOUND} s (a hang)")
+    one_line_error(proc, "took longer than 5 s")
+    assert not out.exists()
+
+
+def test_annotate_reports_a_memory_bomb_as_an_error(tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "annotated.jinja"
+    one_line_error(tmplkit("annotate", str(HOSTILE / "bomb_concat_levels.jinja"), "-o", str(out)))
+    assert not out.exists()
+
+
+def test_mask_in_its_worker_gives_the_same_mask(conversation, tiny_hf_folder):
+    proc = tmplkit("mask", str(conversation), "--template", str(CHATML), "--tokenizer", str(tiny_hf_folder),
+                   "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    from tmplkit.masks import assistant_mask
+    from tmplkit.session import load_conversation
+    from tmplkit.tokens.tokenizers import load_tokenizer
+
+    here = assistant_mask(load_one(CHATML), load_tokenizer(tiny_hf_folder), load_conversation(str(conversation)))
+    assert json.loads(proc.stdout) == json.loads(json.dumps(here.to_dict(), ensure_ascii=False))
+
+
+def test_contained_work_raises_its_own_error_class_here(tmp_path):
+    from tmplkit.auditing.contained import run_contained
+    from tmplkit.session import load_conversation
+
+    with pytest.raises(InputError) as e:
+        run_contained(load_conversation, str(tmp_path / "missing.json"), what="loading")
+    assert "missing.json" in str(e.value)
+
+
+def test_contained_work_past_its_time_is_a_timeout():
+    import time
+
+    from tmplkit.auditing.contained import run_contained
+
+    with pytest.raises(RenderLimitError) as e:
+        run_contained(time.sleep, 30, what="sleeping", timeout=0.5)
+    assert e.value.kind == "timeout" and "took longer than 0.5 s" in str(e.value)
+
+
+# --- (2) the gate never passes what it did not check ----------------------------------------------
+
+
+def test_prefix_stability_cut_by_its_time_limit_is_not_checked():
+    check = prefix_stability_of(load_one(CHATML), timeout=1e-6)
+    assert check.verdict == NOT_CHECKED and "time limit" in check.detail
+
+
+def test_prefix_stability_stopped_by_a_render_limit_is_not_checked(monkeypatch):
+    # a session's render that hits a render limit (a long session: each render under its 2 s) proves
+    # nothing; a template that refuses the session is "not applicable" (stand-ins for the study: a
+    # real render limit takes its seconds on every render the study tries)
+    import tmplkit.turns as turns
+    from tmplkit.turns import TurnsReport
+
+    stopped = "rendering template 't' took longer than 2 s; the template may loop without end"
+    monkeypatch.setattr(turns, "study_turns", lambda *a, **k: TurnsReport("t", 0, (), error=stopped, limit="timeout"))
+    check = prefix_stability_of(load_one(CHATML))
+    assert check.verdict == NOT_CHECKED and "took longer than" in check.detail
+    refused = "template 't' raised: system messages are not supported"
+    monkeypatch.setattr(turns, "study_turns", lambda *a, **k: TurnsReport("t", 0, (), error=refused))
+    assert prefix_stability_of(load_one(CHATML)).verdict == "not applicable"
+
+
+def _report_with_unchecked_prefix(fail_on: str):
+    from tmplkit.auditing import AuditReport, PrefixStability
+
+    results = tuple(audit(load(str(CHATML))).results)
+    check = PrefixStability(NOT_CHECKED, n_requests=3, detail="stopped at the time limit (1 s) after 1 of 3 requests")
+    return AuditReport(results, {}, (), fail_on, (check,), "fail")
+
+
+def test_gate_never_says_pass_for_a_prefix_check_that_did_not_run():
+    report = _report_with_unchecked_prefix("fail")
+    status, why, _ = verdict_of(report, 0)
+    assert status == "pass" and why.startswith("prefix stability not checked")
+    assert report.summary()["not_checked"] == ["chatml"]
+    from tmplkit.auditing import format_text
+
+    assert "not checked: prefix stability not checked" in format_text(report)
+
+
+def test_fail_on_unchecked_fails_a_check_that_did_not_run():
+    report = _report_with_unchecked_prefix("unchecked")
+    assert not report.ok and verdict_of(report, 0)[0] == "unchecked"
+    assert report.summary()["failures"] == ["chatml"]
+
+
+def test_tokenizer_auto_without_a_tokenizer_says_so_in_the_verdict_and_counts(tmp_path, matches_schema):
+    folder = tmp_path / "ours"
+    folder.mkdir()
+    (folder / "plain-ours.jinja").write_text(CHATML.read_text())  # a name no corpus vocabulary is paired with
+    report = audit(load(str(folder)), tokenizer="auto")
+    assert report.ok
+    status, why, _ = verdict_of(report, 0)
+    assert status == "pass" and why.startswith("token round trip not run")
+    assert report.summary()["token_round_trip"] == {"passed": 0, "failed": 0, "not_run": 1}
+    assert matches_schema("audit", report.to_dict())
+    strict = audit(load(str(folder)), tokenizer="auto", fail_on="unchecked")
+    assert not strict.ok
+
+
+def test_cli_audit_counts_what_was_not_checked(tmp_path):
+    folder = tmp_path / "ours"
+    folder.mkdir()
+    (folder / "plain-ours.jinja").write_text(CHATML.read_text())
+    proc = tmplkit("audit", str(folder), "--tokenizer", "auto", "--in-process")
+    assert proc.returncode == 0, proc.stderr
+    assert "token round trip: 0 passed, 0 failed, 1 not run" in proc.stdout
+    proc = tmplkit("audit", str(folder), "--tokenizer", "auto", "--in-process", "--fail-on", "unchecked")
+    assert proc.returncode == 1 and "UNCHECKED" in proc.stdout
+
+
+# --- (4) folders take every template suffix, and names that would collide keep theirs --------------
+
+
+def test_folder_reads_j2_and_jinja2_and_keeps_suffixes_apart(tmp_path):
+    for name in ("a.j2", "b.jinja2", "c.jinja", "x.j2", "x.jinja2"):
+        (tmp_path / name).write_text(CHATML.read_text())
+    names = sorted(t.name for t in load(str(tmp_path)))
+    assert names == ["a", "b", "c", "x.j2", "x.jinja2"]
+
+
+# --- (5) a GGUF no extra can read is not sent to compile llama.cpp ----------------------------------
+
+
+@pytest.mark.parametrize("spec", ["missing.gguf", "truncated.gguf"])
+def test_unreadable_gguf_needs_no_extra(tmp_path, spec, monkeypatch):
+    import importlib.util
+
+    from tmplkit.tokens.tokenizers import TokenizerSpec
+
+    (tmp_path / "truncated.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 5)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    assert TokenizerSpec.parse(str(tmp_path / spec)).extra == ""
+
+
+def test_unreadable_gguf_is_told_as_what_it_is(tmp_path, conversation):
+    (tmp_path / "truncated.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 5)
+    for spec, needle in [(str(tmp_path / "missing.gguf"), "not found"), (str(tmp_path / "truncated.gguf"), "truncated.gguf")]:
+        proc = tmplkit("spans", str(conversation), "--template", str(CHATML), "--tokenizer", spec)
+        err = one_line_error(proc, needle)
+        assert "llama-cpp-python" not in err and "compile" not in err
+
+
+# --- (8) an output path that cannot be written is refused before the work ---------------------------
+
+
+@pytest.mark.parametrize("command", [
+    ["audit", str(CHATML), "-o", "{missing}"],
+    ["audit", str(CHATML), "--report", "json:{missing}"],
+    ["turns", str(HOSTILE / "filter_wordwrap_slow.jinja"), "-o", "{missing}"],
+    ["table", str(CHATML), "-o", "{missing}"],
+])
+def test_unwritable_output_is_refused_before_any_work(tmp_path, command):
+    missing = str(tmp_path / "no" / "such" / "out.txt")
+    proc = tmplkit(*[a.replace("{missing}", missing) for a in command], timeout=20)
+    one_line_error(proc, "cannot write")
+    assert proc.stdout == ""  # nothing analyzed, nothing printed
+
+
+
+# --- (6) no traceback: a lone surrogate, a closed or full stdout, an early Ctrl-C, undecodable names ---
+
+
+@pytest.mark.parametrize("command", [["mask"], ["spans"], ["turns-session"]])
+def test_lone_surrogate_in_a_conversation_is_one_line(tmp_path, tiny_hf_folder, command):
+    chat = tmp_path / "chat.json"
+    chat.write_text('[{"role": "user", "content": "a\\ud800"}, {"role": "assistant", "content": "b"}]')
+    if command == ["turns-session"]:
+        args = ["turns", str(CHATML), "--session", str(chat), "--tokenizer", str(tiny_hf_folder)]
+    else:
+        args = [command[0], str(chat), "--template", str(CHATML), "--tokenizer", str(tiny_hf_folder)]
+    one_line_error(tmplkit(*args), "\\ud800", "chat.json")
+
+
+@pytest.mark.parametrize("redirect", ["closed", "full"])
+def test_a_closed_or_full_stdout_is_one_line(redirect):
+    if redirect == "full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    env = {**os.environ, "PYTHONPATH": str(CODE)}
+    shell = f"exec {sys.executable} -m tmplkit audit {CHATML} " + (">&-" if redirect == "closed" else "> /dev/full")
+    proc = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=BOUND, env=env, cwd=CODE)
+    err = one_line_error(proc, "standard output")
+    assert "TMPLKIT_CACHE" not in err and "Exception ignored" not in err
+
+
+def test_ctrl_c_while_the_command_starts_is_exit_130():
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(CODE)}
+    proc = subprocess.Popen([sys.executable, "-m", "tmplkit", "audit", str(CHATML)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=CODE, text=True)
+    # (wait until tmplkit's imports are under way: before its first line, a Ctrl-C is Python's own start-up's)
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline and proc.poll() is None and not _importing_tmplkit(proc.pid):
+        pass  # (no sleep: the signal must land while the imports still run)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=BOUND)
+    assert proc.returncode == 130 and err.strip() == "tmplkit: interrupted", (proc.returncode, err)
+
+
+def _importing_tmplkit(pid: int) -> bool:
+    """Whether the process has loaded a compiled module only tmplkit's imports bring (numpy's, or
+    markupsafe's for jinja2): tmplkit's first line, which installs its Ctrl-C handler, has run."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+    return "numpy" in maps or "markupsafe" in maps
+
+
+def test_undecodable_file_names_keep_json_and_junit_valid(tmp_path):
+    import xml.dom.minidom
+
+    folder = tmp_path / "t"
+    folder.mkdir()
+    (folder / os.fsdecode(b"\xff.jinja")).write_text(CHATML.read_text())
+    out = tmp_path / os.fsdecode(b"\xfe.json")
+    proc = tmplkit("audit", str(folder), "--format", "json", "-o", str(out))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert json.loads(out.read_bytes().decode("utf-8"))["results"][0]["name"] == "\udcff"
+    junit = tmplkit("audit", str(folder), "--format", "junit")
+    xml.dom.minidom.parseString(junit.stdout.encode("utf-8", "surrogateescape"))
+
+
+# --- (7) the blame goes where the fault is ------------------------------------------------------------
+
+
+def test_bad_tool_call_arguments_blame_the_message(tmp_path, tiny_hf_folder):
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{not json"}}]},
+        {"role": "tool", "content": "ok"}]))
+    template = tmp_path / "items.jinja"  # reads the arguments as an object, as Qwen3.5's template does
+    template.write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}{% for c in m.tool_calls or [] %}"
+                        "{% for k, v in c.function.arguments|items %}{{ k }}={{ v }}{% endfor %}{% endfor %}<|im_end|>\n"
+                        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    proc = tmplkit("spans", str(chat), "--template", str(template), "--tokenizer", str(tiny_hf_folder))
+    one_line_error(proc, "message [1]", "not valid JSON")
+
+
+def test_offline_hub_error_does_not_blame_an_unset_variable(monkeypatch):
+    pytest.importorskip("huggingface_hub")
+    import huggingface_hub
+    from huggingface_hub import constants, errors
+
+    from tmplkit.errors import SourceError
+    from tmplkit.sources import load_hf
+
+    def unreachable(*args, **kwargs):
+        raise errors.LocalEntryNotFoundError("cannot reach the Hub")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", unreachable)
+    with pytest.raises(SourceError) as e:
+        load_hf("org/name")
+    assert "HF_HUB_OFFLINE" not in str(e.value) and "could not be reached" in str(e.value)
+
+
+# --- (9) the table: its exit code, a reason column, no unproven delimiters ---------------------------
+
+
+def test_table_fails_with_failing_rows_says_why_and_lists_no_unproven_delimiters(tmp_path):
+    (tmp_path / "good.jinja").write_text(CHATML.read_text())
+    (tmp_path / "bad.jinja").write_text((ROOT / "fixtures" / "templates" / "always-raises.jinja").read_text())
+    proc = tmplkit("table", str(tmp_path), "--format", "json", "--jobs", "1")
+    assert proc.returncode == 1, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)["rows"]}
+    assert rows["good"]["reason"] == "" and rows["good"]["user_start"]
+    assert rows["bad"]["status"] != "pass" and rows["bad"]["reason"]
+    assert rows["bad"]["user_start"] is None and rows["bad"]["assistant_start"] is None
+    listed = tmp_path / "expected.json"
+    listed.write_text(json.dumps({"bad": "raises on purpose"}))
+    assert tmplkit("table", str(tmp_path), "--jobs", "1", "--expected-failures", str(listed)).returncode == 0
+
+
+# --- (10) an internal attribute through |attr is unsafe, as the attribute itself is ----------------------
+
+
+@pytest.mark.parametrize("padding", [0, 2_100_000])
+def test_attr_filter_to_an_internal_attribute_is_unsafe(padding):
+    from tmplkit.analysis import analyze
+    from tmplkit.sources import ChatTemplate
+
+    text = " " * padding + "{% set x = ''|attr('__class__') %}" + CHATML.read_text()
+    assert analyze(ChatTemplate(text, "t", "-")).status == "unsafe"
