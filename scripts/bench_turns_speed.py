@@ -84,9 +84,13 @@ def worker(case: str, session_file: str) -> dict:
     try:  # this tree
         from tmplkit.session import load_session
         from tmplkit.tokens.tokenizers import load_tokenizer
-    except ImportError:  # before the session layer (e95b580)
-        from tmplkit.prefill.session import load_session  # type: ignore[no-redef]
-        from tmplkit.tokenize import load_tokenizer  # type: ignore[no-redef]
+    except ImportError:
+        try:  # before the layers were folders (9b0fe4f)
+            from tmplkit.session import load_session
+            from tmplkit.tokenizers import load_tokenizer  # type: ignore[no-redef]
+        except ImportError:  # before the session layer (e95b580)
+            from tmplkit.prefill.session import load_session  # type: ignore[no-redef]
+            from tmplkit.tokenize import load_tokenizer  # type: ignore[no-redef]
     from tmplkit.sources import load_one
     from tmplkit.turns import study_turns
 
