@@ -81,15 +81,14 @@ def write_sessions(folder: Path) -> dict:
 
 def worker(case: str, session_file: str) -> dict:
     """One timed study of `case` with the tmplkit on sys.path (this tree's or the revision's)."""
+    from tmplkit.session import load_session
+
     try:  # this tree
-        from tmplkit.session import load_session
         from tmplkit.tokens.tokenizers import load_tokenizer
     except ImportError:
         try:  # before the layers were folders (9b0fe4f)
-            from tmplkit.session import load_session
             from tmplkit.tokenizers import load_tokenizer  # type: ignore[no-redef]
         except ImportError:  # before the session layer (e95b580)
-            from tmplkit.prefill.session import load_session  # type: ignore[no-redef]
             from tmplkit.tokenize import load_tokenizer  # type: ignore[no-redef]
     from tmplkit.sources import load_one
     from tmplkit.turns import study_turns
