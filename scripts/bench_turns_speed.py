@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """How long `tmplkit turns` takes on a long session: this tree against a git revision, alternately.
 
-    python scripts/bench_turns_speed.py --against e95b580 --rounds 3 --json scripts/results/turns-speed.json
-    python scripts/bench_turns_speed.py --against e95b580 --cases chat-2000-qwen35 --rounds 1
+    python scripts/bench_turns_speed.py --against 9b0fe4f --rounds 3 --json scripts/results/turns-speed.json
+    python scripts/bench_turns_speed.py --against 9b0fe4f --cases chat-2000-qwen35 --rounds 1
 
 Cases (each a fresh process per run, so neither tree warms the other's caches):
 - agent-90k: a generated coding-agent session (seed 0, 341 messages, about 89k tokens in its last request,
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(worker(*args.worker), sys.stdout)
         return 0
     if not args.against:
-        p.error("give --against REV (e.g. --against e95b580)")
+        p.error("give --against REV (e.g. --against 9b0fe4f)")
     try:
         res = against(args.against, args.rounds, args.cases)
     except RuntimeError as exc:
