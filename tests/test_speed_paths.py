@@ -41,3 +41,24 @@ def test_one_scan_split_equals_the_plain_loop_on_corpus_renders():
         assert [s.start for s in split_text(text, delims)] == [at for at, _ in _text_matches_plain(text, delims)]
         compared += bool(delims)
     assert compared >= 40
+
+
+def _lcp_plain(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@settings(max_examples=300, deadline=None)
+@given(common=st.integers(0, 9000), tail_a=st.lists(st.integers(0, 3), max_size=5), tail_b=st.lists(st.integers(0, 3), max_size=5),
+       kind=st.sampled_from([list, tuple]))
+def test_lcp_of_token_lists_equals_the_plain_walk(common, tail_a, tail_b, kind):
+    from tmplkit.markup import lcp
+
+    shared = [i % 7 for i in range(common)]  # long lists: past the blocks the walk compares whole
+    a, b = kind(shared + tail_a), kind(shared + tail_b)
+    assert lcp(a, b) == _lcp_plain(a, b)
+    assert lcp(a, b[:common // 2]) == _lcp_plain(a, b[:common // 2])

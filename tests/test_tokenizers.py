@@ -434,9 +434,14 @@ def test_a_session_tokenized_from_shared_beginnings_is_tokenized_as_a_whole(name
         bos = tok.tokenize("", add_bos=True) if add_bos else []
         whole = [tuple(ids if not bos or ids[:len(bos)] == bos else bos + ids) for ids in (tok.tokenize(t, add_bos=False) for t in texts)]
         assert tokenize_texts(texts, tok, add_bos=add_bos) == tuple(whole)
+    pool: list = []  # (the turns study keeps one across requests: each render starts from its nearest)
     for k, renders in enumerate(next_renders(session, template, reqs)[:8]):
+        whole = tuple(tuple(tok.tokenize(t, add_bos=False)) for t in renders)
         shared = tokenize_texts(renders, tok, base=(texts[k], tok.tokenize(texts[k], add_bos=False)), chain=False)
-        assert shared == tuple(tuple(tok.tokenize(t, add_bos=False)) for t in renders)
+        assert shared == whole
+        assert tokenize_texts(renders, tok, base=(texts[k], tok.tokenize(texts[k], add_bos=False)), pool=pool) == whole
+        bos = tuple(tok.tokenize("", add_bos=True))
+        assert tokenize_texts(renders, tok, add_bos=True, pool=pool) == tuple(w if w[:len(bos)] == bos else bos + w for w in whole)
 
 
 @pytest.mark.corpus
