@@ -457,4 +457,6 @@ def test_where_a_token_ends_from_its_pieces_is_where_the_offsets_say(vocab):
     tok = load_tokenizer(f"vocab:{vocab}")
     text = "<|im_start|>user\nhéllo wörld 漢字 🙂 and   spaces\n<|im_end|>\n<start_of_turn>model\nok 🙂🙂 ü<end_of_turn>" * 20
     ids, offsets = tok.tokenize_with_offsets(text)
+    assert tok.piece_lengths(ids) == [len(tok.piece_bytes(i)) for i in ids]
+    assert tok.piece_lengths(tuple(ids)) == tok.piece_lengths(list(ids)) and tok.piece_lengths([]) == []
     assert [_token_end(tok, text, ids, j) for j in range(len(ids))] == [e for _, e in offsets]

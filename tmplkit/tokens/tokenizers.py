@@ -357,6 +357,10 @@ class LlamaCppTokenizer:
         cut = int(where[-1])
         return list(ids[:cut]) + self._encode(data[int(starts[cut]):], False)
 
+    def piece_lengths(self, ids: Sequence[int]) -> list[int]:
+        """`len(self.piece_bytes(i))` for each of `ids`, read off the vocabulary's table at once."""
+        return self._tables()[0][self._ids_array(ids)].tolist() if len(ids) else []
+
     def _ids_array(self, ids: Sequence[int]):
         """`ids` as a numpy array; kept for the last few tuples (immutable: a base is reused for several texts)."""
         if type(ids) is not tuple:

@@ -294,7 +294,8 @@ def _token_end(tokenizer, text: str, ids: Sequence[int], j: int) -> int | None:
     pieces = getattr(tokenizer, "piece_bytes", None)
     if pieces is not None and j < len(ids):
         data = text.encode("utf-8")
-        lengths = [len(pieces(i)) for i in ids]
+        counted = getattr(tokenizer, "piece_lengths", None)  # (llama.cpp's: from its table, not a call a token)
+        lengths = list(counted(ids)) if counted is not None else [len(pieces(i)) for i in ids]
         if sum(lengths) == len(data):
             # a token ending inside a character counts that character, as the offsets do
             return len(data[:sum(lengths[:j + 1])].decode("utf-8", "replace"))
