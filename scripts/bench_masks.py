@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -20,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _held_out import held_out  # noqa: E402  (scripts/, beside this file)
-from _machine import cpu_model  # noqa: E402
+from _machine import cpu_model, loadavg  # noqa: E402
 
 from tmplkit.analysis import analyze  # noqa: E402
 from tmplkit.masks import annotate_template, check_conversations, text_mask, transformers_mask  # noqa: E402
@@ -127,27 +128,33 @@ def _holds(t, tagged: str, session) -> bool | None:
     return theirs == ours.text and [r for r in ranges if r[1] > r[0]] == list(ours.ranges)
 
 
-def timing(rounds: int = 7) -> dict:
+def timing(rounds: int = 15) -> dict:
     """tmplkit's text mask vs transformers' masked render of one 30k-token session on a tagged
-    template (our annotated ChatML fixture), interleaved rounds."""
+    template (our annotated ChatML fixture), interleaved rounds (each the best of 3 calls, the
+    order alternating), the paired ratios' median and spread, and the machine's load."""
     base = load_one(str(Path(__file__).resolve().parent.parent / "fixtures" / "masks" / "reasoning-kept.jinja"))
     tagged = ChatTemplate(annotate_template(base).text, base.name, base.source)
     session = generate_session(30000, seed=0, style="agent")
     server = for_server(base, session)
-    text_mask(base, server)  # analysis and compile caches warm for both
+    text_mask(base, server)  # analysis, compile caches and the template's one-render probes warm for both
     transformers_mask(tagged.text, server)
     ours, theirs = [], []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        text_mask(base, server)
-        ours.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        transformers_mask(tagged.text, server)
-        theirs.append(time.perf_counter() - t0)
-    return {"cpu": cpu_model(), "messages": len(session.messages), "chars": len(server.render(add_generation_prompt=False)),
-            "rounds": rounds, "tmplkit_median_s": round(statistics.median(ours), 4),
-            "transformers_median_s": round(statistics.median(theirs), 4),
-            "ratio_median": round(statistics.median(a / b for a, b in zip(ours, theirs)), 2)}
+    for r in range(rounds):
+        pair = [(ours, lambda: text_mask(base, server)), (theirs, lambda: transformers_mask(tagged.text, server))]
+        for seen, call in pair if r % 2 == 0 else pair[::-1]:
+            seen.append(min(_seconds(call) for _ in range(3)))
+    paired = [a / b for a, b in zip(ours, theirs)]
+    return {"cpu": cpu_model(), "cpus": os.cpu_count(), "loadavg_at_end": loadavg(), "messages": len(session.messages),
+            "chars": len(server.render(add_generation_prompt=False)), "rounds": rounds,
+            "tmplkit_median_s": round(statistics.median(ours), 5), "transformers_median_s": round(statistics.median(theirs), 5),
+            "ratio_median": round(statistics.median(paired), 2), "ratio_min": round(min(paired), 2),
+            "ratio_max": round(max(paired), 2)}
+
+
+def _seconds(call) -> float:
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
 
 
 def main() -> int:
@@ -163,7 +170,8 @@ def main() -> int:
     print(f"agreement: {a['equal']}/{a['compared']} conversations equal on {a['templates']} tagged templates")
     print(f"annotation: {n['annotated']}/{n['templates']} ({n['rate']:.1%}); on further sessions "
           f"{n['further_equal']}/{n['further_sessions']} masks equal")
-    print(f"timing: tmplkit {t['tmplkit_median_s']} s, transformers {t['transformers_median_s']} s, ratio {t['ratio_median']} ({t['cpu']})")
+    print(f"timing: tmplkit {t['tmplkit_median_s']} s, transformers {t['transformers_median_s']} s, paired ratio "
+          f"{t['ratio_median']} ({t['ratio_min']}-{t['ratio_max']}; {t['cpu']}, load {t['loadavg_at_end']})")
     if args.hub:
         h = results["hub_annotation"]
         print(f"hub dev half: annotation {h['annotated']}/{h['templates']} ({h['rate']:.1%})")

@@ -3,6 +3,7 @@
 
     python scripts/bench_turns_speed.py --against 9b0fe4f --rounds 3 --json scripts/results/turns-speed.json
     python scripts/bench_turns_speed.py --against 9b0fe4f --cases chat-2000-qwen35 --rounds 1
+    python scripts/bench_turns_speed.py --alone --rounds 5 --json scripts/results/turns-speed-alone.json
 
 Cases (each a fresh process per run, so neither tree warms the other's caches):
 - agent-90k: a generated coding-agent session (seed 0, 341 messages, about 89k tokens in its last request,
@@ -17,6 +18,11 @@ Both trees study the same sessions, written once by this tree into the temporary
 the seconds of `study_turns` alone (templates and tokenizers loaded before the clock starts), per
 round and as medians, and the paired ratios this/REV with their spread. The machine's CPU model
 is recorded: absolute times differ 2-3x between machines, the ratios much less.
+
+`--alone`: this tree only, each round a fresh process that times both the study and the session's
+requests rendered alone (each request's text once, at its time, as a client's template would; the
+conversation prepared for the server inside the clock in both), in alternating order; per case the
+paired ratio study/alone with its spread (the issue's "within 2x of rendering the requests alone").
 """
 
 from __future__ import annotations
@@ -103,6 +109,63 @@ def worker(case: str, session_file: str) -> dict:
     return {"seconds": seconds, "n_requests": report.n_requests, "stable": report.stable, "error": report.error}
 
 
+def alone_worker(case: str, session_file: str, first: str) -> dict:
+    """One round of `--alone`: the study and the requests rendered alone, `first` ("study" or
+    "alone") timed first, in this process."""
+    from tmplkit.sandbox import PINNED_NOW
+    from tmplkit.session import for_server, load_session
+    from tmplkit.session.requests import DEFAULT_INTERVAL, clock_at, request_points
+    from tmplkit.sources import load_one
+    from tmplkit.tokens.tokenizers import load_tokenizer
+    from tmplkit.turns import study_turns
+
+    source, tok_spec, switches, _ = CASES[case]
+    template = load_one(*source)
+    session = load_session(session_file)
+    tok = load_tokenizer(tok_spec) if tok_spec else None
+
+    def alone() -> int:
+        conversation = for_server(template, session)
+        msgs = list(conversation.messages)
+        points = request_points(msgs)
+        for k, (n, _) in enumerate(points):
+            conversation.render(msgs[:n], add_generation_prompt=True, clock=clock_at(PINNED_NOW + k * DEFAULT_INTERVAL))
+        return len(points)
+
+    seconds, n_requests = {}, {}
+    for what in (first, "alone" if first == "study" else "study"):
+        start = time.perf_counter()
+        n_requests[what] = study_turns(template, session, tokenizer=tok, switches=switches).n_requests if what == "study" else alone()
+        seconds[what] = time.perf_counter() - start
+    return {"seconds": seconds, "n_requests": n_requests}
+
+
+def alone_rounds(rounds: int, cases) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-turns-alone-") as tmp:
+        folder = Path(tmp)
+        sizes = write_sessions(folder)
+        out: dict = {}
+        for case in cases:
+            seen: dict = {"study": [], "alone": []}
+            for r in range(max(1, rounds)):
+                first = "study" if r % 2 == 0 else "alone"
+                env = {**os.environ, "PYTHONPATH": str(ROOT)}
+                proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_turns_speed.py"), "--alone-worker", case,
+                                       str(folder / f"{CASES[case][3]}.json"), first], capture_output=True, text=True, cwd=ROOT, env=env)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{case}: " + (proc.stderr.strip().splitlines() or ["the worker failed"])[-1])
+                res = json.loads(proc.stdout)
+                for k in seen:
+                    seen[k].append(res["seconds"][k])
+                print(f"round {r} {case}: study {seen['study'][-1]:.2f} s, alone {seen['alone'][-1]:.2f} s", file=sys.stderr)
+            paired = [a / b for a, b in zip(seen["study"], seen["alone"])]
+            out[case] = {"seconds": seen, "median_s": {k: statistics.median(v) for k, v in seen.items()},
+                         "paired_study_over_alone": {"median": statistics.median(paired), "min": min(paired), "max": max(paired)},
+                         "n_requests": res["n_requests"]["study"]}
+    return {"mode": "alone", "rounds": rounds, "sessions": sizes, "cases": out,
+            "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "loadavg_at_end": loadavg()}}
+
+
 def run(root: Path, case: str, folder: Path) -> dict:
     stem = CASES[case][3]
     env = {**os.environ, "PYTHONPATH": str(root)}
@@ -146,15 +209,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     p.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(DEFAULT_CASES))
     p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
+    p.add_argument("--alone", action="store_true", help="time the study against its requests rendered alone (this tree only)")
     p.add_argument("--worker", nargs=2, metavar=("CASE", "SESSION"), help=argparse.SUPPRESS)
+    p.add_argument("--alone-worker", nargs=3, metavar=("CASE", "SESSION", "FIRST"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         json.dump(worker(*args.worker), sys.stdout)
         return 0
-    if not args.against:
-        p.error("give --against REV (e.g. --against 9b0fe4f)")
+    if args.alone_worker:
+        json.dump(alone_worker(*args.alone_worker), sys.stdout)
+        return 0
+    if not args.against and not args.alone:
+        p.error("give --against REV (e.g. --against 9b0fe4f) or --alone")
     try:
-        res = against(args.against, args.rounds, args.cases)
+        res = alone_rounds(args.rounds, args.cases) if args.alone else against(args.against, args.rounds, args.cases)
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -183,9 +183,22 @@ def _both_ways(t, conv, monkeypatch):
 
     fast = text_mask(t, conv)
     with monkeypatch.context() as m:
-        m.setattr(_mask, "_prefix_turns", lambda server, text: None)  # the requests' own way
+        m.setattr(_mask, "_fast_turns", lambda server, text, spans: None)  # the requests' own way
         plain = text_mask(t, conv)
     return fast, plain
+
+
+def _one_render(t, conv, monkeypatch):
+    """The one-render path's turns on `conv` (None where it does not serve), and the proving path's."""
+    from tmplkit.masks import _mask
+
+    served = []
+    real = _mask.one_render_turns
+    with monkeypatch.context() as m:
+        m.setattr(_mask, "_prefix_turns", lambda server, text: None)  # no second fast path to fall back on
+        m.setattr(_mask, "one_render_turns", lambda *a: served.append(real(*a)) or served[-1])
+        fast = text_mask(t, conv)
+    return (fast if served and served[-1] is not None else None), _both_ways(t, conv, monkeypatch)[1]
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*.jinja")))
@@ -220,3 +233,63 @@ def test_the_prefix_fast_path_masks_what_the_requests_mask_on_corpus_templates(n
         assert fast.turns == plain.turns
         compared += 1
     assert compared
+
+
+# Templates of both kinds: those the one-render path serves (ChatML, Llama 3, Gemma, Phi-3.5, ...)
+# and those it must leave to the proof (reasoning dropped, a system prompt moved, tool results merged).
+ONE_RENDER_CORPUS = ["Qwen3-Coder", "Qwen3.5-4B", "deepseek-ai-DeepSeek-V3.2", "microsoft-Phi-3.5-mini-instruct",
+                     "unsloth-gpt-oss-20b", "google-gemma-4-31B-it", "meta-llama-Llama-3.3-70B-Instruct", "google-gemma-2-2b-it",
+                     "mistralai-Mistral-Nemo-Instruct-2407", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
+                     "ibm-granite-granite-3.3-2B-Instruct", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "moonshotai-Kimi-K2",
+                     "HuggingFaceTB-SmolLM3-3B", "Kimi-K2-Thinking", "unsloth-Apriel-1.5", "meetkai-functionary-medium-v3.2"]
+# Generated sessions of both styles, seeds and sizes the probes do not use.
+ONE_RENDER_SESSIONS = [dict(target_tokens=4000, seed=11, style="agent"), dict(target_tokens=2500, seed=5),
+                       dict(target_tokens=6000, seed=2, style="agent")]
+
+
+def _held_one_render(t, monkeypatch) -> int:
+    """How many conversations the one-render path served on `t`, each turn for turn equal to the proving path."""
+    from tmplkit.masks import check_conversations
+    from tmplkit.session import generate_session
+
+    served = 0
+    for conv in check_conversations() + [generate_session(**kw) for kw in ONE_RENDER_SESSIONS]:
+        try:
+            fast, plain = _one_render(t, conv, monkeypatch)
+        except TmplkitError:  # a conversation the template refuses
+            continue
+        if fast is not None:
+            assert fast.turns == plain.turns and fast.text == plain.text
+            served += 1
+    return served
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*.jinja")))
+def test_the_one_render_path_masks_what_the_requests_mask(name, monkeypatch):
+    _held_one_render(template(name), monkeypatch)
+
+
+def test_the_one_render_path_serves_chatml_with_one_render_a_session(monkeypatch):
+    # the benchmark's template: served, and with two long renders (the whole and the last request)
+    # past the probes; the rest are short (a turn asked for alone, the turns' endings)
+    from tmplkit.masks import _mask
+    from tmplkit.session import for_server, generate_session
+
+    t = template("reasoning-kept")
+    assert _held_one_render(t, monkeypatch) >= 5
+    server = for_server(t, generate_session(6000, seed=4, style="agent"))
+    text_mask(t, server)  # the probes run once per template
+    calls = []
+    real = type(server).render
+    with monkeypatch.context() as m:
+        m.setattr(type(server), "render", lambda self, msgs=None, **k: calls.append(len(msgs or self.messages))
+                  or real(self, msgs, **k))
+        m.setattr(_mask, "_prefix_turns", lambda server, text: pytest.fail("the one-render path did not serve"))
+        text_mask(t, server)
+    assert len([n for n in calls if n > 4]) == 2 and len(server.messages) in calls
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ONE_RENDER_CORPUS)
+def test_the_one_render_path_masks_what_the_requests_mask_on_corpus_templates(name, monkeypatch, corpus_template):
+    _held_one_render(corpus_template(name), monkeypatch)

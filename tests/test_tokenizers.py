@@ -434,9 +434,14 @@ def test_a_session_tokenized_from_shared_beginnings_is_tokenized_as_a_whole(name
         bos = tok.tokenize("", add_bos=True) if add_bos else []
         whole = [tuple(ids if not bos or ids[:len(bos)] == bos else bos + ids) for ids in (tok.tokenize(t, add_bos=False) for t in texts)]
         assert tokenize_texts(texts, tok, add_bos=add_bos) == tuple(whole)
+    pool: list = []  # (the turns study keeps one across requests: each render starts from its nearest)
     for k, renders in enumerate(next_renders(session, template, reqs)[:8]):
+        whole = tuple(tuple(tok.tokenize(t, add_bos=False)) for t in renders)
         shared = tokenize_texts(renders, tok, base=(texts[k], tok.tokenize(texts[k], add_bos=False)), chain=False)
-        assert shared == tuple(tuple(tok.tokenize(t, add_bos=False)) for t in renders)
+        assert shared == whole
+        assert tokenize_texts(renders, tok, base=(texts[k], tok.tokenize(texts[k], add_bos=False)), pool=pool) == whole
+        bos = tuple(tok.tokenize("", add_bos=True))
+        assert tokenize_texts(renders, tok, add_bos=True, pool=pool) == tuple(w if w[:len(bos)] == bos else bos + w for w in whole)
 
 
 @pytest.mark.corpus
@@ -452,4 +457,6 @@ def test_where_a_token_ends_from_its_pieces_is_where_the_offsets_say(vocab):
     tok = load_tokenizer(f"vocab:{vocab}")
     text = "<|im_start|>user\nhéllo wörld 漢字 🙂 and   spaces\n<|im_end|>\n<start_of_turn>model\nok 🙂🙂 ü<end_of_turn>" * 20
     ids, offsets = tok.tokenize_with_offsets(text)
+    assert tok.piece_lengths(ids) == [len(tok.piece_bytes(i)) for i in ids]
+    assert tok.piece_lengths(tuple(ids)) == tok.piece_lengths(list(ids)) and tok.piece_lengths([]) == []
     assert [_token_end(tok, text, ids, j) for j in range(len(ids))] == [e for _, e in offsets]

@@ -7,8 +7,10 @@ It lives here, below the analysis, so that the analysis needs neither token ids 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 # Message roles. Role order is also the tie-break order when delimiters have the same length.
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -82,6 +84,26 @@ def text_matches(text: str, delimiters: Iterable[Delimiter]) -> list[tuple[int, 
     >>> text_matches("U:hi A:yo", [Delimiter("user", "U:"), Delimiter("assistant", "A:")])
     [(0, Delimiter(role='user', text='U:')), (5, Delimiter(role='assistant', text='A:'))]
     """
+    ordered = sort_delimiters(delimiters)
+    if not ordered:
+        return []
+    # One scan: a regular expression's alternation tries its alternatives in order at each position,
+    # so the earliest match wins and, there, the first in `ordered` (`_text_matches_plain` is the
+    # plain loop it is held equal to by tests/test_speed_paths.py).
+    pattern, first = _alternation(ordered)
+    return [(m.start(), first[m.group(0)]) for m in pattern.finditer(text)]
+
+
+@lru_cache(maxsize=256)
+def _alternation(ordered: tuple[Delimiter, ...]) -> tuple[re.Pattern, dict[str, Delimiter]]:
+    first: dict[str, Delimiter] = {}
+    for d in ordered:
+        first.setdefault(d.text, d)
+    return re.compile("|".join(re.escape(d.text) for d in ordered)), first
+
+
+def _text_matches_plain(text: str, delimiters: Iterable[Delimiter]) -> list[tuple[int, Delimiter]]:
+    """`text_matches` as a loop of `str.find`s: the reference the one-scan version is tested against."""
     ordered = sort_delimiters(delimiters)
     starts: list[tuple[int, Delimiter]] = []
     pos = 0

@@ -31,14 +31,24 @@ def lcp(a: Sequence, b: Sequence) -> int:
     hi = min(len(a), len(b))
     if a[:hi] == b[:hi]:
         return hi
-    lo = 0
+    lo = base = 0
+    if not isinstance(a, (str, bytes)):
+        # Token lists: a slice is a copy, so the first differing block is found walking forward
+        # (each element copied once) and the binary search runs inside it.
+        while lo + _BLOCK < hi and a[lo:lo + _BLOCK] == b[lo:lo + _BLOCK]:
+            lo += _BLOCK
+        top = min(hi, lo + _BLOCK)
+        a, b, base, lo, hi = a[lo:top], b[lo:top], lo, 0, top - lo
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if a[:mid] == b[:mid]:
             lo = mid
         else:
             hi = mid - 1
-    return lo
+    return base + lo
+
+
+_BLOCK = 2048
 
 
 def lcs(a: str, b: str) -> int:

@@ -44,6 +44,7 @@ from ..session import Conversation, ServerConversation, for_server, load_convers
 from ..session.requests import NEEDLE, TurnEndings, clock_at, iter_requests, locate_turn, request_points
 from ..sources.templates import ChatTemplate
 from ..tokens.tokenizers import Tokenizer
+from ._onepass import one_render_turns, trusted
 
 __all__ = ["MASK_SCHEMA_VERSION", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
            "assistant_masks", "text_mask", "text_masks", "tokenize_mask"]
@@ -232,7 +233,7 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     others = [s.start for s in spans if s.role not in ("assistant", "reasoning", "reasoning_end")]
     if not any(end > n for n, end in request_points(server.messages)):
         return
-    located = _prefix_turns(server, text)
+    located = _fast_turns(server, text, spans)
     for turn, start, end, rule in located if located is not None else _located_turns(server, text, others):
         end = _with_end_markup(text, end, starts)
         k = bisect_left(others, start + 1)
@@ -245,6 +246,32 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
             end = _before_trailing_header(text, start, end, starts, headers)
             end = start + len(_without_end_of_text(text[start:end]))
         yield MaskedTurn(turn, start, end, rule)
+
+
+def _fast_turns(server: ServerConversation, text: str, spans: Sequence[TextSpan]):
+    """The turns found without proving each request where that is safe: from the whole render alone
+    (`_onepass`, where the template is trusted with it), else `_prefix_turns`; None: prove each."""
+    if trusted(server, lambda conversation: _one_pass_agrees(server, conversation)):
+        located = one_render_turns(server, text, spans)
+        if located is not None:
+            return located
+    return _prefix_turns(server, text)
+
+
+def _one_pass_agrees(server: ServerConversation, conversation) -> bool | None:
+    """Whether the one-render path finds on `conversation` (rendered as `server` is) the turns the
+    proving path finds (None: the template refuses it, or either path does not apply)."""
+    probe = for_server(server.template, conversation, server.kwargs)
+    try:
+        text = probe.render(add_generation_prompt=False)
+        spans = split_text(text, _proven(server.template, None).delimiters)
+        located = one_render_turns(probe, text, spans)
+        if located is None:
+            return None
+        others = [s.start for s in spans if s.role not in ("assistant", "reasoning", "reasoning_end")]
+        return located == list(_located_turns(probe, text, others))
+    except TmplkitError:
+        return None
 
 
 def _located_turns(server: ServerConversation, text: str, others: Sequence[int]):

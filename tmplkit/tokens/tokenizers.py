@@ -30,7 +30,6 @@ from typing import ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import GGUFError, ModelError, TokenizerError
-from ..markup import lcp  # strings, bytes and token lists alike
 from ..sources.gguf_meta import Keys, read_metadata
 from .llama_model import LlamaModel, import_llama_cpp
 
@@ -241,6 +240,15 @@ def _quiet_llama():
         logger.setLevel(level)
 
 
+def common_byte_prefix(a: bytes, b: bytes) -> int:
+    """`lcp` of two byte strings in one vectorized pass (a slice of bytes is a copy, so the binary
+    search copies a long render's bytes a score of times)."""
+    n = min(len(a), len(b))
+    differ = np.frombuffer(a, np.uint8, n) != np.frombuffer(b, np.uint8, n)
+    first = int(differ.argmax()) if n else 0
+    return first if n and differ[first] else n
+
+
 class LlamaCppTokenizer:
     """A GGUF's vocabulary through llama.cpp, loaded vocab-only (no weights, no context).
 
@@ -347,13 +355,13 @@ class LlamaCppTokenizer:
             return self._encode(data, False)
         old, ids = base
         lengths, control, splits = self._tables()
-        arr = np.asarray(ids, dtype=np.int64)
+        arr = self._ids_array(ids)
         ends = np.cumsum(lengths[arr])
         # Only where the ids spell the base's bytes exactly (no whitespace a special token strips)
         # and the pieces between special tokens are tokenized alone (BPE; SPM prefixes a space).
         if not splits or int(ends[-1]) != len(old):
             return self._encode(data, False)
-        common = lcp(data, old)
+        common = common_byte_prefix(data, old)
         starts = ends - lengths[arr]
         # the last control token that starts, whole, within the shared bytes
         fits = control[arr] & (starts + lengths[arr] <= common)
@@ -362,6 +370,24 @@ class LlamaCppTokenizer:
             return self._encode(data, False)
         cut = int(where[-1])
         return list(ids[:cut]) + self._encode(data[int(starts[cut]):], False)
+
+    def piece_lengths(self, ids: Sequence[int]) -> list[int]:
+        """`len(self.piece_bytes(i))` for each of `ids`, read off the vocabulary's table at once."""
+        return self._tables()[0][self._ids_array(ids)].tolist() if len(ids) else []
+
+    def _ids_array(self, ids: Sequence[int]):
+        """`ids` as a numpy array; kept for the last few tuples (immutable: a base is reused for several texts)."""
+        if type(ids) is not tuple:
+            return np.asarray(ids, dtype=np.int64)
+        cache = self.__dict__.setdefault("_arrays", {})
+        hit = cache.get(id(ids))
+        if hit is not None and hit[0] is ids:
+            return hit[1]
+        arr = np.asarray(ids, dtype=np.int64)
+        if len(cache) >= 16:
+            cache.pop(next(iter(cache)))
+        cache[id(ids)] = (ids, arr)  # (the tuple kept alive, so its id names no other)
+        return arr
 
     def _tables(self):
         """Per token id: its piece's length in bytes, and whether it is a control token (numpy

@@ -129,9 +129,10 @@ def predicted_divergences(tokens, next_texts, tokenizer, *, add_bos: bool = Fals
     from .divergence import tokenize_texts
 
     out = []
+    pool: list = []  # the next renders of the requests before, which these resemble most
     for k, renders in enumerate(next_texts):
         held = tokens.held(k)
         base = (texts[k], tokens.requests[k]) if texts is not None else None
-        pos = {common_prefix(held, ids) for ids in tokenize_texts(renders, tokenizer, add_bos=add_bos, base=base)}
+        pos = {common_prefix(held, ids) for ids in tokenize_texts(renders, tokenizer, add_bos=add_bos, base=base, pool=pool)}
         out.append(tuple(sorted(p for p in pos if p < len(held))))
     return tuple(out)

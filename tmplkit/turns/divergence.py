@@ -109,26 +109,49 @@ def tokenize_requests(requests, tokenizer, *, add_bos: bool = False) -> Tokenize
 
 
 def tokenize_texts(texts, tokenizer, *, add_bos: bool = False, base: tuple[str, Sequence[int]] | None = None,
-                   chain: bool = True) -> tuple[tuple[int, ...], ...]:
+                   chain: bool = True, pool: list | None = None) -> tuple[tuple[int, ...], ...]:
     """Each text tokenized as a whole would be, with the BOS prepended when `add_bos` and the text
     lacks it.
 
     A session's texts share their beginnings (request k+1 starts as request k did), so where the
     tokenizer can (`tokenize_after`: llama.cpp's, which splits at special tokens first) each text
     reuses the ids of `base` (text, its ids) or, with `chain`, of the text before it, up to a control
-    token they share: tokenizing a session is then linear in its length, not quadratic."""
-    bos = list(tokenizer.tokenize("", add_bos=True)) if add_bos else []
+    token they share: tokenizing a session is then linear in its length, not quadratic. `pool`: a
+    list the caller keeps between calls, of texts tokenized before (their bytes and ids); each text
+    then starts from whichever of those and `base` shares the longest beginning with it (the next
+    renders of a request resemble those of the request before more than the request itself, where a
+    new user message makes the template drop earlier reasoning), and is added to it."""
+    bos = tuple(tokenizer.tokenize("", add_bos=True)) if add_bos else ()
     after = getattr(tokenizer, "tokenize_after", None)
     ref = _base(base, bos)
     out = []
     for text in texts:
-        ids = list(after(text, ref)) if after is not None else list(tokenizer.tokenize(text, add_bos=False))
+        data = text.encode("utf-8")
+        start = _nearest(data, [ref, *pool]) if pool is not None and after is not None else ref
+        ids = tuple(after(text, start)) if after is not None else tuple(tokenizer.tokenize(text, add_bos=False))
+        if pool is not None:
+            pool.append((data, ids))
+            del pool[:-_POOL]
         if chain:
-            ref = (text.encode("utf-8"), ids)
+            ref = (data, ids)
         if bos and ids[:len(bos)] != bos:
             ids = bos + ids
-        out.append(tuple(ids))
+        out.append(ids)
     return tuple(out)
+
+
+_POOL = 8  # texts kept in a `tokenize_texts` pool: a request's next renders and the request before's
+
+
+def _nearest(data: bytes, bases: Sequence) -> tuple[bytes, Sequence[int]] | None:
+    """Of `bases` ((bytes, ids) or None), the one whose bytes share the longest beginning with `data`."""
+    from ..tokens.tokenizers import common_byte_prefix  # (a tokenizer that reuses ids is llama.cpp's: numpy is there)
+
+    best, score = None, -1
+    for b in bases:
+        if b is not None and (k := common_byte_prefix(data, b[0])) > score:
+            best, score = b, k
+    return best
 
 
 def _base(base, bos) -> tuple[bytes, Sequence[int]] | None:
@@ -136,7 +159,7 @@ def _base(base, bos) -> tuple[bytes, Sequence[int]] | None:
     if base is None:
         return None
     text, ids = base
-    return text.encode("utf-8"), list(ids[len(bos):] if bos and list(ids[:len(bos)]) == bos else ids)
+    return text.encode("utf-8"), tuple(ids[len(bos):] if bos and tuple(ids[:len(bos)]) == bos else ids)
 
 
 def _emitted(tokenizer, ids) -> tuple[int, ...]:
@@ -328,7 +351,8 @@ def _token_end(tokenizer, text: str, ids: Sequence[int], j: int) -> int | None:
     pieces = getattr(tokenizer, "piece_bytes", None)
     if pieces is not None and j < len(ids):
         data = text.encode("utf-8")
-        lengths = [len(pieces(i)) for i in ids]
+        counted = getattr(tokenizer, "piece_lengths", None)  # (llama.cpp's: from its table, not a call a token)
+        lengths = list(counted(ids)) if counted is not None else [len(pieces(i)) for i in ids]
         if sum(lengths) == len(data):
             # a token ending inside a character counts that character, as the offsets do
             return len(data[:sum(lengths[:j + 1])].decode("utf-8", "replace"))

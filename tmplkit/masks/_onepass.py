@@ -1,0 +1,160 @@
+"""The masks' one-render path: each turn found in the whole render from the proven spans, where the
+template is known to write every request as a prefix of that render.
+
+`_mask._prefix_turns` renders every request twice (the request, and the conversation up to its
+turn's end) and proves each one a prefix of the whole render: a session of R requests costs about
+R whole renders. Where each message starts a proven span of its own role (one span per message,
+in order), the render of the messages before message m is the whole render up to that span, as
+far as prefix stability holds; so request k is the whole render up to its turn's first span and
+the generation prompt, and its turn ends where the next message's span starts. Two facts make that
+safe, each checked:
+
+- per template (and extra variables), once: on probe conversations of our own (a plain chat with
+  and without a system message, a generated agent session with reasoning and tool calls), this
+  path finds what the proving path finds, turn for turn (`trusted`, cached);
+- per conversation: one span per message with the message's role, the last request rendered (one
+  render) a prefix of the whole render, and the generation prompt it ends with written at the
+  start of every turn.
+
+Anything else returns None and the caller proves each request as before. A test holds this path
+equal to the proving path on fixtures, corpus templates and generated sessions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+from ..delimiters import TextSpan
+from ..errors import TmplkitError
+from ..sandbox import PINNED_NOW
+from ..session import ServerConversation, generate_session, load_conversation
+from ..session.requests import TurnEndings, clock_at, request_points
+
+__all__: list[str] = []  # private to the masks
+
+Located = list[tuple[tuple[int, int], int, int, str]]
+
+_NOT_TURN = ("reasoning", "reasoning_end")
+_TRUSTED: dict = {}
+_TRUSTED_MAX = 64
+
+
+def message_starts(spans: Sequence[TextSpan], messages: Sequence[dict]) -> list[int] | None:
+    """Where each message's span starts, where the render has exactly one proven span per message,
+    in order, with the message's role (reasoning markup aside); else None."""
+    own = [s for s in spans if s.role not in _NOT_TURN]
+    if len(own) != len(messages) or any(s.role != m.get("role") for s, m in zip(own, messages)):
+        return None
+    return [s.start for s in own]
+
+
+def one_render_turns(server: ServerConversation, text: str, spans: Sequence[TextSpan]) -> Located | None:
+    """(turn, start, end, "exact") of each generated turn, as `_prefix_turns` finds them, from the
+    whole render `text` and its spans and one render of the last request; None where the
+    conversation's shape does not allow it (see the module doc)."""
+    messages = list(server.messages)
+    starts = message_starts(spans, messages)
+    if starts is None:
+        return None
+    points = [(n, end) for n, end in request_points(messages) if end > n]
+    if not points:
+        return []
+    n_last = points[-1][0]
+    try:
+        request = server.render(messages[:n_last], add_generation_prompt=True, clock=clock_at(PINNED_NOW))
+    except TmplkitError:
+        return None
+    if not text.startswith(request) or len(request) < starts[n_last]:
+        return None
+    prompt = request[starts[n_last]:]
+    endings = TurnEndings(server)
+    alone = _Alone(server, endings)
+    checked: dict[tuple, bool] = {}  # kind of turn -> whether its first one is written as generated
+    out: Located = []
+    for n, end in points:
+        if not text.startswith(prompt, starts[n]):
+            return None
+        start = starts[n] + len(prompt)
+        stop = starts[end] if end < len(messages) else len(text)
+        if stop < start:
+            return None
+        generated = endings.strip(messages[end - 1], text[start:stop])
+        if not _holds_its_text(generated, messages[n:end]):
+            return None  # the history leaves out or rewrites some of the turn (reasoning dropped)
+        kind = _kind(messages[n:end], messages[end] if end < len(messages) else None)
+        if kind not in checked:
+            checked[kind] = generated == alone.generated(messages[n:end])
+        if not checked[kind]:
+            return None  # the history writes this kind of turn otherwise than the model generates it
+        if generated:
+            out.append(((n, end), start, start + len(generated), "exact"))
+    return out
+
+
+_TEXT_KEYS = ("content", "reasoning_content", "thinking", "reasoning")
+
+
+def _holds_its_text(generated: str, turn: Sequence[dict]) -> bool:
+    """Whether `generated` holds every text of the turn's messages (content and reasoning) as given."""
+    return all(v in generated for m in turn for k in _TEXT_KEYS if isinstance(v := m.get(k), str))
+
+
+def _kind(turn: Sequence[dict], after: dict | None) -> tuple:
+    """A turn's shape: each message's role, the keys it fills, its tool calls; the next message's role."""
+    return (tuple((m.get("role"), tuple(sorted(k for k, v in m.items() if v not in (None, "", [], {}))),
+                   len(m.get("tool_calls") or ())) for m in turn), after.get("role") if after else None)
+
+
+class _Alone:
+    """What the model generates for a turn asked for alone: the turn's messages after one user
+    message, rendered as the newest (the render less the request's, less the newest-only ending).
+    A short render a turn, against which the turn as the whole render holds it is checked: a
+    history that writes a turn otherwise (reasoning dropped once a user message follows) differs."""
+
+    _ASK = {"role": "user", "content": "Hello."}
+
+    def __init__(self, server: ServerConversation, endings: TurnEndings):
+        self._server, self._endings = server, endings
+        self._request: str | None = None
+        self._clock = clock_at(PINNED_NOW)
+
+    def generated(self, turn: Sequence[dict]) -> str | None:
+        try:
+            if self._request is None:
+                self._request = self._server.render([self._ASK], add_generation_prompt=True, clock=self._clock)
+            full = self._server.render([self._ASK, *turn], add_generation_prompt=False, clock=self._clock)
+        except TmplkitError:
+            return None
+        if not full.startswith(self._request):
+            return None
+        return self._endings.strip(turn[-1], full[len(self._request):])
+
+
+def probe_conversations() -> list:
+    """The conversations the one-render path is held against the proving path on, per template."""
+    plain = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+             {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Goodbye."}]
+    return [load_conversation([{"role": "system", "content": "Be brief."}] + plain), load_conversation(plain),
+            generate_session(1500, seed=0, requests=2), generate_session(3000, seed=3, style="agent")]
+
+
+def trusted(server: ServerConversation, agree: Callable[[object], bool | None]) -> bool:
+    """Whether the one-render path may serve `server`'s template (with its extra variables):
+    `agree(conversation)` says, for each probe conversation, whether the one-render path found what
+    the proving path finds (None: either did not apply); true where none disagrees and one agrees.
+    Read once per template and variables (kept for the process)."""
+    try:
+        key = (server.template, json.dumps(server.kwargs, sort_keys=True, default=repr))
+        hash(key)
+    except TypeError:  # a template or variables that cannot be a key: checked each time
+        key = None
+    if key is not None and key in _TRUSTED:
+        return _TRUSTED[key]
+    verdicts = [agree(c) for c in probe_conversations()]
+    ok = False not in verdicts and True in verdicts
+    if key is not None:
+        if len(_TRUSTED) >= _TRUSTED_MAX:
+            _TRUSTED.pop(next(iter(_TRUSTED)))
+        _TRUSTED[key] = ok
+    return ok
