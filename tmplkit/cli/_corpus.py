@@ -15,7 +15,7 @@ def add_corpus(sub) -> None:
 
 
 def _cmd_corpus(args) -> int:
-    from ..sources.templates import corpus
+    from ..sources import corpus
 
     hub = args.name == "hub"
     if args.action == "fetch":
