@@ -119,9 +119,12 @@ def test_audit_json_with_a_token_round_trip(capsys, matches_schema, tiny_hf):
 
 
 def test_table_json(capsys, matches_schema):
-    data = run_json(capsys, "table", "--format", "json", "--jobs", "1", CHATML, str(FIXTURES / "same-text.jinja"))
+    data = run_json(capsys, "table", "--format", "json", "--jobs", "1", CHATML, str(FIXTURES / "same-text.jinja"), code=1)
     assert [r["name"] for r in data["rows"]] == ["chatml", "same-text"]
     assert matches_schema("table", data)
+    # a template that did not pass: no delimiters (unproven), and why
+    bad = data["rows"][1]
+    assert bad["status"] != "pass" and bad["user_start"] is None and bad["reason"]
 
 
 def test_turns_json(capsys, matches_schema, tiny_hf):

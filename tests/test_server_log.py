@@ -115,7 +115,7 @@ def test_standard_input(capsys, monkeypatch):
 
     monkeypatch.setattr("sys.stdin", io.StringIO((LOGS / "0.3.36-cold-lv3.log").read_text()))
     assert main(["--no-config", "server", "log", "-"]) == 0
-    assert "<stdin>: 1 tasks" in capsys.readouterr().out
+    assert "<stdin>: 1 task;" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("text, says", [

@@ -230,8 +230,22 @@ TABLE_COLUMNS = ("name", "status", "user_start", "assistant_start", "system_star
                  "reasoning_start", "reasoning_end", "generation_reasoning")
 
 
+# The delimiter columns: left empty (None) for a template that did not pass, whose delimiters were
+# not proven by the round trip (`reason` says why).
+_DELIMITER_COLUMNS = frozenset(TABLE_COLUMNS[2:8]) | frozenset(TABLE_COLUMNS[9:11])
+
+
 def table_rows(results: Iterable[Analysis]) -> list[dict]:
-    return [{c: getattr(a, c) for c in TABLE_COLUMNS} for a in results]
+    """One row per template: its delimiters when it passed, else none and the reason."""
+    rows = []
+    for a in results:
+        held = a.status == "pass"
+        row = {c: getattr(a, c) if held or c not in _DELIMITER_COLUMNS else None for c in TABLE_COLUMNS}
+        if not held:
+            row["generation_reasoning"] = {}
+        row["reason"] = first_reason(a) or None
+        rows.append(row)
+    return rows
 
 
 def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
@@ -245,16 +259,16 @@ def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
         r["generation_reasoning"] = " ".join(f"{k}:{v}" for k, v in r["generation_reasoning"].items()) or None
     if fmt == "csv":
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=TABLE_COLUMNS, lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=(*TABLE_COLUMNS, "reason"), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         return buf.getvalue()
     head = ["template", "status", "user", "assistant", "system", "tool response", "next tool response",
-            "generation prompt", "tool placement", "reasoning", "reasoning end", "generation reasoning"]
+            "generation prompt", "tool placement", "reasoning", "reasoning end", "generation reasoning", "why not"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = ([r["name"], r["status"]] + [_md(r[c]) for c in TABLE_COLUMNS[2:8]] + [r["tool_placement"]]
-                 + [_md(r[c]) for c in TABLE_COLUMNS[9:]])
+                 + [_md(r[c]) for c in TABLE_COLUMNS[9:]] + [(r["reason"] or "").replace("|", "/")])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
