@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "templates"
 CHATML = str(FIXTURES / "chatml.jinja")
 LOGS = ROOT / "fixtures" / "server-logs"
-FORMATS = {"text", "markdown", "json", "csv", "junit", "github"}
+FORMATS = {"text", "summary", "markdown", "json", "csv", "junit", "github"}
 # Spellings the vocabulary replaced: none may show in any --help.
 OLD = ("--json FILE", "--add-generation-prompt", "CONVERSATION", "SESSION.json", "{auto,text,json}", "table,json", "swa:N|recurrent (default")
 

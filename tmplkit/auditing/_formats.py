@@ -13,6 +13,7 @@ from xml.sax.saxutils import escape as xml_escape
 from .._version import __version__
 from ..analysis import Analysis
 from ._gate import AuditReport, first_reason, is_failure, verdict_of
+from ._summary import format_summary
 
 __all__ = ["AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_FORMATS", "TABLE_SCHEMA_VERSION", "format_json", "format_junit", "format_markdown", "format_show",
            "format_table", "format_text", "format_github", "junit_error", "show", "summary_line", "table_rows", "unrendered_reason"]
@@ -62,12 +63,13 @@ def _text_rows(report: AuditReport, i: int, width: int, color: bool, verbosity: 
     mark = status.upper()
     if report.excused(i):
         mark += " (expected)"
-    mark = _paint(f"{mark:<16}", _MARK_COLORS.get(status, _FAIL_COLOR), color)
+    marks = _mark_width(report)  # as wide as the widest mark ('UNSUPPORTED (expected)')
+    mark = _paint(f"{mark:<{marks}}", _MARK_COLORS.get(status, _FAIL_COLOR), color)
     detail = f"user={show(a.user_start)} assistant={show(a.assistant_start)} tool={show(a.tool_response_start)}"
     check = report.prefix_check(i)
     # The prefix-stability column, as wide as its longest label (absent when not checked).
     column = f"{check.label:<{max(len(c.label) for c in report.prefix_checks)}}  " if check is not None else ""
-    pad = f"{'':<16} {'':<{width}}  {'':<{len(column)}}"
+    pad = f"{'':<{marks}} {'':<{width}}  {'':<{len(column)}}"
     if status not in ("warning", "unstable"):
         why = first_reason(a)  # a failed token round trip has its own row below
     rows = [f"{mark} {a.name:<{width}}  {column}{why if why else detail}"]
@@ -86,6 +88,11 @@ def _text_rows(report: AuditReport, i: int, width: int, color: bool, verbosity: 
         rows += [f"{pad}{d.role}: {show(d.text)}" for d in a.delimiters]
         rows.append(f"{pad}{a.seconds:.3f} s")
     return rows
+
+
+def _mark_width(report: AuditReport) -> int:
+    """The status column's width: 16, or the widest mark of the report's rows."""
+    return max([16] + [len(verdict_of(report, i)[0]) + len(" (expected)") for i in range(len(report.results)) if report.excused(i)])
 
 
 def summary_line(report: AuditReport, *, color: bool = False) -> str:
@@ -214,6 +221,7 @@ def format_github(report: AuditReport) -> str:
 
 AUDIT_FORMATS: dict[str, Callable[[AuditReport], str]] = {
     "text": format_text,
+    "summary": format_summary,
     "json": format_json,
     "markdown": format_markdown,
     "junit": format_junit,

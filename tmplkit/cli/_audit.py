@@ -104,7 +104,7 @@ def _cmd_audit(args) -> int:
     emit(text, args.output)
     for fmt, path in reports:
         emit(audit_mod.AUDIT_FORMATS[fmt](report), path)
-    if (args.format not in ("text", "github") or args.output) and not quiet:
+    if (args.format not in ("text", "github", "summary") or args.output) and not quiet:
         print(audit_mod.summary_line(report, color=use_color(args, sys.stderr)), file=sys.stderr)
     return 0 if report.ok else 1
 

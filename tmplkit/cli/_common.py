@@ -238,7 +238,8 @@ VOCABULARY: dict[str, tuple[str, str]] = {
     "tokenizer": ("--tokenizer PATH|auto", "a .gguf (vocab-only is enough), tokenizer.json or its folder, vocab:NAME "
                                            "or hf:org/name; auto: the template's own GGUF or the corpus vocabulary "
                                            "paired with its name"),
-    "format": ("--format FORMAT", "named for what it writes: text (for a person), markdown, json, csv, junit, github"),
+    "format": ("--format FORMAT", "named for what it writes: text (for a person; summary: the audit on one screen), markdown, json, csv, "
+                               "junit, github"),
     "output": ("-o/--output FILE", "write the output to FILE instead of stdout"),
     "report": ("--report FORMAT:FILE", "also write the output in FORMAT to FILE, from the same run (repeatable)"),
     "timeout": ("--timeout SECONDS", "wall-clock seconds per template"),
