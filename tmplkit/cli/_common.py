@@ -355,7 +355,7 @@ def add_tokenizer(parser, *, required: bool = False, what: str = "the model's vo
                              "hf:org/name; auto: the template's own GGUF or the corpus vocabulary paired with its name")
 
 
-def tokenizer_spec(spec: str | None, template) -> str | None:
+def tokenizer_spec(spec: str, template) -> str:
     """The tokenizer --tokenizer names for `template` (`auto` resolved); an InputError when auto
     finds none."""
     from ..errors import InputError
