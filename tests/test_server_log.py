@@ -22,7 +22,7 @@ def read(name: str):
 
 def test_every_fixture_is_small_and_reads():
     files = sorted(LOGS.glob("*.log"))
-    assert len(files) == 7
+    assert len(files) == 9
     for f in files:
         assert f.stat().st_size < 12_000, f  # trimmed to what the tests need
         assert read(f.name).tasks
@@ -213,3 +213,34 @@ def test_progress_lines_cut_out_are_a_gap_not_a_batch():
     assert "are not in the log" in cut.findings()[0]
     new = read_server_log(cut_progress((LOGS / "0.3.36-cold-lv3.log").read_text(encoding="utf-8"), 16)).tasks[0]
     assert new.pattern == "none"
+
+
+def test_a_routers_log_keeps_its_servers_apart_and_reads_their_options():
+    """Router mode, from 0.3.36 run as a router (scripts/server_logs.py --router, -b 2048 -ub 2048):
+    the spawned server's lines prefixed with its port, its options on the router's load: lines."""
+    log = read("0.3.36-router-lv3.log")
+    (t,) = log.tasks
+    assert t.instance is not None and t.instance > 0
+    assert (log.n_batch, log.n_ubatch, t.n_batch, t.n_ubatch) == (2048, 2048, 2048, 2048)  # -b, -ub of the load: lines
+    assert any("options the router spawned" in n for n in log.notes) and not any("does not show" in n for n in log.notes)
+    assert (t.n_prompt, t.n_reused) == (24416, 0) and t.pattern == "none"
+
+
+def test_two_spawned_servers_with_the_same_task_ids_are_two_tasks():
+    text = (LOGS / "0.3.36-router-lv3.log").read_text(encoding="utf-8")
+    port = read("0.3.36-router-lv3.log").tasks[0].instance
+    other = text.replace(f"[{port:5d}] ", "[40001] ").replace(f"on port {port}", "on port 40001")
+    log = read_server_log(text + other)
+    assert [t.instance for t in log.tasks] == [port, 40001] and [t.task for t in log.tasks] == [0, 0]
+
+
+def test_the_regressed_server_through_a_router_cut_by_its_reporter_is_fragmented(capsys):
+    """0.3.33's default-verbosity log of a resumed 30k agent session, as a router forwards it
+    (scripts/router_shape_log.py), with its reporter's cut: 24 progress lines of 32 left."""
+    log = read("0.3.33-router-lv3-cut.log")
+    (t,) = log.tasks
+    assert t.instance == 39007 and t.level == "info" and len(t.batch_sizes) == 24
+    assert len(t.gaps) == 1 and t.pattern == "fragmented"
+    assert main(["--no-config", "server", "log", str(LOGS / "0.3.33-router-lv3-cut.log")]) == 0
+    out = capsys.readouterr().out
+    assert "task 0 (server on port 39007)" in out and "pattern: fragmented" in out and "cut out of the log" in out
