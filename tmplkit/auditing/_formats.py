@@ -221,11 +221,11 @@ def format_github(report: AuditReport) -> str:
 
 AUDIT_FORMATS: dict[str, Callable[[AuditReport], str]] = {
     "text": format_text,
-    "summary": format_summary,
     "json": format_json,
     "markdown": format_markdown,
     "junit": format_junit,
     "github": format_github,
+    "summary": format_summary,
 }
 
 
