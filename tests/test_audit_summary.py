@@ -59,3 +59,24 @@ def test_the_status_column_is_as_wide_as_its_widest_mark(capsys):
     assert any(r.startswith("UNSUPPORTED (expected) ") for r in rows)
     starts = {len(re.match(r"[A-Z]+(?: \(expected\))? +", r).group(0)) for r in rows}
     assert len(starts) == 1  # every name starts in the same column
+
+
+def test_one_request_one_task_one_turn_are_singular(capsys, tmp_path):
+    """'1 request', '1 task', '1 turn' (not '1 requests'): the counts a first run prints."""
+    session = tmp_path / "s.json"
+    session.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    code, out, _ = run(capsys, "turns", str(FIXTURES / "chatml.jinja"), "--session", str(session), "--no-switches")
+    assert code == 0 and "over 1 request" in out and "1 requests" not in out
+    logs = ROOT / "fixtures" / "server-logs"
+    code, out, _ = run(capsys, "server", "log", str(logs / "0.3.36-cold-lv3.log"))
+    assert code == 0 and ": 1 task;" in out
+
+
+def test_a_mask_with_one_turn_says_turn():
+    from types import SimpleNamespace
+
+    from tmplkit.cli._mask import format_mask
+
+    result = SimpleNamespace(text="<u>hi</u><a>yo</a>", text_mask=SimpleNamespace(ranges=[(12, 14)]),
+                             mask=[0, 0, 1], turns=())
+    assert format_mask(result, False).endswith("-- 1 of 3 tokens learned in 1 turn\n")
