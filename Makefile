@@ -33,11 +33,15 @@ setup: $(BIN)/.installed
 # The corpus template that cannot pass and the fixtures' deliberate failures (reasons in the
 # files) are carried as expected failures, as a CI gate would carry them. Without llama-cpp-python
 # the templates whose vocabulary only llama.cpp reads get no token round trip (the audit says which).
+# It prints the audit on one screen (what was and was not checked, in counts); the whole report, a
+# line per template, goes to build/audit.txt and the delimiter table to build/delimiters.md.
+EXPECTED := --expected-failures tests/corpus_expected_failures.json --expected-failures fixtures/expected_failures.json
 audit: setup-core
-	$(BIN)/tmplkit audit fixtures/templates corpus:llama.cpp --tokenizer auto \
-		--expected-failures tests/corpus_expected_failures.json --expected-failures fixtures/expected_failures.json
-	$(BIN)/tmplkit table fixtures/templates corpus:llama.cpp \
-		--expected-failures tests/corpus_expected_failures.json --expected-failures fixtures/expected_failures.json
+	@mkdir -p build
+	$(BIN)/tmplkit audit fixtures/templates corpus:llama.cpp --tokenizer auto $(EXPECTED) \
+		--format summary --report text:build/audit.txt
+	$(BIN)/tmplkit table fixtures/templates corpus:llama.cpp $(EXPECTED) -q -o build/delimiters.md
+	@echo "the whole report: build/audit.txt; the delimiter table: build/delimiters.md"
 
 test: setup
 	$(BIN)/python -m pytest -q -ra

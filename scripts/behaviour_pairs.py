@@ -23,10 +23,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _held_out import held_out  # noqa: E402
 from _machine import cpu_model  # noqa: E402
 
-from tmplkit import corpus  # noqa: E402
 from tmplkit.atomic import write_text_atomic  # noqa: E402
 from tmplkit.behaviour import compare, derive_records  # noqa: E402
-from tmplkit.sources import load_one  # noqa: E402
+from tmplkit.sources import corpus, load_one  # noqa: E402
 
 # (kind, old: "H:name" | "L:name", new) -- old is the revision or base, new the current or finetune.
 PAIRS = (

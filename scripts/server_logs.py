@@ -10,6 +10,11 @@ The server runs as a user runs it: its defaults for batches and checkpoints (-b 
 (sliding-window attention: it needs checkpoints) with its Qwen3.5 template (tool results inside
 user turns). Build 0.3.33 first with `bash scripts/build_llama_server.sh 0.3.33`.
 
+`--router` runs llama-server as a router (`--models-dir`, no `-m`; the server options go to the
+server it spawns, whose lines it prints prefixed with its port): the log a router's user has.
+`--cut-progress N` keeps, in the fixture, only the first and last N/2 prompt-progress lines of each
+task, as someone pasting a long log into a bug report does.
+
 `--fixture` writes a trimmed copy: the start lines the reader reads and the lines of the tasks
 chosen with `--tasks` (default: the first, the longest, and the first that restored a
 checkpoint or re-processed its prompt), without the per-checkpoint search lines.
@@ -30,7 +35,7 @@ from tmplkit.server.pins import server_pin  # noqa: E402
 from tmplkit.server.process import LlamaServer, llama_server_binary  # noqa: E402
 
 _KEEP_START = re.compile(r"verbosity = \d+|llama_context: n_(u)?batch|context checkpoints (enabled|disabled)|"
-                         r"initializing, n_slots|llama_server: model loaded")
+                         r"initializing, n_slots|llama_server: model loaded|spawning server instance|srv +load:   ")
 _NOISE = re.compile(r"checking checkpoint with|erased invalidated context checkpoint|n_past was set")
 _TASK = re.compile(r"\| task (-?\d+) \|")
 
@@ -50,6 +55,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tasks", help="task ids for the fixture, comma-separated")
     ap.add_argument("--server-arg", action="append", default=[], help="one more llama-server argument (repeatable)")
     ap.add_argument("--reuse", action="store_true", help="read the log already at -o instead of running the server")
+    ap.add_argument("--router", action="store_true", help="run llama-server as a router (--models-dir) that spawns the server")
+    ap.add_argument("--cut-progress", type=int, metavar="N",
+                    help="in the fixture, keep only the first and last N/2 prompt-progress lines of each task")
     args = ap.parse_args(argv)
 
     from tmplkit.prefill import generate_session, tiny_model_path
@@ -66,13 +74,22 @@ def main(argv=None) -> int:
         model = tiny_model_path("qwen35")
         server_args = ["--jinja", "-c", "65536", "-np", "1", "-t", "2", "-tb", "2", "--no-warmup", "--cache-ram", "0",
                        "-lv", str(args.verbosity), *args.server_arg]
+        extra = None
+        if args.router:  # a models folder holding the model alone; the requests name it
+            models = Path(args.output).with_suffix(".models")
+            models.mkdir(exist_ok=True)
+            link = models / Path(model).name
+            if not link.exists():
+                link.symlink_to(Path(model).resolve())
+            server_args = ["--models-dir", str(models), *server_args]
+            extra, model = {"model": link.stem}, None
         with LlamaServer(binary, model, server_args, log=Path(args.output)) as server:
-            served = drive_session(server, session, start=args.start, requests=args.requests)
+            served = drive_session(server, session, start=args.start, requests=args.requests, extra=extra)
     for r in served:
         print(f"request {r.index}: {r.n_prompt} tokens, {r.n_reused} reused, {r.n_processed} processed, "
               f"pattern {r.prefill.pattern}")
     text = Path(args.output).read_text(encoding="utf-8", errors="replace")
-    log = read_server_log(text, f"llama-server {version}, -lv {args.verbosity}")
+    log = read_server_log(text, f"llama-server {version}{' (router)' if args.router else ''}, -lv {args.verbosity}")
     if args.json:
         given = [a for a in (argv or sys.argv[1:]) if a != "--reuse"]  # --reuse reads what the same command wrote
         out = {"command": "python scripts/" + Path(__file__).name + " " + " ".join(given),
@@ -82,7 +99,7 @@ def main(argv=None) -> int:
     if args.fixture:
         wanted = ({int(t) for t in args.tasks.split(",")} if args.tasks else _default_tasks(log))
         Path(args.fixture).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.fixture).write_text(trim(text, wanted), encoding="utf-8")
+        Path(args.fixture).write_text(trim(text, wanted, args.cut_progress), encoding="utf-8")
         print(f"{args.fixture}: tasks {sorted(wanted)}")
     return 0
 
@@ -96,10 +113,13 @@ def _default_tasks(log) -> set[int]:
     return chosen
 
 
-def trim(text: str, tasks: set[int]) -> str:
+def trim(text: str, tasks: set[int], cut_progress: int | None = None) -> str:
     """The start lines the log reader reads, and every line of `tasks` but the noisy ones (the
-    slot-selection lines just before a kept task stay too)."""
+    slot-selection lines just before a kept task stay too); with `cut_progress`, only the first and
+    last cut_progress/2 progress lines of each task."""
     lines = text.splitlines()
+    if cut_progress is not None:
+        lines = _cut_progress(lines, cut_progress)
     out = []
     pending: list[str] = []
     for ln in lines:
@@ -120,6 +140,18 @@ def trim(text: str, tasks: set[int]) -> str:
         if "processing task" in ln:
             pending = []
     return "\n".join(out) + "\n"
+
+
+def _cut_progress(lines: list[str], n: int) -> list[str]:
+    """`lines` without the middle prompt-progress lines of each task: n of them kept, the first
+    n/2 and the last n - n/2."""
+    by_task: dict[int, list[int]] = {}
+    for i, ln in enumerate(lines):
+        m = _TASK.search(ln)
+        if m is not None and "prompt processing, n_tokens" in ln:
+            by_task.setdefault(int(m.group(1)), []).append(i)
+    drop = {i for idx in by_task.values() if len(idx) > n for i in idx[n // 2:len(idx) - (n - n // 2)]}
+    return [ln for i, ln in enumerate(lines) if i not in drop]
 
 
 if __name__ == "__main__":

@@ -128,4 +128,4 @@ def test_table_has_reasoning_columns():
     assert "| reasoning | reasoning end | generation reasoning |" in md
     assert "`<think>`" in md and "enable_thinking=False:closed" in md
     csv = format_table([a], "csv")
-    assert csv.splitlines()[0].endswith("reasoning_start,reasoning_end,generation_reasoning")
+    assert csv.splitlines()[0].endswith("reasoning_start,reasoning_end,generation_reasoning,reason")

@@ -248,12 +248,12 @@ def test_prefill_without_llama_refuses_in_one_line_before_any_work(capsys, no_ll
 
 def test_spans_with_a_gguf_tokenizer_without_llama_refuses_first(capsys, no_llama, tmp_path):
     # a corpus vocabulary only llama.cpp reads (SentencePiece)
-    code, _, err = run(capsys, "spans", "--template", str(tmp_path / "missing.jinja"), "--tokenizer", "vocab:phi-3",
-                       str(tmp_path / "missing.json"))
+    code, _, err = run(capsys, "spans", str(tmp_path / "missing.jinja"), "--tokenizer", "vocab:phi-3",
+                       "--session", str(tmp_path / "missing.json"))
     assert code == 2 and err.count("\n") == 1 and "pip install 'tmplkit[llama]'" in err, err
     # a GGUF that is no file needs no extra: no install would read it, the input's own error is told
-    code, _, err = run(capsys, "spans", "--template", str(tmp_path / "missing.jinja"), "--tokenizer",
-                       str(tmp_path / "model.gguf"), str(tmp_path / "missing.json"))
+    code, _, err = run(capsys, "spans", str(tmp_path / "missing.jinja"), "--tokenizer", str(tmp_path / "model.gguf"),
+                       "--session", str(tmp_path / "missing.json"))
     assert code == 2 and err.count("\n") == 1 and "llama" not in err, err
 
 

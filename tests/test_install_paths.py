@@ -33,11 +33,11 @@ COMMANDS = {
     "turns": ["turns", CHATML, "--session", CHAT],
     "corpus": ["corpus", "path"],
     "schema": ["schema", "audit"],
-    "spans": ["spans", "--template", CHATML, "--tokenizer", "vocab:qwen35", CHAT],
-    "mask": ["mask", CHAT, "--template", CHATML, "--tokenizer", "vocab:qwen35", "--format", "json"],
-    "request": ["request", CHAT, "--template", CHATML, "--tokenizer", "vocab:qwen35", "-o", "{tmp}/body.json"],
+    "spans": ["spans", CHATML, "--session", CHAT, "--tokenizer", "vocab:qwen35"],
+    "mask": ["mask", CHATML, "--session", CHAT, "--tokenizer", "vocab:qwen35", "--format", "json"],
+    "request": ["request", CHATML, "--session", CHAT, "--tokenizer", "vocab:qwen35", "-o", "{tmp}/body.json"],
     "annotate": ["annotate", CHATML, "-o", "{tmp}/annotated.jinja"],
-    "prefill": ["prefill", "{tmp}/model.gguf", CHAT],
+    "prefill": ["prefill", "{tmp}/model.gguf", "--session", CHAT],
 }
 
 

@@ -130,18 +130,18 @@ def test_request_cli(qwen_template, qwen35, tmp_path, capsys):
     conv = tmp_path / "conv.json"
     conv.write_text(json.dumps(CONVERSATION))
     src = str(corpus.templates_dir() / "Qwen3.5-4B.jinja")
-    assert main(["request", str(conv), "--template", src, "--tokenizer", "vocab:qwen35"]) == 0
+    assert main(["request", src, "--session", str(conv), "--tokenizer", "vocab:qwen35"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert body == completion_request(qwen_template, qwen35, CONVERSATION).to_dict()
-    assert main(["request", "--delimiters-only", "--template", src, "--tokenizer", "vocab:qwen35"]) == 0
+    assert main(["request", src, "--delimiters-only", "--tokenizer", "vocab:qwen35"]) == 0
     assert json.loads(capsys.readouterr().out) == body["message_delimiters"]
     out = tmp_path / "body.json"
-    assert main(["request", str(conv), "--template", src, "--tokenizer", "vocab:qwen35", "--n-predict", "8", "-o", str(out)]) == 0
+    assert main(["request", src, "--session", str(conv), "--tokenizer", "vocab:qwen35", "--n-predict", "8", "-o", str(out)]) == 0
     assert json.loads(out.read_text())["n_predict"] == 8
-    for bad in (["request", "--template", src, "--tokenizer", "vocab:qwen35"],
-                ["request", str(conv), "--delimiters-only", "--template", src, "--tokenizer", "vocab:qwen35"]):
+    for bad in (["request", src, "--tokenizer", "vocab:qwen35"],
+                ["request", src, "--session", str(conv), "--delimiters-only", "--tokenizer", "vocab:qwen35"]):
         assert main(bad) == 2
-        assert "give a CONVERSATION file, or --delimiters-only" in capsys.readouterr().err
+        assert "give --session FILE (the conversation), or --delimiters-only" in capsys.readouterr().err
 
 
 def test_read_prefill_log():
@@ -190,7 +190,7 @@ def test_openai_tool_call_arguments_are_parsed_as_llama_server_does(qwen_templat
     path = tmp_path / "conv.json"
     path.write_text(json.dumps(conv))
     src = str(corpus.templates_dir() / "Qwen3.5-4B.jinja")
-    assert main(["request", str(path), "--template", src, "--tokenizer", "vocab:qwen35", "--n-predict", "-3"]) == 2
+    assert main(["request", src, "--session", str(path), "--tokenizer", "vocab:qwen35", "--n-predict", "-3"]) == 2
     assert "n_predict must be -1" in capsys.readouterr().err
 
 

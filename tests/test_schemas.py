@@ -123,6 +123,9 @@ def test_table_json(capsys, matches_schema):
                     code=1)  # (same-text fails: the table exits 1, as the audit)
     assert [r["name"] for r in data["rows"]] == ["chatml", "same-text"]
     assert matches_schema("table", data)
+    # a template that did not pass: no delimiters (unproven), and why
+    bad = data["rows"][1]
+    assert bad["status"] != "pass" and bad["user_start"] is None and bad["reason"]
 
 
 def test_turns_json(capsys, matches_schema, tiny_hf):

@@ -22,7 +22,7 @@ def read(name: str):
 
 def test_every_fixture_is_small_and_reads():
     files = sorted(LOGS.glob("*.log"))
-    assert len(files) == 7
+    assert len(files) == 9
     for f in files:
         assert f.stat().st_size < 12_000, f  # trimmed to what the tests need
         assert read(f.name).tasks
@@ -115,7 +115,7 @@ def test_standard_input(capsys, monkeypatch):
 
     monkeypatch.setattr("sys.stdin", io.StringIO((LOGS / "0.3.36-cold-lv3.log").read_text()))
     assert main(["--no-config", "server", "log", "-"]) == 0
-    assert "<stdin>: 1 tasks" in capsys.readouterr().out
+    assert "<stdin>: 1 task;" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("text, says", [
@@ -160,3 +160,86 @@ def test_with_the_template_and_the_session_the_breaks_fall_on_tool_results(qwen3
     assert [p.role for p in checkpoints] == ["user", "tool", "user", "tool"]  # tool results get checkpoints too
     new = locate_breaks(read("0.3.36-cold-lv4.log"), template, session, qwen35).locations[0]
     assert sum(new.counts().values()) < 10
+
+
+# ---- logs as users paste them: older formats, cut progress lines, a router -------------------------------
+
+OLDER = [
+    "slot launch_slot_: id  0 | task 0 | processing task\n"
+    "slot update_slots: id  0 | task 0 | new prompt, n_ctx_slot = 8192, n_keep = 0, n_prompt_tokens = 3000\n"
+    "slot update_slots: id  0 | task 0 | prompt processing progress, n_past = 2048, n_tokens = 2048, progress = 0.682667\n"
+    "slot update_slots: id  0 | task 0 | prompt done, n_past = 3000, n_tokens = 952\n",
+    "slot launch_slot_: id  0 | task 0 | processing task\n"
+    "slot update_slots: id  0 | task 0 | kv cache rm [0, end), n_past=2048\n",
+]
+
+
+@pytest.mark.parametrize("text", OLDER)
+def test_an_older_servers_log_is_refused_in_one_line(text, tmp_path, capsys):
+    # (lines of our own writing, in the older format: before, they read as "? prompt tokens,
+    # pattern none" and exit 0)
+    with pytest.raises(InputError, match="a log format tmplkit does not read"):
+        read_server_log(text)
+    path = tmp_path / "old.log"
+    path.write_text(text)
+    assert main(["--no-config", "server", "log", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and ("n_past" in err or "n_prompt_tokens = 3000" in err)
+
+
+def test_a_log_whose_tasks_hold_no_line_it_reads_is_refused():
+    text = "slot launch_slot_: id  0 | task 0 | processing task\nslot update_slots: id  0 | task 0 | something else\n"
+    with pytest.raises(InputError, match="1 task but none of the lines it reads"):
+        read_server_log(text)
+
+
+def cut_progress(text: str, keep: int) -> str:
+    """`text` without the middle prompt-progress lines: the first and last keep/2 stay (as
+    scripts/server_logs.py --cut-progress does)."""
+    lines = text.splitlines()
+    idx = [i for i, ln in enumerate(lines) if "prompt processing, n_tokens" in ln]
+    drop = set(idx[keep // 2:len(idx) - (keep - keep // 2)])
+    return "\n".join(ln for i, ln in enumerate(lines) if i not in drop) + "\n"
+
+
+def test_progress_lines_cut_out_are_a_gap_not_a_batch():
+    text = (LOGS / "0.3.33-cold-lv3.log").read_text(encoding="utf-8")
+    (whole,) = read_server_log(text).tasks
+    (cut,) = read_server_log(cut_progress(text, 16)).tasks
+    assert not whole.gaps and len(cut.gaps) == 1
+    (a, b), = cut.gaps
+    assert b - a > cut.n_batch and cut.pattern == "fragmented"  # before: the gap counted as one batch, "none"
+    assert "are not in the log" in cut.findings()[0]
+    new = read_server_log(cut_progress((LOGS / "0.3.36-cold-lv3.log").read_text(encoding="utf-8"), 16)).tasks[0]
+    assert new.pattern == "none"
+
+
+def test_a_routers_log_keeps_its_servers_apart_and_reads_their_options():
+    """Router mode, from 0.3.36 run as a router (scripts/server_logs.py --router, -b 2048 -ub 2048):
+    the spawned server's lines prefixed with its port, its options on the router's load: lines."""
+    log = read("0.3.36-router-lv3.log")
+    (t,) = log.tasks
+    assert t.instance is not None and t.instance > 0
+    assert (log.n_batch, log.n_ubatch, t.n_batch, t.n_ubatch) == (2048, 2048, 2048, 2048)  # -b, -ub of the load: lines
+    assert any("options the router spawned" in n for n in log.notes) and not any("does not show" in n for n in log.notes)
+    assert (t.n_prompt, t.n_reused) == (24416, 0) and t.pattern == "none"
+
+
+def test_two_spawned_servers_with_the_same_task_ids_are_two_tasks():
+    text = (LOGS / "0.3.36-router-lv3.log").read_text(encoding="utf-8")
+    port = read("0.3.36-router-lv3.log").tasks[0].instance
+    other = text.replace(f"[{port:5d}] ", "[40001] ").replace(f"on port {port}", "on port 40001")
+    log = read_server_log(text + other)
+    assert [t.instance for t in log.tasks] == [port, 40001] and [t.task for t in log.tasks] == [0, 0]
+
+
+def test_the_regressed_server_through_a_router_cut_by_its_reporter_is_fragmented(capsys):
+    """0.3.33's default-verbosity log of a resumed 30k agent session, as a router forwards it
+    (scripts/router_shape_log.py), with its reporter's cut: 24 progress lines of 32 left."""
+    log = read("0.3.33-router-lv3-cut.log")
+    (t,) = log.tasks
+    assert t.instance == 39007 and t.level == "info" and len(t.batch_sizes) == 24
+    assert len(t.gaps) == 1 and t.pattern == "fragmented"
+    assert main(["--no-config", "server", "log", str(LOGS / "0.3.33-router-lv3-cut.log")]) == 0
+    out = capsys.readouterr().out
+    assert "task 0 (server on port 39007)" in out and "pattern: fragmented" in out and "cut out of the log" in out

@@ -183,6 +183,6 @@ def test_spans_cli_bad_tokenizer_is_one_line(tmp_path, capsys):
     tpl.write_text("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
     # without the extra, the refusal to open any GGUF comes first (tests/test_cli_conventions.py)
     pytest.importorskip("llama_cpp", reason="a .gguf tokenizer needs llama-cpp-python (the 'llama' extra)")
-    assert main(["spans", "--template", str(tpl), "--tokenizer", str(tmp_path / "missing.gguf"), str(conv)]) == 2
+    assert main(["spans", str(tpl), "--tokenizer", str(tmp_path / "missing.gguf"), "--session", str(conv)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tmplkit: error: tokenizer file not found") and err.count("\n") == 1

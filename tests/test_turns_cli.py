@@ -69,7 +69,7 @@ def test_turns_with_the_servers_delimiter_lists(session_file, tmp_path, capsys, 
 
 @pytest.mark.parametrize("args, message", [
     (["--session", "missing.json"], "session file not found"),
-    (["--memory", "swa:x"], "unknown memory model"),
+    (["--memory-model", "swa:x"], "unknown memory model"),
     (["--server-delimiters", "missing.json"], "not a saved `tmplkit server delimiters"),
 ])
 def test_turns_errors_are_one_line(args, message, capsys):

@@ -17,7 +17,8 @@ a template whose resumed agent session is not a prefix of what the server holds 
 The package, in the order an audit runs: `_driver` (`audit()`: the analyses, in workers over
 `tmplkit.auditing.isolate`, the token round trip), `_prefix` (the prefix-stability check, run in the same
 worker), `_gate` (`AuditReport`: what fails the audit, `FAILING`, the verdict of each template) and
-`_formats` (text, JSON, markdown, JUnit, the delimiter table, `show`).
+`_formats` (text, JSON, markdown, JUnit, the delimiter table, `show`), `_summary` (the audit on one
+screen: what was and was not checked).
 """
 
 from ._driver import audit, token_checks, token_skips, tokenizer_for
@@ -41,11 +42,13 @@ from ._formats import (
 )
 from ._gate import FAILING, JSON_SCHEMA_VERSION, REPORT_FAILURES, AuditReport, is_failure, verdict_of
 from ._prefix import NOT_APPLICABLE, NOT_CHECKED, PrefixStability, analyze_with_prefix_stability, default_turns_session, prefix_stability_of
+from ._summary import format_summary
 
 __all__ = [
     "AUDIT_FORMATS", "FAILING", "JSON_SCHEMA_VERSION", "NOT_APPLICABLE", "NOT_CHECKED", "REPORT_FAILURES", "TABLE_COLUMNS", "TABLE_FORMATS",
     "TABLE_SCHEMA_VERSION",
     "AuditReport", "PrefixStability", "analyze_with_prefix_stability", "audit", "default_turns_session", "format_github", "format_json",
-    "format_junit", "format_markdown", "format_show", "format_table", "format_text", "is_failure", "junit_error", "prefix_stability_of",
+    "format_junit", "format_markdown", "format_show", "format_summary", "format_table", "format_text", "is_failure",
+    "junit_error", "prefix_stability_of",
     "show", "summary_line", "table_rows", "token_checks", "token_skips", "tokenizer_for", "unrendered_reason", "verdict_of",
 ]

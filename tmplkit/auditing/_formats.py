@@ -13,6 +13,7 @@ from xml.sax.saxutils import escape as xml_escape
 from .._version import __version__
 from ..analysis import Analysis
 from ._gate import AuditReport, first_reason, is_failure, verdict_of
+from ._summary import format_summary
 
 __all__ = ["AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_FORMATS", "TABLE_SCHEMA_VERSION", "format_json", "format_junit", "format_markdown", "format_show",
            "format_table", "format_text", "format_github", "junit_error", "show", "summary_line", "table_rows", "unrendered_reason"]
@@ -62,12 +63,13 @@ def _text_rows(report: AuditReport, i: int, width: int, color: bool, verbosity: 
     mark = status.upper()
     if report.excused(i):
         mark += " (expected)"
-    mark = _paint(f"{mark:<16}", _MARK_COLORS.get(status, _FAIL_COLOR), color)
+    marks = _mark_width(report)  # as wide as the widest mark ('UNSUPPORTED (expected)')
+    mark = _paint(f"{mark:<{marks}}", _MARK_COLORS.get(status, _FAIL_COLOR), color)
     detail = f"user={show(a.user_start)} assistant={show(a.assistant_start)} tool={show(a.tool_response_start)}"
     check = report.prefix_check(i)
     # The prefix-stability column, as wide as its longest label (absent when not checked).
     column = f"{check.label:<{max(len(c.label) for c in report.prefix_checks)}}  " if check is not None else ""
-    pad = f"{'':<16} {'':<{width}}  {'':<{len(column)}}"
+    pad = f"{'':<{marks}} {'':<{width}}  {'':<{len(column)}}"
     if status not in ("warning", "unstable", "unchecked"):
         why = first_reason(a)  # a failed token round trip has its own row below
     rows = [f"{mark} {a.name:<{width}}  {column}{why if why else detail}"]
@@ -88,6 +90,11 @@ def _text_rows(report: AuditReport, i: int, width: int, color: bool, verbosity: 
         rows += [f"{pad}{d.role}: {show(d.text)}" for d in a.delimiters]
         rows.append(f"{pad}{a.seconds:.3f} s")
     return rows
+
+
+def _mark_width(report: AuditReport) -> int:
+    """The status column's width: 16, or the widest mark of the report's rows."""
+    return max([16] + [len(verdict_of(report, i)[0]) + len(" (expected)") for i in range(len(report.results)) if report.excused(i)])
 
 
 def summary_line(report: AuditReport, *, color: bool = False) -> str:
@@ -223,6 +230,7 @@ AUDIT_FORMATS: dict[str, Callable[[AuditReport], str]] = {
     "markdown": format_markdown,
     "junit": format_junit,
     "github": format_github,
+    "summary": format_summary,
 }
 
 
@@ -260,12 +268,12 @@ def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
         r["generation_reasoning"] = " ".join(f"{k}:{v}" for k, v in r["generation_reasoning"].items()) or None
     if fmt == "csv":
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=TABLE_COLUMNS, lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=(*TABLE_COLUMNS, "reason"), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         return buf.getvalue()
     head = ["template", "status", "user", "assistant", "system", "tool response", "next tool response",
-            "generation prompt", "tool placement", "reasoning", "reasoning end", "generation reasoning", "why"]
+            "generation prompt", "tool placement", "reasoning", "reasoning end", "generation reasoning", "why not"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = ([r["name"], r["status"]] + [_md(r[c]) for c in TABLE_COLUMNS[3:9]] + [r["tool_placement"]]

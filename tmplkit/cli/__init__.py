@@ -55,10 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for add in _SUBCOMMANDS:
         add(sub)
-    for subparser in sub.choices.values():
-        # After the subcommand too; SUPPRESS keeps a value given before it.
+    for subparser in _subcommand_parsers(sub):
+        # After the subcommand too (and after `server log`, `session generate`); SUPPRESS keeps a
+        # value given before it.
         _add_global_options(subparser, defaults=False)
     return parser
+
+
+def _subcommand_parsers(sub):
+    """Every subcommand's parser, the nested ones (`server log`) with their own."""
+    for subparser in sub.choices.values():
+        yield subparser
+        for action in subparser._subparsers._group_actions if subparser._subparsers else ():
+            yield from _subcommand_parsers(action)
 
 
 def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:

@@ -15,6 +15,7 @@ from ..errors import InputError, TmplkitError
 from ._common import (
     EXTRAS,
     add_format,
+    add_limits,
     add_name,
     add_output,
     config_of,
@@ -47,10 +48,7 @@ def add_audit(sub) -> None:
     add_name(p, many=True)
     p.add_argument("--jobs", "-j", type=int, default=None,
                    help="worker processes (default: the machine's cores); each template is analyzed in a sandboxed worker")
-    p.add_argument("--timeout", type=float, default=None,
-                   help=f"wall-clock seconds per template (default {_DEFAULT_TIMEOUT:g})")
-    p.add_argument("--memory", type=int, default=None, metavar="MB",
-                   help=f"MiB a worker may allocate beyond its start-up footprint (default {_DEFAULT_MEMORY_MB})")
+    add_limits(p, timeout=_DEFAULT_TIMEOUT, memory=_DEFAULT_MEMORY_MB)
     p.add_argument("--in-process", action="store_true", help="analyze in this process (no workers; render limits only)")
     p.add_argument("--tokenizer", metavar="PATH|auto",
                    help="also run the token-level round trip with this tokenizer (.gguf, tokenizer.json, vocab:NAME); "
@@ -112,7 +110,7 @@ def _cmd_audit(args) -> int:
     emit(text, args.output)
     for fmt, path in reports:
         emit(audit_mod.AUDIT_FORMATS[fmt](report), path)
-    if (args.format not in ("text", "github") or args.output) and not quiet:
+    if (args.format not in ("text", "github", "summary") or args.output) and not quiet:
         print(audit_mod.summary_line(report, color=use_color(args, sys.stderr)), file=sys.stderr)
     print_checks(findings, args.format, args.output)
     return 0 if report.ok and held else 1
@@ -129,11 +127,26 @@ def _more_reports(specs: list[str] | None) -> list[tuple[str, str]]:
     return out
 
 
+def worker_limits(args) -> dict:
+    """timeout and memory_mb of the template workers: --timeout / --memory, else the
+    configuration's, else the defaults."""
+    cfg = config_of(args)
+    return {"timeout": positive(_first(args.timeout, cfg.timeout, _DEFAULT_TIMEOUT), "--timeout"),
+            "memory_mb": positive(_first(args.memory, cfg.memory, _DEFAULT_MEMORY_MB), "--memory")}
+
+
+def _expected_failures(args, cfg) -> dict:
+    """--expected-failures FILE... merged (a later file wins a name), else the configuration's."""
+    if not args.expected_failures:
+        return cfg.expected_failures
+    return {name: reason for path in args.expected_failures for name, reason in load_expected_failures(path).items()}
+
+
 def _run_audit(args):
     cfg = config_of(args)
     jobs = positive(_first(args.jobs, cfg.jobs), "--jobs")
-    timeout = positive(_first(args.timeout, cfg.timeout, _DEFAULT_TIMEOUT), "--timeout")
-    memory = positive(_first(args.memory, cfg.memory, _DEFAULT_MEMORY_MB), "--memory")
+    limits_ = worker_limits(args)
+    timeout, memory = limits_["timeout"], limits_["memory_mb"]
     tokenizer = _first(args.tokenizer, cfg.tokenizer)
     prefix_stability = _first(args.prefix_stability, cfg.prefix_stability, "off")
     if args.session and prefix_stability == "off":
@@ -144,8 +157,7 @@ def _run_audit(args):
 
         session = load_session(args.session)
     sources = _sources(args, cfg)
-    expected = ({name: reason for path in args.expected_failures for name, reason in load_expected_failures(path).items()}
-                if args.expected_failures else cfg.expected_failures)
+    expected = _expected_failures(args, cfg)
     needed_by = "the token round trip (--tokenizer)"
     require_tokenizers([tokenizer if tokenizer != "auto" else None, *cfg.tokenizers.values()], needed_by)
     templates = load_templates(sources, args.name)
@@ -189,26 +201,31 @@ def _auto_without_extras(templates, tokenizers, quiet: bool) -> dict[str, str | 
 
 
 def add_table(sub) -> None:
-    p = sub.add_parser("table", help="print the delimiter table, one row per template")
+    p = sub.add_parser("table", help="print the delimiter table, one row per template",
+                       description="One row per template: its delimiters when the round trip proved them, else "
+                                   "none and why not. Exit code 1 when a template did not pass (and is not listed in "
+                                   "--expected-failures), as for audit.")
     p.add_argument("sources", nargs="*", metavar="SOURCE", help="as for audit; default: the configuration's sources")
     add_format(p, audit_mod.TABLE_FORMATS, "markdown", "the table")
     add_output(p, "the table")
     add_name(p, many=True)
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: the machine's cores)")
+    add_limits(p, timeout=_DEFAULT_TIMEOUT, memory=_DEFAULT_MEMORY_MB)
     p.add_argument("--expected-failures", metavar="FILE", action="append",
-                   help="as for audit: templates listed there do not make the table exit 1 (default: the configuration's)")
+                   help="JSON {template name: reason}, as for audit: listed failures do not make the exit code 1")
     p.set_defaults(func=_cmd_table)
 
 
 def _cmd_table(args) -> int:
     cfg = config_of(args)
     jobs = positive(_first(args.jobs, cfg.jobs), "--jobs")
+    limits = worker_limits(args)
+    expected = _expected_failures(args, cfg)
     templates = load_templates(_sources(args, cfg), args.name)
     progress = progress_printer(sys.stderr.isatty() and verbosity(args) >= 0)
-    expected = ({name: reason for path in args.expected_failures for name, reason in load_expected_failures(path).items()}
-                if args.expected_failures else cfg.expected_failures)
-    report = audit_mod.audit(templates, jobs=jobs, timeout=_first(cfg.timeout, _DEFAULT_TIMEOUT),
-                             memory_mb=cfg.memory, progress=progress, expected_failures=expected)
+    report = audit_mod.audit(templates, jobs=jobs, **limits, expected_failures=expected, progress=progress)
     emit(audit_mod.format_table(report.results, args.format), args.output)
     # A table of failing templates is no success: exit 1 as the audit does (their rows say why).
+    if not report.ok and verbosity(args) >= 0:
+        print(audit_mod.summary_line(report, color=use_color(args, sys.stderr)), file=sys.stderr)
     return 0 if report.ok else 1

@@ -18,10 +18,14 @@ def load_templates(sources_: list[str], name: str | None = None):
 
 # ---- options every command that has them declares alike -----------------------------------------------
 
-def add_format(parser, choices, default: str, what: str = "the output") -> None:
-    """--format, its choices and default shown in --help."""
-    parser.add_argument("--format", choices=list(choices), default=default,
-                        help=f"{what}'s format: {', '.join(choices)} (default: {default})")
+def add_format(parser, choices, default: str | None, what: str = "the output", *, aliases: dict | None = None,
+               default_help: str | None = None) -> None:
+    """--format FORMAT, its choices and default shown in --help; `aliases`: old names of values,
+    still accepted (`format_of` notes them and gives the new one)."""
+    parser.add_argument("--format", choices=[*choices, *(aliases or {})], default=default, metavar="FORMAT",
+                        help=f"{what}'s format: {', '.join(choices)} (default: {default_help or default})")
+    if aliases:
+        add_format_aliases(parser, aliases)
 
 
 def add_output(parser, what: str = "the output") -> None:
@@ -220,3 +224,215 @@ def prefill_settings(args):
         if field not in _LLAMA_OPTIONS:
             raise
         raise InputError(f"{'/'.join(_LLAMA_OPTIONS[field][0])} {rest}") from None
+
+
+# ---- one vocabulary of options, declared once ------------------------------------------------------------
+
+# Each thing a command takes has one spelling in every command that takes it (docs/cli.md lists
+# this table; tests/test_cli_vocabulary.py holds every command's --help to it). An old spelling
+# still works for a release, with a one-line note on stderr (`deprecated`).
+VOCABULARY: dict[str, tuple[str, str]] = {
+    "template": ("SOURCE", "the chat template: a .gguf, .jinja, tokenizer_config.json, chat_template.json, folder, "
+                           "hf:org/name[@rev], corpus:NAME or -; the positional SOURCE where templates are what the "
+                           "command reads, --template SOURCE where it reads a model or a log (prefill, replay, server log)"),
+    "name": ("--name NAME", "which template of a source (a GGUF's 'tool_use', ...)"),
+    "session": ("--session FILE", "the conversation or agent session: messages JSON (a list, or {messages, tools}), "
+                                  "- for standard input"),
+    "tokenizer": ("--tokenizer PATH|auto", "a .gguf (vocab-only is enough), tokenizer.json or its folder, vocab:NAME "
+                                           "or hf:org/name; auto: the template's own GGUF or the corpus vocabulary "
+                                           "paired with its name"),
+    "format": ("--format FORMAT", "named for what it writes: text (for a person; summary: the audit on one screen), markdown, json, csv, "
+                               "junit, github"),
+    "output": ("-o/--output FILE", "write the output to FILE instead of stdout"),
+    "report": ("--report FORMAT:FILE", "also write the output in FORMAT to FILE, from the same run (repeatable)"),
+    "timeout": ("--timeout SECONDS", "wall-clock seconds per template"),
+    "memory": ("--memory MB", "MiB a template's worker may allocate beyond its start-up footprint"),
+    "generation prompt": ("--generation-prompt / --no-generation-prompt",
+                          "render with (or without) the generation prompt that asks for the next turn"),
+    "global": ("-q/--quiet, -v/--verbose, --color, --config, --no-config",
+               "before or after any command and subcommand"),
+}
+
+_REMOVED_IN = "0.4"
+
+
+def deprecation_note(old: str, new: str) -> None:
+    """The one line on stderr an old spelling of an option prints."""
+    print(f"tmplkit: note: {old} is deprecated (it goes in {_REMOVED_IN}); use {new}", file=sys.stderr)
+
+
+def deprecated(parser, *flags: str, new: str, dest: str, convert=None, append: bool = False, **kwargs) -> None:
+    """An old spelling of an option: accepted, hidden from --help, and noted on stderr when used.
+    `convert(value)` makes the value the new option's (e.g. a FILE into ("json", FILE))."""
+    import argparse
+
+    class _Old(argparse.Action):
+        def __call__(self, parser_, namespace, values, option_string=None):
+            deprecation_note(option_string or flags[0], new)
+            value = self.const if self.nargs == 0 else values
+            value = convert(value) if convert is not None else value
+            if append:  # an old spelling of a repeatable option (--json FILE of --report FORMAT:FILE)
+                setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), value])
+            else:
+                setattr(namespace, self.dest, value)
+
+    if kwargs.get("action") == "store_true":
+        kwargs.pop("action")
+        kwargs.update(nargs=0, const=True)
+    parser.add_argument(*flags, dest=dest, action=_Old, help=argparse.SUPPRESS, **kwargs)
+
+
+def add_template_option(parser, *, required: bool = False, what: str = "the chat template") -> None:
+    """--template SOURCE, for commands whose positional argument is a model or a log."""
+    parser.add_argument("--template", metavar="SOURCE", required=required,
+                        help=f"{what}: a .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
+
+
+def add_template_argument(parser, *, old_template: bool = False) -> None:
+    """The positional SOURCE of a one-template command; `old_template`: the command used to take
+    --template SOURCE and its conversation positionally (see `template_and_session`)."""
+    parser.add_argument("source", metavar="SOURCE", nargs="?" if old_template else None,
+                        help="the chat template: a .gguf, .jinja, tokenizer_config.json, folder, hf:org/name or -")
+    if old_template:
+        parser.add_argument("--template", dest="old_template", metavar="SOURCE", help=_suppress())
+
+
+def _suppress():
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+def add_session_option(parser, *, required: bool = False, what: str = "the conversation",
+                       old_positional: str | None = None) -> None:
+    """--session FILE; `old_positional` (a metavar): the command used to take it positionally,
+    which still works with a note."""
+    parser.add_argument("--session", metavar="FILE", default=None,
+                        help=f"{what}: messages JSON (a list, or {{messages, tools}}), - for standard input"
+                             + ("" if required or old_positional else "; optional"))
+    if old_positional:
+        parser.add_argument("old_session", metavar=old_positional, nargs="?", help=_suppress())
+    parser.set_defaults(_session_required=required)
+
+
+def session_of(args, command: str) -> str | None:
+    """--session, or the old positional conversation (noted on stderr); an InputError when the
+    command needs one and none was given."""
+    from ..errors import InputError
+
+    old = getattr(args, "old_session", None)
+    if old is not None:
+        if args.session is not None:
+            raise InputError(f"give the conversation once: --session {args.session} (not also {old})")
+        deprecation_note(f"the conversation as a positional argument ({old})", f"--session {old}")
+        args.session = old
+    if args.session is None and getattr(args, "_session_required", False):
+        raise InputError(f"tmplkit {command} needs --session FILE (the conversation: messages JSON)")
+    return args.session
+
+
+def template_and_session(args, command: str) -> tuple[str, str | None]:
+    """SOURCE and --session of a command that used to take `--template SOURCE CONVERSATION`:
+    the old form still works, noted on stderr."""
+    from ..errors import InputError
+
+    if getattr(args, "old_template", None) is not None:
+        deprecation_note(f"tmplkit {command} --template SOURCE CONVERSATION",
+                         f"tmplkit {command} SOURCE --session CONVERSATION")
+        if args.source is not None and args.session is None:
+            args.session = args.source  # the old positional was the conversation
+        elif args.source is not None:
+            raise InputError(f"give the template once: SOURCE or --template {args.old_template}")
+        args.source = args.old_template
+    if args.source is None:
+        raise InputError(f"tmplkit {command} needs SOURCE, the chat template")
+    if args.session is None and getattr(args, "_session_required", False):
+        raise InputError(f"tmplkit {command} needs --session FILE (the conversation: messages JSON)")
+    return args.source, args.session
+
+
+def add_tokenizer(parser, *, required: bool = False, what: str = "the model's vocabulary") -> None:
+    """--tokenizer PATH|auto."""
+    parser.add_argument("--tokenizer", metavar="PATH|auto", required=required,
+                        help=f"{what}: a .gguf (vocab-only is enough), tokenizer.json or its folder, vocab:NAME or "
+                             "hf:org/name; auto: the template's own GGUF or the corpus vocabulary paired with its name")
+
+
+def tokenizer_spec(spec: str, template) -> str:
+    """The tokenizer --tokenizer names for `template` (`auto` resolved); an InputError when auto
+    finds none."""
+    from ..errors import InputError
+
+    if spec != "auto":
+        return spec
+    from ..auditing import tokenizer_for
+
+    found = tokenizer_for(template.name, template.source, "auto")
+    if found is None:
+        raise InputError(f"--tokenizer auto: no tokenizer known for template '{template.name}' (it is not from a .gguf "
+                         "and no corpus vocabulary is paired with its name); give --tokenizer PATH")
+    return found
+
+
+def add_limits(parser, *, timeout: float | None, memory: int | None) -> None:
+    """--timeout SECONDS and --memory MB, the worker limits of a command that renders templates in
+    workers; a None default is shown as the configuration's or tmplkit's."""
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help=f"wall-clock seconds per template (default {timeout:g})" if timeout else
+                        "wall-clock seconds per template")
+    parser.add_argument("--memory", type=int, default=None, metavar="MB",
+                        help=f"MiB a worker may allocate beyond its start-up footprint (default {memory})" if memory else
+                        "MiB a worker may allocate beyond its start-up footprint")
+
+
+def add_generation_prompt(parser, *, default: bool, old: str | None = None) -> None:
+    """--generation-prompt / --no-generation-prompt; `old`: an old flag that meant --generation-prompt."""
+    import argparse
+
+    parser.add_argument("--generation-prompt", dest="add_generation_prompt", default=default,
+                        action=argparse.BooleanOptionalAction,
+                        help="render with the generation prompt that asks for the next turn, or not "
+                             f"(default: {'with' if default else 'without'})")
+    if old:
+        deprecated(parser, old, new="--generation-prompt", dest="add_generation_prompt", action="store_true")
+
+
+def add_report_option(parser, formats, *, old_json: bool = False) -> None:
+    """--report FORMAT:FILE (repeatable); `old_json`: the command's old --json FILE, kept as
+    --report json:FILE with a note."""
+    parser.add_argument("--report", action="append", metavar="FORMAT:FILE", default=None,
+                        help=f"also write the output in FORMAT ({', '.join(formats)}) to FILE, from the same run "
+                             "(repeatable)")
+    if old_json:
+        deprecated(parser, "--json", new="--report json:FILE", dest="report", metavar="FILE",
+                   convert=lambda path: f"json:{path}", append=True)
+    parser.set_defaults(_report_formats=tuple(formats))
+
+
+def reports_of(args) -> list[tuple[str, str]]:
+    """--report FORMAT:FILE, each (format, file), checked before any work."""
+    from ..errors import InputError
+
+    formats = getattr(args, "_report_formats", ())
+    out = []
+    for spec in args.report or ():
+        fmt, sep, path = spec.partition(":")
+        if not sep or not path or fmt not in formats:
+            raise InputError(f"--report {spec}: give FORMAT:FILE, FORMAT one of {', '.join(formats)}")
+        out.append((fmt, path))
+    return out
+
+
+def add_format_aliases(parser, aliases: dict[str, str]) -> None:
+    """Old names of --format values (e.g. table -> markdown), accepted with a note."""
+    parser.set_defaults(_format_aliases=aliases)
+
+
+def format_of(args) -> str:
+    """--format, an old name of a value replaced by the new one (noted on stderr)."""
+    fmt = args.format
+    new = getattr(args, "_format_aliases", {}).get(fmt)
+    if new is not None:
+        deprecation_note(f"--format {fmt}", f"--format {new}")
+        args.format = fmt = new
+    return fmt

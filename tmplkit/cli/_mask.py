@@ -8,18 +8,19 @@ _ON, _OFF = "\x1b[1;32m", "\x1b[0m"
 
 
 def add_mask(sub) -> None:
+    from ._common import add_format, add_name, add_output, add_session_option, add_template_argument, add_tokenizer
+
     p = sub.add_parser("mask", help="the tokens of a conversation the model learns (assistant turns as generated)",
-                       description="Render CONVERSATION with the template, tokenize it and show which tokens the model "
-                                   "learns.\n\nExample:\n  tmplkit mask chat.json --template model.gguf --tokenizer model.gguf",
+                       description="Render the conversation with the template, tokenize it and show which tokens the "
+                                   "model learns.\n\nExample:\n  tmplkit mask model.gguf --session chat.json --tokenizer auto",
                        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
-    p.add_argument("conversation", metavar="CONVERSATION", help="a conversation JSON file (list of messages or {messages, tools}), - for stdin")
-    p.add_argument("--template", required=True, metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
-    p.add_argument("--name", help="which template of the source (default: the first)")
-    p.add_argument("--tokenizer", required=True, metavar="PATH",
-                   help="a .gguf (vocab-only is enough), a tokenizer.json or its folder, vocab:NAME (corpus) or hf:org/name")
-    p.add_argument("--format", choices=["auto", "text", "json"], default="auto",
-                   help="auto (highlighted text on a terminal, JSON otherwise), text, json (default: auto)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (JSON unless --format text)")
+    add_template_argument(p, old_template=True)
+    add_name(p)
+    add_session_option(p, required=True)
+    add_tokenizer(p, required=True)
+    add_format(p, ("text", "json"), None, "the mask", aliases={"auto": None},
+               default_help="text on a terminal, json when written to a pipe or a file")
+    add_output(p, "the mask")
     p.set_defaults(func=_cmd_mask)
 
 
@@ -31,18 +32,26 @@ def _cmd_mask(args) -> int:
     from ..session import load_conversation
     from ..sources.templates import load_one
     from ..tokens.tokenizers import load_tokenizer
-    from ._common import emit, require_tokenizers, use_color
+    from ._common import emit, require_tokenizers, template_and_session, tokenizer_spec, use_color
     from ._limits import render_timeout
 
-    require_tokenizers([args.tokenizer], "tmplkit mask --tokenizer " + args.tokenizer)  # before any work
-    conversation = load_conversation(args.conversation)
-    template = load_one(args.template, args.name)
-    tokenizer = portable_tokenizer(load_tokenizer(args.tokenizer), args.tokenizer)
+    source, session = template_and_session(args, "mask")
+    if args.tokenizer != "auto":
+        require_tokenizers([args.tokenizer], "tmplkit mask --tokenizer " + args.tokenizer)  # before any work
+    conversation = load_conversation(session)
+    template = load_one(source, args.name)
+    spec = tokenizer_spec(args.tokenizer, template)
+    require_tokenizers([spec], "tmplkit mask --tokenizer " + str(spec))
+    tokenizer = portable_tokenizer(load_tokenizer(spec), spec)
     # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
     result = run_contained(assistant_mask, template, tokenizer, conversation, what=f"mask of '{template.name}'",
                            timeout=render_timeout(args))
     fmt = args.format
     if fmt == "auto":
+        from ._common import deprecation_note
+
+        deprecation_note("--format auto", "no --format (text on a terminal, json otherwise)")
+    if fmt in (None, "auto"):
         fmt = "text" if not args.output and sys.stdout.isatty() else "json"
     if fmt == "json":
         emit(json.dumps(result.to_dict(), ensure_ascii=False, indent=1) + "\n", args.output)
@@ -61,7 +70,8 @@ def format_mask(result, color: bool) -> str:
         at = b
     out.append(text[at:])
     n = sum(result.mask)
-    summary = f"\n-- {n} of {len(result.mask)} tokens learned in {len(result.text_mask.ranges)} turns"
+    turns = len(result.text_mask.ranges)
+    summary = f"\n-- {n} of {len(result.mask)} tokens learned in {turns} turn{'' if turns == 1 else 's'}"
     dropped = [t.messages for t in result.turns if t.rule == "dropped"]
     if dropped:
         # (a turn the history does not write as generated learns nothing: say so, never silently)

@@ -5,7 +5,21 @@ from __future__ import annotations
 import sys
 
 from ..environment import terminal_is_dumb
-from ._common import add_format, add_llama_options, add_output, at_least, emit_result, model_template, prefill_settings, require_extra
+from ._common import (
+    add_format,
+    add_llama_options,
+    add_output,
+    add_report_option,
+    add_session_option,
+    add_template_option,
+    at_least,
+    emit_result,
+    model_template,
+    prefill_settings,
+    reports_of,
+    require_extra,
+    session_of,
+)
 from ._limits import check_template_isolated
 
 
@@ -16,15 +30,15 @@ def add_prefill(sub) -> None:
 
     p = sub.add_parser("prefill", help="prefill an agent session on a model with each batch policy and compare them")
     p.add_argument("model", metavar="MODEL", help="a GGUF model llama.cpp can load, gemma or tiny:VOCAB (built on first use)")
-    p.add_argument("session", metavar="SESSION.json", help="OpenAI-style messages JSON (a list, or {messages, tools})")
-    p.add_argument("--template", metavar="SOURCE", help="chat template source (default: the model GGUF's own)")
+    add_session_option(p, required=True, what="the agent session", old_positional="SESSION.json")
+    add_template_option(p, what="the chat template (default: the model GGUF's own)")
     p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: the first)")
     p.add_argument("--policy", default="all", choices=[*POLICIES, "all"],
                    help="; ".join(f"{name}: {pol.description}" for name, pol in POLICIES.items()) + "; all: each of them")
     p.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per policy, interleaved; figures are medians")
     add_format(p, ("markdown", "json"), "markdown", "the comparison")
     add_output(p, "the comparison")
-    p.add_argument("--json", metavar="FILE", help="also write the full comparison as JSON to FILE (as --format json -o FILE)")
+    add_report_option(p, ("json", "markdown"), old_json=True)
     p.add_argument("--plot", metavar="FILE.png", help="plot batch sizes along the prompt, checkpoints marked")
     add_llama_options(p)
     p.set_defaults(func=_cmd_prefill)
@@ -36,9 +50,11 @@ def _cmd_prefill(args) -> int:
     from ..prefill.compare import TerminalProgress
     from ..prefill.models import resolve_model
     from ..prefill.plot import plot_comparison, require_matplotlib
-    from ..prefill.report import check_writable, write_json
+    from ..prefill.report import check_writable
 
-    for out in (args.output, args.json, args.plot):  # refuse before the run, not after it
+    session_of(args, "prefill")
+    reports = reports_of(args)
+    for out in (args.output, args.plot, *(path for _, path in reports)):  # refuse before the run, not after it
         if out:
             check_writable(out)
     if args.plot:
@@ -56,8 +72,8 @@ def _cmd_prefill(args) -> int:
     finally:
         if bar is not None:
             bar.close()
-    if args.json:
-        write_json(args.json, comp.to_dict())
+    for fmt, path in reports:
+        emit_result(comp, fmt, path)
     if args.plot:
         plot_comparison(comp, args.plot)
     emit_result(comp, args.format, args.output)

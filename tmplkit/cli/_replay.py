@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import sys
 
-from ._common import add_format, add_llama_options, add_output, emit_result, model_template, prefill_settings
+from ._common import (
+    add_format,
+    add_llama_options,
+    add_output,
+    add_report_option,
+    add_session_option,
+    add_template_option,
+    emit_result,
+    model_template,
+    prefill_settings,
+    reports_of,
+    session_of,
+)
 from ._limits import check_template_isolated
 
 
@@ -12,14 +24,15 @@ def add_replay(sub) -> None:
     p = sub.add_parser("replay", help="replay an agent session on a model as llama-server serves it: per request the "
                                       "tokens reused, the checkpoint restored, the tokens recomputed (and predicted)")
     p.add_argument("model", metavar="MODEL", help="a GGUF file, `gemma` (Gemma 3 270M) or `tiny:VOCAB` (e.g. tiny:qwen35)")
-    p.add_argument("session", metavar="SESSION.json", help="a session (e.g. from `tmplkit session generate`)")
-    p.add_argument("--template", metavar="SOURCE", help="chat template source (default: the model GGUF's own)")
+    add_session_option(p, required=True, what="the agent session (e.g. from `tmplkit session generate`)",
+                       old_positional="SESSION.json")
+    add_template_option(p, what="the chat template (default: the model GGUF's own)")
     p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: the first)")
     p.add_argument("--settings", default="llama-server,tmplkit,divergence-aware",
                    help="comma-separated, among llama-server, tmplkit, divergence-aware (default: all three)")
     add_format(p, ("markdown", "json"), "markdown", "the replay")
     add_output(p, "the replay")
-    p.add_argument("--json", metavar="FILE", help="also write the replay as JSON to FILE (as --format json -o FILE)")
+    add_report_option(p, ("json", "markdown"), old_json=True)
     p.add_argument("--plot", metavar="FILE.png", help="plot tokens recomputed per request, one line per setting")
     add_llama_options(p, ("n_ctx", "n_batch", "n_ubatch", "n_threads", "poll", "max_checkpoints", "checkpoint_min_step"),
                       n_ctx=65536)
@@ -27,7 +40,7 @@ def add_replay(sub) -> None:
 
 
 def _cmd_replay(args) -> int:
-    from ..atomic import check_writable, write_json
+    from ..atomic import check_writable
     from ..errors import InputError
     from ..prefill import PrefillRunner
     from ..prefill.compare import resolve_template
@@ -40,7 +53,9 @@ def _cmd_replay(args) -> int:
     bad = [n for n in names if n not in REPLAYED]
     if bad or not names:
         raise InputError(f"unknown --settings {', '.join(bad) or '(none)'}; give some of {', '.join(REPLAYED)}")
-    for out in (args.output, args.json, args.plot):  # refuse before the run, not after it
+    session_of(args, "replay")
+    reports = reports_of(args)
+    for out in (args.output, args.plot, *(path for _, path in reports)):  # refuse before the run, not after it
         if out:
             check_writable(out)
     if args.plot:
@@ -52,8 +67,8 @@ def _cmd_replay(args) -> int:
     check_template_isolated(template, model, "tmplkit replay")
     with PrefillRunner(model, settings) as runner:
         rep = replay_session(runner, session, resolve_template(template, runner), settings=tuple(names))
-    if args.json:
-        write_json(args.json, rep.to_dict())
+    for fmt, path in reports:
+        emit_result(rep, fmt, path)
     if args.plot:
         plot_replay(rep, args.plot)
     emit_result(rep, args.format, args.output)

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from ._common import add_format, add_name, add_output
+from ._common import (
+    add_format,
+    add_generation_prompt,
+    add_name,
+    add_output,
+    add_session_option,
+    add_template_argument,
+    add_tokenizer,
+)
 
 
 def add_request(sub) -> None:
@@ -12,15 +20,12 @@ def add_request(sub) -> None:
                     "the template, message_delimiters from tmplkit's token-checked delimiters, and cache_prompt. "
                     "With --delimiters-only, print the message_delimiters list alone, for clients that render "
                     "the prompt themselves.")
-    p.add_argument("conversation", metavar="CONVERSATION", nargs="?",
-                   help="a conversation JSON file (list of messages or {messages, tools}); not with --delimiters-only")
-    p.add_argument("--template", required=True, metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
+    add_template_argument(p, old_template=True)
     add_name(p)
-    p.add_argument("--tokenizer", required=True, metavar="PATH",
-                   help="the model's vocabulary as llama-server loads it: its .gguf (vocab-only is enough), or vocab:NAME (corpus)")
+    add_session_option(p, what="the conversation (not with --delimiters-only)")
+    add_tokenizer(p, required=True, what="the model's vocabulary as llama-server loads it")
     p.add_argument("--delimiters-only", action="store_true", help="print only the message_delimiters list")
-    p.add_argument("--no-generation-prompt", dest="add_generation_prompt", action="store_false",
-                   help="render without the generation prompt (default: with it, to ask for the next turn)")
+    add_generation_prompt(p, default=True)
     p.add_argument("--n-predict", type=int, metavar="N", help="add n_predict to the body (default: the server's)")
     add_output(p, "the JSON")
     p.set_defaults(func=_cmd_request)
@@ -35,15 +40,19 @@ def _cmd_request(args) -> int:
     from ..session import load_conversation
     from ..sources.templates import load_one
     from ..tokens.tokenizers import load_tokenizer
-    from ._common import emit, require_tokenizers
+    from ._common import emit, require_tokenizers, template_and_session, tokenizer_spec
     from ._limits import render_timeout
 
-    if args.delimiters_only == (args.conversation is not None):
-        raise InputError("give a CONVERSATION file, or --delimiters-only without one")
-    require_tokenizers([args.tokenizer], "tmplkit request --tokenizer " + args.tokenizer)  # before any work
-    conversation = None if args.delimiters_only else load_conversation(args.conversation)
-    template = load_one(args.template, args.name)
-    tokenizer = portable_tokenizer(load_tokenizer(args.tokenizer), args.tokenizer)
+    source, session = template_and_session(args, "request")
+    if args.delimiters_only == (session is not None):
+        raise InputError("give --session FILE (the conversation), or --delimiters-only without one")
+    if args.tokenizer != "auto":
+        require_tokenizers([args.tokenizer], "tmplkit request --tokenizer " + args.tokenizer)  # before any work
+    conversation = None if args.delimiters_only else load_conversation(session)
+    template = load_one(source, args.name)
+    spec = tokenizer_spec(args.tokenizer, template)
+    require_tokenizers([spec], "tmplkit request --tokenizer " + str(spec))
+    tokenizer = portable_tokenizer(load_tokenizer(spec), spec)
     # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
     what = f"request for '{template.name}'"
     if args.delimiters_only:
@@ -68,7 +77,7 @@ def add_engine_parity(sub) -> None:
                         "`make llama-server` builds in a checkout)")
     p.add_argument("--model", metavar="GGUF", help="the model llama-server loads (default: the tiny qwen35-vocab model)")
     add_name(p, many=True)
-    add_format(p, ("table", "json"), "table", "the comparison")
+    add_format(p, ("markdown", "json"), "markdown", "the comparison", aliases={"table": "markdown"})
     p.add_argument("--log-dir", metavar="DIR", help="keep llama-server's logs in DIR")
     add_output(p, "the comparison")
     p.set_defaults(func=_cmd_engine_parity)
@@ -81,7 +90,7 @@ def _cmd_engine_parity(args) -> int:
     from ..errors import InputError
     from ..server.parity import engine_parity, format_parity_table, parity_report
     from ..server.process import BUILD_HINT, llama_server_binary
-    from ._common import emit, load_templates, require_extra
+    from ._common import emit, format_of, load_templates, require_extra
 
     binary = args.server or llama_server_binary()
     if binary is None:
@@ -103,7 +112,7 @@ def _cmd_engine_parity(args) -> int:
     analyses = analyze_isolated(templates, jobs=1)
     rows = [row for t, a in zip(templates, analyses) for row in engine_parity(t, binary, model, analysis=a,
                                                                                log_dir=args.log_dir)]
-    if args.format == "json":
+    if format_of(args) == "json":
         emit(json.dumps(parity_report(rows), ensure_ascii=False, indent=2) + "\n", args.output)
     else:
         emit(format_parity_table(rows), args.output)

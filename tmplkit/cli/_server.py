@@ -8,7 +8,7 @@ llama-server log as a user has it.
 from __future__ import annotations
 
 from ..environment import terminal_is_dumb
-from ._common import add_format, add_name, add_output
+from ._common import add_format, add_name, add_output, add_session_option, add_template_option, add_tokenizer
 
 
 def add_server(sub) -> None:
@@ -35,7 +35,7 @@ def add_server(sub) -> None:
                         "corpus vocabulary, else Qwen3.5's: what tokenizing changes), or yours (a GGUF, gemma, "
                         "tiny:VOCAB); it must need checkpoints (sliding-window, hybrid or recurrent)")
     add_name(d, many=True)
-    add_format(d, ("table", "json"), "table", "the comparison")
+    add_format(d, ("markdown", "json"), "markdown", "the comparison", aliases={"table": "markdown"})
     d.add_argument("--log-dir", metavar="DIR", help="keep llama-server's logs in DIR")
     add_output(d, "the comparison")
     d.set_defaults(func=_cmd_delimiters)
@@ -52,10 +52,10 @@ def add_server(sub) -> None:
                "  tmplkit server log server.log --template model.gguf --session session.json --tokenizer model.gguf",
         formatter_class=_raw())
     g.add_argument("log", metavar="LOG", help="the log file ('-': standard input)")
-    g.add_argument("--template", metavar="SOURCE", help="the chat template the server used (a .gguf, .jinja, ...)")
+    add_template_option(g, what="the chat template the server used")
     add_name(g)
-    g.add_argument("--session", metavar="FILE", help="the conversation the client sent (its last request's messages)")
-    g.add_argument("--tokenizer", metavar="PATH", help="the model's vocabulary (its .gguf, or vocab:NAME)")
+    add_session_option(g, what="the conversation the client sent (its last request's messages)")
+    add_tokenizer(g)
     add_format(g, ("text", "json"), "text", "the reading")
     add_output(g, "the reading")
     g.set_defaults(func=_cmd_log)
@@ -77,8 +77,9 @@ def _cmd_delimiters(args) -> int:
     from ..server.delimiters import server_delimiters
     from ..server.process import BUILD_HINT, llama_server_binary
     from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION
-    from ._common import emit, load_templates, progress_text, require_extra, verbosity
+    from ._common import emit, format_of, load_templates, progress_text, require_extra, verbosity
 
+    format_of(args)  # an old --format name, noted before the work
     binary = args.server or llama_server_binary()
     if binary is None:
         raise InputError(f"llama-server is not built; {BUILD_HINT}")
@@ -120,12 +121,12 @@ def _cmd_log(args) -> int:
 
     from ..errors import InputError
     from ..server.log import format_server_log, locate_breaks, read_server_log
-    from ._common import emit, require_tokenizers
+    from ._common import emit, require_tokenizers, tokenizer_spec
 
     given = [x is not None for x in (args.template, args.session, args.tokenizer)]
     if any(given) and not all(given):
         raise InputError("give --template, --session and --tokenizer together (to place the breaks on messages), or none")
-    if all(given):
+    if all(given) and args.tokenizer != "auto":
         require_tokenizers([args.tokenizer], "tmplkit server log --tokenizer " + args.tokenizer)
     if args.log == "-":
         text, source = sys.stdin.read(), "<stdin>"
@@ -144,7 +145,9 @@ def _cmd_log(args) -> int:
         from ..tokens.tokenizers import load_tokenizer
 
         template = load_one(args.template, args.name)
-        log = locate_breaks(log, template, args.session, load_tokenizer(args.tokenizer))
+        spec = tokenizer_spec(args.tokenizer, template)
+        require_tokenizers([spec], "tmplkit server log --tokenizer " + str(spec))
+        log = locate_breaks(log, template, args.session, load_tokenizer(spec))
     if args.format == "json":
         emit(json.dumps(log.to_dict(), ensure_ascii=False, indent=1) + "\n", args.output)
     else:

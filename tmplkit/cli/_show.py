@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import add_name, add_output
+from ._common import add_limits, add_name, add_output
 
 
 def add_show(sub) -> None:
@@ -12,6 +12,9 @@ def add_show(sub) -> None:
     p.add_argument("source", metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder, hf:org/name or -")
     add_name(p)
     add_output(p, "the marked conversation")
+    from ._audit import _DEFAULT_MEMORY_MB, _DEFAULT_TIMEOUT
+
+    add_limits(p, timeout=_DEFAULT_TIMEOUT, memory=_DEFAULT_MEMORY_MB)
     p.set_defaults(func=_cmd_show)
 
 
@@ -20,10 +23,11 @@ def _cmd_show(args) -> int:
     from ..auditing.isolate import analyze_isolated
     from ..errors import RenderError
     from ..sources.templates import load_one
+    from ._audit import worker_limits
     from ._common import emit, use_color
 
-    # The template is untrusted: analyze it in a worker with the audit's default limits.
-    (analysis,) = analyze_isolated([load_one(args.source, args.name)], jobs=1)
+    # The template is untrusted: analyze it in a worker with the audit's limits.
+    (analysis,) = analyze_isolated([load_one(args.source, args.name)], jobs=1, **worker_limits(args))
     why = unrendered_reason(analysis)
     if why is not None:  # nothing to show is an error of the input, as everywhere else
         raise RenderError(f"{analysis.name}: cannot render the probe conversation ({why})")

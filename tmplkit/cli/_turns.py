@@ -8,7 +8,7 @@ import sys
 import time
 
 from ..environment import terminal_is_dumb
-from ._common import add_format, add_name, add_output
+from ._common import add_format, add_name, add_output, add_tokenizer, deprecated
 
 
 def add_turns(sub) -> None:
@@ -20,10 +20,11 @@ def add_turns(sub) -> None:
     add_name(p, many=True)
     p.add_argument("--session", metavar="FILE", help="a session JSON (messages with reasoning_content, tool calls, "
                                                      "tool results), or - (standard input); default: a generated agent session")
-    p.add_argument("--tokenizer", metavar="PATH", help="compare token ids and count tokens recomputed: a .gguf, "
-                                                       "tokenizer.json, vocab:NAME or hf:org/name")
+    add_tokenizer(p, what="compare token ids and count tokens recomputed with")
     p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request")
-    p.add_argument("--memory", default="swa:512", help="the checkpointing model's memory: swa:N, recurrent (default swa:512)")
+    p.add_argument("--memory-model", dest="memory", default="swa:512", metavar="swa:N|recurrent",
+                   help="the checkpointing model's memory: swa:N, recurrent (default swa:512)")
+    deprecated(p, "--memory", new="--memory-model (--memory is MiB of a worker in every command)", dest="memory")
     p.add_argument("--server-delimiters", metavar="FILE",
                    help="llama-server's delimiter lists from a saved `tmplkit server delimiters --format json` (its "
                         "specialized handlers' hard-coded lists, its autoparser's logged starts, or none) for the "
@@ -53,19 +54,23 @@ def _cmd_turns(args) -> int:
 
         server = load_server_delimiters(args.server_delimiters)
     timeout = positive(args.timeout, "--timeout") if args.timeout is not None else None
-    if args.tokenizer:
+    if args.tokenizer and args.tokenizer != "auto":
         require_tokenizers([args.tokenizer], "tmplkit turns --tokenizer " + args.tokenizer)
     session = load_session(args.session) if args.session else generate_session(20000, seed=0, style="agent", requests=3)
     templates = load_templates(args.sources, args.name)
     tokenizer = None
-    if args.tokenizer:
+    if args.tokenizer and args.tokenizer != "auto":
         from ..auditing.contained import portable_tokenizer
         from ..tokens.tokenizers import load_tokenizer
 
         tokenizer = portable_tokenizer(load_tokenizer(args.tokenizer), args.tokenizer)
-    options = {"tokenizer": tokenizer, "add_bos": args.add_bos, "memory": memory, "switches": not args.no_switches,
-               "server": server, "inputs": args.inputs}
-    reports = [_contained_study(t, session, timeout, options) for t in templates]
+    reports = []
+    for t in templates:
+        if args.tokenizer == "auto":
+            tokenizer = _auto_tokenizer(t)
+        options = {"tokenizer": tokenizer, "add_bos": args.add_bos, "memory": memory, "switches": not args.no_switches,
+                   "server": server, "inputs": args.inputs}
+        reports.append(_contained_study(t, session, timeout, options))
     failed = [r for r in reports if r.error]
     # The text report is for a person: a template that cannot render the session is an error line
     # (below) instead; the tables and the JSON keep its row, with the error, for a program.
@@ -101,6 +106,17 @@ def _contained_study(template, session, timeout: float | None, options: dict):
 # (a long session's requests and their token ids are held at once).
 DEFAULT_TIMEOUT = 60.0
 MEMORY_MB = 2048
+
+
+def _auto_tokenizer(template):
+    """--tokenizer auto for one template: its own GGUF or its paired corpus vocabulary."""
+    from ..auditing.contained import portable_tokenizer
+    from ..tokens.tokenizers import load_tokenizer
+    from ._common import require_tokenizers, tokenizer_spec
+
+    spec = tokenizer_spec("auto", template)
+    require_tokenizers([spec], "tmplkit turns --tokenizer auto (" + str(spec) + ")")
+    return portable_tokenizer(load_tokenizer(spec), spec)
 
 
 @contextlib.contextmanager

@@ -33,6 +33,14 @@ M, min spacing = S` (1347).
     >>> [t.pattern for t in log.tasks]                             # doctest: +SKIP
     ['fragmented', 'none', 'resumed too far back']
 
+A log pasted from a router (`llama-server --models-dir DIR`, no `-m`: server-models.cpp) has every
+line of a spawned server prefixed with its port (`LOG("[%5d] %s", port, line)`), and the options it
+spawned it with one per line on the router's `load:` lines (`SRV_INF("  %s\n", arg)`, long names:
+`--ubatch-size`, `2048`): tasks are kept apart per port and n_batch / n_ubatch read from those
+options. Progress lines cut out of the middle of a prompt (a jump of more than n_batch tokens
+between two of them) are a gap, not a batch. A log of an older server (`n_past = `, `n_prompt_tokens
+= ` lines) is refused in one line.
+
 `locate_breaks(log, template, session, tokenizer)` says which message of the session each early
 batch end, checkpoint and restore fell on.
 """
@@ -64,6 +72,13 @@ _N_UBATCH = re.compile(r"llama_context: n_ubatch\s+= (\d+)")
 _CKPT_CONFIG = re.compile(r"context checkpoints enabled, max = (\d+), min spacing = (\d+)")
 _CKPT_OFF = re.compile(r"context checkpoints disabled")
 _VERBOSITY = re.compile(r"verbosity = (\d+) \(adjust with")
+_INSTANCE = re.compile(r"^\[ *(\d+)\] ?")  # a router's prefix: the spawned server's port
+_SPAWN = re.compile(r"spawning server instance with name=\S* on port (\d+)")
+_LOAD_ARG = re.compile(r"srv +load: {3}(\S.*?)\s*$")  # one option of the spawned server's command line
+_OPTION_OF = {"-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch", "--ubatch-size": "n_ubatch"}
+# Lines of llama-server releases before the ones tmplkit reads (b4xxx and older: `n_past = `, the
+# prompt's length as `n_prompt_tokens = `), which this reader would read as no batch at all.
+_OLD_FORMAT = re.compile(r"n_prompt_tokens = \d+|n_past=\d+|(?:progress|prompt done|stop processing): n_past = \d+")
 _SERVER_MARKS = re.compile(r"llama_server:|load_model:|srv +\S+:|slot +\S+: id +\d+ \|")
 
 _TASK_LINES = {
@@ -113,6 +128,16 @@ class TaskPrefill:
     checkpoints_erased: tuple[int, ...] = ()
     prompt_ms: float | None = None
     prompt_tps: float | None = None
+    instance: int | None = None  # the port a router prefixed the task's lines with (None: no router)
+
+    @property
+    def gaps(self) -> tuple[tuple[int, int], ...]:
+        """Stretches of the prompt whose progress lines are not in the log (cut out by whoever pasted
+        it): between two lines more than n_batch tokens apart, which no batch can be. Trace logs
+        have none: each batch is there."""
+        if self.batches_complete:
+            return ()
+        return tuple((s, e) for s, e in zip(self.batch_starts, self.batch_ends) if e - s > self.n_batch)
 
     @property
     def batch_ends(self) -> tuple[int, ...]:
@@ -183,8 +208,9 @@ class TaskPrefill:
 
     def _fragmented(self) -> bool:
         """At least 3 mid-prompt breaks, and at least twice the decode calls the batches shown
-        needed (their tokens in n_batch batches, plus the near-end ones)."""
-        sizes = self.batch_sizes
+        needed (their tokens in n_batch batches, plus the near-end ones); a gap (lines cut out)
+        is no batch and counts neither way."""
+        sizes = [n for n in self.batch_sizes if n <= self.n_batch or self.batches_complete]
         if len(self.mid_breaks) < 3 or not sizes:
             return False
         first = self.batch_starts[0]
@@ -198,6 +224,8 @@ class TaskPrefill:
         calls = self.decode_calls
         if self._fragmented():
             seen = "" if self.batches_complete else " (of the batches after the first 3 s, all this log level shows)"
+            if self.gaps:
+                seen += f" (the progress lines of {sum(e - s for s, e in self.gaps)} tokens are not in the log)"
             s = (f"batch fragmentation: {len(mid)} batches ended before n_batch = {self.n_batch} mid-prompt{seen}"
                  + (f", {calls} decode calls for {self.n_processed} tokens" if calls is not None else ""))
             if no_ckpt is not None:
@@ -231,7 +259,8 @@ class TaskPrefill:
                 "checkpoints_created": _list_or_none(self.checkpoints_created),
                 "checkpoints_restored": _list_or_none(self.checkpoints_restored),
                 "checkpoints_erased": list(self.checkpoints_erased), "full_reprocess": self.full_reprocess,
-                "prompt_ms": self.prompt_ms, "prompt_tps": self.prompt_tps, "pattern": self.pattern,
+                "prompt_ms": self.prompt_ms, "prompt_tps": self.prompt_tps, "instance": self.instance,
+                "gaps": [list(g) for g in self.gaps], "pattern": self.pattern,
                 "findings": self.findings()}
 
 
@@ -321,75 +350,141 @@ def _read_task_line(t: _Task, msg: str) -> None:
 
 
 def read_server_log(text: str, source: str = "<log>") -> ServerLog:
-    """Read a llama-server log (any verbosity; with or without its start lines) task by task.
+    """Read a llama-server log (any verbosity; with or without its start lines; a single server's
+    or a router's, its spawned servers' lines prefixed with their port) task by task.
 
-    Raises InputError, in one line, for a text that is not a llama-server log or holds no task.
+    Raises InputError, in one line, for a text that is not a llama-server log, one of an older
+    server's format, or one that holds no task.
     """
     if "\x00" in text:
         raise InputError(f"{source}: a binary file, not a llama-server log")
     lines = [_ANSI.sub("", ln) for ln in text.splitlines()]
+    _refuse_older_format(lines, source)
     if not any(_SERVER_MARKS.search(ln) for ln in lines):
         raise InputError(f"{source}: not a llama-server log (no 'srv ...:' or 'slot ...: id N | task N |' line); "
                          "give the output of llama-server itself (its stderr, or --log-file)")
-    n_batch = n_ubatch = ck_max = ck_step = verbosity = None
-    ck_off = False
-    tasks: dict[int, _Task] = {}
-    order: list[int] = []
-    pending_lcp: dict[int, tuple[float, float]] = {}  # slot -> the selection line before its next task
-    pending_trace_lcp: dict[int, int] = {}
-    for ln in lines:
+    servers: dict[int | None, _Server] = {}
+    tasks: dict[tuple[int | None, int], _Task] = {}
+    order: list[tuple[int | None, int]] = []
+    spawning: list[int] = []  # the port of the instance the router's `load:` lines are about
+    for raw in lines:
+        g = _INSTANCE.match(raw)
+        inst, ln = (int(g.group(1)), raw[g.end():]) if g is not None else (None, raw)
+        srv = servers.setdefault(inst, _Server())
         m = _SLOT.search(ln)
         if m is None:
-            if (g := _N_BATCH.search(ln)) is not None:
-                n_batch = int(g.group(1))
-            elif (g := _N_UBATCH.search(ln)) is not None:
-                n_ubatch = int(g.group(1))
-            elif (g := _CKPT_CONFIG.search(ln)) is not None:
-                ck_max, ck_step = int(g.group(1)), int(g.group(2))
-            elif _CKPT_OFF.search(ln):
-                ck_off = True
-            elif (g := _VERBOSITY.search(ln)) is not None:
-                verbosity = int(g.group(1))
+            _read_server_line(ln, srv, servers, spawning)
             continue
         slot, task_id, msg = int(m.group(1)), int(m.group(2)), m.group(3)
         if (g := _TASK_LINES["lcp_info"].search(msg)) is not None:
-            pending_lcp[slot] = (float(g.group(1)), float(g.group(2)))
-            continue
-        if (g := _TASK_LINES["lcp_trace"].search(msg)) is not None:
-            pending_trace_lcp[slot] = int(g.group(1))
-            continue
-        if _TASK_LINES["start"].search(msg):
-            t = _Task(task_id, slot, pending_lcp.pop(slot, None), pending_trace_lcp.pop(slot, None))
-            tasks[task_id] = t
-            order.append(task_id)
-            continue
-        t_or_none = tasks.get(task_id)
-        if t_or_none is None:
-            continue  # a task whose start is not in the log
-        _read_task_line(t_or_none, msg)
+            srv.pending_lcp[slot] = (float(g.group(1)), float(g.group(2)))
+        elif (g := _TASK_LINES["lcp_trace"].search(msg)) is not None:
+            srv.pending_trace_lcp[slot] = int(g.group(1))
+        elif _TASK_LINES["start"].search(msg):
+            key = (inst, task_id)
+            tasks[key] = _Task(task_id, slot, srv.pending_lcp.pop(slot, None), srv.pending_trace_lcp.pop(slot, None))
+            order.append(key)
+        elif (key := (inst, task_id)) in tasks:  # else a task whose start is not in the log
+            _read_task_line(tasks[key], msg)
     if not order:
         raise InputError(f"{source}: a llama-server log with no task in it (no 'processing task' line): it holds no "
                          "request, or it was cut before the first one")
-    notes = _notes(n_batch, ck_off, verbosity)
-    out = tuple(_finish(tasks[i], n_batch or DEFAULT_N_BATCH, n_ubatch) for i in order)
-    return ServerLog(source, verbosity, n_batch, n_ubatch, ck_max, ck_step, out, tuple(notes))
+    order = list(dict.fromkeys(order))  # a task id seen twice (a restarted server) is read as one
+    if not any(_has_facts(tasks[k]) for k in order):
+        raise InputError(f"{source}: a log format tmplkit does not read: {len(order)} task{'s' if len(order) != 1 else ''} "
+                         "but none of the lines it reads a task from ('prompt processing, n_tokens = ', 'prompt eval "
+                         "time = ', 'stop processing: n_tokens = ', or at -lv 4 'cached n_tokens = ')")
+    out = tuple(_finish(tasks[k], servers[k[0]], k[0]) for k in order)
+    first = servers[order[0][0]]
+    notes = _notes(first)
+    return ServerLog(source, first.verbosity, first.n_batch, first.n_ubatch, first.ck_max, first.ck_step, out,
+                     tuple(notes))
 
 
-def _notes(n_batch, ck_off: bool, verbosity) -> list[str]:
+@dataclass
+class _Server:
+    """What the log says about one server (a router's spawned instance, or the only one)."""
+
+    n_batch: int | None = None
+    n_ubatch: int | None = None
+    ck_max: int | None = None
+    ck_step: int | None = None
+    ck_off: bool = False
+    verbosity: int | None = None
+    options: list[str] = field(default_factory=list)
+    pending_lcp: dict[int, tuple[float, float]] = field(default_factory=dict)  # slot -> the selection line before its next task
+    pending_trace_lcp: dict[int, int] = field(default_factory=dict)
+
+
+def _read_server_line(ln: str, srv: _Server, servers: dict, spawning: list[int]) -> None:
+    """A line of no task: the server's settings, or a router spawning an instance with its options."""
+    if (g := _SPAWN.search(ln)) is not None:
+        spawning[:] = [int(g.group(1))]
+    elif spawning and (g := _LOAD_ARG.search(ln)) is not None:
+        child = servers.setdefault(spawning[0], _Server())
+        child.options.append(g.group(1))
+        _apply_options(child)
+    elif (g := _N_BATCH.search(ln)) is not None:
+        srv.n_batch = int(g.group(1))
+    elif (g := _N_UBATCH.search(ln)) is not None:
+        srv.n_ubatch = int(g.group(1))
+    elif (g := _CKPT_CONFIG.search(ln)) is not None:
+        srv.ck_max, srv.ck_step = int(g.group(1)), int(g.group(2))
+    elif _CKPT_OFF.search(ln):
+        srv.ck_off = True
+    elif (g := _VERBOSITY.search(ln)) is not None:
+        srv.verbosity = int(g.group(1))
+
+
+def _apply_options(srv: _Server) -> None:
+    """-b/--batch-size and -ub/--ubatch-size from a spawned server's options (`-ub 2048`, or
+    `--ubatch-size=2048`); the server's own `llama_context:` lines, when later in the log, win."""
+    opts = srv.options
+    for i, opt in enumerate(opts):
+        name, eq, value = opt.partition("=")
+        field_ = _OPTION_OF.get(name)
+        if field_ is None:
+            continue
+        value = value if eq else (opts[i + 1] if i + 1 < len(opts) else "")
+        if value.isdigit():
+            setattr(srv, field_, int(value))
+
+
+def _has_facts(t: _Task) -> bool:
+    return bool(t.cached or t.do_ckpt or t.progress or t.prompt_eval or t.stop is not None or t.n_prompt_trace is not None)
+
+
+def _refuse_older_format(lines: list[str], source: str) -> None:
+    """A log of a llama-server older than those this reader reads: one line saying so (it would
+    otherwise read as tasks with nothing in them)."""
+    for ln in lines:
+        if (g := _OLD_FORMAT.search(ln)) is not None:
+            raise InputError(f"{source}: a log format tmplkit does not read (a line with '{g.group(0)}', printed by an older "
+                             "llama-server; tmplkit reads the format of llama.cpp as llama-cpp-python 0.3.33 to 0.3.36 pin "
+                             "it, whose lines say 'prompt processing, n_tokens = ...'): give a log of a newer llama-server")
+
+
+def _notes(srv: _Server) -> list[str]:
     """What a reader of the log should know about what it cannot show."""
     notes = []
-    if n_batch is None:
-        notes.append(f"the log does not show n_batch (llama-server prints it at -lv 4 or more, at its start): taken as "
-                     f"{DEFAULT_N_BATCH} and n_ubatch as {DEFAULT_N_UBATCH}, llama-server's defaults")
-    if ck_off:
+    if srv.options and (srv.n_batch is not None or srv.n_ubatch is not None):
+        notes.append("batch sizes read from the options the router spawned the server with")
+    missing = [f"{name} as {default}" for name, value, default in
+               (("n_batch", srv.n_batch, DEFAULT_N_BATCH), ("n_ubatch", srv.n_ubatch, DEFAULT_N_UBATCH)) if value is None]
+    if missing:
+        notes.append(f"the log does not show {' or '.join(m.split()[0] for m in missing)} (llama-server prints them at -lv 4 "
+                     f"or more, at its start; a router, in the options it spawns a server with): taken "
+                     f"{' and '.join(missing)}, llama-server's defaults")
+    if srv.ck_off:
         notes.append("context checkpoints are off (-ctxcp 0, or a model that needs none)")
-    if verbosity is not None and verbosity < 4:
-        notes.append(f"verbosity {verbosity}: batches are shown only after a prompt's first 3 s, and checkpoints not "
+    if srv.verbosity is not None and srv.verbosity < 4:
+        notes.append(f"verbosity {srv.verbosity}: batches are shown only after a prompt's first 3 s, and checkpoints not "
                      "at all; run llama-server with -lv 4 for every batch and checkpoint")
     return notes
 
 
-def _finish(t: _Task, n_batch: int, n_ubatch: int | None) -> TaskPrefill:
+def _finish(t: _Task, srv: _Server, instance: int | None) -> TaskPrefill:
+    n_batch, n_ubatch = srv.n_batch or DEFAULT_N_BATCH, srv.n_ubatch
     trace = bool(t.cached or t.do_ckpt or t.n_prompt_trace is not None)
     processed = t.prompt_eval[1] if t.prompt_eval else None
     n_prompt = t.n_prompt_trace
@@ -415,7 +510,7 @@ def _finish(t: _Task, n_batch: int, n_ubatch: int | None) -> TaskPrefill:
         n_batch=n_batch, n_ubatch=n_ubatch, checkpoints_created=tuple(t.created) if trace else None,
         checkpoints_restored=restored if trace else None, full_reprocess=t.full if trace else None,
         checkpoints_erased=tuple(t.erased), prompt_ms=t.prompt_eval[0] if t.prompt_eval else None,
-        prompt_tps=t.prompt_eval[2] if t.prompt_eval else None)
+        prompt_tps=t.prompt_eval[2] if t.prompt_eval else None, instance=instance)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -608,7 +703,8 @@ def _place(what: str, pos: int, bos: int, offsets, spans, owners, messages) -> B
 def format_server_log(log: ServerLog) -> str:
     """The log's report as text: one block per task, then the summary."""
     by_task = {loc.task: loc for loc in log.locations}
-    lines = [f"{log.source}: {len(log.tasks)} tasks; n_batch {log.n_batch or DEFAULT_N_BATCH}"
+    n = len(log.tasks)
+    lines = [f"{log.source}: {n} task{'' if n == 1 else 's'}; n_batch {log.n_batch or DEFAULT_N_BATCH}"
              + (f", n_ubatch {log.n_ubatch}" if log.n_ubatch else "")
              + (f", checkpoints: at most {log.checkpoints_max}, min spacing {log.checkpoint_min_step}"
                 if log.checkpoints_max is not None else "")
@@ -616,13 +712,16 @@ def format_server_log(log: ServerLog) -> str:
     lines += [f"  note: {n}" for n in log.notes]
     for t in log.tasks:
         calls = t.decode_calls
-        head = (f"task {t.task}: {t.n_prompt if t.n_prompt is not None else '?'} prompt tokens, "
+        port = f" (server on port {t.instance})" if t.instance is not None else ""
+        head = (f"task {t.task}{port}: {t.n_prompt if t.n_prompt is not None else '?'} prompt tokens, "
                 f"{t.n_reused if t.n_reused is not None else '?'} reused, "
                 f"{t.n_processed if t.n_processed is not None else '?'} processed"
                 + (f" ({t.prompt_tps:.0f} tokens/s)" if t.prompt_tps else "")
                 + (f"; {calls} decode calls" if calls is not None else "")
                 + f"; {len(t.mid_breaks)} mid-prompt breaks" + ("" if t.batches_complete else " seen"))
         lines.append(head)
+        if t.gaps:
+            lines.append(f"  progress lines cut out of the log: {', '.join(f'{a}..{b}' for a, b in t.gaps)} (not batches)")
         if t.checkpoints_created is not None:
             lines.append(f"  checkpoints created at {_short(t.checkpoints_created) or 'none'}; restored "
                          f"{_short(t.checkpoints_restored or ()) or 'none'}" + ("; full re-processing forced" if t.full_reprocess else ""))

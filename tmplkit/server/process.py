@@ -210,13 +210,15 @@ class LlamaServer:
     ...     srv.post("/completion", req.to_dict())
     """
 
-    def __init__(self, binary: str | os.PathLike, model: str | os.PathLike, args: Sequence[str] = (), *,
+    def __init__(self, binary: str | os.PathLike, model: str | os.PathLike | None, args: Sequence[str] = (), *,
                  log: str | os.PathLike, startup_s: float = 300):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(log)
         self._log_file = self.log.open("w")
-        cmd = [os.fspath(binary), "-m", os.fspath(model), "--host", "127.0.0.1", "--port", str(self.port), *args]
+        # model None: no -m, llama-server is a router (--models-dir in `args`; server.cpp's is_router_server)
+        model_args = ["-m", os.fspath(model)] if model is not None else []
+        cmd = [os.fspath(binary), *model_args, "--host", "127.0.0.1", "--port", str(self.port), *args]
         try:
             self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT)
         except OSError as exc:

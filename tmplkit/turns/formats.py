@@ -83,7 +83,7 @@ def _share(r, setting: str) -> str:
 def _text(r) -> str:
     if r.error:
         return f"{r.template}: cannot render the session: {r.error}\n"
-    lines = [f"{r.template}: {'stable' if r.stable else 'NOT stable'} over {r.n_requests} requests",
+    lines = [f"{r.template}: {'stable' if r.stable else 'NOT stable'} over {r.n_requests} request{'' if r.n_requests == 1 else 's'}",
              f"  inputs: {r.inputs} ({inputs_note(r.inputs)})"]
     first = r.first
     if first is not None:
@@ -119,4 +119,4 @@ def _server_line(per) -> str:
     full = [str(k + 1) for k, p in enumerate(per) if p.full_reprocess]
     where = f"re-processes the whole prompt at request(s) {', '.join(full)}" if full else "never re-processes the whole prompt"
     return (f"llama-server: resumes up to {max(backs)} tokens before the divergence (total {sum(backs)} over "
-            f"{len(per)} requests), {where}")
+            f"{len(per)} request{'' if len(per) == 1 else 's'}), {where}")

@@ -1,0 +1,189 @@
+"""One vocabulary of options across commands (tmplkit/cli/_common.py's VOCABULARY, listed in
+docs/cli.md): every command's --help uses it, the old spellings still work for a release with one
+line on stderr, and the global options are taken after every subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from tmplkit.cli import build_parser, main
+from tmplkit.cli._common import VOCABULARY, session_of, template_and_session
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "templates"
+CHATML = str(FIXTURES / "chatml.jinja")
+LOGS = ROOT / "fixtures" / "server-logs"
+FORMATS = {"text", "summary", "markdown", "json", "csv", "junit", "github"}
+# Spellings the vocabulary replaced: none may show in any --help.
+OLD = ("--json FILE", "--add-generation-prompt", "CONVERSATION", "SESSION.json", "{auto,text,json}", "table,json", "swa:N|recurrent (default")
+
+
+def commands():
+    """(name, parser) of every command, the nested ones (`server log`) included."""
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, p in sub.choices.items():
+        nested = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if nested:
+            yield from ((f"{name} {n}", q) for n, q in nested[0].choices.items())
+        else:
+            yield name, p
+
+
+def shown(p):
+    """The actions --help shows."""
+    return [a for a in p._actions if a.help != argparse.SUPPRESS]
+
+
+@pytest.mark.parametrize("name, p", list(commands()), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_help_uses_the_vocabulary(name, p):
+    text = p.format_help()
+    assert not [o for o in OLD if o in text], name
+    for a in shown(p):
+        flags = set(a.option_strings)
+        if a.dest in ("source", "sources") or "--template" in flags:
+            assert a.metavar == "SOURCE", name
+        if "--session" in flags:
+            assert a.metavar == "FILE", name
+        if "--tokenizer" in flags:
+            assert a.metavar == "PATH|auto", name
+        if "--format" in flags:
+            assert a.metavar == "FORMAT", name
+            old = p.get_default("_format_aliases") or {}
+            assert {c for c in a.choices if c not in old} <= FORMATS, (name, a.choices)
+        if "--timeout" in flags:
+            assert a.metavar == "SECONDS" and a.type is float, name
+        if "--memory" in flags:
+            assert a.metavar == "MB" and a.type is int, name
+        if "--report" in flags:
+            assert a.metavar == "FORMAT:FILE" and isinstance(a, argparse._AppendAction), name
+        if any("generation-prompt" in f for f in flags):
+            assert flags == {"--generation-prompt", "--no-generation-prompt"}, name
+        assert "--json" not in flags, name
+    # the global options, after the (sub)command too
+    for flag in ("-q", "-v", "--color", "--config", "--no-config"):
+        assert any(flag in a.option_strings for a in p._actions), (name, flag)
+
+
+def test_each_thing_has_one_spelling_across_commands():
+    """The template positional or --template SOURCE; the conversation always --session FILE."""
+    for name, p in commands():
+        positional = [a.metavar for a in shown(p) if not a.option_strings]
+        assert not {"CONVERSATION", "SESSION.json", "SESSION"} & set(positional), name
+    takes = {name for name, p in commands() if any("--tokenizer" in a.option_strings for a in p._actions)}
+    assert takes >= {"audit", "spans", "mask", "request", "turns", "server log"}
+    timed = {name for name, p in commands() if any("--timeout" in a.option_strings for a in p._actions)}
+    assert timed >= {"audit", "table", "show", "turns"}
+
+
+def test_docs_cli_lists_the_vocabulary_once():
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    for what, (spelling, _) in VOCABULARY.items():
+        row = f"| {what} | `{spelling.replace('|', chr(92) + '|')}` |"  # a pipe in a cell is escaped
+        assert text.count(row) == 1, row
+
+
+# ---- old spellings: still accepted for a release, with one line on stderr ----------------------------------
+
+@pytest.mark.parametrize("argv, dest, value, new", [
+    (["prefill", "gemma", "--session", "s.json", "--json", "x.json"], "report", ["json:x.json"], "--report json:FILE"),
+    (["replay", "gemma", "--session", "s.json", "--json", "x.json"], "report", ["json:x.json"], "--report json:FILE"),
+    (["spans", CHATML, "--session", "c.json", "--tokenizer", "t", "--add-generation-prompt"], "add_generation_prompt",
+     True, "--generation-prompt"),
+    (["turns", CHATML, "--memory", "recurrent"], "memory", "recurrent", "--memory-model"),
+])
+def test_an_old_option_still_works_with_a_note(argv, dest, value, new, capsys):
+    args = build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert getattr(args, dest) == value
+    assert err.count("\n") == 1 and err.startswith("tmplkit: note: ") and "deprecated" in err and new in err
+
+
+def test_an_old_format_name_still_works_with_a_note(capsys):
+    from tmplkit.cli._common import format_of
+
+    args = build_parser().parse_args(["server", "delimiters", CHATML, "--format", "table"])
+    assert format_of(args) == "markdown"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--format table is deprecated" in err and "--format markdown" in err
+
+
+@pytest.mark.parametrize("command", ["spans", "mask", "request"])
+def test_the_old_template_option_and_positional_conversation_still_work(command, capsys):
+    old = build_parser().parse_args([command, "chat.json", "--template", CHATML, "--tokenizer", "t"])
+    assert template_and_session(old, command) == (CHATML, "chat.json")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"use tmplkit {command} SOURCE --session CONVERSATION" in err
+    new = build_parser().parse_args([command, CHATML, "--session", "chat.json", "--tokenizer", "t"])
+    assert template_and_session(new, command) == (CHATML, "chat.json") and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("command", ["prefill", "replay"])
+def test_the_old_positional_session_still_works(command, capsys):
+    args = build_parser().parse_args([command, "gemma", "s.json"])
+    assert session_of(args, command) == "s.json"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--session s.json" in err
+
+
+def test_a_missing_session_is_one_line(capsys):
+    assert main(["--no-config", "spans", CHATML, "--tokenizer", "vocab:qwen35"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs --session FILE" in err
+
+
+# ---- global options after nested subcommands, and --tokenizer auto --------------------------------------
+
+def test_quiet_verbose_and_color_after_nested_subcommands(capsys, tmp_path):
+    out = tmp_path / "s.json"
+    assert main(["--no-config", "session", "generate", "--tokens", "300", "-o", str(out), "-q", "--color", "never"]) == 0
+    assert json.loads(out.read_text())["messages"]
+    assert main(["--no-config", "server", "log", str(LOGS / "0.3.36-cold-lv3.log"), "-v", "--color", "always"]) == 0
+    assert "1 task;" in capsys.readouterr().out
+
+
+def test_tokenizer_auto_without_a_known_vocabulary_is_one_line(capsys, tmp_path):
+    conv = tmp_path / "c.json"
+    conv.write_text('[{"role": "user", "content": "hi"}]')
+    for command in ("spans", "request", "mask"):
+        assert main(["--no-config", command, CHATML, "--session", str(conv), "--tokenizer", "auto"]) == 2, command
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--tokenizer auto: no tokenizer known for template 'chatml'" in err
+
+
+@pytest.mark.corpus
+def test_tokenizer_auto_finds_the_corpus_vocabulary(capsys, tmp_path):
+    from tmplkit.sources import corpus
+
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    pytest.importorskip("tokenizers")
+    conv = tmp_path / "c.json"
+    conv.write_text('[{"role": "user", "content": "hi"}]')
+    src = str(corpus.templates_dir() / "Qwen3.5-4B.jinja")
+    assert main(["--no-config", "spans", src, "--session", str(conv), "--tokenizer", "auto"]) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert main(["--no-config", "spans", src, "--session", str(conv), "--tokenizer", "vocab:qwen35"]) == 0
+    assert json.loads(capsys.readouterr().out) == auto
+
+
+# ---- table: a gate as audit is (issue item 9) -----------------------------------------------------------------
+
+def test_table_fails_on_templates_that_did_not_pass_and_says_why(capsys, tmp_path):
+    bad = str(FIXTURES / "same-text.jinja")
+    assert main(["--no-config", "table", "--jobs", "1", CHATML, bad]) == 1
+    out, err = capsys.readouterr()
+    rows = [ln for ln in out.splitlines() if ln.startswith("| ")]
+    assert rows[0].endswith("| why not |")
+    (row,) = [r for r in rows if r.startswith("| same-text |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] != "pass" and cells[2:8] == ["-"] * 6 and cells[-1]  # no unproven delimiter, a reason
+    assert "FAILED" in err
+    listed = tmp_path / "expected.json"
+    listed.write_text(json.dumps({"same-text": "renders the same text whatever the messages"}))
+    assert main(["--no-config", "table", "--jobs", "1", CHATML, bad, "--expected-failures", str(listed)]) == 0
+    assert r"| chatml | pass | `<\|im_start\|>user\n` |" in capsys.readouterr().out  # a template that passed keeps them
