@@ -145,7 +145,7 @@ def test_a_missing_log_and_half_the_placing_options_are_usage_errors(tmp_path, c
 @pytest.mark.corpus
 def test_with_the_template_and_the_session_the_breaks_fall_on_tool_results(qwen35):
     from tmplkit.prefill import generate_session
-    from tmplkit.server.log import locate_breaks
+    from tmplkit.server.log_breaks import locate_breaks
     from tmplkit.sources import corpus, load_one
 
     template = load_one(str(corpus.templates_dir() / "Qwen3.5-4B.jinja"))

@@ -42,7 +42,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ".server.chat_session": ("ServedRequest", "drive_session"),
     ".server.delimiter_comparison": ("DelimiterComparison", "compare_delimiters"),
     ".server.delimiters": ("ServerDelimiters", "server_delimiters"),
-    ".server.log": ("ServerLog", "TaskPrefill", "locate_breaks", "read_server_log"),
+    ".server.log": ("ServerLog", "TaskPrefill", "read_server_log"),
+    ".server.log_breaks": ("locate_breaks",),
     ".server.resume": ("ResumeCheck", "check_resume"),
     ".session": ("Conversation", "generate_session", "load_conversation", "load_session"),
     ".session.token_spans": ("conversation_spans",),
@@ -111,7 +112,8 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, importe
     from .server.chat_session import ServedRequest, drive_session
     from .server.delimiter_comparison import DelimiterComparison, compare_delimiters
     from .server.delimiters import ServerDelimiters, server_delimiters
-    from .server.log import ServerLog, TaskPrefill, locate_breaks, read_server_log
+    from .server.log import ServerLog, TaskPrefill, read_server_log
+    from .server.log_breaks import locate_breaks
     from .server.resume import ResumeCheck, check_resume
     from .session import Conversation, generate_session, load_conversation, load_session
     from .session.token_spans import conversation_spans

@@ -120,7 +120,8 @@ def _cmd_log(args) -> int:
     from pathlib import Path
 
     from ..errors import InputError
-    from ..server.log import format_server_log, locate_breaks, read_server_log
+    from ..server.log import format_server_log, read_server_log
+    from ..server.log_breaks import locate_breaks
     from ._common import emit, require_tokenizers, tokenizer_spec
 
     given = [x is not None for x in (args.template, args.session, args.tokenizer)]

@@ -56,6 +56,7 @@ from pathlib import Path
 
 from ..errors import ModelError
 from ..prefill.bytemodel import byte_model_path
+from .log import ANSI
 from .process import MessageDelimiter
 
 __all__ = ["ServerDelimiters", "ServerStart", "message_opener", "probe_model", "server_delimiters"]
@@ -65,7 +66,6 @@ _N_UBATCH = 512
 _SERVER_ARGS = ("--jinja", "--no-prefill-assistant", "-c", "16384", "-b", "16384", "-ub", str(_N_UBATCH), "-np", "1",
                 "-t", "1", "-tb", "1", "--no-warmup", "--cache-ram", "0", "-ctxcp", "256", "-cms", "0", "-lv", "5")
 _MARKER = re.compile(r"Kq[A-Z0-9]+Zx")  # the round trip's content markers (tmplkit.analysis.probes)
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PREFIX = r"(?:[\d.]+ [A-Z] )?"  # llama.cpp's log prefix (time and level), when it is on
 _SPECIALIZED = re.compile(r"Using specialized template: ([^\n]+)")
 _AUTOPARSER = re.compile(r"using differential autoparser")
@@ -280,7 +280,7 @@ def _wait_task(server, mark: int, wait_s: float) -> str:
 
 def _route(segment: str) -> tuple[str | None, str | None, tuple[MessageDelimiter, ...] | None]:
     """Which way the chat endpoint took for the request, and the delimiters where it logs them."""
-    text = _ANSI.sub("", segment)
+    text = ANSI.sub("", segment)
     m = _SPECIALIZED.search(text)
     if m is not None:
         return "specialized", m.group(1).strip(), None
@@ -322,7 +322,7 @@ _ERROR_LINE = re.compile(r"^(?:[\d.]+ )?E (?:\S+ +\S+: )?(?:\w+: )?(.*)$")
 def _last_error(log: Path) -> str | None:
     """Why the server would not start: its first error line about the template, else its last."""
     try:
-        lines = [_ANSI.sub("", ln).strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()]
+        lines = [ANSI.sub("", ln).strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()]
     except OSError:
         return None
     errors = []

@@ -49,12 +49,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..errors import InputError
 
-__all__ = ["FAR_BACK_TOKENS", "LOG_SCHEMA_VERSION", "BreakPlace", "ServerLog", "TaskLocation", "TaskPrefill",
-           "format_server_log", "locate_breaks", "read_server_log"]
+__all__ = ["ANSI", "FAR_BACK_TOKENS", "LOG_SCHEMA_VERSION", "ServerLog", "TaskPrefill", "format_server_log",
+           "read_server_log"]
 
 LOG_SCHEMA_VERSION = 1
 
@@ -65,7 +65,7 @@ FAR_BACK_TOKENS = 1024
 DEFAULT_N_BATCH = 2048
 DEFAULT_N_UBATCH = 512
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colour codes a terminal log carries
 _SLOT = re.compile(r"slot +\S+: id +(\d+) \| task (-?\d+) \| (.*)$")
 _N_BATCH = re.compile(r"llama_context: n_batch\s+= (\d+)")
 _N_UBATCH = re.compile(r"llama_context: n_ubatch\s+= (\d+)")
@@ -280,7 +280,9 @@ class ServerLog:
     checkpoint_min_step: int | None
     tasks: tuple[TaskPrefill, ...]
     notes: tuple[str, ...] = ()
-    locations: tuple[TaskLocation, ...] = ()  # where the breaks fell in the session (`locate_breaks`)
+    # Where the breaks fell in the session: `TaskLocation`s of `tmplkit.server.log_breaks.locate_breaks`
+    # (which places them on a session, a layer this parser does not read), each with `task` and `to_dict()`.
+    locations: tuple = ()
 
     def summary(self) -> dict:
         patterns: dict[str, int] = {}
@@ -358,7 +360,7 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     """
     if "\x00" in text:
         raise InputError(f"{source}: a binary file, not a llama-server log")
-    lines = [_ANSI.sub("", ln) for ln in text.splitlines()]
+    lines = [ANSI.sub("", ln) for ln in text.splitlines()]
     _refuse_older_format(lines, source)
     if not any(_SERVER_MARKS.search(ln) for ln in lines):
         raise InputError(f"{source}: not a llama-server log (no 'srv ...:' or 'slot ...: id N | task N |' line); "
@@ -511,190 +513,6 @@ def _finish(t: _Task, srv: _Server, instance: int | None) -> TaskPrefill:
         checkpoints_restored=restored if trace else None, full_reprocess=t.full if trace else None,
         checkpoints_erased=tuple(t.erased), prompt_ms=t.prompt_eval[0] if t.prompt_eval else None,
         prompt_tps=t.prompt_eval[2] if t.prompt_eval else None, instance=instance)
-
-
-# ---------------------------------------------------------------------------------------------
-# Which message of the session each break fell on
-
-
-@dataclass(frozen=True)
-class BreakPlace:
-    """A position of a task's prompt (`what`: 'break', 'checkpoint' or 'restored') and the message
-    it fell on: at its start (within its delimiter, before its content) or inside it."""
-
-    what: str
-    pos: int
-    message: int | None
-    role: str | None
-    at_start: bool
-    span_role: str | None = None  # the role of tmplkit's span there (a tool result inside a user turn: 'tool')
-
-    def describe(self) -> str:
-        if self.message is None:
-            return f"{self.what} at {self.pos}: before the first message"
-        where = "the start of" if self.at_start else "inside"
-        role = self.role if self.role != "tool" else "tool result"
-        return f"{self.what} at {self.pos}: {where} message {self.message} ({role})"
-
-    def to_dict(self) -> dict:
-        return {"what": self.what, "pos": self.pos, "message": self.message, "role": self.role,
-                "at_start": self.at_start, "span_role": self.span_role}
-
-
-@dataclass(frozen=True)
-class TaskLocation:
-    """Where a task's breaks fell in the session: the request it was (`request`, its
-    `n_messages`), whether the tokens matched the log's prompt length, and each place."""
-
-    task: int
-    request: int | None
-    n_messages: int | None
-    tokens_match: bool
-    places: tuple[BreakPlace, ...]
-
-    def counts(self) -> dict[str, int]:
-        """Early batch ends at message starts, by the role of the message."""
-        out: dict[str, int] = {}
-        for p in self.places:
-            if p.what == "break" and p.at_start and p.role:
-                out[p.role] = out.get(p.role, 0) + 1
-        return out
-
-    def to_dict(self) -> dict:
-        return {"task": self.task, "request": self.request, "n_messages": self.n_messages,
-                "tokens_match": self.tokens_match, "breaks_at_message_starts": self.counts(),
-                "places": [p.to_dict() for p in self.places]}
-
-
-def locate_breaks(log: ServerLog, template, session, tokenizer, *, analysis=None) -> ServerLog:
-    """`log` with, for each task, the session request it was and the message each early batch
-    end, checkpoint and restore fell on (`ServerLog.locations`).
-
-    `session` is what the client sent (a `Session`, a conversation file or parsed JSON); request k
-    is its render up to where the model speaks (`tmplkit.turns.session_requests`), tokenized as
-    llama-server tokenizes a prompt (with the vocabulary's BOS). A task is matched to the first
-    request (from the last one matched on) whose token count is its prompt length; when none
-    matches, its places are read on the longest request (`tokens_match` False: approximate).
-    """
-    from ..delimiters import split_text
-    from ..session import Session, messages_for, session_from_json
-    from ..session.requests import session_requests
-
-    if not isinstance(session, Session):
-        session = session_from_json(session) if not isinstance(session, str) else _load_session(session)
-    if analysis is None:
-        from ..analysis import analyze
-
-        analysis = analyze(template)
-    if not analysis.delimiters:
-        raise InputError(f"template '{getattr(template, 'name', '')}': tmplkit derives no delimiters for it, so "
-                         "messages cannot be told apart in its render")
-    requests = session_requests(session, template)
-    messages = messages_for(template, session.messages)
-    cache: dict[int, tuple] = {}
-
-    def prepared(k: int):
-        if k not in cache:
-            text = requests[k].text
-            ids, offsets = tokenizer.tokenize_with_offsets(text)
-            bos = len(tokenizer.tokenize(text, add_bos=True)) - len(ids)  # the server's add_special
-            cache[k] = (text, len(ids) + bos, bos, offsets, split_text(text, analysis.delimiters))
-        return cache[k]
-
-    out = []
-    next_k = 0
-    for task in log.tasks:
-        k_found = None
-        if task.n_prompt is not None:
-            for k in range(next_k, len(requests)):
-                if prepared(k)[1] == task.n_prompt:
-                    k_found = k
-                    break
-        k = k_found if k_found is not None else len(requests) - 1
-        if k_found is not None:
-            next_k = k_found + 1
-        text, n, bos, offsets, spans = prepared(k)
-        n_msgs = requests[k].n_messages
-        owners = _span_owners(text, spans, messages[:n_msgs])
-        places = []
-        wanted = [("break", p) for p in task.early_ends] + [("checkpoint", p) for p in task.checkpoints_created or ()] + \
-                 [("restored", p) for p in task.checkpoints_restored or ()]
-        for what, pos in wanted:
-            places.append(_place(what, pos, bos, offsets, spans, owners, messages))
-        out.append(TaskLocation(task.task, k, n_msgs, k_found is not None, tuple(places)))
-    return replace(log, locations=tuple(out))
-
-
-def _load_session(path: str):
-    from ..session import load_session
-
-    return load_session(path)
-
-
-def _span_owners(text: str, spans, messages) -> list[int | None]:
-    """The message each span holds: the first message whose content is found in it (contents
-    looked for in message order, each after the last found)."""
-    import bisect
-
-    starts = [s.start for s in spans]
-    owner: list[int | None] = [None] * len(spans)
-    at = 0
-    for i, m in enumerate(messages):
-        needle = _needle(m)
-        if not needle:
-            continue
-        found = text.find(needle, at)
-        if found < 0:
-            continue
-        at = found + len(needle)
-        k = bisect.bisect_right(starts, found) - 1
-        if k >= 0 and owner[k] is None:
-            owner[k] = i
-    # a span with no content of its own (an empty assistant turn) belongs to the message before it
-    last = None
-    for k in range(len(owner)):
-        if owner[k] is None:
-            owner[k] = last
-        last = owner[k]
-    return owner
-
-
-def _needle(message) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    if isinstance(content, str) and content.strip():
-        return content.strip()[:200]
-    for tc in message.get("tool_calls") or ():
-        name = (tc.get("function") or {}).get("name")
-        if name:
-            return name
-    return ""
-
-
-def _place(what: str, pos: int, bos: int, offsets, spans, owners, messages) -> BreakPlace:
-    import bisect
-
-    i = pos - bos
-    if i < 0 or not offsets:
-        return BreakPlace(what, pos, None, None, False)
-    c = offsets[min(i, len(offsets) - 1)][0] if i < len(offsets) else offsets[-1][1]
-    starts = [s.start for s in spans]
-    k = bisect.bisect_right(starts, c) - 1
-    if k < 0:
-        # within the first delimiter's opening tokens (a token may begin before it)
-        if spans and i + 1 < len(offsets) and offsets[i][1] > spans[0].start:
-            k = 0
-        else:
-            return BreakPlace(what, pos, None, None, False)
-    span = spans[k]
-    # a break at a span's opening: its token starts the span, or is the last one before it
-    at_start = c == span.start or (k + 1 < len(spans) and i < len(offsets) and offsets[i][1] > spans[k + 1].start)
-    if at_start and k + 1 < len(spans) and c != span.start:
-        span, k = spans[k + 1], k + 1
-    msg = owners[k] if k < len(owners) else None
-    role = messages[msg]["role"] if msg is not None else None
-    return BreakPlace(what, pos, msg, role, bool(at_start), span.role)
 
 
 # ---------------------------------------------------------------------------------------------
