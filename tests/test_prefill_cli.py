@@ -34,7 +34,8 @@ def session_file(tmp_path_factory):
 
 def test_prefill_compares_policies_and_writes_json_and_plot(model, session_file, tmp_path, capsys):
     out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
-    rc = main(["prefill", model, session_file, "--repeat", "2", "--json", str(out_json), "--plot", str(out_png), *FAST])
+    rc = main(["prefill", model, "--session", session_file, "--repeat", "2", "--report", f"json:{out_json}", "--plot", str(out_png),
+               *FAST])
     out = capsys.readouterr().out
     assert rc == 0
     # every registered policy (the registry is the CLI's list)
@@ -60,7 +61,7 @@ def test_library_twin_gives_the_same_structure(model, session_file):
 
 def _fails(args, capsys, tmp_path, match):
     out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
-    rc = main([*args[:3], *FAST, *args[3:], "--json", str(out_json), "--plot", str(out_png)])
+    rc = main([*args[:2], "--session", *args[2:3], *FAST, *args[3:], "--report", f"json:{out_json}", "--plot", str(out_png)])
     err = capsys.readouterr().err
     assert rc == 2
     assert err.startswith("tmplkit: error: ") and err.count("\n") == 1 and match in err, err
@@ -106,8 +107,8 @@ def test_unwritable_output_is_refused_before_the_run(model, session_file, tmp_pa
         raise AssertionError("the run started before the output path was checked")
 
     monkeypatch.setattr(tmplkit.prefill, "compare_policies", no_run)
-    for flag, name in (("--json", "r.json"), ("--plot", "r.png")):
-        rc = main(["prefill", model, session_file, *FAST, flag, str(tmp_path / "missing" / name)])
+    for flag, value in (("--report", f"json:{tmp_path / 'missing' / 'r.json'}"), ("--plot", str(tmp_path / "missing" / "r.png"))):
+        rc = main(["prefill", model, "--session", session_file, *FAST, flag, value])
         err = capsys.readouterr().err
         assert rc == 2 and err.startswith("tmplkit: error: ") and err.count("\n") == 1 and "missing" in err, err
     assert list(tmp_path.iterdir()) == []

@@ -7,6 +7,7 @@ import importlib.util
 import sys
 
 from ..environment import no_color, terminal_is_dumb
+from ._terminal import ProgressLine
 
 
 def load_templates(sources_: list[str], name: str | None = None):
@@ -40,22 +41,18 @@ def add_name(parser, many: bool = False) -> None:
 
 
 def progress_printer(enabled: bool):
-    """A progress callback for the audit on stderr, or None. Where the terminal cannot move the
-    cursor (TERM=dumb) each step is a line of its own; elsewhere one line is rewritten."""
+    """A progress callback for the audit on stderr (`ProgressLine`: a line per template on a dumb
+    terminal, one line rewritten elsewhere, the last kept), or None."""
     if not enabled:
         return None
-    rewrite = not terminal_is_dumb()
+    line = ProgressLine(True, keep=True)
 
     def report(done: int, total: int, analysis) -> None:
-        print(progress_text(done, total, analysis.name, rewrite=rewrite), end="\n" if done == total or not rewrite else "",
-              file=sys.stderr, flush=True)
+        line.step(done, total, analysis.name)
+        if done == total:
+            line.close()
 
     return report
-
-
-def progress_text(done: int, total: int, name: str, *, rewrite: bool) -> str:
-    """'[done/total] name', with the escapes that clear the line before it when `rewrite`."""
-    return ("\r\x1b[2K" if rewrite else "") + f"[{done}/{total}] {name[:60]}"
 
 
 def emit(text: str, output: str | None) -> None:

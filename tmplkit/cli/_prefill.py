@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
-from ..environment import terminal_is_dumb
 from ._common import (
     add_format,
     add_llama_options,
@@ -21,6 +18,7 @@ from ._common import (
     session_of,
 )
 from ._limits import check_template_isolated
+from ._terminal import ProgressLine, wanted
 
 
 def add_prefill(sub) -> None:
@@ -47,7 +45,6 @@ def add_prefill(sub) -> None:
 def _cmd_prefill(args) -> int:
     require_extra("llama", "tmplkit prefill")  # before any work
     from ..prefill import compare_policies
-    from ..prefill.compare import TerminalProgress
     from ..prefill.models import resolve_model
     from ..prefill.plot import plot_comparison, require_matplotlib
     from ..prefill.report import check_writable
@@ -62,7 +59,8 @@ def _cmd_prefill(args) -> int:
     at_least(args.repeat, 1, "--repeat")
     settings = prefill_settings(args)
     # A bar redrawn in place: a terminal only, and not a dumb one (TERM=dumb, CI logs).
-    bar = TerminalProgress(sys.stderr, args.repeat) if sys.stderr.isatty() and not terminal_is_dumb() else None
+    line = ProgressLine(wanted(), steps=False)
+    bar = _token_bar(line, args.repeat) if line.on else None
     try:
         model = resolve_model(args.model)
         template = model_template(args, model)
@@ -70,11 +68,20 @@ def _cmd_prefill(args) -> int:
         comp = compare_policies(model, args.session, template=template, policies=args.policy,
                                 repeat=args.repeat, settings=settings, progress=bar)
     finally:
-        if bar is not None:
-            bar.close()
+        line.close()
     for fmt, path in reports:
         emit_result(comp, fmt, path)
     if args.plot:
         plot_comparison(comp, args.plot)
     emit_result(comp, args.format, args.output)
     return 0
+
+
+def _token_bar(line: ProgressLine, repeat: int, width: int = 30):
+    """The runner's progress callback: policy, repeat, and tokens done as a bar on `line`."""
+
+    def show(policy: str, k: int, done: int, total: int) -> None:
+        fill = int((done / total if total else 1.0) * width)
+        line.show(f"{policy:>16} {k + 1}/{repeat} [{'#' * fill}{'-' * (width - fill)}] {done}/{total} tokens")
+
+    return show

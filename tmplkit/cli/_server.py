@@ -7,7 +7,6 @@ llama-server log as a user has it.
 
 from __future__ import annotations
 
-from ..environment import terminal_is_dumb
 from ._common import add_format, add_name, add_output, add_session_option, add_template_option, add_tokenizer
 
 
@@ -70,14 +69,14 @@ def _raw():
 def _cmd_delimiters(args) -> int:
     import json
     import os
-    import sys
 
     from ..errors import InputError
     from ..server.delimiter_comparison import ComparisonReport, compare_delimiters, format_comparison_table
     from ..server.delimiters import server_delimiters
     from ..server.process import BUILD_HINT, llama_server_binary
     from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION
-    from ._common import emit, format_of, load_templates, progress_text, require_extra, verbosity
+    from ._common import emit, format_of, load_templates, require_extra, verbosity
+    from ._terminal import ProgressLine, wanted
 
     format_of(args)  # an old --format name, noted before the work
     binary = args.server or llama_server_binary()
@@ -95,16 +94,12 @@ def _cmd_delimiters(args) -> int:
     templates = load_templates(args.sources, args.name)
     analyses = analyze_isolated(templates, jobs=1)  # untrusted: analyzed in workers under the audit's limits
     rows = []
-    progress = verbosity(args) >= 0 and sys.stderr.isatty()
-    rewrite = not terminal_is_dumb()
+    line = ProgressLine(wanted(verbosity(args) < 0), keep=True)
     for i, (t, a) in enumerate(zip(templates, analyses), 1):
-        if progress:
-            print(progress_text(i, len(templates), t.name, rewrite=rewrite), end="" if rewrite else "\n",
-                  file=sys.stderr, flush=True)
+        line.step(i, len(templates), t.name)
         d = server_delimiters(t, binary, args.model, analysis=a, log_dir=args.log_dir)
         rows.append(compare_delimiters(d, a))
-    if progress and rewrite:
-        print(file=sys.stderr)
+    line.close()
     version = LLAMA_CPP_PYTHON_VERSION if not args.server else f"unknown ({args.server})"
     report = ComparisonReport(tuple(rows), version)
     if args.format == "json":

@@ -5,10 +5,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-import time
 
-from ..environment import terminal_is_dumb
 from ._common import add_format, add_name, add_output, add_tokenizer, deprecated
+from ._terminal import ProgressLine, wanted
 
 
 def add_turns(sub) -> None:
@@ -121,20 +120,15 @@ def _auto_tokenizer(template):
 
 @contextlib.contextmanager
 def _progress(name: str):
-    """A progress line on a terminal's stderr (none when redirected or TERM=dumb), cleared at the end;
+    """The progress line on a terminal's stderr (none when redirected or TERM=dumb), erased at the end;
     redrawn at most ten times a second, since a long session has thousands of requests."""
-    if not sys.stderr.isatty() or terminal_is_dumb():
+    line = ProgressLine(wanted(), interval=0.1, steps=False)
+    if not line.on:
         yield None
         return
-    last = [0.0]
 
     def show(stage: str, done: int, total: int) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 0.1 or done == total:
-            last[0] = now
-            print(f"\r\x1b[2K{name[:50]}: {stage} {done}/{total}", end="", file=sys.stderr, flush=True)
+        line.show(f"{name[:50]}: {stage} {done}/{total}", final=done == total)
 
-    try:
+    with line:
         yield show
-    finally:
-        print("\r\x1b[2K", end="", file=sys.stderr, flush=True)

@@ -83,23 +83,3 @@ def compare_policies(model: str | os.PathLike, session: Session | str | os.PathL
             results=tuple(PolicyResult(n, tuple(reports[n])) for n in names),
             delimiters=tuple(d.to_dict() for d in prompt.delimiters),
         )
-
-
-class TerminalProgress:
-    """A one-line progress bar on stderr: policy, repeat, tokens done."""
-
-    def __init__(self, stream, repeat: int, width: int = 30):
-        self.stream = stream
-        self.repeat = repeat
-        self.width = width
-
-    def __call__(self, policy: str, k: int, done: int, total: int) -> None:
-        frac = done / total if total else 1.0
-        fill = int(frac * self.width)
-        bar = "#" * fill + "-" * (self.width - fill)
-        self.stream.write(f"\r{policy:>16} {k + 1}/{self.repeat} [{bar}] {done}/{total} tokens")
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.stream.write("\r" + " " * (self.width + 60) + "\r")
-        self.stream.flush()
