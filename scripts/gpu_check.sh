@@ -33,7 +33,7 @@ log() { echo "gpu_check: $*" >&2; }
 die() { echo "gpu_check: $*" >&2; exit 2; }
 
 version_of() {  # the pinned llama-cpp-python version and sha256, from tmplkit/sources/corpus.py
-    sed -n "s/^LLAMA_CPP_PYTHON_$1 = \"\(.*\)\"$/\1/p" "$here/tmplkit/corpus.py"
+    sed -n "s/^LLAMA_CPP_PYTHON_$1 = \"\(.*\)\"$/\1/p" "$here/tmplkit/sources/corpus.py"
 }
 VERSION="$(version_of VERSION)"
 SHA256="$(version_of SHA256)"
