@@ -22,7 +22,10 @@ def add_turns(sub) -> None:
     p.add_argument("--tokenizer", metavar="PATH", help="compare token ids and count tokens recomputed: a .gguf, "
                                                        "tokenizer.json, vocab:NAME or hf:org/name")
     p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request")
-    p.add_argument("--memory", default="swa:512", help="the checkpointing model's memory: swa:N, recurrent (default swa:512)")
+    p.add_argument("--memory", help="the checkpointing model's memory: swa:N, recurrent (default: --model's, else swa:512)")
+    p.add_argument("--model", metavar="MODEL", help="take the memory from this model's GGUF metadata (full, a sliding "
+                                                    "window, recurrent or hybrid): a .gguf, `gemma`, `tiny:VOCAB` or "
+                                                    "`tiny:VOCAB-hybrid`")
     p.add_argument("--server-delimiters", metavar="FILE",
                    help="llama-server's delimiter lists from a saved `tmplkit server delimiters --format json` (its "
                         "specialized handlers' hard-coded lists, its autoparser's logged starts, or none) for the "
@@ -37,11 +40,11 @@ def add_turns(sub) -> None:
 
 def _cmd_turns(args) -> int:
     from ..session import generate_session, load_session
-    from ..turns import MemoryModel, study_turns
+    from ..turns import study_turns
     from ..turns.formats import format_turns
     from ._common import emit, load_templates, positive, require_tokenizers
 
-    memory = MemoryModel.parse(args.memory)  # refuse a bad option before any work
+    memory = _memory(args)  # refuse a bad option before any work
     server = None
     if args.server_delimiters:
         from ..server_rules import load_server_delimiters
@@ -72,6 +75,22 @@ def _cmd_turns(args) -> int:
     for r in failed:
         print(f"tmplkit: error: {r.template}: cannot render the session: {r.error}", file=sys.stderr)
     return 2 if failed else 0
+
+
+def _memory(args):
+    """--memory as given, else --model's memory (said on stderr), else Gemma 3's window of 512."""
+    from ..errors import InputError
+    from ..turns import MemoryModel
+
+    if args.memory and args.model:
+        raise InputError("give --memory or --model, not both (--model reads the memory from the model)")
+    if args.model:
+        from ..turns.model_memory import describe_memory, memory_of_model
+
+        memory, found = memory_of_model(args.model)
+        print(f"tmplkit: memory of {args.model}: {describe_memory(found)}", file=sys.stderr)
+        return memory
+    return MemoryModel.parse(args.memory or "swa:512")
 
 
 @contextlib.contextmanager
