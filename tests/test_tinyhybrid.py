@@ -4,6 +4,7 @@ corpus vocabulary, and the memory kind a model's GGUF gives the turns study."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -90,7 +91,8 @@ def test_hybrid_loads_reports_hybrid_and_replay_equals_prediction():
     from tmplkit.session import generate_session
     from tmplkit.sources import load_one
 
-    with PrefillRunner(tiny_hybrid_path("qwen35"), n_ctx=8192, n_threads=1, poll=None) as r:
+    ngl = int(os.environ.get("TMPLKIT_TEST_GPU_LAYERS", "0"))  # scripts/gpu_check.sh offloads every layer
+    with PrefillRunner(tiny_hybrid_path("qwen35"), n_ctx=8192, n_threads=1, poll=None, n_gpu_layers=ngl) as r:
         assert r.info.is_hybrid and not r.info.is_recurrent and r.info.n_swa == 0
         assert not r.info.can_roll_back and r.checkpointing
         assert r.tokenize("<|im_start|>user") == [151644, 872]
