@@ -30,6 +30,8 @@ def add_turns(sub) -> None:
                    help="llama-server's delimiter lists from a saved `tmplkit server delimiters --format json` (its "
                         "specialized handlers' hard-coded lists, its autoparser's logged starts, or none) for the "
                         "llama-server setting; default: the two ChatML or Gemma delimiters only")
+    p.add_argument("--template-kwargs", metavar="JSON", help="variables every render gets, a JSON object, e.g. "
+                                                             "'{\"preserve_thinking\": true}' (default: none)")
     p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per template: study the requests rendered within SECONDS and say where it stopped (default: no limit)")
@@ -45,6 +47,7 @@ def _cmd_turns(args) -> int:
     from ._common import emit, load_templates, positive, require_tokenizers
 
     memory = _memory(args)  # refuse a bad option before any work
+    kwargs = _template_kwargs(args.template_kwargs)
     server = None
     if args.server_delimiters:
         from ..server_rules import load_server_delimiters
@@ -63,7 +66,7 @@ def _cmd_turns(args) -> int:
     reports = []
     for t in templates:
         with _progress(t.name) as progress:
-            reports.append(study_turns(t, session, tokenizer=tokenizer, add_bos=args.add_bos, memory=memory,
+            reports.append(study_turns(t, session, tokenizer=tokenizer, add_bos=args.add_bos, memory=memory, kwargs=kwargs,
                                        switches=not args.no_switches, timeout=timeout, progress=progress,
                                        server=server))
     failed = [r for r in reports if r.error]
@@ -75,6 +78,23 @@ def _cmd_turns(args) -> int:
     for r in failed:
         print(f"tmplkit: error: {r.template}: cannot render the session: {r.error}", file=sys.stderr)
     return 2 if failed else 0
+
+
+def _template_kwargs(text: str | None) -> dict | None:
+    """--template-kwargs as a dict; InputError for anything but a JSON object."""
+    import json
+
+    from ..errors import InputError
+
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"--template-kwargs: not JSON ({exc}); give an object, e.g. '{{\"preserve_thinking\": true}}'") from None
+    if not isinstance(value, dict):
+        raise InputError("--template-kwargs: give a JSON object, e.g. '{\"preserve_thinking\": true}'")
+    return value
 
 
 def _memory(args):
