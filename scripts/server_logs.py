@@ -7,8 +7,9 @@ for `tmplkit server log` in docs/llama-server.md; fixtures/server-logs/README.md
 
 The server runs as a user runs it: its defaults for batches and checkpoints (-b 2048, -ub 512,
 --ctx-checkpoints 32, --checkpoint-min-step 8192), one slot, on the tiny Qwen3.5-vocab model
-(sliding-window attention: it needs checkpoints) with its Qwen3.5 template (tool results inside
-user turns). Build 0.3.33 first with `bash scripts/build_llama_server.sh 0.3.33`.
+(sliding-window attention: it needs checkpoints; `--model tiny:qwen35-hybrid`: the hybrid, whose
+recurrent state needs them too) with its Qwen3.5 template (tool results inside user turns;
+another with `--server-arg=--chat-template-file --server-arg=FILE`). Build 0.3.33 first with `bash scripts/build_llama_server.sh 0.3.33`.
 
 `--fixture` writes a trimmed copy: the start lines the reader reads and the lines of the tasks
 chosen with `--tasks` (default: the first, the longest, and the first that restored a
@@ -50,9 +51,12 @@ def main(argv=None) -> int:
     ap.add_argument("--tasks", help="task ids for the fixture, comma-separated")
     ap.add_argument("--server-arg", action="append", default=[], help="one more llama-server argument (repeatable)")
     ap.add_argument("--reuse", action="store_true", help="read the log already at -o instead of running the server")
+    ap.add_argument("--model", default="tiny:qwen35", help="the model: a GGUF or a shortcut (default tiny:qwen35, "
+                                                           "sliding window; tiny:qwen35-hybrid: recurrent + full attention)")
     args = ap.parse_args(argv)
 
-    from tmplkit.prefill import generate_session, tiny_model_path
+    from tmplkit.prefill import generate_session
+    from tmplkit.prefill.models import resolve_model
     from tmplkit.server_session import drive_session
 
     version, _ = server_pin(args.version)
@@ -63,7 +67,7 @@ def main(argv=None) -> int:
     session = generate_session(args.tokens, seed=args.seed, style="agent")
     served: tuple = ()
     if not args.reuse:
-        model = tiny_model_path("qwen35")
+        model = resolve_model(args.model)
         server_args = ["--jinja", "-c", "65536", "-np", "1", "-t", "2", "-tb", "2", "--no-warmup", "--cache-ram", "0",
                        "-lv", str(args.verbosity), *args.server_arg]
         with LlamaServer(binary, model, server_args, log=Path(args.output)) as server:
