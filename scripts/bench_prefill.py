@@ -543,7 +543,9 @@ def suspect_lines(sec: dict) -> list[str]:
 
 def bench_given(args, settings, repeat, server_bin, outdir, t0) -> int:
     """The policies (and with --diagnose the suspects) on a session or prompt text of the user's."""
-    model = Path(args.model) if args.model else corpus.gemma_model_path()
+    from tmplkit.prefill.models import resolve_model
+
+    model = resolve_model(args.model) if args.model else corpus.gemma_model_path()  # a path or a shortcut (tiny:qwen35-hybrid)
     if args.template:
         template = load_one(args.template)
     elif model == corpus.gemma_model_path():
@@ -604,7 +606,8 @@ def main(argv=None) -> int:
     src.add_argument("--prompt", metavar="FILE", help="a prompt text already rendered (spans from --template's delimiters)")
     g.add_argument("--template", metavar="SOURCE", help=f"its chat template (default: {GEMMA_TEMPLATE} on the Gemma model, "
                    "else the model's own)")
-    g.add_argument("--model", metavar="FILE.gguf", help="the model (default: Gemma 3 270M Q4_K_M from the corpus)")
+    g.add_argument("--model", metavar="FILE.gguf", help="the model, a GGUF or a shortcut such as tiny:qwen35-hybrid "
+                   "(default: Gemma 3 270M Q4_K_M from the corpus)")
     g.add_argument("--diagnose", action="store_true", help="add the variants that take one suspect at a time out of gated")
     g.add_argument("--variants", metavar="LABELS", help="run only these variants (comma-separated labels)")
     g.add_argument("--suspects", action="store_true",

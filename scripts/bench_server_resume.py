@@ -4,11 +4,13 @@
     python scripts/bench_server_resume.py                      # the templates below, writes scripts/results/server-resume.json
     python scripts/bench_server_resume.py --templates Qwen3.5-4B --tokens 4000
     python scripts/bench_server_resume.py --ratios         # a 30k-token session, three ways, into the same JSON
+    python scripts/bench_server_resume.py --model hybrid   # the tiny qwen35 hybrid, HYBRID_TEMPLATES, server-resume-hybrid.json
 
 For each template: the pinned llama-server (scripts/build_llama_server.sh) started with the
 template as its chat template, on the tiny random-weight model of the template's corpus vocabulary
-(qwen35 when it has none). tmplkit builds no hybrid or recurrent tiny model: the tiny model is
-gemma3-shaped with a sliding window of 512, which needs checkpoints just the same. One generated
+(qwen35 when it has none): gemma3-shaped with a sliding window of 512, or with `--model hybrid`
+the qwen35 hybrid (recurrent gated-delta-net layers and full attention, `tinyhybrid`), whose
+recurrent state cannot roll back at all: both need checkpoints. One generated
 agent session (`--tokens`, seed `--seed`) is sent request by request through /v1/chat/completions
 (`tmplkit.drive_session`, max_tokens 1), and each request is predicted by the turns study's
 llama-server setting over the server's own render (`tmplkit.server.resume.check_resume`): the
@@ -55,6 +57,35 @@ TEMPLATES = (
 
 RATIO_TEMPLATES = ("Qwen3.5-4B", "Qwen-Qwen3-0.6B", "MiMo-VL", "HuggingFaceTB-SmolLM3-3B")
 
+# --model hybrid: the same classes on the tiny qwen35 hybrid (recurrent + full attention), with the
+# Qwen3.5/3.6-family templates of the Hub corpus's development half among them (Qwen3.5-4B drops
+# earlier reasoning at a new user message).
+HYBRID_TEMPLATES = (
+    "Qwen3.5-4B", "Qwen-Qwen3.5-0.8B", "XMB480-Qwen3.6-fixed-tool-calling",
+    "lordx64-Qwen3.6-35B-A3B-Claude-4.7-Opus-Reasoning-Distilled", "Qwen-Qwen3-0.6B", "HuggingFaceTB-SmolLM3-3B",
+    "ibm-granite-granite-4.0", "deepseek-ai-DeepSeek-V3.1", "microsoft-Phi-3.5-mini-instruct", "MiMo-VL",
+    "Apertus-8B-Instruct", "LFM2-8B-A1B",
+)
+
+
+def template_path(name: str) -> Path:
+    """A llama.cpp corpus template, else one of the Hub corpus's development half (only those)."""
+    path = corpus.templates_dir() / f"{name}.jinja"
+    if path.is_file() or name not in corpus.hub_dev_names():
+        return path
+    return corpus.hub_templates_dir() / f"{name}.jinja"
+
+
+def tiny_model(vocab: str, kind: str):
+    """The tiny model of `vocab` with its own template (the server is given the template): the
+    sliding-window gemma3 one, or the qwen35 hybrid; and its memory for the prediction."""
+    from tmplkit.prefill import tiny_hybrid_path, tiny_model_path
+    from tmplkit.turns import MemoryModel
+
+    if kind == "hybrid":
+        return tiny_hybrid_path(vocab, None), MemoryModel("recurrent")
+    return tiny_model_path(vocab, None), None
+
 
 def _server_args(settings, template, extra=()) -> list[str]:
     from tmplkit.server.resume import server_settings_args
@@ -63,28 +94,32 @@ def _server_args(settings, template, extra=()) -> list[str]:
             *server_settings_args(settings), "-lv", "4", "--chat-template-file", str(template.source), *extra]
 
 
-def run_one(binary, name: str, session, settings, classes: dict, known: dict, log_dir: Path) -> dict:
-    from tmplkit.prefill import tiny_model_path
+def run_one(binary, name: str, session, settings, classes: dict, known: dict, log_dir: Path, kind: str = "tiny") -> dict:
     from tmplkit.server.process import LlamaServer
     from tmplkit.server.resume import check_resume
     from tmplkit.server_rules import server_delimiter_list
     from tmplkit.tokens.roundtrip import vocab_for_template
     from tmplkit.tokens.tokenizers import LlamaCppTokenizer
 
-    template = load_one(str(corpus.templates_dir() / f"{name}.jinja"))
+    template = load_one(str(template_path(name)))
     vocab = vocab_for_template(name) or "qwen35"
-    model = tiny_model_path(vocab, None)
+    model, memory = tiny_model(vocab, kind)
     delims = server_delimiter_list(template, known)
     args = _server_args(settings, template)
     tok = LlamaCppTokenizer(model)
     t0 = time.perf_counter()
     try:
         with LlamaServer(binary, model, args, log=log_dir / f"{name}.log", startup_s=120) as server:
-            check = check_resume(server, template, session, tokenizer=tok, delimiters=delims, settings=settings)
+            check = check_resume(server, template, session, tokenizer=tok, delimiters=delims, settings=settings,
+                                 memory=memory)
+            memory_lines = [line.strip() for line in server.log_text().splitlines()
+                            if "llama_memory_recurrent: size" in line or "llama_kv_cache: size" in line]
     finally:
         tok.close()
     out = check.to_dict()
-    out.update(vocab=vocab, verdicts=classes.get(name, []), seconds=round(time.perf_counter() - t0, 1))
+    out.update(vocab=vocab, verdicts=classes.get(name, []), seconds=round(time.perf_counter() - t0, 1),
+               model=Path(model).name, memory=(memory.to_dict() if memory else {"kind": "swa", "n_swa": 512}),
+               server_memory=memory_lines)  # the server's own account: a KV cache and recurrent states for a hybrid
     return out
 
 
@@ -154,21 +189,32 @@ def main() -> int:
                    help="the verdicts per template on the family vocabularies")
     p.add_argument("--ratios", action="store_true", help="the 30k-token comparison instead (module doc)")
     p.add_argument("--ratio-tokens", type=int, default=40000, help="--ratios: the generator's target (about 31k tokens)")
-    p.add_argument("--json", default=str(ROOT / "scripts" / "results" / "server-resume.json"))
+    p.add_argument("--model", choices=("tiny", "hybrid"), default="tiny",
+                   help="the tiny sliding-window model (default), or the tiny qwen35 hybrid (HYBRID_TEMPLATES by default, "
+                        "JSON in scripts/results/server-resume-hybrid.json)")
+    p.add_argument("--hub-server-delimiters", default=str(ROOT / "scripts" / "results" / "server-delimiters-hub.json"),
+                   help="the server's delimiter lists and verdicts for the Hub corpus's development half")
+    p.add_argument("--json", default=None, help="default scripts/results/server-resume.json (-hybrid.json with --model hybrid)")
     args = p.parse_args()
+    hybrid = args.model == "hybrid"
+    args.json = args.json or str(ROOT / "scripts" / "results" / f"server-resume{'-hybrid' if hybrid else ''}.json")
+    if hybrid and args.templates == ",".join(TEMPLATES):
+        args.templates = ",".join(HYBRID_TEMPLATES)
     binary = llama_server_binary()
     if binary is None:
         p.error("llama-server is not built: run `bash scripts/build_llama_server.sh`")
     names = [n for n in args.templates.split(",") if n]
     for n in names:
-        if not (corpus.templates_dir() / f"{n}.jinja").is_file():
-            p.error(f"--templates: no corpus template {n!r}")
+        if not template_path(n).is_file():
+            p.error(f"--templates: no corpus template {n!r} (nor one of the Hub corpus's development half)")
         if held_out(n):
             p.error(f"--templates: {n!r} is one of the corpus templates the figures leave out")
-    known = load_server_delimiters(args.server_delimiters)
+    known = {**load_server_delimiters(args.hub_server_delimiters), **load_server_delimiters(args.server_delimiters)}
     if args.ratios:
         return _ratios_main(args, binary, names if args.templates != ",".join(TEMPLATES) else list(RATIO_TEMPLATES), known)
-    classes = {r["template"]: r["verdicts"] for r in json.loads(Path(args.classes).read_text())["results"]}
+    classes = {r["template"]: [f"{v} (Hub run)" for v in r["verdicts"]]
+               for r in json.loads(Path(args.hub_server_delimiters).read_text())["results"]}
+    classes.update({r["template"]: r["verdicts"] for r in json.loads(Path(args.classes).read_text())["results"]})
     settings = PrefillSettings(n_ctx=32768, n_batch=args.batch, n_ubatch=args.ubatch, max_checkpoints=args.ctx_checkpoints,
                                checkpoint_min_step=args.checkpoint_min_step)
     session = generate_session(args.tokens, seed=args.seed, style="agent")
@@ -176,7 +222,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tmplkit-resume-") as tmp:
         for name in names:
             try:
-                row = run_one(binary, name, session, settings, classes, known, Path(tmp))
+                row = run_one(binary, name, session, settings, classes, known, Path(tmp), args.model)
             except Exception as exc:  # one template's failure is a row, not the end of the run
                 row = {"template": name, "error": f"{type(exc).__name__}: {exc}"[:300]}
             rows.append(row)
@@ -187,7 +233,8 @@ def main() -> int:
     print(_table(rows))
     result = {"session": {"seed": args.seed, "tokens": args.tokens},
               "settings": {"n_batch": args.batch, "n_ubatch": args.ubatch, "ctx_checkpoints": args.ctx_checkpoints,
-                           "checkpoint_min_step": args.checkpoint_min_step, "n_swa": 512},
+                           "checkpoint_min_step": args.checkpoint_min_step, "n_swa": 0 if hybrid else 512,
+                           "model": "tiny qwen35 hybrid (recurrent + full attention)" if hybrid else "tiny gemma3 (window 512)"},
               "equal": sum(1 for r in rows if r.get("equal")), "templates": len(rows), "rows": rows,
               "run": {"command": "python scripts/bench_server_resume.py " + " ".join(sys.argv[1:]), "cpu": cpu_model(),
                       "cores": os.cpu_count()}}

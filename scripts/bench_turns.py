@@ -5,6 +5,8 @@
     python scripts/bench_turns.py replay                 # the tiny Qwen3.5-vocab model and Gemma 3 270M
     python scripts/bench_turns.py replay --quick         # a short session, the tiny model only
     python scripts/bench_turns.py replay --models qwen   # one of the two models
+    python scripts/bench_turns.py replay --models hybrid --json scripts/results/turns-hybrid.json
+                                                         # the tiny qwen35 hybrid (recurrent + full attention)
     python scripts/bench_turns.py cold --models gemma    # the resumed session's first prefill, policies against none
     python scripts/bench_turns.py classes                # the corpus table's totals per class of the server's delimiters
 
@@ -63,9 +65,15 @@ def _tiny():
     return tiny_model_path(), corpus.templates_dir() / "Qwen3.5-4B.jinja", "agent"
 
 
+def _hybrid():
+    from tmplkit.prefill import tiny_hybrid_path
+
+    return tiny_hybrid_path(), corpus.templates_dir() / "Qwen3.5-4B.jinja", "agent"
+
+
 # label -> (model, template, session style); the Gemma GGUF carries no chat template: Gemma's turn
-# format from the corpus
-_MODELS = {"qwen": _tiny,
+# format from the corpus; "hybrid": the tiny qwen35 hybrid (recurrent + full attention)
+_MODELS = {"qwen": _tiny, "hybrid": _hybrid,
            "gemma": lambda: (corpus.gemma_model_path(), corpus.templates_dir() / "google-gemma-2-2b-it.jinja", "user-turns")}
 
 
@@ -322,7 +330,7 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=40000, help="the generator's target (a character estimate)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--models", default="qwen,gemma", help="replay: which of qwen (the tiny model), gemma")
+    p.add_argument("--models", default="qwen,gemma", help="replay: which of qwen (the tiny model), hybrid (the tiny hybrid), gemma")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--n-ctx", type=int, default=65536)
     p.add_argument("--repeats", type=int, default=3, help="cold: rounds")

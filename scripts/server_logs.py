@@ -7,8 +7,9 @@ for `tmplkit server log` in docs/llama-server.md; fixtures/server-logs/README.md
 
 The server runs as a user runs it: its defaults for batches and checkpoints (-b 2048, -ub 512,
 --ctx-checkpoints 32, --checkpoint-min-step 8192), one slot, on the tiny Qwen3.5-vocab model
-(sliding-window attention: it needs checkpoints) with its Qwen3.5 template (tool results inside
-user turns). Build 0.3.33 first with `bash scripts/build_llama_server.sh 0.3.33`.
+(sliding-window attention: it needs checkpoints; `--model tiny:qwen35-hybrid`: the hybrid, whose
+recurrent state needs them too) with its Qwen3.5 template (tool results inside user turns;
+another with `--server-arg=--chat-template-file --server-arg=FILE`). Build 0.3.33 first with `bash scripts/build_llama_server.sh 0.3.33`.
 
 `--router` runs llama-server as a router (`--models-dir`, no `-m`; the server options go to the
 server it spawns, whose lines it prints prefixed with its port): the log a router's user has.
@@ -58,9 +59,12 @@ def main(argv=None) -> int:
     ap.add_argument("--router", action="store_true", help="run llama-server as a router (--models-dir) that spawns the server")
     ap.add_argument("--cut-progress", type=int, metavar="N",
                     help="in the fixture, keep only the first and last N/2 prompt-progress lines of each task")
+    ap.add_argument("--model", default="tiny:qwen35", help="the model: a GGUF or a shortcut (default tiny:qwen35, "
+                                                           "sliding window; tiny:qwen35-hybrid: recurrent + full attention)")
     args = ap.parse_args(argv)
 
-    from tmplkit.prefill import generate_session, tiny_model_path
+    from tmplkit.prefill import generate_session
+    from tmplkit.prefill.models import resolve_model
     from tmplkit.server.chat_session import drive_session
 
     version, _ = server_pin(args.version)
@@ -71,7 +75,7 @@ def main(argv=None) -> int:
     session = generate_session(args.tokens, seed=args.seed, style="agent")
     served: tuple = ()
     if not args.reuse:
-        model = tiny_model_path("qwen35")
+        model = resolve_model(args.model)
         server_args = ["--jinja", "-c", "65536", "-np", "1", "-t", "2", "-tb", "2", "--no-warmup", "--cache-ram", "0",
                        "-lv", str(args.verbosity), *args.server_arg]
         extra = None

@@ -3,7 +3,7 @@ session sent request by request through /v1/chat/completions with what the log s
 
 Needs the llama-server binary scripts/build_llama_server.sh builds (or $TMPLKIT_LLAMA_SERVER),
 llama-cpp-python and the corpus (for the tiny models: gemma3, sliding window, so llama-server
-takes context checkpoints for them; tinymodel builds no hybrid or recurrent architecture).
+takes context checkpoints for them; the hybrid, tinyhybrid: test_server_resume_hybrid.py).
 """
 
 from __future__ import annotations

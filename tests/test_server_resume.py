@@ -2,7 +2,7 @@
 sent request by request through /v1/chat/completions, each request predicted from the server's
 render, its delimiter list and its rules, and the prediction equal to what its log says.
 
-On the tiny sliding-window model (gemma3-shaped, window 512; tmplkit builds no hybrid model), with
+On the tiny sliding-window model (gemma3-shaped, window 512; the hybrid: test_server_resume_hybrid.py), with
 few checkpoints kept (-ctxcp 6) and a small minimum step, so that eviction, restores and a full
 re-processing all happen. Needs the llama-server binary scripts/build_llama_server.sh builds.
 """

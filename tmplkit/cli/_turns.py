@@ -21,9 +21,12 @@ def add_turns(sub) -> None:
                                                      "tool results), or - (standard input); default: a generated agent session")
     add_tokenizer(p, what="compare token ids and count tokens recomputed with")
     p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request")
-    p.add_argument("--memory-model", dest="memory", default="swa:512", metavar="swa:N|recurrent",
-                   help="the checkpointing model's memory: swa:N, recurrent (default swa:512)")
+    p.add_argument("--memory-model", dest="memory", default=None, metavar="swa:N|recurrent",
+                   help="the checkpointing model's memory: swa:N, recurrent (default: --model's, else swa:512)")
     deprecated(p, "--memory", new="--memory-model (--memory is MiB of a worker in every command)", dest="memory")
+    p.add_argument("--model", metavar="MODEL", help="take the memory from this model's GGUF metadata (full, a sliding "
+                                                    "window, recurrent or hybrid): a .gguf, `gemma`, `tiny:VOCAB` or "
+                                                    "`tiny:VOCAB-hybrid`")
     p.add_argument("--server-delimiters", metavar="FILE",
                    help="llama-server's delimiter lists from a saved `tmplkit server delimiters --format json` (its "
                         "specialized handlers' hard-coded lists, its autoparser's logged starts, or none) for the "
@@ -31,6 +34,8 @@ def add_turns(sub) -> None:
     p.add_argument("--inputs", choices=("server", "transformers"), default="server",
                    help="messages as llama-server gives them (server: a null content as \"\", the default) or as "
                         "transformers' apply_chat_template does (transformers: null-valued keys dropped)")
+    p.add_argument("--template-kwargs", metavar="JSON", help="variables every render gets, a JSON object, e.g. "
+                                                             "'{\"preserve_thinking\": true}' (default: none)")
     p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per template: study the requests rendered within SECONDS and say where it stopped; the template "
@@ -42,11 +47,11 @@ def add_turns(sub) -> None:
 
 def _cmd_turns(args) -> int:
     from ..session import generate_session, load_session
-    from ..turns import MemoryModel
     from ..turns.formats import format_turns
     from ._common import emit, load_templates, positive, require_tokenizers
 
-    memory = MemoryModel.parse(args.memory)  # refuse a bad option before any work
+    memory = _memory(args)  # refuse a bad option before any work
+    kwargs = _template_kwargs(args.template_kwargs)
     server = None
     if args.server_delimiters:
         from ..server_rules import load_server_delimiters
@@ -68,7 +73,7 @@ def _cmd_turns(args) -> int:
         if args.tokenizer == "auto":
             tokenizer = _auto_tokenizer(t)
         options = {"tokenizer": tokenizer, "add_bos": args.add_bos, "memory": memory, "switches": not args.no_switches,
-                   "server": server, "inputs": args.inputs}
+                   "server": server, "inputs": args.inputs, "kwargs": kwargs}
         reports.append(_contained_study(t, session, timeout, options))
     failed = [r for r in reports if r.error]
     # The text report is for a person: a template that cannot render the session is an error line
@@ -116,6 +121,39 @@ def _auto_tokenizer(template):
     spec = tokenizer_spec("auto", template)
     require_tokenizers([spec], "tmplkit turns --tokenizer auto (" + str(spec) + ")")
     return portable_tokenizer(load_tokenizer(spec), spec)
+
+
+def _template_kwargs(text: str | None) -> dict | None:
+    """--template-kwargs as a dict; InputError for anything but a JSON object."""
+    import json
+
+    from ..errors import InputError
+
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"--template-kwargs: not JSON ({exc}); give an object, e.g. '{{\"preserve_thinking\": true}}'") from None
+    if not isinstance(value, dict):
+        raise InputError("--template-kwargs: give a JSON object, e.g. '{\"preserve_thinking\": true}'")
+    return value
+
+
+def _memory(args):
+    """--memory-model as given, else --model's memory (said on stderr), else Gemma 3's window of 512."""
+    from ..errors import InputError
+    from ..turns import MemoryModel
+
+    if args.memory and args.model:
+        raise InputError("give --memory-model or --model, not both (--model reads the memory from the model)")
+    if args.model:
+        from ..turns.model_memory import describe_memory, memory_of_model
+
+        memory, found = memory_of_model(args.model)
+        print(f"tmplkit: memory of {args.model}: {describe_memory(found)}", file=sys.stderr)
+        return memory
+    return MemoryModel.parse(args.memory or "swa:512")
 
 
 @contextlib.contextmanager

