@@ -207,11 +207,12 @@ def replay_bench(args) -> dict:
 
 def _interleaved(runners, session, template) -> dict:
     """Each setting on its own runner, request by request, the order rotated per request."""
+    from tmplkit.replay import memory_of
     from tmplkit.turns.cost import policy_for, session_cost
 
     lead = runners["tmplkit"]
     tokens, spans, ahead, every = _prepared(session, template, lead)
-    predicted = session_cost(tokens, spans, predicted=ahead, prefill=lead.settings)
+    predicted = session_cost(tokens, spans, predicted=ahead, prefill=lead.settings, memory=memory_of(lead))
     rows = {name: [] for name in REPLAYED}
     first_none = None
     for runner in runners.values():  # a warm-up, so no setting pays for the first decode of the process

@@ -22,7 +22,8 @@
 #
 # Budget: the CUDA build for one architecture takes most of the 10 minutes a run may take on 16
 # cores (GGML_CUDA_FA_ALL_QUANTS off, no tools, no tests); the tests and the benchmark take about
-# a minute on the GPU. Each step's seconds are in OUT/gpu_check.json.
+# a minute on the GPU, the hybrid comparison (the tiny qwen35 hybrid, 18k tokens, 3 rounds) about
+# another. Each step's seconds are in OUT/gpu_check.json.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -146,8 +147,8 @@ run() {
     "$py" -c "import llama_cpp, sys; print('llama_cpp', llama_cpp.__version__, 'GPU offload:', llama_cpp.llama_supports_gpu_offload())" >&2
 
     # the model tests, every layer offloaded (the tests read TMPLKIT_TEST_GPU_LAYERS)
-    local files=(tests/test_prefill_runner.py tests/test_prefill_cli.py tests/test_tinymodel.py)
-    [ "$quick" = 1 ] && files=(tests/test_tinymodel.py)
+    local files=(tests/test_prefill_runner.py tests/test_prefill_cli.py tests/test_tinymodel.py tests/test_tinyhybrid.py)
+    [ "$quick" = 1 ] && files=(tests/test_tinymodel.py tests/test_tinyhybrid.py)
     t0=$(date +%s)
     (cd "$here" && TMPLKIT_TEST_GPU_LAYERS="$ngl" "$py" -m pytest -q -p no:cacheprovider -m model \
         --junitxml "$out/tests.xml" "${files[@]}") > "$out/tests.log" 2>&1 || tests_rc=$?
@@ -164,16 +165,33 @@ run() {
     t_bench=$(( $(date +%s) - t0 ))
     tail -3 "$out/bench.log" >&2
 
+    # the hybrid comparison (issue 25213's shape on the tiny qwen35 hybrid): none, the regression's
+    # rule and the fix's on llama-server's two delimiters, tmplkit's policies, 3 paired rounds on the
+    # resumed agent session of scripts/results/prefill-session-hybrid.json (--quick: a short one)
+    local hsession="$here/scripts/results/prefill-session-hybrid.json" hybrid_rc=0 t_hybrid=0 hrounds=3
+    if [ "$quick" = 1 ]; then
+        hsession="$work/session-hybrid.json"
+        hrounds=1
+        (cd "$here" && "$py" -m tmplkit session generate --tokens 3000 --style agent -o "$hsession")
+    fi
+    t0=$(date +%s)
+    (cd "$here" && "$py" scripts/bench_prefill.py --no-server --n-gpu-layers "$ngl" --session "$hsession" \
+        --template "$corpus/templates/Qwen3.5-4B.jinja" --model tiny:qwen35-hybrid --rounds "$hrounds" \
+        --out "$out/prefill-hybrid-gpu.json") > "$out/bench-hybrid.log" 2>&1 || hybrid_rc=$?
+    t_hybrid=$(( $(date +%s) - t0 ))
+    tail -3 "$out/bench-hybrid.log" >&2
+
     "$py" - "$out/gpu_check.json" <<EOF
 import json, sys
 json.dump({"dry_run": bool($dry), "gpu": "$gpu", "cuda_arch": "$arch", "n_gpu_layers": $ngl,
            "llama_cpp_python": "$VERSION", "bench_sections": "$sections",
-           "seconds": {"build": $t_build, "tests": $t_tests, "bench": $t_bench},
-           "tests_exit_code": $tests_rc, "bench_exit_code": $bench_rc,
-           "files": ["tests.xml", "tests.log", "bench.log", "prefill-gpu.json"]}, open(sys.argv[1], "w"), indent=2)
+           "seconds": {"build": $t_build, "tests": $t_tests, "bench": $t_bench, "bench_hybrid": $t_hybrid},
+           "tests_exit_code": $tests_rc, "bench_exit_code": $bench_rc, "bench_hybrid_exit_code": $hybrid_rc,
+           "files": ["tests.xml", "tests.log", "bench.log", "prefill-gpu.json", "bench-hybrid.log",
+                     "prefill-hybrid-gpu.json"]}, open(sys.argv[1], "w"), indent=2)
 EOF
-    log "results in $out (tests exit $tests_rc, bench exit $bench_rc)"
-    [ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ]
+    log "results in $out (tests exit $tests_rc, bench exit $bench_rc, hybrid bench exit $hybrid_rc)"
+    [ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$hybrid_rc" = 0 ]
 }
 
 case "$cmd" in

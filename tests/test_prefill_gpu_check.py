@@ -25,6 +25,9 @@ def test_dry_run_tests_and_benchmarks_on_the_cpu(tmp_path):
     summary = json.loads((out / "gpu_check.json").read_text())
     assert summary["dry_run"] and summary["n_gpu_layers"] == 0
     assert summary["tests_exit_code"] == 0 and summary["bench_exit_code"] == 0
+    assert summary["bench_hybrid_exit_code"] == 0
+    hybrid = json.loads((out / "prefill-hybrid-gpu.json").read_text())["given"]
+    assert "qwen35-hybrid" in hybrid["model"] and hybrid["runs"]["every-user-start@server-spans"]
     assert 'failures="0"' in (out / "tests.xml").read_text()
     bench = json.loads((out / "prefill-gpu.json").read_text())
     assert "--n-gpu-layers 0" in bench["command"] and bench["qwen"]["runs"]["gated"]
