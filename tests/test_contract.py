@@ -67,14 +67,14 @@ def test_turns_reports_a_memory_bomb_as_an_error():
 
 
 def test_mask_stops_a_hostile_render_at_the_audit_time_limit(conversation, tiny_hf_folder):
-    proc = tmplkit("mask", str(conversation), "--template", str(HOSTILE / "filter_wordwrap_slow.jinja"),
+    proc = tmplkit("mask", str(HOSTILE / "filter_wordwrap_slow.jinja"), "--session", str(conversation),
                    "--tokenizer", str(tiny_hf_folder), "--format", "json")
     # (the worker is stopped at 10 s; where the one call ends sooner, the render's own 2 s limit tells it)
     one_line_error(proc, "took longer than")
 
 
 def test_spans_reports_a_memory_bomb_as_an_error(conversation, tiny_hf_folder):
-    proc = tmplkit("spans", str(conversation), "--template", str(HOSTILE / "bomb_concat_levels.jinja"),
+    proc = tmplkit("spans", str(HOSTILE / "bomb_concat_levels.jinja"), "--session", str(conversation),
                    "--tokenizer", str(tiny_hf_folder))
     one_line_error(proc, "memory")
 
@@ -103,7 +103,7 @@ def test_annotate_reports_a_memory_bomb_as_an_error(tmp_path):
 
 
 def test_mask_in_its_worker_gives_the_same_mask(conversation, tiny_hf_folder):
-    proc = tmplkit("mask", str(conversation), "--template", str(CHATML), "--tokenizer", str(tiny_hf_folder),
+    proc = tmplkit("mask", str(CHATML), "--session", str(conversation), "--tokenizer", str(tiny_hf_folder),
                    "--format", "json")
     assert proc.returncode == 0, proc.stderr
     from tmplkit.masks import assistant_mask
@@ -234,7 +234,7 @@ def test_unreadable_gguf_needs_no_extra(tmp_path, spec, monkeypatch):
 def test_unreadable_gguf_is_told_as_what_it_is(tmp_path, conversation):
     (tmp_path / "truncated.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 5)
     for spec, needle in [(str(tmp_path / "missing.gguf"), "not found"), (str(tmp_path / "truncated.gguf"), "truncated.gguf")]:
-        proc = tmplkit("spans", str(conversation), "--template", str(CHATML), "--tokenizer", spec)
+        proc = tmplkit("spans", str(CHATML), "--session", str(conversation), "--tokenizer", spec)
         err = one_line_error(proc, needle)
         assert "llama-cpp-python" not in err and "compile" not in err
 
@@ -266,7 +266,7 @@ def test_lone_surrogate_in_a_conversation_is_one_line(tmp_path, tiny_hf_folder, 
     if command == ["turns-session"]:
         args = ["turns", str(CHATML), "--session", str(chat), "--tokenizer", str(tiny_hf_folder)]
     else:
-        args = [command[0], str(chat), "--template", str(CHATML), "--tokenizer", str(tiny_hf_folder)]
+        args = [command[0], str(CHATML), "--session", str(chat), "--tokenizer", str(tiny_hf_folder)]
     one_line_error(tmplkit(*args), "\\ud800", "chat.json")
 
 
@@ -334,7 +334,7 @@ def test_bad_tool_call_arguments_blame_the_message(tmp_path, tiny_hf_folder):
     template.write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}{% for c in m.tool_calls or [] %}"
                         "{% for k, v in c.function.arguments|items %}{{ k }}={{ v }}{% endfor %}{% endfor %}<|im_end|>\n"
                         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    proc = tmplkit("spans", str(chat), "--template", str(template), "--tokenizer", str(tiny_hf_folder))
+    proc = tmplkit("spans", str(template), "--session", str(chat), "--tokenizer", str(tiny_hf_folder))
     one_line_error(proc, "message [1]", "not valid JSON")
 
 

@@ -145,7 +145,7 @@ def test_a_turn_whose_content_the_template_does_not_print_is_refused_not_masked_
 def test_the_mask_command_refuses_a_mask_that_learns_nothing_in_one_line(capsys):
     from tmplkit.cli import main
 
-    code = main(["mask", str(FIXTURES / "plain.json"), "--template", str(FIXTURES / "parts-only.jinja"),
+    code = main(["mask", str(FIXTURES / "parts-only.jinja"), "--session", str(FIXTURES / "plain.json"),
                  "--tokenizer", "vocab:qwen35"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "would mask nothing" in err
