@@ -98,3 +98,85 @@ def test_the_changelog_names_the_package_version():
     released = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", text, re.M)
     assert released and released[0] == __version__, (released[:1], __version__)
     assert f"`v{__version__}`" in text and f"v{__version__}" in (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+
+
+# A docs page opens with what a user does and sees: a command and its output, before its second
+# section; then it explains, in paragraphs short enough to read (a list item is a paragraph of its
+# own; code blocks and tables are not paragraphs).
+MAX_PARAGRAPH_LINES = 12
+COMMAND = re.compile(r"^(\$ )?(tmplkit |python scripts/|make )")
+LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s")
+
+
+def _paragraphs(text: str) -> list[tuple[int, list[str]]]:
+    """(first line number, lines) of each paragraph or list item outside code blocks and tables."""
+    found: list[tuple[int, list[str]]] = []
+    current: list[str] = []
+    start = 0
+    fenced = False
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("```") or fenced or not stripped or stripped.startswith(("|", "#")):
+            if current:
+                found.append((start, current))
+            current = []
+            if stripped.startswith("```"):
+                fenced = not fenced
+            continue
+        if LIST_ITEM.match(line) and current:
+            found.append((start, current))
+            current = []
+        if not current:
+            start = number
+        current.append(line)
+    if current:
+        found.append((start, current))
+    return found
+
+
+def _command_block_before_second_section(text: str) -> bool:
+    sections = 0
+    block: list[str] | None = None
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            if block is not None and any(COMMAND.match(b.strip()) for b in block):
+                return True
+            block = [] if block is None else None
+        elif block is not None:
+            block.append(line)
+        elif line.startswith("## "):
+            sections += 1
+            if sections == 2:
+                return False
+    return False
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_docs_page_opens_with_a_command(page):
+    text = page.read_text(encoding="utf-8")
+    assert _command_block_before_second_section(text), (
+        f"{page.name}: no fenced code block with a command (`$ tmplkit ...`, `python scripts/...`, "
+        "`make ...`) before its second `##` heading"
+    )
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_docs_page_paragraphs_are_short(page):
+    long = [
+        f"line {start}: {len(lines)} lines ({lines[0].strip()[:50]}...)"
+        for start, lines in _paragraphs(page.read_text(encoding="utf-8"))
+        if len(lines) > MAX_PARAGRAPH_LINES
+    ]
+    assert not long, f"{page.name}: paragraphs over {MAX_PARAGRAPH_LINES} lines: {long}"
+
+
+def test_the_paragraph_check_counts_what_a_reader_sees():
+    text = "\n".join(
+        ["# T", "", "```console", "$ tmplkit audit x.jinja", *["out"] * 20, "```", "", "| a |", "|---|"]
+        + ["| b |"] * 20
+        + ["", *["word"] * 3, "- item", "  more", "- item"]
+    )
+    assert [len(lines) for _, lines in _paragraphs(text)] == [3, 2, 1]
+    assert _command_block_before_second_section(text)
+    assert not _command_block_before_second_section("# T\n\n## A\n\n## B\n\n```sh\ntmplkit x\n```\n")
+    assert not _command_block_before_second_section("# T\n\n```python\nimport tmplkit\n```\n")
