@@ -8,6 +8,7 @@
 | `TMPLKIT_LLAMA_LOG` | `1`: llama.cpp's own log is echoed on stderr as well as kept for errors |
 | `NO_COLOR` | set and non-empty: no colour on a terminal (https://no-color.org) |
 | `TERM` | `dumb`: no colour, and progress is written a line a step rather than redrawn |
+| `TRANSFORMERS_VERBOSITY` | set to `error` only while tmplkit imports transformers (`quiet_transformers`), unless given |
 
 Each is read when asked for (not at import time), so a test or a caller may set it first.
 
@@ -20,11 +21,13 @@ Each is read when asked for (not at import time), so a test or a caller may set 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["cache_root", "compile_cache_enabled", "llama_log_echo", "llama_server_override", "no_color",
-           "terminal_is_dumb"]
+           "quiet_transformers", "terminal_is_dumb"]
 
 
 def cache_root() -> Path:
@@ -60,3 +63,18 @@ def terminal_is_dumb() -> bool:
 def no_color() -> bool:
     """NO_COLOR set to a non-empty value."""
     return bool(os.environ.get("NO_COLOR"))
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Import transformers inside this block with its log at errors only: its import warns that
+    PyTorch is missing, which tmplkit never needs (it renders chat templates, it runs no model).
+    A TRANSFORMERS_VERBOSITY the user set is kept; ours is removed again after the block."""
+    if "TRANSFORMERS_VERBOSITY" in os.environ:
+        yield
+        return
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    try:
+        yield
+    finally:
+        os.environ.pop("TRANSFORMERS_VERBOSITY", None)

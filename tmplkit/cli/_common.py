@@ -4,6 +4,7 @@ the global options (verbosity, colour, configuration) and the optional extras a 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 
 from ..environment import no_color, terminal_is_dumb
@@ -53,6 +54,34 @@ def progress_printer(enabled: bool):
             line.close()
 
     return report
+
+
+def json_compact(obj, indent: str = " ", _level: int = 0) -> str:
+    """JSON with objects one key a line but arrays of numbers, strings and booleans on one line:
+    a mask's token ids, flags and offsets read as rows, not as one value a line.
+
+    >>> print(json_compact({"ids": [1, 2], "turns": [{"a": [0, 5]}]}))
+    {
+     "ids": [1, 2],
+     "turns": [
+      {
+       "a": [0, 5]
+      }
+     ]
+    }
+    """
+    pad, inner = indent * _level, indent * (_level + 1)
+    if isinstance(obj, dict) and obj:
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {json_compact(v, indent, _level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(obj, list) and any(isinstance(x, (dict, list)) and x and not _flat(x) for x in obj):
+        return "[\n" + ",\n".join(inner + json_compact(x, indent, _level + 1) for x in obj) + "\n" + pad + "]"
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def _flat(x) -> bool:
+    """A list of scalars (kept on one line inside a list of lists: offsets)."""
+    return isinstance(x, list) and all(not isinstance(y, (dict, list)) for y in x)
 
 
 def emit(text: str, output: str | None) -> None:

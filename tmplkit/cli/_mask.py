@@ -25,14 +25,13 @@ def add_mask(sub) -> None:
 
 
 def _cmd_mask(args) -> int:
-    import json
 
     from ..auditing.contained import portable_tokenizer, run_contained
     from ..masks import assistant_mask
     from ..session import load_conversation
     from ..sources.templates import load_one
     from ..tokens.tokenizers import load_tokenizer
-    from ._common import emit, require_tokenizers, template_and_session, tokenizer_spec, use_color
+    from ._common import emit, json_compact, require_tokenizers, template_and_session, tokenizer_spec, use_color
     from ._limits import render_timeout
 
     source, session = template_and_session(args, "mask")
@@ -54,7 +53,7 @@ def _cmd_mask(args) -> int:
     if fmt in (None, "auto"):
         fmt = "text" if not args.output and sys.stdout.isatty() else "json"
     if fmt == "json":
-        emit(json.dumps(result.to_dict(), ensure_ascii=False, indent=1) + "\n", args.output)
+        emit(json_compact(result.to_dict()) + "\n", args.output)
     else:
         color = not args.output and use_color(args, sys.stdout)
         emit(format_mask(result, color), args.output)

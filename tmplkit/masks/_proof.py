@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..environment import quiet_transformers
 from ..errors import TmplkitError
 from ..sandbox import PINNED_NOW
 from ..session import Conversation, ServerConversation, for_server, generate_session, load_conversation
@@ -48,7 +49,8 @@ class AnnotationError(TmplkitError, ValueError):
 def transformers_mask(text: str, server: ServerConversation) -> tuple[str, list[tuple[int, int]]]:
     """transformers' own render of `server`'s conversation with `text` as the template, and the
     character ranges of its generation blocks (`return_assistant_tokens_mask`)."""
-    from transformers.utils.chat_template_utils import render_jinja_template
+    with quiet_transformers():
+        from transformers.utils.chat_template_utils import render_jinja_template
 
     variables = {k: v for k, v in server.variables.items() if k not in ("messages", "tools")}
     _pin_clock(text)
@@ -63,7 +65,8 @@ def _pin_clock(text: str) -> None:
     """transformers' compiled copy of `text` (cached by its text) reads tmplkit's pinned date from
     `strftime_now`, so a template that prints today's date prints in both the date tmplkit's renders
     print (template variables cannot carry a function there)."""
-    from transformers.utils import chat_template_utils
+    with quiet_transformers():
+        from transformers.utils import chat_template_utils
 
     compile_ = getattr(chat_template_utils, "_compile_jinja_template", None)
     if compile_ is not None:
