@@ -384,6 +384,17 @@ def add_tokenizer(parser, *, required: bool = False, what: str = "the model's vo
                              "hf:org/name; auto: the template's own GGUF or the corpus vocabulary paired with its name")
 
 
+def worker_tokenizer(args, template, command: str):
+    """--tokenizer for `template` (`auto` resolved), checked for its extra, loaded, and made
+    portable to the worker the template renders in (tmplkit.auditing.contained)."""
+    from ..auditing.contained import portable_tokenizer
+    from ..tokens.tokenizers import load_tokenizer
+
+    spec = tokenizer_spec(args.tokenizer, template)
+    require_tokenizers([spec], f"tmplkit {command} --tokenizer " + str(spec))
+    return portable_tokenizer(load_tokenizer(spec), spec)
+
+
 def tokenizer_spec(spec: str, template) -> str:
     """The tokenizer --tokenizer names for `template` (`auto` resolved); an InputError when auto
     finds none."""

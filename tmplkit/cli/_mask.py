@@ -26,12 +26,11 @@ def add_mask(sub) -> None:
 
 def _cmd_mask(args) -> int:
 
-    from ..auditing.contained import portable_tokenizer, run_contained
+    from ..auditing.contained import run_contained
     from ..masks import assistant_mask
     from ..session import load_conversation
     from ..sources.templates import load_one
-    from ..tokens.tokenizers import load_tokenizer
-    from ._common import emit, json_compact, require_tokenizers, template_and_session, tokenizer_spec, use_color
+    from ._common import emit, json_compact, require_tokenizers, template_and_session, use_color, worker_tokenizer
     from ._limits import render_timeout
 
     source, session = template_and_session(args, "mask")
@@ -39,9 +38,7 @@ def _cmd_mask(args) -> int:
         require_tokenizers([args.tokenizer], "tmplkit mask --tokenizer " + args.tokenizer)  # before any work
     conversation = load_conversation(session)
     template = load_one(source, args.name)
-    spec = tokenizer_spec(args.tokenizer, template)
-    require_tokenizers([spec], "tmplkit mask --tokenizer " + str(spec))
-    tokenizer = portable_tokenizer(load_tokenizer(spec), spec)
+    tokenizer = worker_tokenizer(args, template, "mask")
     # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
     result = run_contained(assistant_mask, template, tokenizer, conversation, what=f"mask of '{template.name}'",
                            timeout=render_timeout(args))

@@ -34,13 +34,12 @@ def add_request(sub) -> None:
 def _cmd_request(args) -> int:
     import json
 
-    from ..auditing.contained import portable_tokenizer, run_contained
+    from ..auditing.contained import run_contained
     from ..errors import InputError
     from ..server.process import completion_request, message_delimiters
     from ..session import load_conversation
     from ..sources.templates import load_one
-    from ..tokens.tokenizers import load_tokenizer
-    from ._common import emit, require_tokenizers, template_and_session, tokenizer_spec
+    from ._common import emit, require_tokenizers, template_and_session, worker_tokenizer
     from ._limits import render_timeout
 
     source, session = template_and_session(args, "request")
@@ -50,9 +49,7 @@ def _cmd_request(args) -> int:
         require_tokenizers([args.tokenizer], "tmplkit request --tokenizer " + args.tokenizer)  # before any work
     conversation = None if args.delimiters_only else load_conversation(session)
     template = load_one(source, args.name)
-    spec = tokenizer_spec(args.tokenizer, template)
-    require_tokenizers([spec], "tmplkit request --tokenizer " + str(spec))
-    tokenizer = portable_tokenizer(load_tokenizer(spec), spec)
+    tokenizer = worker_tokenizer(args, template, "request")
     # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
     what = f"request for '{template.name}'"
     if args.delimiters_only:

@@ -28,12 +28,11 @@ def add_spans(sub) -> None:
 def _cmd_spans(args) -> int:
     import json
 
-    from ..auditing.contained import portable_tokenizer, run_contained
+    from ..auditing.contained import run_contained
     from ..session import load_conversation
     from ..session.token_spans import conversation_spans, format_spans_text
     from ..sources.templates import load_one
-    from ..tokens.tokenizers import load_tokenizer
-    from ._common import emit, require_tokenizers, template_and_session, tokenizer_spec
+    from ._common import emit, require_tokenizers, template_and_session, worker_tokenizer
     from ._limits import render_timeout
 
     source, session = template_and_session(args, "spans")
@@ -41,9 +40,7 @@ def _cmd_spans(args) -> int:
         require_tokenizers([args.tokenizer], "tmplkit spans --tokenizer " + args.tokenizer)  # before any work
     conversation = load_conversation(session)
     template = load_one(source, args.name)
-    spec = tokenizer_spec(args.tokenizer, template)
-    require_tokenizers([spec], "tmplkit spans --tokenizer " + str(spec))
-    tokenizer = portable_tokenizer(load_tokenizer(spec), spec)
+    tokenizer = worker_tokenizer(args, template, "spans")
     # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
     result = run_contained(conversation_spans, template, tokenizer, conversation, what=f"spans of '{template.name}'",
                            timeout=render_timeout(args), add_generation_prompt=args.add_generation_prompt)

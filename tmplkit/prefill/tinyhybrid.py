@@ -44,17 +44,16 @@ in llama-cpp-python 0.3.36:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import SourceError
 from ..sources.gguf_meta import Keys
-from .tinymodel import DEFAULT_TEMPLATES, _copy_field, _sha256
+from .tinymodel import _copy_field, cached_tiny_model
 
 __all__ = ["ARCH", "HybridConfig", "build_tiny_hybrid", "tiny_hybrid_path"]
 
@@ -100,29 +99,9 @@ def tiny_hybrid_path(vocab: str = "qwen35", template: str | None = "default", co
     `template`: a corpus template name, "default" for the family's (Qwen3.5-4B for qwen35, else
     the vocab file's own), or None for the vocab file's own template.
     """
-    from ..sources import corpus
-
     config = config or HybridConfig()
-    vocab_file = corpus.vocab_path(vocab)
-    if template == "default":
-        template = DEFAULT_TEMPLATES.get(vocab)
-    template_text = None
-    if template is not None:
-        tpath = corpus.templates_dir() / f"{template}.jinja"
-        if not tpath.is_file():
-            raise SourceError(f"no corpus template '{template}' in {tpath.parent}")
-        template_text = tpath.read_text(encoding="utf-8")
-    key = hashlib.sha256()
-    key.update(f"{_FORMAT}|{ARCH}|{vocab}|{template}|{sorted(asdict(config).items())}".encode())
-    key.update(_sha256(vocab_file).encode())
-    key.update((template_text or "").encode())
-    name = f"tiny-{ARCH}-hybrid-{vocab}-{template or 'own'}-{key.hexdigest()[:12]}.gguf"
-    out = corpus.cache_root() / "models" / name
-    if out.is_file() and out.stat().st_size > 0:
-        return out
-    corpus.cache_folder("models")
-    build_tiny_hybrid(vocab_file, out, chat_template=template_text, config=config)
-    return out
+    # (the architecture stays in the key: files already cached keep their names)
+    return cached_tiny_model(f"{ARCH}-hybrid", vocab, template, config, f"{_FORMAT}|{ARCH}", build_tiny_hybrid)
 
 
 def _add_hparams(w, c: HybridConfig) -> None:

@@ -67,9 +67,16 @@ def tiny_model_path(vocab: str = "qwen35", template: str | None = "default", con
     `template`: a corpus template name (e.g. "Qwen3.5-4B"), "default" for DEFAULT_TEMPLATES' choice
     (else the vocab file's own template), or None for the vocab file's own template.
     """
+    config = config or TinyConfig()
+    return cached_tiny_model("gemma3", vocab, template, config, str(_FORMAT), build_tiny_model)
+
+
+def cached_tiny_model(kind: str, vocab: str, template: str | None, config, fmt: str, build) -> Path:
+    """The cached tiny model file of `kind` (`tiny-KIND-VOCAB-TEMPLATE-KEY.gguf`), built by
+    `build(vocab_file, out, chat_template=..., config=config)` on first use; the key covers the
+    format, the config, the vocabulary file and the template text. Shared by every tiny model."""
     from ..sources import corpus
 
-    config = config or TinyConfig()
     vocab_file = corpus.vocab_path(vocab)
     if template == "default":
         template = DEFAULT_TEMPLATES.get(vocab)
@@ -80,15 +87,15 @@ def tiny_model_path(vocab: str = "qwen35", template: str | None = "default", con
             raise SourceError(f"no corpus template '{template}' in {tpath.parent}")
         template_text = tpath.read_text(encoding="utf-8")
     key = hashlib.sha256()
-    key.update(f"{_FORMAT}|{vocab}|{template}|{sorted(asdict(config).items())}".encode())
+    key.update(f"{fmt}|{vocab}|{template}|{sorted(asdict(config).items())}".encode())
     key.update(_sha256(vocab_file).encode())
     key.update((template_text or "").encode())
-    name = f"tiny-gemma3-{vocab}-{template or 'own'}-{key.hexdigest()[:12]}.gguf"
+    name = f"tiny-{kind}-{vocab}-{template or 'own'}-{key.hexdigest()[:12]}.gguf"
     out = corpus.cache_root() / "models" / name
     if out.is_file() and out.stat().st_size > 0:
         return out
     corpus.cache_folder("models")
-    build_tiny_model(vocab_file, out, chat_template=template_text, config=config)
+    build(vocab_file, out, chat_template=template_text, config=config)
     return out
 
 
