@@ -337,9 +337,38 @@ def turn_header(full: str, history: str, gprompt: str, limit: int) -> int:
     once the turn exists (gpt-oss-20b drops an earlier turn's analysis): the history's end is still
     the text right before the turn."""
     lead = _prompt_lead(gprompt)
-    tail = history[-_TAIL:]
-    if not lead or not tail.strip():
+    if not lead:
         return -1
+    for before in _history_forms(history):
+        best = _best_header(full, before, lead, limit)
+        if best >= 0:
+            return best
+    return -1
+
+
+def _history_forms(history: str) -> list[str]:
+    """The request's history, then the history with its closing markup left out one unit at a
+    time (at most three): a template may close a message only while it is the newest (Bielik 11B
+    v3 leaves out a tool result's `<|im_end|>` once a turn follows it), so the turn's header then
+    follows the message's text."""
+    forms = [history] if history[-_TAIL:].strip() else []
+    bare = history
+    for _ in range(3):
+        bare = bare.rstrip()
+        tail = bare[-2 * _TAIL:]
+        last = [m for m in UNIT.finditer(tail) if m.end() == len(tail)]
+        if not last:
+            break
+        bare = bare[:len(bare) - len(last[0].group(0))]
+        if bare[-_TAIL:].strip():
+            forms.append(bare)
+    return forms
+
+
+def _best_header(full: str, history: str, lead: str, limit: int) -> int:
+    """Of the places before `limit` that open with `lead`, the one whose preceding text agrees
+    longest with `history` (-1: none ends with the history's last characters)."""
+    tail = history[-_TAIL:]
     best, score = -1, 0
     at = full.find(lead, 0, limit)
     while at >= 0:
