@@ -234,12 +234,13 @@ def test_two_spawned_servers_with_the_same_task_ids_are_two_tasks():
 
 
 def test_the_regressed_server_through_a_router_cut_by_its_reporter_is_fragmented(capsys):
-    """0.3.33's default-verbosity log of a resumed 30k agent session, as a router forwards it
-    (scripts/router_shape_log.py), with its reporter's cut: 24 progress lines of 32 left."""
+    """0.3.33's default-verbosity log of a resumed 30k agent session, run through its router with
+    -b 2048 -ub 2048, with its reporter's cut: 24 progress lines of 37 left."""
     log = read("0.3.33-router-lv3-cut.log")
     (t,) = log.tasks
-    assert t.instance == 39007 and t.level == "info" and len(t.batch_sizes) == 24
-    assert len(t.gaps) == 1 and t.pattern == "fragmented"
+    assert t.instance == 54021 and t.level == "info" and len(t.batch_sizes) == 24
+    assert (log.n_batch, log.n_ubatch) == (2048, 2048)  # read off the router's load: lines
+    assert t.gaps == ((7771, 19640),) and t.pattern == "fragmented"
     assert main(["--no-config", "server", "log", str(LOGS / "0.3.33-router-lv3-cut.log")]) == 0
     out = capsys.readouterr().out
-    assert "task 0 (server on port 39007)" in out and "pattern: fragmented" in out and "cut out of the log" in out
+    assert "task 0 (server on port 54021)" in out and "pattern: fragmented" in out and "cut out of the log" in out
