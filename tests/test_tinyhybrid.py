@@ -87,7 +87,7 @@ def test_hybrid_loads_reports_hybrid_and_replay_equals_prediction():
 
     from tmplkit.prefill import PrefillRunner
     from tmplkit.prefill.compare import resolve_template
-    from tmplkit.replay import replay_session
+    from tmplkit.replay import REPLAYABLE, replay_session
     from tmplkit.session import generate_session
     from tmplkit.sources import load_one
 
@@ -105,8 +105,9 @@ def test_hybrid_loads_reports_hybrid_and_replay_equals_prediction():
         assert r.info.seq_rm in ("full", "rs")  # a recurrent state cannot be cut at a position
         session = generate_session(1500, seed=3, style="agent", requests=2)
         template = load_one(corpus.templates_dir() / "Qwen3.5-4B.jinja")
-        replay = replay_session(r, session, resolve_template(template, r))
-    assert replay.memory["kind"] == "recurrent"
+        # every policy, the 73618f2 regression's rule and none included
+        replay = replay_session(r, session, resolve_template(template, r), settings=REPLAYABLE)
+    assert replay.memory["kind"] == "recurrent" and set(replay.requests) == set(REPLAYABLE)
     assert replay.matches, replay.mismatches()
     assert any(x.restored is not None for x in replay.requests["tmplkit"])
 

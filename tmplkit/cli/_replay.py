@@ -29,7 +29,8 @@ def add_replay(sub) -> None:
     add_template_option(p, what="the chat template (default: the model GGUF's own)")
     p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: the first)")
     p.add_argument("--settings", default="llama-server,tmplkit,divergence-aware",
-                   help="comma-separated, among llama-server, tmplkit, divergence-aware (default: all three)")
+                   help="comma-separated, among llama-server, tmplkit, divergence-aware (default: all three), "
+                        "and none or every-user-start (no batch ends; the 73618f2 regression's rule)")
     add_format(p, ("markdown", "json"), "markdown", "the replay")
     add_output(p, "the replay")
     add_report_option(p, ("json", "markdown"), old_json=True)
@@ -46,13 +47,13 @@ def _cmd_replay(args) -> int:
     from ..prefill.compare import resolve_template
     from ..prefill.models import resolve_model
     from ..prefill.plot import require_matplotlib
-    from ..replay.replaying import REPLAYED, plot_replay, replay_session
+    from ..replay.replaying import REPLAYABLE, plot_replay, replay_session
     from ..session import load_session
 
     names = [n.strip() for n in args.settings.split(",") if n.strip()]
-    bad = [n for n in names if n not in REPLAYED]
+    bad = [n for n in names if n not in REPLAYABLE]
     if bad or not names:
-        raise InputError(f"unknown --settings {', '.join(bad) or '(none)'}; give some of {', '.join(REPLAYED)}")
+        raise InputError(f"unknown --settings {', '.join(bad) or '(none)'}; give some of {', '.join(REPLAYABLE)}")
     session_of(args, "replay")
     reports = reports_of(args)
     for out in (args.output, args.plot, *(path for _, path in reports)):  # refuse before the run, not after it

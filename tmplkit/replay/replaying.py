@@ -22,14 +22,16 @@ from pathlib import Path
 
 from ..sources.templates import ChatTemplate
 from ..turns import MemoryModel, prepare_session
-from ..turns.cost import default_settings, policy_for, session_cost
+from ..turns.cost import BASELINES, baseline_settings, default_settings, policy_for, session_cost
 
-__all__ = ["REPLAY_SCHEMA_VERSION", "ReplayedRequest", "SessionReplay", "replay_session", "memory_of", "plot_replay"]
+__all__ = ["REPLAY_SCHEMA_VERSION", "REPLAYABLE", "REPLAYED", "ReplayedRequest", "SessionReplay", "replay_session", "memory_of", "plot_replay"]
 
 # The JSON's layout (tmplkit/schemas/replay.schema.json).
 REPLAY_SCHEMA_VERSION = 1
 
 REPLAYED = ("llama-server", "tmplkit", "divergence-aware")
+# What `settings` may also name: no batch ends, and the regression's rule (tmplkit.turns.cost).
+REPLAYABLE = REPLAYED + BASELINES
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ def replay_session(runner, session, template: ChatTemplate, *, settings=REPLAYED
                    kwargs=None, progress=None) -> SessionReplay:
     """Replay `session` rendered with `template` on `runner` once per setting, and predict each.
 
-    `settings`: names among "llama-server", "tmplkit", "divergence-aware" (see `tmplkit.turns.cost`);
+    `settings`: names among "llama-server", "tmplkit", "divergence-aware", "none" and
+    "every-user-start" (see `tmplkit.turns.cost`);
     `add_bos`: prepend the model's BOS (default: as the model's vocabulary says).
     """
     tok = runner.tokenizer
@@ -133,7 +136,7 @@ def replay_session(runner, session, template: ChatTemplate, *, settings=REPLAYED
     for ids in tokens.requests:
         runner.check_prompt(ids)
     memory = memory_of(runner)
-    every = default_settings(memory)
+    every = default_settings(memory) + baseline_settings(memory)
     chosen = tuple(s for s in every if s.name in settings and s.delimiters in spans)
     predicted = session_cost(tokens, spans, predicted=ahead, settings=chosen + every[:1], prefill=runner.settings)
     out = {}

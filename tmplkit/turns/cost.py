@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..server_rules import DivergenceAware, Gated, PrefillSettings, ServerGated
+from ..server_rules import DivergenceAware, EveryUserStart, Gated, NoBreaks, PrefillSettings, ServerGated
 from ..session.requests import common_prefix
 from .simulation import MemoryModel, ServerSimulation, SimulatedRequest
 
@@ -47,6 +47,9 @@ class CostSetting:
 
 
 SETTINGS = ("full attention", "llama-server", "tmplkit", "divergence-aware")
+# Two more a replay can run (issue 25213's reference points): no batch ends at all, and the
+# regression's rule (llama-server 73618f2 ends a batch before every user start it knows).
+BASELINES = ("none", "every-user-start")
 
 
 def default_settings(memory: MemoryModel) -> tuple[CostSetting, ...]:
@@ -55,6 +58,13 @@ def default_settings(memory: MemoryModel) -> tuple[CostSetting, ...]:
             CostSetting("llama-server", memory, "server", ServerGated()),
             CostSetting("tmplkit", memory, "tmplkit", Gated()),
             CostSetting("divergence-aware", memory, "tmplkit", DivergenceAware()))
+
+
+def baseline_settings(memory: MemoryModel) -> tuple[CostSetting, ...]:
+    """`BASELINES` as settings: `none` ends no batch (checkpoints only where batches end anyway);
+    `every-user-start` ends one before each of the server's user starts, as 73618f2 does."""
+    return (CostSetting("none", memory, "tmplkit", NoBreaks()),
+            CostSetting("every-user-start", memory, "server", EveryUserStart()))
 
 
 @dataclass(frozen=True)
