@@ -103,10 +103,11 @@ def test_annotate_reports_a_memory_bomb_as_an_error(tmp_path):
 
 
 def _on_session(tmp_path) -> tuple[Path, Path]:
-    """A template that passes every probe and runs one long C-level call (a `wordwrap` over 4M words)
+    """A template that passes every probe and makes one long call with no check inside (a `wordwrap`
+    over 8M words: seconds on any machine, a gigabyte; a session render may build 50M characters)
     only on a message of the session it is given; and that session."""
     template = tmp_path / "on-session.jinja"
-    template.write_text("{% for m in messages %}{% if m.content == 'wrap it' %}{{ ('x ' * 4000000)|wordwrap(1) }}"
+    template.write_text("{% for m in messages %}{% if m.content == 'wrap it' %}{{ ('x ' * 8000000)|wordwrap(1) }}"
                         "{% endif %}{% endfor %}" + CHATML.read_text())
     chat = tmp_path / "wrap-it.json"
     chat.write_text(json.dumps([{"role": "user", "content": "wrap it"}, {"role": "assistant", "content": "done"}]))
@@ -114,10 +115,10 @@ def _on_session(tmp_path) -> tuple[Path, Path]:
 
 
 def _with_session_timeout(seconds: float, *args: str) -> subprocess.CompletedProcess:
-    """The command with its session renders' worker limit (tmplkit.cli._limits.SESSION_TIMEOUT, 60 s) made
-    `seconds`, in a subprocess bounded as `tmplkit()`'s."""
-    code = (f"import sys, tmplkit.cli._limits as l; l.SESSION_TIMEOUT = {seconds}; from tmplkit.cli import main; "
-            "sys.exit(main(sys.argv[1:]))")
+    """The command with its session renders' worker limits (tmplkit.cli._limits: SESSION_TIMEOUT, 60 s;
+    RENDER_TIMEOUT, the audit's 10 s) made `seconds`, in a subprocess bounded as `tmplkit()`'s."""
+    code = (f"import sys, tmplkit.cli._limits as l; l.SESSION_TIMEOUT = l.RENDER_TIMEOUT = {seconds}; "
+            "from tmplkit.cli import main; sys.exit(main(sys.argv[1:]))")
     env = {**os.environ, "PYTHONPATH": str(CODE)}
     try:
         return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=BOUND,
@@ -134,17 +135,19 @@ def test_a_template_hostile_only_on_the_session_is_refused_before_the_model_load
     pytest.importorskip("llama_cpp")
     template, chat = _on_session(tmp_path)
     extra = ["--policy", "none"] if command == "prefill" else ["--settings", "llama-server"]
-    proc = _with_session_timeout(5.0, command, "tiny:qwen35", "--session", str(chat), "--template", str(template),
+    proc = _with_session_timeout(1.0, command, "tiny:qwen35", "--session", str(chat), "--template", str(template),
                                  "-c", "512", *extra)
-    one_line_error(proc, "refused before the model loads", "took longer than")
+    err = one_line_error(proc, "refused before the model loads")
+    assert "took longer than 1 s" in err or "ran out of memory" in err, err
 
 
 def test_server_log_places_the_log_with_the_template_in_a_worker(tmp_path, tiny_hf_folder):
     template, chat = _on_session(tmp_path)
     log = ROOT / "fixtures" / "server-logs" / "0.3.36-cold-lv3.log"
-    proc = _with_session_timeout(5.0, "server", "log", str(log), "--template", str(template), "--session", str(chat),
+    proc = _with_session_timeout(1.0, "server", "log", str(log), "--template", str(template), "--session", str(chat),
                                  "--tokenizer", str(tiny_hf_folder))
-    one_line_error(proc, "took longer than 5 s", "the worker was stopped")
+    err = one_line_error(proc, "the worker was stopped")
+    assert "took longer than 1 s" in err or "ran out of memory" in err, err
 
 
 def test_mask_in_its_worker_gives_the_same_mask(conversation, tiny_hf_folder):

@@ -3,11 +3,13 @@ command's own `--timeout` where it has one."""
 
 from __future__ import annotations
 
-__all__ = ["SESSION_TIMEOUT", "check_template_isolated", "render_session", "render_timeout"]
+__all__ = ["RENDER_TIMEOUT", "SESSION_TIMEOUT", "check_template_isolated", "render_session", "render_timeout"]
 
 # Seconds for every request of a session rendered in a worker (replay's pre-check): turns' default
 # for the same work, since a long session's hundreds of renders legitimately take seconds.
 SESSION_TIMEOUT = 60.0
+# Seconds for the one render of a session (prefill's pre-check); None: the audit's limit.
+RENDER_TIMEOUT: float | None = None
 
 
 def render_timeout(args, default: float | None = None) -> float:
@@ -42,7 +44,7 @@ def check_template_isolated(template, model, what: str, session=None, *, every_r
         raise RenderLimitError(f"{what}: the template is refused before the model loads ({analysis.status}): {why}",
                                kind=analysis.status)
     if session is not None:
-        timeout = SESSION_TIMEOUT if every_request else DEFAULT_TIMEOUT
+        timeout = SESSION_TIMEOUT if every_request else (RENDER_TIMEOUT or DEFAULT_TIMEOUT)
         try:
             run_contained(render_session, template, session, every_request, timeout=timeout,
                           what=f"rendering the session with template '{template.name}'")
