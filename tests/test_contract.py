@@ -130,8 +130,9 @@ def _with_session_timeout(seconds: float, *args: str) -> subprocess.CompletedPro
 @pytest.mark.model
 @pytest.mark.parametrize("command", ["prefill", "replay"])
 def test_a_template_hostile_only_on_the_session_is_refused_before_the_model_loads(tmp_path, command):
-    # the probes pass (the pre-check's analysis); the session's own render ran in this process and
-    # never returned: it now runs in a worker first, under the audit's limits
+    # the probes pass (the pre-check's analysis); the session's own render ran in this process, with
+    # no memory limit, until a session render's 60 s limit (past this test's bound): it now runs in a
+    # worker first, under the audit's limits
     pytest.importorskip("llama_cpp")
     template, chat = _on_session(tmp_path)
     extra = ["--policy", "none"] if command == "prefill" else ["--settings", "llama-server"]
