@@ -2,7 +2,8 @@
 can hand it trouble, run as a user runs it (a subprocess), each under a wall-clock bound.
 
 Scenarios: a hostile template that runs long in one C-level call (`wordwrap` over 4M words) and one
-that builds a huge value (`~` tenfold per step); a huge template (20 MB); a bad conversation (a lone
+that builds a huge value (`~` tenfold per step); one that passes every probe and runs a
+`wordwrap` over 20M words only on a message of the session it is given; a huge template (20 MB); a bad conversation (a lone
 surrogate); a bad tokenizer (a missing .gguf); an output path in a missing folder (refused before
 the work?) and a symlink (written through, kept a link?); standard output closed (`>&-`); Ctrl-C
 early (while tmplkit's imports run) and late (in the middle of the work).
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -36,23 +38,57 @@ HOSTILE = ROOT / "fixtures" / "hostile"
 CHATML = ROOT / "fixtures" / "templates" / "chatml.jinja"
 sys.path.insert(0, str(ROOT))
 
-# How each command is run: {T} the template, {C} a conversation, {K} a tokenizer, {O} the output.
+# How each command is run: {T} the template, {C} a conversation, {K} a tokenizer, {M} a model (the
+# cached tiny one), {MODEL} a --model option (empty: the command's own tiny model), {L} a
+# llama-server log, {B} a second template, {O} the output.
 COMMANDS = {
     "audit": "audit {T} -o {O}",
     "table": "table {T} --jobs 1 -o {O}",
     "show": "show {T} -o {O}",
     "turns": "turns {T} --tokenizer {K} -o {O}",
-    "mask": "mask {C} --template {T} --tokenizer {K} --format json -o {O}",
+    "mask": "mask {T} --session {C} --tokenizer {K} --format json -o {O}",
     "annotate": "annotate {T} -o {O}",
-    "spans": "spans {C} --template {T} --tokenizer {K} -o {O}",
-    "request": "request {C} --template {T} --tokenizer {K} -o {O}",
+    "spans": "spans {T} --session {C} --tokenizer {K} -o {O}",
+    "request": "request {T} --session {C} --tokenizer {K} -o {O}",
+    # the smallest run that loads the model: one policy (one setting), a 512-token context
+    "prefill": "prefill {M} --session {C} --template {T} --policy none -c 512 -o {O}",
+    "replay": "replay {M} --session {C} --template {T} --settings llama-server -c 512 -o {O}",
+    "engine-parity": "engine-parity {T} {MODEL} -o {O}",
+    "server delimiters": "server delimiters {T} {MODEL} -o {O}",
+    "server log": "server log {L} --template {T} --session {C} --tokenizer {K} -o {O}",
+    "session generate": "session generate --tokens 400000 -o {O}",
+    "lock": "lock {T} --fresh --lock {O}",
+    "diff": "diff {T} {B} -o {O}",
 }
-# (command, scenario) pairs that do not apply: the command takes no conversation or tokenizer.
-NOT_APPLICABLE = {("audit", "bad-conversation"), ("table", "bad-conversation"), ("show", "bad-conversation"),
-                  ("annotate", "bad-conversation"), ("table", "bad-tokenizer"), ("show", "bad-tokenizer"),
-                  ("annotate", "bad-tokenizer")}
-SCENARIOS = ("hostile-time", "hostile-memory", "huge-template", "bad-conversation", "bad-tokenizer",
+SCENARIOS = ("hostile-time", "hostile-memory", "hostile-session", "huge-template", "bad-conversation", "bad-tokenizer",
              "missing-folder", "symlink-output", "closed-stdout", "ctrl-c-early", "ctrl-c-late")
+TINY = "tiny:qwen35"
+SERVER_LOG = ROOT / "fixtures" / "server-logs" / "0.3.36-cold-lv3.log"
+# The commands that run llama-server: their cells say "not run" where it is not built.
+NEEDS_SERVER = {"engine-parity", "server delimiters"}
+# A model stands for the tokenizer where the command takes a model (the model carries its vocabulary).
+TAKES_MODEL = {"prefill", "replay", "engine-parity", "server delimiters"}
+# Why a (command, scenario) pair does not apply.
+_NO_CONVERSATION = ("audit", "table", "show", "annotate", "engine-parity", "server delimiters", "lock", "diff")
+_NO_TOKENIZER = ("table", "show", "annotate", "lock", "diff")
+NOT_APPLICABLE = {
+    **{(c, s): "renders its own probe conversations, takes none" for c in _NO_CONVERSATION
+       for s in ("bad-conversation", "hostile-session")},
+    **{(c, "bad-tokenizer"): "takes no tokenizer or model" for c in _NO_TOKENIZER},
+    **{("session generate", s): "takes no template, conversation or tokenizer (it writes a session)"
+       for s in ("hostile-time", "hostile-memory", "hostile-session", "huge-template", "bad-conversation",
+                 "bad-tokenizer")},
+}
+# The commands that report on a template rather than gate it (exit 0 whatever they find): on a
+# hostile template, their report must say that it was not rendered (what the output then holds).
+REPORTS_NOT_RENDERED = {"engine-parity": r"\| unrendered \|", "server delimiters": r"\| not compared \|",
+                        "lock": '"verdict": "(timeout|memory)"'}
+# The commands whose output is a file they always write (never standard output).
+WRITES_A_FILE = {"annotate", "lock"}
+
+
+def _slug(command: str) -> str:
+    return command.replace(" ", "-")
 
 
 def _fixtures(work: Path) -> dict:
@@ -72,20 +108,30 @@ def _fixtures(work: Path) -> dict:
     good = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}]
     (work / "chat.json").write_text(json.dumps(good))
     (work / "bad.json").write_text('[{"role": "user", "content": "a\\ud800"}, {"role": "assistant", "content": "b"}]')
+    # A template that passes every probe and turns hostile on one message of the session (ours): one
+    # `wordwrap` over 20M words, under a session render's output limit (50M characters), minutes in one call.
+    (work / "on-session.jinja").write_text("{% for m in messages %}{% if m.content == 'wrap it' %}"
+                                           "{{ ('x ' * 20000000)|wordwrap(1) }}{% endif %}{% endfor %}" + CHATML.read_text())
+    (work / "wrap-it.json").write_text(json.dumps([{"role": "user", "content": "wrap it"},
+                                                   {"role": "assistant", "content": "done"}]))
     (work / "huge.jinja").write_text(CHATML.read_text() + "{# " + "x" * 20_000_000 + " #}")
-    (work / "target.txt").write_text("old\n")
-    return {"T": str(CHATML), "C": str(work / "chat.json"), "K": str(work / "tok"), "work": work}
+    return {"T": str(CHATML), "C": str(work / "chat.json"), "K": str(work / "tok"), "M": TINY, "MODEL": "",
+            "L": str(SERVER_LOG), "B": str(CHATML), "work": work}
 
 
 def _args(command: str, scenario: str, fx: dict) -> tuple[list[str], str]:
     """The argument list of one run and its output path."""
     work: Path = fx["work"]
     values = dict(fx)
-    values["O"] = str(work / f"out-{command}-{scenario}.txt")
+    values["O"] = str(work / f"out-{_slug(command)}-{scenario}.txt")
     if scenario == "hostile-time" or scenario == "ctrl-c-late":
         values["T"] = str(HOSTILE / "filter_wordwrap_slow.jinja")
     elif scenario == "hostile-memory":
         values["T"] = str(HOSTILE / "bomb_concat_levels.jinja")
+    elif scenario == "hostile-session":
+        values["T"], values["C"] = str(work / "on-session.jinja"), str(work / "wrap-it.json")
+        if command == "turns":
+            values["T"] = f"{values['T']} --session {values['C']}"
     elif scenario == "huge-template":
         values["T"] = str(work / "huge.jinja")
     elif scenario == "bad-conversation":
@@ -93,20 +139,34 @@ def _args(command: str, scenario: str, fx: dict) -> tuple[list[str], str]:
         if command == "turns":
             values["T"] = f"{CHATML} --session {work / 'bad.json'}"
     elif scenario == "bad-tokenizer":
-        values["K"] = str(work / "missing.gguf")
+        values["K"] = values["M"] = str(work / "missing.gguf")
+        values["MODEL"] = f"--model {values['M']}"
         if command == "audit":  # (its token round trip's tokenizer)
             values["T"] = f"{values['T']} --tokenizer {values['K']}"
     elif scenario == "missing-folder":
         values["O"] = str(work / "no" / "such" / "folder" / "out.txt")
         values["T"] = str(HOSTILE / "filter_wordwrap_slow.jinja")  # refused before the work, or it runs long
     elif scenario == "symlink-output":
-        link = work / f"link-{command}.txt"
+        link, target = work / f"link-{_slug(command)}.txt", work / f"target-{_slug(command)}.txt"
+        target.write_text("old\n")
         link.unlink(missing_ok=True)
-        link.symlink_to(work / "target.txt")
+        link.symlink_to(target)
         values["O"] = str(link)
-    elif scenario == "closed-stdout" and command != "annotate":  # annotate always writes a file
+    elif scenario == "closed-stdout" and command not in WRITES_A_FILE:
         return COMMANDS[command].format(**values).replace(f" -o {values['O']}", "").split(), ""
     return COMMANDS[command].format(**values).split(), values["O"]
+
+
+def _as_in_a_terminal() -> None:
+    """In the child: Ctrl-C's default action, as a command started at a terminal has it (this script
+    run in the background, `cmd &` in a shell without job control, would hand its children SIGINT
+    ignored, and Python then installs no handler at all)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _close_stdout() -> None:
+    _as_in_a_terminal()
+    os.close(1)
 
 
 def _wait_for_imports(proc: subprocess.Popen, bound: float) -> None:
@@ -124,7 +184,9 @@ def _wait_for_imports(proc: subprocess.Popen, bound: float) -> None:
 
 def run_one(command: str, scenario: str, fx: dict, bound: float) -> dict:
     if (command, scenario) in NOT_APPLICABLE:
-        return {"command": command, "scenario": scenario, "outcome": "n/a"}
+        return {"command": command, "scenario": scenario, "outcome": "n/a", "why": NOT_APPLICABLE[command, scenario]}
+    if command in NEEDS_SERVER and fx.get("llama_server") is None:
+        return {"command": command, "scenario": scenario, "outcome": "not run", "why": "no llama-server"}
     args, output = _args(command, scenario, fx)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "dumb"}
     stdout = subprocess.DEVNULL if scenario != "closed-stdout" else None
@@ -132,7 +194,7 @@ def run_one(command: str, scenario: str, fx: dict, bound: float) -> dict:
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "tmplkit", *args], stdout=stdout, stderr=subprocess.PIPE, env=env,
                             cwd=ROOT, text=True, start_new_session=True, pass_fds=pass_fds,
-                            preexec_fn=(lambda: os.close(1)) if scenario == "closed-stdout" else None)
+                            preexec_fn=_close_stdout if scenario == "closed-stdout" else _as_in_a_terminal)
     interrupted_at = None
     if scenario == "ctrl-c-early":
         _wait_for_imports(proc, bound)
@@ -160,6 +222,67 @@ def run_one(command: str, scenario: str, fx: dict, bound: float) -> dict:
     return row
 
 
+# --- Ctrl-C at set delays from the start: where the interpreter's own start-up ends and tmplkit's begins ---
+
+EARLY_DELAYS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2)
+_SCRIPT = "import sys\nfrom tmplkit.cli import main\nif __name__ == '__main__':\n    sys.exit(main())\n"
+
+
+def _early_kind(code: int, err: str) -> str:
+    if code == 130 and err.strip() == "tmplkit: interrupted":
+        return "one line"
+    if "Traceback" in err or "KeyboardInterrupt" in err:
+        return "traceback"
+    if code == -signal.SIGINT:
+        return "no output"  # the signal's default action: before Python installed its own handler
+    return f"exit {code}"
+
+
+def ctrl_c_window(fx: dict, delays, repeat: int) -> dict:
+    """`tmplkit show` interrupted (SIGINT to its process group, as a terminal's Ctrl-C) `delay`
+    seconds after it is started, `repeat` times per delay, run as `python -m tmplkit` and as the
+    console script pip writes; and, for scale, the median wall time of `python -c pass` (the
+    interpreter's start-up, its `site` included: the window no code of tmplkit can cover)."""
+    work: Path = fx["work"]
+    script = work / "tmplkit"
+    script.write_text(f"#!{sys.executable}\n" + _SCRIPT)
+    script.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "dumb"}
+    show = ["show", str(CHATML), "-o", str(work / "out-sweep.txt")]
+    entries = {"python -m tmplkit": [sys.executable, "-m", "tmplkit", *show], "tmplkit (console script)": [str(script), *show]}
+    counts: dict = {}
+    for _ in range(repeat):  # delays and entry points interleaved, so the machine's load falls on all alike
+        for delay in delays:
+            for name, argv in entries.items():
+                start = time.monotonic()
+                proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT,
+                                        text=True, start_new_session=True, preexec_fn=_as_in_a_terminal)
+                time.sleep(max(0.0, start + delay - time.monotonic()))
+                os.killpg(proc.pid, signal.SIGINT)
+                _, err = proc.communicate(timeout=60)
+                kind = _early_kind(proc.returncode, err)
+                by = counts.setdefault(name, {}).setdefault(f"{delay:g}", {})
+                by[kind] = by.get(kind, 0) + 1
+    startup = []
+    for _ in range(max(repeat, 5)):
+        start = time.monotonic()
+        subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
+        startup.append(time.monotonic() - start)
+    return {"delays": [f"{d:g}" for d in delays], "repeat": repeat, "counts": counts,
+            "python_startup_s": round(sorted(startup)[len(startup) // 2], 3)}
+
+
+def window_markdown(window: dict) -> str:
+    lines = ["| Ctrl-C after | " + " | ".join(f"{d} s" for d in window["delays"]) + " |",
+             "|---|" + "---|" * len(window["delays"])]
+    for name, by in window["counts"].items():
+        cells = [", ".join(f"{kind} {n}" for kind, n in sorted(by.get(d, {}).items())) for d in window["delays"]]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", f"{window['repeat']} runs per cell (`tmplkit show`); `python -c pass` takes "
+              f"{window['python_startup_s']:.3f} s here (median)."]
+    return "\n".join(lines) + "\n"
+
+
 def _outcome(row: dict, scenario: str, output: str, hung: bool) -> str:
     if hung:
         return "HANG"
@@ -169,11 +292,16 @@ def _outcome(row: dict, scenario: str, output: str, hung: bool) -> str:
     if scenario.startswith("ctrl-c"):
         return "ok" if code == 130 or (scenario == "ctrl-c-late" and row["interrupted_at"] is None and code in (0, 1, 2)) \
             else "BROKEN"
-    if scenario == "symlink-output":
-        return "ok" if Path(output).is_symlink() and code in (0, 1, 2) else "BROKEN"
+    if scenario == "symlink-output":  # still a link, and what a success wrote went through it
+        written = Path(output).resolve().read_text(errors="replace") != "old\n"
+        return "ok" if Path(output).is_symlink() and code in (0, 1, 2) and (code != 0 or written) else "BROKEN"
     if scenario == "closed-stdout" and output:  # (annotate writes its file, never standard output)
         return "ok" if code in (0, 1, 2) else "BROKEN"
-    if scenario in ("hostile-time", "hostile-memory", "bad-conversation", "bad-tokenizer", "missing-folder",
+    if code == 0 and scenario.startswith("hostile") and row["command"] in REPORTS_NOT_RENDERED:
+        # a report, not a gate: exit 0, and its output says the template was not rendered
+        text = Path(output).read_text(errors="replace") if Path(output).is_file() else ""
+        return "ok" if re.search(REPORTS_NOT_RENDERED[row["command"]], text) else "BROKEN"
+    if scenario in ("hostile-time", "hostile-memory", "hostile-session", "bad-conversation", "bad-tokenizer", "missing-folder",
                     "closed-stdout"):
         return "ok" if code in (1, 2) else "BROKEN"  # never a success on what could not be done
     return "ok" if code in (0, 1, 2) else "BROKEN"
@@ -181,7 +309,9 @@ def _outcome(row: dict, scenario: str, output: str, hung: bool) -> str:
 
 def _cell(row: dict) -> str:
     if row["outcome"] == "n/a":
-        return "-"
+        return "n/a"
+    if row["outcome"] == "not run":
+        return f"not run ({row['why']})"
     if row["outcome"] == "ok":
         return f"exit {row['exit']}, {row['seconds']:.0f} s"
     return f"**{row['outcome']}** (exit {row['exit']}, {row['seconds']:.0f} s)"
@@ -195,24 +325,47 @@ def markdown(result: dict) -> str:
         by = {r["scenario"]: r for r in rows if r["command"] == command}
         lines.append(f"| {command} | " + " | ".join(_cell(by[s]) if s in by else "" for s in scenarios) + " |")
     held = sum(1 for r in rows if r["outcome"] == "ok")
-    ran = sum(1 for r in rows if r["outcome"] != "n/a")
-    lines += ["", f"{held} of {ran} runs kept the contract; bound {result['bound']:g} s per run; "
-              f"{result['machine']}."]
+    ran = sum(1 for r in rows if r["outcome"] not in ("n/a", "not run"))
+    skipped = sum(1 for r in rows if r["outcome"] == "not run")
+    lines += ["", f"{held} of {ran} runs kept the contract"
+              + (f" ({skipped} not run: no llama-server)" if skipped else "")
+              + f"; bound {result['bound']:g} s per run; {result['machine']}; {result.get('minutes', 0):.0f} minutes."]
+    why: dict[str, dict[str, list[str]]] = {}  # reason -> command -> its scenarios
+    for r in rows:
+        if r["outcome"] == "n/a":
+            why.setdefault(r["why"], {}).setdefault(r["command"], []).append(r["scenario"])
+    for reason, by_command in why.items():
+        groups: dict[tuple, list[str]] = {}  # the commands with the same scenarios, together
+        for command, scens in by_command.items():
+            groups.setdefault(tuple(scens), []).append(command)
+        said = "; ".join(f"{', '.join(commands)} ({', '.join(scens)})" for scens, commands in groups.items())
+        lines += ["", f"n/a, {reason}: {said}."]
     return "\n".join(lines) + "\n"
+
+
+def _llama_server() -> str | None:
+    """The llama-server binary the server commands would use (as tests/conftest.py finds it), or None."""
+    from tmplkit.server.process import llama_server_binary
+
+    path = llama_server_binary()
+    return None if path is None else str(path)
 
 
 DOCS = ROOT / "docs" / "hardening.md"
 MARK, END = "<!-- CONTRACT-MATRIX -->", "<!-- /CONTRACT-MATRIX -->"
+EARLY_MARK, EARLY_END = "<!-- CTRL-C-WINDOW -->", "<!-- /CTRL-C-WINDOW -->"
 
 
-def _update_docs(table: str) -> None:
-    """The table between docs/hardening.md's two markers (the text around them is the page's)."""
+def _update_docs(table: str, mark: str, end: str) -> None:
+    """The table between two of docs/hardening.md's markers (the text around them is the page's)."""
     from tmplkit.atomic import write_output
 
     text = DOCS.read_text(encoding="utf-8")
-    head, _, rest = text.partition(MARK)
-    _, _, tail = rest.partition(END)
-    write_output(str(DOCS), f"{head}{MARK}\n\n{table}\n{END}{tail}")
+    if mark not in text:
+        raise SystemExit(f"{DOCS}: no {mark} marker to put the table after")
+    head, _, rest = text.partition(mark)
+    _, _, tail = rest.partition(end)
+    write_output(str(DOCS), f"{head}{mark}\n\n{table}\n{end}{tail}")
 
 
 def main(argv=None) -> int:
@@ -223,40 +376,54 @@ def main(argv=None) -> int:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--merge", action="store_true", help="keep the other rows of the last run's JSON")
     parser.add_argument("--update-docs", action="store_true", help="put the table into docs/hardening.md")
+    parser.add_argument("--early-delays", default=",".join(f"{d:g}" for d in EARLY_DELAYS),
+                        help="seconds after the start at which the Ctrl-C sweep interrupts (empty: no sweep)")
+    parser.add_argument("--early-repeat", type=int, default=5, help="runs per delay and entry point in the sweep")
     args = parser.parse_args(argv)
     commands = [c for c in args.commands.split(",") if c]
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = [c for c in commands if c not in COMMANDS] + [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         parser.error(f"unknown: {', '.join(unknown)}")
-    rows = []
+    rows, window, earlier_minutes = [], None, 0.0
     if args.merge:  # the rows of an earlier run, those run now replacing theirs
-        earlier = json.loads(Path(args.out + ".json").read_text())["rows"]
-        rows = [r for r in earlier if r["command"] not in commands or r["scenario"] not in scenarios]
+        earlier_run = json.loads(Path(args.out + ".json").read_text())
+        rows = [r for r in earlier_run["rows"] if r["command"] not in commands or r["scenario"] not in scenarios]
+        window = earlier_run.get("ctrl_c_window")
+        earlier_minutes = earlier_run.get("minutes", 0.0)  # (the table's minutes: the runs that made it)
+    delays = [float(d) for d in args.early_delays.split(",") if d]
     with tempfile.TemporaryDirectory(prefix="tmplkit-contract-") as tmp:
         fx = _fixtures(Path(tmp))
+        fx["llama_server"] = _llama_server()
+        started = time.monotonic()
         for command in commands:
             for scenario in scenarios:
                 row = run_one(command, scenario, fx, args.bound)
                 rows.append(row)
-                print(f"{command:<9} {scenario:<17} {row['outcome']:<9} {row.get('exit')!s:>4} {row.get('seconds', 0):>7}"
+                print(f"{command:<17} {scenario:<17} {row['outcome']:<9} {row.get('exit')!s:>4} {row.get('seconds', 0):>7}"
                       f"  {row.get('stderr', '')[:110]}", file=sys.stderr, flush=True)
+        minutes = round(earlier_minutes + (time.monotonic() - started) / 60, 1)
+        if delays:
+            window = ctrl_c_window(fx, delays, args.early_repeat)
     order = {(c, s): i for i, (c, s) in enumerate((c, s) for c in COMMANDS for s in SCENARIOS)}
     rows.sort(key=lambda r: order[(r["command"], r["scenario"])])
     from tmplkit._version import __version__
 
     result = {"tmplkit_version": __version__, "bound": args.bound, "command": "python scripts/contract_matrix.py",
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-              "rows": rows}
+              "minutes": minutes, "rows": rows, "ctrl_c_window": window}
     from tmplkit.atomic import write_output
 
     write_output(args.out + ".json", json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     table = markdown(result)
-    write_output(args.out + ".md", table)
+    early = window_markdown(window) if window else ""
+    write_output(args.out + ".md", table + ("\n" + early if early else ""))
     if args.update_docs:
-        _update_docs(table)
-    print(table)
-    return 0 if all(r["outcome"] in ("ok", "n/a") for r in rows) else 1
+        _update_docs(table, MARK, END)
+        if early:
+            _update_docs(early, EARLY_MARK, EARLY_END)
+    print(table + ("\n" + early if early else ""))
+    return 0 if all(r["outcome"] in ("ok", "n/a", "not run") for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -102,6 +102,55 @@ def test_annotate_reports_a_memory_bomb_as_an_error(tmp_path):
     assert not out.exists()
 
 
+def _on_session(tmp_path) -> tuple[Path, Path]:
+    """A template that passes every probe and makes one long call with no check inside (a `wordwrap`
+    over 8M words: seconds on any machine, a gigabyte; a session render may build 50M characters)
+    only on a message of the session it is given; and that session."""
+    template = tmp_path / "on-session.jinja"
+    template.write_text("{% for m in messages %}{% if m.content == 'wrap it' %}{{ ('x ' * 8000000)|wordwrap(1) }}"
+                        "{% endif %}{% endfor %}" + CHATML.read_text())
+    chat = tmp_path / "wrap-it.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "wrap it"}, {"role": "assistant", "content": "done"}]))
+    return template, chat
+
+
+def _with_session_timeout(seconds: float, *args: str) -> subprocess.CompletedProcess:
+    """The command with its session renders' worker limits (tmplkit.cli._limits: SESSION_TIMEOUT, 60 s;
+    RENDER_TIMEOUT, the audit's 10 s) made `seconds`, in a subprocess bounded as `tmplkit()`'s."""
+    code = (f"import sys, tmplkit.cli._limits as l; l.SESSION_TIMEOUT = l.RENDER_TIMEOUT = {seconds}; "
+            "from tmplkit.cli import main; sys.exit(main(sys.argv[1:]))")
+    env = {**os.environ, "PYTHONPATH": str(CODE)}
+    try:
+        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=BOUND,
+                              env=env, cwd=CODE)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"tmplkit {' '.join(args)} ran past {BOUND} s (a hang)")
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("command", ["prefill", "replay"])
+def test_a_template_hostile_only_on_the_session_is_refused_before_the_model_loads(tmp_path, command):
+    # the probes pass (the pre-check's analysis); the session's own render ran in this process, with
+    # no memory limit, until a session render's 60 s limit (past this test's bound): it now runs in a
+    # worker first, under the audit's limits
+    pytest.importorskip("llama_cpp")
+    template, chat = _on_session(tmp_path)
+    extra = ["--policy", "none"] if command == "prefill" else ["--settings", "llama-server"]
+    proc = _with_session_timeout(1.0, command, "tiny:qwen35", "--session", str(chat), "--template", str(template),
+                                 "-c", "512", *extra)
+    err = one_line_error(proc, "refused before the model loads")
+    assert "took longer than 1 s" in err or "ran out of memory" in err, err
+
+
+def test_server_log_places_the_log_with_the_template_in_a_worker(tmp_path, tiny_hf_folder):
+    template, chat = _on_session(tmp_path)
+    log = ROOT / "fixtures" / "server-logs" / "0.3.36-cold-lv3.log"
+    proc = _with_session_timeout(1.0, "server", "log", str(log), "--template", str(template), "--session", str(chat),
+                                 "--tokenizer", str(tiny_hf_folder))
+    err = one_line_error(proc, "the worker was stopped")
+    assert "took longer than 1 s" in err or "ran out of memory" in err, err
+
+
 def test_mask_in_its_worker_gives_the_same_mask(conversation, tiny_hf_folder):
     proc = tmplkit("mask", str(CHATML), "--session", str(conversation), "--tokenizer", str(tiny_hf_folder),
                    "--format", "json")
@@ -295,6 +344,31 @@ def test_ctrl_c_while_the_command_starts_is_exit_130():
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=BOUND)
     assert proc.returncode == 130 and err.strip() == "tmplkit: interrupted", (proc.returncode, err)
+
+
+def test_ctrl_c_handler_is_tmplkits_first_import():
+    # the window a Ctrl-C prints Python's traceback in ends when tmplkit._interrupt runs: it is the
+    # first module the command imports (after the interpreter's own `site` and `runpy`) and imports
+    # nothing the interpreter has not loaded already
+    env = {**os.environ, "PYTHONPATH": str(CODE)}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tmplkit", "--version"], capture_output=True,
+                          text=True, timeout=BOUND, env=env, cwd=CODE)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = [line.split("|")[-1] for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    first = names[[n.strip() for n in names].index("runpy") + 1:][0]
+    assert first.strip() == "tmplkit._interrupt" and first.startswith("   "), names[:80]  # nested under `tmplkit`
+
+
+def test_ctrl_c_after_the_work_is_still_one_line(tmp_path):
+    # once main() has returned, the interpreter's shutdown (atexit work) runs: a Ctrl-C there is
+    # tmplkit's one line and exit 130 too, not a traceback from an atexit callback
+    script = tmp_path / "tmplkit"  # the console script's name, as pip writes it
+    script.write_text(f"#!{sys.executable}\nimport signal, sys\nfrom tmplkit.cli import main\ncode = main()\n"
+                      "print(signal.getsignal(signal.SIGINT).__name__)\nsys.exit(code)\n")
+    script.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(CODE)}
+    proc = subprocess.run([str(script), "schema"], capture_output=True, text=True, timeout=BOUND, env=env, cwd=CODE)
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "_interrupted", (proc.stdout[-500:], proc.stderr)
 
 
 def _importing_tmplkit(pid: int) -> bool:

@@ -19,10 +19,12 @@ imports no layer, so a command, or a caller that needs one function, pays only f
     ('pass', '<|im_start|>user\\n<tool_response>\\n')
 """
 
+# First, before any other import: a Ctrl-C while the command starts is one line and exit 130.
+from . import _interrupt  # noqa: F401, I001  (the order is the point)
+
 import importlib
 from typing import TYPE_CHECKING
 
-from . import _interrupt  # noqa: F401  (first: a Ctrl-C while the command starts is one line and exit 130)
 from ._version import __version__ as __version__
 
 # Where each public name lives: module (relative to this package) -> names.

@@ -236,8 +236,9 @@ AUDIT_FORMATS: dict[str, Callable[[AuditReport], str]] = {
 
 # ---- the delimiter table ------------------------------------------------------------------------
 
-# The table JSON's layout (tmplkit/schemas/table.schema.json); raised as the audit's is.
-TABLE_SCHEMA_VERSION = 1
+# The table JSON's layout (tmplkit/schemas/table.schema.json); raised as the audit's is. 2: a row that
+# did not pass has null delimiters (1 listed them, unproven) and a `reason`.
+TABLE_SCHEMA_VERSION = 2
 TABLE_COLUMNS = ("name", "status", "reason", "user_start", "assistant_start", "system_start",
                  "tool_response_start", "tool_response_next", "generation_prompt", "tool_placement",
                  "reasoning_start", "reasoning_end", "generation_reasoning")

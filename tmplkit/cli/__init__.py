@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from .._interrupt import restore_default
+from .._interrupt import install_early_handler, restore_default
 from .._version import __version__
 from ..errors import InputError, TmplkitError
 from ..sandbox import hints_for
@@ -162,3 +162,4 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         sys.stdout = stdout
+        install_early_handler()  # a Ctrl-C while Python shuts down (its atexit work): one line, exit 130 too

@@ -3,7 +3,13 @@ command's own `--timeout` where it has one."""
 
 from __future__ import annotations
 
-__all__ = ["check_template_isolated", "render_timeout"]
+__all__ = ["RENDER_TIMEOUT", "SESSION_TIMEOUT", "check_template_isolated", "render_session", "render_timeout"]
+
+# Seconds for every request of a session rendered in a worker (replay's pre-check): turns' default
+# for the same work, since a long session's hundreds of renders legitimately take seconds.
+SESSION_TIMEOUT = 60.0
+# Seconds for the one render of a session (prefill's pre-check); None: the audit's limit.
+RENDER_TIMEOUT: float | None = None
 
 
 def render_timeout(args, default: float | None = None) -> float:
@@ -15,12 +21,14 @@ def render_timeout(args, default: float | None = None) -> float:
     return given if given is not None else (default if default is not None else DEFAULT_TIMEOUT)
 
 
-def check_template_isolated(template, model, what: str) -> None:
+def check_template_isolated(template, model, what: str, session=None, *, every_request: bool = False) -> None:
     """Before a model is loaded (prefill, replay): the template the run renders (`template`, else the
     model GGUF's own) analyzed in a worker under the audit's limits; one that runs out of time or
     memory there, or reaches for what the sandbox forbids, is refused on one line instead of being
-    rendered in this process. (The session's own render then runs here, under the sandbox's
-    per-render limits.)"""
+    rendered in this process. With `session` (a `Session`), the session's own renders too (the last
+    request, or `every_request`), since a template can pass the probes and turn hostile on the
+    session's content: the renders this process then repeats have ended within the limits once."""
+    from ..auditing.contained import DEFAULT_TIMEOUT, run_contained
     from ..auditing.isolate import analyze_isolated
     from ..errors import RenderLimitError, TmplkitError
     from ..sources.templates import load_one
@@ -35,3 +43,24 @@ def check_template_isolated(template, model, what: str) -> None:
         why = analysis.errors[0] if analysis.errors else analysis.status
         raise RenderLimitError(f"{what}: the template is refused before the model loads ({analysis.status}): {why}",
                                kind=analysis.status)
+    if session is not None:
+        timeout = SESSION_TIMEOUT if every_request else (RENDER_TIMEOUT or DEFAULT_TIMEOUT)
+        try:
+            run_contained(render_session, template, session, every_request, timeout=timeout,
+                          what=f"rendering the session with template '{template.name}'")
+        except RenderLimitError as exc:
+            raise RenderLimitError(f"{what}: the template is refused before the model loads: {exc}",
+                                   kind=exc.kind) from None
+
+
+def render_session(template, session, every_request: bool) -> None:
+    """In the worker: `session` rendered as the run renders it (every request, as replay does; else
+    the whole session with the generation prompt, as prefill does); nothing is sent back."""
+    if every_request:
+        from ..turns import prepare_session
+
+        prepare_session(session, template)
+    else:
+        from ..session import for_server
+
+        for_server(template, session).render(add_generation_prompt=True)

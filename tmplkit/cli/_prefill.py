@@ -48,6 +48,7 @@ def _cmd_prefill(args) -> int:
     from ..prefill.models import resolve_model
     from ..prefill.plot import plot_comparison, require_matplotlib
     from ..prefill.report import check_writable
+    from ..session import load_session
 
     session_of(args, "prefill")
     reports = reports_of(args)
@@ -61,11 +62,12 @@ def _cmd_prefill(args) -> int:
     # A bar redrawn in place: a terminal only, and not a dumb one (TERM=dumb, CI logs).
     line = ProgressLine(wanted(), steps=False)
     bar = _token_bar(line, args.repeat) if line.on else None
+    session = load_session(args.session)
     try:
         model = resolve_model(args.model)
         template = model_template(args, model)
-        check_template_isolated(template, model, "tmplkit prefill")
-        comp = compare_policies(model, args.session, template=template, policies=args.policy,
+        check_template_isolated(template, model, "tmplkit prefill", session)
+        comp = compare_policies(model, session, template=template, policies=args.policy,
                                 repeat=args.repeat, settings=settings, progress=bar)
     finally:
         line.close()

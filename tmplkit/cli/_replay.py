@@ -65,7 +65,7 @@ def _cmd_replay(args) -> int:
     settings = prefill_settings(args)
     model = resolve_model(args.model)
     template = model_template(args, model)
-    check_template_isolated(template, model, "tmplkit replay")
+    check_template_isolated(template, model, "tmplkit replay", session, every_request=True)
     with PrefillRunner(model, settings) as runner:
         rep = replay_session(runner, session, resolve_template(template, runner), settings=tuple(names))
     for fmt, path in reports:

@@ -117,7 +117,8 @@ def _cmd_log(args) -> int:
     from ..errors import InputError
     from ..server.log import format_server_log, read_server_log
     from ..server.log_breaks import locate_breaks
-    from ._common import emit, require_tokenizers, tokenizer_spec
+    from ._common import emit, require_tokenizers, worker_tokenizer
+    from ._limits import SESSION_TIMEOUT
 
     given = [x is not None for x in (args.template, args.session, args.tokenizer)]
     if any(given) and not all(given):
@@ -137,13 +138,16 @@ def _cmd_log(args) -> int:
         source = str(path)
     log = read_server_log(text, source)
     if all(given):
+        from ..auditing.contained import run_contained
+        from ..session import load_session
         from ..sources.templates import load_one
-        from ..tokens.tokenizers import load_tokenizer
 
         template = load_one(args.template, args.name)
-        spec = tokenizer_spec(args.tokenizer, template)
-        require_tokenizers([spec], "tmplkit server log --tokenizer " + str(spec))
-        log = locate_breaks(log, template, args.session, load_tokenizer(spec))
+        session = load_session(args.session)  # here: '-' is this process's standard input
+        # The template is untrusted: the session's renders run in a worker under the audit's limits.
+        log = run_contained(locate_breaks, log, template, session, worker_tokenizer(args, template, "server log"),
+                            what=f"placing the log on the session with template '{template.name}'",
+                            timeout=SESSION_TIMEOUT)
     if args.format == "json":
         emit(json.dumps(log.to_dict(), ensure_ascii=False, indent=1) + "\n", args.output)
     else:
