@@ -15,7 +15,7 @@ import pytest
 
 import tmplkit as _tmplkit
 from tmplkit.auditing import audit, prefix_stability_of, verdict_of
-from tmplkit.errors import InputError, RenderLimitError
+from tmplkit.errors import InputError, RenderLimitError, TmplkitError
 from tmplkit.sources import load, load_one
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,6 +180,18 @@ def test_contained_work_past_its_time_is_a_timeout():
     with pytest.raises(RenderLimitError) as e:
         run_contained(time.sleep, 30, what="sleeping", timeout=0.5)
     assert e.value.kind == "timeout" and "took longer than 0.5 s" in str(e.value)
+
+
+def test_contained_work_that_aborts_under_a_memory_limit_is_said_to_be_memory_likely():
+    import os
+
+    from tmplkit.auditing.contained import run_contained
+
+    # (a tokenizer's native allocator aborts the process where an allocation fails under the limit)
+    with pytest.raises(TmplkitError) as e:
+        run_contained(os.abort, what="tokenizing", memory_mb=700)
+    assert "aborted (SIGABRT)" in str(e.value) and "out of memory (over 700 MiB)" in str(e.value)
+    assert "\n" not in str(e.value)
 
 
 # --- (2) the gate never passes what it did not check ----------------------------------------------

@@ -160,6 +160,11 @@ def _lost(what: str, memory_mb: int | None, advice: str):
         if gone.kind == "exit" and (gone.exitcode == EXIT_MEMORY or gone.exitcode == -signal.SIGKILL):
             return "lost", RenderLimitError(f"{what}: ran out of memory (over {memory_mb} MiB); the worker was stopped "
                                             "(the template may build a huge value)", kind="memory")
+        if gone.kind == "exit" and gone.exitcode == -signal.SIGABRT and memory_mb:
+            # native code (a tokenizer's allocator, libstdc++) aborts where an allocation fails
+            return "lost", RenderError(f"{what}: the worker aborted (SIGABRT), as native code does when an allocation "
+                                       f"fails: most likely out of memory (over {memory_mb} MiB); raise --memory if "
+                                       "the input is meant to be this large")
         if gone.kind == "exit":
             return "lost", RenderError(f"{what}: the worker ended without a result (exit code {gone.exitcode})")
         if gone.kind == "start":
