@@ -336,3 +336,73 @@ def _compile(text: str):
         return compile_template_cached(_environment(), text)
     except (TemplateError, RecursionError) as exc:  # deeply nested source: the parser recurses
         return exc.with_traceback(None)
+
+
+# --- one pass for a render with and without the generation prompt ------------------------------------
+
+# The piece the split variant yields around the generation prompt: a string made at run time (not
+# interned), told apart by identity; no template can name it (the variant is refused if it does).
+PROMPT_MARK = "".join(["\x00tmplkit", " prompt mark\x00"])
+_MARK_NAME = "tmplkit_prompt_mark"
+
+
+@lru_cache(maxsize=64)
+def _compile_split(text: str):
+    """The template compiled with `PROMPT_MARK` yielded before and after its generation prompt, or
+    None where a render without the prompt is not provably the variant's output less what lies
+    between the marks (`_prompt_block`)."""
+    env = _environment()
+    try:
+        tree = env.parse(text)
+    except (TemplateError, RecursionError):
+        return None
+    at = _prompt_block(tree)
+    if at is None:
+        return None
+    line = tree.body[at].lineno
+
+    def mark():
+        return jinja2.nodes.Output([jinja2.nodes.Name(_MARK_NAME, "load", lineno=line)], lineno=line)
+
+    tree.body[at:at + 1] = [mark(), tree.body[at], mark()]
+    try:
+        code = env.compile(tree)
+        return env.template_class.from_code(env, code, env.make_globals({_MARK_NAME: PROMPT_MARK}), None)
+    except (TemplateError, RecursionError):
+        return None
+
+
+def _prompt_block(tree) -> int | None:
+    """The index in `tree.body` of the template's generation prompt, where rendering without it is
+    provably the same render with that block's output left out: the variable is read once in the
+    whole template, as the (leftmost) test of a top-level `{% if %}` with no elif/else that only
+    constant text follows. The render is then the same up to the test (nothing before it can see the
+    variable), a false test runs nothing (`and` stops at the variable), and the text after is constant."""
+    body = tree.body
+    at = len(body) - 1
+    while at >= 0 and isinstance(body[at], jinja2.nodes.Output) \
+            and all(isinstance(n, jinja2.nodes.TemplateData) for n in body[at].nodes):
+        at -= 1
+    node = body[at] if at >= 0 else None
+    if not isinstance(node, jinja2.nodes.If) or node.elif_ or node.else_:
+        return None
+    test = node.test
+    while isinstance(test, jinja2.nodes.And):
+        test = test.left
+    names = [n for n in tree.find_all(jinja2.nodes.Name) if n.name in ("add_generation_prompt", _MARK_NAME)]
+    if not isinstance(test, jinja2.nodes.Name) or len(names) != 1 or names[0] is not test:
+        return None
+    return at
+
+
+@lru_cache(maxsize=256)
+def reads_clock(text: str) -> bool:
+    """Whether two renders of the template with the same inputs can differ: it names `strftime_now`
+    (the one global that reads the clock), or draws at random (the `random` filter, `lipsum`); True
+    where it does not parse (nothing is proved)."""
+    try:
+        tree = _environment().parse(text)
+    except (TemplateError, RecursionError):
+        return True
+    return any(n.name in ("strftime_now", "lipsum") for n in tree.find_all(jinja2.nodes.Name)) \
+        or any(f.name == "random" for f in tree.find_all(jinja2.nodes.Filter))

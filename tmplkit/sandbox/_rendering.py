@@ -16,10 +16,10 @@ from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 from ..errors import InputError, RenderError, RenderLimitError
 from ..sources.templates import ChatTemplate
 from ._inputs import _plain, _prepare_dicts, _prepare_messages
-from ._jinja import _compile
+from ._jinja import PROMPT_MARK, _compile, _compile_split
 from ._limits import _STATE, DEFAULT_LIMITS, Limits, _State, _timeout, _too_big
 
-__all__ = ["compile_template", "render"]
+__all__ = ["compile_template", "render", "render_with_prompt"]
 
 # Methods the immutable sandbox refuses because they modify a list, dict, set or deque.
 _MUTATORS = frozenset({
@@ -106,7 +106,32 @@ def render(
 
         >>> render(t, [{"role": "user", "content": "hi"}], add_generation_prompt=True, limits=Limits(seconds=0.5))  # doctest: +SKIP
     """
-    limits = DEFAULT_LIMITS if limits is None else limits
+    context = _context(template, messages, tools, documents, add_generation_prompt, extra_context)
+    return _render(template, context, limits, clock, split=False)[0]
+
+
+def render_with_prompt(
+    template: ChatTemplate,
+    messages,
+    *,
+    tools=None,
+    documents=None,
+    limits: Limits | None = None,
+    clock: Callable[[], datetime] | None = None,
+    **extra_context,
+) -> tuple[str, str]:
+    """`render(..., add_generation_prompt=True)` and `render(..., add_generation_prompt=False)`, in
+    one pass where the template provably renders the second as the first less its generation prompt
+    block (`_jinja._prompt_block`: nearly every chat template ends with it), else in two."""
+    context = _context(template, messages, tools, documents, True, extra_context)
+    with_prompt, without = _render(template, context, limits, clock, split="add_generation_prompt" not in extra_context)
+    if without is None:
+        without = render(template, messages, tools=tools, documents=documents, add_generation_prompt=False,
+                         limits=limits, clock=clock, **extra_context)
+    return with_prompt, without
+
+
+def _context(template: ChatTemplate, messages, tools, documents, add_generation_prompt: bool, extra_context) -> dict:
     prepared = _prepare_messages(messages)
     context: dict[str, Any] = {}
     if template.bos_token is not None:
@@ -114,7 +139,7 @@ def render(
     if template.eos_token is not None:
         context["eos_token"] = template.eos_token
     context.update(_plain(extra_context))
-    context = {
+    return {
         "messages": prepared,
         "tools": _prepare_dicts(tools, "tools", "JSON-schema dicts"),
         "documents": _prepare_dicts(documents, "documents", "dicts with 'title' and 'text' keys"),
@@ -122,26 +147,37 @@ def render(
         **context,
     }
 
-    state = _State(limits, clock, template.name)
+
+def _render(template: ChatTemplate, context: dict, limits: Limits | None, clock, *, split: bool) -> tuple[str, str | None]:
+    """The render, and with `split` the render without the generation prompt where the template's
+    split variant (`_jinja._compile_split`) gives it in the same pass (else None)."""
+    state = _State(DEFAULT_LIMITS if limits is None else limits, clock, template.name)
     token = _STATE.set(state)
     compiled = None
     try:
         compiled = _compile(template.text)
         if isinstance(compiled, Exception):
             raise _render_error(template, compiled, None) from compiled
+        # (the variant's own line table for the errors: its code has two more statements)
+        compiled = (_compile_split(template.text) if split else None) or compiled
         ctx = compiled.new_context(context)
         parts: list[str] = []
+        marks: list[int] = []
         total = 0
         max_chars = state.max_chars
         deadline = state.deadline
         for piece in compiled.root_render_func(ctx):
+            if piece is PROMPT_MARK:
+                marks.append(len(parts))
+                continue
             total += len(piece)
             if max_chars is not None and total > max_chars:
                 _too_big(state, total, "produced output")
             parts.append(piece)
         if deadline is not None and time.perf_counter() > deadline:
             _timeout(state)
-        return "".join(parts)
+        without = "".join(parts[:marks[0]] + parts[marks[1]:]) if len(marks) == 2 else None
+        return "".join(parts), without
     except (RenderError, InputError):
         raise
     except MemoryError as exc:

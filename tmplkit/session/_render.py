@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 
-from ..sandbox import Limits, Prepared, prepare_message, prepare_tools, render
+from ..sandbox import Limits, Prepared, prepare_message, prepare_tools, render, render_with_prompt
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation
@@ -69,6 +69,14 @@ class ServerConversation:
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in given)
         return render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
                       limits=SESSION_LIMITS, clock=clock, **self.variables)
+
+    def render_with_prompt(self, messages: Sequence[dict], *, clock: Callable[[], datetime] | None = None) -> tuple[str, str]:
+        """`render(messages)` with the generation prompt and without it, in one pass where the
+        template allows (`sandbox.render_with_prompt`): each request of a session needs both."""
+        ready = self._prepared
+        prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in messages)
+        return render_with_prompt(self.template, prepared, tools=self._prepared_tools, limits=SESSION_LIMITS, clock=clock,
+                                  **self.variables)
 
     @cached_property
     def _prepared_tools(self) -> Prepared | None:

@@ -154,8 +154,8 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
         def draw(msgs, gp, clock=clock):
             return conversation.render(msgs, add_generation_prompt=gp, clock=clock)
 
-        text = draw(messages[:n], True)
-        gprompt = _generation_prompt(text, draw(messages[:n], False))
+        text, bare = conversation.render_with_prompt(messages[:n], clock=clock)  # (one pass for both, where it can)
+        gprompt = _generation_prompt(text, bare)
         generated, rule = "", ""
         if end > n:
             try:

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from ..analysis.probes import THINKING_FLAGS
 from ..errors import RenderError, TmplkitError
+from ..sandbox import reads_clock
 from ..session import DEFAULT_INPUTS, check_inputs, for_server, inputs_note
 from ..session.requests import DEFAULT_INTERVAL, clock_at, iter_requests
 from ..sources.templates import ChatTemplate
@@ -125,7 +126,11 @@ def _name_switches(divs: tuple[Divergence, ...], tried) -> tuple[Divergence, ...
 
 
 def _redraw(conversation, reqs):
-    """request k rendered at another time (for the date check)."""
+    """request k rendered at another time (for the date check); None where the template cannot read
+    the clock (`sandbox.reads_clock`): the render would be the request itself, which moves no
+    divergence later."""
+    if not reads_clock(conversation.template.text):
+        return None
 
     def redraw(k: int, at: datetime) -> str:
         return conversation.render(conversation.messages[:reqs[k].n_messages], clock=lambda: at)
