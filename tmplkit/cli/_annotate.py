@@ -9,8 +9,7 @@ ANNOTATE_TIMEOUT = 60.0
 def add_annotate(sub) -> None:
     import argparse
 
-    p = sub.add_parser("annotate", help="write a copy of the template with {%% generation %%} tags that make "
-                                        "transformers' assistant mask equal tmplkit's",
+    p = sub.add_parser("annotate",
                        description="Insert {% generation %}...{% endgeneration %} so that transformers' "
                                    "return_assistant_tokens_mask returns tmplkit's mask; the copy is written only "
                                    "when it renders byte-identically and the masks agree on every check "

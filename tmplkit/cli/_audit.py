@@ -35,7 +35,7 @@ _DEFAULT_MEMORY_MB = 1024
 
 
 def add_audit(sub) -> None:
-    p = sub.add_parser("audit", help="analyze templates, prove their delimiters by a round trip, report")
+    p = sub.add_parser("audit")
     p.add_argument("sources", nargs="*", metavar="SOURCE",
                    help="a .gguf, .jinja, tokenizer_config.json, chat_template.json, folder, hf:org/name[@rev], "
                         "corpus:llama.cpp, or - (standard input); default: the configuration's sources")
@@ -201,7 +201,7 @@ def _auto_without_extras(templates, tokenizers, quiet: bool) -> dict[str, str | 
 
 
 def add_table(sub) -> None:
-    p = sub.add_parser("table", help="print the delimiter table, one row per template",
+    p = sub.add_parser("table",
                        description="One row per template: its delimiters when the round trip proved them, else "
                                    "none and why not. Exit code 1 when a template did not pass (and is not listed in "
                                    "--expected-failures), as for audit.")

@@ -12,7 +12,7 @@ def add_diff(sub) -> None:
     from ..behaviour import DIFF_FORMATS
 
     p = sub.add_parser(
-        "diff", help="what changed in behaviour between two templates (exit 0 same, 1 different, 2 bad input)",
+        "diff",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Compare what two templates do: the verdict, every role's delimiter, the generation prompt and "
                     "reasoning under each thinking switch, the tool placement, prefix stability on the agent session "

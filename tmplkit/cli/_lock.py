@@ -17,7 +17,7 @@ def add_lock(sub) -> None:
     from ..behaviour import DEFAULT_LOCK
 
     p = sub.add_parser(
-        "lock", help="record what each template does (its behaviour lock), for the audit to check against",
+        "lock",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Write or update a behaviour lock: per template, the verdict, every role's delimiter, the "
                     "generation prompt and reasoning markers under each thinking switch, the tool placement, the "

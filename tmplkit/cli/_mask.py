@@ -10,7 +10,7 @@ _ON, _OFF = "\x1b[1;32m", "\x1b[0m"
 def add_mask(sub) -> None:
     from ._common import add_format, add_name, add_output, add_session_option, add_template_argument, add_tokenizer
 
-    p = sub.add_parser("mask", help="the tokens of a conversation the model learns (assistant turns as generated)",
+    p = sub.add_parser("mask",
                        description="Render the conversation with the template, tokenize it and show which tokens the "
                                    "model learns.\n\nExample:\n  tmplkit mask model.gguf --session chat.json --tokenizer auto",
                        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)

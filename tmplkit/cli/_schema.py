@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def add_schema(sub) -> None:
-    p = sub.add_parser("schema", help="print the JSON Schema of a command's JSON output, or list them",
+    p = sub.add_parser("schema",
                        description="Print the JSON Schema (draft 2020-12) of a JSON output: audit, table, turns, "
                                    "spans, request, engine-parity, server-delimiters, server-log, prefill, replay, "
                                    "session, lock, diff. Without NAME, list them with the path of each file.")

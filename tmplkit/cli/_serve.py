@@ -15,7 +15,7 @@ from ._common import (
 
 def add_request(sub) -> None:
     p = sub.add_parser(
-        "request", help="print the llama-server /completion body for a conversation, or its message_delimiters alone",
+        "request",
         description="Print the JSON body of a llama-server /completion request: the conversation rendered with "
                     "the template, message_delimiters from tmplkit's token-checked delimiters, and cache_prompt. "
                     "With --delimiters-only, print the message_delimiters list alone, for clients that render "
@@ -64,7 +64,7 @@ def _cmd_request(args) -> int:
 
 def add_engine_parity(sub) -> None:
     p = sub.add_parser(
-        "engine-parity", help="render templates with llama-server's own Jinja engine and compare with tmplkit's render",
+        "engine-parity",
         description="For each template, render the analysis's round-trip conversation (without and with the "
                     "generation prompt) through llama-server's /apply-template (--jinja --chat-template-file) and "
                     "with tmplkit, compare byte for byte, and check the round trip on llama.cpp's render.")

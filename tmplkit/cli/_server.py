@@ -11,7 +11,7 @@ from ._common import add_format, add_name, add_output, add_session_option, add_t
 
 
 def add_server(sub) -> None:
-    p = sub.add_parser("server", help="llama-server itself: its chat endpoint's delimiters, and reading its log")
+    p = sub.add_parser("server")
     ss = p.add_subparsers(dest="server_command", required=True)
 
     d = ss.add_parser(

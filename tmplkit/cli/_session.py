@@ -6,7 +6,7 @@ from ._common import add_output
 
 
 def add_session(sub) -> None:
-    p = sub.add_parser("session", help="agent sessions: generate one to try `tmplkit prefill`, `turns` and `replay`")
+    p = sub.add_parser("session")
     ss = p.add_subparsers(dest="session_command", required=True)
     g = ss.add_parser("generate", help="write a seeded coding-agent session (OpenAI-style messages JSON)")
     g.add_argument("--tokens", type=int, default=16000, metavar="N", help="about how long (default 16000; estimated "

@@ -8,7 +8,7 @@ from ._common import add_limits, add_name, add_output
 
 
 def add_show(sub) -> None:
-    p = sub.add_parser("show", help="render the mixed probe conversation and mark its spans")
+    p = sub.add_parser("show")
     p.add_argument("source", metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder, hf:org/name or -")
     add_name(p)
     add_output(p, "the marked conversation")

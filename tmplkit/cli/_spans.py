@@ -14,7 +14,7 @@ from ._common import (
 
 
 def add_spans(sub) -> None:
-    p = sub.add_parser("spans", help="render a conversation, tokenize it, and print its message spans")
+    p = sub.add_parser("spans")
     add_template_argument(p, old_template=True)
     add_name(p)
     add_session_option(p, required=True)

@@ -13,8 +13,7 @@ from ._terminal import ProgressLine, wanted
 def add_turns(sub) -> None:
     from ..turns.formats import FORMATS
 
-    p = sub.add_parser("turns", help="per template: is a resumed agent session's prefix stable, where and why it "
-                                     "diverges, and the tokens each request recomputes")
+    p = sub.add_parser("turns")
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="templates: .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
     add_name(p, many=True)
     p.add_argument("--session", metavar="FILE", help="a session JSON (messages with reasoning_content, tool calls, "
