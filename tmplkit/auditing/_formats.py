@@ -12,6 +12,7 @@ from xml.sax.saxutils import escape as xml_escape
 
 from .._version import __version__
 from ..analysis import Analysis
+from ..delimiters import split_text
 from ._gate import AuditReport, first_reason, is_failure, verdict_of
 from ._summary import format_summary
 
@@ -307,8 +308,6 @@ def unrendered_reason(analysis: Analysis) -> str | None:
 def format_show(analysis: Analysis, color: bool = False) -> str:
     """The round-trip conversation as the template renders it, each span introduced by a marker
     line naming its role; the delimiter is highlighted where the terminal allows."""
-    from ..delimiters import split_text
-
     why = unrendered_reason(analysis)
     if why is not None:
         return f"{analysis.name}: no rendered conversation to show ({why})\n"

@@ -30,6 +30,8 @@ from ._common import (
 from ._lock import lock_for, precheck, print_checks, run_checks, upstreams_for
 from .config import FAIL_ON, PREFIX_STABILITY, load_expected_failures
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 _DEFAULT_TIMEOUT = 10.0
 _DEFAULT_MEMORY_MB = 1024
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 
 def add_corpus(sub) -> None:
     p = sub.add_parser("corpus")

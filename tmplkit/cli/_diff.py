@@ -7,6 +7,8 @@ import argparse
 from ._common import add_format, add_output, emit
 from ._lock import add_derive_options, derive
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 
 def add_diff(sub) -> None:
     from ..behaviour import DIFF_FORMATS

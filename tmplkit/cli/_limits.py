@@ -3,6 +3,8 @@ command's own `--timeout` where it has one."""
 
 from __future__ import annotations
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 __all__ = ["check_template_isolated", "render_timeout"]
 
 

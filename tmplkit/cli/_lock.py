@@ -10,6 +10,8 @@ from pathlib import Path
 
 from ._common import add_name, config_of, load_templates, positive, progress_printer, verbosity
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 
 def add_lock(sub) -> None:
     import argparse

@@ -20,6 +20,8 @@ from ._common import (
 from ._limits import check_template_isolated
 from ._terminal import ProgressLine, wanted
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 
 def add_prefill(sub) -> None:
     # Choices and defaults come from the library: a policy added to POLICIES is offered here, and

@@ -19,6 +19,8 @@ from ._common import (
 )
 from ._limits import check_template_isolated
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 
 def add_replay(sub) -> None:
     p = sub.add_parser("replay")

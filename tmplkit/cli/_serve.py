@@ -10,7 +10,17 @@ from ._common import (
     add_session_option,
     add_template_argument,
     add_tokenizer,
+    emit,
+    format_of,
+    load_templates,
+    require_extra,
+    require_tokenizers,
+    template_and_session,
+    worker_tokenizer,
 )
+from ._limits import render_timeout
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
 def add_request(sub) -> None:
@@ -39,8 +49,6 @@ def _cmd_request(args) -> int:
     from ..server.process import completion_request, message_delimiters
     from ..session import load_conversation
     from ..sources.templates import load_one
-    from ._common import emit, require_tokenizers, template_and_session, worker_tokenizer
-    from ._limits import render_timeout
 
     source, session = template_and_session(args, "request")
     if args.delimiters_only == (session is not None):
@@ -87,7 +95,6 @@ def _cmd_engine_parity(args) -> int:
     from ..errors import InputError
     from ..server.parity import engine_parity, format_parity_table, parity_report
     from ..server.process import BUILD_HINT, llama_server_binary
-    from ._common import emit, format_of, load_templates, require_extra
 
     binary = args.server or llama_server_binary()
     if binary is None:

@@ -7,7 +7,24 @@ llama-server log as a user has it.
 
 from __future__ import annotations
 
-from ._common import add_format, add_name, add_output, add_session_option, add_template_option, add_tokenizer
+from ._common import (
+    add_format,
+    add_name,
+    add_output,
+    add_session_option,
+    add_template_option,
+    add_tokenizer,
+    emit,
+    format_of,
+    load_templates,
+    require_extra,
+    require_tokenizers,
+    tokenizer_spec,
+    verbosity,
+)
+from ._terminal import ProgressLine, wanted
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
 def add_server(sub) -> None:
@@ -75,8 +92,6 @@ def _cmd_delimiters(args) -> int:
     from ..server.delimiters import server_delimiters
     from ..server.process import BUILD_HINT, llama_server_binary
     from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION
-    from ._common import emit, format_of, load_templates, require_extra, verbosity
-    from ._terminal import ProgressLine, wanted
 
     format_of(args)  # an old --format name, noted before the work
     binary = args.server or llama_server_binary()
@@ -117,7 +132,6 @@ def _cmd_log(args) -> int:
     from ..errors import InputError
     from ..server.log import format_server_log, read_server_log
     from ..server.log_breaks import locate_breaks
-    from ._common import emit, require_tokenizers, tokenizer_spec
 
     given = [x is not None for x in (args.template, args.session, args.tokenizer)]
     if any(given) and not all(given):

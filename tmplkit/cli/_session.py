@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ._common import add_output
+from ._common import add_output, at_least, emit, positive
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
 def add_session(sub) -> None:
@@ -23,7 +25,6 @@ def _cmd_generate(args) -> int:
     import json
 
     from ..session import generate_session
-    from ._common import at_least, emit, positive
 
     positive(args.requests, "--requests")
     at_least(args.tokens, 200, "--tokens")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from ._common import add_limits, add_name, add_output
+from ._common import add_limits, add_name, add_output, emit, use_color
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
 def add_show(sub) -> None:
@@ -24,7 +26,6 @@ def _cmd_show(args) -> int:
     from ..errors import RenderError
     from ..sources.templates import load_one
     from ._audit import worker_limits
-    from ._common import emit, use_color
 
     # The template is untrusted: analyze it in a worker with the audit's limits.
     (analysis,) = analyze_isolated([load_one(args.source, args.name)], jobs=1, **worker_limits(args))

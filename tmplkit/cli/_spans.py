@@ -10,7 +10,14 @@ from ._common import (
     add_session_option,
     add_template_argument,
     add_tokenizer,
+    emit,
+    require_tokenizers,
+    template_and_session,
+    worker_tokenizer,
 )
+from ._limits import render_timeout
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
 def add_spans(sub) -> None:
@@ -32,8 +39,6 @@ def _cmd_spans(args) -> int:
     from ..session import load_conversation
     from ..session.token_spans import conversation_spans, format_spans_text
     from ..sources.templates import load_one
-    from ._common import emit, require_tokenizers, template_and_session, worker_tokenizer
-    from ._limits import render_timeout
 
     source, session = template_and_session(args, "spans")
     if args.tokenizer != "auto":
