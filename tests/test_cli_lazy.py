@@ -69,3 +69,16 @@ def test_each_subcommand_built_on_its_own_is_the_one_built_with_all(name):
 def test_the_listing_is_the_same_built_lazily_or_whole():
     assert build_parser(lazy=True).format_help() == build_parser().format_help()
     assert list(_commands(build_parser()).choices) == list(_COMMANDS)
+
+
+def test_audit_help_draws_its_choices_without_loading_the_audit():
+    code, out, modules = imported("audit", "--help")
+    assert code == 0 and "--fail-on {fail,unchecked,warning}" in out
+    assert "tmplkit.auditing._choices" in modules
+    assert not {"jinja2", "numpy", "tmplkit.analysis", "tmplkit.auditing._formats"} & modules
+
+
+def test_the_format_names_are_the_formats():
+    from tmplkit.auditing import AUDIT_FORMAT_NAMES, AUDIT_FORMATS
+
+    assert tuple(AUDIT_FORMATS) == AUDIT_FORMAT_NAMES

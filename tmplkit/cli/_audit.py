@@ -10,7 +10,8 @@ import contextlib
 import importlib.util
 import sys
 
-from .. import auditing as audit_mod
+from .. import auditing as audit_mod  # its names load on first use (the runs), not with the parser
+from ..auditing._choices import AUDIT_FORMAT_NAMES, TABLE_FORMATS
 from ..errors import InputError, TmplkitError
 from ._common import (
     EXTRAS,
@@ -41,7 +42,7 @@ def add_audit(sub) -> None:
     p.add_argument("sources", nargs="*", metavar="SOURCE",
                    help="a .gguf, .jinja, tokenizer_config.json, chat_template.json, folder, hf:org/name[@rev], "
                         "corpus:llama.cpp, or - (standard input); default: the configuration's sources")
-    add_format(p, audit_mod.AUDIT_FORMATS, "text", "the report")
+    add_format(p, AUDIT_FORMAT_NAMES, "text", "the report")
     add_output(p, "the report")
     p.add_argument("--report", action="append", metavar="FORMAT:FILE",
                    help="also write the report in FORMAT to FILE, from the same run (repeatable), e.g. "
@@ -208,7 +209,7 @@ def add_table(sub) -> None:
                                    "none and why not. Exit code 1 when a template did not pass (and is not listed in "
                                    "--expected-failures), as for audit.")
     p.add_argument("sources", nargs="*", metavar="SOURCE", help="as for audit; default: the configuration's sources")
-    add_format(p, audit_mod.TABLE_FORMATS, "markdown", "the table")
+    add_format(p, TABLE_FORMATS, "markdown", "the table")
     add_output(p, "the table")
     add_name(p, many=True)
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: the machine's cores)")

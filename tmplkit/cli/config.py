@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..auditing._gate import FAIL_ON, PREFIX_STABILITY
+from ..auditing._choices import FAIL_ON, PREFIX_STABILITY
 from ..errors import InputError
 from ..jsonio import read_json
 
