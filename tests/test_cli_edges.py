@@ -4,6 +4,7 @@ audit from a script on standard input, a stray file in a folder, templates that 
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
@@ -175,9 +176,9 @@ def test_expected_failures_from_standard_input(capsys, monkeypatch, tmp_path):
 
 def _subcommands():
     parser = build_parser()
-    (sub,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     for name, p in sub.choices.items():
-        nested = [a for a in p._actions if a.__class__.__name__ == "_SubParsersAction"]
+        nested = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
         if nested:
             yield from ((f"{name} {n}", q) for n, q in nested[0].choices.items())
         else:

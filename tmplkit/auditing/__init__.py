@@ -18,37 +18,79 @@ The package, in the order an audit runs: `_driver` (`audit()`: the analyses, in 
 `tmplkit.auditing.isolate`, the token round trip), `_prefix` (the prefix-stability check, run in the same
 worker), `_gate` (`AuditReport`: what fails the audit, `FAILING`, the verdict of each template) and
 `_formats` (text, JSON, markdown, JUnit, the delimiter table, `show`), `_summary` (the audit on one
-screen: what was and was not checked).
+screen: what was and was not checked), `_choices` (the options' choices, light to import).
+
+The names load on first use (`__getattr__`, as the package root does): the command line reads
+`_choices` to build its options without loading the analyses.
 """
 
-from ._driver import audit, token_checks, token_skips, tokenizer_for
-from ._formats import (
-    AUDIT_FORMATS,
-    TABLE_COLUMNS,
-    TABLE_FORMATS,
-    TABLE_SCHEMA_VERSION,
-    format_github,
-    format_json,
-    format_junit,
-    format_markdown,
-    format_show,
-    format_table,
-    format_text,
-    junit_error,
-    show,
-    summary_line,
-    table_rows,
-    unrendered_reason,
-)
-from ._gate import FAILING, JSON_SCHEMA_VERSION, REPORT_FAILURES, AuditReport, is_failure, verdict_of
-from ._prefix import NOT_APPLICABLE, NOT_CHECKED, PrefixStability, analyze_with_prefix_stability, default_turns_session, prefix_stability_of
-from ._summary import format_summary
+import importlib
+from typing import TYPE_CHECKING
+
+# Where each name lives: module (relative to this package) -> names.
+_LAZY: dict[str, tuple[str, ...]] = {
+    "._choices": ("AUDIT_FORMAT_NAMES", "FAIL_ON", "PREFIX_STABILITY", "TABLE_FORMATS"),
+    "._driver": ("audit", "token_checks", "token_skips", "tokenizer_for"),
+    "._formats": ("AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_SCHEMA_VERSION", "format_github", "format_json", "format_junit",
+                  "format_markdown", "format_show", "format_table", "format_text", "junit_error", "show", "summary_line",
+                  "table_rows", "unrendered_reason"),
+    "._gate": ("FAILING", "JSON_SCHEMA_VERSION", "REPORT_FAILURES", "AuditReport", "is_failure", "verdict_of"),
+    "._prefix": ("NOT_APPLICABLE", "NOT_CHECKED", "PrefixStability", "analyze_with_prefix_stability", "default_turns_session",
+                 "prefix_stability_of"),
+    "._summary": ("format_summary",),
+}
+_WHERE = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
-    "AUDIT_FORMATS", "FAILING", "JSON_SCHEMA_VERSION", "NOT_APPLICABLE", "NOT_CHECKED", "REPORT_FAILURES", "TABLE_COLUMNS", "TABLE_FORMATS",
-    "TABLE_SCHEMA_VERSION",
-    "AuditReport", "PrefixStability", "analyze_with_prefix_stability", "audit", "default_turns_session", "format_github", "format_json",
-    "format_junit", "format_markdown", "format_show", "format_summary", "format_table", "format_text", "is_failure",
-    "junit_error", "prefix_stability_of",
-    "show", "summary_line", "table_rows", "token_checks", "token_skips", "tokenizer_for", "unrendered_reason", "verdict_of",
+    "AUDIT_FORMATS", "AUDIT_FORMAT_NAMES", "AuditReport", "FAILING", "FAIL_ON", "JSON_SCHEMA_VERSION",
+    "NOT_APPLICABLE", "NOT_CHECKED", "PREFIX_STABILITY", "PrefixStability", "REPORT_FAILURES", "TABLE_COLUMNS",
+    "TABLE_FORMATS", "TABLE_SCHEMA_VERSION", "analyze_with_prefix_stability", "audit", "default_turns_session",
+    "format_github", "format_json", "format_junit", "format_markdown", "format_show", "format_summary",
+    "format_table", "format_text", "is_failure", "junit_error", "prefix_stability_of", "show", "summary_line",
+    "table_rows", "token_checks", "token_skips", "tokenizer_for", "unrendered_reason", "verdict_of",
 ]
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tmplkit.auditing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next look-up is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # what type checkers see: the same names, imported eagerly
+    from ._choices import AUDIT_FORMAT_NAMES, FAIL_ON, PREFIX_STABILITY, TABLE_FORMATS
+    from ._driver import audit, token_checks, token_skips, tokenizer_for
+    from ._formats import (
+        AUDIT_FORMATS,
+        TABLE_COLUMNS,
+        TABLE_SCHEMA_VERSION,
+        format_github,
+        format_json,
+        format_junit,
+        format_markdown,
+        format_show,
+        format_table,
+        format_text,
+        junit_error,
+        show,
+        summary_line,
+        table_rows,
+        unrendered_reason,
+    )
+    from ._gate import FAILING, JSON_SCHEMA_VERSION, REPORT_FAILURES, AuditReport, is_failure, verdict_of
+    from ._prefix import (
+        NOT_APPLICABLE,
+        NOT_CHECKED,
+        PrefixStability,
+        analyze_with_prefix_stability,
+        default_turns_session,
+        prefix_stability_of,
+    )
+    from ._summary import format_summary

@@ -8,10 +8,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 
-from ..analysis import Analysis
+from ..analysis import Analysis, analyze
 from ..sources.templates import ChatTemplate
 from ._gate import AuditReport, check_modes
 from ._prefix import PrefixStability, analyze_with_prefix_stability, check_session, default_turns_session, split_prefix_checks
+from .isolate import add_scan_warnings, analyze_isolated
 
 __all__ = ["audit", "token_checks", "token_skips", "tokenizer_for"]
 
@@ -53,8 +54,6 @@ def audit(
     if jobs == 1 and timeout is None and memory_mb is None:
         results = _in_process(templates, target, progress)
     else:
-        from .isolate import analyze_isolated
-
         kwargs: dict = {}
         if timeout is not None:
             kwargs["timeout"] = timeout
@@ -88,9 +87,6 @@ def token_skips(results: Sequence[Analysis], tokenizer: str | None,
 
 def _in_process(templates: Sequence[ChatTemplate], target, progress) -> list:
     """Each template analyzed in this process (render limits only), with the scan's warnings."""
-    from ..analysis import analyze
-    from .isolate import add_scan_warnings
-
     results: list = []
     for i, t in enumerate(templates):
         out = (target or analyze)(t)
@@ -117,7 +113,7 @@ def tokenizer_for(name: str, source: str, tokenizer: str | None, tokenizers: Map
         return tokenizer
     if source.lower().endswith(".gguf"):
         return source
-    from ..tokens.roundtrip import vocab_for_template
+    from ..tokens.roundtrip import vocab_for_template  # numpy: only with --tokenizer (keeps import tmplkit.auditing numpy-free)
 
     vocab = vocab_for_template(name)
     return f"vocab:{vocab}" if vocab else None
@@ -126,7 +122,7 @@ def tokenizer_for(name: str, source: str, tokenizer: str | None, tokenizers: Map
 def token_checks(results: Sequence[Analysis], tokenizer: str | None, tokenizers: Mapping[str, str | None] | None = None) -> tuple:
     """The token-level round trip of every passing analysis with a tokenizer (see `tokenizer_for`);
     None for the others."""
-    from ..tokens.roundtrip import token_round_trip
+    from ..tokens.roundtrip import token_round_trip  # numpy, a tokenizer library: only with --tokenizer
     from ..tokens.tokenizers import load_tokenizer
 
     opened: dict[str, object] = {}

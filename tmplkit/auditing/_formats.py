@@ -12,10 +12,12 @@ from xml.sax.saxutils import escape as xml_escape
 
 from .._version import __version__
 from ..analysis import Analysis
+from ..delimiters import split_text
+from ._choices import AUDIT_FORMAT_NAMES
 from ._gate import AuditReport, first_reason, is_failure, verdict_of
 from ._summary import format_summary
 
-__all__ = ["AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_FORMATS", "TABLE_SCHEMA_VERSION", "format_json", "format_junit", "format_markdown", "format_show",
+__all__ = ["AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_SCHEMA_VERSION", "format_json", "format_junit", "format_markdown", "format_show",
            "format_table", "format_text", "format_github", "junit_error", "show", "summary_line", "table_rows", "unrendered_reason"]
 
 
@@ -232,6 +234,8 @@ AUDIT_FORMATS: dict[str, Callable[[AuditReport], str]] = {
     "github": format_github,
     "summary": format_summary,
 }
+if tuple(AUDIT_FORMATS) != AUDIT_FORMAT_NAMES:  # the command line lists the names without loading this module
+    raise AssertionError(f"AUDIT_FORMATS {tuple(AUDIT_FORMATS)} is not _choices.AUDIT_FORMAT_NAMES")
 
 
 # ---- the delimiter table ------------------------------------------------------------------------
@@ -283,9 +287,6 @@ def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLE_FORMATS = ("markdown", "csv", "json")
-
-
 def _reason_cell(reason: str, limit: int = 120) -> str:
     """A reason in one markdown cell: one line, its pipes escaped, cut at `limit` characters."""
     text = " ".join(reason.split()).replace("|", "\\|")
@@ -308,8 +309,6 @@ def unrendered_reason(analysis: Analysis) -> str | None:
 def format_show(analysis: Analysis, color: bool = False) -> str:
     """The round-trip conversation as the template renders it, each span introduced by a marker
     line naming its role; the delimiter is highlighted where the terminal allows."""
-    from ..delimiters import split_text
-
     why = unrendered_reason(analysis)
     if why is not None:
         return f"{analysis.name}: no rendered conversation to show ({why})\n"

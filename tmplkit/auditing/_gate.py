@@ -13,17 +13,10 @@ from dataclasses import dataclass, field
 from .._version import __version__
 from ..analysis import Analysis
 from ..errors import InputError
+from ._choices import FAIL_ON, PREFIX_STABILITY
 from ._prefix import NOT_CHECKED, PrefixStability
 
 __all__ = ["FAILING", "JSON_SCHEMA_VERSION", "REPORT_FAILURES", "AuditReport", "is_failure", "verdict_of"]
-
-# What ends an audit non-zero (`--fail-on`, the configuration's `fail-on`), each mode stricter than
-# the one before: "fail" (failing templates), "unchecked" (also a passing template with a check
-# asked for that did not run: a time limit, no tokenizer for it) or "warning" (warnings as well).
-FAIL_ON = ("fail", "unchecked", "warning")
-# The prefix-stability check (`--prefix-stability`): not run, run and reported, or run with unstable
-# templates failing the audit (the CI gate).
-PREFIX_STABILITY = ("off", "report", "fail")
 
 # Statuses that make an audit fail (exit 1): every status but 'pass'. 'impossible' is a template
 # refused with the proof that no delimiter can exist; 'unsupported' one that renders no chat at all

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..analysis import Analysis
+from ..analysis import Analysis, analyze
+from ..errors import InputError
 from ..sources.templates import ChatTemplate
 
 __all__ = ["NOT_APPLICABLE", "NOT_CHECKED", "PrefixStability", "analyze_with_prefix_stability", "default_turns_session", "prefix_stability_of"]
@@ -54,15 +55,14 @@ class PrefixStability:
 def default_turns_session():
     """The session the prefix-stability check renders unless given one: a generated agent session
     (seed 0) of three user requests with reasoning, parallel tool calls and long tool outputs."""
-    from ..session import generate_session
+    from ..session import generate_session  # only with --prefix-stability: keeps the session layer out of the workers' preload
 
     return generate_session(20000, seed=0, style="agent", requests=3)
 
 
 def check_session(session) -> None:
     """Refuse a session without a request here, before the workers would make it every template's error."""
-    from ..errors import InputError
-    from ..turns import request_points
+    from ..turns import request_points  # numpy: only with --prefix-stability (keeps import tmplkit.auditing numpy-free)
 
     if not request_points(list(session.messages)):
         raise InputError(f"{getattr(session, 'source', '') or 'the session'}: no request in the session (the model "
@@ -81,7 +81,7 @@ def prefix_stability_of(template: ChatTemplate, session=None, timeout: float | N
     """
     import time
 
-    from ..turns import study_turns
+    from ..turns import study_turns  # numpy: only with --prefix-stability
 
     start = time.perf_counter()
     report = study_turns(template, session if session is not None else default_turns_session(), switches=False,
@@ -117,8 +117,6 @@ def analyze_with_prefix_stability(template: ChatTemplate, session=None,
     With the worker's `timeout`, the check stops in time for the pair to come back (what the
     analysis left of it, less a margin), rather than be killed with both lost."""
     import time
-
-    from ..analysis import analyze
 
     start = time.monotonic()
     a = analyze(template)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from ..errors import InputError, RenderError, RenderLimitError, TmplkitError
 from ..sandbox import hint_place, hints_for
-from .workers import EXIT_MEMORY, Lost, run_in_workers
+from .workers import EXIT_MEMORY, Lost, _context, run_in_workers
 
 __all__ = ["DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT", "TokenizerRef", "portable_tokenizer", "run_contained"]
 
@@ -64,7 +64,7 @@ def resolve(value):
 
 @functools.lru_cache(maxsize=4)
 def _open(spec: str, add_bos: bool):
-    from ..tokens.tokenizers import load_tokenizer
+    from ..tokens.tokenizers import load_tokenizer  # numpy: only in a command given a tokenizer
 
     return load_tokenizer(spec, add_bos=add_bos)
 
@@ -117,7 +117,6 @@ def _relayed(progress: Callable | None):
     if progress is None:
         yield None
         return
-    from .workers import _context
 
     reader, writer = _context().Pipe(duplex=False)
 

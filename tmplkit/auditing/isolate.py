@@ -34,7 +34,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 
-from ..analysis import Analysis, failed_analysis, failure_reason, status_of
+from ..analysis import Analysis, analyze, failed_analysis, failure_reason, status_of
 from ..sandbox import hint, hint_place, hints_for
 from ..sandbox.compile_cache import cached_by_text
 from ..sandbox.static_scan import scan
@@ -104,8 +104,6 @@ def scan_only(template) -> Analysis:
 
 
 def _default_target(template) -> Analysis:
-    from ..analysis import analyze
-
     return analyze(template)
 
 

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable, Sequence
 
 from ..auditing import default_turns_session
+from ..auditing.isolate import analyze_isolated
 from ._record import BehaviourRecord, derive_behaviour, record_of
 
 __all__ = ["DEFAULT_TIMEOUT", "derive_records"]
@@ -25,8 +26,6 @@ def derive_records(templates: Sequence, *, jobs: int | None = None, timeout: flo
         target = functools.partial(derive_behaviour, session=session)
         results: list = [target(t) for t in templates]
     else:
-        from ..auditing.isolate import analyze_isolated
-
         target = functools.partial(derive_behaviour, session=session, timeout=timeout)
         results = analyze_isolated(list(templates), jobs=jobs, timeout=timeout, memory_mb=memory_mb,
                                    target=target, progress=progress)

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 
 from .._version import __version__
+from ..atomic import write_output
 from ..errors import InputError
 from ..jsonio import read_json
 from ._compare import compare
@@ -64,8 +65,6 @@ def read_lock(path) -> BehaviourLock:
 
 def write_lock(path, lock: BehaviourLock) -> None:
     """Write `lock` to `path` atomically, keys sorted."""
-    from ..atomic import write_output
-
     write_output(path, json.dumps(lock.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 

@@ -2,72 +2,122 @@
 
 Exit codes: 0 success; 1 the audit failed (by --fail-on); 2 a usage or input error, told on one
 line on stderr; 130 interrupted. A new subcommand is a module with an `add_NAME(subparsers)`
-function, listed in `_SUBCOMMANDS`. The global options (`--quiet`, `--verbose`, `--color`,
-`--config`, `--no-config`) are accepted before the subcommand and after it.
+function, listed in `_COMMANDS` with the line `tmplkit --help` shows for it. The global options
+(`--quiet`, `--verbose`, `--color`, `--config`, `--no-config`) are accepted before the subcommand
+and after it.
+
+A subcommand's module is imported, and its parser built, only when that subcommand is parsed (it
+runs, or its --help is asked for): `tmplkit --version` and `tmplkit --help` import no layer of the
+library. `build_parser()` builds every subcommand (for tests and tools that walk them all).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
 from .._interrupt import install_early_handler, restore_default
 from .._version import __version__
 from ..errors import InputError, TmplkitError
-from ..sandbox import hints_for
-from ._annotate import add_annotate
-from ._audit import add_audit, add_table
-from ._corpus import add_corpus
-from ._diff import add_diff
-from ._lock import add_lock
-from ._mask import add_mask
 from ._outputs import check_outputs, printable
-from ._prefill import add_prefill
-from ._replay import add_replay
-from ._schema import add_schema
-from ._serve import add_engine_parity, add_request
-from ._server import add_server
-from ._session import add_session
-from ._show import add_show
-from ._spans import add_spans
-from ._turns import add_turns
 
 __all__ = ["build_parser", "main"]
 
-# Each subcommand registers itself here: an add-parser function per subcommand.
-_SUBCOMMANDS = [add_audit, add_table, add_show, add_corpus, add_spans, add_prefill, add_turns, add_request,
-                add_engine_parity, add_server, add_session, add_replay, add_schema, add_mask, add_annotate,
-                add_lock, add_diff]
+# Each subcommand, in the order `tmplkit --help` lists them: the module that declares it (imported
+# when the subcommand is parsed), its add-parser function, and its line in `tmplkit --help`.
+_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "audit": ("._audit", "add_audit", "analyze templates, prove their delimiters by a round trip, report"),
+    "table": ("._audit", "add_table", "print the delimiter table, one row per template"),
+    "show": ("._show", "add_show", "render the mixed probe conversation and mark its spans"),
+    "corpus": ("._corpus", "add_corpus", "fetch a pinned public template corpus into the cache"),
+    "spans": ("._spans", "add_spans", "render a conversation, tokenize it, and print its message spans"),
+    "prefill": ("._prefill", "add_prefill",
+                "prefill an agent session on a model with each batch policy and compare them"),
+    "turns": ("._turns", "add_turns", "per template: is a resumed agent session's prefix stable, where and why it "
+                                      "diverges, and the tokens each request recomputes"),
+    "request": ("._serve", "add_request",
+                "print the llama-server /completion body for a conversation, or its message_delimiters alone"),
+    "engine-parity": ("._serve", "add_engine_parity",
+                      "render templates with llama-server's own Jinja engine and compare with tmplkit's render"),
+    "server": ("._server", "add_server", "llama-server itself: its chat endpoint's delimiters, and reading its log"),
+    "session": ("._session", "add_session",
+                "agent sessions: generate one to try `tmplkit prefill`, `turns` and `replay`"),
+    "replay": ("._replay", "add_replay", "replay an agent session on a model as llama-server serves it: per request "
+                                         "the tokens reused, the checkpoint restored, the tokens recomputed (and "
+                                         "predicted)"),
+    "schema": ("._schema", "add_schema", "print the JSON Schema of a command's JSON output, or list them"),
+    "mask": ("._mask", "add_mask", "the tokens of a conversation the model learns (assistant turns as generated)"),
+    "annotate": ("._annotate", "add_annotate", "write a copy of the template with {%% generation %%} tags that make "
+                                               "transformers' assistant mask equal tmplkit's"),
+    "lock": ("._lock", "add_lock",
+             "record what each template does (its behaviour lock), for the audit to check against"),
+    "diff": ("._diff", "add_diff",
+             "what changed in behaviour between two templates (exit 0 same, 1 different, 2 bad input)"),
+}
 
 
 EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)", 1: "the audit failed (diff: the behaviour differs)",
               2: "usage or input error (one line on stderr)", 130: "interrupted"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Subcommands(argparse._SubParsersAction):
+    """The subcommands of `_COMMANDS`, each listed at once and built when it is parsed (`load`)."""
+
+    def declare(self, name: str, help: str) -> None:
+        self._choices_actions.append(self._ChoicesPseudoAction(name, (), help))
+        self._name_parser_map[name] = None  # a placeholder: `load` puts the parser here
+
+    def load(self, name: str) -> argparse.ArgumentParser:
+        """The parser of subcommand `name`, built by its module on first use."""
+        parser = self._name_parser_map[name]
+        if parser is not None:
+            return parser
+        module, add, _ = _COMMANDS[name]
+        order = list(self._name_parser_map)
+        del self._name_parser_map[name]  # the module's add_parser puts the real one in
+        getattr(importlib.import_module(module, __package__), add)(self)
+        for key in order:  # back in the declared order: an error's list of choices keeps it
+            self._name_parser_map[key] = self._name_parser_map.pop(key)
+        parser = self._name_parser_map[name]
+        for each in _subcommand_parsers(parser):
+            # After the subcommand too (and after `server log`, `session generate`); SUPPRESS keeps a
+            # value given before it.
+            _add_global_options(each, defaults=False)
+        return parser
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        self.load(values[0])  # argparse has checked that values[0] is a subcommand's name
+        super().__call__(parser, namespace, values, option_string)
+
+
+def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
+    """The `tmplkit` parser; `lazy`: each subcommand built only when it is parsed (what `main` uses),
+    else all of them now."""
     parser = argparse.ArgumentParser(
         prog="tmplkit", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Chat-template boundary analysis: derive role delimiters, detect spans, drive checkpointing prefill.",
         epilog="exit codes:\n" + "\n".join(f"  {code:<4} {what}" for code, what in EXIT_CODES.items()))
     parser.add_argument("--version", action="version", version=f"tmplkit {__version__}")
     _add_global_options(parser, defaults=True)
-    sub = parser.add_subparsers(dest="command", required=True)
-    for add in _SUBCOMMANDS:
-        add(sub)
-    for subparser in _subcommand_parsers(sub):
-        # After the subcommand too (and after `server log`, `session generate`); SUPPRESS keeps a
-        # value given before it.
-        _add_global_options(subparser, defaults=False)
+    sub = parser.add_subparsers(dest="command", required=True, action=_Subcommands)
+    assert isinstance(sub, _Subcommands)
+    for name, (_, _, help) in _COMMANDS.items():
+        sub.declare(name, help)
+    if not lazy:
+        for name in _COMMANDS:
+            sub.load(name)
     return parser
 
 
-def _subcommand_parsers(sub):
-    """Every subcommand's parser, the nested ones (`server log`) with their own."""
-    for subparser in sub.choices.values():
-        yield subparser
-        for action in subparser._subparsers._group_actions if subparser._subparsers else ():
-            yield from _subcommand_parsers(action)
+def _subcommand_parsers(parser: argparse.ArgumentParser):
+    """A subcommand's parser and its nested ones (`server log`)."""
+    yield parser
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        if isinstance(action, argparse._SubParsersAction):
+            for nested in action.choices.values():
+                yield from _subcommand_parsers(nested)
 
 
 def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
@@ -141,8 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     try:  # the parser too: a Ctrl-C while it is built is still one line
         restore_default()  # from here, Ctrl-C is a KeyboardInterrupt caught below (see tmplkit._interrupt)
         sys.stdout = _Stdout(stdout)
-        args = build_parser().parse_args(argv)
+        args = build_parser(lazy=True).parse_args(argv)
         check_outputs(args)  # a path that cannot be written is refused before the work, not after it
+        from ..sandbox import hints_for  # here, not at the top: --version and --help load no layer
+
         with hints_for("cli"):  # limit messages name the flags a command-line user can change
             code = int(args.func(args) or 0)
         sys.stdout.flush()  # a standard output that cannot be written is told here, not at Python's exit

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ._limits import render_timeout
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 # Seconds `annotate` may take per template: transformers' import and the renders of every check conversation.
 ANNOTATE_TIMEOUT = 60.0
 
@@ -9,8 +13,7 @@ ANNOTATE_TIMEOUT = 60.0
 def add_annotate(sub) -> None:
     import argparse
 
-    p = sub.add_parser("annotate", help="write a copy of the template with {%% generation %%} tags that make "
-                                        "transformers' assistant mask equal tmplkit's",
+    p = sub.add_parser("annotate",
                        description="Insert {% generation %}...{% endgeneration %} so that transformers' "
                                    "return_assistant_tokens_mask returns tmplkit's mask; the copy is written only "
                                    "when it renders byte-identically and the masks agree on every check "
@@ -31,7 +34,6 @@ def _cmd_annotate(args) -> int:
     from ..errors import InputError
     from ..masks import annotate_template
     from ..sources.templates import load_one
-    from ._limits import render_timeout
 
     if importlib.util.find_spec("transformers") is None:
         raise InputError("tmplkit annotate checks the copy with transformers, which is not installed; pip install transformers")

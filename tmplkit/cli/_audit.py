@@ -10,7 +10,8 @@ import contextlib
 import importlib.util
 import sys
 
-from .. import auditing as audit_mod
+from .. import auditing as audit_mod  # its names load on first use (the runs), not with the parser
+from ..auditing._choices import AUDIT_FORMAT_NAMES, TABLE_FORMATS
 from ..errors import InputError, TmplkitError
 from ._common import (
     EXTRAS,
@@ -30,16 +31,18 @@ from ._common import (
 from ._lock import lock_for, precheck, print_checks, run_checks, upstreams_for
 from .config import FAIL_ON, PREFIX_STABILITY, load_expected_failures
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 _DEFAULT_TIMEOUT = 10.0
 _DEFAULT_MEMORY_MB = 1024
 
 
 def add_audit(sub) -> None:
-    p = sub.add_parser("audit", help="analyze templates, prove their delimiters by a round trip, report")
+    p = sub.add_parser("audit")
     p.add_argument("sources", nargs="*", metavar="SOURCE",
                    help="a .gguf, .jinja, tokenizer_config.json, chat_template.json, folder, hf:org/name[@rev], "
                         "corpus:llama.cpp, or - (standard input); default: the configuration's sources")
-    add_format(p, audit_mod.AUDIT_FORMATS, "text", "the report")
+    add_format(p, AUDIT_FORMAT_NAMES, "text", "the report")
     add_output(p, "the report")
     p.add_argument("--report", action="append", metavar="FORMAT:FILE",
                    help="also write the report in FORMAT to FILE, from the same run (repeatable), e.g. "
@@ -201,12 +204,12 @@ def _auto_without_extras(templates, tokenizers, quiet: bool) -> dict[str, str | 
 
 
 def add_table(sub) -> None:
-    p = sub.add_parser("table", help="print the delimiter table, one row per template",
+    p = sub.add_parser("table",
                        description="One row per template: its delimiters when the round trip proved them, else "
                                    "none and why not. Exit code 1 when a template did not pass (and is not listed in "
                                    "--expected-failures), as for audit.")
     p.add_argument("sources", nargs="*", metavar="SOURCE", help="as for audit; default: the configuration's sources")
-    add_format(p, audit_mod.TABLE_FORMATS, "markdown", "the table")
+    add_format(p, TABLE_FORMATS, "markdown", "the table")
     add_output(p, "the table")
     add_name(p, many=True)
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: the machine's cores)")

@@ -8,7 +8,10 @@ import json
 import sys
 
 from ..environment import no_color, terminal_is_dumb
+from ._outputs import printable
 from ._terminal import ProgressLine
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
 def load_templates(sources_: list[str], name: str | None = None):
@@ -86,8 +89,6 @@ def _flat(x) -> bool:
 
 def emit(text: str, output: str | None) -> None:
     """Print, or write the file atomically (the old file stays whole if we are interrupted)."""
-    from ._outputs import printable
-
     if output:
         from ..atomic import write_output
 

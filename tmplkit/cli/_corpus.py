@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import sys
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 
 def add_corpus(sub) -> None:
-    p = sub.add_parser("corpus", help="fetch a pinned public template corpus into the cache")
+    p = sub.add_parser("corpus")
     p.add_argument("action", choices=["fetch", "path"], help="fetch: download and verify; path: print the cache folder")
     p.add_argument("name", nargs="?", choices=["llama.cpp", "hub"], default="llama.cpp",
                    help="llama.cpp (default): llama.cpp's templates and vocabularies; "

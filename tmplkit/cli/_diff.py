@@ -7,12 +7,14 @@ import argparse
 from ._common import add_format, add_output, emit
 from ._lock import add_derive_options, derive
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 
 def add_diff(sub) -> None:
     from ..behaviour import DIFF_FORMATS
 
     p = sub.add_parser(
-        "diff", help="what changed in behaviour between two templates (exit 0 same, 1 different, 2 bad input)",
+        "diff",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Compare what two templates do: the verdict, every role's delimiter, the generation prompt and "
                     "reasoning under each thinking switch, the tool placement, prefix stability on the agent session "

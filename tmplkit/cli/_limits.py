@@ -3,6 +3,8 @@ command's own `--timeout` where it has one."""
 
 from __future__ import annotations
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 __all__ = ["RENDER_TIMEOUT", "SESSION_TIMEOUT", "check_template_isolated", "render_session", "render_timeout"]
 
 # Seconds for every request of a session rendered in a worker (replay's pre-check): turns' default

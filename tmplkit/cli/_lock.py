@@ -10,6 +10,8 @@ from pathlib import Path
 
 from ._common import add_name, config_of, load_templates, positive, progress_printer, verbosity
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 
 def add_lock(sub) -> None:
     import argparse
@@ -17,7 +19,7 @@ def add_lock(sub) -> None:
     from ..behaviour import DEFAULT_LOCK
 
     p = sub.add_parser(
-        "lock", help="record what each template does (its behaviour lock), for the audit to check against",
+        "lock",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Write or update a behaviour lock: per template, the verdict, every role's delimiter, the "
                     "generation prompt and reasoning markers under each thinking switch, the tool placement, the "

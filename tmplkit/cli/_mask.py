@@ -4,13 +4,30 @@ from __future__ import annotations
 
 import sys
 
+from ._common import (
+    add_format,
+    add_name,
+    add_output,
+    add_session_option,
+    add_template_argument,
+    add_tokenizer,
+    deprecation_note,
+    emit,
+    json_compact,
+    require_tokenizers,
+    template_and_session,
+    use_color,
+    worker_tokenizer,
+)
+from ._limits import render_timeout
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 _ON, _OFF = "\x1b[1;32m", "\x1b[0m"
 
 
 def add_mask(sub) -> None:
-    from ._common import add_format, add_name, add_output, add_session_option, add_template_argument, add_tokenizer
-
-    p = sub.add_parser("mask", help="the tokens of a conversation the model learns (assistant turns as generated)",
+    p = sub.add_parser("mask",
                        description="Render the conversation with the template, tokenize it and show which tokens the "
                                    "model learns.\n\nExample:\n  tmplkit mask model.gguf --session chat.json --tokenizer auto",
                        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
@@ -30,8 +47,6 @@ def _cmd_mask(args) -> int:
     from ..masks import assistant_mask
     from ..session import load_conversation
     from ..sources.templates import load_one
-    from ._common import emit, json_compact, require_tokenizers, template_and_session, use_color, worker_tokenizer
-    from ._limits import render_timeout
 
     source, session = template_and_session(args, "mask")
     if args.tokenizer != "auto":
@@ -44,8 +59,6 @@ def _cmd_mask(args) -> int:
                            timeout=render_timeout(args))
     fmt = args.format
     if fmt == "auto":
-        from ._common import deprecation_note
-
         deprecation_note("--format auto", "no --format (text on a terminal, json otherwise)")
     if fmt in (None, "auto"):
         fmt = "text" if not args.output and sys.stdout.isatty() else "json"

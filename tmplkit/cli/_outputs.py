@@ -4,6 +4,8 @@ folder given as a file is refused on one line at once, not after the whole analy
 
 from __future__ import annotations
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 __all__ = ["check_outputs", "output_paths", "printable"]
 
 # The options whose value is a file the command writes (argparse's dest names).

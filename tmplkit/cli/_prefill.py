@@ -20,13 +20,15 @@ from ._common import (
 from ._limits import check_template_isolated
 from ._terminal import ProgressLine, wanted
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 
 def add_prefill(sub) -> None:
     # Choices and defaults come from the library: a policy added to POLICIES is offered here, and
     # a default changed in PrefillSettings is the command's default too.
     from ..server_rules import POLICIES
 
-    p = sub.add_parser("prefill", help="prefill an agent session on a model with each batch policy and compare them")
+    p = sub.add_parser("prefill")
     p.add_argument("model", metavar="MODEL", help="a GGUF model llama.cpp can load, gemma or tiny:VOCAB (built on first use)")
     add_session_option(p, required=True, what="the agent session", old_positional="SESSION.json")
     add_template_option(p, what="the chat template (default: the model GGUF's own)")

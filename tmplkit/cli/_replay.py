@@ -19,10 +19,11 @@ from ._common import (
 )
 from ._limits import check_template_isolated
 
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 
 def add_replay(sub) -> None:
-    p = sub.add_parser("replay", help="replay an agent session on a model as llama-server serves it: per request the "
-                                      "tokens reused, the checkpoint restored, the tokens recomputed (and predicted)")
+    p = sub.add_parser("replay")
     p.add_argument("model", metavar="MODEL", help="a GGUF file, `gemma` (Gemma 3 270M) or `tiny:VOCAB` (e.g. tiny:qwen35)")
     add_session_option(p, required=True, what="the agent session (e.g. from `tmplkit session generate`)",
                        old_positional="SESSION.json")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from ._common import emit
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
+
 
 def add_schema(sub) -> None:
-    p = sub.add_parser("schema", help="print the JSON Schema of a command's JSON output, or list them",
+    p = sub.add_parser("schema",
                        description="Print the JSON Schema (draft 2020-12) of a JSON output: audit, table, turns, "
                                    "spans, request, engine-parity, server-delimiters, server-log, prefill, replay, "
                                    "session, lock, diff. Without NAME, list them with the path of each file.")
@@ -15,7 +19,6 @@ def add_schema(sub) -> None:
 
 def _cmd_schema(args) -> int:
     from ..schemas import schema_names, schema_path
-    from ._common import emit
 
     if args.name is None:
         emit("".join(f"{name:<18} {schema_path(name)}\n" for name in schema_names()), args.output)

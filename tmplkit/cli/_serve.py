@@ -10,12 +10,22 @@ from ._common import (
     add_session_option,
     add_template_argument,
     add_tokenizer,
+    emit,
+    format_of,
+    load_templates,
+    require_extra,
+    require_tokenizers,
+    template_and_session,
+    worker_tokenizer,
 )
+from ._limits import render_timeout
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
 def add_request(sub) -> None:
     p = sub.add_parser(
-        "request", help="print the llama-server /completion body for a conversation, or its message_delimiters alone",
+        "request",
         description="Print the JSON body of a llama-server /completion request: the conversation rendered with "
                     "the template, message_delimiters from tmplkit's token-checked delimiters, and cache_prompt. "
                     "With --delimiters-only, print the message_delimiters list alone, for clients that render "
@@ -39,8 +49,6 @@ def _cmd_request(args) -> int:
     from ..server.process import completion_request, message_delimiters
     from ..session import load_conversation
     from ..sources.templates import load_one
-    from ._common import emit, require_tokenizers, template_and_session, worker_tokenizer
-    from ._limits import render_timeout
 
     source, session = template_and_session(args, "request")
     if args.delimiters_only == (session is not None):
@@ -64,7 +72,7 @@ def _cmd_request(args) -> int:
 
 def add_engine_parity(sub) -> None:
     p = sub.add_parser(
-        "engine-parity", help="render templates with llama-server's own Jinja engine and compare with tmplkit's render",
+        "engine-parity",
         description="For each template, render the analysis's round-trip conversation (without and with the "
                     "generation prompt) through llama-server's /apply-template (--jinja --chat-template-file) and "
                     "with tmplkit, compare byte for byte, and check the round trip on llama.cpp's render.")
@@ -87,7 +95,6 @@ def _cmd_engine_parity(args) -> int:
     from ..errors import InputError
     from ..server.parity import engine_parity, format_parity_table, parity_report
     from ..server.process import BUILD_HINT, llama_server_binary
-    from ._common import emit, format_of, load_templates, require_extra
 
     binary = args.server or llama_server_binary()
     if binary is None:

@@ -7,11 +7,29 @@ llama-server log as a user has it.
 
 from __future__ import annotations
 
-from ._common import add_format, add_name, add_output, add_session_option, add_template_option, add_tokenizer
+from ._common import (
+    add_format,
+    add_name,
+    add_output,
+    add_session_option,
+    add_template_option,
+    add_tokenizer,
+    emit,
+    format_of,
+    load_templates,
+    require_extra,
+    require_tokenizers,
+    verbosity,
+    worker_tokenizer,
+)
+from ._limits import SESSION_TIMEOUT
+from ._terminal import ProgressLine, wanted
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
 def add_server(sub) -> None:
-    p = sub.add_parser("server", help="llama-server itself: its chat endpoint's delimiters, and reading its log")
+    p = sub.add_parser("server")
     ss = p.add_subparsers(dest="server_command", required=True)
 
     d = ss.add_parser(
@@ -75,8 +93,6 @@ def _cmd_delimiters(args) -> int:
     from ..server.delimiters import server_delimiters
     from ..server.process import BUILD_HINT, llama_server_binary
     from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION
-    from ._common import emit, format_of, load_templates, require_extra, verbosity
-    from ._terminal import ProgressLine, wanted
 
     format_of(args)  # an old --format name, noted before the work
     binary = args.server or llama_server_binary()
@@ -117,8 +133,6 @@ def _cmd_log(args) -> int:
     from ..errors import InputError
     from ..server.log import format_server_log, read_server_log
     from ..server.log_breaks import locate_breaks
-    from ._common import emit, require_tokenizers, worker_tokenizer
-    from ._limits import SESSION_TIMEOUT
 
     given = [x is not None for x in (args.template, args.session, args.tokenizer)]
     if any(given) and not all(given):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from ._common import add_output
+from ._common import add_output, at_least, emit, positive
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
 def add_session(sub) -> None:
-    p = sub.add_parser("session", help="agent sessions: generate one to try `tmplkit prefill`, `turns` and `replay`")
+    p = sub.add_parser("session")
     ss = p.add_subparsers(dest="session_command", required=True)
     g = ss.add_parser("generate", help="write a seeded coding-agent session (OpenAI-style messages JSON)")
     g.add_argument("--tokens", type=int, default=16000, metavar="N", help="about how long (default 16000; estimated "
@@ -23,7 +25,6 @@ def _cmd_generate(args) -> int:
     import json
 
     from ..session import generate_session
-    from ._common import at_least, emit, positive
 
     positive(args.requests, "--requests")
     at_least(args.tokens, 200, "--tokens")

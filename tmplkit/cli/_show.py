@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from ._common import add_limits, add_name, add_output
+from ._common import add_limits, add_name, add_output, emit, use_color
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
 def add_show(sub) -> None:
-    p = sub.add_parser("show", help="render the mixed probe conversation and mark its spans")
+    p = sub.add_parser("show")
     p.add_argument("source", metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder, hf:org/name or -")
     add_name(p)
     add_output(p, "the marked conversation")
@@ -24,7 +26,6 @@ def _cmd_show(args) -> int:
     from ..errors import RenderError
     from ..sources.templates import load_one
     from ._audit import worker_limits
-    from ._common import emit, use_color
 
     # The template is untrusted: analyze it in a worker with the audit's limits.
     (analysis,) = analyze_isolated([load_one(args.source, args.name)], jobs=1, **worker_limits(args))

@@ -10,11 +10,18 @@ from ._common import (
     add_session_option,
     add_template_argument,
     add_tokenizer,
+    emit,
+    require_tokenizers,
+    template_and_session,
+    worker_tokenizer,
 )
+from ._limits import render_timeout
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
 def add_spans(sub) -> None:
-    p = sub.add_parser("spans", help="render a conversation, tokenize it, and print its message spans")
+    p = sub.add_parser("spans")
     add_template_argument(p, old_template=True)
     add_name(p)
     add_session_option(p, required=True)
@@ -32,8 +39,6 @@ def _cmd_spans(args) -> int:
     from ..session import load_conversation
     from ..session.token_spans import conversation_spans, format_spans_text
     from ..sources.templates import load_one
-    from ._common import emit, require_tokenizers, template_and_session, worker_tokenizer
-    from ._limits import render_timeout
 
     source, session = template_and_session(args, "spans")
     if args.tokenizer != "auto":

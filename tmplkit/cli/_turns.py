@@ -6,15 +6,16 @@ import contextlib
 import functools
 import sys
 
-from ._common import add_format, add_name, add_output, add_tokenizer, deprecated
+from ._common import add_format, add_name, add_output, add_tokenizer, deprecated, emit, load_templates, positive, require_tokenizers, tokenizer_spec
 from ._terminal import ProgressLine, wanted
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
 def add_turns(sub) -> None:
     from ..turns.formats import FORMATS
 
-    p = sub.add_parser("turns", help="per template: is a resumed agent session's prefix stable, where and why it "
-                                     "diverges, and the tokens each request recomputes")
+    p = sub.add_parser("turns")
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="templates: .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
     add_name(p, many=True)
     p.add_argument("--session", metavar="FILE", help="a session JSON (messages with reasoning_content, tool calls, "
@@ -48,7 +49,6 @@ def add_turns(sub) -> None:
 def _cmd_turns(args) -> int:
     from ..session import generate_session, load_session
     from ..turns.formats import format_turns
-    from ._common import emit, load_templates, positive, require_tokenizers
 
     memory = _memory(args)  # refuse a bad option before any work
     kwargs = _template_kwargs(args.template_kwargs)
@@ -116,7 +116,6 @@ def _auto_tokenizer(template):
     """--tokenizer auto for one template: its own GGUF or its paired corpus vocabulary."""
     from ..auditing.contained import portable_tokenizer
     from ..tokens.tokenizers import load_tokenizer
-    from ._common import require_tokenizers, tokenizer_spec
 
     spec = tokenizer_spec("auto", template)
     require_tokenizers([spec], "tmplkit turns --tokenizer auto (" + str(spec) + ")")

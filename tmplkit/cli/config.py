@@ -35,9 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..auditing._gate import FAIL_ON, PREFIX_STABILITY
+from ..auditing._choices import FAIL_ON, PREFIX_STABILITY
 from ..errors import InputError
 from ..jsonio import read_json
+
+# The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 __all__ = ["EXPECTED_KINDS", "FAIL_ON", "PREFIX_STABILITY", "Config", "find_config", "is_expected_failures",
            "load_config", "load_expected_failures", "parse_config"]

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..analysis.probes import Shape, extra_variable, tools_for
 from ..environment import quiet_transformers
 from ..errors import TmplkitError
 from ..sandbox import PINNED_NOW
@@ -121,8 +122,6 @@ def _as_analysed(template: ChatTemplate, conversation: Conversation) -> list[tup
     """`conversation` shaped as the template's analysis found it takes one (tools declared in every
     conversation, tools without the `function` wrapper, variables it reads such as Firefunction's
     `functions`): with the analysis' shape, then with the tools flattened too."""
-    from ..analysis.probes import Shape, extra_variable, tools_for
-
     try:
         adaptations = _analysis_of(template).capabilities.get("adaptations") or []
     except TmplkitError:

@@ -18,6 +18,9 @@ import os
 from pathlib import Path
 
 from ..errors import InputError
+from ..sources.corpus import gemma_model_path
+from .tinyhybrid import tiny_hybrid_path
+from .tinymodel import tiny_model_path
 
 __all__ = ["SHORTCUTS", "resolve_model"]
 
@@ -32,16 +35,10 @@ def resolve_model(spec: str | os.PathLike) -> Path:
     """The GGUF path for a shortcut (see the module doc) or a path; InputError for a missing file."""
     text = str(spec)
     if text == "gemma":
-        from ..sources.corpus import gemma_model_path
-
         return gemma_model_path()
     if text.startswith("tiny:"):
-        from .tinymodel import tiny_model_path
-
         vocab = text[len("tiny:"):]
         if vocab.endswith("-hybrid"):
-            from .tinyhybrid import tiny_hybrid_path
-
             vocab = vocab[:-len("-hybrid")]
             if not vocab:
                 raise InputError("give the vocabulary of the tiny hybrid, e.g. tiny:qwen35-hybrid")

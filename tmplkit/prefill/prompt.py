@@ -17,16 +17,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..delimiters import Delimiter, sort_delimiters, split_text
 from ..errors import AnalysisError
 from ..session import Session, for_server
 from ..sources.templates import ChatTemplate
+from ..tokens.delimiter_ids import TokenDelimiters, text_delimiters, tokenize_delimiters
 from ..tokens.spans import SpanDetector, Spans
-
-if TYPE_CHECKING:
-    from ..tokens.delimiter_ids import TokenDelimiters
 
 
 @dataclass(frozen=True)
@@ -81,8 +78,6 @@ def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos
     `delimiters`: the template's text delimiters when already derived (`text_delimiters(template)[0]`),
     so that building many prompts of one template analyzes it once.
     """
-    from ..tokens.delimiter_ids import text_delimiters, tokenize_delimiters
-
     conversation = for_server(template, session)  # as a server renders it (tmplkit.session.render_conversation)
     text = conversation.render(add_generation_prompt=add_generation_prompt)
     delims, how = text_delimiters(template) if delimiters is None else (sort_delimiters(delimiters), "given")

@@ -6,6 +6,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._version import __version__
+
 # Writing results: tmplkit.atomic is the one writer (atomic, one-line InputError on failure);
 # these names stay importable from here for the prefill code and scripts.
 from ..atomic import check_writable as check_writable  # re-exported
@@ -207,8 +209,6 @@ class Comparison:
         raise KeyError(policy)
 
     def to_dict(self) -> dict:
-        from .._version import __version__
-
         return {
             "schema_version": PREFILL_SCHEMA_VERSION,
             "tmplkit_version": __version__,

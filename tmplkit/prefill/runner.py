@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -43,6 +42,7 @@ from ..server_rules import (
     plan_resume,
     user_starts,
 )
+from ..tokens.tokenizers import LlamaCppTokenizer
 from ._llama import (
     SEQ,
     Context,
@@ -56,9 +56,6 @@ from ._llama import (
     log_cause,
 )
 from .report import CheckpointRecord, DecodeCall, GenerationReport, PrefillReport
-
-if TYPE_CHECKING:
-    from ..tokens.tokenizers import LlamaCppTokenizer
 
 __all__ = ["ModelInfo", "PrefillRunner"]
 
@@ -177,8 +174,6 @@ class PrefillRunner:
         if self._tokenizer is None:
             if self._model is None:
                 raise ModelError("the runner is closed")
-            from ..tokens.tokenizers import LlamaCppTokenizer
-
             self._tokenizer = tok = LlamaCppTokenizer.of_model(self._model.model, self.model_path, add_bos=False)
             self._handles.callback(tok.close)  # first of all: it reads the model's vocabulary
         return self._tokenizer

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SourceError
+from ..sources import corpus
 from ..sources.gguf_meta import Keys
 
 # Bump when the layout of the generated file changes, so cached files are rebuilt.
@@ -75,8 +76,6 @@ def cached_tiny_model(kind: str, vocab: str, template: str | None, config, fmt: 
     """The cached tiny model file of `kind` (`tiny-KIND-VOCAB-TEMPLATE-KEY.gguf`), built by
     `build(vocab_file, out, chat_template=..., config=config)` on first use; the key covers the
     format, the config, the vocabulary file and the template text. Shared by every tiny model."""
-    from ..sources import corpus
-
     vocab_file = corpus.vocab_path(vocab)
     if template == "default":
         template = DEFAULT_TEMPLATES.get(vocab)

@@ -20,6 +20,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._version import __version__
+from ..atomic import write_bytes_atomic
+from ..prefill.plot import require_matplotlib
 from ..sources.templates import ChatTemplate
 from ..turns import MemoryModel, prepare_session
 from ..turns.cost import BASELINES, baseline_settings, default_settings, policy_for, session_cost
@@ -85,8 +88,6 @@ class SessionReplay:
                 for name, reqs in self.requests.items() for r in reqs if not r.matches]
 
     def to_dict(self) -> dict:
-        from .._version import __version__
-
         return {"schema_version": REPLAY_SCHEMA_VERSION, "tmplkit_version": __version__,
                 "model": self.model, "template": self.template, "memory": self.memory, "matches": self.matches,
                 "totals": {n: self.total(n) for n in self.requests}, "full_attention_bound": sum(self.bound[1:]),
@@ -161,9 +162,6 @@ def replay_session(runner, session, template: ChatTemplate, *, settings=REPLAYED
 
 def plot_replay(replay: SessionReplay, path) -> None:
     """Write a PNG: tokens recomputed per request, one line per setting, the full-attention bound dashed."""
-    from ..atomic import write_bytes_atomic
-    from ..prefill.plot import require_matplotlib
-
     matplotlib = require_matplotlib()
     matplotlib.use("Agg")
     import io

@@ -44,7 +44,9 @@ import jinja2
 import jinja2.bccache
 
 from .. import _version
+from ..atomic import atomic_open
 from ..environment import compile_cache_enabled
+from ..sources.corpus import cache_root
 
 __all__ = ["cache_dir", "cached_by_text", "compile_template_cached", "enabled"]
 
@@ -61,8 +63,6 @@ def enabled() -> bool:
 
 def cache_dir() -> Path:
     """Where compiled templates are kept: `compiled/` in the cache folder."""
-    from ..sources.corpus import cache_root
-
     return cache_root() / "compiled"
 
 
@@ -201,8 +201,6 @@ def _code(payload: bytes | None) -> CodeType | None:
 
 
 def _write_entry(path: Path, payload: bytes) -> None:
-    from ..atomic import atomic_open
-
     try:
         # No fsync: a cache file lost in a crash is made again; the rename keeps it whole.
         with atomic_open(path, "wb", fsync=False, permissions=0o600) as f:

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 
 from ..errors import InputError, ModelError
+from ..session import Session, session_from_json
+from ..session.requests import request_points
 from .log import TaskPrefill, read_server_log
 
 __all__ = ["ServedRequest", "drive_session"]
@@ -62,9 +64,6 @@ def drive_session(server, session, *, max_tokens: int = 2, seed: int = 0, cache_
     `extra`: more fields for every request body (e.g. `{"chat_template_kwargs": {...}}`). Raises ModelError when the server refuses a request or
     its log does not show the task.
     """
-    from ..session import Session, session_from_json
-    from ..session.requests import request_points
-
     if not isinstance(session, Session):
         session = session_from_json(session)
     if max_tokens < 1:

@@ -54,10 +54,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..analysis import analyze
 from ..errors import ModelError
+from ..prefill import tiny_model_path
 from ..prefill.bytemodel import byte_model_path
-from .log import ANSI
-from .process import MessageDelimiter
+from ..prefill.models import resolve_model
+from ..tokens.roundtrip import vocab_for_template
+from ..tokens.tokenizers import LlamaCppTokenizer
+from .chat_session import _task_lines
+from .log import ANSI, read_server_log
+from .process import LlamaServer, MessageDelimiter
 
 __all__ = ["ServerDelimiters", "ServerStart", "message_opener", "probe_model", "server_delimiters"]
 
@@ -135,12 +141,8 @@ def probe_model(template, spec: str | os.PathLike = "bytes") -> tuple[str, Path]
     if str(spec) == "bytes":
         return "bytes", byte_model_path()
     if str(spec) == "family":
-        from ..prefill import tiny_model_path
-        from ..tokens.roundtrip import vocab_for_template
-
         vocab = vocab_for_template(getattr(template, "name", "")) or "qwen35"
         return vocab, tiny_model_path(vocab, "default" if vocab == "qwen35" else None)
-    from ..prefill.models import resolve_model
 
     path = resolve_model(spec)
     return path.name, path
@@ -154,12 +156,7 @@ def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, a
 
     Its log goes to `log_dir` (default: a temporary folder, removed).
     """
-    from ..tokens.tokenizers import LlamaCppTokenizer
-    from .process import LlamaServer
-
     if analysis is None:
-        from ..analysis import analyze
-
         analysis = analyze(template)
     name = getattr(template, "name", "")
     vocab, model = probe_model(template, model)
@@ -225,8 +222,6 @@ def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, a
 
 def _probe(server, head: str, body: dict, log_path: Path):
     """Send `body` to the chat endpoint; (its log, its task, its prompt from /apply-template)."""
-    from .log import read_server_log
-
     mark = len(server.log_text())
     try:
         server.post("/v1/chat/completions", body, timeout=300)
@@ -273,8 +268,6 @@ def _char_at(offsets, i: int, end: int) -> int:
 
 
 def _wait_task(server, mark: int, wait_s: float) -> str:
-    from .chat_session import _task_lines
-
     return _task_lines(server, mark, wait_s)
 
 

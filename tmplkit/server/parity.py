@@ -23,7 +23,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
+from .._version import __version__
+from ..analysis import analyze
+from ..delimiters import ROLES, split_text
 from ..errors import ModelError, TmplkitError
+from ..session import Conversation, render_conversation
+from ..sources.templates import ChatTemplate, load_gguf
+from .process import LlamaServer
 
 __all__ = ["PARITY_SCHEMA_VERSION", "EngineComparison", "engine_parity", "format_parity_table", "parity_report"]
 
@@ -59,8 +65,6 @@ class EngineComparison:
 
 def parity_report(rows) -> dict:
     """What `tmplkit engine-parity --format json` prints: {schema_version, tmplkit_version, rows}."""
-    from .._version import __version__
-
     return {"schema_version": PARITY_SCHEMA_VERSION, "tmplkit_version": __version__, "rows": [r.to_dict() for r in rows]}
 
 
@@ -74,11 +78,7 @@ def engine_parity(template, binary, model, *, analysis=None, log_dir=None) -> tu
     Starts one llama-server for the template (its text in a temporary file); its log goes to
     `log_dir` (default: a temporary folder, removed).
     """
-    from ..sources.templates import ChatTemplate, load_gguf
-
     if analysis is None:
-        from ..analysis import analyze
-
         analysis = analyze(template)
     rt = analysis.round_trip
     if rt is None or not rt.messages:  # (None: the analysis ended at a limit, in its worker)
@@ -99,14 +99,10 @@ def engine_parity(template, binary, model, *, analysis=None, log_dir=None) -> tu
 
 
 def _start(binary, model, template_file: Path, log: Path):
-    from .process import LlamaServer
-
     return LlamaServer(binary, model, [*_SERVER_ARGS, "--chat-template-file", str(template_file)], log=log, startup_s=120)
 
 
 def _compare(server, template, analysis, add_generation_prompt: bool) -> EngineComparison:
-    from ..session import Conversation, render_conversation
-
     rt = analysis.round_trip
     variant = "generation prompt" if add_generation_prompt else "round trip"
     kwargs = dict(rt.render_kwargs, add_generation_prompt=add_generation_prompt)
@@ -150,8 +146,6 @@ def _round_trip_holds(theirs: str, ours: str, analysis) -> bool:
     into the same message roles as tmplkit's (the generation prompt adds an assistant span to both).
     Reasoning spans are left out: where llama.cpp renders a past turn's reasoning that
     transformers drops, the messages still start where they should."""
-    from ..delimiters import ROLES, split_text
-
     def roles(text: str) -> tuple[str, ...]:
         return tuple(s.role for s in split_text(text, analysis.delimiters) if s.role in ROLES)
 

@@ -11,6 +11,7 @@ issue 25213, PR 24176), so that its logs can be compared with the fixed server's
 
 from __future__ import annotations
 
+from ..errors import InputError
 from ..sources.corpus import LLAMA_CPP_PYTHON_SHA256, LLAMA_CPP_PYTHON_VERSION
 
 __all__ = ["LLAMA_SERVER_PINS", "server_pin"]
@@ -24,8 +25,6 @@ LLAMA_SERVER_PINS: dict[str, str] = {
 
 def server_pin(version: str | None = None) -> tuple[str, str]:
     """(version, sha256) of a pinned release; None: the default one. Raises InputError for others."""
-    from ..errors import InputError
-
     version = version or LLAMA_CPP_PYTHON_VERSION
     if version not in LLAMA_SERVER_PINS:
         raise InputError(f"llama-cpp-python {version} is not pinned for llama-server builds; pinned: "

@@ -35,9 +35,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..delimiters import ROLES
+from ..delimiters import ROLES, text_matches
 from ..environment import llama_server_override
 from ..errors import AnalysisError, InputError, ModelError
+from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION, cache_root
 
 __all__ = ["BUILD_HINT", "CompletionRequest", "LlamaServer", "MessageDelimiter", "PrefillLog", "completion_request",
            "llama_server_binary", "message_delimiters", "read_prefill_log", "server_message_starts"]
@@ -84,11 +85,12 @@ def message_delimiters(template, tokenizer, *, analysis=None) -> tuple[MessageDe
     >>> [d.to_dict() for d in message_delimiters(load_one("Qwen3.5-4B.jinja"), load_tokenizer("vocab:qwen35"))][:1]  # doctest: +SKIP
     [{'role': 'tool', 'delimiter': '<|im_start|>user\\n<tool_response'}]
     """
+    # Here, not at the top: `import tmplkit.server.process` (LlamaServer, the binary's path, the
+    # prefill log) needs neither Jinja nor numpy, which these two functions bring.
+    from ..analysis import analyze
     from ..tokens.delimiter_ids import token_delimiters
 
     if analysis is None:
-        from ..analysis import analyze
-
         analysis = analyze(template)
     name = getattr(template, "name", "")
     td = token_delimiters(analysis, tokenizer)
@@ -120,6 +122,7 @@ def completion_request(template, tokenizer, conversation, *, analysis=None, add_
     AnalysisError when llama-server, splitting this prompt with these delimiters, would not find
     the message starts that splitting its text finds.
     """
+    from ..analysis import analyze  # not at the top: see message_delimiters
     from ..session import Conversation, load_conversation, render_conversation
 
     if n_predict is not None and n_predict < -1:  # llama-server: -1 generates until the model stops
@@ -127,8 +130,6 @@ def completion_request(template, tokenizer, conversation, *, analysis=None, add_
     if not isinstance(conversation, Conversation):
         conversation = load_conversation(conversation)
     if analysis is None:
-        from ..analysis import analyze
-
         analysis = analyze(template)
     delims = message_delimiters(template, tokenizer, analysis=analysis)
     prompt = render_conversation(template, conversation, add_generation_prompt=add_generation_prompt)
@@ -144,8 +145,6 @@ def _split_problem(prompt: str, text_delimiters, delims: Sequence[MessageDelimit
     (ids cut back to the tokens wholly inside it). Only user starts decide its batches and
     checkpoints, so other roles are not checked (its split may find more of them than tmplkit's,
     since it moves on one token after a match)."""
-    from ..delimiters import text_matches
-
     expected = [(at, at + len(d.text)) for at, d in text_matches(prompt, text_delimiters) if d.role == "user"]
     ids, offsets = tokenizer.tokenize_with_offsets(prompt)
     got = [offsets[pos][0] for role, pos in server_message_starts(ids, delims, tokenizer) if role == "user"]
@@ -195,8 +194,6 @@ def llama_server_binary(version: str | None = None) -> Path | None:
     `version`: another pinned llama-cpp-python release (`tmplkit.server.pins`), built by
     `scripts/build_llama_server.sh VERSION`; $TMPLKIT_LLAMA_SERVER stands for the default one only.
     """
-    from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION, cache_root
-
     env = llama_server_override() if version in (None, LLAMA_CPP_PYTHON_VERSION) else None
     built = cache_root() / f"llama-server-{version or LLAMA_CPP_PYTHON_VERSION}" / "build" / "bin" / "llama-server"
     path = env or built

@@ -26,6 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InputError
+from ..server_rules import ServerGated, server_split
+from ..session.requests import request_points
+from ..turns import MemoryModel, ServerSimulation
+from .chat_session import ServedRequest, _task_lines, drive_session
+from .log import read_server_log
 
 __all__ = ["RequestCheck", "ResumeCheck", "check_resume", "predict_requests", "request_bodies",
            "server_renders", "send_completions", "server_settings_args"]
@@ -97,9 +102,6 @@ def check_resume(server, template, session, *, tokenizer, delimiters, settings, 
     server's (role, text) list for the template; `memory`: the model's (default: a sliding window of
     512, the tiny model's).
     """
-    from ..turns import MemoryModel
-    from .chat_session import drive_session
-
     if max_tokens != 1:
         raise InputError("check_resume predicts what the slot holds only with max_tokens 1 (no generated token decoded)")
     memory = memory or MemoryModel.swa(512, settings.n_ubatch)
@@ -118,8 +120,6 @@ def server_renders(server, session) -> list[str]:
 
 def request_bodies(session) -> list[dict]:
     """Each request's messages and tools, as `drive_session` sends them (for `/apply-template`)."""
-    from ..session.requests import request_points
-
     messages = [dict(m) for m in session.messages]
     out = []
     for n, _ in request_points(messages):
@@ -133,9 +133,6 @@ def request_bodies(session) -> list[dict]:
 def predict_requests(prompts, tokenizer, delimiters, settings, memory) -> list[dict]:
     """The turns study's llama-server setting over `prompts` (the server's renders), with the
     (role, text) `delimiters` the server is given, per request as `_measured` reads the log."""
-    from ..server_rules import ServerGated, server_split
-    from ..turns import ServerSimulation
-
     ids = [(role, tokenizer.tokenize(text, add_bos=False)) for role, text in delimiters]
     sim = ServerSimulation(memory, settings)
     out = []
@@ -162,9 +159,6 @@ def send_completions(server, prompts, delimiters, *, log_wait_s: float = 30) -> 
     (a client that renders the prompt itself and gives tmplkit's delimiters), one token generated
     (so the slot holds the prompt alone, as in `check_resume`); per request as `_measured` reads
     the log."""
-    from .chat_session import ServedRequest, _task_lines
-    from .log import read_server_log
-
     head = server.log_text()
     out = []
     for k, prompt in enumerate(prompts):

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from ..errors import GGUFError, SourceError
 from ..jsonio import parse_json, read_json, read_text
+from . import corpus
+from .gguf_meta import Keys, read_metadata
 
 __all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "family_special_tokens", "load", "load_dir", "load_gguf", "load_hf",
            "load_jinja", "load_json", "load_many", "load_one", "select_named"]
@@ -324,8 +326,6 @@ def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
 
     Reads the key/value header only (never the tensors), so large models load quickly.
     """
-    from .gguf_meta import Keys, read_metadata
-
     p = Path(path)
     tk = Keys.Tokenizer
     named = tk.CHAT_TEMPLATE_N.format(name="")  # the prefix of a named template's key
@@ -371,8 +371,6 @@ def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
 
 
 def _load_corpus(name: str) -> list[ChatTemplate]:
-    from . import corpus
-
     if name == "hub":
         return load_dir(corpus.hub_templates_dir())
     if name not in ("llama.cpp", "llama-cpp", ""):

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..delimiters import Delimiter, sort_delimiters
+from ..delimiters import Delimiter, sort_delimiters, text_matches
 from ..errors import InputError
+from .spans import SpanDetector
 
 if TYPE_CHECKING:
     from ..sources.templates import ChatTemplate
@@ -223,7 +224,7 @@ class _Render:
 
 def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]:
     """The template's role delimiters, as tmplkit's analysis derives them (never a hand-written table)."""
-    from ..analysis import analyze
+    from ..analysis import analyze  # keeps the token layer's modules free of Jinja for callers that pass an analysis
 
     analysis = analyze(template)
     if not analysis.delimiters:
@@ -284,8 +285,6 @@ def _occurrences(render: _Render, delimiters: Sequence[Delimiter]):
     Returns ({delimiter: occurrences}, [(delimiter, index into its occurrences)] in text order,
     problems for matches no token covers).
     """
-    from ..delimiters import text_matches
-
     per: dict[Delimiter, list[_Occurrence]] = {d: [] for d in delimiters}
     order: list[tuple[Delimiter, int]] = []
     problems: list[str] = []
@@ -482,8 +481,6 @@ def _choose(options: dict[Delimiter, _Options], order, render: _Render) -> dict[
 def _expected_and_found(options: dict[Delimiter, _Options], choice: dict[Delimiter, int], order,
                         render: _Render) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
     """(token, role) of each message start: as the text split says, and as the chosen ids find."""
-    from .spans import SpanDetector
-
     picked = {d: o.candidates[choice[d]] for d, o in options.items()}
     chosen = [(d.role, q) for d, c in picked.items() for q in (c.ids,) + c.alternatives]
     found = SpanDetector(chosen).split(render.ids) if render.ids else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..sources import corpus
 from .delimiter_ids import TokenDelimiters, token_delimiters
 from .spans import SpanDetector, Spans
 from .tokenizers import Tokenizer
@@ -109,8 +110,6 @@ def corpus_pairs() -> list[tuple[str, str]]:
 
     Raises SourceError when the corpus is not fetched.
     """
-    from ..sources import corpus
-
     out = []
     for path in sorted(corpus.templates_dir().glob("*.jinja")):
         vocab = vocab_for_template(path.stem)

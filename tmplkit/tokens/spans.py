@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..delimiters import SPAN_ROLES as ROLES
 from ..delimiters import Delimiter
+from ..errors import InputError
 
 # ---------------------------------------------------------------------------------------------
 # Token spans: the same splitting over token ids, fast enough to run on every prompt.
@@ -150,9 +152,6 @@ class SpanDetector:
     """
 
     def __init__(self, delimiters, tokenizer=None):
-        from ..delimiters import SPAN_ROLES as ROLES
-        from ..errors import InputError
-
         items: list[tuple[str, tuple[int, ...]]] = []
         source = getattr(delimiters, "delimiters", delimiters)
         for d in source:
@@ -259,8 +258,6 @@ def split_reference(tokens, delimiters, skips=None) -> list[TokenSpan]:
     `delimiters` are (role, ids) pairs; at each position the one with the most tokens wins
     (ties: role order, then ids), as in SpanDetector.
     """
-    from ..delimiters import SPAN_ROLES as ROLES
-
     rank = {r: i for i, r in enumerate(ROLES)}
     ordered = sorted(((r, list(s)) for r, s in delimiters if len(s)),
                      key=lambda it: (-len(it[1]), rank.get(it[0], len(ROLES)), it[1]))

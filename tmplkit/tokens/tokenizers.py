@@ -29,8 +29,10 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import GGUFError, ModelError, TokenizerError
+from ..errors import GGUFError, ModelError, SourceError, TokenizerError
+from ..sources import corpus
 from ..sources.gguf_meta import Keys, read_metadata
+from .gguf_vocab import byte_level_bytes, gguf_bpe_tokenizer, supports
 from .llama_model import LlamaModel, import_llama_cpp
 
 __all__ = ["GGUFBPETokenizer", "HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "load_tokenizer"]
@@ -93,8 +95,6 @@ class TokenizerSpec:
 
         if importlib.util.find_spec("llama_cpp") is not None:
             return "llama"
-        from ..sources import corpus
-        from .gguf_vocab import supports
 
         if self.kind == "vocab":
             if not corpus.is_fetched():
@@ -488,8 +488,6 @@ class GGUFBPETokenizer(HFTokenizer):
     vocabulary says when asked."""
 
     def __init__(self, path: str | os.PathLike, *, add_bos: bool = False, name: str | None = None):
-        from .gguf_vocab import gguf_bpe_tokenizer
-
         path = Path(path)
         self._tok, vocab_bos, vocab_eos, bos_id, eos_id = gguf_bpe_tokenizer(path)
         self.path = path
@@ -511,8 +509,6 @@ class GGUFBPETokenizer(HFTokenizer):
         way), any other is GPT-2's printable characters mapped back to bytes."""
         cached = self._pieces.get(token_id)
         if cached is None:
-            from .gguf_vocab import byte_level_bytes
-
             text = self._tok.id_to_token(token_id) or ""
             cached = text.encode("utf-8") if text in self._special else byte_level_bytes(text)
             self._pieces[token_id] = cached
@@ -535,8 +531,6 @@ def _gguf_tokenizer(path: Path, add_bos: bool, name: str | None = None) -> Token
     import importlib.util
 
     if importlib.util.find_spec("llama_cpp") is None and importlib.util.find_spec("tokenizers") is not None:
-        from .gguf_vocab import supports
-
         if supports(path):
             return GGUFBPETokenizer(path, add_bos=add_bos, name=name)
     return LlamaCppTokenizer(path, add_bos=add_bos, name=name)
@@ -555,9 +549,6 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
     parsed = TokenizerSpec.parse(spec)
     text = parsed.text
     if parsed.kind == "vocab":
-        from ..errors import SourceError
-        from ..sources import corpus
-
         try:
             return _gguf_tokenizer(corpus.vocab_path(parsed.name), add_bos, name=text)
         except SourceError as exc:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from ..server_rules import DivergenceAware, EveryUserStart, Gated, NoBreaks, PrefillSettings, ServerGated
 from ..session.requests import common_prefix
+from .divergence import tokenize_texts
 from .simulation import MemoryModel, ServerSimulation, SimulatedRequest
 
 __all__ = ["SETTINGS", "CostSetting", "SessionCost", "session_cost", "default_settings", "policy_for",
@@ -136,8 +137,6 @@ def predicted_divergences(tokens, next_texts, tokenizer, *, add_bos: bool = Fals
     stops matching the tokens held after it (positions at the held end are left out: nothing diverges).
     `texts`: the requests' texts, whose ids the next renders share their beginnings with (and
     each next render with the one before it)."""
-    from .divergence import tokenize_texts
-
     out = []
     pool: list = []  # the next renders of the requests before, which these resemble most
     for k, renders in enumerate(next_texts):

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from ..markup import UNIT
 from ..sandbox import REASONING_KEYS
 from ..session.requests import Request, common_prefix
+from ..tokens.tokenizers import common_byte_prefix
 
 __all__ = ["CAUSES", "Divergence", "divergences", "TokenizedRequests", "tokenize_requests"]
 
@@ -145,8 +146,6 @@ _POOL = 8  # texts kept in a `tokenize_texts` pool: a request's next renders and
 
 def _nearest(data: bytes, bases: Sequence) -> tuple[bytes, Sequence[int]] | None:
     """Of `bases` ((bytes, ids) or None), the one whose bytes share the longest beginning with `data`."""
-    from ..tokens.tokenizers import common_byte_prefix  # (a tokenizer that reuses ids is llama.cpp's: numpy is there)
-
     best, score = None, -1
     for b in bases:
         if b is not None and (k := common_byte_prefix(data, b[0])) > score:

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GGUFError, InputError
+from ..prefill.models import resolve_model
+from ..sources.gguf_meta import read_metadata
 from .simulation import MemoryModel
 
 __all__ = ["HYBRID_ARCHS", "RECURRENT_ARCHS", "ModelMemory", "describe_memory", "model_memory", "memory_of_model"]
@@ -67,8 +69,6 @@ def describe_memory(m: ModelMemory) -> str:
 
 def model_memory(path: str | os.PathLike) -> ModelMemory:
     """The memory of the model in GGUF file `path`; InputError when it names no architecture."""
-    from ..sources.gguf_meta import read_metadata
-
     try:
         meta = read_metadata(Path(path), lambda k: k == "general.architecture" or k.endswith(".attention.sliding_window"))
     except GGUFError as exc:
@@ -90,7 +90,5 @@ def model_memory(path: str | os.PathLike) -> ModelMemory:
 def memory_of_model(spec: str | os.PathLike, n_ubatch: int = 512) -> tuple[MemoryModel, ModelMemory]:
     """The simulation's memory for a model given as a GGUF path or a shortcut (`tiny:qwen35`,
     `tiny:qwen35-hybrid`, `gemma`; built or assembled on first use), and what the model says."""
-    from ..prefill.models import resolve_model
-
     m = model_memory(Path(resolve_model(spec)))
     return m.memory(n_ubatch), m

@@ -18,10 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from ..analysis import Analysis, RoundTrip
 from ..errors import InputError, TmplkitError
+from ..server_rules import server_delimiter_list, server_split
 from ..session import ServerConversation, for_server
 from ..session.requests import DEFAULT_INTERVAL, Request, iter_requests, next_renders, request_points
 from ..sources.templates import ChatTemplate
+from ..tokens.delimiter_ids import text_delimiters, token_delimiters
+from ..tokens.spans import SpanDetector
 from .cost import predicted_divergences
 from .divergence import TokenizedRequests, tokenize_requests
 
@@ -95,11 +99,6 @@ def request_spans(template, tokenizer, reqs, tokens, notes: list, server: Mappin
                   server_tokens: TokenizedRequests | None = None) -> dict:
     """One Spans per request for each delimiter set that works here ("tmplkit", "server"; for
     `server` see `prepare_session`; the server's spans are of `server_tokens` when given)."""
-    from ..analysis import Analysis, RoundTrip
-    from ..server_rules import server_delimiter_list, server_split
-    from ..tokens.delimiter_ids import text_delimiters, token_delimiters
-    from ..tokens.spans import SpanDetector
-
     out = {}
     try:
         delims, _ = text_delimiters(template)
