@@ -24,7 +24,7 @@ from _held_out import held_out  # noqa: E402  (scripts/, beside this file)
 from _machine import cpu_model, loadavg  # noqa: E402
 
 from tmplkit.analysis import analyze  # noqa: E402
-from tmplkit.masks import annotate_template, check_conversations, text_mask, transformers_mask  # noqa: E402
+from tmplkit.masks import MaskError, annotate_template, check_conversations, text_mask, transformers_mask  # noqa: E402
 from tmplkit.session import for_server, generate_session  # noqa: E402
 from tmplkit.sources import (  # noqa: E402
     ChatTemplate,
@@ -49,6 +49,9 @@ def agreement() -> dict:
             try:
                 ours = text_mask(t, server)
                 theirs, ranges = transformers_mask(text, server)
+            except MaskError as exc:
+                rows.append(_learns_nothing(t.name, k, text, server, exc))
+                continue
             except Exception as exc:  # a template that refuses the conversation, or unproven boundaries
                 rows.append({"template": t.name, "conversation": k, "skipped": f"{type(exc).__name__}: {str(exc)[:160]}"})
                 continue
@@ -61,7 +64,22 @@ def agreement() -> dict:
             rows.append(row)
     done = [r for r in rows if "equal" in r]
     return {"templates": len({r["template"] for r in rows}), "compared": len(done),
-            "equal": sum(r["equal"] for r in done), "rows": rows}
+            "equal": sum(r["equal"] for r in done),
+            "of_which_both_learn_nothing": sum(bool(r.get("both_learn_nothing")) for r in done), "rows": rows}
+
+
+def _learns_nothing(name: str, k: int, text: str, server, exc: MaskError) -> dict:
+    """A conversation tmplkit refuses because a turn would mask nothing: it agrees with transformers
+    where transformers' mask is empty too (both say the turn teaches nothing; tmplkit says so in one
+    line instead of a silent empty mask); else it is skipped with the reason."""
+    row = {"template": name, "conversation": k}
+    try:
+        _, ranges = transformers_mask(text, server)
+    except Exception as their:
+        return {**row, "skipped": f"MaskError: {str(exc)[:120]}; transformers: {type(their).__name__}"}
+    if "would mask nothing" in str(exc) and not any(b > a for a, b in ranges):
+        return {**row, "equal": True, "both_learn_nothing": True, "tmplkit": f"refused: {str(exc)[:120]}", "transformers": []}
+    return {**row, "skipped": f"MaskError: {str(exc)[:160]}"}
 
 
 # Sessions no annotation is proved on: each annotated copy is held against them too (a proof on the
@@ -167,7 +185,8 @@ def main() -> int:
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     a, n, t = results["agreement"], results["annotation"], results["timing"]
-    print(f"agreement: {a['equal']}/{a['compared']} conversations equal on {a['templates']} tagged templates")
+    print(f"agreement: {a['equal']}/{a['compared']} conversations equal on {a['templates']} tagged templates "
+          f"({a['of_which_both_learn_nothing']} of them: transformers' mask empty, tmplkit refuses in one line)")
     print(f"annotation: {n['annotated']}/{n['templates']} ({n['rate']:.1%}); on further sessions "
           f"{n['further_equal']}/{n['further_sessions']} masks equal")
     print(f"timing: tmplkit {t['tmplkit_median_s']} s, transformers {t['transformers_median_s']} s, paired ratio "
