@@ -589,6 +589,7 @@ def main(argv=None) -> int:
                     help="repeats of the qwen section (default: 9, 1 with --quick; a tiny-model run takes seconds)")
     ap.add_argument("--resume-repeat", type=int, default=1, help="repeats of the resume section (its token counts are exact)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n-ctx", type=int, default=32768, help="the context size (default 32768; a longer session needs more)")
     ap.add_argument("--gemma-tokens", type=int, default=None)
     ap.add_argument("--qwen-tokens", type=int, default=None)
     ap.add_argument("--sections", default="gemma,qwen,resume")
@@ -626,7 +627,7 @@ def main(argv=None) -> int:
     if not args.no_server:
         server_bin = args.server or subprocess.run([str(ROOT / "scripts" / "build_llama_server.sh")], check=True,
                                                    capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    settings = PrefillSettings(n_ctx=32768, n_batch=2048, n_ubatch=512, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+    settings = PrefillSettings(n_ctx=args.n_ctx, n_batch=2048, n_ubatch=512, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
                                flash_attn=args.flash_attn)
     templates = corpus.templates_dir()
     gemma_tmpl = load_one(templates / f"{GEMMA_TEMPLATE}.jinja")
