@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,12 @@ from tmplkit.sources import corpus
 # folder a test changed to, not another copy installed in the environment.
 _ROOT = str(Path(__file__).resolve().parent.parent)
 os.environ["PYTHONPATH"] = os.pathsep.join([_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
+
+# The commands the tests start get Ctrl-C at its default, as a terminal starts them: a suite run in
+# the background of a script (SIGINT ignored) would hand them the ignore, which tmplkit rightly keeps,
+# and its Ctrl-C tests would fail or pass without interrupting anything.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -83,10 +83,7 @@ def test_ctrl_c_early_in_an_audit_is_one_line_and_130(delay):
     code = ("import sys, tmplkit.cli\nprint('ready', flush=True)\n"
             f"sys.exit(tmplkit.cli.main(['--no-config', 'audit', '-j', '2', {str(FIXTURES)!r}]))\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV, start_new_session=True,
-                            # (SIGINT at its default, as a terminal starts a command: a runner started in
-                            # the background of a script hands it ignored, and the audit would just finish)
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            env=ENV, start_new_session=True)
     assert proc.stdout.readline() == "ready\n"
     time.sleep(delay)
     os.killpg(proc.pid, signal.SIGINT)

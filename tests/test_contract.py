@@ -348,7 +348,7 @@ def test_ctrl_c_while_the_command_starts_is_exit_130():
 
     env = {**os.environ, "PYTHONPATH": str(CODE)}
     proc = subprocess.Popen([sys.executable, "-m", "tmplkit", "audit", str(CHATML)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, cwd=CODE, text=True, preexec_fn=_ctrl_c_as_a_terminal)
+                            stderr=subprocess.PIPE, env=env, cwd=CODE, text=True)
     # (wait until tmplkit's imports are under way: before its first line, a Ctrl-C is Python's own start-up's)
     deadline = time.monotonic() + BOUND
     while time.monotonic() < deadline and proc.poll() is None and not _importing_tmplkit(proc.pid):
@@ -374,7 +374,7 @@ def test_ctrl_c_handler_is_tmplkits_first_import():
 def test_ctrl_c_after_the_work_is_still_one_line(tmp_path):
     # once main() has returned, the interpreter's shutdown (atexit work) runs: a Ctrl-C there is
     # tmplkit's one line and exit 130 too, not a traceback from an atexit callback
-    proc = _schema_then_sigint_handler(tmp_path, _ctrl_c_as_a_terminal)
+    proc = _schema_then_sigint_handler(tmp_path)
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "_interrupted", (proc.stdout[-500:], proc.stderr)
 
 
@@ -385,14 +385,9 @@ def test_an_ignored_ctrl_c_stays_ignored(tmp_path):
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "SIG_IGN", (proc.stdout[-500:], proc.stderr)
 
 
-def _ctrl_c_as_a_terminal():
-    """The child's SIGINT at its default, as a terminal starts a command: the test runner itself may
-    have been started with it ignored (in the background of a script), which the child would inherit."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _schema_then_sigint_handler(tmp_path, preexec):
-    """`tmplkit schema` through a console script that prints, after main() returns, the SIGINT handler."""
+def _schema_then_sigint_handler(tmp_path, preexec=None):
+    """`tmplkit schema` through a console script that prints, after main() returns, the SIGINT handler
+    (`preexec`: run in the child before it starts, e.g. to ignore SIGINT as nohup does)."""
     script = tmp_path / "tmplkit"  # the console script's name, as pip writes it
     script.write_text(f"#!{sys.executable}\nimport signal, sys\nfrom tmplkit.cli import main\ncode = main()\n"
                       "h = signal.getsignal(signal.SIGINT)\nprint(getattr(h, 'name', None) or h.__name__)\n"
