@@ -51,7 +51,6 @@ def stages(session_file: Path) -> dict:
 
     timed("alone", alone)
     reqs = timed("requests (renders)", lambda: tuple(rq.iter_requests(conv, t)))
-    timed("vocabulary tables (once per tokenizer)", tok._tables)
     tokens = timed("tokenize the requests", dv.tokenize_requests, reqs, tok)
     spans = timed("spans", pl.request_spans, t, tok, reqs, tokens, [])
     nxt = timed("next renders", rq.next_renders, conv, t, reqs)

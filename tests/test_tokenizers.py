@@ -445,6 +445,45 @@ def test_a_session_tokenized_from_shared_beginnings_is_tokenized_as_a_whole(name
 
 
 @pytest.mark.corpus
+@pytest.mark.parametrize("name,vocab", _INCREMENTAL)
+def test_where_next_renders_diverge_is_read_as_from_their_whole_ids(name, vocab):
+    """The divergence-aware policy's predicted positions: a next render's ids are read only up to
+    the control token after where it diverges (`tokenize_until`), and each position is the one its
+    ids tokenized whole give, with and without a BOS."""
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched")
+    from tmplkit.markup import lcp
+    from tmplkit.session import generate_session
+    from tmplkit.sources import load_one
+    from tmplkit.turns import next_renders, session_requests
+    from tmplkit.turns.cost import predicted_divergences
+    from tmplkit.turns.divergence import tokenize_requests
+
+    try:
+        template = load_one("corpus:llama.cpp", name)
+    except SourceError:
+        pytest.skip(f"{name} is not in the corpus")
+    tok = load_tokenizer(f"vocab:{vocab}")
+    session = generate_session(6000, seed=3, style="agent", requests=3)
+    reqs = session_requests(session, template)
+    nxt = next_renders(session, template, reqs)
+    seen = 0
+    for add_bos in (False, True):
+        bos = tuple(tok.tokenize("", add_bos=True)) if add_bos else ()
+        tokens = tokenize_requests(reqs, tok, add_bos=add_bos)
+        whole = []
+        for k, renders in enumerate(nxt):
+            ids = [tuple(tok.tokenize(t, add_bos=False)) for t in renders]
+            at = {lcp(tokens.held(k), i if not bos or i[:len(bos)] == bos else bos + i) for i in ids}
+            whole.append(tuple(sorted(p for p in at if p < len(tokens.held(k)))))
+        assert predicted_divergences(tokens, nxt, tok, add_bos=add_bos, texts=[r.text for r in reqs]) == tuple(whole)
+        seen += sum(map(len, whole))
+    if vocab == "qwen35":
+        assert seen  # (Qwen3.5 drops earlier reasoning at a new user message: positions to predict)
+
+
+@pytest.mark.corpus
 @pytest.mark.parametrize("vocab", ["qwen35", "gemma-4", "phi-3"])
 def test_where_a_token_ends_from_its_pieces_is_where_the_offsets_say(vocab):
     """The turns study reads where token j of a request ends from the ids it already has (their

@@ -249,6 +249,36 @@ def common_byte_prefix(a: bytes, b: bytes) -> int:
     return first if n and differ[first] else n
 
 
+@dataclass(frozen=True)
+class _Spelled:
+    """The control tokens of a tokenized text: their indices among its ids and the bytes each
+    starts and ends at, with the length of the bytes all its ids spell (what `tokenize_after`
+    needs of a base, a few hundred numbers where the ids are tens of thousands)."""
+
+    n_bytes: int
+    index: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    ids: np.ndarray
+
+    @classmethod
+    def of(cls, arr, lengths, control) -> _Spelled:
+        ends = np.cumsum(lengths)
+        at = np.flatnonzero(control[arr])
+        return cls(int(ends[-1]) if len(ends) else 0, at, ends[at] - lengths[at], ends[at], arr[at])
+
+    def extended(self, cut: int, start: int, tail: _Spelled) -> _Spelled:
+        """This text's first `cut` ids (spelling `start` bytes), then `tail`'s."""
+        keep = self.index < cut
+        return _Spelled(start + tail.n_bytes, np.concatenate((self.index[keep], cut + tail.index)),
+                        np.concatenate((self.starts[keep], start + tail.starts)),
+                        np.concatenate((self.ends[keep], start + tail.ends)), np.concatenate((self.ids[keep], tail.ids)))
+
+    def pieces(self, tokenizer) -> list[bytes]:
+        """The texts of its control tokens, longest first."""
+        return sorted({tokenizer.piece_bytes(i) for i in np.unique(self.ids).tolist()}, key=len, reverse=True)
+
+
 class LlamaCppTokenizer:
     """A GGUF's vocabulary through llama.cpp, loaded vocab-only (no weights, no context).
 
@@ -340,7 +370,7 @@ class LlamaCppTokenizer:
         """Token ids of `text`, special tokens parsed; BOS only when asked (here or at load)."""
         return self._encode(text.encode("utf-8"), self.add_bos if add_bos is None else add_bos)
 
-    def tokenize_after(self, text: str, base: tuple[bytes, Sequence[int]] | None) -> list[int]:
+    def tokenize_after(self, text: str, base: tuple[bytes, Sequence[int]] | None) -> tuple[int, ...]:
         """`tokenize(text, add_bos=False)`, reusing the ids of `base` (the bytes of a text tokenized
         before, and its ids without BOS) up to the last control token both texts share.
 
@@ -349,57 +379,111 @@ class LlamaCppTokenizer:
         share, and from it on, are those of the whole text: request k+1 of a session shares its
         beginning with request k, and only the part from a control token before the divergence needs
         new ids (tests/test_tokenizers.py holds this against whole tokenization on the corpus's
-        vocabularies)."""
+        vocabularies). The ids come back as a tuple whose table (`_spelled`) is kept for the next call
+        that starts from it: a session's requests chain, each the base of the next."""
         data = text.encode("utf-8")
-        if not base or not base[1]:
-            return self._encode(data, False)
+        point = self._resume_point(data, base)
+        if point is None:
+            return self._remember(tuple(self._encode(data, False)))
+        cut, start = point
+        assert base is not None
+        ids = tuple(base[1])
+        return self._remember(ids[:cut] + tuple(self._encode(data[start:], False)), (ids, cut, start))
+
+    def tokenize_until(self, text: str, base: tuple[bytes, Sequence[int]] | None, at: int) -> tuple[int, tuple[int, ...]] | None:
+        """The first ids of `tokenize(text, add_bos=False)`, down to every token that starts before
+        byte `at` of the text, as (n, new): the whole text's ids are `base`'s first n ids (n >= 1),
+        then `new`, then more that are not tokenized. None where `tokenize_after` would tokenize the
+        text whole (see `_resume_point`): the caller then does.
+
+        A render that diverges from what the server holds needs its ids only up to there: they stop
+        at the next control token at or after `at` that `base` has too (where llama.cpp's split at
+        special tokens ends the piece before it; tests/test_tokenizers.py holds the positions this
+        gives against whole tokenization), not at the end of a long render."""
+        data = text.encode("utf-8")
+        point = self._resume_point(data, base)
+        if point is None:
+            return None
+        cut, start = point
+        stop = len(data)
+        for piece in self._spelled(tuple(base[1])).pieces(self):  # type: ignore[index]
+            k = data.find(piece, max(at, start))
+            if 0 <= k < stop:
+                stop = k
+        return cut, tuple(self._encode(data[start:stop], False))
+
+    def _resume_point(self, data: bytes, base) -> tuple[int, int] | None:
+        """(ids of `base` kept, byte where new ids start) for `tokenize_after`, or None where the
+        text must be tokenized whole: no base, a vocabulary that is not BPE (SentencePiece prefixes
+        a space), ids that do not spell the base's bytes exactly (whitespace a special token
+        strips), or no control token whole within the shared bytes but the first."""
+        if not base or not len(base[1]) or not self._tables()[2]:
+            return None
         old, ids = base
-        lengths, control, splits = self._tables()
-        arr = self._ids_array(ids)
-        ends = np.cumsum(lengths[arr])
-        # Only where the ids spell the base's bytes exactly (no whitespace a special token strips)
-        # and the pieces between special tokens are tokenized alone (BPE; SPM prefixes a space).
-        if not splits or int(ends[-1]) != len(old):
-            return self._encode(data, False)
-        common = common_byte_prefix(data, old)
-        starts = ends - lengths[arr]
+        spelled = self._spelled(tuple(ids))
+        if spelled.n_bytes != len(old):
+            return None
         # the last control token that starts, whole, within the shared bytes
-        fits = control[arr] & (starts + lengths[arr] <= common)
-        where = np.flatnonzero(fits)
-        if not len(where) or where[-1] == 0:
-            return self._encode(data, False)
-        cut = int(where[-1])
-        return list(ids[:cut]) + self._encode(data[int(starts[cut]):], False)
+        k = int(np.searchsorted(spelled.ends, common_byte_prefix(data, old), side="right")) - 1
+        if k < 0 or spelled.index[k] == 0:
+            return None
+        return int(spelled.index[k]), int(spelled.starts[k])
 
     def piece_lengths(self, ids: Sequence[int]) -> list[int]:
         """`len(self.piece_bytes(i))` for each of `ids`, read off the vocabulary's table at once."""
-        return self._tables()[0][self._ids_array(ids)].tolist() if len(ids) else []
+        return self._lengths(np.asarray(ids, dtype=np.int64)).tolist() if len(ids) else []
 
-    def _ids_array(self, ids: Sequence[int]):
-        """`ids` as a numpy array; kept for the last few tuples (immutable: a base is reused for several texts)."""
-        if type(ids) is not tuple:
-            return np.asarray(ids, dtype=np.int64)
-        cache = self.__dict__.setdefault("_arrays", {})
+    def _spelled(self, ids: tuple[int, ...]) -> _Spelled:
+        """Where the control tokens of `ids` lie in the bytes they spell; kept for the last few
+        hundred tuples (immutable: a base is reused for several texts)."""
+        cache = self.__dict__.setdefault("_spellings", {})
         hit = cache.get(id(ids))
         if hit is not None and hit[0] is ids:
             return hit[1]
         arr = np.asarray(ids, dtype=np.int64)
-        if len(cache) >= 16:
+        return self._keep(ids, _Spelled.of(arr, self._lengths(arr), self._tables()[1]))
+
+    def _remember(self, ids: tuple[int, ...], prefix: tuple[tuple[int, ...], int, int] | None = None) -> tuple[int, ...]:
+        """`ids` with its table (`_spelled`), built from `prefix` (a tuple it starts with, how many of
+        its ids, and the bytes they spell) where given: only the new ids are read, not the whole
+        request again."""
+        if prefix is None:
+            self._spelled(ids)
+            return ids
+        old, cut, start = prefix
+        tail = np.asarray(ids[cut:], dtype=np.int64)
+        self._keep(ids, self._spelled(old).extended(cut, start, _Spelled.of(tail, self._lengths(tail), self._tables()[1])))
+        return ids
+
+    def _keep(self, ids: tuple[int, ...], spelled: _Spelled) -> _Spelled:
+        cache = self.__dict__.setdefault("_spellings", {})
+        if len(cache) >= 512:
             cache.pop(next(iter(cache)))
-        cache[id(ids)] = (ids, arr)  # (the tuple kept alive, so its id names no other)
-        return arr
+        cache[id(ids)] = (ids, spelled)  # (the tuple kept alive, so its id names no other)
+        return spelled
+
+    def _lengths(self, arr):
+        """Per id of `arr`: its piece's length in bytes. The table over the vocabulary is filled as ids
+        are met (a session uses a few thousand of a vocabulary's 150-250k), the control flags with it."""
+        lengths, control, _ = self._tables()
+        out = lengths[arr]
+        missing = out < 0
+        if missing.any():
+            lib, vocab = self._lib, self._open_vocab()
+            for i in np.unique(arr[missing]).tolist():
+                lengths[i] = len(self.piece_bytes(i))
+                control[i] = bool(lib.llama_vocab_is_control(vocab, i))
+            out = lengths[arr]
+        return out
 
     def _tables(self):
-        """Per token id: its piece's length in bytes, and whether it is a control token (numpy
-        arrays over the whole vocabulary, made once); and whether the vocabulary is BPE."""
+        """Per token id, its piece's length in bytes (-1 until met) and whether it is a control token
+        (numpy arrays over the whole vocabulary, filled by `_lengths`); and whether the vocabulary is BPE."""
         tables = getattr(self, "_id_tables", None)
         if tables is None:
-            lib, vocab = self._lib, self._open_vocab()
-            lengths = np.fromiter((len(self.piece_bytes(i)) for i in range(self.n_vocab)), dtype=np.int64, count=self.n_vocab)
-            control = np.fromiter((bool(lib.llama_vocab_is_control(vocab, i)) for i in range(self.n_vocab)), dtype=bool,
-                                  count=self.n_vocab)
-            splits = int(lib.llama_vocab_type(vocab)) == int(lib.LLAMA_VOCAB_TYPE_BPE)
-            tables = self._id_tables = (lengths, control, splits)
+            lib = self._lib
+            splits = int(lib.llama_vocab_type(self._open_vocab())) == int(lib.LLAMA_VOCAB_TYPE_BPE)
+            tables = self._id_tables = (np.full(self.n_vocab, -1, dtype=np.int64), np.zeros(self.n_vocab, dtype=bool), splits)
         return tables
 
     def piece_bytes(self, token_id: int) -> bytes:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from ..server_rules import DivergenceAware, EveryUserStart, Gated, NoBreaks, PrefillSettings, ServerGated
 from ..session.requests import common_prefix
+from ..tokens.tokenizers import common_byte_prefix
 from .divergence import tokenize_texts
 from .simulation import MemoryModel, ServerSimulation, SimulatedRequest
 
@@ -135,13 +136,58 @@ def predicted_divergences(tokens, next_texts, tokenizer, *, add_bos: bool = Fals
                           texts: Sequence[str] | None = None) -> tuple[tuple[int, ...], ...]:
     """Per request, the token positions where each of its next renders (`requests.next_renders`)
     stops matching the tokens held after it (positions at the held end are left out: nothing diverges).
-    `texts`: the requests' texts, whose ids the next renders share their beginnings with (and
-    each next render with the one before it)."""
+    `texts`: the requests' texts, whose ids the next renders share their beginnings with. Where the
+    tokenizer can stop early (`tokenize_until`: llama.cpp's BPE vocabularies), a render is tokenized
+    only from a control token before where it diverges to the next one after; else whole, from its
+    nearest text tokenized before (each next render with the one before it)."""
     out = []
     pool: list = []  # the next renders of the requests before, which these resemble most
+    until = getattr(tokenizer, "tokenize_until", None) if texts is not None else None
+    bos = tuple(tokenizer.tokenize("", add_bos=True)) if add_bos else ()
     for k, renders in enumerate(next_texts):
         held = tokens.held(k)
         base = (texts[k], tokens.requests[k]) if texts is not None else None
-        pos = {common_prefix(held, ids) for ids in tokenize_texts(renders, tokenizer, add_bos=add_bos, base=base, pool=pool)}
+        early = _EarlyStop(held, base[0], base[1], tokens.generated[k], tokenizer, until, bos) if until and base else None
+        found = [early.position(text) if early is not None else None for text in renders]
+        rest = [text for text, p in zip(renders, found) if p is None]  # (tokenized whole)
+        pos = {p for p in found if p is not None}
+        pos |= {common_prefix(held, ids) for ids in tokenize_texts(rest, tokenizer, add_bos=add_bos, base=base, pool=pool)}
         out.append(tuple(sorted(p for p in pos if p < len(held))))
     return tuple(out)
+
+
+class _EarlyStop:
+    """Where a next render's ids stop matching `held` (request k's ids, then the generated turn's),
+    read off the render's ids up to there only (`tokenize_until`).
+
+    The held ids spell the held bytes (the request's text, then the generated ids' pieces), so the
+    first id that differs is at or before the one that holds the first byte that differs: the ids
+    from the control token before that byte to the next control token after it are the only new
+    ones to read; up to that control token they are the request's own."""
+
+    def __init__(self, held, text: str, request_ids, generated_ids, tokenizer, until, bos: tuple) -> None:
+        self.held, self.until, self.bos = held, until, bos
+        self.data = text.encode("utf-8")
+        # the request's ids without the BOS `tokenize_texts` prepended (the text does not spell it)
+        self.off = len(bos) if bos and tuple(request_ids[:len(bos)]) == bos and not self.data.startswith(
+            b"".join(tokenizer.piece_bytes(i) for i in bos)) else 0
+        self.base = (self.data, tuple(request_ids[self.off:]))
+        self.held_bytes = self.data + b"".join(tokenizer.piece_bytes(i) for i in generated_ids)
+
+    def position(self, render: str) -> int | None:
+        """The token position, or None where the tokenizer cannot stop early here (then the render
+        is tokenized whole)."""
+        data = render.encode("utf-8")
+        got = self.until(render, self.base, common_byte_prefix(data, self.held_bytes))
+        if got is None:
+            return None
+        cut, new = got
+        n = len(self.bos)
+        first = self.base[1][:n] if cut >= n else self.base[1][:cut] + new[:n - cut]
+        off = len(self.bos) if self.bos and first != self.bos else 0
+        if off != self.off or cut < 1:
+            return None  # (a BOS taken otherwise than for the request: compare whole)
+        head = off + cut
+        return head + common_prefix(self.held[head:head + len(new)], new)
+
+
