@@ -193,8 +193,13 @@ class _Render:
     ends: list[int]  # non-decreasing (bisect relies on it)
 
     @classmethod
-    def of(cls, text: str, tokenizer: Tokenizer) -> _Render:
-        ids, offsets = tokenizer.tokenize_with_offsets(text) if text else ([], [])
+    def of(cls, text: str, tokenizer: Tokenizer, ids: Sequence[int] | None = None) -> _Render:
+        if not text:
+            ids, offsets = [], []
+        elif ids is not None and hasattr(tokenizer, "piece_bytes"):  # (llama.cpp's: offsets from the pieces)
+            ids, offsets = tokenizer.tokenize_with_offsets(text, ids)  # type: ignore[call-arg]
+        else:
+            ids, offsets = tokenizer.tokenize_with_offsets(text)
         starts = [s for s, _ in offsets]
         ends = [e for _, e in offsets]
         # offsets are non-decreasing for the tokenizers we support; bisect relies on it
@@ -234,10 +239,11 @@ def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]
     return sort_delimiters(analysis.delimiters), "analysis"
 
 
-def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
+def token_delimiters(analysis, tokenizer: Tokenizer, *, ids: Sequence[int] | None = None) -> TokenDelimiters:
     """Derive each delimiter of `analysis` as token ids, from its tokenized probe render.
 
-    See `tokenize_delimiters`; the render is `analysis.round_trip.rendered`.
+    See `tokenize_delimiters`; the render is `analysis.round_trip.rendered` (`ids`: its tokens, where
+    the caller has them).
 
     >>> td = token_delimiters(analyze(load("Qwen3.5-4B.jinja")), load_tokenizer("vocab:qwen35"))  # doctest: +SKIP
     >>> [d.token_text for d in td][:1]                                                          # doctest: +SKIP
@@ -245,18 +251,19 @@ def token_delimiters(analysis, tokenizer: Tokenizer) -> TokenDelimiters:
     """
     rt = getattr(analysis, "round_trip", None)
     return tokenize_delimiters(getattr(analysis, "delimiters", ()) or (), getattr(rt, "rendered", "") or "",
-                               tokenizer, template=getattr(analysis, "name", ""))
+                               tokenizer, template=getattr(analysis, "name", ""), ids=ids)
 
 
 def tokenize_delimiters(delimiters: Iterable[Delimiter], rendered: str, tokenizer: Tokenizer, *,
-                        template: str = "") -> TokenDelimiters:
+                        template: str = "", ids: Sequence[int] | None = None) -> TokenDelimiters:
     """Each delimiter's token ids, read off `rendered` tokenized by `tokenizer`, and checked there.
 
     For each delimiter, the tokens covering it are read at every place it starts a message in
     `rendered`. Where its text begins or ends inside a token, the ids are cut back to the tokens
     wholly inside it (or, where that leaves nothing or does not mark every place, extended to
     whole tokens); the choice is kept only if splitting the tokenized render finds exactly the
-    starts the text split finds. What was changed is in each `adjusted`.
+    starts the text split finds. What was changed is in each `adjusted`. `ids`: `rendered`'s token
+    ids (no BOS added), where the caller has them (the turns study's last request): not tokenized again.
 
     >>> td = tokenize_delimiters([Delimiter("user", "<|im_start|>user")], text, tok, template="chatml")  # doctest: +SKIP
     """
@@ -264,7 +271,7 @@ def tokenize_delimiters(delimiters: Iterable[Delimiter], rendered: str, tokenize
     tok_name = getattr(tokenizer, "name", type(tokenizer).__name__)
     if not delimiters:
         return TokenDelimiters(tok_name, template, (), False, ("no delimiters were given (the analysis has none)",))
-    render = _Render.of(rendered, tokenizer)
+    render = _Render.of(rendered, tokenizer, ids)
     per, order, problems = _occurrences(render, delimiters)
     options = {d: _options(d, per[d], render, tokenizer) for d in delimiters}
     warnings = [o.warning for o in options.values() if o.warning]

@@ -504,9 +504,11 @@ class LlamaCppTokenizer:
     def piece(self, token_id: int) -> str:
         return self.piece_bytes(token_id).decode("utf-8", "replace")
 
-    def tokenize_with_offsets(self, text: str) -> tuple[list[int], Offsets]:
+    def tokenize_with_offsets(self, text: str, ids: Sequence[int] | None = None) -> tuple[list[int], Offsets]:
+        """`ids` (text's tokens without BOS: the turns study has them already; None: tokenized here)
+        with each token's character offsets, read off their pieces."""
         data = text.encode("utf-8")
-        ids = self._encode(data, False)
+        ids = self._encode(data, False) if ids is None else list(ids)
         pieces = [self.piece_bytes(i) for i in ids]
         return ids, _char_offsets(text, data, _align_pieces(data, pieces))
 

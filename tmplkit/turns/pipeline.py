@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from ..analysis import Analysis, RoundTrip
 from ..errors import InputError, TmplkitError
 from ..server_rules import server_delimiter_list, server_split
@@ -27,7 +29,7 @@ from ..sources.templates import ChatTemplate
 from ..tokens.delimiter_ids import text_delimiters, token_delimiters
 from ..tokens.spans import SpanDetector
 from .cost import predicted_divergences
-from .divergence import TokenizedRequests, tokenize_requests
+from .divergence import TokenizedRequests, _without_bos, tokenize_requests
 
 __all__ = ["PreparedSession", "prepare_session", "request_spans"]
 
@@ -100,14 +102,15 @@ def request_spans(template, tokenizer, reqs, tokens, notes: list, server: Mappin
     """One Spans per request for each delimiter set that works here ("tmplkit", "server"; for
     `server` see `prepare_session`; the server's spans are of `server_tokens` when given)."""
     out = {}
+    arrays = _arrays(tokens.requests)  # (each request's ids as an array once, for both splits)
     try:
         delims, _ = text_delimiters(template)
         probe = Analysis(name=template.name, source=template.source, status="pass", delimiters=delims,
                          round_trip=RoundTrip(True, (), (), rendered=reqs[-1].text))
-        tdelims = token_delimiters(probe, tokenizer)
+        tdelims = token_delimiters(probe, tokenizer, ids=_without_bos(tokenizer, reqs[-1].text, tokens.requests[-1]))
         if tdelims.passed:
             det = SpanDetector(tdelims)
-            out["tmplkit"] = [det.split(list(ids)) for ids in tokens.requests]
+            out["tmplkit"] = [det.split(ids) for ids in arrays]
         else:
             notes.append("tmplkit's delimiters do not split the tokens as the text: " + "; ".join(tdelims.problems[:2]))
     except TmplkitError as exc:
@@ -115,7 +118,11 @@ def request_spans(template, tokenizer, reqs, tokens, notes: list, server: Mappin
     try:
         # each text tokenized on its own, the prompt split the server's way (server_rules._delimiters)
         ids = [(role, tokenizer.tokenize(text, add_bos=False)) for role, text in server_delimiter_list(template, server)]
-        out["server"] = [server_split(t, ids) for t in (server_tokens or tokens).requests]
+        out["server"] = [server_split(t, ids) for t in (_arrays(server_tokens.requests) if server_tokens else arrays)]
     except TmplkitError as exc:
         notes.append(f"no llama-server delimiters: {exc}")
     return out
+
+
+def _arrays(requests) -> list[np.ndarray]:
+    return [np.fromiter(ids, dtype=np.int32, count=len(ids)) for ids in requests]
