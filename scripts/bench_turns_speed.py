@@ -12,7 +12,9 @@ Cases (each a fresh process per run, so neither tree warms the other's caches):
 - agent-90k-text: the same session, text only (`--no-switches`, no tokenizer);
 - chat-2000: a 2,000-message plain chat (user, assistant, ...) on fixtures/turns/stable.jinja, a
   ChatML template of ours;
-- chat-2000-qwen35: the same chat on the Qwen3.5-4B template (its history loop is heavier).
+- chat-2000-qwen35: the same chat on the Qwen3.5-4B template (its history loop is heavier);
+- agent-90k-two-settings: agent-90k with the cost of llama-server's and tmplkit's settings only
+  (`--settings llama-server,tmplkit`: no divergence-aware setting, so no next renders to predict from).
 
 Both trees study the same sessions, written once by this tree into the temporary folder. Per case:
 the seconds of `study_turns` alone (templates and tokenizers loaded before the clock starts), per
@@ -22,7 +24,10 @@ is recorded: absolute times differ 2-3x between machines, the ratios much less.
 `--alone`: this tree only, each round a fresh process that times both the study and the session's
 requests rendered alone (each request's text once, at its time, as a client's template would; the
 conversation prepared for the server inside the clock in both), in alternating order; per case the
-paired ratio study/alone with its spread (the issue's "within 2x of rendering the requests alone").
+paired ratio study/alone with its spread (the issue's "within 2x of rendering the requests alone"),
+and the floor under it: the renders each makes per request (a request, the conversation ending with
+the generated turn, and with a tokenizer the next renders the divergence-aware setting predicts
+from), the seconds spent in them, and the study's time outside its renders over "alone".
 """
 
 from __future__ import annotations
@@ -43,14 +48,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 QWEN35 = ("corpus:llama.cpp", "Qwen3.5-4B")
 CHATML = (str(ROOT / "fixtures" / "turns" / "stable.jinja"), None)
-# case -> ((template source, name), tokenizer or None, switches, session file stem)
+# case -> ((template source, name), tokenizer or None, switches, session file stem[, cost settings])
 CASES = {
     "agent-90k": (QWEN35, "vocab:qwen35", True, "agent"),
     "agent-90k-text": (QWEN35, None, False, "agent"),
     "chat-2000": (CHATML, None, True, "chat"),
     "chat-2000-qwen35": (QWEN35, None, True, "chat"),
+    # `tmplkit turns --settings llama-server,tmplkit`: no divergence-aware setting, so no next renders
+    "agent-90k-two-settings": (QWEN35, "vocab:qwen35", True, "agent", ("llama-server", "tmplkit")),
 }
 DEFAULT_CASES = ("agent-90k", "agent-90k-text", "chat-2000")
+ALONE_CASES = DEFAULT_CASES + ("agent-90k-two-settings",)  # (a revision before --settings has no such case)
 
 
 def plain_chat(n_messages: int) -> list[dict]:
@@ -99,12 +107,13 @@ def worker(case: str, session_file: str) -> dict:
     from tmplkit.sources import load_one
     from tmplkit.turns import study_turns
 
-    source, tok_spec, switches, _ = CASES[case]
+    source, tok_spec, switches, _, *settings = CASES[case]
     template = load_one(*source)
     session = load_session(session_file)
     tok = load_tokenizer(tok_spec) if tok_spec else None
+    options = {"settings": settings[0]} if settings else {}  # (a revision before --settings runs no such case)
     start = time.perf_counter()
-    report = study_turns(template, session, tokenizer=tok, switches=switches)
+    report = study_turns(template, session, tokenizer=tok, switches=switches, **options)
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "n_requests": report.n_requests, "stable": report.stable, "error": report.error}
 
@@ -119,10 +128,11 @@ def alone_worker(case: str, session_file: str, first: str) -> dict:
     from tmplkit.tokens.tokenizers import load_tokenizer
     from tmplkit.turns import study_turns
 
-    source, tok_spec, switches, _ = CASES[case]
+    source, tok_spec, switches, _, *settings = CASES[case]
     template = load_one(*source)
     session = load_session(session_file)
     tok = load_tokenizer(tok_spec) if tok_spec else None
+    options = {"settings": settings[0]} if settings else {}
 
     def alone() -> int:
         conversation = for_server(template, session)
@@ -132,12 +142,36 @@ def alone_worker(case: str, session_file: str, first: str) -> dict:
             conversation.render(msgs[:n], add_generation_prompt=True, clock=clock_at(PINNED_NOW + k * DEFAULT_INTERVAL))
         return len(points)
 
-    seconds, n_requests = {}, {}
+    renders = _count_renders()
+    seconds, n_requests, n_renders, render_s = {}, {}, {}, {}
     for what in (first, "alone" if first == "study" else "study"):
+        renders.update(n=0, s=0.0)
         start = time.perf_counter()
-        n_requests[what] = study_turns(template, session, tokenizer=tok, switches=switches).n_requests if what == "study" else alone()
+        n_requests[what] = (study_turns(template, session, tokenizer=tok, switches=switches, **options).n_requests
+                            if what == "study" else alone())
         seconds[what] = time.perf_counter() - start
-    return {"seconds": seconds, "n_requests": n_requests}
+        n_renders[what], render_s[what] = renders["n"], renders["s"]
+    return {"seconds": seconds, "n_requests": n_requests, "renders": n_renders, "render_seconds": render_s}
+
+
+def _count_renders() -> dict:
+    """Count the sandbox's renders (one pass each, `render_with_prompt`'s included) and the seconds
+    spent in them: how many renders a request costs is the floor of the study's ratio to "alone"."""
+    from tmplkit.sandbox import _rendering
+
+    seen = {"n": 0, "s": 0.0}
+    inner = _rendering._render
+
+    def counted(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            seen["n"] += 1
+            seen["s"] += time.perf_counter() - start
+
+    _rendering._render = counted
+    return seen
 
 
 def alone_rounds(rounds: int, cases) -> dict:
@@ -147,6 +181,7 @@ def alone_rounds(rounds: int, cases) -> dict:
         out: dict = {}
         for case in cases:
             seen: dict = {"study": [], "alone": []}
+            renders: dict = {"study": [], "alone": []}
             for r in range(max(1, rounds)):
                 first = "study" if r % 2 == 0 else "alone"
                 env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -157,11 +192,17 @@ def alone_rounds(rounds: int, cases) -> dict:
                 res = json.loads(proc.stdout)
                 for k in seen:
                     seen[k].append(res["seconds"][k])
+                    renders[k].append(res["render_seconds"][k])
                 print(f"round {r} {case}: study {seen['study'][-1]:.2f} s, alone {seen['alone'][-1]:.2f} s", file=sys.stderr)
             paired = [a / b for a, b in zip(seen["study"], seen["alone"])]
             out[case] = {"seconds": seen, "median_s": {k: statistics.median(v) for k, v in seen.items()},
                          "paired_study_over_alone": {"median": statistics.median(paired), "min": min(paired), "max": max(paired)},
-                         "n_requests": res["n_requests"]["study"]}
+                         "n_requests": res["n_requests"]["study"],
+                         # the floor: renders per request, and the study's time outside its renders
+                         "renders": res["renders"], "renders_per_request": {k: v / res["n_requests"]["study"] for k, v in res["renders"].items()},
+                         "render_seconds_median": {k: statistics.median(v) for k, v in renders.items()},
+                         "study_outside_renders_over_alone": statistics.median(
+                             [(s - r) / a for s, r, a in zip(seen["study"], renders["study"], seen["alone"])])}
     return {"mode": "alone", "rounds": rounds, "sessions": sizes, "cases": out,
             "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "loadavg_at_end": loadavg()}}
 
@@ -207,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     p.add_argument("--against", metavar="REV", required=False, help="the git revision to compare with (e.g. e95b580)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
-    p.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(DEFAULT_CASES))
+    p.add_argument("--cases", nargs="+", choices=sorted(CASES), help=f"default: {' '.join(DEFAULT_CASES)}; with --alone also "
+                   "agent-90k-two-settings")
     p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
     p.add_argument("--alone", action="store_true", help="time the study against its requests rendered alone (this tree only)")
     p.add_argument("--worker", nargs=2, metavar=("CASE", "SESSION"), help=argparse.SUPPRESS)
@@ -221,8 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.against and not args.alone:
         p.error("give --against REV (e.g. --against 9b0fe4f) or --alone")
+    cases = args.cases or (ALONE_CASES if args.alone else DEFAULT_CASES)
     try:
-        res = alone_rounds(args.rounds, args.cases) if args.alone else against(args.against, args.rounds, args.cases)
+        res = alone_rounds(args.rounds, cases) if args.alone else against(args.against, args.rounds, cases)
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -61,6 +61,8 @@ def test_every_help_uses_the_vocabulary(name, p):
             assert a.metavar == "MB" and a.type is int, name
         if "--report" in flags:
             assert a.metavar == "FORMAT:FILE" and isinstance(a, argparse._AppendAction), name
+        if "--settings" in flags:
+            assert a.metavar == "LIST", name
         if any("generation-prompt" in f for f in flags):
             assert flags == {"--generation-prompt", "--no-generation-prompt"}, name
         assert "--json" not in flags, name

@@ -57,6 +57,13 @@ def test_turns_json_with_a_tokenizer(session_file, capsys, qwen35):
     assert totals["full attention"] <= min(totals["llama-server"], totals["tmplkit"], totals["divergence-aware"])
 
 
+def test_turns_simulates_the_settings_asked_for(session_file, capsys, qwen35):
+    assert main(["turns", str(FIX / "date.jinja"), "--session", str(session_file), "--tokenizer", "vocab:qwen35",
+                 "--format", "json", "--no-switches", "--settings", "llama-server"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)["reports"]
+    assert set(report["cost"]["totals"]) == {"full attention", "llama-server"}
+
+
 def test_turns_with_the_servers_delimiter_lists(session_file, tmp_path, capsys, qwen35):
     saved = tmp_path / "server.json"
     row = {"template": "stable", "server": {"status": "ok", "route": "specialized", "handler": "LFM2"}}
@@ -71,6 +78,7 @@ def test_turns_with_the_servers_delimiter_lists(session_file, tmp_path, capsys, 
     (["--session", "missing.json"], "session file not found"),
     (["--memory-model", "swa:x"], "unknown memory model"),
     (["--server-delimiters", "missing.json"], "not a saved `tmplkit server delimiters"),
+    (["--settings", "tmplkit,fastest"], "unknown --settings fastest; give some of llama-server, tmplkit, divergence-aware"),
 ])
 def test_turns_errors_are_one_line(args, message, capsys):
     assert main(["turns", str(FIX / "stable.jinja")] + args) == 2

@@ -12,7 +12,7 @@ from tmplkit.errors import InputError
 from tmplkit.server_rules import DivergenceAware, PrefillSettings, ServerGated, get_policy
 from tmplkit.session import Session, generate_session
 from tmplkit.tokens.spans import SpanDetector
-from tmplkit.turns import MemoryModel, ServerSimulation, study_turns
+from tmplkit.turns import MemoryModel, ServerSimulation, next_renders, study_turns
 from tmplkit.turns.simulation import plan_batches
 
 FIX = Path(__file__).parent.parent / "fixtures" / "turns"
@@ -130,6 +130,23 @@ def test_costs_on_a_template_that_drops_reasoning(agent, qwen35):
     # the token divergence is where the text diverges
     first = r.first
     assert first.token_position is not None and first.token_position < first.n_held_tokens and not first.token_note
+
+
+def test_settings_chosen_are_simulated_alike_and_without_divergence_aware_no_next_render_is_made(agent, qwen35, monkeypatch):
+    template = load_one(str(FIX / "drops-reasoning.jinja"))
+    whole = study_turns(template, agent, tokenizer=qwen35, switches=False).cost
+    from tmplkit.turns import pipeline
+
+    made = []
+    monkeypatch.setattr(pipeline, "next_renders", lambda *a, **k: made.append(1) or next_renders(*a, **k))
+    some = study_turns(template, agent, tokenizer=qwen35, switches=False, settings=("tmplkit", "llama-server")).cost
+    assert not made and set(some.requests) == {"full attention", "llama-server", "tmplkit"}
+    for name in some.requests:
+        assert some.requests[name] == whole.requests[name]
+    assert study_turns(template, agent, tokenizer=qwen35, switches=False, settings=["divergence-aware"]).cost.requests[
+        "divergence-aware"] == whole.requests["divergence-aware"] and made
+    with pytest.raises(InputError, match="unknown setting fastest; give some of llama-server, tmplkit, divergence-aware"):
+        study_turns(template, agent, tokenizer=qwen35, settings=["fastest"])
 
 
 def test_stable_template_recomputes_only_new_tokens(agent, qwen35):

@@ -274,6 +274,9 @@ VOCABULARY: dict[str, tuple[str, str]] = {
     "report": ("--report FORMAT:FILE", "also write the output in FORMAT to FILE, from the same run (repeatable)"),
     "timeout": ("--timeout SECONDS", "wall-clock seconds per template"),
     "memory": ("--memory MB", "MiB a template's worker may allocate beyond its start-up footprint"),
+    "settings": ("--settings LIST", "the serving settings to simulate (turns) or replay on a model (replay), comma-separated: "
+                                   "llama-server, tmplkit, divergence-aware (and in replay none, every-user-start); the "
+                                   "full-attention bound is always there"),
     "generation prompt": ("--generation-prompt / --no-generation-prompt",
                           "render with (or without) the generation prompt that asks for the next turn"),
     "global": ("-q/--quiet, -v/--verbose, --color, --config, --no-config",
@@ -474,3 +477,19 @@ def format_of(args) -> str:
         deprecation_note(f"--format {fmt}", f"--format {new}")
         args.format = fmt = new
     return fmt
+
+
+def add_settings_option(parser, known, default, note: str = "") -> None:
+    """`--settings LIST` (VOCABULARY): comma-separated names among `known`."""
+    parser.add_argument("--settings", metavar="LIST", default=",".join(default),
+                        help=f"comma-separated, among {', '.join(known)} (default: {', '.join(default)}){note}")
+
+
+def settings_of(args, known) -> tuple[str, ...]:
+    """`--settings` (comma-separated names among `known`), checked: one vocabulary for the turns
+    study and the replay."""
+    from ..turns.cost import check_settings
+
+    names = check_settings([n.strip() for n in args.settings.split(",") if n.strip()], known, "--settings")
+    assert names is not None
+    return names

@@ -10,12 +10,14 @@ from ._common import (
     add_output,
     add_report_option,
     add_session_option,
+    add_settings_option,
     add_template_option,
     emit_result,
     model_template,
     prefill_settings,
     reports_of,
     session_of,
+    settings_of,
 )
 from ._limits import check_template_isolated
 
@@ -23,15 +25,15 @@ from ._limits import check_template_isolated
 
 
 def add_replay(sub) -> None:
+    from ..turns.cost import BASELINES, CHOSEN  # (replaying's REPLAYED and REPLAYABLE, without the model layer)
+
     p = sub.add_parser("replay")
     p.add_argument("model", metavar="MODEL", help="a GGUF file, `gemma` (Gemma 3 270M) or `tiny:VOCAB` (e.g. tiny:qwen35)")
     add_session_option(p, required=True, what="the agent session (e.g. from `tmplkit session generate`)",
                        old_positional="SESSION.json")
     add_template_option(p, what="the chat template (default: the model GGUF's own)")
     p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: the first)")
-    p.add_argument("--settings", default="llama-server,tmplkit,divergence-aware",
-                   help="comma-separated, among llama-server, tmplkit, divergence-aware (default: all three), "
-                        "and none or every-user-start (no batch ends; the 73618f2 regression's rule)")
+    add_settings_option(p, CHOSEN + BASELINES, CHOSEN, "; none: no batch ends, every-user-start: the 73618f2 regression's rule")
     add_format(p, ("markdown", "json"), "markdown", "the replay")
     add_output(p, "the replay")
     add_report_option(p, ("json", "markdown"), old_json=True)
@@ -43,7 +45,6 @@ def add_replay(sub) -> None:
 
 def _cmd_replay(args) -> int:
     from ..atomic import check_writable
-    from ..errors import InputError
     from ..prefill import PrefillRunner
     from ..prefill.compare import resolve_template
     from ..prefill.models import resolve_model
@@ -51,10 +52,7 @@ def _cmd_replay(args) -> int:
     from ..replay.replaying import REPLAYABLE, plot_replay, replay_session
     from ..session import load_session
 
-    names = [n.strip() for n in args.settings.split(",") if n.strip()]
-    bad = [n for n in names if n not in REPLAYABLE]
-    if bad or not names:
-        raise InputError(f"unknown --settings {', '.join(bad) or '(none)'}; give some of {', '.join(REPLAYABLE)}")
+    names = settings_of(args, REPLAYABLE)
     session_of(args, "replay")
     reports = reports_of(args)
     for out in (args.output, args.plot, *(path for _, path in reports)):  # refuse before the run, not after it

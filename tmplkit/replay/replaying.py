@@ -25,14 +25,14 @@ from ..atomic import write_bytes_atomic
 from ..prefill.plot import require_matplotlib
 from ..sources.templates import ChatTemplate
 from ..turns import MemoryModel, prepare_session
-from ..turns.cost import BASELINES, baseline_settings, default_settings, policy_for, session_cost
+from ..turns.cost import BASELINES, CHOSEN, baseline_settings, default_settings, policy_for, session_cost
 
 __all__ = ["REPLAY_SCHEMA_VERSION", "REPLAYABLE", "REPLAYED", "ReplayedRequest", "SessionReplay", "replay_session", "memory_of", "plot_replay"]
 
 # The JSON's layout (tmplkit/schemas/replay.schema.json).
 REPLAY_SCHEMA_VERSION = 1
 
-REPLAYED = ("llama-server", "tmplkit", "divergence-aware")
+REPLAYED = CHOSEN
 # What `settings` may also name: no batch ends, and the regression's rule (tmplkit.turns.cost).
 REPLAYABLE = REPLAYED + BASELINES
 
@@ -131,7 +131,7 @@ def replay_session(runner, session, template: ChatTemplate, *, settings=REPLAYED
     """
     tok = runner.tokenizer
     bos = runner.info.add_bos if add_bos is None else add_bos
-    prepared = prepare_session(session, template, tok, add_bos=bos, kwargs=kwargs)
+    prepared = prepare_session(session, template, tok, add_bos=bos, kwargs=kwargs, predict="divergence-aware" in settings)
     tokens, spans, ahead = prepared.tokens, prepared.spans, prepared.predicted
     assert tokens is not None, "prepared with a tokenizer"
     for ids in tokens.requests:

@@ -21,16 +21,17 @@ then the generated turn. The result is a prediction a replay on a model must rep
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from ..errors import InputError
 from ..server_rules import DivergenceAware, EveryUserStart, Gated, NoBreaks, PrefillSettings, ServerGated
 from ..session.requests import common_prefix
 from ..tokens.tokenizers import common_byte_prefix
 from .divergence import tokenize_texts
 from .simulation import MemoryModel, ServerSimulation, SimulatedRequest
 
-__all__ = ["SETTINGS", "CostSetting", "SessionCost", "session_cost", "default_settings", "policy_for",
+__all__ = ["SETTINGS", "CHOSEN", "CostSetting", "check_settings", "SessionCost", "session_cost", "default_settings", "policy_for",
            "predicted_divergences"]
 
 
@@ -49,9 +50,25 @@ class CostSetting:
 
 
 SETTINGS = ("full attention", "llama-server", "tmplkit", "divergence-aware")
+# What a caller chooses among (`session_cost(names=)`, `tmplkit turns --settings`, replay's
+# settings): "full attention" is the lower bound, simulated whatever the choice.
+CHOSEN = SETTINGS[1:]
 # Two more a replay can run (issue 25213's reference points): no batch ends at all, and the
 # regression's rule (llama-server 73618f2 ends a batch before every user start it knows).
 BASELINES = ("none", "every-user-start")
+
+
+def check_settings(names: Collection[str] | None, known: Sequence[str] = CHOSEN, what: str = "setting") -> tuple[str, ...] | None:
+    """`names` (None: all) as a tuple, each one of `known`; an InputError names the others."""
+    if names is None:
+        return None
+    if isinstance(names, str):
+        names = (names,)
+    names = tuple(names)
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise InputError(f"unknown {what} {', '.join(bad) or '(none)'}; give some of {', '.join(known)}")
+    return names
 
 
 def default_settings(memory: MemoryModel) -> tuple[CostSetting, ...]:
@@ -98,7 +115,7 @@ class SessionCost:
 
 def session_cost(tokens, spans: dict, *, predicted=None, settings: tuple[CostSetting, ...] | None = None,
                  memory: MemoryModel | None = None, prefill: PrefillSettings | None = None,
-                 server_tokens=None) -> SessionCost:
+                 server_tokens=None, names: Collection[str] | None = None) -> SessionCost:
     """Simulate every setting over the session.
 
     `tokens`: `TokenizedRequests`; `spans`: delimiter set name ("tmplkit", "server") -> one Spans
@@ -107,12 +124,13 @@ def session_cost(tokens, spans: dict, *, predicted=None, settings: tuple[CostSet
     for the divergence-aware policy (without them it predicts from the spans); `memory`: the
     checkpointing model's memory (default: Gemma 3's sliding window of 512); `prefill`: the
     server's batch and checkpoint settings (llama-server's defaults); `server_tokens`: the
-    requests as llama-server renders them, for the settings with its delimiters (default `tokens`).
+    requests as llama-server renders them, for the settings with its delimiters (default `tokens`);
+    `names`: which of `CHOSEN` to simulate besides the full-attention bound (default: all).
     """
     memory = memory or MemoryModel.swa(512)
     prefill = prefill or PrefillSettings()
     settings = settings or default_settings(memory)
-    settings = tuple(s for s in settings if s.delimiters in spans)
+    settings = tuple(s for s in settings if s.delimiters in spans and (names is None or s.name in names or s.name == SETTINGS[0]))
     out = {}
     for s in settings:
         sim = ServerSimulation(s.memory, prefill)

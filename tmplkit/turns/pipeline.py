@@ -54,7 +54,8 @@ class PreparedSession:
 
 def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos: bool = False,
                     kwargs: Mapping | None = None, interval=DEFAULT_INTERVAL, budget=None,
-                    server: Mapping | None = None, server_texts=None, inputs: str | None = None) -> PreparedSession:
+                    server: Mapping | None = None, server_texts=None, inputs: str | None = None,
+                    predict: bool = True) -> PreparedSession:
     """`session` on `template`, through the pipeline of the module doc; without a tokenizer, the
     requests only. A template that cannot render the session raises its RenderError here.
     `budget` (a `Budget`): progress while rendering, and the requests up to its time limit.
@@ -63,7 +64,9 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
     `server_texts`: each request as llama-server renders it (its own engine, where that differs
     from transformers': `server.resume.server_renders`); the llama-server setting's tokens and
     spans are then those, the generated turns the same. `inputs`: whose message preparation
-    ("server", the default, or "transformers": `session.given_messages`)."""
+    ("server", the default, or "transformers": `session.given_messages`). `predict`: the predicted
+    divergences too (the divergence-aware setting's input: the next renders, about three renders
+    a tool-calling request more; `predicted` is None without)."""
     conversation = for_server(template, session, kwargs, inputs=inputs)  # prepared once, rendered for every request
     requests = iter_requests(conversation, template, interval=interval)
     if budget is None:
@@ -77,7 +80,7 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
     server_tokens = _server_tokens(reqs, server_texts, tokenizer, add_bos, notes)
     spans = request_spans(template, tokenizer, reqs, tokens, notes, server, server_tokens)
     predicted = None
-    if spans:
+    if spans and predict:
         predicted = predicted_divergences(tokens, next_renders(conversation, template, reqs), tokenizer, add_bos=add_bos,
                                           texts=[r.text for r in reqs])
     return PreparedSession(template, conversation, reqs, tokens, spans, predicted, tuple(notes), server_tokens)

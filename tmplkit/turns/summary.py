@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -18,7 +19,7 @@ from ..session import DEFAULT_INPUTS, check_inputs, for_server, inputs_note
 from ..session.requests import DEFAULT_INTERVAL, clock_at, iter_requests
 from ..sources.templates import ChatTemplate
 from .budget import Budget
-from .cost import SessionCost, session_cost
+from .cost import SessionCost, check_settings, session_cost
 from .divergence import Divergence, divergences
 from .pipeline import prepare_session
 
@@ -82,7 +83,8 @@ class TurnsReport:
 
 def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: bool = False, memory=None,
                 prefill=None, kwargs=None, switches: bool = True, interval=DEFAULT_INTERVAL, timeout: float | None = None,
-                progress=None, server=None, server_texts=None, inputs: str = DEFAULT_INPUTS) -> TurnsReport:
+                progress=None, server=None, server_texts=None, inputs: str = DEFAULT_INPUTS,
+                settings: Collection[str] | None = None) -> TurnsReport:
     """Requests, divergences, thinking switches and (with a tokenizer) the cost of `session` on `template`.
 
     A template that cannot render the session gives a report with `error` set (a corpus table
@@ -92,15 +94,19 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     list for the llama-server setting (`server_rules.load_server_delimiters`; None: see `prepare_session`);
     `server_texts`: each request as llama-server renders it, for that setting (`prepare_session`).
     `inputs`: "server" (messages as llama-server gives them, the default) or "transformers" (as
-    `apply_chat_template` does); the report says which.
+    `apply_chat_template` does); the report says which. `settings`: which of `cost.CHOSEN` the cost
+    simulates besides the full-attention bound (default: all); without "divergence-aware" the next
+    renders it predicts from are not made (a long session's study then takes 0.5-0.6 of the time).
     """
     check_inputs(inputs)
+    settings = check_settings(settings)
     if getattr(template, "error", None):  # a folder's file that could not be read (sources.load_dir)
         return TurnsReport(template.name, 0, (), error=template.error or "", inputs=inputs)
     budget = Budget(timeout, progress)
     try:
         prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval,
-                                   budget=budget, server=server, server_texts=server_texts, inputs=inputs)
+                                   budget=budget, server=server, server_texts=server_texts, inputs=inputs,
+                                   predict=settings is None or "divergence-aware" in settings)
     except RenderError as exc:  # (RenderLimitError too)
         return TurnsReport(template.name, 0, (), error=str(exc), inputs=inputs, limit=getattr(exc, "kind", ""))
     conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens
@@ -109,7 +115,7 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     cost = None
     if tokens is not None and prepared.spans:
         cost = session_cost(tokens, prepared.spans, predicted=prepared.predicted, memory=memory, prefill=prefill,
-                            server_tokens=prepared.server_tokens)
+                            server_tokens=prepared.server_tokens, names=settings)
     tried = _switches(template, conversation, kwargs, interval, reqs) if switches and not budget.stopped else ()
     if switches and not budget.stopped:
         divs = _name_switches(divs, tried)
