@@ -194,6 +194,7 @@ class _Render:
 
     @classmethod
     def of(cls, text: str, tokenizer: Tokenizer, ids: Sequence[int] | None = None) -> _Render:
+        offsets: Offsets
         if not text:
             ids, offsets = [], []
         elif ids is not None and hasattr(tokenizer, "piece_bytes"):  # (llama.cpp's: offsets from the pieces)

@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -249,6 +250,11 @@ def common_byte_prefix(a: bytes, b: bytes) -> int:
     return first if n and differ[first] else n
 
 
+# The bytes of text between control tokens whose ids a tokenizer keeps (`_encode_pieces`): a long
+# session's several times over; past it the pieces are forgotten and kept anew.
+_PIECES_KEPT = 16_000_000
+
+
 @dataclass(frozen=True)
 class _Spelled:
     """The control tokens of a tokenized text: their indices among its ids and the bytes each
@@ -388,7 +394,52 @@ class LlamaCppTokenizer:
         cut, start = point
         assert base is not None
         ids = tuple(base[1])
-        return self._remember(ids[:cut] + tuple(self._encode(data[start:], False)), (ids, cut, start))
+        return self._remember(ids[:cut] + self._encode_pieces(data[start:], self._spelled(ids)), (ids, cut, start))
+
+    def _encode_pieces(self, data: bytes, spelled: _Spelled) -> tuple[int, ...]:
+        """`data`'s ids, `data` split at the control tokens `spelled` has (llama.cpp splits there too,
+        and tokenizes each piece between alone): each piece is tokenized once per tokenizer and its ids
+        kept (a request's history repeats the messages of the requests before it, where a template
+        rewrites what comes before them: Qwen3.5 dropping earlier reasoning once a user message comes).
+        A control token that strips the whitespace beside it (llama.cpp's LSTRIP/RSTRIP) is left in
+        its piece for llama.cpp."""
+        controls = self._controls(spelled)
+        if controls is None:
+            return tuple(self._encode(data, False))
+        pattern, ids_of = controls
+        cache = self.__dict__.setdefault("_pieces_ids", {})
+        if self.__dict__.get("_pieces_bytes", 0) > _PIECES_KEPT:
+            cache.clear()
+            self._pieces_bytes = 0
+        out: list[int] = []
+        at = 0
+        for m in pattern.finditer(data):
+            if m.start() > at:
+                piece = data[at:m.start()]
+                got = cache.get(piece)
+                if got is None:
+                    got = cache[piece] = tuple(self._encode(piece, False))
+                    self._pieces_bytes = self.__dict__.get("_pieces_bytes", 0) + len(piece)
+                out += got
+            out.append(ids_of[m.group()])
+            at = m.end()
+        if at < len(data):
+            out += self._encode(data[at:], False)  # (the text's end: new, and not a piece a later text repeats)
+        return tuple(out)
+
+    def _controls(self, spelled: _Spelled):
+        """(a pattern matching the texts of `spelled`'s control tokens, longest first; text -> id), or
+        None where it has none that do not strip whitespace."""
+        key = tuple(np.unique(spelled.ids).tolist())
+        cache = self.__dict__.setdefault("_control_patterns", {})
+        if key not in cache:
+            lib, vocab = self._lib, self._open_vocab()
+            strips = int(lib.LLAMA_TOKEN_ATTR_LSTRIP) | int(lib.LLAMA_TOKEN_ATTR_RSTRIP)
+            ids_of = {self.piece_bytes(i): i for i in key if not int(lib.llama_vocab_get_attr(vocab, i)) & strips}
+            ids_of = {k: v for k, v in ids_of.items() if k}
+            texts = sorted(ids_of, key=len, reverse=True)
+            cache[key] = (re.compile(b"|".join(re.escape(t) for t in texts)), ids_of) if texts else None
+        return cache[key]
 
     def tokenize_until(self, text: str, base: tuple[bytes, Sequence[int]] | None, at: int) -> tuple[int, tuple[int, ...]] | None:
         """The first ids of `tokenize(text, add_bos=False)`, down to every token that starts before
