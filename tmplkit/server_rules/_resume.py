@@ -40,10 +40,11 @@ class ResumePlan:
 
 
 def plan_resume(held: Sequence[int], tokens: Sequence[int], *, pos_min: int, n_swa: int,
-                store: CheckpointStore | None) -> ResumePlan:
+                store: CheckpointStore | None, n_common: int | None = None) -> ResumePlan:
     """The plan for prompt `tokens` after `held`: `pos_min` is the oldest position the memory still
-    holds, `n_swa` the attention window (0: none), `store` the checkpoints (None: none are kept)."""
-    n_common = common_prefix(held, tokens)
+    holds, `n_swa` the attention window (0: none), `store` the checkpoints (None: none are kept);
+    `n_common`: their common prefix where the caller knows it (a simulation of several settings)."""
+    n_common = common_prefix(held, tokens) if n_common is None else n_common
     n_past = pos_next = n_common
     restore = None
     reset = False

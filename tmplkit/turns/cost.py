@@ -137,7 +137,8 @@ def session_cost(tokens, spans: dict, *, predicted=None, settings: tuple[CostSet
         per: list[SimulatedRequest] = []
         toks = server_tokens if s.delimiters == "server" and server_tokens is not None else tokens
         for k, ids in enumerate(toks.requests):
-            per.append(sim.resume(ids, spans[s.delimiters][k], policy_for(s.policy, predicted, k, len(ids))))
+            per.append(sim.resume(ids, spans[s.delimiters][k], policy_for(s.policy, predicted, k, len(ids)),
+                                  n_common=toks.common(k) if k else None))  # (the slot holds toks.held(k - 1))
             sim.generate(toks.generated[k])
         out[s.name] = tuple(per)
     return SessionCost(settings, out, tuple(len(t) for t in tokens.requests))

@@ -93,8 +93,18 @@ class TokenizedRequests:
     requests: tuple[tuple[int, ...], ...] = field(repr=False)
     generated: tuple[tuple[int, ...], ...] = field(repr=False)
 
+    _common: dict = field(default_factory=dict, repr=False, compare=False)
+
     def held(self, k: int) -> tuple[int, ...]:
         return self.requests[k] + self.generated[k]
+
+    def common(self, k: int) -> int:
+        """The common prefix of request k and what is held after request k - 1 (k >= 1): the
+        divergence in ids, which every simulated setting and the divergences read (computed once)."""
+        got = self._common.get(k)
+        if got is None:
+            got = self._common[k] = common_prefix(self.held(k - 1), self.requests[k])
+        return got
 
 
 def tokenize_requests(requests, tokenizer, *, add_bos: bool = False) -> TokenizedRequests:
@@ -316,7 +326,7 @@ def _covers(text: str, needle: str, pos: int, slack: int, after: int = 32) -> bo
 def _with_tokens(div: Divergence, tokens: TokenizedRequests, k: int, tokenizer, text: str) -> Divergence:
     held = tokens.held(k - 1)
     nxt = tokens.requests[k]
-    tpos = common_prefix(held, nxt)
+    tpos = tokens.common(k)
     note = ""
     if tpos < len(held):
         ids = f"held {list(held[tpos:tpos + 3])} vs request {list(nxt[tpos:tpos + 3])}"

@@ -134,12 +134,13 @@ class ServerSimulation:
         self.held: list[int] = []
         self.run_id = 0
 
-    def resume(self, tokens, spans=None, policy="gated") -> SimulatedRequest:
-        """Prefill `tokens` after what the slot holds: the resume plan the runner follows too."""
+    def resume(self, tokens, spans=None, policy="gated", *, n_common: int | None = None) -> SimulatedRequest:
+        """Prefill `tokens` after what the slot holds: the resume plan the runner follows too.
+        `n_common`: the common prefix of what it holds and `tokens`, where the caller knows it."""
         toks = list(tokens)
         self.run_id += 1
         plan = plan_resume(self.held, toks, pos_min=self.memory.pos_min(len(self.held)), n_swa=self.memory.n_swa,
-                           store=self.store)
+                           store=self.store, n_common=n_common)
         if self.store is not None:
             self.store.drop_after(plan.pos_next)
         n_past = plan.n_past
