@@ -62,6 +62,20 @@ def test_turns_timeout_stops_a_render_that_never_checks_the_clock():
     one_line_error(proc, "took longer than 4 s", "the worker was stopped")  # 3 s and a grace of 1
 
 
+def test_turns_on_several_templates_at_once_keeps_each_ones_limits_and_report():
+    # Two workers at once (-j 2): the hostile template is stopped at its own limit and is its own
+    # error; the other's report is written whole, as one at a time would write it.
+    stable = str(ROOT / "fixtures" / "turns" / "stable.jinja")
+    args = (str(HOSTILE / "filter_wordwrap_slow.jinja"), stable, "--timeout", "3", "--no-switches", "--format", "json")
+    proc = tmplkit("turns", *args, "-j", "2")
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and "Traceback" not in err and err.count("\n") == 0, err[-2000:]
+    assert err.startswith("tmplkit: error: filter_wordwrap_slow: cannot render the session: ") and "took longer than 4 s" in err
+    alone = tmplkit("turns", *args, "-j", "1")
+    assert json.loads(proc.stdout) == json.loads(alone.stdout) and alone.stderr.strip() == err
+    assert [r["template"] for r in json.loads(proc.stdout)["reports"]] == ["filter_wordwrap_slow", "stable"]
+
+
 def test_turns_reports_a_memory_bomb_as_an_error():
     proc = tmplkit("turns", str(HOSTILE / "bomb_concat_levels.jinja"), "--timeout", "20", "--no-switches")
     one_line_error(proc, "memory")

@@ -22,13 +22,13 @@ import functools
 import pickle
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..errors import InputError, RenderError, RenderLimitError, TmplkitError
 from ..sandbox import hint_place, hints_for
 from .workers import EXIT_MEMORY, Lost, _context, run_in_workers
 
-__all__ = ["DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT", "TokenizerRef", "portable_tokenizer", "run_contained"]
+__all__ = ["DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT", "TokenizerRef", "portable_tokenizer", "run_contained", "run_contained_each"]
 
 # The audit's limits (tmplkit.auditing.isolate.DEFAULT_TIMEOUT, DEFAULT_MEMORY_MB): seconds and MiB per template.
 DEFAULT_TIMEOUT = 10.0
@@ -180,11 +180,7 @@ def run_contained(func: Callable, *args, what: str, timeout: float | None = DEFA
     value, or its `TmplkitError` raised here. `what` names the work in an error ("mask of
     'chatml'"); `advice` ends a time-limit message ("; if it is legitimately slow, raise --timeout").
     `progress`: called here with what `func`'s own `progress` keyword is called with there."""
-    for value in (*args, *kwargs.values()):
-        try:
-            pickle.dumps(value)
-        except Exception as exc:
-            raise TypeError(f"run_contained: an argument does not pickle ({type(value).__name__}: {exc})") from None
+    _check_pickles(args, kwargs)
     with _relayed(progress) as sender:
         if sender is not None:
             kwargs["progress"] = sender
@@ -197,3 +193,31 @@ def run_contained(func: Callable, *args, what: str, timeout: float | None = DEFA
     if kind == "error":
         raise _rebuilt(*value)
     raise value
+
+
+def run_contained_each(calls: Sequence[tuple[Callable, tuple, dict, str]], *, jobs: int, timeout: float | None = DEFAULT_TIMEOUT,
+                       memory_mb: int | None = DEFAULT_MEMORY_MB, advice: str = "",
+                       progress: Callable | None = None) -> list:
+    """Each `(func, args, kwargs, what)` as `run_contained` runs one (a worker of its own, the same
+    limits), up to `jobs` at once: per call, its value or the `TmplkitError` it ended with, returned
+    (one call's failure is its own, the others go on). `progress(done, total)`: called here as calls end."""
+    items = [(func, args, kwargs) for func, args, kwargs, _ in calls]
+    for _, args, kwargs in items:
+        _check_pickles(args, kwargs)
+    whats = {id(item): what for item, (*_, what) in zip(items, calls)}
+
+    def lost(item, gone: Lost):
+        return _lost(whats[id(item)], memory_mb, advice)(item, gone)
+
+    done = (lambda n, total, _result: progress(n, total)) if progress is not None else None
+    results = run_in_workers(items, _call, lost=lost, prelude=_ready, jobs=jobs, timeout=timeout, memory_mb=memory_mb,
+                             max_tasks=1, setup=functools.partial(hints_for, hint_place()), progress=done)
+    return [value if kind == "ok" else _rebuilt(*value) if kind == "error" else value for kind, value in results]
+
+
+def _check_pickles(args, kwargs) -> None:
+    for value in (*args, *kwargs.values()):
+        try:
+            pickle.dumps(value)
+        except Exception as exc:
+            raise TypeError(f"run_contained: an argument does not pickle ({type(value).__name__}: {exc})") from None

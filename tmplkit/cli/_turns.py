@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 
 from ._common import (
@@ -54,6 +55,8 @@ def add_turns(sub) -> None:
     add_settings_option(p, CHOSEN, CHOSEN, "; without divergence-aware the next renders it predicts from are not "
                         "made (0.5-0.6 of the time on a long session)")
     p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
+    p.add_argument("--jobs", "-j", type=int, default=None,
+                   help="templates studied at once, each in its worker (default: the machine's cores)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per template: study the requests rendered within SECONDS and say where it stopped; the template "
                         "renders in a worker stopped a grace after SECONDS (default: 60)")
@@ -86,13 +89,18 @@ def _cmd_turns(args) -> int:
         from ..tokens.tokenizers import load_tokenizer
 
         tokenizer = portable_tokenizer(load_tokenizer(args.tokenizer), args.tokenizer)
-    reports = []
+    jobs = positive(args.jobs, "--jobs") or os.cpu_count() or 1
+    calls = []
     for t in templates:
         if args.tokenizer == "auto":
             tokenizer = _auto_tokenizer(t)
         options = {"tokenizer": tokenizer, "add_bos": args.add_bos, "memory": memory, "switches": not args.no_switches,
                    "server": server, "inputs": args.inputs, "kwargs": kwargs, "settings": settings}
-        reports.append(_contained_study(t, session, timeout, options))
+        calls.append((t, options))
+    if jobs > 1 and len(calls) > 1:
+        reports = _contained_studies(calls, session, timeout, jobs)
+    else:
+        reports = [_contained_study(t, session, timeout, options) for t, options in calls]
     failed = [r for r in reports if r.error]
     # The text report is for a person: a template that cannot render the session is an error line
     # (below) instead; the tables and the JSON keep its row, with the error, for a program.
@@ -122,6 +130,31 @@ def _contained_study(template, session, timeout: float | None, options: dict):
                                  advice="; if it is legitimately slow, raise --timeout", **options)
     except RenderError as exc:  # (RenderLimitError: the time or memory limit)
         return TurnsReport(template.name, 0, (), error=str(exc))
+
+
+def _contained_studies(calls, session, timeout: float | None, jobs: int) -> list:
+    """`_contained_study` of each (template, options), `jobs` workers at once (a corpus of templates
+    on every core); the progress line counts the templates done, not one template's requests."""
+    from ..auditing.contained import run_contained_each
+    from ..errors import RenderError
+    from ..turns import TurnsReport, study_turns
+
+    limit = timeout if timeout is not None else DEFAULT_TIMEOUT
+    work = functools.partial(study_turns, timeout=limit)
+    with ProgressLine(wanted(), interval=0.1, steps=False) as line:
+        results = run_contained_each([(work, (t, session), options, f"turns of '{t.name}'") for t, options in calls],
+                                     jobs=jobs, timeout=limit + max(1.0, 0.1 * limit), memory_mb=MEMORY_MB,
+                                     advice="; if it is legitimately slow, raise --timeout",
+                                     progress=lambda done, total: line.show(f"turns: templates {done}/{total}",
+                                                                            final=done == total))
+    out = []
+    for (t, _), r in zip(calls, results):
+        if isinstance(r, RenderError):  # (RenderLimitError: the time or memory limit): the template's error
+            r = TurnsReport(t.name, 0, (), error=str(r))
+        elif isinstance(r, Exception):
+            raise r  # (as one study alone raises it: the command's one-line error)
+        out.append(r)
+    return out
 
 
 # Per template: the seconds a study may take unless --timeout says, and the MiB its worker may use
