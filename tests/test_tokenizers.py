@@ -408,27 +408,34 @@ _INCREMENTAL = [("Qwen3.5-4B", "qwen35"), ("NousResearch-Hermes-3-Llama-3.1-8B-t
                 ("mistralai-Mistral-Nemo-Instruct-2407", "llama-spm")]
 
 
+def _agent_requests(name: str, vocab: str):
+    """(template, tokenizer, session, requests): a generated agent session on corpus template `name`
+    with corpus vocabulary `vocab` (skipped without llama-cpp-python, the corpus or the template)."""
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched")
+    from tmplkit.session import generate_session
+    from tmplkit.sources import load_one
+    from tmplkit.turns import session_requests
+
+    try:
+        template = load_one("corpus:llama.cpp", name)
+    except SourceError:
+        pytest.skip(f"{name} is not in the corpus")
+    session = generate_session(6000, seed=3, style="agent", requests=3)
+    return template, load_tokenizer(f"vocab:{vocab}"), session, session_requests(session, template)
+
+
 @pytest.mark.corpus
 @pytest.mark.parametrize("name,vocab", _INCREMENTAL)
 def test_a_session_tokenized_from_shared_beginnings_is_tokenized_as_a_whole(name, vocab):
     """Each request reuses the ids of the one before up to a control token they share: the ids are
     exactly those of the request tokenized whole, with and without a BOS, and for the next renders
     tokenized from their request's ids."""
-    pytest.importorskip("llama_cpp")
-    if not corpus.is_fetched():
-        pytest.skip("the llama.cpp corpus is not fetched")
-    from tmplkit.session import generate_session
-    from tmplkit.sources import load_one
-    from tmplkit.turns import next_renders, session_requests
+    from tmplkit.turns import next_renders
     from tmplkit.turns.divergence import tokenize_texts
 
-    try:
-        template = load_one("corpus:llama.cpp", name)
-    except SourceError:
-        pytest.skip(f"{name} is not in the corpus")
-    tok = load_tokenizer(f"vocab:{vocab}")
-    session = generate_session(6000, seed=3, style="agent", requests=3)
-    reqs = session_requests(session, template)
+    template, tok, session, reqs = _agent_requests(name, vocab)
     texts = [r.text for r in reqs]
     for add_bos in (False, True):
         bos = tok.tokenize("", add_bos=True) if add_bos else []
@@ -450,23 +457,12 @@ def test_where_next_renders_diverge_is_read_as_from_their_whole_ids(name, vocab)
     """The divergence-aware policy's predicted positions: a next render's ids are read only up to
     the control token after where it diverges (`tokenize_until`), and each position is the one its
     ids tokenized whole give, with and without a BOS."""
-    pytest.importorskip("llama_cpp")
-    if not corpus.is_fetched():
-        pytest.skip("the llama.cpp corpus is not fetched")
     from tmplkit.markup import lcp
-    from tmplkit.session import generate_session
-    from tmplkit.sources import load_one
-    from tmplkit.turns import next_renders, session_requests
+    from tmplkit.turns import next_renders
     from tmplkit.turns.cost import predicted_divergences
     from tmplkit.turns.divergence import tokenize_requests
 
-    try:
-        template = load_one("corpus:llama.cpp", name)
-    except SourceError:
-        pytest.skip(f"{name} is not in the corpus")
-    tok = load_tokenizer(f"vocab:{vocab}")
-    session = generate_session(6000, seed=3, style="agent", requests=3)
-    reqs = session_requests(session, template)
+    template, tok, session, reqs = _agent_requests(name, vocab)
     nxt = next_renders(session, template, reqs)
     seen = 0
     for add_bos in (False, True):
