@@ -250,6 +250,9 @@ def common_byte_prefix(a: bytes, b: bytes) -> int:
     return first if n and differ[first] else n
 
 
+# The ids of the tuples whose `_Spelled` a tokenizer keeps (the tuples kept alive with them): every
+# request of a 120k-token session, 8 bytes an id at most beyond what the session holds anyway.
+_SPELLINGS_KEPT = 8_000_000
 # The bytes of text between control tokens whose ids a tokenizer keeps (`_encode_pieces`): a long
 # session's several times over; past it the pieces are forgotten and kept anew.
 _PIECES_KEPT = 16_000_000
@@ -485,8 +488,8 @@ class LlamaCppTokenizer:
         return self._lengths(np.asarray(ids, dtype=np.int64)).tolist() if len(ids) else []
 
     def _spelled(self, ids: tuple[int, ...]) -> _Spelled:
-        """Where the control tokens of `ids` lie in the bytes they spell; kept for the last few
-        hundred tuples (immutable: a base is reused for several texts)."""
+        """Where the control tokens of `ids` lie in the bytes they spell; kept for the tuples of the
+        last `_SPELLINGS_KEPT` ids (immutable: a base is reused for several texts)."""
         cache = self.__dict__.setdefault("_spellings", {})
         hit = cache.get(id(ids))
         if hit is not None and hit[0] is ids:
@@ -508,9 +511,11 @@ class LlamaCppTokenizer:
 
     def _keep(self, ids: tuple[int, ...], spelled: _Spelled) -> _Spelled:
         cache = self.__dict__.setdefault("_spellings", {})
-        if len(cache) >= 512:
-            cache.pop(next(iter(cache)))
+        held = self.__dict__.get("_spellings_ids", 0) + len(ids)
+        while cache and held > _SPELLINGS_KEPT:  # the oldest first
+            held -= len(cache.pop(next(iter(cache)))[0])
         cache[id(ids)] = (ids, spelled)  # (the tuple kept alive, so its id names no other)
+        self._spellings_ids = held
         return spelled
 
     def _lengths(self, arr):
