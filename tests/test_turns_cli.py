@@ -64,6 +64,23 @@ def test_turns_simulates_the_settings_asked_for(session_file, capsys, qwen35):
     assert set(report["cost"]["totals"]) == {"full attention", "llama-server"}
 
 
+def test_turns_workers_by_default_are_the_cores_within_the_free_memory(monkeypatch):
+    from tmplkit.cli import _turns
+
+    monkeypatch.setattr(_turns.os, "cpu_count", lambda: 8)
+    pages = {"SC_PAGE_SIZE": 4096, "SC_AVPHYS_PAGES": 3 * _turns.MEMORY_MB * 256}  # 3 workers' worth free
+    monkeypatch.setattr(_turns.os, "sysconf", lambda name: pages[name])
+    assert _turns._default_jobs() == 3
+    pages["SC_AVPHYS_PAGES"] = 10
+    assert _turns._default_jobs() == 1
+
+    def unknown(name):
+        raise ValueError(name)
+
+    monkeypatch.setattr(_turns.os, "sysconf", unknown)
+    assert _turns._default_jobs() == 8
+
+
 def test_turns_with_the_servers_delimiter_lists(session_file, tmp_path, capsys, qwen35):
     saved = tmp_path / "server.json"
     row = {"template": "stable", "server": {"status": "ok", "route": "specialized", "handler": "LFM2"}}

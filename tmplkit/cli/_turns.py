@@ -56,7 +56,8 @@ def add_turns(sub) -> None:
                         "made (0.5-0.6 of the time on a long session)")
     p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
     p.add_argument("--jobs", "-j", type=int, default=None,
-                   help="templates studied at once, each in its worker (default: the machine's cores)")
+                   help="templates studied at once, each in its worker (default: the machine's cores, at most one "
+                        "per 2 GiB of free memory)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per template: study the requests rendered within SECONDS and say where it stopped; the template "
                         "renders in a worker stopped a grace after SECONDS (default: 60)")
@@ -89,7 +90,7 @@ def _cmd_turns(args) -> int:
         from ..tokens.tokenizers import load_tokenizer
 
         tokenizer = portable_tokenizer(load_tokenizer(args.tokenizer), args.tokenizer)
-    jobs = positive(args.jobs, "--jobs") or os.cpu_count() or 1
+    jobs = positive(args.jobs, "--jobs") or _default_jobs()
     calls = []
     for t in templates:
         if args.tokenizer == "auto":
@@ -155,6 +156,17 @@ def _contained_studies(calls, session, timeout: float | None, jobs: int) -> list
             raise r  # (as one study alone raises it: the command's one-line error)
         out.append(r)
     return out
+
+
+def _default_jobs() -> int:
+    """The machine's cores, at most one worker per MEMORY_MB of the memory free now (a worker may use
+    that much on a long session: many cores and little memory must not run out of it)."""
+    cores = os.cpu_count() or 1
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # (no such figure here: macOS)
+        return cores
+    return max(1, min(cores, free // (MEMORY_MB * 2**20)))
 
 
 # Per template: the seconds a study may take unless --timeout says, and the MiB its worker may use
