@@ -195,10 +195,11 @@ class _Render:
     @classmethod
     def of(cls, text: str, tokenizer: Tokenizer, ids: Sequence[int] | None = None) -> _Render:
         offsets: Offsets
+        known = getattr(tokenizer, "offsets_of", None)  # (llama.cpp's: the offsets of ids it has, from their pieces)
         if not text:
             ids, offsets = [], []
-        elif ids is not None and hasattr(tokenizer, "piece_bytes"):  # (llama.cpp's: offsets from the pieces)
-            ids, offsets = tokenizer.tokenize_with_offsets(text, ids)  # type: ignore[call-arg]
+        elif ids is not None and known is not None:
+            ids, offsets = known(text, ids)
         else:
             ids, offsets = tokenizer.tokenize_with_offsets(text)
         starts = [s for s, _ in offsets]
@@ -264,7 +265,8 @@ def tokenize_delimiters(delimiters: Iterable[Delimiter], rendered: str, tokenize
     wholly inside it (or, where that leaves nothing or does not mark every place, extended to
     whole tokens); the choice is kept only if splitting the tokenized render finds exactly the
     starts the text split finds. What was changed is in each `adjusted`. `ids`: `rendered`'s token
-    ids (no BOS added), where the caller has them (the turns study's last request): not tokenized again.
+    ids (no BOS added), where the caller has them (the turns study's last request): not tokenized again
+    where the tokenizer reads offsets off ids (`offsets_of`: llama.cpp's).
 
     >>> td = tokenize_delimiters([Delimiter("user", "<|im_start|>user")], text, tok, template="chatml")  # doctest: +SKIP
     """

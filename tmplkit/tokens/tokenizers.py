@@ -560,13 +560,15 @@ class LlamaCppTokenizer:
     def piece(self, token_id: int) -> str:
         return self.piece_bytes(token_id).decode("utf-8", "replace")
 
-    def tokenize_with_offsets(self, text: str, ids: Sequence[int] | None = None) -> tuple[list[int], Offsets]:
-        """`ids` (text's tokens without BOS: the turns study has them already; None: tokenized here)
-        with each token's character offsets, read off their pieces."""
+    def tokenize_with_offsets(self, text: str) -> tuple[list[int], Offsets]:
+        return self.offsets_of(text, self._encode(text.encode("utf-8"), False))
+
+    def offsets_of(self, text: str, ids: Sequence[int]) -> tuple[list[int], Offsets]:
+        """`ids` (`text`'s tokens without BOS, tokenized before: the turns study has them) with each
+        token's character offsets, read off their pieces, as `tokenize_with_offsets` gives them."""
         data = text.encode("utf-8")
-        ids = self._encode(data, False) if ids is None else list(ids)
-        pieces = [self.piece_bytes(i) for i in ids]
-        return ids, _char_offsets(text, data, _align_pieces(data, pieces))
+        ids = list(ids)
+        return ids, _char_offsets(text, data, _align_pieces(data, [self.piece_bytes(i) for i in ids]))
 
     def detokenize(self, ids: Sequence[int]) -> str:
         lib = self._lib
