@@ -194,20 +194,21 @@ class _Render:
 
     @classmethod
     def of(cls, text: str, tokenizer: Tokenizer, ids: Sequence[int] | None = None) -> _Render:
+        tokens: list[int]
         offsets: Offsets
         known = getattr(tokenizer, "offsets_of", None)  # (llama.cpp's: the offsets of ids it has, from their pieces)
         if not text:
-            ids, offsets = [], []
+            tokens, offsets = [], []
         elif ids is not None and known is not None:
-            ids, offsets = known(text, ids)
+            tokens, offsets = known(text, ids)
         else:
-            ids, offsets = tokenizer.tokenize_with_offsets(text)
+            tokens, offsets = tokenizer.tokenize_with_offsets(text)
         starts = [s for s, _ in offsets]
         ends = [e for _, e in offsets]
         # offsets are non-decreasing for the tokenizers we support; bisect relies on it
         if any(ends[k] > ends[k + 1] for k in range(len(ends) - 1)):
             ends = list(np.maximum.accumulate(ends)) if ends else ends
-        return cls(text, ids, offsets, starts, ends)
+        return cls(text, tokens, offsets, starts, ends)
 
     def locate(self, a: int, b: int) -> _Occurrence | None:
         """Tokens overlapping characters [a, b), or None when no token does."""
