@@ -283,10 +283,6 @@ class _Spelled:
                         np.concatenate((self.starts[keep], start + tail.starts)),
                         np.concatenate((self.ends[keep], start + tail.ends)), np.concatenate((self.ids[keep], tail.ids)))
 
-    def pieces(self, tokenizer) -> list[bytes]:
-        """The texts of its control tokens, longest first."""
-        return sorted({tokenizer.piece_bytes(i) for i in np.unique(self.ids).tolist()}, key=len, reverse=True)
-
 
 class LlamaCppTokenizer:
     """A GGUF's vocabulary through llama.cpp, loaded vocab-only (no weights, no context).
@@ -453,18 +449,16 @@ class LlamaCppTokenizer:
         A render that diverges from what the server holds needs its ids only up to there: they stop
         at the next control token at or after `at` that `base` has too (where llama.cpp's split at
         special tokens ends the piece before it; tests/test_tokenizers.py holds the positions this
-        gives against whole tokenization), not at the end of a long render."""
+        gives against whole tokenization), not at the end of a long render. The control tokens are
+        `_encode_pieces`' (none that strips the whitespace beside it)."""
         data = text.encode("utf-8")
         point = self._resume_point(data, base)
         if point is None:
             return None
         cut, start = point
-        stop = len(data)
-        for piece in self._spelled(tuple(base[1])).pieces(self):  # type: ignore[index]
-            k = data.find(piece, max(at, start))
-            if 0 <= k < stop:
-                stop = k
-        return cut, tuple(self._encode(data[start:stop], False))
+        controls = self._controls(self._spelled(tuple(base[1])))  # type: ignore[index]
+        found = controls[0].search(data, max(at, start)) if controls is not None else None
+        return cut, tuple(self._encode(data[start:found.start() if found else len(data)], False))
 
     def _resume_point(self, data: bytes, base) -> tuple[int, int] | None:
         """(ids of `base` kept, byte where new ids start) for `tokenize_after`, or None where the
