@@ -196,3 +196,13 @@ def test_divergence_aware_sees_a_rewrite_of_the_last_user_message_on_a_strict_te
     # (without the completed follow-up it recomputed 1.17x the bound, more than gated's 1.01x)
     assert c.total("divergence-aware", first=False) <= 1.02 * bound
     assert c.total("divergence-aware", first=False) <= c.total("tmplkit", first=False)
+
+
+def test_where_ids_part_is_kept_per_tokenized_session_not_shared_by_a_copy():
+    from dataclasses import replace
+
+    from tmplkit.turns.divergence import TokenizedRequests
+
+    tokens = TokenizedRequests(((1, 2, 3), (1, 2, 3, 4)), ((9,), ()))
+    assert tokens.common(1) == 3  # request 1 against request 0 and its turn (1, 2, 3, 9)
+    assert replace(tokens, requests=((1, 2, 3), (1, 5))).common(1) == 1

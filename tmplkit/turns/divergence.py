@@ -93,7 +93,8 @@ class TokenizedRequests:
     requests: tuple[tuple[int, ...], ...] = field(repr=False)
     generated: tuple[tuple[int, ...], ...] = field(repr=False)
 
-    _common: dict = field(default_factory=dict, repr=False, compare=False)
+    # (not an argument: `replace` with other ids makes it anew instead of sharing stale prefixes)
+    _common: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def held(self, k: int) -> tuple[int, ...]:
         return self.requests[k] + self.generated[k]
