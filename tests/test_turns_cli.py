@@ -68,17 +68,25 @@ def test_turns_workers_by_default_are_the_cores_within_the_free_memory(monkeypat
     from tmplkit.cli import _turns
 
     monkeypatch.setattr(_turns.os, "cpu_count", lambda: 8)
-    pages = {"SC_PAGE_SIZE": 4096, "SC_AVPHYS_PAGES": 3 * _turns.MEMORY_MB * 256}  # 3 workers' worth free
-    monkeypatch.setattr(_turns.os, "sysconf", lambda name: pages[name])
+    available = {"bytes": 3 * _turns.MEMORY_MB * 2**20}  # 3 workers' worth
+    monkeypatch.setattr(_turns, "_available_memory", lambda: available["bytes"])
     assert _turns._default_jobs() == 3
-    pages["SC_AVPHYS_PAGES"] = 10
+    available["bytes"] = 10 * 4096
     assert _turns._default_jobs() == 1
-
-    def unknown(name):
-        raise ValueError(name)
-
-    monkeypatch.setattr(_turns.os, "sysconf", unknown)
+    available["bytes"] = None  # (the system does not say)
     assert _turns._default_jobs() == 8
+
+
+def test_available_memory_is_what_the_system_can_give_not_its_free_pages():
+    from tmplkit.cli import _turns
+
+    got = _turns._available_memory()
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
+    except OSError:
+        pytest.skip("no /proc/meminfo here")
+    assert got == fields["MemAvailable"] >= fields["MemFree"]
 
 
 def test_turns_with_the_servers_delimiter_lists(session_file, tmp_path, capsys, qwen35):

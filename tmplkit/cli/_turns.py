@@ -57,7 +57,7 @@ def add_turns(sub) -> None:
     p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
     p.add_argument("--jobs", "-j", type=int, default=None,
                    help="templates studied at once, each in its worker (default: the machine's cores, at most one "
-                        "per 2 GiB of free memory)")
+                        "per 2 GiB of available memory)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per template: study the requests rendered within SECONDS and say where it stopped; the template "
                         "renders in a worker stopped a grace after SECONDS (default: 60)")
@@ -120,17 +120,27 @@ def _contained_study(template, session, timeout: float | None, options: dict):
     and a worker stopped becomes the template's error, as a template that cannot render the session is."""
     from ..auditing.contained import run_contained
     from ..errors import RenderError
-    from ..turns import TurnsReport, study_turns
+    from ..turns import TurnsReport
 
-    limit = timeout if timeout is not None else DEFAULT_TIMEOUT
+    work, limits = _worker_limits(timeout)
     try:
         with _progress(template.name) as progress:  # drawn here, from what the worker sends
-            return run_contained(functools.partial(study_turns, timeout=limit), template, session,
-                                 what=f"turns of '{template.name}'", timeout=limit + max(1.0, 0.1 * limit),
-                                 memory_mb=MEMORY_MB, progress=progress,
-                                 advice="; if it is legitimately slow, raise --timeout", **options)
+            return run_contained(work, template, session, what=f"turns of '{template.name}'", progress=progress,
+                                 **limits, **options)
     except RenderError as exc:  # (RenderLimitError: the time or memory limit)
         return TurnsReport(template.name, 0, (), error=str(exc))
+
+
+def _worker_limits(timeout: float | None):
+    """The study a worker runs (it stops rendering at `timeout`, default DEFAULT_TIMEOUT) and the
+    limits the worker runs under (killed a grace later, or past MEMORY_MB MiB): one template at a
+    time or several at once alike."""
+    from ..turns import study_turns
+
+    limit = timeout if timeout is not None else DEFAULT_TIMEOUT
+    return (functools.partial(study_turns, timeout=limit),
+            {"timeout": limit + max(1.0, 0.1 * limit), "memory_mb": MEMORY_MB,
+             "advice": "; if it is legitimately slow, raise --timeout"})
 
 
 def _contained_studies(calls, session, timeout: float | None, jobs: int) -> list:
@@ -138,14 +148,12 @@ def _contained_studies(calls, session, timeout: float | None, jobs: int) -> list
     on every core); the progress line counts the templates done, not one template's requests."""
     from ..auditing.contained import run_contained_each
     from ..errors import RenderError
-    from ..turns import TurnsReport, study_turns
+    from ..turns import TurnsReport
 
-    limit = timeout if timeout is not None else DEFAULT_TIMEOUT
-    work = functools.partial(study_turns, timeout=limit)
+    work, limits = _worker_limits(timeout)
     with ProgressLine(wanted(), interval=0.1, steps=False) as line:
         results = run_contained_each([(work, (t, session), options, f"turns of '{t.name}'") for t, options in calls],
-                                     jobs=jobs, timeout=limit + max(1.0, 0.1 * limit), memory_mb=MEMORY_MB,
-                                     advice="; if it is legitimately slow, raise --timeout",
+                                     jobs=jobs, **limits,
                                      progress=lambda done, total: line.show(f"turns: templates {done}/{total}",
                                                                             final=done == total))
     out = []
@@ -159,14 +167,26 @@ def _contained_studies(calls, session, timeout: float | None, jobs: int) -> list
 
 
 def _default_jobs() -> int:
-    """The machine's cores, at most one worker per MEMORY_MB of the memory free now (a worker may use
-    that much on a long session: many cores and little memory must not run out of it)."""
+    """The machine's cores, at most one worker per MEMORY_MB of the memory available now (a worker
+    may use that much on a long session: many cores and little memory must not run out of it)."""
     cores = os.cpu_count() or 1
+    available = _available_memory()
+    return cores if available is None else max(1, min(cores, available // (MEMORY_MB * 2**20)))
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available without swapping: Linux's MemAvailable (free pages and the cache it
+    can drop; the free pages alone are few on a machine that has read much), else the free pages,
+    else None (macOS says neither)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
     try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # (no such figure here: macOS)
-        return cores
-    return max(1, min(cores, free // (MEMORY_MB * 2**20)))
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 # Per template: the seconds a study may take unless --timeout says, and the MiB its worker may use
