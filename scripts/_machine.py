@@ -1,8 +1,10 @@
-"""What the benchmark scripts record about the machine they ran on (timings differ 2-3x between machines)."""
+"""What the benchmark scripts record about the machine they ran on (timings differ 2-3x between machines),
+and how they hand their results over (printed, and as JSON where `--json FILE` asks)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import subprocess
@@ -36,3 +38,11 @@ def revision_tree(root: Path, rev: str, where: Path):
 
 def loadavg() -> list[float] | None:
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def emit_results(results: dict, path: str | None, *, indent: int = 2) -> None:
+    """Print `results` as JSON, and write them to `path` too where one is given."""
+    text = json.dumps(results, indent=indent)
+    print(text)
+    if path:
+        Path(path).write_text(text + "\n", encoding="utf-8")

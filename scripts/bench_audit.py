@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _machine import cpu_model, loadavg, revision_tree  # scripts/, beside this file
+from _machine import cpu_model, emit_results, loadavg, revision_tree  # scripts/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_MEDIAN_MS = 30.0
@@ -185,10 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         except (RuntimeError, subprocess.CalledProcessError) as exc:
             print(exc if isinstance(exc, RuntimeError) else f"a bench run failed: {exc}", file=sys.stderr)
             return 1
-        text = json.dumps(res, indent=2)
-        print(text)
-        if args.json:
-            Path(args.json).write_text(text + "\n", encoding="utf-8")
+        emit_results(res, args.json)
         return 0
     sys.path.insert(0, str(ROOT))
     from tmplkit.sources import corpus

@@ -14,7 +14,6 @@ much less).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import subprocess
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import cpu_model, loadavg, revision_tree  # noqa: E402
+from _machine import cpu_model, emit_results, loadavg, revision_tree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 _PROBE = ("import sys, tmplkit; print(len([m for m in sys.modules if m.startswith('tmplkit')]), "
@@ -82,10 +81,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, revision_tree(ROOT, args.against, Path(tmp) / "rev") as rev:
         result = {"against": args.against, "rounds": args.rounds, "cpu": cpu_model(), "loadavg_before": loadavg(),
                   **measure({"this": ROOT, args.against: rev}, args.rounds), "loadavg_after": loadavg()}
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n", encoding="utf-8")
+    emit_results(result, args.json, indent=1)
 
 
 if __name__ == "__main__":

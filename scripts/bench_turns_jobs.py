@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _machine import cpu_model, loadavg  # scripts/, beside this file
+from _machine import cpu_model, emit_results, loadavg  # scripts/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ("Qwen3.5-4B", "google-gemma-4-31B-it", "mistralai-Mistral-Nemo-Instruct-2407", "deepseek-ai-DeepSeek-V3.1",
@@ -68,10 +68,7 @@ def main() -> int:
            "paired_jN_over_j1": {"median": statistics.median(paired), "min": min(paired), "max": max(paired)},
            "same_reports": outputs[1] == outputs[cores],
            "machine": {"cpu": cpu_model(), "cpus": cores, "loadavg_at_end": loadavg()}}
-    text = json.dumps(res, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n", encoding="utf-8")
+    emit_results(res, args.json)
     return 0
 
 

@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _machine import cpu_model, loadavg, revision_tree  # scripts/, beside this file
+from _machine import cpu_model, emit_results, loadavg, revision_tree  # scripts/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -269,10 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return 1
-    text = json.dumps(res, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n", encoding="utf-8")
+    emit_results(res, args.json)
     return 0
 
 
