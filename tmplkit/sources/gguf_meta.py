@@ -51,6 +51,11 @@ class Keys:
         LIST = "tokenizer.ggml.tokens"
         BOS_ID = "tokenizer.ggml.bos_token_id"
         EOS_ID = "tokenizer.ggml.eos_token_id"
+        EOT_ID = "tokenizer.ggml.eot_token_id"
+        EOM_ID = "tokenizer.ggml.eom_token_id"
+        FIM_PAD_ID = "tokenizer.ggml.fim_pad_token_id"
+        FIM_REP_ID = "tokenizer.ggml.fim_rep_token_id"
+        FIM_SEP_ID = "tokenizer.ggml.fim_sep_token_id"
         CHAT_TEMPLATE = "tokenizer.chat_template"
         CHAT_TEMPLATE_N = "tokenizer.chat_template.{name}"
         CHAT_TEMPLATES = "tokenizer.chat_templates"  # a list of the named templates, not a template

@@ -59,6 +59,21 @@ _SPECIAL_TYPES = {2, 3, 4}  # unknown, control, user-defined: the token types ll
 _K_PRE, _K_TYPES, _K_MERGES = "tokenizer.ggml.pre", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"
 _K_ADD_BOS, _K_ADD_EOS = "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token"
 
+# The tokens that end a generation, as llama.cpp 0.3.36 finds them by their text
+# (src/llama-vocab.cpp, `special_eog_ids`): a generated turn is held up to the first of them.
+_EOG_TEXTS = frozenset({
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
+})
+# Fill-in-the-middle tokens llama.cpp also counts as ending a generation: the metadata's id, else
+# the first of these texts the vocabulary has.
+_FIM_EOG = (
+    (Keys.Tokenizer.FIM_PAD_ID, ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]")),
+    (Keys.Tokenizer.FIM_REP_ID, ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>")),
+    (Keys.Tokenizer.FIM_SEP_ID, ("<|file_sep|>",)),
+)
+
 
 def _byte_level_map() -> dict[str, int]:
     # GPT-2's bytes_to_unicode, inverted: printable bytes stand for themselves, the other 68 are
@@ -117,7 +132,8 @@ def _supports(path: str, mtime_ns: int, size: int) -> bool:
 
 def gguf_bpe_tokenizer(path: str | Path):
     """(a `tokenizers.Tokenizer` that tokenizes as llama.cpp does with special tokens parsed,
-    add_bos, add_eos, bos id, eos id) for a GGUF whose vocabulary `supports` says is rebuilt.
+    add_bos, add_eos, bos id, eos id, the ids that end a generation: `end_of_generation`) for a GGUF
+    whose vocabulary `supports` says is rebuilt.
 
     Raises TokenizerError naming what is missing otherwise.
     """
@@ -145,12 +161,38 @@ def gguf_bpe_tokenizer(path: str | Path):
                             for i, t in enumerate(types) if t in _SPECIAL_TYPES and tokens[i]])
     add_bos = bool(md.get(_K_ADD_BOS, bos_default))
     add_eos = bool(md.get(_K_ADD_EOS, False))
-    return tok, add_bos, add_eos, md.get(Keys.Tokenizer.BOS_ID), md.get(Keys.Tokenizer.EOS_ID)
+    return tok, add_bos, add_eos, md.get(Keys.Tokenizer.BOS_ID), md.get(Keys.Tokenizer.EOS_ID), end_of_generation(vocab, md)
+
+
+def end_of_generation(vocab: dict[str, int], md: dict) -> frozenset[int]:
+    """The ids llama.cpp's `llama_vocab_is_eog` answers true for: `vocab` (text -> id) and the
+    vocabulary's metadata, by the rules of `_EOG_TEXTS` and `_FIM_EOG`, less `<|end|>` where the
+    vocabulary also ends generations with `<|call|>` or `<|calls|>` and with `<|return|>` (gpt-oss) or
+    `<|flush|>`, and less `</s>` where `<|tool_response>` or `<|plamo:eos|>` is there."""
+    n = len(md.get(Keys.Tokenizer.LIST) or ())
+    eog = {i for text, i in vocab.items() if text in _EOG_TEXTS}
+    for key, texts in _FIM_EOG:
+        found = md.get(key)
+        if not isinstance(found, int):
+            found = next((vocab[t] for t in texts if t in vocab), None)
+        if found is not None:
+            eog.add(found)
+    for key in (Keys.Tokenizer.EOS_ID, Keys.Tokenizer.EOT_ID, Keys.Tokenizer.EOM_ID):
+        if isinstance(md.get(key), int):
+            eog.add(md[key])
+    texts = {vocab_text: i for vocab_text, i in vocab.items() if i in eog}
+    has_call = "<|call|>" in texts or "<|calls|>" in texts
+    if "<|end|>" in texts and has_call and ("<|return|>" in texts or "<|flush|>" in texts):
+        eog.discard(texts["<|end|>"])
+    if "</s>" in texts and ("<|tool_response>" in texts or "<|plamo:eos|>" in texts):
+        eog.discard(texts["</s>"])
+    return frozenset(i for i in eog if 0 <= i < n)
 
 
 def _read_vocab(path: Path) -> dict:
     wanted = {Keys.Tokenizer.MODEL, _K_PRE, Keys.Tokenizer.LIST, _K_MERGES, _K_TYPES, _K_ADD_BOS, _K_ADD_EOS,
-              Keys.Tokenizer.BOS_ID, Keys.Tokenizer.EOS_ID}
+              Keys.Tokenizer.BOS_ID, Keys.Tokenizer.EOS_ID, Keys.Tokenizer.EOT_ID, Keys.Tokenizer.EOM_ID,
+              *(key for key, _ in _FIM_EOG)}
     every = {Keys.Tokenizer.LIST: lambda md: set(range(len(md[Keys.Tokenizer.LIST]))),
              _K_MERGES: lambda md: set(range(len(md[_K_MERGES])))}
     try:

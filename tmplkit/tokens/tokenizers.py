@@ -536,6 +536,11 @@ class LlamaCppTokenizer:
             tables = self._id_tables = (np.full(self.n_vocab, -1, dtype=np.int64), np.zeros(self.n_vocab, dtype=bool), splits)
         return tables
 
+    def is_eog(self, token_id: int) -> bool:
+        """Whether the token ends a generation (`llama_vocab_is_eog`)."""
+        self._open_vocab()
+        return bool(self._lib.llama_vocab_is_eog(self._vocab, int(token_id)))
+
     def piece_bytes(self, token_id: int) -> bytes:
         """The bytes token `token_id` stands for (special tokens as their text)."""
         cached = self._pieces.get(token_id)
@@ -627,7 +632,7 @@ class GGUFBPETokenizer(HFTokenizer):
 
     def __init__(self, path: str | os.PathLike, *, add_bos: bool = False, name: str | None = None):
         path = Path(path)
-        self._tok, vocab_bos, vocab_eos, bos_id, eos_id = gguf_bpe_tokenizer(path)
+        self._tok, vocab_bos, vocab_eos, bos_id, eos_id, self._eog = gguf_bpe_tokenizer(path)
         self.path = path
         self.name = name or path.name
         self.n_vocab = self._tok.get_vocab_size(with_added_tokens=True)
@@ -640,6 +645,10 @@ class GGUFBPETokenizer(HFTokenizer):
 
     def __repr__(self) -> str:
         return f"GGUFBPETokenizer({str(self.path)!r})"
+
+    def is_eog(self, token_id: int) -> bool:
+        """Whether the token ends a generation, as llama.cpp's `llama_vocab_is_eog` says."""
+        return token_id in self._eog
 
     def piece_bytes(self, token_id: int) -> bytes:
         """The bytes a token stands for, as llama.cpp's `token_to_piece`: a special or

@@ -176,10 +176,7 @@ def _emitted(tokenizer, ids) -> tuple[int, ...]:
     """The generated turn's tokens the server decodes: up to its first end-of-generation token,
     which ends the generation and is never decoded (llama-server releases the slot first; see
     `PrefillRunner.decode_generated`); what the template writes after it, the model never emits."""
-    is_eog = getattr(tokenizer, "is_eog", None)
-    if is_eog is None and getattr(tokenizer, "_vocab", None) is not None:  # a llama.cpp vocabulary
-        lib, vocab = tokenizer._lib, tokenizer._vocab
-        is_eog = lambda t: bool(lib.llama_vocab_is_eog(vocab, int(t)))  # noqa: E731
+    is_eog = getattr(tokenizer, "is_eog", None)  # (a tokenizer.json says nothing of it)
     if is_eog is None:
         return tuple(ids)
     for i, t in enumerate(ids):
