@@ -25,6 +25,7 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "cpu": ({"n_gpu_layers": 0}, {}),
     "offload": ({"n_gpu_layers": 99}, {}),
     "offload-tmplkit-loader": ({"n_gpu_layers": 99, "tmplkit": True}, {}),  # LlamaModel, its log callback
+    "offload-no-extra-bufts": ({"n_gpu_layers": 99, "use_extra_bufts": False}, {}),  # as LlamaModel sets it
     "offload-no-pinned": ({"n_gpu_layers": 99}, {"GGML_CUDA_NO_PINNED": "1"}),
     "offload-no-mmap": ({"n_gpu_layers": 99, "load_mode": 0}, {}),
     "offload-no-host": ({"n_gpu_layers": 99, "no_host": True}, {}),
