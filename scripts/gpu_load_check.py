@@ -26,6 +26,11 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "offload": ({"n_gpu_layers": 99}, {}),
     "offload-tmplkit-loader": ({"n_gpu_layers": 99, "tmplkit": True}, {}),  # LlamaModel, its log callback
     "offload-no-extra-bufts": ({"n_gpu_layers": 99, "use_extra_bufts": False}, {}),  # as LlamaModel sets it
+    # The runner's own path (PrefillRunner), and a plain load after tmplkit's import: on an H200
+    # (CUDA 13.0) every plain load above decoded while the tests' runner crashed loading the same model.
+    "offload-tmplkit-imported-first": ({"n_gpu_layers": 99, "import_first": "tmplkit"}, {}),
+    "runner": ({"n_gpu_layers": 99, "runner": True, "import_first": "tmplkit"}, {}),
+    "runner-llama-imported-first": ({"n_gpu_layers": 99, "runner": True}, {}),
     "offload-no-pinned": ({"n_gpu_layers": 99}, {"GGML_CUDA_NO_PINNED": "1"}),
     "offload-no-mmap": ({"n_gpu_layers": 99, "load_mode": 0}, {}),
     "offload-no-host": ({"n_gpu_layers": 99, "no_host": True}, {}),
@@ -33,13 +38,15 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
 
 
 def child(variant: str, model: str) -> int:
-    """Load `model` under `variant`, decode 64 tokens, print one JSON line of how far it got."""
-    import ctypes
-
+    """Load `model` under `variant`, decode 64 tokens, print one JSON line per step reached."""
+    params = dict(VARIANTS[variant][0])
+    if params.pop("import_first", None) == "tmplkit":
+        sys.path.insert(0, str(ROOT))
+        import tmplkit.prefill  # noqa: F401  (numpy and the library before llama_cpp, as in the tests)
     import llama_cpp
 
-    params, _ = VARIANTS[variant]
-    params = dict(params)
+    if params.pop("runner", False):
+        return _runner(llama_cpp, variant, model, params["n_gpu_layers"])
     step = {"variant": variant, "offload_supported": bool(llama_cpp.llama_supports_gpu_offload())}
     print(json.dumps({**step, "step": "loading"}), flush=True)
     if params.pop("tmplkit", False):
@@ -70,8 +77,21 @@ def child(variant: str, model: str) -> int:
     print(json.dumps({**step, "step": "decoded" if finite else f"decode returned {rc}"}), flush=True)
     llama_cpp.llama_free(ctx)
     llama_cpp.llama_model_free(m)
-    del ctypes
     return 0 if finite else 1
+
+
+def _runner(llama_cpp, variant: str, model: str, n_gpu_layers: int) -> int:
+    sys.path.insert(0, str(ROOT))
+    from tmplkit.prefill import PrefillRunner
+
+    step = {"variant": variant, "offload_supported": bool(llama_cpp.llama_supports_gpu_offload())}
+    print(json.dumps({**step, "step": "loading"}), flush=True)
+    with PrefillRunner(model, n_ctx=512, n_batch=512, n_ubatch=128, n_threads=2, flash_attn="off",
+                       n_gpu_layers=n_gpu_layers) as runner:
+        print(json.dumps({**step, "step": "loaded"}), flush=True)
+        report = runner.run(list(range(100, 164)), None, "none")
+        print(json.dumps({**step, "step": "decoded" if report.n_processed == 64 else "decode short"}), flush=True)
+    return 0
 
 
 def check(model: str, timeout: float) -> dict:
@@ -88,7 +108,7 @@ def check(model: str, timeout: float) -> dict:
         out["variants"][name] = {"exit_code": rc, "reached": steps[-1] if steps else "nothing", "env": env,
                                  "seconds": round(time.time() - t0, 1), "log_tail": stderr.strip().splitlines()[-25:]}
         print(f"{name}: exit {rc}, reached {out['variants'][name]['reached']}", file=sys.stderr)
-    works = [n for n, v in out["variants"].items() if n != "cpu" and v["reached"] == "decoded"]
+    works = [n for n, v in out["variants"].items() if n.startswith("offload") and v["reached"] == "decoded"]
     out["first_offload_that_works"] = works[0] if works else None
     return out
 
