@@ -193,9 +193,6 @@ def _planned_filter(func, size_of):
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
-# A string's public methods but the two the sandbox wraps (Jinja's `wrap_str_format`): each is safe
-# for Jinja (no underscore, not internal, str is immutable), so the sandbox's answer is the method.
-_STR_METHODS = frozenset(name for name in dir(str) if not name.startswith("_")) - {"format", "format_map"}
 
 
 class _Environment(ImmutableSandboxedEnvironment):
@@ -286,9 +283,6 @@ class _Environment(ImmutableSandboxedEnvironment):
                 return obj[attribute]
             except KeyError:
                 return self.undefined(obj=obj, name=attribute)
-        # `content.split(...)`, `content.strip()`: the method, as Jinja's own checks would answer.
-        if type(obj) is str and attribute in _STR_METHODS:
-            return getattr(obj, attribute)
         return super().getattr(obj, attribute)
 
     def unsafe_undefined(self, obj, attribute):
