@@ -29,6 +29,12 @@ def test_dry_run_tests_and_benchmarks_on_the_cpu(tmp_path):
     hybrid = json.loads((out / "prefill-hybrid-gpu.json").read_text())["given"]
     assert "qwen35-hybrid" in hybrid["model"] and hybrid["runs"]["every-user-start@server-spans"]
     assert 'failures="0"' in (out / "tests.xml").read_text()
+    # the load check: every variant, the runner's own path too, loads and decodes on the CPU
+    load = json.loads((out / "load-check.json").read_text())
+    assert {"offload", "runner", "offload-tmplkit-imported-first"} <= set(load["variants"])
+    assert all(v["reached"] == "decoded" and v["exit_code"] == 0 for v in load["variants"].values()), load
+    assert load["first_offload_that_works"] == "offload" and summary["last_step"] == "done"
+    assert len(list(out.iterdir())) <= 8  # what a GPU machine sends back
     bench = json.loads((out / "prefill-gpu.json").read_text())
     assert "--n-gpu-layers 0" in bench["command"] and bench["qwen"]["runs"]["gated"]
     assert bench["qwen"]["runs"]["gated"][0]["calls"]  # per decode call seconds
