@@ -171,10 +171,10 @@ def end_of_generation(vocab: dict[str, int], md: dict) -> frozenset[int]:
     `<|flush|>`, and less `</s>` where `<|tool_response>` or `<|plamo:eos|>` is there."""
     n = len(md.get(Keys.Tokenizer.LIST) or ())
     eog = {i for text, i in vocab.items() if text in _EOG_TEXTS}
-    for key, texts in _FIM_EOG:
+    for key, candidates in _FIM_EOG:
         found = md.get(key)
         if not isinstance(found, int):
-            found = next((vocab[t] for t in texts if t in vocab), None)
+            found = next((vocab[t] for t in candidates if t in vocab), None)
         if found is not None:
             eog.add(found)
     for key in (Keys.Tokenizer.EOS_ID, Keys.Tokenizer.EOT_ID, Keys.Tokenizer.EOM_ID):
