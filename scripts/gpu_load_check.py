@@ -134,6 +134,8 @@ def main(argv=None) -> int:
         from tmplkit.prefill import tiny_model_path
 
         model = str(tiny_model_path("qwen35"))
+    elif not Path(model).is_file():
+        ap.error(f"no model file at {model}; give a GGUF model")
     result = check(model, args.timeout)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({"first_offload_that_works": result["first_offload_that_works"]}))
