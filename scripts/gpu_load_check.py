@@ -53,7 +53,8 @@ def child(variant: str, model: str) -> int:
         sys.path.insert(0, str(ROOT))
         from tmplkit.tokens.llama_model import LlamaModel
 
-        m = LlamaModel(llama_cpp, Path(model), n_gpu_layers=params["n_gpu_layers"]).model
+        owner = LlamaModel(llama_cpp, Path(model), n_gpu_layers=params["n_gpu_layers"])  # (kept: it owns the model)
+        m = owner.model
     else:
         llama_cpp.llama_backend_init()
         mparams = llama_cpp.llama_model_default_params()
