@@ -324,6 +324,13 @@ class LlamaCppTokenizer:
         self.add_bos = add_bos
         self._pieces: dict[int, bytes] = {}
         self._buf = ctypes.create_string_buffer(256)
+        # what tokenizing a session's requests one after another keeps (`tokenize_after`)
+        self._id_tables: tuple | None = None  # (`_tables`)
+        self._spellings: dict = {}  # id of a tuple of ids -> (the tuple, its `_Spelled`)
+        self._spellings_ids = 0  # the ids of the tuples kept there
+        self._pieces_ids: dict[bytes, tuple[int, ...]] = {}  # (`_encode_pieces`)
+        self._pieces_bytes = 0
+        self._control_patterns: dict = {}  # (`_controls`)
 
     @classmethod
     def of_model(cls, model, path: str | os.PathLike, *, add_bos: bool = False, name: str | None = None) -> LlamaCppTokenizer:
@@ -406,8 +413,8 @@ class LlamaCppTokenizer:
         if controls is None:
             return tuple(self._encode(data, False))
         pattern, ids_of = controls
-        cache = self.__dict__.setdefault("_pieces_ids", {})
-        if self.__dict__.get("_pieces_bytes", 0) > _PIECES_KEPT:
+        cache = self._pieces_ids
+        if self._pieces_bytes > _PIECES_KEPT:
             cache.clear()
             self._pieces_bytes = 0
         out: list[int] = []
@@ -418,7 +425,7 @@ class LlamaCppTokenizer:
                 got = cache.get(piece)
                 if got is None:
                     got = cache[piece] = tuple(self._encode(piece, False))
-                    self._pieces_bytes = self.__dict__.get("_pieces_bytes", 0) + len(piece)
+                    self._pieces_bytes += len(piece)
                 out += got
             out.append(ids_of[m.group()])
             at = m.end()
@@ -430,7 +437,7 @@ class LlamaCppTokenizer:
         """(a pattern matching the texts of `spelled`'s control tokens, longest first; text -> id), or
         None where it has none that do not strip whitespace."""
         key = tuple(np.unique(spelled.ids).tolist())
-        cache = self.__dict__.setdefault("_control_patterns", {})
+        cache = self._control_patterns
         if key not in cache:
             lib, vocab = self._lib, self._open_vocab()
             strips = int(lib.LLAMA_TOKEN_ATTR_LSTRIP) | int(lib.LLAMA_TOKEN_ATTR_RSTRIP)
@@ -484,8 +491,7 @@ class LlamaCppTokenizer:
     def _spelled(self, ids: tuple[int, ...]) -> _Spelled:
         """Where the control tokens of `ids` lie in the bytes they spell; kept for the tuples of the
         last `_SPELLINGS_KEPT` ids (immutable: a base is reused for several texts)."""
-        cache = self.__dict__.setdefault("_spellings", {})
-        hit = cache.get(id(ids))
+        hit = self._spellings.get(id(ids))
         if hit is not None and hit[0] is ids:
             return hit[1]
         arr = np.asarray(ids, dtype=np.int64)
@@ -504,8 +510,8 @@ class LlamaCppTokenizer:
         return ids
 
     def _keep(self, ids: tuple[int, ...], spelled: _Spelled) -> _Spelled:
-        cache = self.__dict__.setdefault("_spellings", {})
-        held = self.__dict__.get("_spellings_ids", 0) + len(ids)
+        cache = self._spellings
+        held = self._spellings_ids + len(ids)
         while cache and held > _SPELLINGS_KEPT:  # the oldest first
             held -= len(cache.pop(next(iter(cache)))[0])
         cache[id(ids)] = (ids, spelled)  # (the tuple kept alive, so its id names no other)
@@ -529,7 +535,7 @@ class LlamaCppTokenizer:
     def _tables(self):
         """Per token id, its piece's length in bytes (-1 until met) and whether it is a control token
         (numpy arrays over the whole vocabulary, filled by `_lengths`); and whether the vocabulary is BPE."""
-        tables = getattr(self, "_id_tables", None)
+        tables = self._id_tables
         if tables is None:
             lib = self._lib
             splits = int(lib.llama_vocab_type(self._open_vocab())) == int(lib.LLAMA_VOCAB_TYPE_BPE)
@@ -538,8 +544,7 @@ class LlamaCppTokenizer:
 
     def is_eog(self, token_id: int) -> bool:
         """Whether the token ends a generation (`llama_vocab_is_eog`)."""
-        self._open_vocab()
-        return bool(self._lib.llama_vocab_is_eog(self._vocab, int(token_id)))
+        return bool(self._lib.llama_vocab_is_eog(self._open_vocab(), int(token_id)))
 
     def piece_bytes(self, token_id: int) -> bytes:
         """The bytes token `token_id` stands for (special tokens as their text)."""
