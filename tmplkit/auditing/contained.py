@@ -212,7 +212,8 @@ def run_contained_each(calls: Sequence[tuple[Callable, tuple, dict, str]], *, jo
     done = (lambda n, total, _result: progress(n, total)) if progress is not None else None
     results = run_in_workers(items, _call, lost=lost, prelude=_ready, jobs=jobs, timeout=timeout, memory_mb=memory_mb,
                              max_tasks=1, setup=functools.partial(hints_for, hint_place()), progress=done)
-    return [value if kind == "ok" else _rebuilt(*value) if kind == "error" else value for kind, value in results]
+    # (a worker lost past its limits comes back as its error already: `lost`)
+    return [_rebuilt(*value) if kind == "error" else value for kind, value in results]
 
 
 def _check_pickles(args, kwargs) -> None:

@@ -208,5 +208,3 @@ class _EarlyStop:
             return None  # (a BOS taken otherwise than for the request: compare whole)
         head = off + cut
         return head + common_prefix(self.held[head:head + len(new)], new)
-
-
