@@ -114,15 +114,21 @@ run() {
     local cuda="" driver="" sections="" t_hybrid=0 hybrid_rc=0 t_load=0 works="" order=""
     local run_py=()  # how the tests and benchmarks run: "$py", or through llama_first.py
     # The summary, rewritten after each step: a run cut off by its time limit still says how far it got.
+    # (Each value an argument, so a name with quotes in it cannot break the Python that writes it.)
     summary() {
-        "$py" - "$out/gpu_check.json" "$1" <<EOF
+        "$py" - "$out/gpu_check.json" last_step="$1" dry_run="$dry" gpu="$gpu" cuda_arch="$arch" nvcc="$cuda" \
+            driver="$driver" n_gpu_layers="$ngl" llama_cpp_python="$VERSION" bench_sections="$sections" \
+            offload_variant="$works" import_order="$order" build="$t_build" load_check="$t_load" tests="$t_tests" \
+            bench="$t_bench" bench_hybrid="$t_hybrid" tests_exit_code="$tests_rc" bench_exit_code="$bench_rc" \
+            bench_hybrid_exit_code="$hybrid_rc" <<'EOF'
 import json, sys
-json.dump({"dry_run": bool($dry), "gpu": "$gpu", "cuda_arch": "$arch", "nvcc": "$cuda", "driver": "$driver",
-           "n_gpu_layers": $ngl, "llama_cpp_python": "$VERSION", "bench_sections": "$sections",
-           "last_step": sys.argv[2], "offload_variant": "$works", "import_order": "$order",
-           "seconds": {"build": $t_build, "load_check": $t_load, "tests": $t_tests, "bench": $t_bench,
-                       "bench_hybrid": $t_hybrid},
-           "tests_exit_code": $tests_rc, "bench_exit_code": $bench_rc, "bench_hybrid_exit_code": $hybrid_rc,
+v = dict(a.split("=", 1) for a in sys.argv[2:])
+n = lambda k: int(v[k])  # noqa: E731
+json.dump({"dry_run": v["dry_run"] == "1", **{k: v[k] for k in ("gpu", "cuda_arch", "nvcc", "driver")},
+           "n_gpu_layers": n("n_gpu_layers"), "llama_cpp_python": v["llama_cpp_python"], "bench_sections": v["bench_sections"],
+           "last_step": v["last_step"], "offload_variant": v["offload_variant"], "import_order": v["import_order"],
+           "seconds": {k: n(k) for k in ("build", "load_check", "tests", "bench", "bench_hybrid")},
+           **{k: n(k) for k in ("tests_exit_code", "bench_exit_code", "bench_hybrid_exit_code")},
            "files": ["load-check.json", "tests.xml", "tests.log", "bench.log", "prefill-gpu.json", "bench-hybrid.log",
                      "prefill-hybrid-gpu.json"]}, open(sys.argv[1], "w"), indent=2)
 EOF
