@@ -30,9 +30,12 @@ TEMPLATES = ("Qwen3.5-4B", "google-gemma-4-31B-it", "mistralai-Mistral-Nemo-Inst
              "meta-llama-Llama-3.2-3B-Instruct")
 
 
-def run(jobs: int, session: Path) -> tuple[float, str]:
+def template_paths() -> list[str]:
     corpus = subprocess.run([sys.executable, "-m", "tmplkit", "corpus", "path"], capture_output=True, text=True, check=True)
-    sources = [str(Path(corpus.stdout.strip()) / "templates" / f"{n}.jinja") for n in TEMPLATES]
+    return [str(Path(corpus.stdout.strip()) / "templates" / f"{n}.jinja") for n in TEMPLATES]
+
+
+def run(jobs: int, session: Path, sources: list[str]) -> tuple[float, str]:
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "tmplkit", "turns", *sources, "--session", str(session),
                            "--tokenizer", "vocab:qwen35", "--format", "json", "-j", str(jobs)],
@@ -51,13 +54,14 @@ def main() -> int:
     cores = os.cpu_count() or 1
     seen: dict = {1: [], cores: []}
     outputs: dict = {}
+    sources = template_paths()
     with tempfile.TemporaryDirectory(prefix="bench-turns-jobs-") as tmp:
         session = Path(tmp) / "session.json"
         subprocess.run([sys.executable, "-m", "tmplkit", "session", "generate", "--tokens", "20000", "--seed", "0",
                         "-o", str(session)], check=True, cwd=ROOT)
         for r in range(max(1, args.rounds)):
             for jobs in ((1, cores) if r % 2 == 0 else (cores, 1)):
-                seconds, out = run(jobs, session)
+                seconds, out = run(jobs, session, sources)
                 seen[jobs].append(seconds)
                 outputs[jobs] = json.loads(out)["reports"]
             print(f"round {r}: -j 1 {seen[1][-1]:.2f} s, -j {cores} {seen[cores][-1]:.2f} s", file=sys.stderr)
