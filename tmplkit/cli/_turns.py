@@ -174,12 +174,12 @@ def _default_jobs() -> int:
     return cores if available is None else max(1, min(cores, available // (MEMORY_MB * 2**20)))
 
 
-def _available_memory() -> int | None:
+def _available_memory(meminfo: str = "/proc/meminfo") -> int | None:
     """Bytes of memory available without swapping: Linux's MemAvailable (free pages and the cache it
     can drop; the free pages alone are few on a machine that has read much), else the free pages,
     else None (macOS says neither)."""
     with contextlib.suppress(OSError, ValueError, IndexError):
-        with open("/proc/meminfo", encoding="ascii") as f:
+        with open(meminfo, encoding="ascii") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
