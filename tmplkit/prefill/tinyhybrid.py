@@ -45,15 +45,12 @@ in llama-cpp-python 0.3.36:
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import SourceError
-from ..sources.gguf_meta import Keys
-from .tinymodel import _copy_field, cached_tiny_model
+from .tinymodel import cached_tiny_model, write_tiny_gguf
 
 __all__ = ["ARCH", "HybridConfig", "build_tiny_hybrid", "tiny_hybrid_path"]
 
@@ -171,43 +168,8 @@ def _add_weights(w, c: HybridConfig, n_vocab: int) -> None:
 def build_tiny_hybrid(vocab_file: str | os.PathLike, out: str | os.PathLike, chat_template: str | None = None,
                       config: HybridConfig | None = None) -> Path:
     """Write a tiny qwen35 hybrid GGUF with the tokenizer of `vocab_file` to `out` (atomically)."""
-    import gguf
-
     c = config or HybridConfig()
     if sum(c.rope_sections) * 2 != c.head_dim:
         raise ValueError("rope_sections must sum to head_dim / 2")
-    try:
-        reader = gguf.GGUFReader(str(vocab_file))
-    except Exception as exc:
-        raise SourceError(f"{vocab_file}: not a readable GGUF file ({exc})") from exc
-    tk = Keys.Tokenizer
-    tok_fields = {k: f for k, f in reader.fields.items() if k.startswith(tk.PREFIX)}
-    if tk.LIST not in tok_fields:
-        raise SourceError(f"{vocab_file}: has no {tk.LIST}; not a vocab GGUF")
-    n_vocab = len(tok_fields[tk.LIST].data)
-
-    out = Path(out)
-    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=".tiny-", suffix=".gguf")
-    os.close(fd)
-    try:
-        w = gguf.GGUFWriter(tmp_name, ARCH)
-        w.add_name(f"tiny {ARCH} hybrid with the {Path(vocab_file).stem} vocabulary (random weights)")
-        _add_hparams(w, c)
-        w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-        for key, field in tok_fields.items():
-            if key == tk.CHAT_TEMPLATE and chat_template is not None:
-                continue
-            _copy_field(w, key, field)
-        if chat_template is not None:
-            w.add_chat_template(chat_template)
-        _add_weights(w, c, n_vocab)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-        os.replace(tmp_name, out)
-    except BaseException:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
-        raise
-    return out
+    return write_tiny_gguf(vocab_file, out, ARCH, f"tiny {ARCH} hybrid with the {Path(vocab_file).stem} vocabulary (random weights)",
+                           lambda w: _add_hparams(w, c), lambda w, n_vocab: _add_weights(w, c, n_vocab), chat_template)

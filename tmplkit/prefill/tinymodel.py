@@ -131,12 +131,36 @@ def _add_weights(w, c: TinyConfig, n_vocab: int) -> None:
 def build_tiny_model(vocab_file: str | os.PathLike, out: str | os.PathLike, chat_template: str | None = None,
                      config: TinyConfig | None = None) -> Path:
     """Write a tiny gemma3 GGUF with the tokenizer of `vocab_file` to `out` (atomically)."""
+    config = config or TinyConfig()
+    if config.n_head * config.head_dim != config.n_embd:
+        raise ValueError("n_head * head_dim must equal n_embd")
+    return write_tiny_gguf(vocab_file, out, "gemma3", f"tiny gemma3 with the {Path(vocab_file).stem} vocabulary (random weights)",
+                           lambda w: _add_hparams(w, config), lambda w, n_vocab: _add_weights(w, config, n_vocab), chat_template)
+
+
+def _add_hparams(w, c: TinyConfig) -> None:
+    """The hyperparameter keys gemma3 reads."""
+    w.add_context_length(c.context_length)
+    w.add_embedding_length(c.n_embd)
+    w.add_block_count(c.n_layer)
+    w.add_feed_forward_length(c.n_ff)
+    w.add_head_count(c.n_head)
+    w.add_head_count_kv(c.n_head_kv)
+    w.add_key_length(c.head_dim)
+    w.add_value_length(c.head_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_sliding_window(c.n_swa)
+    w.add_sliding_window_pattern(c.sliding_window_pattern)
+
+
+def write_tiny_gguf(vocab_file: str | os.PathLike, out: str | os.PathLike, arch: str, name: str, add_hparams, add_weights,
+                    chat_template: str | None = None) -> Path:
+    """Write a GGUF of architecture `arch` to `out` (atomically): `add_hparams(writer)` and
+    `add_weights(writer, n_vocab)` give the model, the tokenizer is `vocab_file`'s, the chat template
+    `chat_template` where given (else the vocab file's own). Shared by every tiny model."""
     import gguf
 
-    config = config or TinyConfig()
-    c = config
-    if c.n_head * c.head_dim != c.n_embd:
-        raise ValueError("n_head * head_dim must equal n_embd")
     try:
         reader = gguf.GGUFReader(str(vocab_file))
     except Exception as exc:
@@ -151,21 +175,9 @@ def build_tiny_model(vocab_file: str | os.PathLike, out: str | os.PathLike, chat
     fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=".tiny-", suffix=".gguf")
     os.close(fd)
     try:
-        arch = "gemma3"
         w = gguf.GGUFWriter(tmp_name, arch)
-        w.add_name(f"tiny gemma3 with the {Path(vocab_file).stem} vocabulary (random weights)")
-        w.add_context_length(c.context_length)
-        w.add_embedding_length(c.n_embd)
-        w.add_block_count(c.n_layer)
-        w.add_feed_forward_length(c.n_ff)
-        w.add_head_count(c.n_head)
-        w.add_head_count_kv(c.n_head_kv)
-        w.add_key_length(c.head_dim)
-        w.add_value_length(c.head_dim)
-        w.add_layer_norm_rms_eps(1e-6)
-        w.add_rope_freq_base(10000.0)
-        w.add_sliding_window(c.n_swa)
-        w.add_sliding_window_pattern(c.sliding_window_pattern)
+        w.add_name(name)
+        add_hparams(w)
         w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
         for key, field in tok_fields.items():
             if key == tk.CHAT_TEMPLATE and chat_template is not None:
@@ -173,8 +185,7 @@ def build_tiny_model(vocab_file: str | os.PathLike, out: str | os.PathLike, chat
             _copy_field(w, key, field)
         if chat_template is not None:
             w.add_chat_template(chat_template)
-
-        _add_weights(w, c, n_vocab)
+        add_weights(w, n_vocab)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
