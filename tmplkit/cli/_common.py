@@ -381,6 +381,24 @@ def template_and_session(args, command: str) -> tuple[str, str | None]:
     return args.source, args.session
 
 
+def template_conversation_tokenizer(args, command: str, *, conversation: bool = True, check=None):
+    """SOURCE, --session and --tokenizer of a command that renders one conversation in a worker
+    (mask, spans, request), read in the order that fails fastest: the arguments (`check(session)`
+    for a command's own rules), the tokenizer's extra, the conversation, the template, the
+    tokenizer. (template, conversation or None, portable tokenizer)."""
+    from ..session import load_conversation
+    from ..sources.templates import load_one
+
+    source, session = template_and_session(args, command)
+    if check is not None:
+        check(session)
+    if args.tokenizer != "auto":
+        require_tokenizers([args.tokenizer], f"tmplkit {command} --tokenizer " + args.tokenizer)  # before any work
+    loaded = load_conversation(session) if conversation else None
+    template = load_one(source, args.name)
+    return template, loaded, worker_tokenizer(args, template, command)
+
+
 def add_tokenizer(parser, *, required: bool = False, what: str = "the model's vocabulary") -> None:
     """--tokenizer PATH|auto."""
     parser.add_argument("--tokenizer", metavar="PATH|auto", required=required,

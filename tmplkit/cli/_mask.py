@@ -14,10 +14,8 @@ from ._common import (
     deprecation_note,
     emit,
     json_compact,
-    require_tokenizers,
-    template_and_session,
+    template_conversation_tokenizer,
     use_color,
-    worker_tokenizer,
 )
 from ._limits import render_timeout
 
@@ -42,18 +40,10 @@ def add_mask(sub) -> None:
 
 
 def _cmd_mask(args) -> int:
-
     from ..auditing.contained import run_contained
     from ..masks import assistant_mask
-    from ..session import load_conversation
-    from ..sources.templates import load_one
 
-    source, session = template_and_session(args, "mask")
-    if args.tokenizer != "auto":
-        require_tokenizers([args.tokenizer], "tmplkit mask --tokenizer " + args.tokenizer)  # before any work
-    conversation = load_conversation(session)
-    template = load_one(source, args.name)
-    tokenizer = worker_tokenizer(args, template, "mask")
+    template, conversation, tokenizer = template_conversation_tokenizer(args, "mask")
     # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
     result = run_contained(assistant_mask, template, tokenizer, conversation, what=f"mask of '{template.name}'",
                            timeout=render_timeout(args))

@@ -14,9 +14,7 @@ from ._common import (
     format_of,
     load_templates,
     require_extra,
-    require_tokenizers,
-    template_and_session,
-    worker_tokenizer,
+    template_conversation_tokenizer,
 )
 from ._limits import render_timeout
 
@@ -47,17 +45,13 @@ def _cmd_request(args) -> int:
     from ..auditing.contained import run_contained
     from ..errors import InputError
     from ..server.process import completion_request, message_delimiters
-    from ..session import load_conversation
-    from ..sources.templates import load_one
 
-    source, session = template_and_session(args, "request")
-    if args.delimiters_only == (session is not None):
-        raise InputError("give --session FILE (the conversation), or --delimiters-only without one")
-    if args.tokenizer != "auto":
-        require_tokenizers([args.tokenizer], "tmplkit request --tokenizer " + args.tokenizer)  # before any work
-    conversation = None if args.delimiters_only else load_conversation(session)
-    template = load_one(source, args.name)
-    tokenizer = worker_tokenizer(args, template, "request")
+    def check(session) -> None:
+        if args.delimiters_only == (session is not None):
+            raise InputError("give --session FILE (the conversation), or --delimiters-only without one")
+
+    template, conversation, tokenizer = template_conversation_tokenizer(args, "request", conversation=not args.delimiters_only,
+                                                                        check=check)
     # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
     what = f"request for '{template.name}'"
     if args.delimiters_only:

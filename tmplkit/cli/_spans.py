@@ -11,9 +11,7 @@ from ._common import (
     add_template_argument,
     add_tokenizer,
     emit,
-    require_tokenizers,
-    template_and_session,
-    worker_tokenizer,
+    template_conversation_tokenizer,
 )
 from ._limits import render_timeout
 
@@ -36,16 +34,9 @@ def _cmd_spans(args) -> int:
     import json
 
     from ..auditing.contained import run_contained
-    from ..session import load_conversation
     from ..session.token_spans import conversation_spans, format_spans_text
-    from ..sources.templates import load_one
 
-    source, session = template_and_session(args, "spans")
-    if args.tokenizer != "auto":
-        require_tokenizers([args.tokenizer], "tmplkit spans --tokenizer " + args.tokenizer)  # before any work
-    conversation = load_conversation(session)
-    template = load_one(source, args.name)
-    tokenizer = worker_tokenizer(args, template, "spans")
+    template, conversation, tokenizer = template_conversation_tokenizer(args, "spans")
     # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
     result = run_contained(conversation_spans, template, tokenizer, conversation, what=f"spans of '{template.name}'",
                            timeout=render_timeout(args), add_generation_prompt=args.add_generation_prompt)
