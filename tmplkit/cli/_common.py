@@ -482,6 +482,30 @@ def reports_of(args) -> list[tuple[str, str]]:
     return out
 
 
+def model_run_outputs(args) -> list[tuple[str, str]]:
+    """The --report files of a command that runs a model (prefill, replay), with --output and
+    --plot refused before the run, not after it (a path that cannot be written, no matplotlib)."""
+    from ..atomic import check_writable
+    from ..prefill.plot import require_matplotlib
+
+    reports = reports_of(args)
+    for out in (args.output, args.plot, *(path for _, path in reports)):
+        if out:
+            check_writable(out)
+    if args.plot:
+        require_matplotlib()
+    return reports
+
+
+def emit_model_run(result, args, reports: list[tuple[str, str]], plot) -> None:
+    """`result` to each --report file, `plot(result, path)` to --plot, then to --output or stdout."""
+    for fmt, path in reports:
+        emit_result(result, fmt, path)
+    if args.plot:
+        plot(result, args.plot)
+    emit_result(result, args.format, args.output)
+
+
 def add_format_aliases(parser, aliases: dict[str, str]) -> None:
     """Old names of --format values (e.g. table -> markdown), accepted with a note."""
     parser.set_defaults(_format_aliases=aliases)

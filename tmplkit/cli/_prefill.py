@@ -10,10 +10,10 @@ from ._common import (
     add_session_option,
     add_template_option,
     at_least,
-    emit_result,
+    emit_model_run,
+    model_run_outputs,
     model_template,
     prefill_settings,
-    reports_of,
     require_extra,
     session_of,
 )
@@ -48,17 +48,11 @@ def _cmd_prefill(args) -> int:
     require_extra("llama", "tmplkit prefill")  # before any work
     from ..prefill import compare_policies
     from ..prefill.models import resolve_model
-    from ..prefill.plot import plot_comparison, require_matplotlib
-    from ..prefill.report import check_writable
+    from ..prefill.plot import plot_comparison
     from ..session import load_session
 
     session_of(args, "prefill")
-    reports = reports_of(args)
-    for out in (args.output, args.plot, *(path for _, path in reports)):  # refuse before the run, not after it
-        if out:
-            check_writable(out)
-    if args.plot:
-        require_matplotlib()
+    reports = model_run_outputs(args)
     at_least(args.repeat, 1, "--repeat")
     settings = prefill_settings(args)
     # A bar redrawn in place: a terminal only, and not a dumb one (TERM=dumb, CI logs).
@@ -73,11 +67,7 @@ def _cmd_prefill(args) -> int:
                                 repeat=args.repeat, settings=settings, progress=bar)
     finally:
         line.close()
-    for fmt, path in reports:
-        emit_result(comp, fmt, path)
-    if args.plot:
-        plot_comparison(comp, args.plot)
-    emit_result(comp, args.format, args.output)
+    emit_model_run(comp, args, reports, plot_comparison)
     return 0
 
 

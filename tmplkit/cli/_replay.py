@@ -12,10 +12,10 @@ from ._common import (
     add_session_option,
     add_settings_option,
     add_template_option,
-    emit_result,
+    emit_model_run,
+    model_run_outputs,
     model_template,
     prefill_settings,
-    reports_of,
     session_of,
     settings_of,
 )
@@ -44,22 +44,15 @@ def add_replay(sub) -> None:
 
 
 def _cmd_replay(args) -> int:
-    from ..atomic import check_writable
     from ..prefill import PrefillRunner
     from ..prefill.compare import resolve_template
     from ..prefill.models import resolve_model
-    from ..prefill.plot import require_matplotlib
     from ..replay.replaying import REPLAYABLE, plot_replay, replay_session
     from ..session import load_session
 
     names = settings_of(args, REPLAYABLE)
     session_of(args, "replay")
-    reports = reports_of(args)
-    for out in (args.output, args.plot, *(path for _, path in reports)):  # refuse before the run, not after it
-        if out:
-            check_writable(out)
-    if args.plot:
-        require_matplotlib()
+    reports = model_run_outputs(args)
     session = load_session(args.session)
     settings = prefill_settings(args)
     model = resolve_model(args.model)
@@ -67,11 +60,7 @@ def _cmd_replay(args) -> int:
     check_template_isolated(template, model, "tmplkit replay", session, every_request=True)
     with PrefillRunner(model, settings) as runner:
         rep = replay_session(runner, session, resolve_template(template, runner), settings=tuple(names))
-    for fmt, path in reports:
-        emit_result(rep, fmt, path)
-    if args.plot:
-        plot_replay(rep, args.plot)
-    emit_result(rep, args.format, args.output)
+    emit_model_run(rep, args, reports, plot_replay)
     if not rep.matches:
         print("prediction differs from the replay: " + "; ".join(rep.mismatches()[:5]), file=sys.stderr)
     return 0
