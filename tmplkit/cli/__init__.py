@@ -62,6 +62,26 @@ EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)", 1: "the audit f
               2: "usage or input error (one line on stderr)", 130: "interrupted"}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage error is one line like every other error (argparse prints the
+    whole usage block first), naming the command's --help for the rest; subcommands inherit it."""
+
+    def error(self, message: str):
+        required = "the following arguments are required: "
+        if message.startswith(required):
+            message = "missing: " + ", ".join(map(self._missing, message[len(required):].split(", ")))
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+    def _missing(self, name: str) -> str:
+        """A missing argument as a user reads it: a subcommand or a positional by its choices, not
+        argparse's dest name."""
+        for action in self._actions:
+            if action.choices and not action.option_strings and name in (action.dest, action.metavar):
+                what = "the subcommand" if isinstance(action, argparse._SubParsersAction) else name
+                return f"{what}, one of {', '.join(action.choices)}"
+        return name
+
+
 class _Subcommands(argparse._SubParsersAction):
     """The subcommands of `_COMMANDS`, each listed at once and built when it is parsed (`load`)."""
 
@@ -95,7 +115,7 @@ class _Subcommands(argparse._SubParsersAction):
 def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
     """The `tmplkit` parser; `lazy`: each subcommand built only when it is parsed (what `main` uses),
     else all of them now."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tmplkit", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Chat-template boundary analysis: derive role delimiters, detect spans, drive checkpointing prefill.",
         epilog="exit codes:\n" + "\n".join(f"  {code:<4} {what}" for code, what in EXIT_CODES.items()))

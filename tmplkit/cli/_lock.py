@@ -4,6 +4,7 @@ configuration's `[upstream]`)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -13,8 +14,18 @@ from ._common import add_name, config_of, load_templates, positive, progress_pri
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
+class _OneLock(argparse.Action):
+    """--lock, -o and --output name the one file lock writes: two different ones are refused (the
+    last would win, the first be silently ignored)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        given = getattr(namespace, self.dest, None)
+        if given is not None and given != values:
+            raise argparse.ArgumentError(self, f"the lock file is given twice ({given} and {values}); give one")
+        setattr(namespace, self.dest, values)
+
+
 def add_lock(sub) -> None:
-    import argparse
 
     from ..behaviour import DEFAULT_LOCK
 
@@ -29,13 +40,13 @@ def add_lock(sub) -> None:
         epilog="Example:\n  tmplkit lock templates/ --lock tmplkit.lock.json\n"
                "  tmplkit audit templates/ --lock tmplkit.lock.json   # exit 1 when a behaviour changed")
     p.add_argument("sources", nargs="*", metavar="SOURCE", help="as for audit; default: the configuration's sources")
-    p.add_argument("--lock", "-o", "--output", dest="lock", metavar="FILE",
+    p.add_argument("--lock", "-o", "--output", dest="lock", metavar="FILE", action=_OneLock,
                    help=f"the lock file to write, atomically (default: the configuration's lock, else {DEFAULT_LOCK})")
     p.add_argument("--fresh", action="store_true", help="write only the templates given (drop other entries; also "
                                                         "replaces a lock of another layout)")
     add_name(p, many=True)
     add_derive_options(p)
-    p.set_defaults(func=_cmd_lock)
+    p.set_defaults(func=_cmd_lock, _writes_lock=True)  # (the lock is an output: cli/_outputs.py)
 
 
 def add_derive_options(p) -> None:

@@ -1,20 +1,33 @@
 """The files a command will write, checked before it works: `-o/--output`, audit's `--report
-FORMAT:FILE`, prefill's and replay's `--json` and `--plot`. A missing folder, a read-only file or a
-folder given as a file is refused on one line at once, not after the whole analysis."""
+FORMAT:FILE`, prefill's and replay's `--json` and `--plot`, lock's `--lock`. A missing folder, a
+read-only file or a folder given as a file is refused on one line at once, not after the whole
+analysis; so is an output that is one of the command's inputs (it would be replaced by what was read
+from it), an output given twice (one of the two would be lost) and standard input given twice."""
 
 from __future__ import annotations
+
+import os
+import stat
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 __all__ = ["check_outputs", "output_paths", "printable"]
 
-# The options whose value is a file the command writes (argparse's dest names).
+# The options whose value is a file the command writes (argparse's dest names); `lock` where the
+# command writes the lock (set_defaults(_writes_lock=True)), else it is read.
 _FILE_OPTIONS = ("output", "json", "plot")
+# What a folder source reads (sources.templates.load_dir): an output that is one of these is an input.
+_READ_IN_FOLDER = (".jinja", ".j2", ".jinja2")
+_READ_IN_MODEL_FOLDER = ("tokenizer_config.json", "chat_template.json", "chat_template.jinja")
+
+
+def _output_options(args) -> tuple[str, ...]:
+    return _FILE_OPTIONS + (("lock",) if getattr(args, "_writes_lock", False) else ())
 
 
 def output_paths(args) -> list[str]:
     """The paths `args` asks a command to write."""
-    paths = [getattr(args, name, None) for name in _FILE_OPTIONS]
+    paths = [getattr(args, name, None) for name in _output_options(args)]
     for spec in getattr(args, "report", None) or ():  # audit's FORMAT:FILE (a bad spec is audit's to refuse)
         if isinstance(spec, str):
             paths.append(spec.partition(":")[2])
@@ -22,11 +35,91 @@ def output_paths(args) -> list[str]:
 
 
 def check_outputs(args) -> None:
-    """Raise InputError (one line) for the first path of `output_paths(args)` that cannot be written."""
+    """Raise InputError (one line) for the first path of `output_paths(args)` that cannot be
+    written, that is also an input, or that is given twice; and for standard input given twice.
+    `-o -` is standard output (args.output becomes None)."""
     from ..atomic import check_writable
+    from ..errors import InputError
 
-    for path in output_paths(args):
+    if getattr(args, "output", None) == "-":  # the usual spelling of standard output, not a file named "-"
+        args.output = None
+    if getattr(args, "output", None) == "":
+        raise InputError("-o '': the path is empty; give a file path, or leave -o out to print to standard output")
+    outputs = output_paths(args)
+    for path in outputs:
         check_writable(path)
+    _refuse_clashes(args, outputs)
+
+
+def _refuse_clashes(args, outputs: list[str]) -> None:
+    from ..errors import InputError
+
+    inputs = _input_values(args)
+    if sum(value == "-" for _, value in inputs) > 1:
+        raise InputError("standard input (-) is given twice; give one of the two as a file")
+    seen: dict = {}
+    for out in outputs:
+        key = _file_key(out)
+        if key is None:  # a device or FIFO (/dev/null): written into, never replaced, so never clobbered
+            continue
+        if key in seen and seen[key] != out:
+            raise InputError(f"{out}: given as two outputs (also as {seen[key]}); one would replace the other: "
+                             "give each its own file")
+        if key in seen:
+            raise InputError(f"{out}: given as two outputs; one would replace the other: give each its own file")
+        seen[key] = out
+        for option, value in inputs:
+            if _reads(value, out, key):
+                raise InputError(f"{out}: it is also what the command reads ({_flag(option)} {value}); writing it "
+                                 "would replace it: give another path for the output")
+
+
+def _input_values(args) -> list[tuple[str, str]]:
+    """(option, value) for each string argument that is not an output: the paths among them are
+    the command's inputs (a value that names no file is harmless here)."""
+    skip = set(_output_options(args)) | {"report", "func", "command"}
+    out = []
+    for name, value in vars(args).items():
+        if name.startswith("_") or name in skip:
+            continue
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, str) and v:
+                out.append((name, v))
+    return out
+
+
+def _file_key(path: str):
+    """What makes two paths the same file: the inode of an existing regular file (a symlink or
+    another spelling of it is the same), the resolved path of one to be created; None for a device
+    or FIFO."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _reads(value: str, out: str, key) -> bool:
+    """Whether input `value` reads the file `out` (whose `_file_key` is `key`): it is that file,
+    or a folder that holds it as a template."""
+    try:
+        st = os.stat(value)
+    except (OSError, ValueError):
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return (st.st_dev, st.st_ino) == key
+    if stat.S_ISDIR(st.st_mode) and isinstance(key, tuple):
+        parent = os.path.realpath(os.path.dirname(os.path.abspath(out)))
+        name = os.path.basename(out)
+        return (parent == os.path.realpath(value)
+                and (os.path.splitext(name)[1].lower() in _READ_IN_FOLDER or name in _READ_IN_MODEL_FOLDER))
+    return False
+
+
+def _flag(option: str) -> str:
+    return "SOURCE" if option in ("source", "sources") else "--" + option.replace("_", "-")
 
 
 def printable(text: str) -> str:

@@ -161,6 +161,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: cannot read the configuration ({exc.strerror or exc}); check the path") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML ({exc}); fix the file") from None
+    except UnicodeDecodeError as exc:  # (tomllib decodes the bytes itself, outside TOMLDecodeError)
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save the configuration as UTF-8") from None
 
 
 def _bad(path: Path, key: str, what: str, value: object) -> InputError:

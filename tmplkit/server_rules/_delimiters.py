@@ -99,14 +99,29 @@ def load_server_delimiters(path: str | Path) -> dict[str, Delims]:
     --format json` (templates the server did not take are left out)."""
     import json
 
+    write = "write one with `tmplkit server delimiters SOURCE... --format json -o FILE`"
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        rows = data["results"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{path}: not a saved `tmplkit server delimiters --format json` ({exc})") from None
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the saved server delimiters ({exc.strerror or exc}); check the path, or "
+                         f"{write}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text, so not a saved `tmplkit server delimiters --format json`; {write}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{path}: not JSON ({exc}); {write}") from None
+    rows = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("template"), str) for r in rows):
+        raise InputError(f"{path}: not a saved `tmplkit server delimiters --format json` (no list of results, each "
+                         f"with its template); {write}")
     out = {}
     for row in rows:
-        delims = delimiters_of_row(row)
+        try:
+            delims = delimiters_of_row(row)
+        except (AttributeError, KeyError, TypeError):
+            raise InputError(f"{path}: the result of template '{row['template']}' is not as the command writes it; "
+                             f"{write}") from None
         if delims is not None:
             out[row["template"]] = delims
     return out

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 
+from ..errors import InputError
 from ..sandbox import Limits, Prepared, prepare_message, prepare_tools, render, render_with_prompt
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
@@ -94,6 +95,7 @@ def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = No
     another template, other `kwargs` or other `inputs`) as a server gives it to `template`; `inputs`:
     whose message preparation ("server", the default, or "transformers": `session._inputs`; None
     keeps a prepared conversation's own)."""
+    _check_kwargs(kwargs)
     if isinstance(conversation, ServerConversation):
         inputs = conversation.inputs if inputs is None else inputs
         if conversation.template == template and conversation.inputs == inputs:  # its messages stay as they are
@@ -106,6 +108,17 @@ def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = No
     return ServerConversation(template, conversation, tuple(messages_for(template, conversation.messages, inputs)),
                               tuple(conversation.tools or ()) or None, dict(kwargs or {}), render_variables(template, kwargs),
                               inputs)
+
+
+# What every render sets from the conversation and the request: template variables may not replace it.
+_RENDER_SETS = ("messages", "tools", "documents", "add_generation_prompt", "limits", "clock", "template")
+
+
+def _check_kwargs(kwargs: Mapping | None) -> None:
+    taken = sorted(set(kwargs or ()) & set(_RENDER_SETS))
+    if taken:
+        raise InputError(f"template variables {', '.join(taken)}: set by each render from the conversation and the "
+                         "request; leave them out of the variables")
 
 
 def render_conversation(template: ChatTemplate, conversation, *, add_generation_prompt: bool = True,

@@ -1,0 +1,135 @@
+"""The paths a command is given, checked before it works: an output that is one of its inputs, an
+output given twice, standard input given twice, `-o -`; and the shape of a usage error (one line,
+like every other error), a configuration that is not UTF-8, template variables a render sets."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tmplkit.cli import main
+from tmplkit.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+CHATML = ROOT / "fixtures" / "templates" / "chatml.jinja"
+CHAT = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+
+
+@pytest.fixture()
+def here(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(CHATML, tmp_path / "in.jinja")
+    (tmp_path / "conv.json").write_text(json.dumps(CHAT), encoding="utf-8")
+    return tmp_path
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(["--no-config", *argv])
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(code, err, *words) -> bool:
+    return code == 2 and err.startswith("tmplkit") and err.count("\n") == 1 and all(w in err for w in words)
+
+
+@pytest.mark.parametrize("argv", [
+    ("audit", "in.jinja", "-o", "in.jinja"),
+    ("table", "in.jinja", "-o", "./in.jinja"),  # another spelling of the same file
+    ("show", "in.jinja", "-o", "in.jinja"),
+    ("audit", "in.jinja", "--report", "json:in.jinja"),
+    ("lock", "in.jinja", "--lock", "in.jinja", "--fresh"),
+    ("annotate", "in.jinja", "-o", "in.jinja"),
+    ("audit", ".", "-o", "in.jinja"),  # a template the folder source reads
+    ("mask", "in.jinja", "--session", "conv.json", "--tokenizer", "vocab:qwen35", "-o", "conv.json"),
+])
+def test_an_output_that_is_an_input_is_refused_and_left_as_it_was(here, capsys, argv):
+    before = {p.name: p.read_bytes() for p in here.iterdir()}
+    code, out, err = run(capsys, *argv)
+    assert one_line_error(code, err, "also what the command reads", "give another path")
+    assert {p.name: p.read_bytes() for p in here.iterdir()} == before
+
+
+def test_a_symlink_to_an_input_is_that_input(here, capsys):
+    (here / "link.md").symlink_to(here / "in.jinja")
+    code, _, err = run(capsys, "audit", "in.jinja", "-o", "link.md")
+    assert one_line_error(code, err, "also what the command reads")
+    assert (here / "in.jinja").read_bytes() == CHATML.read_bytes()
+
+
+def test_an_output_beside_the_templates_of_a_folder_is_written(here, capsys):
+    code, _, _ = run(capsys, "audit", ".", "-o", "report.md")
+    assert code == 0 and (here / "report.md").is_file()
+
+
+def test_two_outputs_to_one_file_are_refused_but_dev_null_twice_is_fine(here, capsys):
+    code, _, err = run(capsys, "audit", "in.jinja", "-o", "same.txt", "--report", "json:same.txt")
+    assert one_line_error(code, err, "given as two outputs")
+    assert not (here / "same.txt").exists()
+    code, _, _ = run(capsys, "audit", "in.jinja", "-o", "/dev/null", "--report", "json:/dev/null")
+    assert code == 0
+
+
+def test_the_lock_named_twice_is_refused(here, capsys):
+    code, _, err = run(capsys, "lock", "in.jinja", "--lock", "a.json", "-o", "b.json")
+    assert one_line_error(code, err, "given twice", "a.json", "b.json")
+    assert not (here / "a.json").exists() and not (here / "b.json").exists()
+
+
+def test_standard_input_twice_is_refused(here, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", open(here / "conv.json"))
+    code, _, err = run(capsys, "spans", "-", "--session", "-", "--tokenizer", "vocab:qwen35")
+    assert one_line_error(code, err, "standard input (-) is given twice")
+
+
+def test_dash_is_standard_output_and_an_empty_path_is_refused(here, capsys):
+    code, out, _ = run(capsys, "audit", "in.jinja", "-o", "-")
+    assert code == 0 and "1 pass" in out and not (here / "-").exists()
+    code, _, err = run(capsys, "audit", "in.jinja", "-o", "")
+    assert one_line_error(code, err, "the path is empty")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("audit", "in.jinja", "--format", "bogus"), ("--format", "invalid choice", "see tmplkit audit --help")),
+    (("server",), ("the subcommand, one of delimiters, log",)),
+    (("corpus",), ("action, one of fetch, path",)),
+    ((), ("the subcommand, one of audit",)),
+    (("spans", "in.jinja"), ("missing: --tokenizer",)),
+])
+def test_a_usage_error_is_one_line_naming_what_is_missing(here, capsys, argv, words):
+    code, out, err = run(capsys, *argv)
+    assert one_line_error(code, err, *words) and "usage:" not in err and out == ""
+
+
+def test_a_configuration_that_is_not_utf8_is_one_line(here, capsys):
+    (here / "tmplkit.toml").write_bytes(b'sources = ["\xff"]\n')
+    code = main(["audit", "in.jinja"])
+    err = capsys.readouterr().err
+    assert one_line_error(code, err, "tmplkit.toml", "not UTF-8")
+
+
+def test_template_variables_a_render_sets_are_refused(here, capsys):
+    code, _, err = run(capsys, "turns", "in.jinja", "--template-kwargs", '{"messages": 1}')
+    assert one_line_error(code, err, "template variables messages", "leave them out")
+
+
+@pytest.mark.parametrize("content, words", [
+    ('"str"', "no list of results"),
+    ("{", "not JSON"),
+    ('{"results": [{"template": "a", "server": {"status": "ok", "route": "autoparser", "delimiters": [1]}}]}',
+     "template 'a' is not as the command writes it"),
+])
+def test_a_saved_server_delimiters_file_of_another_shape_is_one_line(tmp_path, content, words):
+    from tmplkit.server_rules import load_server_delimiters
+
+    path = tmp_path / "d.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(InputError, match="write one with") as e:
+        load_server_delimiters(path)
+    assert words in str(e.value) and "\n" not in str(e.value)
