@@ -275,3 +275,22 @@ def test_no_llama_server_points_at_what_an_installed_package_can_do(capsys, tmp_
     code, _, err = run(capsys, "engine-parity", CHATML)
     assert code == 2 and one_line_error(err, "--server PATH", "TMPLKIT_LLAMA_SERVER", "make llama-server")
     assert "scripts/" not in err
+
+
+# ---- what a message says: JSON's words, what to do, one cause -----------------------------------
+
+@pytest.mark.parametrize("name, content, argv, words", [
+    ("n.json", '{"chat_template": null}', ("audit", "n.json"), ("got null",)),
+    ("e.gguf", "", ("audit", "e.gguf"), ("0 bytes, too short for the GGUF magic",)),
+    ("r.json", '[{"content": "x"}]', ("spans", CHATML, "--session", "r.json", "--tokenizer", "vocab:qwen35"),
+     ("has no 'role'; give each message its 'role'",)),
+    ("g.bin", "\x00garbage", ("spans", CHATML, "--session", "r.json", "--tokenizer", "g.bin"),
+     ("neither a GGUF file nor a tokenizer.json; give a .gguf",)),
+    ("syn.jinja", "{% if %}", ("annotate", "syn.jinja", "-o", "out.jinja"), ("does not compile", "tmplkit audit")),
+])
+def test_a_message_says_what_was_wrong_in_the_users_words_and_what_to_do(capsys, tmp_path, name, content, argv, words):
+    (tmp_path / name).write_text(content, encoding="utf-8")
+    (tmp_path / "r.json").write_text(content if name == "r.json" else '[{"role": "user", "content": "hi"}]', encoding="utf-8")
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1 and all(w in err for w in words), err
+    assert "NoneType" not in err and "cannot map" not in err

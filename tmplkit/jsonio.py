@@ -39,7 +39,7 @@ from typing import IO, Union
 
 from .errors import InputError, TmplkitError
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "parse_json", "read_json", "read_text", "source_name"]
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "json_kind", "parse_json", "read_json", "read_text", "source_name"]
 
 # Far above any real template, tokenizer config or agent session (a 90k-token session is ~0.4 MB;
 # the largest tokenizer configs, with 200k added tokens, ~30 MB); a guard against mistakes.
@@ -127,6 +127,18 @@ def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
         raise error(f"{where}: a string holds {lone}, half of a UTF-16 pair and no character (no tokenizer or "
                     "server can encode it); fix the text")
     return value
+
+
+def json_kind(value) -> str:
+    """What a parsed JSON value is, in JSON's words (for messages: "got null", not "got NoneType").
+
+    >>> json_kind(None), json_kind({}), json_kind("x"), json_kind(1.5)
+    ('null', 'an object', 'a string', 'a number')
+    """
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list", tuple: "a list", str: "a string", bool: "a boolean",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
 def _lone_surrogate(value) -> str | None:

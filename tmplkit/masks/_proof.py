@@ -104,6 +104,7 @@ def proves(text: str, cases: Sequence[tuple[ServerConversation, TextMask]], only
 
 def check_cases(template: ChatTemplate, conversations) -> list[tuple[ServerConversation, TextMask]]:
     out = []
+    first: TmplkitError | None = None
     for c in conversations if conversations is not None else check_conversations():
         conversation = c if isinstance(c, Conversation) else load_conversation(c)
         for shaped, kwargs in [(conversation, None), *_as_analysed(template, conversation)]:
@@ -111,10 +112,13 @@ def check_cases(template: ChatTemplate, conversations) -> list[tuple[ServerConve
             try:
                 out.append((server, text_mask(template, server)))
                 break
-            except TmplkitError:
+            except TmplkitError as exc:
+                first = first or exc
                 continue  # a conversation the template refuses (no tools, strict alternation) proves nothing
     if not out:
-        raise AnnotationError(f"template '{template.name}' renders none of the check conversations")
+        why = f" (the first: {first})" if first is not None else ""
+        raise AnnotationError(f"template '{template.name}' renders none of the check conversations{why}; "
+                              "`tmplkit audit` on it says why")
     return out
 
 

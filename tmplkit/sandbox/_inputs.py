@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from ..errors import InputError
+from ..jsonio import json_kind
 
 __all__ = ["REASONING_KEYS"]
 
@@ -102,7 +103,7 @@ def _prepare_messages(messages) -> list[dict]:
         if hasattr(messages, "messages"):
             messages = messages.messages
         if isinstance(messages, (str, bytes)) or not hasattr(messages, "__iter__"):
-            raise InputError(f"messages must be a list of message dicts, got {type(messages).__name__}")
+            raise InputError(f"messages must be a list of message dicts, got {json_kind(messages)}")
         prepared = [prepare_message(m) for m in messages]
     if not prepared:
         raise InputError("cannot render an empty conversation; give at least one message")
@@ -120,9 +121,9 @@ def _prepare_dicts(values, what: str, hint: str):
     if values is None or type(values) is Prepared:
         return values
     if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
-        raise InputError(f"{what} must be a list of {hint}, got {type(values).__name__}")
+        raise InputError(f"{what} must be a list of {hint}, got {json_kind(values)}")
     values = list(values)
     for value in values:
         if not isinstance(value, Mapping):
-            raise InputError(f"{what} must be a list of {hint}, got an item of type {type(value).__name__}")
+            raise InputError(f"{what} must be a list of {hint}, got an item that is {json_kind(value)}")
     return _plain(values)

@@ -34,7 +34,7 @@ from typing import Any
 from ..atomic import write_output
 from ..delimiters import ROLES
 from ..errors import InputError
-from ..jsonio import read_json, source_name
+from ..jsonio import json_kind, read_json, source_name
 
 __all__ = ["Conversation", "Session", "load_conversation", "load_session", "save_session", "session_from_json"]
 
@@ -124,10 +124,10 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
         messages_value, tools_value, prefix = data["messages"], data.get("tools"), "messages"
     else:
         raise InputError(
-            f"{where}: expected a list of messages or an object with 'messages', got {_kind(data)}"
+            f"{where}: expected a list of messages or an object with 'messages', got {json_kind(data)}"
         )
     if not isinstance(messages_value, (list, tuple)):
-        raise InputError(f"{where}: 'messages' must be a list of messages, got {_kind(messages_value)}")
+        raise InputError(f"{where}: 'messages' must be a list of messages, got {json_kind(messages_value)}")
     if not messages_value:
         raise InputError(f"{where}: the conversation has no messages; give at least one")
     messages = tuple(_check_message(m, f"{prefix}[{i}]", where) for i, m in enumerate(messages_value))
@@ -170,13 +170,6 @@ def save_session(session: Conversation, path: str | os.PathLike) -> None:
 # --- validation ------------------------------------------------------------------------------------
 
 
-def _kind(value) -> str:
-    if value is None:
-        return "null"
-    return {dict: "an object", list: "a list", tuple: "a list", str: "a string", bool: "a boolean",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
-
-
 def _keys(d: dict) -> str:
     keys = [repr(k) for k in list(d)[:8]]
     return "{" + ", ".join(keys) + (", ..." if len(d) > 8 else "") + "}"
@@ -189,13 +182,14 @@ def _short(value, limit: int = 40) -> str:
 
 def _check_message(m, at: str, where: str) -> dict:
     if not isinstance(m, dict):
-        raise InputError(f"{where}: {at} must be an object with 'role' and 'content', got {_kind(m)}")
+        raise InputError(f"{where}: {at} must be an object with 'role' and 'content', got {json_kind(m)}")
     if "role" not in m:
-        hint = " (this looks like ShareGPT 'from'/'value'; use 'role'/'content')" if "from" in m else ""
+        hint = (" (this looks like ShareGPT 'from'/'value'; use 'role'/'content')" if "from" in m else
+                "; give each message its 'role' (user, assistant, system or tool) and its 'content'")
         raise InputError(f"{where}: {at} has no 'role'{hint}")
     role = m["role"]
     if not isinstance(role, str):
-        raise InputError(f"{where}: {at}.role must be a string, got {_kind(role)}")
+        raise InputError(f"{where}: {at}.role must be a string, got {json_kind(role)}")
     if role not in ROLES:
         hint = f"; use '{_ROLE_HINTS[role]}'" if role in _ROLE_HINTS else ""
         raise InputError(f"{where}: {at}.role is {_short(role)}; known roles: {', '.join(ROLES)}{hint}")
@@ -215,13 +209,13 @@ def _check_message(m, at: str, where: str) -> dict:
             _check_part(part, f"{at}.content[{j}]", where)
     elif not isinstance(content, str):
         raise InputError(
-            f"{where}: {at}.content must be a string or a list of text parts, got {_kind(content)}"
+            f"{where}: {at}.content must be a string or a list of text parts, got {json_kind(content)}"
         )
     if tool_calls is not None:
         if role != "assistant":
             raise InputError(f"{where}: {at} ({role}) has tool_calls; only assistant messages make tool calls")
         if not isinstance(tool_calls, list):
-            raise InputError(f"{where}: {at}.tool_calls must be a list, got {_kind(tool_calls)}")
+            raise InputError(f"{where}: {at}.tool_calls must be a list, got {json_kind(tool_calls)}")
         for j, call in enumerate(tool_calls):
             _check_call(call, f"{at}.tool_calls[{j}]", where)
     return dict(m)
@@ -229,35 +223,35 @@ def _check_message(m, at: str, where: str) -> dict:
 
 def _check_part(part, at: str, where: str) -> None:
     if not isinstance(part, dict):
-        raise InputError(f"{where}: {at} must be an object, got {_kind(part)}; {_PART_HINT}")
+        raise InputError(f"{where}: {at} must be an object, got {json_kind(part)}; {_PART_HINT}")
     kind = part.get("type")
     if kind != "text":
         what = f"a {_short(kind)} part" if kind is not None else "a part without 'type'"
         raise InputError(f"{where}: {at} is {what}; {_PART_HINT}")
     if not isinstance(part.get("text"), str):
-        raise InputError(f"{where}: {at}.text must be a string, got {_kind(part.get('text'))}")
+        raise InputError(f"{where}: {at}.text must be a string, got {json_kind(part.get('text'))}")
 
 
 def _check_call(call, at: str, where: str) -> None:
     if not isinstance(call, dict):
-        raise InputError(f"{where}: {at} must be an object, got {_kind(call)}")
+        raise InputError(f"{where}: {at} must be an object, got {json_kind(call)}")
     fn = call.get("function", call)
     if not isinstance(fn, dict):
-        raise InputError(f"{where}: {at}.function must be an object with 'name' and 'arguments', got {_kind(fn)}")
+        raise InputError(f"{where}: {at}.function must be an object with 'name' and 'arguments', got {json_kind(fn)}")
     if not isinstance(fn.get("name"), str) or not fn["name"]:
         raise InputError(f"{where}: {at} has no function name; give {{\"function\": {{\"name\": ..., \"arguments\": ...}}}}")
     args = fn.get("arguments")
     if args is not None and not isinstance(args, (dict, str)):
-        raise InputError(f"{where}: {at}.arguments must be an object or a JSON string, got {_kind(args)}")
+        raise InputError(f"{where}: {at}.arguments must be an object or a JSON string, got {json_kind(args)}")
 
 
 def _check_tools(tools, where: str) -> tuple[dict, ...]:
     if not isinstance(tools, (list, tuple)):
-        raise InputError(f"{where}: 'tools' must be a list of tool definitions, got {_kind(tools)}")
+        raise InputError(f"{where}: 'tools' must be a list of tool definitions, got {json_kind(tools)}")
     for i, tool in enumerate(tools):
         at = f"tools[{i}]"
         if not isinstance(tool, dict):
-            raise InputError(f"{where}: {at} must be an object, got {_kind(tool)}")
+            raise InputError(f"{where}: {at} must be an object, got {json_kind(tool)}")
         fn = tool.get("function", tool)
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise InputError(

@@ -148,10 +148,10 @@ def read_metadata(
     except OSError as exc:
         raise GGUFError(f"{p}: cannot open ({exc.strerror or exc}); check the path and permissions") from None
     with f:
+        size = st.st_size
+        if size < 4:  # (before the mapping: its error would wrap this one)
+            raise GGUFError(f"{p}: not a GGUF file ({size} bytes, too short for the GGUF magic); give a .gguf model file")
         try:
-            size = st.st_size
-            if size < 4:
-                raise GGUFError(f"{p}: not a GGUF file ({size} bytes, too short for the GGUF magic); give a .gguf model file")
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as exc:
             raise GGUFError(f"{p}: cannot map the file ({exc}); check that it is a regular, readable file") from None

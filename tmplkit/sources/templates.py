@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GGUFError, SourceError
-from ..jsonio import parse_json, read_json, read_text
+from ..jsonio import json_kind, parse_json, read_json, read_text
 from . import corpus
 from .gguf_meta import Keys, read_metadata
 
@@ -169,7 +169,7 @@ def _token_str(value, path: Path, key: str) -> str | None:
         return value
     if isinstance(value, dict) and isinstance(value.get("content"), str):
         return value["content"]
-    raise SourceError(f"{path}: '{key}' should be a string or {{\"content\": ...}}, got {type(value).__name__}")
+    raise SourceError(f"{path}: '{key}' should be a string or {{\"content\": ...}}, got {json_kind(value)}")
 
 
 def _templates_from_value(value, path: Path, base: str, bos, eos, key: str = "chat_template") -> list[ChatTemplate]:
@@ -190,7 +190,7 @@ def _templates_from_value(value, path: Path, base: str, bos, eos, key: str = "ch
         if not out:
             raise SourceError(f"{path}: '{key}' is an empty list; give at least one template")
         return out
-    raise SourceError(f"{path}: '{key}' must be a string or a list of named templates, got {type(value).__name__}")
+    raise SourceError(f"{path}: '{key}' must be a string or a list of named templates, got {json_kind(value)}")
 
 
 def load_json(path: Path, base: str | None = None) -> list[ChatTemplate]:
@@ -213,7 +213,7 @@ def _load_stdin() -> list[ChatTemplate]:
 
 def _json_templates(data, path: Path, base: str | None) -> list[ChatTemplate]:
     if not isinstance(data, dict):
-        raise SourceError(f"{path}: expected a JSON object with 'chat_template', got {type(data).__name__}")
+        raise SourceError(f"{path}: expected a JSON object with 'chat_template', got {json_kind(data)}")
     if "chat_template" not in data:
         raise SourceError(f"{path}: no 'chat_template' key; this model ships its template elsewhere (try the folder or the GGUF)")
     base = base or (path.parent.name if path.name in _HF_FILES else path.stem) or path.stem
@@ -269,7 +269,7 @@ def _load_model_dir(path: Path, base: str) -> list[ChatTemplate]:
     if config.is_file():
         config_data = _read_json(config)
         if not isinstance(config_data, dict):
-            raise SourceError(f"{config}: expected a JSON object, got {type(config_data).__name__}; fix the file")
+            raise SourceError(f"{config}: expected a JSON object, got {json_kind(config_data)}; fix the file")
         bos = _token_str(config_data.get("bos_token"), config, "bos_token")
         eos = _token_str(config_data.get("eos_token"), config, "eos_token")
     templates: list[ChatTemplate] = []
@@ -365,7 +365,7 @@ def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
     if not out:
         raise SourceError(
             f"{p}: this GGUF has no chat template (no {Keys.Tokenizer.CHAT_TEMPLATE} key); "
-            "give the template from another source, e.g. --template hf:org/name or a .jinja file"
+            "give the template another way: a .jinja file, a tokenizer_config.json or hf:org/name"
         )
     return out
 

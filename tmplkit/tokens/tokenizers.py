@@ -38,6 +38,8 @@ from .llama_model import LlamaModel, import_llama_cpp
 
 __all__ = ["GGUFBPETokenizer", "HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "load_tokenizer"]
 
+_GIVE = "give a .gguf (vocab-only is enough), a tokenizer.json or its folder, vocab:NAME or hf:org/name"
+
 Offsets = list[tuple[int, int]]
 
 
@@ -718,9 +720,9 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
     if not path.exists():
         if text.count("/") == 1 and not text.startswith((".", "/", "~")):
             return _hf_from_cache(text, add_bos)
-        raise TokenizerError(f"tokenizer file not found: {path}")
+        raise TokenizerError(f"tokenizer file not found: {path}; {_GIVE}")
     if not path.is_file():
-        raise TokenizerError(f"{path} is not a file")
+        raise TokenizerError(f"{path} is not a file; {_GIVE}")
     try:
         with path.open("rb") as f:
             head = f.read(64)
@@ -732,7 +734,7 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
         return HFTokenizer(path, add_bos=add_bos)
     if path.suffix == ".gguf":
         raise TokenizerError(f"{path} is not a GGUF file (no GGUF magic); it may be damaged or a Git LFS pointer")
-    raise TokenizerError(f"{path} is neither a GGUF file nor a tokenizer.json")
+    raise TokenizerError(f"{path} is neither a GGUF file nor a tokenizer.json; {_GIVE}")
 
 
 def _hf_from_cache(repo_id: str, add_bos: bool = False) -> HFTokenizer:
