@@ -185,7 +185,7 @@ def test_turns_timeout_on_the_command_line(session_file, capsys):
     assert report["n_requests"] == 1 and "after 1 of 22 requests" in report["stopped"]
     assert main(["turns", str(FIX / "stable.jinja"), "--timeout", "0"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--timeout must be positive" in err
+    assert err.count("\n") == 1 and "--timeout must be a positive finite number" in err
 
 
 class _Terminal(io.StringIO):
@@ -202,3 +202,9 @@ def test_turns_progress_on_a_terminal_only(session_file, monkeypatch, capsys, te
     assert ("stable: requests 22/22" in err.getvalue()) is shown
     assert ("\x1b[" in err.getvalue()) is shown
     assert "stable over" in capsys.readouterr().out  # the report itself is untouched
+
+
+def test_an_infinite_timeout_is_refused_as_the_configuration_refuses_it(capsys):
+    assert main(["turns", str(FIX / "stable.jinja"), "--timeout", "inf"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--timeout must be a positive finite number, got inf" in err

@@ -169,8 +169,8 @@ def require_tokenizers(specs, needed_by: str) -> None:
 def positive(value, flag: str):
     from ..errors import InputError
 
-    if value is not None and not value > 0:  # also refuses nan
-        raise InputError(f"{flag} must be positive, got {value}")
+    if value is not None and not 0 < value < float("inf"):  # also refuses nan; inf as the configuration does
+        raise InputError(f"{flag} must be a positive finite number, got {value}")
     return value
 
 
