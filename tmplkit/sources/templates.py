@@ -186,6 +186,8 @@ def _templates_from_value(value, path: Path, base: str, bos, eos, key: str = "ch
                     f"{path}: '{key}' item {i} must be {{\"name\": str, \"template\": str}}; fix the named-template list"
                 )
             name = base if item["name"] == "default" else f"{base}:{item['name']}"
+            if any(t.name == name for t in out):  # (--name could not tell the two apart)
+                raise SourceError(f"{path}: '{key}' names two templates '{item['name']}'; give each its own name")
             out.append(ChatTemplate(item["template"], name, str(path), bos, eos))
         if not out:
             raise SourceError(f"{path}: '{key}' is an empty list; give at least one template")
