@@ -318,3 +318,12 @@ def test_the_audit_reports_drift_from_a_declared_upstream(tmp_path, write_gguf):
     (tmp_path / "tmplkit.toml").write_text('sources = ["model.gguf"]\n[upstream]\n"model.gguf" = "hf:acme/none"\n')
     proc = _offline(tmp_path, "audit", "--in-process")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "hf:acme/none" in proc.stderr
+
+
+def test_an_upstream_declared_for_a_gguf_that_is_not_there_is_one_line(tmp_path, write_gguf):
+    write_gguf("model.gguf", template=(PAIRS / "generation-prompt" / "b.jinja").read_text())
+    (tmp_path / "upstream.jinja").write_text((PAIRS / "generation-prompt" / "a.jinja").read_text())
+    (tmp_path / "tmplkit.toml").write_text('sources = ["model.gguf"]\n[upstream]\n"modle.gguf" = "upstream.jinja"\n')
+    proc = subprocess.run([sys.executable, "-m", "tmplkit", "audit", "--in-process"], env=ENV, capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "modle.gguf, which is not a file" in proc.stderr

@@ -135,9 +135,14 @@ def upstreams_for(cfg, templates) -> list:
     each upstream is loaded here (an uncached offline Hub source: one line, before any work)."""
     from ..sources.templates import load_one
 
+    from ..errors import InputError
+
     if not cfg.upstream:
         return []
     declared = {Path(k).resolve(): v for k, v in cfg.upstream.items()}
+    for gguf in declared:
+        if not gguf.is_file():  # (a typo would leave that GGUF's drift unchecked, without a word)
+            raise InputError(f"[upstream] of the configuration names {gguf}, which is not a file; fix the path")
     pairs = []
     for t in templates:
         spec = declared.get(Path(t.source).resolve()) if t.source.lower().endswith(".gguf") else None
