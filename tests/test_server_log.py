@@ -162,6 +162,23 @@ def test_with_the_template_and_the_session_the_breaks_fall_on_tool_results(qwen3
     assert sum(new.counts().values()) < 10
 
 
+
+@pytest.mark.corpus
+def test_a_log_of_another_session_is_refused_and_a_place_past_a_request_is_on_no_message(qwen35):
+    from tmplkit.prefill import generate_session
+    from tmplkit.server.log_breaks import _place, locate_breaks
+    from tmplkit.sources import corpus, load_one
+
+    template = load_one(str(corpus.templates_dir() / "Qwen3.5-4B.jinja"))
+    short = generate_session(600, seed=0, style="agent")  # not the 30k session the log served
+    with pytest.raises(InputError, match="are none of this session's requests") as e:
+        locate_breaks(read("0.3.33-cold-lv4.log"), template, short, qwen35)
+    assert "\n" not in str(e.value)
+    offsets = [(i, i + 1) for i in range(10)]  # a request of 10 one-character tokens
+    place = _place("break", 50, 0, offsets, [], [], [])
+    assert place.past_end and place.message is None and "past the end" in place.describe()
+    assert not _place("break", 10, 0, offsets, [], [], []).past_end  # the generation's start is the request's end
+
 # ---- logs as users paste them: older formats, cut progress lines, a router -------------------------------
 
 OLDER = [

@@ -28,8 +28,11 @@ class BreakPlace:
     role: str | None
     at_start: bool
     span_role: str | None = None  # the role of tmplkit's span there (a tool result inside a user turn: 'tool')
+    past_end: bool = False  # beyond the request's tokens (a task matched to no request): on no message
 
     def describe(self) -> str:
+        if self.past_end:
+            return f"{self.what} at {self.pos}: past the end of the request it is read on (no message)"
         if self.message is None:
             return f"{self.what} at {self.pos}: before the first message"
         where = "the start of" if self.at_start else "inside"
@@ -38,7 +41,7 @@ class BreakPlace:
 
     def to_dict(self) -> dict:
         return {"what": self.what, "pos": self.pos, "message": self.message, "role": self.role,
-                "at_start": self.at_start, "span_role": self.span_role}
+                "at_start": self.at_start, "span_role": self.span_role, "past_end": self.past_end}
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ def locate_breaks(log: ServerLog, template, session, tokenizer, *, analysis=None
             cache[k] = (text, len(ids) + bos, bos, offsets, split_text(text, analysis.delimiters))
         return cache[k]
 
+    _refuse_another_session(log, requests, prepared)
     out = []
     next_k = 0
     for task in log.tasks:
@@ -117,6 +121,21 @@ def locate_breaks(log: ServerLog, template, session, tokenizer, *, analysis=None
             places.append(_place(what, pos, bos, offsets, spans, owners, messages))
         out.append(TaskLocation(task.task, k, n_msgs, k_found is not None, tuple(places)))
     return replace(log, locations=tuple(out))
+
+
+def _refuse_another_session(log: ServerLog, requests, prepared) -> None:
+    """InputError where no task's prompt length is any request's token count and some prompt is
+    longer than every request: the log served another session (or another template or tokenizer),
+    and every place read on this one would be made up."""
+    lengths = [t.n_prompt for t in log.tasks if t.n_prompt is not None]
+    if not lengths or not requests:
+        return
+    counts = [prepared(k)[1] for k in range(len(requests))]
+    if set(lengths) & set(counts) or max(lengths) <= max(counts):
+        return
+    raise InputError(f"the log's prompts ({min(lengths)}..{max(lengths)} tokens) are none of this session's requests "
+                     f"({min(counts)}..{max(counts)} tokens with this template and tokenizer): give the session the "
+                     "server was sent, with its template (--template) and tokenizer (--tokenizer)")
 
 
 def _load_session(path: str):
@@ -170,6 +189,8 @@ def _place(what: str, pos: int, bos: int, offsets, spans, owners, messages) -> B
     i = pos - bos
     if i < 0 or not offsets:
         return BreakPlace(what, pos, None, None, False)
+    if i > len(offsets):  # (at len(offsets): the generation's start, the end of the last message)
+        return BreakPlace(what, pos, None, None, False, past_end=True)
     c = offsets[min(i, len(offsets) - 1)][0] if i < len(offsets) else offsets[-1][1]
     starts = [s.start for s in spans]
     k = bisect.bisect_right(starts, c) - 1
