@@ -72,6 +72,7 @@ def _cmd_turns(args) -> int:
     from ..turns.formats import format_turns
 
     memory = _memory(args)  # refuse a bad option before any work
+    _need_tokenizer(args)
     settings = settings_of(args, CHOSEN)
     kwargs = _template_kwargs(args.template_kwargs)
     server = None
@@ -203,6 +204,20 @@ def _auto_tokenizer(template):
     spec = tokenizer_spec("auto", template)
     require_tokenizers([spec], "tmplkit turns --tokenizer auto (" + str(spec) + ")")
     return portable_tokenizer(load_tokenizer(spec), spec)
+
+
+def _need_tokenizer(args) -> None:
+    """Options that only change what is counted in tokens, given without a tokenizer: refused, not
+    silently ignored (the text-only study counts no tokens)."""
+    from ..errors import InputError
+
+    if args.tokenizer:
+        return
+    given = [flag for flag, value in (("--add-bos", args.add_bos), ("--memory-model", args.memory), ("--model", args.model),
+                                      ("--server-delimiters", args.server_delimiters)) if value]
+    if given:
+        raise InputError(f"{', '.join(given)}: only count tokens; give --tokenizer too (auto: the template's own "
+                         "vocabulary), or leave them out for the text-only study")
 
 
 def _template_kwargs(text: str | None) -> dict | None:
