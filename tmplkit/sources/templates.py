@@ -179,7 +179,7 @@ def _templates_from_value(value, path: Path, base: str, bos, eos, key: str = "ch
             raise SourceError(f"{path}: '{key}' is empty; give a chat template")
         return [ChatTemplate(value, base, str(path), bos, eos)]
     if isinstance(value, list):
-        out = []
+        out: list[ChatTemplate] = []
         for i, item in enumerate(value):
             if not (isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("template"), str)):
                 raise SourceError(
