@@ -133,9 +133,8 @@ def precheck(lock, templates) -> None:
 def upstreams_for(cfg, templates) -> list:
     """[(gguf template, its upstream template)] for every GGUF the configuration's [upstream] names;
     each upstream is loaded here (an uncached offline Hub source: one line, before any work)."""
-    from ..sources.templates import load_one
-
     from ..errors import InputError
+    from ..sources.templates import load_one
 
     if not cfg.upstream:
         return []
