@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tmplkit.cli import main
+from tmplkit.errors import ModelError
 from tmplkit.server.parity import engine_parity, format_parity_table
 from tmplkit.server.process import llama_server_binary
 from tmplkit.sources import corpus, load_one
@@ -65,6 +66,32 @@ def test_engine_parity_cli(server, tmp_path, capsys):
     out = tmp_path / "parity.md"
     assert main(["engine-parity", src, "--server", str(binary), "--model", str(model), "-o", str(out)]) == 0
     assert out.read_text().endswith("identical: 2; round trip holds on llama.cpp's render: 2 of 2\n")
+
+
+def test_a_template_llama_cpp_refuses_is_a_row_a_model_it_cannot_serve_is_an_error(server, tmp_path, capsys):
+    binary, model = server
+    # Jinja has a `wordcount` filter, llama.cpp's engine has not: the server will not start with it
+    template = tmp_path / "wordcount.jinja"
+    template.write_text("{%- for m in messages -%}<|im_start|>{{ m.role }}\n{{ m.content | wordcount }}{{ m.content }}"
+                        "<|im_end|>\n{% endfor -%}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif -%}")
+    (row,) = engine_parity(load_one(str(template)), binary, model)
+    # its reason, from its log (the logged line may be lost when it exits at once: then its bare line)
+    assert row.status == "refused" and ("Unknown (built-in) filter 'wordcount'" in row.error
+                                        or "chat template is not supported" in row.error), row
+    # a model it cannot load (its last tensor cut short): nothing was compared, so no row says "refused"
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(model.read_bytes()[:-4096])
+    with pytest.raises(ModelError, match="exited with code 1 at start.*no template was checked"):
+        engine_parity(load_one(str(template)), binary, broken)
+    src = str(corpus.templates_dir() / "Qwen3.5-4B.jinja")
+    assert main(["--no-config", "engine-parity", src, "--server", str(binary), "--model", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tmplkit: error: ") and err.count("\n") == 1 and "refused" not in err, err
+    # a vocabulary without weights: told before any template is analyzed, as `server delimiters` tells it
+    vocab = corpus.vocab_path("qwen2")
+    for command in (["engine-parity"], ["server", "delimiters"]):
+        assert main(["--no-config", *command, src, "--server", str(binary), "--model", str(vocab)]) == 2
+        assert "no weights" in capsys.readouterr().err
 
 
 def test_table_format():

@@ -5,12 +5,13 @@ real llama-server is in test_llama_server_e2e.py."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from tmplkit import analyze
 from tmplkit.cli import main
-from tmplkit.errors import AnalysisError
+from tmplkit.errors import AnalysisError, TokenizerError
 from tmplkit.sandbox import render
 from tmplkit.server.process import (
     CompletionRequest,
@@ -142,6 +143,46 @@ def test_request_cli(qwen_template, qwen35, tmp_path, capsys):
                 ["request", src, "--session", str(conv), "--delimiters-only", "--tokenizer", "vocab:qwen35"]):
         assert main(bad) == 2
         assert "give --session FILE (the conversation), or --delimiters-only" in capsys.readouterr().err
+
+
+@pytest.fixture
+def spaced_tokenizer(tmp_path):
+    """A WordPiece tokenizer (BERT's normaliser and pre-tokenizer) that cannot spell `<|im_start|>`: its ids
+    decode to `< | im _ start | >`. llama-server, given that text, would tokenize it to the same ids."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    words = ["[UNK]", "<", "|", "im", "_", "start", "end", ">", "user", "assistant", "system", "tool", "hi", "hello"]
+    tok = Tokenizer(models.WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    folder = tmp_path / "wordpiece"
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+@pytest.mark.parametrize("tokenizer", ["spaced", "vocab:bert-bge"])
+def test_a_tokenizer_that_cannot_spell_the_delimiters_is_refused(tokenizer, spaced_tokenizer, tmp_path, capsys):
+    # the message delimiters are the text of token-checked ids: ids that decode to other text than the
+    # template writes (a vocabulary that cannot spell `<|im_start|>`) are a tokenizer that does not match
+    if tokenizer == "spaced":
+        tokenizer = str(spaced_tokenizer)
+    else:
+        pytest.importorskip("llama_cpp")
+    template = Path(__file__).resolve().parent.parent / "fixtures" / "turns" / "stable.jinja"
+    conv = tmp_path / "conv.json"
+    conv.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]))
+    for extra in (["--session", str(conv)], ["--delimiters-only"]):
+        assert main(["--no-config", "request", str(template), "--tokenizer", tokenizer, *extra]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("tmplkit: error: ") and err.count("\n") == 1, err
+        assert "does not match the template" in err and "'<|im_start|>" in err and "--tokenizer" in err
+    from tmplkit.tokens.tokenizers import load_tokenizer
+
+    with pytest.raises(TokenizerError, match="does not match the template"):
+        message_delimiters(load_one(str(template)), load_tokenizer(tokenizer))
 
 
 def test_read_prefill_log():

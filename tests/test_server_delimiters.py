@@ -20,13 +20,12 @@ from tmplkit.server.delimiter_comparison import (
 from tmplkit.server.delimiters import (
     ServerDelimiters,
     ServerStart,
-    _last_error,
     _route,
     _user_starts,
     message_opener,
 )
 from tmplkit.server.log import TaskPrefill
-from tmplkit.server.process import MessageDelimiter
+from tmplkit.server.process import MessageDelimiter, server_log_error
 from tmplkit.tokens.gguf_vocab import bytes_to_unicode
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "templates"
@@ -140,9 +139,22 @@ def test_the_servers_reason_for_refusing_a_template(tmp_path):
                    "parser for this template. Automatic parser generation failed: \n------------\n"
                    "While executing CallExpression at line 1\nError: Jinja Exception: Conversation roles must alternate\n"
                    "0.00.024.618 E srv  llama_server: exiting due to model loading error\n")
-    assert _last_error(log) == ("chat template parsing error: Unable to generate parser for this template. Automatic "
-                                "parser generation failed: Error: Jinja Exception: Conversation roles must alternate")
-    assert _last_error(tmp_path / "none.log") is None
+    assert server_log_error(log) == ("chat template parsing error: Unable to generate parser for this template. "
+                                     "Automatic parser generation failed: Error: Jinja Exception: Conversation roles "
+                                     "must alternate")
+    assert server_log_error(tmp_path / "none.log") is None
+    # the bare line it prints first quotes the template, not the reason: the logged line wins
+    log.write_text("error: the supplied chat template is not supported: {{ x | wordcount }}\n\n"
+                   "0.00.006.791 E common_chat_verify_template: failed to apply template: Unable to generate parser "
+                   "for this template. Automatic parser generation failed: \n------------\n"
+                   "Error: Unknown (built-in) filter 'wordcount' for type String\n")
+    assert server_log_error(log).endswith("Error: Unknown (built-in) filter 'wordcount' for type String")
+    # a model it cannot load: the first error line says why, the later ones follow from it
+    log.write_text("0.00.014.520 E llama_model_load: error loading model: tensor 'blk.1.attn_k.weight' data is not "
+                   "within the file bounds, model is corrupted or incomplete\n"
+                   "0.00.014.529 E llama_model_load_from_file_impl: failed to load model\n"
+                   "0.00.017.289 E srv  llama_server: exiting due to model loading error\n")
+    assert server_log_error(log).startswith("error loading model: tensor 'blk.1.attn_k.weight' data is not within")
 
 
 def test_the_byte_vocabulary_maps_every_byte_to_its_own_character():

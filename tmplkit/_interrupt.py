@@ -10,6 +10,11 @@ The handler is installed when this module is imported: the package root's first 
 other import, so the window left is the interpreter's own start-up (its `site` and `runpy`). This
 module imports nothing that start-up has not loaded already: `_signal` (built in, loaded before
 `site`), `sys`, and `os` (which `site` imports).
+
+SIGTERM (`timeout`, a service manager, `kill`) ends Python at once, skipping every `finally` and
+`with`: a command that has temporary folders or child processes while it works runs that work inside
+`unwind_on_sigterm()`, where SIGTERM raises `Terminated` instead (a KeyboardInterrupt), so that they
+are removed and stopped on the way out; then, as for Ctrl-C, one line and exit 130.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import _signal  # type: ignore[import-not-found]  # (built in: no stub)
 import os
 import sys
 
-__all__ = ["install_early_handler", "restore_default"]
+__all__ = ["Terminated", "hold_sigterm", "install_early_handler", "restore_default", "unwind_on_sigterm"]
 
 EXIT_INTERRUPTED = 130
 
@@ -51,6 +56,62 @@ def restore_default() -> None:
     """Python's own Ctrl-C (KeyboardInterrupt) again, where `install_early_handler` replaced it."""
     if _signal.getsignal(_signal.SIGINT) is _interrupted:
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived inside `unwind_on_sigterm()`: handled as a Ctrl-C is (no `except Exception`
+    keeps the work going; `cli.main` says `tmplkit: interrupted` and exits 130)."""
+
+
+_sigterm = {"on": 0, "held": 0, "pending": False, "raised": False}
+
+
+def _terminated(signum, frame) -> None:
+    if _sigterm["raised"]:  # a second SIGTERM while the first unwinds: the clean-up goes on
+        return
+    if _sigterm["held"]:
+        _sigterm["pending"] = True
+        return
+    _sigterm["raised"] = True
+    raise Terminated
+
+
+class unwind_on_sigterm:
+    """Inside the block, SIGTERM raises `Terminated` in the main thread, once (a second one while the
+    first unwinds is ignored), so that the `finally` and `with` clauses on its way out run (temporary
+    folders removed, child processes stopped). Where this is not the main thread, or SIGTERM's
+    handler is not the default (someone chose one), nothing changes."""
+
+    def __enter__(self) -> unwind_on_sigterm:
+        self._old = None
+        try:
+            if _signal.getsignal(_signal.SIGTERM) == _signal.SIG_DFL:
+                _sigterm.update(on=1, held=0, pending=False, raised=False)
+                self._old = _signal.signal(_signal.SIGTERM, _terminated)
+        except ValueError:  # not the main thread
+            pass
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if self._old is not None:
+            _signal.signal(_signal.SIGTERM, self._old)
+            _sigterm["on"] = 0
+
+
+class hold_sigterm:
+    """Inside the block, a SIGTERM for `unwind_on_sigterm` waits until the block ends (a child process
+    being started: `Terminated` raised inside `subprocess.Popen` would leave it running, unknown)."""
+
+    def __enter__(self) -> hold_sigterm:
+        _sigterm["held"] += 1
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        _sigterm["held"] -= 1
+        if not _sigterm["held"] and _sigterm["pending"] and _sigterm["on"] and not _sigterm["raised"]:
+            _sigterm["pending"] = False
+            _sigterm["raised"] = True
+            raise Terminated
 
 
 install_early_handler()

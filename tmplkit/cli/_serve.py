@@ -13,6 +13,7 @@ from ._common import (
     emit,
     format_of,
     load_templates,
+    positive,
     require_extra,
     template_conversation_tokenizer,
 )
@@ -77,26 +78,36 @@ def add_engine_parity(sub) -> None:
     p.add_argument("--model", metavar="GGUF", help="the model llama-server loads (default: the tiny qwen35-vocab model)")
     add_name(p, many=True)
     add_format(p, ("markdown", "json"), "markdown", "the comparison", aliases={"table": "markdown"})
-    p.add_argument("--log-dir", metavar="DIR", help="keep llama-server's logs in DIR")
+    add_server_run_options(p)
     add_output(p, "the comparison")
     p.set_defaults(func=_cmd_engine_parity)
+
+
+def add_server_run_options(p) -> None:
+    """--log-dir and --start-timeout, for a command that starts llama-server per template."""
+    p.add_argument("--log-dir", metavar="DIR", help="keep llama-server's logs in DIR")
+    p.add_argument("--start-timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="how long llama-server may take to start and load the model, per template (default 120); "
+                        "one that is not ready by then is an error")
 
 
 def _cmd_engine_parity(args) -> int:
     import json
     import os
 
+    from .._interrupt import unwind_on_sigterm
     from ..errors import InputError
     from ..server.parity import engine_parity, format_parity_table, parity_report
-    from ..server.process import BUILD_HINT, llama_server_binary
+    from ..server.process import BUILD_HINT, check_server_model, llama_server_binary
 
     binary = args.server or llama_server_binary()
     if binary is None:
         raise InputError(f"llama-server is not built; {BUILD_HINT}")
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):  # before any template is analyzed
         raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
+    positive(args.start_timeout, "--start-timeout")
     if args.model:
-        model = args.model
+        model = check_server_model(args.model)  # a file llama-server cannot load: one line before any analysis
     else:
         require_extra("llama", "tmplkit engine-parity (its default tiny model)")
         from ..prefill import tiny_model_path
@@ -107,9 +118,11 @@ def _cmd_engine_parity(args) -> int:
     # the comparison then renders only the conversation a template rendered there.
     from ..auditing.isolate import analyze_isolated
 
-    analyses = analyze_isolated(templates, jobs=1)
-    rows = [row for t, a in zip(templates, analyses) for row in engine_parity(t, binary, model, analysis=a,
-                                                                               log_dir=args.log_dir)]
+    # SIGTERM too stops the server and removes its temporary folder on the way out
+    with unwind_on_sigterm():
+        analyses = analyze_isolated(templates, jobs=1)
+        rows = [row for t, a in zip(templates, analyses)
+                for row in engine_parity(t, binary, model, analysis=a, log_dir=args.log_dir, startup_s=args.start_timeout)]
     if format_of(args) == "json":
         emit(json.dumps(parity_report(rows), ensure_ascii=False, indent=2) + "\n", args.output)
     else:

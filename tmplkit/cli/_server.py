@@ -17,12 +17,14 @@ from ._common import (
     emit,
     format_of,
     load_templates,
+    positive,
     require_extra,
     require_tokenizers,
     verbosity,
     worker_tokenizer,
 )
 from ._limits import SESSION_TIMEOUT
+from ._serve import add_server_run_options
 from ._terminal import ProgressLine, wanted
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -53,7 +55,7 @@ def add_server(sub) -> None:
                         "tiny:VOCAB); it must need checkpoints (sliding-window, hybrid or recurrent)")
     add_name(d, many=True)
     add_format(d, ("markdown", "json"), "markdown", "the comparison", aliases={"table": "markdown"})
-    d.add_argument("--log-dir", metavar="DIR", help="keep llama-server's logs in DIR")
+    add_server_run_options(d)
     add_output(d, "the comparison")
     d.set_defaults(func=_cmd_delimiters)
 
@@ -88,10 +90,11 @@ def _cmd_delimiters(args) -> int:
     import json
     import os
 
+    from .._interrupt import unwind_on_sigterm
     from ..errors import InputError
     from ..server.delimiter_comparison import ComparisonReport, compare_delimiters, format_comparison_table
     from ..server.delimiters import server_delimiters
-    from ..server.process import BUILD_HINT, llama_server_binary
+    from ..server.process import BUILD_HINT, check_server_model, llama_server_binary
     from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION
 
     format_of(args)  # an old --format name, noted before the work
@@ -100,22 +103,26 @@ def _cmd_delimiters(args) -> int:
         raise InputError(f"llama-server is not built; {BUILD_HINT}")
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
         raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
+    positive(args.start_timeout, "--start-timeout")
     require_extra("llama", "tmplkit server delimiters (its tiny models and their tokenizers)")
     if args.model not in ("bytes", "family"):
         from ..prefill.models import resolve_model
 
-        resolve_model(args.model)  # a missing file is a one-line error before any template is analyzed
+        # a missing file, or one llama-server cannot load, is a one-line error before any template is analyzed
+        check_server_model(resolve_model(args.model))
     from ..auditing.isolate import analyze_isolated
 
     templates = load_templates(args.sources, args.name)
-    analyses = analyze_isolated(templates, jobs=1)  # untrusted: analyzed in workers under the audit's limits
     rows = []
-    line = ProgressLine(wanted(verbosity(args) < 0), keep=True)
-    for i, (t, a) in enumerate(zip(templates, analyses), 1):
-        line.step(i, len(templates), t.name)
-        d = server_delimiters(t, binary, args.model, analysis=a, log_dir=args.log_dir)
-        rows.append(compare_delimiters(d, a))
-    line.close()
+    # SIGTERM too stops the server and removes its temporary folder on the way out
+    with unwind_on_sigterm():
+        analyses = analyze_isolated(templates, jobs=1)  # untrusted: analyzed in workers under the audit's limits
+        line = ProgressLine(wanted(verbosity(args) < 0), keep=True)
+        for i, (t, a) in enumerate(zip(templates, analyses), 1):
+            line.step(i, len(templates), t.name)
+            d = server_delimiters(t, binary, args.model, analysis=a, log_dir=args.log_dir, startup_s=args.start_timeout)
+            rows.append(compare_delimiters(d, a))
+        line.close()
     version = LLAMA_CPP_PYTHON_VERSION if not args.server else f"unknown ({args.server})"
     report = ComparisonReport(tuple(rows), version)
     if args.format == "json":

@@ -104,5 +104,7 @@ def _task_lines(server, mark: int, wait_s: float) -> str:
         if start >= 0 and "| stop processing" in segment[start:]:
             return segment
         if time.monotonic() > deadline:
-            raise ModelError(f"llama-server's log ({server.log}) does not show the request's task within {wait_s:.0f} s")
+            note = server.log_note() if hasattr(server, "log_note") else f"its log: {server.log}"
+            raise ModelError(f"llama-server's log does not show the request's task within {wait_s:.0f} s (is it "
+                             f"llama-server, logging at -lv 4 or more?); {note}")
         time.sleep(0.05)

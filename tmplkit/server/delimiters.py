@@ -63,7 +63,7 @@ from ..tokens.roundtrip import vocab_for_template
 from ..tokens.tokenizers import LlamaCppTokenizer
 from .chat_session import _task_lines
 from .log import ANSI, read_server_log
-from .process import LlamaServer, MessageDelimiter
+from .process import MessageDelimiter, ServerRefused, TemplateRefused, check_server_model, start_with_template
 
 __all__ = ["ServerDelimiters", "ServerStart", "message_opener", "probe_model", "server_delimiters"]
 
@@ -96,9 +96,10 @@ class ServerStart:
 class ServerDelimiters:
     """What llama-server's chat endpoint does with a template's messages.
 
-    `status`: "ok", "refused" (the server would not start with the template or refused the
-    probe: `error`), "unplaced" (its prompt tokenizes here to another length than the server
-    counted) or "unrendered" (tmplkit has no round-trip conversation for it). `route`:
+    `status`: "ok", "refused" (the server would not start with the template, though it starts
+    without it, or answered the probe with an error: `error`), "unplaced" (its prompt tokenizes
+    here to another length than the server counted) or "unrendered" (tmplkit has no round-trip
+    conversation for it); a server or model that cannot serve raises instead. `route`:
     "specialized" (`handler` names it; its delimiters are not logged: `delimiters` is None) or
     "autoparser" (`delimiters` as the log prints them, in the server's order). `user_starts`: where
     the server started a user message on the probe; `undecided`: positions that could not be told
@@ -149,17 +150,21 @@ def probe_model(template, spec: str | os.PathLike = "bytes") -> tuple[str, Path]
 
 
 def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, analysis=None,
-                      log_dir=None) -> ServerDelimiters:
+                      log_dir=None, startup_s: float = 120) -> ServerDelimiters:
     """Start llama-server `binary` with `template` (`--jinja --chat-template-file`) on `model`
     (see `probe_model`: by default the tiny byte-vocabulary model), send it the template's
     round-trip conversation, and read which delimiters it took and where it started user messages.
 
-    Its log goes to `log_dir` (default: a temporary folder, removed).
+    Its log goes to `log_dir` (default: a temporary folder, removed). A server that cannot run,
+    cannot load the model (`check_server_model` first), is not ready within `startup_s` seconds or
+    stops answering raises ModelError (nothing was read); only the template's own refusal is a
+    "refused" result.
     """
     if analysis is None:
         analysis = analyze(template)
     name = getattr(template, "name", "")
     vocab, model = probe_model(template, model)
+    check_server_model(model)
     rt = analysis.round_trip
     if rt is None or not rt.messages:
         why = "; ".join((rt.problems if rt is not None else analysis.errors)[:1]) or "no round trip"
@@ -178,22 +183,22 @@ def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, a
         path.write_text(template.text, encoding="utf-8")
         log_path = Path(log_dir or tmp) / f"llama-server-{_safe(name)}.log"
         try:
-            server = LlamaServer(binary, model, [*_SERVER_ARGS, "--chat-template-file", str(path)], log=log_path,
-                                 startup_s=120)
-        except ModelError as exc:
-            return ServerDelimiters(name, "refused", vocab, messages=messages, error=_last_error(log_path) or str(exc))
+            server = start_with_template(binary, model, _SERVER_ARGS, path, log=log_path, startup_s=startup_s,
+                                         keep_log=log_dir is not None)
+        except TemplateRefused as exc:
+            return ServerDelimiters(name, "refused", vocab, messages=messages, error=exc.reason)
         with server:
             head = server.log_text()
             try:
                 seg_a, task_a, prompt_a = _probe(server, head, dict(body, add_generation_prompt=True), log_path)
-            except ModelError as exc:
+            except ServerRefused as exc:  # its error answer to the probe (no answer at all: raised)
                 return ServerDelimiters(name, "refused", vocab, messages=messages, error=str(exc))
             # the same prompt shorter: without the generation prompt, then without the last message
             others = []
             for other in (dict(body, add_generation_prompt=False), dict(body, messages=list(messages[:-1]))):
                 try:
                     others.append(_probe(server, head, other, log_path)[1:])
-                except ModelError:
+                except ServerRefused:
                     pass
     route, handler, delims = _route(seg_a)
     n_a = task_a.n_prompt or 0
@@ -226,7 +231,7 @@ def _probe(server, head: str, body: dict, log_path: Path):
     try:
         server.post("/v1/chat/completions", body, timeout=300)
         segment = _wait_task(server, mark, 30)
-    except ModelError as exc:
+    except ServerRefused as exc:
         # the answer failed, but the prompt may have been prefilled (the tiny model's random token
         # need not parse in the template's format): its log says
         try:
@@ -307,29 +312,6 @@ def message_opener(text: str, messages: Sequence[dict]):
         return firsts[k][1] if k < len(firsts) else None
 
     return opener
-
-
-_ERROR_LINE = re.compile(r"^(?:[\d.]+ )?E (?:\S+ +\S+: )?(?:\w+: )?(.*)$")
-
-
-def _last_error(log: Path) -> str | None:
-    """Why the server would not start: its first error line about the template, else its last."""
-    try:
-        lines = [ANSI.sub("", ln).strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()]
-    except OSError:
-        return None
-    errors = []
-    for i, ln in enumerate(lines):
-        m = _ERROR_LINE.match(ln)
-        text = m.group(1) if m is not None else ln if ln.startswith("error:") else None  # error: before the log starts
-        if text is None:
-            continue
-        if text.endswith(":"):  # the reason follows on lines of its own (a Jinja error's `Error: ...`)
-            text += " " + next((x for x in lines[i + 1:i + 12] if x.startswith("Error:")), "").strip()
-        errors.append(text.strip())
-    about = [e for e in errors if "template" in e.lower()]
-    chosen = about[0] if about else errors[-1] if errors else None
-    return chosen[:300] if chosen else None
 
 
 def _safe(name: str) -> str:

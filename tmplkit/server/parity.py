@@ -26,10 +26,10 @@ from pathlib import Path
 from .._version import __version__
 from ..analysis import analyze
 from ..delimiters import ROLES, split_text
-from ..errors import ModelError, TmplkitError
+from ..errors import TmplkitError
 from ..session import Conversation, render_conversation
 from ..sources.templates import ChatTemplate, load_gguf
-from .process import LlamaServer
+from .process import ServerRefused, TemplateRefused, check_server_model, start_with_template
 
 __all__ = ["PARITY_SCHEMA_VERSION", "EngineComparison", "engine_parity", "format_parity_table", "parity_report"]
 
@@ -44,8 +44,9 @@ class EngineComparison:
     """One conversation of one template, rendered by both engines.
 
     `status`: "identical", "differs" (`at` is the first differing character, `ours`/`theirs` the
-    texts around it), "refused" (llama-server's error in `error`) or "unrendered" (tmplkit's
-    own render failed: nothing to compare). `round_trip`: the round trip passed on tmplkit's render
+    texts around it), "refused" (llama-server's error in `error`: it would not start with the
+    template, or answered its request with an error) or "unrendered" (tmplkit's own render failed:
+    nothing to compare). `round_trip`: the round trip passed on tmplkit's render
     and holds on llama.cpp's (None when llama.cpp gave no render to split).
     """
 
@@ -71,13 +72,17 @@ def parity_report(rows) -> dict:
 _SERVER_ARGS = ("--jinja", "--no-prefill-assistant", "-c", "1024", "-np", "1", "-t", "1", "--no-warmup")
 
 
-def engine_parity(template, binary, model, *, analysis=None, log_dir=None) -> tuple[EngineComparison, ...]:
+def engine_parity(template, binary, model, *, analysis=None, log_dir=None,
+                  startup_s: float = 120) -> tuple[EngineComparison, ...]:
     """Render the round-trip conversation of `template` (without, then with the generation
     prompt) with llama-server `binary` on `model` and with tmplkit; compare.
 
     Starts one llama-server for the template (its text in a temporary file); its log goes to
-    `log_dir` (default: a temporary folder, removed).
+    `log_dir` (default: a temporary folder, removed). A server that cannot run, cannot load the
+    model, is not ready within `startup_s` seconds or stops answering raises ModelError (nothing
+    was compared); only the template's own refusal is a "refused" row.
     """
+    check_server_model(model)
     if analysis is None:
         analysis = analyze(template)
     rt = analysis.round_trip
@@ -91,15 +96,12 @@ def engine_parity(template, binary, model, *, analysis=None, log_dir=None) -> tu
         path.write_text(template.text, encoding="utf-8")
         log = Path(log_dir or tmp) / f"llama-server-{_safe(template.name)}.log"
         try:
-            server = _start(binary, model, path, log)
-        except ModelError as exc:  # llama-server refuses the template at start
-            return (EngineComparison(template.name, "round trip", "refused", error=_last_error(log) or str(exc)),)
+            server = start_with_template(binary, model, _SERVER_ARGS, path, log=log, startup_s=startup_s,
+                                         keep_log=log_dir is not None)
+        except TemplateRefused as exc:  # llama-server refuses the template at start
+            return (EngineComparison(template.name, "round trip", "refused", error=exc.reason),)
         with server:
             return tuple(_compare(server, ours_template, analysis, gen) for gen in (False, True))
-
-
-def _start(binary, model, template_file: Path, log: Path):
-    return LlamaServer(binary, model, [*_SERVER_ARGS, "--chat-template-file", str(template_file)], log=log, startup_s=120)
 
 
 def _compare(server, template, analysis, add_generation_prompt: bool) -> EngineComparison:
@@ -123,7 +125,7 @@ def _compare(server, template, analysis, add_generation_prompt: bool) -> EngineC
         body["chat_template_kwargs"] = kwargs
     try:
         theirs = server.post("/apply-template", body, timeout=120)["prompt"]
-    except ModelError as exc:
+    except ServerRefused as exc:  # its error answer to the template's request (no answer at all: raised)
         return replace(row, status="refused", error=str(exc))
     row = replace(row, round_trip=_round_trip_holds(theirs, ours, analysis))
     if theirs == ours:
@@ -150,15 +152,6 @@ def _round_trip_holds(theirs: str, ours: str, analysis) -> bool:
         return tuple(s.role for s in split_text(text, analysis.delimiters) if s.role in ROLES)
 
     return analysis.round_trip.passed and roles(theirs) == roles(ours)
-
-
-def _last_error(log: Path) -> str | None:
-    try:
-        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return None
-    errors = [ln.strip() for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
-    return errors[-1][:300] if errors else None
 
 
 def _safe(name: str) -> str:

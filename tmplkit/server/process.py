@@ -17,7 +17,9 @@ longest first, after checking that the server, tokenizing each on its own, gets 
 
 `LlamaServer` starts a llama-server binary (built by scripts/build_llama_server.sh) on loopback,
 and `read_prefill_log` reads where it started each prompt batch and took each checkpoint from its
-log at `-lv 5`.
+log at `-lv 5`. `start_with_template` starts one with a chat template and tells a server or model
+that cannot run (an error: nothing was checked) from a template the server refuses (`TemplateRefused`:
+a finding); an error answer to a request is `ServerRefused`, a server gone or silent a `ModelError`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -35,13 +39,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._interrupt import hold_sigterm
 from ..delimiters import ROLES, text_matches
 from ..environment import llama_server_override
-from ..errors import AnalysisError, InputError, ModelError
+from ..errors import AnalysisError, InputError, ModelError, TokenizerError
 from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION, cache_root
+from .log import ANSI
 
-__all__ = ["BUILD_HINT", "CompletionRequest", "LlamaServer", "MessageDelimiter", "PrefillLog", "completion_request",
-           "llama_server_binary", "message_delimiters", "read_prefill_log", "server_message_starts"]
+__all__ = ["BUILD_HINT", "CompletionRequest", "LlamaServer", "MessageDelimiter", "PrefillLog", "ServerExited",
+           "ServerRefused", "ServerStartError", "TemplateRefused", "check_server_model", "completion_request",
+           "llama_server_binary", "message_delimiters", "read_prefill_log", "server_log_error", "server_message_starts",
+           "start_with_template"]
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,9 @@ def message_delimiters(template, tokenizer, *, analysis=None) -> tuple[MessageDe
     (`token_delimiters`), longest first in tokens (llama-server takes the first that matches),
     for the roles llama-server knows (system, user, assistant, tool).
     Raises AnalysisError when those ids do not split the probe render as its text, or when a
-    delimiter's text tokenizes on its own (as llama-server tokenizes it) to other ids.
+    delimiter's text tokenizes on its own (as llama-server tokenizes it) to other ids; TokenizerError
+    when a delimiter's ids decode to text the template does not write (the tokenizer does not
+    match the template: its vocabulary cannot spell the delimiter, or normalises it).
 
     >>> [d.to_dict() for d in message_delimiters(load_one("Qwen3.5-4B.jinja"), load_tokenizer("vocab:qwen35"))][:1]  # doctest: +SKIP
     [{'role': 'tool', 'delimiter': '<|im_start|>user\\n<tool_response'}]
@@ -98,10 +108,17 @@ def message_delimiters(template, tokenizer, *, analysis=None) -> tuple[MessageDe
         raise AnalysisError(f"template '{name}': its delimiters do not split the tokens as the text "
                             f"({'; '.join(td.problems[:2])}); llama-server cannot be given them as text")
     out: list[tuple[int, MessageDelimiter]] = []
+    rendered = getattr(analysis.round_trip, "rendered", "") or ""
     # llama-server knows the four message roles only (common_chat_role_from_string); a reasoning
     # delimiter would start a span of no role there, which decides nothing: left out.
     for d in (d for d in td.delimiters if d.role in ROLES):
         for ids, text in zip((d.ids,) + d.alternatives, (d.token_text,) + d.alternative_texts):
+            if not _spells(text, d, rendered):
+                raise TokenizerError(
+                    f"template '{name}': the tokenizer {getattr(tokenizer, 'name', '')!r} does not match the template: "
+                    f"the {d.role} delimiter {d.text!r} comes back from its token ids {list(ids)[:12]} as {text!r} "
+                    "(its vocabulary cannot spell the delimiter, or changes it); give the tokenizer of the model "
+                    "that uses this template (--tokenizer MODEL.gguf, or vocab:NAME of its family)")
             alone = tuple(tokenizer.tokenize(text, add_bos=False))
             if d.occurrences and alone != ids:
                 raise AnalysisError(
@@ -111,6 +128,17 @@ def message_delimiters(template, tokenizer, *, analysis=None) -> tuple[MessageDe
             out.append((len(alone), MessageDelimiter(d.role, text)))
     out.sort(key=lambda x: -x[0])  # stable: ties keep tmplkit's order
     return tuple(m for _, m in out)
+
+
+def _spells(text: str, d, rendered: str) -> bool:
+    """`text`, the decoded ids of delimiter `d`, is text the template writes there: cut back to the
+    tokens wholly inside the delimiter, or widened to whole tokens around it, it is still a piece of
+    the probe render where the delimiter occurs (of the delimiter's own text where it does not).
+    A tokenizer that drops, spaces out or changes characters (a WordPiece vocabulary on `<|im_start|>`)
+    decodes to text found in neither."""
+    if not text:
+        return False
+    return text in rendered if d.occurrences else (text in d.text or d.text in text)
 
 
 def completion_request(template, tokenizer, conversation, *, analysis=None, add_generation_prompt: bool = True,
@@ -200,63 +228,149 @@ def llama_server_binary(version: str | None = None) -> Path | None:
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
+class ServerRefused(ModelError):
+    """llama-server answered a request with an error (HTTP 4xx/5xx): it refused what it was sent.
+    `status`: the HTTP status."""
+
+    def __init__(self, message: str, *, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+class ServerStartError(ModelError):
+    """llama-server did not become ready: not within its time (this class), or it exited (`ServerExited`).
+    `problem`: the message without its note on the log."""
+
+    def __init__(self, problem: str, log_note: str):
+        super().__init__(f"{problem}; {log_note}")
+        self.problem = problem
+
+
+class ServerExited(ServerStartError):
+    """llama-server exited at start, before it was ready. `returncode`; `reason`: its log's error
+    line (`server_log_error`), None where it wrote none."""
+
+    def __init__(self, problem: str, log_note: str, *, returncode: int, reason: str | None):
+        super().__init__(problem, log_note)
+        self.returncode = returncode
+        self.reason = reason
+
+
+class TemplateRefused(ModelError):
+    """llama-server exited at start with a chat template and starts without it on the same binary
+    and model: it refuses the template. `reason`: its words, from its log."""
+
+    def __init__(self, message: str, *, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 class LlamaServer:
     """A llama-server process on 127.0.0.1, started by us, its output in `log`; a context manager.
+
+    `keep_log`: the log stays where it is after the work (False: it goes with a temporary folder,
+    so messages quote it instead of pointing at it). Raises ServerExited when the process exits
+    before it is ready, ServerStartError when it is not ready within `startup_s` seconds (both
+    ModelErrors).
 
     >>> with LlamaServer(binary, model, ["-c", "8192"], log=Path("server.log")) as srv:   # doctest: +SKIP
     ...     srv.post("/completion", req.to_dict())
     """
 
     def __init__(self, binary: str | os.PathLike, model: str | os.PathLike | None, args: Sequence[str] = (), *,
-                 log: str | os.PathLike, startup_s: float = 300):
+                 log: str | os.PathLike, startup_s: float = 300, keep_log: bool = True):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.binary = os.fspath(binary)
         self.log = Path(log)
+        self.keep_log = keep_log
         self._log_file = self.log.open("w")
         # model None: no -m, llama-server is a router (--models-dir in `args`; server.cpp's is_router_server)
         model_args = ["-m", os.fspath(model)] if model is not None else []
-        cmd = [os.fspath(binary), *model_args, "--host", "127.0.0.1", "--port", str(self.port), *args]
+        cmd = [self.binary, *model_args, "--host", "127.0.0.1", "--port", str(self.port), *args]
+        self.proc: subprocess.Popen | None = None
         try:
-            self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT)
-        except OSError as exc:
-            self._log_file.close()
-            raise ModelError(f"{os.fspath(binary)}: cannot run llama-server ({exc.strerror or exc}); {BUILD_HINT}") from None
-        try:
+            with hold_sigterm():  # (a SIGTERM unwinding from inside Popen would leave the process unknown)
+                # a process group of its own: stopping it stops what it started (a wrapper script's children)
+                self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
             self._wait_ready(startup_s)
-        except BaseException:
+        except BaseException as exc:
             self.stop()
+            if self.proc is None and isinstance(exc, OSError):
+                raise ModelError(f"{self.binary}: cannot run llama-server ({exc.strerror or exc}); {BUILD_HINT}") from None
             raise
 
     def _wait_ready(self, startup_s: float) -> None:
         deadline = time.monotonic() + startup_s
+        said = None  # what /health last answered (None: nothing answered on the port)
+        assert self.proc is not None
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ModelError(f"llama-server exited with code {self.proc.returncode} at start; see {self.log}")
+            if self._exited():
+                self.stop()  # (what its process group still holds too)
+                reason = self.log_error()
+                why = f": {reason}" if reason else ", writing no error"
+                problem = f"llama-server {self.binary} exited with code {self.proc.returncode} at start{why}"
+                raise ServerExited(problem, self.log_note(), returncode=self.proc.returncode, reason=reason)
             try:
-                if self.get("/health").get("status") == "ok":
+                answer = self.get("/health")
+                said = str(answer)[:100]
+                if isinstance(answer, dict) and answer.get("status") == "ok":
                     return
+            except urllib.error.HTTPError as exc:  # 503 while the model loads
+                said = f"HTTP {exc.code}"
             except (OSError, ValueError):
                 pass
             time.sleep(0.3)
-        raise ModelError(f"llama-server did not answer /health within {startup_s:.0f} s; see {self.log}")
+        state = f"its /health still answered {said}" if said is not None else "nothing answered on its port"
+        last = self.log_error() or self.log_tail()
+        problem = (f"llama-server {self.binary} was not ready within {startup_s:g} s ({state}"
+                   f"{f'; its log ends: {last}' if last else ''}); check --server and --model, or raise "
+                   "--start-timeout if it is only slow to load")
+        raise ServerStartError(problem, self.log_note())
 
     def get(self, path: str) -> dict:
         with urllib.request.urlopen(self.url + path, timeout=30) as r:
             return json.loads(r.read())
 
     def post(self, path: str, body: dict, timeout: float = 3600) -> dict:
-        """POST `body` as JSON; the JSON answer. A refusal (HTTP 4xx/5xx) raises ModelError with its message."""
+        """POST `body` as JSON; the JSON answer. A refusal (HTTP 4xx/5xx) raises ServerRefused (a
+        ModelError) with its message; no answer (the process gone, the connection dropped, the
+        time out) raises ModelError."""
         req = urllib.request.Request(self.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
-                return json.loads(r.read())
+                raw = r.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")
             try:
                 detail = json.loads(detail)["error"]["message"]
             except (ValueError, KeyError, TypeError):
                 pass
-            raise ModelError(f"llama-server refused {path} (HTTP {exc.code}): {str(detail)[:500]}") from None
+            raise ServerRefused(f"llama-server refused {path} (HTTP {exc.code}): {str(detail)[:500]}",
+                                status=exc.code) from None
+        except OSError as exc:  # (URLError, a reset connection, a timeout)
+            raise ModelError(self._no_answer(path, exc)) from None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ModelError(f"llama-server's answer to {path} is not JSON ({raw[:80]!r}): is {self.binary} "
+                             "llama-server?") from None
+
+    def _no_answer(self, path: str, exc: OSError) -> str:
+        assert self.proc is not None
+        deadline = time.monotonic() + 1  # a server that crashed: its exit code, not only a dropped connection
+        while not self._exited() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self._exited():
+            self.stop()
+        reason = self.log_error()
+        why = f" ({reason})" if reason else ""
+        if self.proc.returncode is not None:
+            return (f"llama-server {self.binary} exited with code {self.proc.returncode} before it answered {path}"
+                    f"{why}; nothing was checked; {self.log_note()}")
+        cause = getattr(exc, "reason", None) or exc
+        return f"llama-server {self.binary} did not answer {path} ({cause}){why}; nothing was checked; {self.log_note()}"
 
     def metrics(self) -> dict[str, float]:
         """The Prometheus counters of /metrics (the server must run with --metrics)."""
@@ -270,18 +384,66 @@ class LlamaServer:
         return out
 
     def log_text(self) -> str:
-        self._log_file.flush()
+        if not self._log_file.closed:
+            self._log_file.flush()
         return self.log.read_text(encoding="utf-8", errors="replace")
 
+    def log_error(self) -> str | None:
+        """Its log's error line that says why (`server_log_error`), None where it wrote none."""
+        if not self._log_file.closed:
+            self._log_file.flush()
+        return server_log_error(self.log)
+
+    def log_tail(self) -> str | None:
+        """Its log's last non-empty line (up to 200 characters), None where it wrote nothing."""
+        try:
+            lines = [ANSI.sub("", ln).strip() for ln in self.log_text().splitlines()]
+        except OSError:
+            return None
+        last = next((ln for ln in reversed(lines) if ln), None)
+        return last[:200] if last else None
+
+    def log_note(self) -> str:
+        """Where its log is, or, where it goes with a temporary folder, how to keep it."""
+        return _log_note(self.log, self.keep_log)
+
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        """SIGINT (llama-server's clean stop), SIGKILL after 30 s; then SIGKILL to what its process group
+        still holds (a wrapper script's children), before the process is reaped: until then the
+        group's id cannot name another's."""
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            if not self._exited():
+                self._signal(signal.SIGINT)
+                deadline = time.monotonic() + 30
+                while not self._exited() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            self._signal(signal.SIGKILL)
+            proc.wait()
         self._log_file.close()
+
+    def _exited(self) -> bool:
+        """The process has ended; it is not reaped here (`stop` does that)."""
+        assert self.proc is not None
+        if self.proc.returncode is not None:
+            return True
+        if not hasattr(os, "waitid"):
+            return self.proc.poll() is not None
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:  # reaped by someone else
+            return True
+
+    def _signal(self, sig: int) -> None:
+        """`sig` to its process group (it leads one, and is not reaped yet, so the group is its own)."""
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, sig)
+        except OSError:
+            try:
+                self.proc.send_signal(sig)
+            except OSError:
+                pass
 
     def __enter__(self) -> LlamaServer:
         return self
@@ -294,6 +456,109 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _log_note(log: Path, keep_log: bool) -> str:
+    return f"its log: {log}" if keep_log else "give --log-dir DIR to keep llama-server's log"
+
+
+# ---------------------------------------------------------------------------------------------
+# A server started with a chat template, and the model it is given
+
+
+# A template every llama-server starts with (a name it knows): the control for one that will not start.
+_CONTROL_TEMPLATE = ("--chat-template", "chatml")
+_control_problems: dict[tuple, str | None] = {}
+
+
+def start_with_template(binary, model, args: Sequence[str], template_file: str | os.PathLike, *,
+                        log: str | os.PathLike, startup_s: float = 120, keep_log: bool = True) -> LlamaServer:
+    """A `LlamaServer` of `binary` on `model` with `args` and `--chat-template-file template_file`.
+
+    Where it exits at start, it is started again without the template (with a plain ChatML one,
+    once per binary, model and arguments): where that starts, the server refuses the template
+    (`TemplateRefused`, its reason from the log: a finding about the template); where that fails
+    too, the server or the model is at fault and nothing about the template was learned: ModelError,
+    as for a server that is not ready within `startup_s` seconds.
+    """
+    try:
+        return LlamaServer(binary, model, [*args, "--chat-template-file", os.fspath(template_file)], log=log,
+                           startup_s=startup_s, keep_log=keep_log)
+    except ServerExited as exc:
+        problem = _control_problem(binary, model, tuple(args), startup_s)
+        if problem is not None:
+            raise ModelError(f"{problem} (with the template and with a plain one: no template was checked); give "
+                             f"--server a working llama-server and --model a model it can load ({os.fspath(model)}); "
+                             f"{_log_note(Path(log), keep_log)}") from None
+        reason = exc.reason or f"it exited with code {exc.returncode} at start and wrote no error"
+        raise TemplateRefused(f"llama-server refuses the template at start: {reason}", reason=reason) from None
+
+
+def _control_problem(binary, model, args: tuple[str, ...], startup_s: float) -> str | None:
+    """None where `binary` starts on `model` with `args` and a plain template; else why not."""
+    key = (os.fspath(binary), os.fspath(model), args)
+    if key not in _control_problems:
+        with tempfile.TemporaryDirectory(prefix="tmplkit-server-check-") as tmp:
+            try:
+                with LlamaServer(binary, model, [*args, *_CONTROL_TEMPLATE], log=Path(tmp) / "llama-server.log",
+                                 startup_s=startup_s, keep_log=False):
+                    problem = None
+            except ServerStartError as exc:
+                problem = exc.problem
+            except ModelError as exc:  # (it cannot be run at all)
+                problem = str(exc)
+        _control_problems[key] = problem
+    return _control_problems[key]
+
+
+def check_server_model(model: str | os.PathLike) -> Path:
+    """`model` as a llama-server model: a GGUF file (magic, version and header read: GGUFError
+    otherwise) that holds weights (InputError for a vocabulary-only GGUF, which llama-server cannot
+    load; the first file of a split model may hold none)."""
+    from ..sources.gguf_meta import read_metadata
+
+    path = Path(model)
+    if not path.is_file():
+        raise InputError(f"model file not found: {path}; give a GGUF model file")
+    meta = read_metadata(path, lambda key: key == "split.count")
+    with path.open("rb") as f:
+        head = f.read(24)
+    endian = ">" if struct.unpack_from("<I", head, 4)[0] & 0xFFFF == 0 else "<"
+    wide = meta["__version__"] >= 2
+    n_tensors = struct.unpack_from(endian + ("Q" if wide else "I"), head, 8)[0] if len(head) >= (16 if wide else 12) else 0
+    if n_tensors == 0 and not (isinstance(meta.get("split.count"), int) and meta["split.count"] > 1):
+        raise InputError(f"{path}: a GGUF with no weights (a vocabulary only): llama-server cannot load it; give a "
+                         "model with weights (a GGUF, or a tiny:VOCAB model)")
+    return path
+
+
+_ERROR_LINE = re.compile(r"^(?:[\d.]+ )?E (?:\S+ +\S+: )?(?:\w+: )?(.*)$")
+_ABOUT_TEMPLATE = re.compile(r"\btemplate\b", re.IGNORECASE)
+_QUOTED = re.compile(r"'[^']*'")  # (a path it quotes may hold the word)
+
+
+def server_log_error(log: str | os.PathLike) -> str | None:
+    """Why llama-server would not start, from its log: its first error line about the template (a
+    logged one before a bare `error: ...` line, which quotes the template rather than the reason),
+    else its first error line, the cause where later ones follow from it (one line, up to 300
+    characters); None where there is none, or no log."""
+    try:
+        text = Path(log).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = [ANSI.sub("", ln).strip() for ln in text.splitlines()]
+    errors: list[tuple[bool, str]] = []  # (a bare `error:` line, its text)
+    for i, ln in enumerate(lines):
+        m = _ERROR_LINE.match(ln)
+        found = m.group(1) if m is not None else ln if ln.startswith("error:") else None  # error: before the log starts
+        if found is None:
+            continue
+        if found.endswith(":"):  # the reason follows on lines of its own (a Jinja error's `Error: ...`)
+            found += " " + next((x for x in lines[i + 1:i + 12] if x.startswith("Error:")), "").strip()
+        errors.append((m is None, found.strip()))
+    about = sorted((e for e in errors if _ABOUT_TEMPLATE.search(_QUOTED.sub("", e[1]))), key=lambda e: e[0])
+    chosen = about[0][1] if about else errors[0][1] if errors else None
+    return chosen[:300] if chosen else None
 
 
 # ---------------------------------------------------------------------------------------------
