@@ -20,7 +20,7 @@ FIX = Path(__file__).parent.parent / "fixtures" / "turns"
 @pytest.fixture(scope="module")
 def session_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("s") / "session.json"
-    assert main(["session", "generate", "--tokens", "3000", "--requests", "2", "--seed", "0", "-o", str(path)]) == 0
+    assert main(["session", "generate", "--requests", "2", "--seed", "0", "-o", str(path)]) == 0
     return path
 
 

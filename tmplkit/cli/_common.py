@@ -190,11 +190,15 @@ def at_least(value, minimum, flag: str):
 # settings' own unless the command gives its own (`add_llama_options(..., n_ctx=65536)`).
 _CHECKPOINTS = {"auto": None, "on": True, "off": False}
 _LLAMA_OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
-    "n_ctx": (("-c", "--ctx-size"), {"type": int}),
-    "n_batch": (("-b", "--batch-size"), {"type": int}),
-    "n_ubatch": (("-ub", "--ubatch-size"), {"type": int}),
-    "n_threads": (("-t", "--threads"), {"type": int}),
-    "n_gpu_layers": (("-ngl", "--n-gpu-layers"), {"type": int}),
+    "n_ctx": (("-c", "--ctx-size"), {"type": int, "help": "context size in tokens, 1 to 2147483647 and what the machine's "
+                                                          "memory holds (default {default})"}),
+    "n_batch": (("-b", "--batch-size"), {"type": int, "help": "tokens a decode call takes at most, 1 to 2147483647; "
+                                                             "cut to -c, as llama.cpp does (default {default})"}),
+    "n_ubatch": (("-ub", "--ubatch-size"), {"type": int, "help": "tokens llama.cpp computes at once, 1 to 2147483647; "
+                                                                "cut to -b (default {default})"}),
+    "n_threads": (("-t", "--threads"), {"type": int, "help": "CPU threads, 1 to 512; 0: every core (the default)"}),
+    "n_gpu_layers": (("-ngl", "--n-gpu-layers"), {"type": int, "help": "layers offloaded to a GPU; -1: every layer "
+                                                                      "(default {default})"}),
     "flash_attn": (("-fa", "--flash-attn"), {"choices": "FLASH_ATTN"}),
     "cache_type_k": (("-ctk", "--cache-type-k"), {}),
     "cache_type_v": (("-ctv", "--cache-type-v"), {}),

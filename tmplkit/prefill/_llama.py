@@ -11,7 +11,9 @@ use) through an ExitStack, and holds no C detail.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +23,8 @@ from ..tokens.llama_model import LlamaModel as Model
 from ..tokens.llama_model import clear_log, ensure_backend, import_llama_cpp, log_cause
 
 __all__ = [
-    "SEQ", "STATE_PARTIAL", "Context", "Model", "Threadpool", "TokenBatch", "clear_log", "cpu_has_amx", "effective_repack",
-    "ensure_backend", "import_llama_cpp", "log_cause",
+    "CELL_BYTES", "SEQ", "STATE_PARTIAL", "Context", "Model", "Threadpool", "TokenBatch", "bytes_per_cell", "clear_log",
+    "cpu_has_amx", "effective_repack", "ensure_backend", "import_llama_cpp", "log_cause",
 ]
 
 STATE_PARTIAL = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
@@ -137,25 +139,37 @@ class TokenBatch:
 
     Filling is this wrapper's job, not the decode loop's (as in llama-cpp-python's
     `_internals.LlamaBatch`): `set(tokens, pos0, logits_last)` puts consecutive positions from
-    `pos0` and asks for logits of the last token only when `logits_last`.
+    `pos0` and asks for logits of the last token only when `logits_last`. The C batch holds up to
+    `FIRST` tokens at first and grows to the largest batch set (up to `capacity`): a huge n_batch
+    costs what the prompt's batches need, not n_batch's allocation and loop.
     """
+
+    FIRST = 8192
 
     def __init__(self, llama_cpp, capacity: int, seq_id: int = SEQ):
         self._lc = llama_cpp
         self.capacity = capacity
-        self.batch = llama_cpp.llama_batch_init(capacity, 0, 1)
-        b = self.batch
-        self._token = np.ctypeslib.as_array(b.token, shape=(capacity,))
-        self._pos = np.ctypeslib.as_array(b.pos, shape=(capacity,))
-        self._logits = np.ctypeslib.as_array(b.logits, shape=(capacity,))
-        np.ctypeslib.as_array(b.n_seq_id, shape=(capacity,))[:] = 1
-        for i in range(capacity):
-            b.seq_id[i][0] = seq_id
+        self._seq_id = seq_id
+        self.batch: Any = None  # (a llama_batch)
+        self._allocate(min(capacity, self.FIRST))
+
+    def _allocate(self, size: int) -> None:
+        self.free()
+        self.batch = b = self._lc.llama_batch_init(size, 0, 1)
+        self._size = size
+        self._token = np.ctypeslib.as_array(b.token, shape=(size,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(size,))
+        self._logits = np.ctypeslib.as_array(b.logits, shape=(size,))
+        np.ctypeslib.as_array(b.n_seq_id, shape=(size,))[:] = 1
+        for i in range(size):
+            b.seq_id[i][0] = self._seq_id
 
     def set(self, tokens: np.ndarray, pos0: int, logits_last: bool) -> None:
         n = len(tokens)
         if not 0 < n <= self.capacity:
             raise ValueError(f"a batch holds 1 to {self.capacity} tokens, got {n}")
+        if n > self._size:
+            self._allocate(min(self.capacity, max(n, 2 * self._size)))
         self._token[:n] = tokens
         self._pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
         self._logits[:n] = 0
@@ -214,8 +228,12 @@ class Context:
         if int(lc.llama_n_rs_seq(self.ctx)) > 0:
             return "rs"
         self.clear()
-        toks = (ctypes.c_int32 * 2)(0, 0)
-        ret = lc.llama_decode(self.ctx, lc.llama_batch_get_one(toks, 2))
+        # two tokens in one batch, as llama.cpp's probe; one by one where a batch holds one (n_ctx 1)
+        step = 2 if int(lc.llama_n_batch(self.ctx)) >= 2 else 1
+        ret = 0
+        for _ in range(0, 2, step):
+            toks = (ctypes.c_int32 * step)()
+            ret = ret or lc.llama_decode(self.ctx, lc.llama_batch_get_one(toks, step))
         try:
             if ret != 0:
                 return "none"
@@ -235,11 +253,15 @@ class Context:
         ptr = self._lc.llama_get_logits_ith(self.ctx, -1)
         return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy() if ptr else None
 
+    def state_size(self, flags: int = 0) -> int:
+        """The bytes of the sequence's state (`STATE_PARTIAL`: its partial state alone)."""
+        return int(self._lc.llama_state_seq_get_size_ext(self.ctx, SEQ, flags))
+
     def read_state(self) -> tuple[bytes, int]:
         """The sequence's partial state (what cannot roll back: the window's cache, a recurrent
         state), as llama-server's create_checkpoint reads it, and how many of its bytes llama.cpp wrote."""
         lc = self._lc
-        size = int(lc.llama_state_seq_get_size_ext(self.ctx, SEQ, STATE_PARTIAL))
+        size = self.state_size(STATE_PARTIAL)
         buf = (ctypes.c_uint8 * size)()
         got = int(lc.llama_state_seq_get_data_ext(self.ctx, buf, size, SEQ, STATE_PARTIAL))
         return bytes(buf), got
@@ -255,6 +277,44 @@ class Context:
             self._lc.llama_free(self.ctx)
             self.ctx = None
             self.memory = None
+
+
+# llama_kv_cells (src/llama-kv-cells.h), per cell of a cache: pos and shift (int32 each), ext (x, y and
+# a token: 12 bytes) and the set of sequences (a 256-bit bitset), allocated and zeroed with the cache.
+CELL_BYTES = 52
+
+
+def bytes_per_cell(llama_cpp, model: Model, settings: PrefillSettings) -> int:
+    """The host memory a context on `model` with `settings` allocates per cell of its n_ctx-sized
+    cache, at least: the cells' bookkeeping and a row of the attention mask its compute buffer is
+    sized for (n_ubatch halves: f16, the smaller mask; llama.cpp reserves it for a full cache), none
+    for a recurrent model, whose states do not grow with n_ctx; and, with no layer offloaded, the K
+    and V of the layers that keep every position, as llama.cpp sizes them for this model and these
+    cache types. Those are read from llama.cpp itself on a small probe context: what the sequence's
+    state grows by with its second token, less what its partial state (a sliding window's cache, a
+    recurrent state: not n_ctx-sized) grows by. The K and V count 0 where the probe cannot run."""
+    if model.is_recurrent and not model.is_hybrid:
+        return 0
+    cells = CELL_BYTES + 2 * settings.n_ubatch
+    if settings.n_gpu_layers != 0:  # the cache of an offloaded layer is the device's memory, not the host's
+        return cells
+    lc = llama_cpp
+    try:
+        ctx = Context(lc, model, replace(settings, n_ctx=256, n_batch=1, n_ubatch=1), n_threads=1, name="the probe")
+    except ModelError:
+        return cells
+    try:
+        sizes = []
+        for _ in range(2):
+            toks = (ctypes.c_int32 * 1)()
+            if lc.llama_decode(ctx.ctx, lc.llama_batch_get_one(toks, 1)) != 0:
+                return cells
+            sizes.append((ctx.state_size(), 0 if settings.swa_full else ctx.state_size(STATE_PARTIAL)))
+        (full1, partial1), (full2, partial2) = sizes
+        return cells + max(0, (full2 - full1) - (partial2 - partial1))
+    finally:
+        ctx.free()
+        clear_log()
 
 
 def _context_params(llama_cpp, s: PrefillSettings, n_threads: int):

@@ -49,6 +49,7 @@ from ._llama import (
     Model,
     Threadpool,
     TokenBatch,
+    bytes_per_cell,
     clear_log,
     effective_repack,
     ensure_backend,
@@ -87,7 +88,10 @@ class PrefillRunner:
     """
 
     def __init__(self, model_path: str | os.PathLike, settings: PrefillSettings | None = None, **overrides):
-        self.settings = replace(settings or PrefillSettings(), **overrides)
+        s = replace(settings or PrefillSettings(), **overrides)
+        # llama.cpp cuts the batch to the context and the ubatch to the batch (llama_context's
+        # constructor): the settings hold, and the reports show, the sizes used
+        self.settings = replace(s, n_batch=min(s.n_batch, s.n_ctx), n_ubatch=min(s.n_ubatch, s.n_batch, s.n_ctx))
         self._llama_cpp = import_llama_cpp()
         self._handles = contextlib.ExitStack()  # frees the llama.cpp handles, users before what they use
         self._model: Model | None = None
@@ -119,6 +123,7 @@ class PrefillRunner:
         self.repack = effective_repack(s.repack)
         self._model = model = Model(lc, path, n_gpu_layers=s.n_gpu_layers, repack=self.repack)
         self._handles.callback(model.free)
+        _check_memory(s, bytes_per_cell(lc, model, s))  # before the context allocates its cache
         self.n_threads = s.n_threads or max(1, os.cpu_count() or 1)
         self._ctx = ctx = Context(lc, model, s, n_threads=self.n_threads, name=path.name)
         self._threadpool = Threadpool.attach(lc, ctx.ctx, self.n_threads, s.n_threads_batch or self.n_threads, s.poll)
@@ -212,10 +217,11 @@ class PrefillRunner:
         toks = [int(t) for t in tokens]
         if not toks:
             raise InputError(f"{what} is empty")
-        if n_held + len(toks) > self.info.n_ctx:
+        n_ctx = min(self.settings.n_ctx, self.info.n_ctx)  # the size asked: llama.cpp pads the context, not the batch
+        if n_held + len(toks) > n_ctx:
             has = f"{what} has {len(toks)} tokens" + (f" after {n_held} in memory" if n_held else "")
-            raise InputError(f"{has}, more than the context size n_ctx={self.info.n_ctx}; "
-                             f"raise n_ctx or shorten the session")
+            raise InputError(f"{has}, more than the context size n_ctx={n_ctx}; "
+                             f"raise n_ctx (-c) to at least {n_held + len(toks)} or shorten the session")
         bad = next((t for t in toks if not 0 <= t < self.info.n_vocab), None)
         if bad is not None:
             raise InputError(f"token id {bad} is outside the model's vocabulary of {self.info.n_vocab}")
@@ -386,6 +392,33 @@ class PrefillRunner:
         return GenerationReport(model=self.model_path, n_prompt=len(self._tokens) - len(toks), n_generated=len(toks),
                                 seconds=time.perf_counter() - t0, decode_seconds=sum(c.seconds for c in calls),
                                 decode_calls=tuple(calls))
+
+
+def _check_memory(settings: PrefillSettings, per_cell: int) -> None:
+    """Refuse a context that cannot fit this machine's memory (`per_cell` bytes, `_llama.bytes_per_cell`,
+    a cell of the n_ctx cells, padded to 256 as llama.cpp pads them), before llama.cpp allocates it."""
+    total = machine_memory()
+    n_cells = -(-settings.n_ctx // 256) * 256
+    if total is None or not per_cell or n_cells * per_cell <= total:
+        return
+    most = total // per_cell // 256 * 256
+    raise InputError(f"n_ctx={settings.n_ctx} needs about {n_cells * per_cell / 2**30:.1f} GiB for the context's cache and "
+                     f"attention mask ({per_cell} bytes a token), more than this machine's {total / 2**30:.1f} GiB of "
+                     f"memory; give n_ctx (-c) of at most {most}"
+                     + (f" or a smaller n_ubatch (-ub, {settings.n_ubatch} now)" if 4 * settings.n_ubatch >= per_cell else ""))
+
+
+def machine_memory() -> int | None:
+    """Bytes of this machine's memory: its physical memory, or less where a control group limits this
+    process (cgroup v2 memory.max, v1 memory.limit_in_bytes); None where neither can be read."""
+    try:
+        found = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
+    except (ValueError, OSError, AttributeError):
+        found = []
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            found.append(int(Path(path).read_text().strip()))  # ("max": no limit)
+    return min(found) if found else None
 
 
 def _decode_error(ret: int, begin: int, size: int, n_ctx: int) -> str:

@@ -16,6 +16,8 @@ __all__ = ["CACHE_TYPES", "FLASH_ATTN", "PrefillSettings"]
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}  # llama_flash_attn_type
 # ggml_type ids of the KV cache types llama.cpp accepts (ggml.h).
 CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
+INT32_MAX = 2**31 - 1  # llama.cpp's sizes are 32-bit fields, its positions int32
+MAX_THREADS = 512  # GGML_MAX_N_THREADS (ggml.h): the most threads a ggml threadpool holds
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,11 @@ class PrefillSettings:
     Gemma 3 Q4_K_M, in llama-server too). `poll`: like llama-server, attach a persistent CPU
     threadpool whose idle threads busy-wait at this polling level (llama-server's `--poll`,
     default 50); None leaves ggml's per-graph default threadpool.
+
+    Ranges are llama.cpp's: `n_ctx`, `n_batch`, `n_ubatch` 1 to 2**31 - 1 (a batch larger than the
+    context, and a ubatch larger than the batch, are cut to it, as llama.cpp does: the runner
+    reports the sizes it used); `n_threads` 1 to 512 (GGML_MAX_N_THREADS), None or 0 for every core
+    (llama.cpp's `-t 0`); `n_gpu_layers` -1 for every layer (llama.h: negative means all).
     """
 
     n_ctx: int = 32768
@@ -54,6 +61,15 @@ class PrefillSettings:
         for name in ("n_ctx", "n_batch", "n_ubatch", "max_checkpoints"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("n_ctx", "n_batch", "n_ubatch"):  # llama.cpp's 32-bit fields: a larger value would wrap
+            if getattr(self, name) > INT32_MAX:
+                raise InputError(f"{name} must be at most {INT32_MAX} (a 32-bit field of llama.cpp's), got {getattr(self, name)}")
+        for name in ("n_threads", "n_threads_batch"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= MAX_THREADS:
+                raise InputError(f"{name} must be between 1 and {MAX_THREADS} (ggml's most), or 0 for every core, got {value}")
+        if not -1 <= self.n_gpu_layers <= INT32_MAX:
+            raise InputError(f"n_gpu_layers must be -1 (every layer) or between 0 and {INT32_MAX}, got {self.n_gpu_layers}")
         if self.poll is not None and not 0 <= self.poll <= 100:
             raise InputError(f"poll must be between 0 and 100, got {self.poll}")
         if self.checkpoint_min_step < 0:

@@ -204,8 +204,31 @@ def _reasoning(rng: random.Random, thought: str, func: str, mod: str) -> str:
     return " ".join([thought.replace("`", "'")] + [m.format(func=func, mod=mod) for m in picks])
 
 
-def _estimate(messages) -> int:
-    return sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) // 3
+class _Length:
+    """A growing session's length as the generator checks it: the real count (`measure`) of the
+    messages when last measured, plus the estimate of those after, a third of the characters of
+    their JSON (without `measure`, the whole session is estimated so). The characters are summed as
+    messages come (each is complete by the next look): a step costs its own messages, not the whole
+    session again."""
+
+    def __init__(self, measure: Callable[[Session], int] | None):
+        self.measure = measure
+        self.measured = 0  # the count of the messages up to the last measure
+        self.seen = self.chars = self.chars_after = 0  # messages summed; their characters, all and since the measure
+
+    def now(self, msgs: list[dict]) -> int:
+        """The measured count and the estimate of the messages after it."""
+        for m in msgs[self.seen:]:
+            n = len(json.dumps(m, ensure_ascii=False))
+            self.chars, self.chars_after = self.chars + n, self.chars_after + n
+        self.seen = len(msgs)
+        return self.measured + self.chars_after // 3
+
+    def measured_now(self, msgs: list[dict]) -> int:
+        """Measure the whole session (after `now`): `measure`, else a third of all the characters."""
+        self.measured = self.measure(Session(tuple(msgs), TOOLS)) if self.measure else self.chars // 3
+        self.chars_after = 0
+        return self.measured
 
 
 def _append_tool_calls(msgs: list[dict], calls, call_id: int, reasoning_rng: random.Random | None,
@@ -256,22 +279,16 @@ def generate_session(target_tokens: int = 16000, seed: int = 0, style: str = "to
     msgs: list[dict] = []
     if tool_role:
         msgs.append({"role": "system", "content": system})
-    count = measure or (lambda s: _estimate(s.messages))
     call_id = 0
     n_req = 0
-    measured, measured_at = 0, 0  # the real count of msgs[:measured_at]; the rest is estimated
-
-    def size_now() -> int:
-        return measured + _estimate(msgs[measured_at:])
+    length = _Length(measure)
 
     def done() -> bool:
-        nonlocal measured, measured_at
         if requests is not None:
             return False
-        if size_now() < target_tokens * 0.97:
+        if length.now(msgs) < target_tokens * 0.97:
             return False
-        measured, measured_at = count(Session(tuple(msgs), TOOLS)), len(msgs)
-        return measured >= target_tokens
+        return length.measured_now(msgs) >= target_tokens
 
     while True:
         if requests is not None and n_req >= requests:
