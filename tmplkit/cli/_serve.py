@@ -50,6 +50,8 @@ def _cmd_request(args) -> int:
     def check(session) -> None:
         if args.delimiters_only == (session is not None):
             raise InputError("give --session FILE (the conversation), or --delimiters-only without one")
+        if args.delimiters_only and args.n_predict is not None:  # (the list alone has no body to add it to)
+            raise InputError("--n-predict goes in a request body; leave it out with --delimiters-only")
 
     template, conversation, tokenizer = template_conversation_tokenizer(args, "request", conversation=not args.delimiters_only,
                                                                         check=check)

@@ -153,8 +153,9 @@ def completion_request(template, tokenizer, conversation, *, analysis=None, add_
     from ..analysis import analyze  # not at the top: see message_delimiters
     from ..session import Conversation, load_conversation, render_conversation
 
-    if n_predict is not None and n_predict < -1:  # llama-server: -1 generates until the model stops
-        raise InputError(f"n_predict must be -1 (until the model stops), 0 or more, got {n_predict}")
+    if n_predict is not None and not -1 <= n_predict <= 2**31 - 1:  # llama-server: -1 generates until the model stops
+        raise InputError(f"n_predict must be -1 (until the model stops) or 0 to {2**31 - 1} (llama-server's int32), "
+                         f"got {n_predict}")
     if not isinstance(conversation, Conversation):
         conversation = load_conversation(conversation)
     if analysis is None:
