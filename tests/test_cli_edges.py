@@ -294,3 +294,13 @@ def test_a_message_says_what_was_wrong_in_the_users_words_and_what_to_do(capsys,
     code, out, err = run(capsys, *argv)
     assert code == 2 and err.count("\n") == 1 and all(w in err for w in words), err
     assert "NoneType" not in err and "cannot map" not in err
+
+
+@pytest.mark.parametrize("argv", [("server", "log", "{path}"), ("prefill", "{path}", "--session", "s.json")])
+def test_a_folder_or_a_pipe_given_for_a_file_is_said_for_what_it_is(capsys, tmp_path, argv):
+    (tmp_path / "s.json").write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8")
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    for name, says in (("folder", "is a folder"), ("pipe", "not a regular file (a pipe or device)")):
+        code, out, err = run(capsys, *[a.format(path=name) for a in argv])
+        assert code == 2 and err.count("\n") == 1 and says in err and "not found" not in err, err

@@ -150,8 +150,7 @@ def _cmd_log(args) -> int:
         text, source = sys.stdin.read(), "<stdin>"
     else:
         path = Path(args.log)
-        if not path.is_file():
-            raise InputError(f"log file not found: {path}")
+        _check_log_file(path)
         try:
             text = path.read_bytes().decode("utf-8", "replace")
         except OSError as exc:
@@ -174,3 +173,24 @@ def _cmd_log(args) -> int:
     else:
         emit(format_server_log(log), args.output)
     return 0
+
+
+def _check_log_file(path) -> None:
+    """A log given by path is a regular file: a missing one, a folder, a pipe or a device (which
+    would block or never end) each said for what it is."""
+    import stat
+
+    from ..errors import InputError
+
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InputError(f"log file not found: {path}; give the file llama-server's output went to, or - for "
+                         "standard input") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc}); check the path and permissions") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a folder; give the log file in it")
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{path}: not a regular file (a pipe or device); give the log as a file, or pipe it to - "
+                         "(standard input)")

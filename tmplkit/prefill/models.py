@@ -47,6 +47,11 @@ def resolve_model(spec: str | os.PathLike) -> Path:
             raise InputError("give the vocabulary of the tiny model, e.g. tiny:qwen35")
         return tiny_model_path(vocab)  # an unknown vocabulary is a one-line SourceError listing the known ones
     path = Path(text)
+    give = f"give a GGUF file or a shortcut ({', '.join(SHORTCUTS)})"
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; {give}")
+    if path.exists() and not path.is_file():
+        raise InputError(f"{path}: not a regular file (a pipe or device); {give}")
     if not path.is_file():
-        raise InputError(f"model file not found: {path}; give a GGUF file or a shortcut ({', '.join(SHORTCUTS)})")
+        raise InputError(f"model file not found: {path}; {give}")
     return path
