@@ -56,6 +56,15 @@ def test_gguf_default_and_named_templates_with_bos_eos(write_gguf):
     assert all(t.source == str(path) for t in got)
 
 
+def test_a_gguf_without_a_template_still_gives_its_special_tokens(write_gguf):
+    # a server's model may carry no template (engine-parity takes the template from elsewhere)
+    from tmplkit.sources.templates import gguf_special_tokens
+
+    path = write_gguf(template=None)
+    assert gguf_special_tokens(path) == ("<s>", "</s>")
+    with pytest.raises(SourceError, match="no chat template"):
+        sources.load(path)
+
 def test_gguf_large_sparse_file_reads_only_metadata(write_gguf):
     # A 20 GB model: the tensor region is a sparse hole that must never be read.
     path = write_gguf(template=CHATML)

@@ -28,7 +28,7 @@ from ..analysis import analyze
 from ..delimiters import ROLES, split_text
 from ..errors import TmplkitError
 from ..session import Conversation, render_conversation
-from ..sources.templates import ChatTemplate, load_gguf
+from ..sources.templates import ChatTemplate, gguf_special_tokens
 from .process import ServerRefused, TemplateRefused, check_server_model, start_with_template
 
 __all__ = ["PARITY_SCHEMA_VERSION", "EngineComparison", "engine_parity", "format_parity_table", "parity_report"]
@@ -89,8 +89,8 @@ def engine_parity(template, binary, model, *, analysis=None, log_dir=None,
     if rt is None or not rt.messages:  # (None: the analysis ended at a limit, in its worker)
         why = "; ".join(rt.problems[:1]) if rt is not None else "; ".join(analysis.errors[:1])
         return (EngineComparison(template.name, "round trip", "unrendered", error=why or "no round trip"),)
-    vocab = load_gguf(model)[0]  # llama-server's bos_token / eos_token are the model's
-    ours_template = ChatTemplate(template.text, template.name, template.source, vocab.bos_token, vocab.eos_token)
+    bos, eos = gguf_special_tokens(model)  # llama-server's bos_token / eos_token are the model's
+    ours_template = ChatTemplate(template.text, template.name, template.source, bos, eos)
     with tempfile.TemporaryDirectory(prefix="tmplkit-parity-") as tmp:
         path = Path(tmp) / "template.jinja"
         path.write_text(template.text, encoding="utf-8")

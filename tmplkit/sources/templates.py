@@ -21,8 +21,8 @@ from ..jsonio import json_kind, parse_json, read_json, read_text
 from . import corpus
 from .gguf_meta import Keys, read_metadata
 
-__all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "family_special_tokens", "load", "load_dir", "load_gguf", "load_hf",
-           "load_jinja", "load_json", "load_many", "load_one", "select_named"]
+__all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "family_special_tokens", "gguf_special_tokens", "load", "load_dir",
+           "load_gguf", "load_hf", "load_jinja", "load_json", "load_many", "load_one", "select_named"]
 
 
 @dataclass(frozen=True)
@@ -323,21 +323,24 @@ def load_hf(spec: str) -> list[ChatTemplate]:
     return [ChatTemplate(t.text, t.name, source, t.bos_token, t.eos_token) for t in templates]
 
 
-def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
-    """The chat templates in a GGUF's metadata, with the BOS/EOS token strings of its vocabulary.
+def gguf_special_tokens(path: str | os.PathLike) -> tuple[str | None, str | None]:
+    """The BOS and EOS token strings of a GGUF's vocabulary (None where it has none), read whether
+    or not it carries a chat template (a server's model may not)."""
+    _, bos, eos = _gguf_metadata(Path(path), lambda key: False)
+    return bos, eos
 
-    Reads the key/value header only (never the tensors), so large models load quickly.
-    """
-    p = Path(path)
+
+def _is_template(key: str) -> bool:  # not tk.CHAT_TEMPLATES, a list of the names
     tk = Keys.Tokenizer
-    named = tk.CHAT_TEMPLATE_N.format(name="")  # the prefix of a named template's key
+    return key == tk.CHAT_TEMPLATE or key.startswith(tk.CHAT_TEMPLATE_N.format(name=""))
 
-    def is_template(key: str) -> bool:  # not tk.CHAT_TEMPLATES, a list of the names
-        return key == tk.CHAT_TEMPLATE or key.startswith(named)
 
+def _gguf_metadata(p: Path, wanted) -> tuple[dict, str | None, str | None]:
+    """The keys `wanted` picks from a GGUF's header, and its BOS and EOS token strings."""
+    tk = Keys.Tokenizer
     md = read_metadata(
         p,
-        lambda k: is_template(k) or k in (tk.BOS_ID, tk.EOS_ID, tk.LIST),
+        lambda k: wanted(k) or k in (tk.BOS_ID, tk.EOS_ID, tk.LIST),
         pick={tk.LIST: lambda m: {v for v in (m.get(tk.BOS_ID), m.get(tk.EOS_ID)) if isinstance(v, int)}},
     )
     tokens = md.get(tk.LIST)
@@ -349,11 +352,22 @@ def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
         raw = tokens.get(idx) if isinstance(idx, int) else None
         return raw.decode("utf-8", errors="replace") if raw is not None else None
 
-    bos, eos = token(tk.BOS_ID), token(tk.EOS_ID)
+    return md, token(tk.BOS_ID), token(tk.EOS_ID)
+
+
+def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
+    """The chat templates in a GGUF's metadata, with the BOS/EOS token strings of its vocabulary.
+
+    Reads the key/value header only (never the tensors), so large models load quickly.
+    """
+    p = Path(path)
+    tk = Keys.Tokenizer
+    md, bos, eos = _gguf_metadata(p, _is_template)
+    named = tk.CHAT_TEMPLATE_N.format(name="")
     base = p.stem
     out: list[ChatTemplate] = []
     # The default template first, then the named ones in name order.
-    keys = sorted(filter(is_template, md), key=lambda k: (k != tk.CHAT_TEMPLATE, k))
+    keys = sorted(filter(_is_template, md), key=lambda k: (k != tk.CHAT_TEMPLATE, k))
     for key in keys:
         raw = md[key]
         if not isinstance(raw, bytes):
