@@ -304,3 +304,48 @@ def test_a_folder_or_a_pipe_given_for_a_file_is_said_for_what_it_is(capsys, tmp_
     for name, says in (("folder", "is a folder"), ("pipe", "not a regular file (a pipe or device)")):
         code, out, err = run(capsys, *[a.format(path=name) for a in argv])
         assert code == 2 and err.count("\n") == 1 and says in err and "not found" not in err, err
+
+
+# ---- a closed standard stream, a configuration that is a pipe, a folder's broken entries ------------------------
+
+def _cli(args, cwd, **kwargs):
+    return subprocess.run([sys.executable, "-m", "tmplkit", "--no-config", *args], cwd=cwd, env=ENV, text=True,
+                          capture_output=kwargs.pop("capture_output", True), timeout=120, **kwargs)
+
+
+def test_a_closed_stdin_or_stderr_is_one_line_or_silence_with_the_right_exit_code(tmp_path):
+    closed = _cli(["audit", "-"], tmp_path, stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(0))
+    assert closed.returncode == 2 and "standard input is closed" in closed.stderr and "Traceback" not in closed.stderr
+    out = tmp_path / "out.txt"
+    with open(out, "w") as f:  # stderr closed: the audit still runs, writes and passes
+        quiet = subprocess.run([sys.executable, "-m", "tmplkit", "--no-config", "lock", CHATML, "--lock", "l.json"],
+                               cwd=tmp_path, env=ENV, stdout=f, preexec_fn=lambda: os.close(2), timeout=120)
+    assert quiet.returncode == 0 and (tmp_path / "l.json").is_file()
+
+
+def test_a_configuration_that_is_a_pipe_or_nested_too_deep_is_one_line(tmp_path, capsys):
+    os.mkfifo(tmp_path / "c.toml")
+    assert main(["--config", str(tmp_path / "c.toml"), "audit", CHATML]) == 2  # (it hung, reading the pipe)
+    assert "not a regular file" in capsys.readouterr().err
+    (tmp_path / "deep.toml").write_text("x = " + "[" * 600 + "]" * 600 + "\n")
+    assert main(["--config", str(tmp_path / "deep.toml"), "audit", CHATML]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nested too deep" in err
+
+
+def test_a_folders_broken_link_and_pipe_are_error_rows_not_left_out(tmp_path, capsys):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "a.jinja").write_text(Path(CHATML).read_text())
+    (folder / "b.jinja").symlink_to(folder / "missing.jinja")
+    os.mkfifo(folder / "c.jinja")
+    code, out, _ = run(capsys, "audit", str(folder))
+    assert code == 1 and "3 templates: 2 error, 1 pass" in out
+
+
+def test_a_template_that_raises_a_message_of_two_lines_is_still_one_line(tmp_path, capsys):
+    (tmp_path / "ml.jinja").write_text("{{ raise_exception('first line\\nsecond line') }}")
+    (tmp_path / "c.json").write_text('[{"role": "user", "content": "hi"}]')
+    code, _, err = run(capsys, "spans", str(tmp_path / "ml.jinja"), "--session", str(tmp_path / "c.json"),
+                       "--tokenizer", "vocab:qwen35")
+    assert code == 2 and err.count("\n") == 1 and "first line\\nsecond line" in err

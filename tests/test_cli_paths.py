@@ -121,7 +121,8 @@ def test_template_variables_a_render_sets_are_refused(here, capsys):
 
 @pytest.mark.parametrize("content, words", [
     ('"str"', "no list of results"),
-    ("{", "not JSON"),
+    ("{", "not valid JSON"),
+    ("[" * 100000 + "]" * 100000, "nested"),
     ('{"results": [{"template": "a", "server": {"status": "ok", "route": "autoparser", "delimiters": [1]}}]}',
      "template 'a' is not as the command writes it"),
 ])

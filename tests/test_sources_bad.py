@@ -42,6 +42,8 @@ BAD_CONFIGS = [
     ("named list name not string", '{"chat_template": [{"name": 1, "template": "x"}]}', "item 0 must be"),
     ("named list template not string", '{"chat_template": [{"name": "default", "template": 2}]}', "item 0 must be"),
     ("named list of strings", '{"chat_template": ["x", "y"]}', "item 0 must be"),
+    ("a name with a newline", '{"chat_template": [{"name": "good\\n::error::x", "template": "x"}]}',
+     "a name with a control character"),
     ("a name twice", '{"chat_template": [{"name": "a", "template": "x"}, {"name": "a", "template": "y"}]}',
      "names two templates 'a'"),
     ("second item bad", '{"chat_template": [{"name": "default", "template": "x"}, {"name": "rag"}]}', "item 1 must be"),

@@ -39,7 +39,8 @@ from typing import IO, Union
 
 from .errors import InputError, TmplkitError
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "json_kind", "parse_json", "read_json", "read_text", "source_name"]
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "json_kind", "parse_json", "read_json", "read_text", "source_name",
+           "stdin"]
 
 # Far above any real template, tokenizer config or agent session (a 90k-token session is ~0.4 MB;
 # the largest tokenizer configs, with 200k added tokens, ~30 MB); a guard against mistakes.
@@ -127,6 +128,16 @@ def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
         raise error(f"{where}: a string holds {lone}, half of a UTF-16 pair and no character (no tokenizer or "
                     "server can encode it); fix the text")
     return value
+
+
+def stdin(what: str = "the input", error: type[TmplkitError] = InputError) -> IO:
+    """Standard input for `-`, as bytes where it has them (a text stream put in its place is given
+    as it is); one line where it is closed (`<&-`: sys.stdin is None)."""
+    import sys
+
+    if sys.stdin is None:
+        raise error(f"standard input is closed, so - cannot be read; give {what} as a file")
+    return getattr(sys.stdin, "buffer", sys.stdin)
 
 
 def json_kind(value) -> str:

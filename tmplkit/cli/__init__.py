@@ -162,6 +162,16 @@ def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> N
     add("--no-config", action="store_true", default=default(False), help="read no configuration file")
 
 
+def _say(line: str) -> None:
+    """The one line of an error, on one line whatever the message holds (a template's raise_exception
+    text, a name with a newline: escaped), and never a second failure where stderr cannot be
+    written (2>/dev/full): the exit code says it."""
+    try:
+        print(line.replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+
+
 class _Stdout:
     """Standard output as the commands write it: a failed write (a full disk, /dev/full) is one
     line naming standard output, not a folder; a closed one (`>&-`) too; a name that is no UTF-8
@@ -208,6 +218,8 @@ class _Stdout:
 
 def main(argv: list[str] | None = None) -> int:
     stdout = sys.stdout
+    if sys.stderr is None:  # closed (2>&-): progress and errors go nowhere, the work and its exit code stand
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the rest of the process
     try:  # the parser too: a Ctrl-C while it is built is still one line
         restore_default()  # from here, Ctrl-C is a KeyboardInterrupt caught below (see tmplkit._interrupt)
         sys.stdout = _Stdout(stdout)
@@ -220,17 +232,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a standard output that cannot be written is told here, not at Python's exit
         return code
     except TmplkitError as exc:
-        print(f"tmplkit: error: {exc}", file=sys.stderr)
+        _say(f"tmplkit: error: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
-        print("tmplkit: interrupted", file=sys.stderr)
+        _say("tmplkit: interrupted")
         return 130
     except BrokenPipeError:
         return 0
     except OSError as exc:  # the environment (a folder that cannot be written, a full disk), not a bug
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"tmplkit: error: {where}{exc.strerror or exc}; check that the folder exists and can be written "
-              "(the cache folder is $TMPLKIT_CACHE)", file=sys.stderr)
+        _say(f"tmplkit: error: {where}{exc.strerror or exc}; check that the folder exists and can be written "
+             "(the cache folder is $TMPLKIT_CACHE)")
         return 2
     finally:
         sys.stdout = stdout

@@ -134,7 +134,6 @@ def _cmd_delimiters(args) -> int:
 
 def _cmd_log(args) -> int:
     import json
-    import sys
     from pathlib import Path
 
     from ..errors import InputError
@@ -147,7 +146,10 @@ def _cmd_log(args) -> int:
     if all(given) and args.tokenizer != "auto":
         require_tokenizers([args.tokenizer], "tmplkit server log --tokenizer " + args.tokenizer)
     if args.log == "-":
-        text, source = sys.stdin.read(), "<stdin>"
+        from ..jsonio import stdin
+
+        data = stdin("the log").read()
+        text, source = data.decode("utf-8", "replace") if isinstance(data, bytes) else data, "<stdin>"
     else:
         path = Path(args.log)
         _check_log_file(path)

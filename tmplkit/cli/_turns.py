@@ -222,16 +222,13 @@ def _need_tokenizer(args) -> None:
 
 def _template_kwargs(text: str | None) -> dict | None:
     """--template-kwargs as a dict; InputError for anything but a JSON object."""
-    import json
-
     from ..errors import InputError
+    from ..jsonio import parse_json
 
     if text is None:
         return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"--template-kwargs: not JSON ({exc}); give an object, e.g. '{{\"preserve_thinking\": true}}'") from None
+    # (parse_json: a string nested past any template's variables is refused, not a RecursionError)
+    value = parse_json(text, what="template variables", where="--template-kwargs")
     if not isinstance(value, dict):
         raise InputError("--template-kwargs: give a JSON object, e.g. '{\"preserve_thinking\": true}'")
     return value

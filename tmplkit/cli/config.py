@@ -37,7 +37,7 @@ from typing import Any
 
 from ..auditing._choices import FAIL_ON, PREFIX_STABILITY
 from ..errors import InputError
-from ..jsonio import read_json
+from ..jsonio import read_json, stdin
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -81,15 +81,18 @@ class Config:
         }
 
 
+_MAX_CONFIG_BYTES = 16 * 1024 * 1024  # far above any configuration; /dev/zero-like files end here
+
+
 def find_config(start: str | os.PathLike | None = None) -> Path | None:
     """The configuration file that applies in `start` (default: the current folder), or None."""
     here = Path(start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         own = folder / "tmplkit.toml"
-        if own.is_file():
+        if own.exists():  # (not is_file: a pipe or folder by that name is refused, not skipped)
             return own
         pyproject = folder / "pyproject.toml"
-        if pyproject.is_file() and "tmplkit" in _read_toml(pyproject).get("tool", {}):
+        if pyproject.exists() and "tmplkit" in _read_toml(pyproject).get("tool", {}):
             return pyproject
     return None
 
@@ -154,15 +157,28 @@ def _upstream(value: object, base: Path, path: Path) -> dict[str, str]:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    """A configuration file's TOML; one line for a file that is no regular file (a pipe would block,
+    /dev/zero never end), too big, not UTF-8, not TOML or nested past the parser's depth."""
+    import stat
+
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path}: not a regular file (a pipe, device or folder); give the configuration as a file")
+        if st.st_size > _MAX_CONFIG_BYTES:
+            raise InputError(f"{path}: {st.st_size} bytes, too big for a configuration (at most {_MAX_CONFIG_BYTES}); "
+                             "check the path")
+        data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read the configuration ({exc.strerror or exc}); check the path") from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML ({exc}); fix the file") from None
-    except UnicodeDecodeError as exc:  # (tomllib decodes the bytes itself, outside TOMLDecodeError)
+    except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save the configuration as UTF-8") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deep to be a configuration; fix the file") from None
 
 
 def _bad(path: Path, key: str, what: str, value: object) -> InputError:
@@ -235,10 +251,8 @@ def load_expected_failures(path) -> dict:
     prefix is expected to be unstable under the prefix-stability gate). `-` reads standard input."""
     what = "an expected-failures file (a JSON object of template name -> reason)"
     if str(path) == "-":
-        import sys
-
         path = "<stdin>"
-        data = read_json(sys.stdin.buffer, what=what, where=path)
+        data = read_json(stdin(what), what=what, where=path)
     else:
         data = read_json(path, what=what)
     if not is_expected_failures(data):

@@ -97,20 +97,13 @@ def delimiters_of_row(row: Mapping) -> Delims | None:
 def load_server_delimiters(path: str | Path) -> dict[str, Delims]:
     """Template name -> the server's delimiter list, from a saved `tmplkit server delimiters
     --format json` (templates the server did not take are left out)."""
-    import json
+    from ..jsonio import read_json
 
     write = "write one with `tmplkit server delimiters SOURCE... --format json -o FILE`"
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the saved server delimiters ({exc.strerror or exc}); check the path, or "
-                         f"{write}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text, so not a saved `tmplkit server delimiters --format json`; {write}") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"{path}: not JSON ({exc}); {write}") from None
+    try:  # (a pipe, a huge or deeply nested file refused as every JSON input is)
+        data = read_json(path, what="a saved `tmplkit server delimiters --format json`")
+    except InputError as exc:
+        raise InputError(f"{exc}; or {write}") from None
     rows = data.get("results") if isinstance(data, dict) else None
     if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("template"), str) for r in rows):
         raise InputError(f"{path}: not a saved `tmplkit server delimiters --format json` (no list of results, each "

@@ -34,7 +34,7 @@ from typing import Any
 from ..atomic import write_output
 from ..delimiters import ROLES
 from ..errors import InputError
-from ..jsonio import json_kind, read_json, source_name
+from ..jsonio import json_kind, read_json, source_name, stdin
 
 __all__ = ["Conversation", "Session", "load_conversation", "load_session", "save_session", "session_from_json"]
 
@@ -98,9 +98,7 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
     'hi'
     """
     if isinstance(path_or_obj, str) and path_or_obj == "-":  # standard input, as command-line tools read it
-        import sys
-
-        path_or_obj, source = sys.stdin.buffer, source or "<stdin>"
+        path_or_obj, source = stdin("the conversation"), source or "<stdin>"
     if isinstance(path_or_obj, (str, os.PathLike)) or hasattr(path_or_obj, "read"):
         where = source or source_name(path_or_obj)
         data = read_json(path_or_obj, what="a conversation (a JSON list of messages)", where=where)

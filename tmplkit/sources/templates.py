@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GGUFError, SourceError
-from ..jsonio import json_kind, parse_json, read_json, read_text
+from ..jsonio import json_kind, parse_json, read_json, read_text, stdin
 from . import corpus
 from .gguf_meta import Keys, read_metadata
 
@@ -185,6 +185,9 @@ def _templates_from_value(value, path: Path, base: str, bos, eos, key: str = "ch
                 raise SourceError(
                     f"{path}: '{key}' item {i} must be {{\"name\": str, \"template\": str}}; fix the named-template list"
                 )
+            if any(c < " " or c == "\x7f" for c in item["name"]):  # (a newline would break every report's rows)
+                raise SourceError(f"{path}: '{key}' item {i} has a name with a control character ({item['name']!r}); "
+                                  "give it a plain name")
             name = base if item["name"] == "default" else f"{base}:{item['name']}"
             if any(t.name == name for t in out):  # (--name could not tell the two apart)
                 raise SourceError(f"{path}: '{key}' names two templates '{item['name']}'; give each its own name")
@@ -203,10 +206,9 @@ def load_json(path: Path, base: str | None = None) -> list[ChatTemplate]:
 def _load_stdin() -> list[ChatTemplate]:
     """`-`: a Jinja template, or a tokenizer_config.json / chat_template.json, on standard input."""
     import re
-    import sys
 
     where = "<stdin>"
-    text = read_text(sys.stdin.buffer, what="a chat template", where=where, error=SourceError)
+    text = read_text(stdin("the chat template", SourceError), what="a chat template", where=where, error=SourceError)
     if re.match(r'\s*\{\s*"', text):  # a JSON object; a Jinja template starts with text, {{ or {%
         return _json_templates(parse_json(text, what="a tokenizer config", where=where, error=SourceError),
                                Path(where), "stdin")
@@ -228,7 +230,9 @@ def load_dir(path: Path) -> list[ChatTemplate]:
     """A model folder (Hugging Face layout) or a folder of .jinja templates."""
     if any((path / f).is_file() for f in _HF_FILES):
         return _load_model_dir(path, path.name)
-    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in FOLDER_SUFFIXES)
+    # every entry named as a template but a folder: a broken link or a pipe is that template's error
+    # row (_load_folder_file), never silently left out of an audit that then passes
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in FOLDER_SUFFIXES and not p.is_dir())
     if not files:
         raise SourceError(f"{path}: no templates here (no tokenizer_config.json, chat_template.json, *.jinja, *.j2 "
                           "or *.jinja2); give another folder")
