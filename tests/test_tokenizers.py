@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -495,3 +497,12 @@ def test_where_a_token_ends_from_its_pieces_is_where_the_offsets_say(vocab):
     assert tok.piece_lengths(ids) == [len(tok.piece_bytes(i)) for i in ids]
     assert tok.piece_lengths(tuple(ids)) == tok.piece_lengths(list(ids)) and tok.piece_lengths([]) == []
     assert [_token_end(tok, text, ids, j) for j in range(len(ids))] == [e for _, e in offsets]
+
+
+def test_an_id_outside_the_vocabulary_is_a_tokenizer_error_not_an_abort():
+    # llama.cpp reads its table unchecked: std::out_of_range ended the whole process (SIGABRT)
+    code = ("import tmplkit\nt = tmplkit.load_tokenizer('vocab:qwen35')\n"
+            "for f in (lambda: t.detokenize([10**12]), lambda: t.piece(-1), lambda: t.is_eog(10**9)):\n"
+            "    try:\n        f()\n    except tmplkit.TokenizerError as e:\n        print('refused', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.count("refused token id") == 3, proc.stderr

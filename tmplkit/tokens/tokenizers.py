@@ -546,13 +546,21 @@ class LlamaCppTokenizer:
 
     def is_eog(self, token_id: int) -> bool:
         """Whether the token ends a generation (`llama_vocab_is_eog`)."""
+        self._check_id(token_id)
         return bool(self._lib.llama_vocab_is_eog(self._open_vocab(), int(token_id)))
+
+    def _check_id(self, token_id) -> None:
+        # llama.cpp reads its table at the id unchecked (std::out_of_range aborts the process)
+        if not isinstance(token_id, (int, np.integer)) or not 0 <= token_id < self.n_vocab:
+            raise TokenizerError(f"token id {token_id!r} is not in the vocabulary of {self.n_vocab} tokens of {self.name}; "
+                                 "give ids this tokenizer made")
 
     def piece_bytes(self, token_id: int) -> bytes:
         """The bytes token `token_id` stands for (special tokens as their text)."""
         cached = self._pieces.get(token_id)
         if cached is not None:
             return cached
+        self._check_id(token_id)
         lib = self._lib
         buf = self._buf
         n = lib.llama_token_to_piece(self._open_vocab(), token_id, buf, len(buf), 0, True)

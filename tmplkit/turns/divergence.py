@@ -43,7 +43,8 @@ from ..tokens.tokenizers import common_byte_prefix
 __all__ = ["CAUSES", "Divergence", "divergences", "TokenizedRequests", "tokenize_requests"]
 
 CAUSES = ("date or time", "reasoning dropped", "generation prompt", "tool list", "system prompt",
-          "last user message", "last tool result", "tool calls rewritten", "answer dropped", "message dropped", "other")
+          "last user message", "last tool result", "tool calls rewritten", "answer dropped", "message dropped", "other",
+          "token ids")  # (the last: the text matches and the ids do not, set where the token divergence is read)
 # Words that name reasoning markup (as the analysis reads them: tmplkit.analysis._reasoning).
 _REASONING_WORDS = ("think", "reason", "thought", "analysis")
 _BARE_WORD = re.compile(r"[A-Za-z_]+")  # a role or channel name between markup units (`<|channel|>final`)
