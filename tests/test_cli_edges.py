@@ -296,7 +296,8 @@ def test_a_message_says_what_was_wrong_in_the_users_words_and_what_to_do(capsys,
     assert "NoneType" not in err and "cannot map" not in err
 
 
-@pytest.mark.parametrize("argv", [("server", "log", "{path}"), ("prefill", "{path}", "--session", "s.json")])
+@pytest.mark.parametrize("argv", [("server", "log", "{path}"), ("prefill", "{path}", "--session", "s.json"),
+                                  ("turns", CHATML, "--session", "{path}")])
 def test_a_folder_or_a_pipe_given_for_a_file_is_said_for_what_it_is(capsys, tmp_path, argv):
     (tmp_path / "s.json").write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8")
     (tmp_path / "folder").mkdir()

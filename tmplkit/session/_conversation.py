@@ -145,8 +145,8 @@ def load_session(path: str | os.PathLike) -> Conversation:
     if str(path) == "-":
         return _from_conversation(load_conversation("-"))
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"session file not found: {p}")
+    if not p.exists():  # (a folder, a pipe or a device: said for what it is by the guarded reader)
+        raise InputError(f"session file not found: {p}; give a session JSON (e.g. from `tmplkit session generate`)")
     return _from_conversation(load_conversation(p))
 
 
