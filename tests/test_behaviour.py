@@ -327,3 +327,19 @@ def test_an_upstream_declared_for_a_gguf_that_is_not_there_is_one_line(tmp_path,
     proc = subprocess.run([sys.executable, "-m", "tmplkit", "audit", "--in-process"], env=ENV, capture_output=True,
                           text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "modle.gguf, which is not a file" in proc.stderr
+
+
+def test_two_lock_runs_at_once_on_one_lock_keep_both_entries(tmp_path):
+    # each merges into the lock as it is when it writes (it read it before its long work: one run's
+    # entries were lost, both exiting 0)
+    templates = ROOT / "fixtures" / "templates"
+    lock = tmp_path / "r.json"
+
+    def lock_run(name):
+        return subprocess.Popen([sys.executable, "-m", "tmplkit", "-q", "--no-config", "lock", str(templates / name),
+                                 "--lock", str(lock)], env=ENV, cwd=tmp_path)
+
+    assert lock_run("gemma.jinja").wait(timeout=300) == 0
+    runs = [lock_run("chatml.jinja"), lock_run("llama3.jinja")]
+    assert [r.wait(timeout=300) for r in runs] == [0, 0]
+    assert sorted(json.loads(lock.read_text())["templates"]) == ["chatml", "gemma", "llama3"]

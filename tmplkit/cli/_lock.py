@@ -5,6 +5,7 @@ configuration's `[upstream]`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -81,8 +82,11 @@ def _cmd_lock(args) -> int:
     old = BehaviourLock() if args.fresh or not os.path.exists(path) else read_lock(path)  # a bad lock: before any work
     check_writable(path)
     records = derive(args, load_templates(_sources(args, cfg), args.name), cfg)
-    lock = old.updated(records, fresh=args.fresh)
-    write_lock(path, lock)
+    with _folder_held(path):  # another lock run on the same file keeps its entries: read again, merge, write
+        if not args.fresh and os.path.exists(path):
+            old = read_lock(path)
+        lock = old.updated(records, fresh=args.fresh)
+        write_lock(path, lock)
     new = [r for r in records if r.name not in old.records]
     diffs = {r.name: compare(old.records[r.name], r) for r in records if r.name in old.records}
     changed = [name for name, d in diffs.items() if not d.same]
@@ -95,6 +99,23 @@ def _cmd_lock(args) -> int:
         print(f"tmplkit: wrote {path}: {n} template{'s' if n != 1 else ''} locked ({said}); {len(lock.records)} in the lock",
               file=sys.stderr)
     return 0
+
+
+@contextlib.contextmanager
+def _folder_held(path: str):
+    """An exclusive flock on the lock file's folder for the block (no file of its own to leave
+    behind; the lock file itself is replaced, so it cannot hold one); nothing where flock is missing."""
+    try:
+        import fcntl
+    except ImportError:  # (not POSIX)
+        yield
+        return
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (releases the flock)
 
 
 def _sources(args, cfg) -> list[str]:
