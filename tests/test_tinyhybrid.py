@@ -125,7 +125,7 @@ def test_turns_template_kwargs(tmp_path, capsys, corpus_template):
     assert json.loads(capsys.readouterr().out)["reports"][0]["stable"] is False
     assert main(base + ["--template-kwargs", '{"preserve_thinking": true}']) == 0
     assert json.loads(capsys.readouterr().out)["reports"][0]["stable"] is True
-    for bad, message in (("[1]", "give a JSON object"), ("{", "not JSON")):
+    for bad, message in (("[1]", "give a JSON object"), ("{", "not valid JSON")):
         assert main(base + ["--template-kwargs", bad]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err
