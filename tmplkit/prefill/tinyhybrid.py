@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .tinymodel import cached_tiny_model, write_tiny_gguf
+from .tinymodel import add_shape, cached_tiny_model, write_tiny_gguf
 
 __all__ = ["ARCH", "HybridConfig", "build_tiny_hybrid", "tiny_hybrid_path"]
 
@@ -106,16 +106,7 @@ def _add_hparams(w, c: HybridConfig) -> None:
     import gguf
 
     u32 = gguf.GGUFValueType.UINT32
-    w.add_context_length(c.context_length)
-    w.add_embedding_length(c.n_embd)
-    w.add_block_count(c.n_layer)
-    w.add_feed_forward_length(c.n_ff)
-    w.add_head_count(c.n_head)
-    w.add_head_count_kv(c.n_head_kv)
-    w.add_key_length(c.head_dim)
-    w.add_value_length(c.head_dim)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(10000000.0)
+    add_shape(w, c, rope_freq_base=10000000.0)
     w.add_key_value(f"{ARCH}.rope.dimension_count", c.head_dim, u32)
     w.add_key_value(f"{ARCH}.rope.dimension_sections", list(c.rope_sections), gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.INT32)
     w.add_key_value(f"{ARCH}.full_attention_interval", c.full_attention_interval, u32)

@@ -140,6 +140,14 @@ def build_tiny_model(vocab_file: str | os.PathLike, out: str | os.PathLike, chat
 
 def _add_hparams(w, c: TinyConfig) -> None:
     """The hyperparameter keys gemma3 reads."""
+    add_shape(w, c, rope_freq_base=10000.0)
+    w.add_sliding_window(c.n_swa)
+    w.add_sliding_window_pattern(c.sliding_window_pattern)
+
+
+def add_shape(w, c, *, rope_freq_base: float) -> None:
+    """The keys every tiny model's architecture reads for its shape (llama-model.cpp's generic ones),
+    in the order both write them (the files stay byte for byte as they were)."""
     w.add_context_length(c.context_length)
     w.add_embedding_length(c.n_embd)
     w.add_block_count(c.n_layer)
@@ -149,9 +157,7 @@ def _add_hparams(w, c: TinyConfig) -> None:
     w.add_key_length(c.head_dim)
     w.add_value_length(c.head_dim)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(10000.0)
-    w.add_sliding_window(c.n_swa)
-    w.add_sliding_window_pattern(c.sliding_window_pattern)
+    w.add_rope_freq_base(rope_freq_base)
 
 
 def write_tiny_gguf(vocab_file: str | os.PathLike, out: str | os.PathLike, arch: str, name: str, add_hparams, add_weights,
