@@ -29,7 +29,6 @@ import os
 import re
 import signal
 import socket
-import struct
 import subprocess
 import tempfile
 import time
@@ -522,12 +521,7 @@ def check_server_model(model: str | os.PathLike) -> Path:
     if not path.is_file():
         raise InputError(f"model file not found: {path}; give a GGUF model file")
     meta = read_metadata(path, lambda key: key == "split.count")
-    with path.open("rb") as f:
-        head = f.read(24)
-    endian = ">" if struct.unpack_from("<I", head, 4)[0] & 0xFFFF == 0 else "<"
-    wide = meta["__version__"] >= 2
-    n_tensors = struct.unpack_from(endian + ("Q" if wide else "I"), head, 8)[0] if len(head) >= (16 if wide else 12) else 0
-    if n_tensors == 0 and not (isinstance(meta.get("split.count"), int) and meta["split.count"] > 1):
+    if meta["__n_tensors__"] == 0 and not (isinstance(meta.get("split.count"), int) and meta["split.count"] > 1):
         raise InputError(f"{path}: a GGUF with no weights (a vocabulary only): llama-server cannot load it; give a "
                          "model with weights (a GGUF, or a tiny:VOCAB model)")
     return path

@@ -137,7 +137,7 @@ def read_metadata(
     Strings are returned as raw bytes (the caller decides how to treat invalid UTF-8), numeric
     arrays as lists. Arrays of strings are never read whole: `pick[key](metadata)` names the
     indices wanted once all keys are read, and the value becomes {index: bytes}.
-    The special key "__version__" holds the GGUF version.
+    The special keys "__version__" and "__n_tensors__" hold the GGUF version and its tensor count.
     """
     p = Path(path)
     try:
@@ -181,9 +181,9 @@ def _parse(buf, path: Path, want: Callable[[str], bool]) -> dict:
     cur = _Cursor(buf, path, endian)
     cur.pos = 8
     wide = version >= 2  # GGUF v1 used 32-bit counts and lengths
-    cur.count("tensor count", 0, wide)
+    n_tensors = cur.count("tensor count", 0, wide)
     n_kv = cur.count("metadata count", 8, wide)
-    out: dict = {"__version__": version}
+    out: dict = {"__version__": version, "__n_tensors__": n_tensors}
     for _ in range(n_kv):
         raw_key = cur.string_bytes("key", wide)
         if len(raw_key) > _MAX_KEY_LEN:
