@@ -506,3 +506,101 @@ def test_an_id_outside_the_vocabulary_is_a_tokenizer_error_not_an_abort():
             "    try:\n        f()\n    except tmplkit.TokenizerError as e:\n        print('refused', e)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.count("refused token id") == 3, proc.stderr
+
+
+def _special_soup(tok, n: int, seed: int = 0) -> bytes:
+    """`n` parts: the vocabulary's special tokens (the longest and the shortest, some cut in half)
+    between bits of text and whitespace, side by side and overlapping as a cut must survive."""
+    import random
+
+    rnd = random.Random(seed)
+    texts = list(tok.special_texts().texts)
+    choices = texts[:40] + texts[-40:]
+    words = [b"hello", b" world", b"\n", b"  ", b" ", b"\n\n", "é漢".encode(), b"x", b"<", b"|", b">", b"[", b"]"]
+    parts = []
+    for _ in range(n):
+        if rnd.random() < 0.4:
+            t = rnd.choice(choices)
+            parts.append(t[:max(1, len(t) // 2)] if rnd.random() < 0.2 else t)
+        else:
+            parts.append(rnd.choice(words))
+    return b"".join(parts)
+
+
+@pytest.mark.corpus
+def test_a_long_text_cut_where_llama_cpp_splits_it_has_the_ids_of_the_whole():
+    """llama.cpp's one call is quadratic in a text's special tokens, so a long text is tokenized in
+    pieces cut before special tokens (`_cuts`): on every vocabulary of the corpus the pieces' ids are
+    the whole text's, with and without a BOS (cut at every special token it can be, or every 40 bytes)."""
+    pytest.importorskip("llama_cpp")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched")
+    from tmplkit.tokens._cuts import cuts
+    from tmplkit.tokens.tokenizers import LlamaCppTokenizer
+
+    checked = 0
+    for path in sorted((corpus.vocab_path("qwen35").parent).glob("*.gguf")):
+        tok = LlamaCppTokenizer(path)
+        if tok.special_texts() is None:
+            continue
+        data = _special_soup(tok, 2000)
+        for add_bos, chunk in ((False, 1), (False, 40), (True, 1)):
+            if not tok.may_cut(add_bos):
+                continue  # (a vocabulary that ends a text with a token of its own when it adds the BOS: never cut)
+            at = cuts(data, tok.special_texts(), chunk)
+            pieces: list[int] = []
+            for begin, end in zip([0, *at], [*at, len(data)]):
+                pieces += tok._encode_call(data[begin:end], add_bos and not begin)
+            assert len(at) > 100 and pieces == tok._encode_call(data, add_bos), (path.name, add_bos, chunk)
+        checked += 1
+    assert checked >= 15
+
+
+@pytest.mark.corpus
+def test_a_long_chat_is_tokenized_in_pieces_as_a_whole(qwen35):
+    """`tokenize` of a text past the cut size: the same ids as llama.cpp's one call, in pieces."""
+    from tmplkit.tokens._cuts import CHUNK
+
+    text = "".join(f"<|im_start|>user\nmessage {i}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nok {i}<|im_end|>\n"
+                   for i in range(3 * CHUNK // 80))
+    assert len(text) > 2 * CHUNK and qwen35._cuts(text.encode(), False)
+    assert qwen35.tokenize(text, add_bos=True) == qwen35._encode_call(text.encode(), True)
+    assert qwen35.tokenize_with_offsets(text)[0] == qwen35._encode_call(text.encode(), False)
+
+
+def _partition(data: bytes, order) -> list:
+    """llama.cpp's `tokenizer_st_partition` as a model: each special text in `order`, its leftmost
+    occurrences taken one after another in every piece of raw text not yet taken."""
+    frags: list = [(0, len(data))]
+    for t in order:
+        out: list = []
+        for f in frags:
+            if isinstance(f, bytes):
+                out.append(f)
+                continue
+            pos, hi = f
+            while (m := data.find(t, pos, hi)) >= 0:
+                out += [(pos, m)] if m > pos else []
+                out.append(t)
+                pos = m + len(t)
+            out += [(pos, hi)] if pos < hi else []
+        frags = out
+    return [f if isinstance(f, bytes) else ("raw", data[f[0]:f[1]]) for f in frags]
+
+
+_SMALL = st.text(alphabet="ab<>", min_size=1, max_size=4).map(str.encode)
+
+
+@given(st.lists(_SMALL, min_size=1, max_size=6, unique=True), st.text(alphabet="ab<>", max_size=80).map(str.encode))
+@settings(max_examples=400, deadline=None)
+def test_cuts_are_where_the_partition_splits_anyway(specials, data):
+    """Whatever the special texts (nested, overlapping, of one length), the pieces between the cuts
+    partition as the whole text does, in either order llama.cpp may take texts of one length."""
+    from tmplkit.tokens._cuts import SpecialTexts, cuts
+
+    sp = SpecialTexts.of(specials, [False] * len(specials))
+    at = cuts(data, sp, 1)
+    for order in (sorted(specials, key=lambda t: (-len(t), t)), sorted(specials, key=lambda t: (-len(t), tuple(-c for c in t)))):
+        whole = _partition(data, order)
+        pieces = [f for begin, end in zip([0, *at], [*at, len(data)]) for f in _partition(data[begin:end], order)]
+        assert pieces == whole, (order, at)

@@ -33,6 +33,7 @@ import numpy as np
 from ..errors import GGUFError, ModelError, SourceError, TokenizerError
 from ..sources import corpus
 from ..sources.gguf_meta import Keys, read_metadata
+from ._cuts import CHUNK, SpecialTexts, cuts
 from .gguf_vocab import byte_level_bytes, gguf_bpe_tokenizer, supports
 from .llama_model import LlamaModel, import_llama_cpp
 
@@ -333,6 +334,7 @@ class LlamaCppTokenizer:
         self._pieces_ids: dict[bytes, tuple[int, ...]] = {}  # (`_encode_pieces`)
         self._pieces_bytes = 0
         self._control_patterns: dict = {}  # (`_controls`)
+        self._specials: SpecialTexts | None | bool = False  # (`_cuts`; False: not read yet)
 
     @classmethod
     def of_model(cls, model, path: str | os.PathLike, *, add_bos: bool = False, name: str | None = None) -> LlamaCppTokenizer:
@@ -369,6 +371,41 @@ class LlamaCppTokenizer:
             self.close()
 
     def _encode(self, data: bytes, add_bos: bool) -> list[int]:
+        """`data`'s ids; a long text in pieces cut where llama.cpp splits it anyway (`_cuts`: one call
+        takes time quadratic in the special tokens of its text)."""
+        at = self._cuts(data, add_bos) if len(data) > 2 * CHUNK else []
+        if not at:
+            return self._encode_call(data, add_bos)
+        out: list[int] = []
+        for begin, end in zip([0, *at], [*at, len(data)]):
+            out += self._encode_call(data[begin:end], add_bos and not begin)
+        return out
+
+    def _cuts(self, data: bytes, add_bos: bool) -> list[int]:
+        """Where `data` can be cut (`_cuts.cuts`), where `may_cut` says it can."""
+        specials = self.special_texts() if self.may_cut(add_bos) else None
+        return cuts(data, specials) if specials is not None else []
+
+    def may_cut(self, add_bos: bool) -> bool:
+        """Whether a text's pieces can be tokenized one by one: not where the vocabulary adds a
+        token after the text too when it adds a BOS (add_eos, BERT's SEP; the last piece would
+        end with it and no other)."""
+        lib, vocab = self._lib, self._open_vocab()
+        return not add_bos or not (lib.llama_vocab_get_add_eos(vocab)
+                                   or int(lib.llama_vocab_type(vocab)) == int(lib.LLAMA_VOCAB_TYPE_WPM))
+
+    def special_texts(self) -> SpecialTexts | None:
+        """The special tokens llama.cpp splits a text at (its `cache_special_tokens`), read once."""
+        if self._specials is False:
+            lib, vocab = self._lib, self._open_vocab()
+            special = int(lib.LLAMA_TOKEN_ATTR_CONTROL) | int(lib.LLAMA_TOKEN_ATTR_USER_DEFINED) | int(lib.LLAMA_TOKEN_ATTR_UNKNOWN)
+            attrs = [int(lib.llama_vocab_get_attr(vocab, i)) for i in range(self.n_vocab)]
+            ids = [i for i, a in enumerate(attrs) if a & special]
+            self._specials = SpecialTexts.of([lib.llama_vocab_get_text(vocab, i) or b"" for i in ids],
+                                             [bool(attrs[i] & int(lib.LLAMA_TOKEN_ATTR_LSTRIP)) for i in ids])
+        return self._specials  # type: ignore[return-value]
+
+    def _encode_call(self, data: bytes, add_bos: bool) -> list[int]:
         lib = self._lib
         cap = len(data) + 8
         while True:
