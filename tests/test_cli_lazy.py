@@ -82,3 +82,11 @@ def test_the_format_names_are_the_formats():
     from tmplkit.auditing import AUDIT_FORMAT_NAMES, AUDIT_FORMATS
 
     assert tuple(AUDIT_FORMATS) == AUDIT_FORMAT_NAMES
+
+
+def test_the_parsers_worker_limits_are_the_workers_own():
+    """The limits the parsers show and use without a layer loaded are `auditing.contained`'s."""
+    from tmplkit.auditing import contained
+    from tmplkit.cli import _limits
+
+    assert (_limits.DEFAULT_TIMEOUT, _limits.DEFAULT_MEMORY_MB) == (contained.DEFAULT_TIMEOUT, contained.DEFAULT_MEMORY_MB)

@@ -79,7 +79,9 @@ def test_each_thing_has_one_spelling_across_commands():
     takes = {name for name, p in commands() if any("--tokenizer" in a.option_strings for a in p._actions)}
     assert takes >= {"audit", "spans", "mask", "request", "turns", "server log"}
     timed = {name for name, p in commands() if any("--timeout" in a.option_strings for a in p._actions)}
-    assert timed >= {"audit", "table", "show", "turns"}
+    assert timed >= {"audit", "table", "show", "turns", "annotate", "mask", "spans", "request", "server log"}
+    limited = {name for name, p in commands() if any("--memory" in a.option_strings and a.type is int for a in p._actions)}
+    assert limited >= {"audit", "show", "annotate", "mask", "spans", "request", "server log"}
 
 
 def test_docs_cli_lists_the_vocabulary_once():

@@ -94,19 +94,45 @@ def test_spans_reports_a_memory_bomb_as_an_error(conversation, tiny_hf_folder):
     one_line_error(proc, "memory")
 
 
+# (every command that renders a template in a worker: its limits are --timeout and --memory)
+_WORKER_COMMANDS = {
+    "mask": ["mask", str(CHATML), "--session", "{conv}", "--tokenizer", "{tok}"],
+    "spans": ["spans", str(CHATML), "--session", "{conv}", "--tokenizer", "{tok}"],
+    "request": ["request", str(CHATML), "--session", "{conv}", "--tokenizer", "{tok}"],
+    "annotate": ["annotate", str(CHATML), "-o", "{out}"],
+    "server log": ["server", "log", "{log}", "--template", str(CHATML), "--session", "{conv}", "--tokenizer", "{tok}"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(_WORKER_COMMANDS))
+@pytest.mark.parametrize("limit", [["--timeout", "0"], ["--timeout", "nan"], ["--memory", "-5"]])
+def test_a_workers_limit_that_is_not_positive_is_one_line_before_any_work(command, limit, conversation, tiny_hf_folder, tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("main: server is listening on http://127.0.0.1:8080\n")
+    args = [a.format(conv=conversation, tok=tiny_hf_folder, out=tmp_path / "out.jinja", log=log) for a in _WORKER_COMMANDS[command]]
+    one_line_error(tmplkit(*args, *limit), f"{limit[0]} must be a positive")
+    assert not (tmp_path / "out.jinja").exists()
+
+
+def test_a_mask_past_its_timeout_says_which_option_raises_it(conversation, tiny_hf_folder):
+    # a long conversation is legitimately slow: the limit is the user's to raise, and the error says how
+    proc = tmplkit("mask", str(HOSTILE / "filter_wordwrap_slow.jinja"), "--session", str(conversation),
+                   "--tokenizer", str(tiny_hf_folder), "--timeout", "1.5")
+    one_line_error(proc, "took longer than 1.5 s", "raise --timeout")
+
+
+def test_spans_out_of_memory_says_which_option_raises_it(conversation, tiny_hf_folder):
+    proc = tmplkit("spans", str(HOSTILE / "bomb_concat_levels.jinja"), "--session", str(conversation),
+                   "--tokenizer", str(tiny_hf_folder), "--memory", "300")
+    one_line_error(proc, "out of memory", "raise --memory")
+
+
 def test_annotate_stops_a_hostile_render_at_its_time_limit(tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "annotated.jinja"
-    # annotate's own limit (60 s: transformers' import and every check conversation), made 5 s here
-    code = ("import sys, tmplkit.cli._annotate as a; a.ANNOTATE_TIMEOUT = 5.0; from tmplkit.cli import main; "
-            "sys.exit(main(sys.argv[1:]))")
-    env = {**os.environ, "PYTHONPATH": str(CODE)}
-    try:
-        proc = subprocess.run([sys.executable, "-c", code, "annotate", str(HOSTILE / "filter_wordwrap_slow.jinja"),
-                               "-o", str(out)], capture_output=True, text=True, timeout=BOUND, env=env, cwd=CODE)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"annotate ran past {BOUND} s (a hang)")
-    one_line_error(proc, "took longer than 5 s")
+    # annotate's own limit (60 s by default: transformers' import and every check conversation), 5 s here
+    proc = tmplkit("annotate", str(HOSTILE / "filter_wordwrap_slow.jinja"), "-o", str(out), "--timeout", "5")
+    one_line_error(proc, "took longer than 5 s", "raise --timeout")
     assert not out.exists()
 
 

@@ -150,7 +150,7 @@ def _rebuilt(module: str, qualname: str, message: str, attrs: dict) -> TmplkitEr
         return RenderError(message)
 
 
-def _lost(what: str, memory_mb: int | None, advice: str):
+def _lost(what: str, memory_mb: int | None, advice: str, memory_advice: str = ""):
     def lost(item, gone: Lost):
         if gone.kind == "timeout":
             return "lost", RenderLimitError(f"{what}: took longer than {gone.limit:g} s; the worker was stopped (the "
@@ -158,12 +158,11 @@ def _lost(what: str, memory_mb: int | None, advice: str):
                                             kind="timeout")
         if gone.kind == "exit" and (gone.exitcode == EXIT_MEMORY or gone.exitcode == -signal.SIGKILL):
             return "lost", RenderLimitError(f"{what}: ran out of memory (over {memory_mb} MiB); the worker was stopped "
-                                            "(the template may build a huge value)", kind="memory")
+                                            f"(the template may build a huge value){memory_advice}", kind="memory")
         if gone.kind == "exit" and gone.exitcode == -signal.SIGABRT and memory_mb:
             # native code (a tokenizer's allocator, libstdc++) aborts where an allocation fails
             return "lost", RenderError(f"{what}: the worker aborted (SIGABRT), as native code does when an allocation "
-                                       f"fails: most likely out of memory (over {memory_mb} MiB); raise --memory if "
-                                       "the input is meant to be this large")
+                                       f"fails: most likely out of memory (over {memory_mb} MiB){memory_advice}")
         if gone.kind == "exit":
             return "lost", RenderError(f"{what}: the worker ended without a result (exit code {gone.exitcode})")
         if gone.kind == "start":
@@ -174,17 +173,18 @@ def _lost(what: str, memory_mb: int | None, advice: str):
 
 
 def run_contained(func: Callable, *args, what: str, timeout: float | None = DEFAULT_TIMEOUT,
-                  memory_mb: int | None = DEFAULT_MEMORY_MB, advice: str = "", progress: Callable | None = None,
-                  **kwargs):
+                  memory_mb: int | None = DEFAULT_MEMORY_MB, advice: str = "", memory_advice: str = "",
+                  progress: Callable | None = None, **kwargs):
     """`func(*args, **kwargs)` in a worker process under `timeout` seconds and `memory_mb` MiB; its
     value, or its `TmplkitError` raised here. `what` names the work in an error ("mask of
-    'chatml'"); `advice` ends a time-limit message ("; if it is legitimately slow, raise --timeout").
+    'chatml'"); `advice` ends a time-limit message ("; if it is legitimately slow, raise --timeout"),
+    `memory_advice` a memory-limit one.
     `progress`: called here with what `func`'s own `progress` keyword is called with there."""
     _check_pickles(args, kwargs)
     with _relayed(progress) as sender:
         if sender is not None:
             kwargs["progress"] = sender
-        (result,) = run_in_workers([(func, args, kwargs)], _call, lost=_lost(what, memory_mb, advice), prelude=_ready,
+        (result,) = run_in_workers([(func, args, kwargs)], _call, lost=_lost(what, memory_mb, advice, memory_advice), prelude=_ready,
                                    jobs=1, timeout=timeout, memory_mb=memory_mb, max_tasks=1,
                                    setup=functools.partial(hints_for, hint_place()))
     kind, value = result
@@ -196,7 +196,7 @@ def run_contained(func: Callable, *args, what: str, timeout: float | None = DEFA
 
 
 def run_contained_each(calls: Sequence[tuple[Callable, tuple, dict, str]], *, jobs: int, timeout: float | None = DEFAULT_TIMEOUT,
-                       memory_mb: int | None = DEFAULT_MEMORY_MB, advice: str = "",
+                       memory_mb: int | None = DEFAULT_MEMORY_MB, advice: str = "", memory_advice: str = "",
                        progress: Callable | None = None) -> list:
     """Each `(func, args, kwargs, what)` as `run_contained` runs one (a worker of its own, the same
     limits), up to `jobs` at once: per call, its value or the `TmplkitError` it ended with, returned
@@ -207,7 +207,7 @@ def run_contained_each(calls: Sequence[tuple[Callable, tuple, dict, str]], *, jo
     whats = {id(item): what for item, (*_, what) in zip(items, calls)}
 
     def lost(item, gone: Lost):
-        return _lost(whats[id(item)], memory_mb, advice)(item, gone)
+        return _lost(whats[id(item)], memory_mb, advice, memory_advice)(item, gone)
 
     done = (lambda n, total, _result: progress(n, total)) if progress is not None else None
     results = run_in_workers(items, _call, lost=lost, prelude=_ready, jobs=jobs, timeout=timeout, memory_mb=memory_mb,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ._limits import render_timeout
+from ._common import add_limits
+from ._limits import DEFAULT_MEMORY_MB, contained_limits
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -22,6 +23,7 @@ def add_annotate(sub) -> None:
     p.add_argument("source", metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
     p.add_argument("--name", help="which template of the source (default: the first)")
     p.add_argument("-o", "--output", metavar="FILE", required=True, help="the annotated template (.jinja)")
+    add_limits(p, timeout=ANNOTATE_TIMEOUT, memory=DEFAULT_MEMORY_MB)
     p.set_defaults(func=_cmd_annotate)
 
 
@@ -37,11 +39,12 @@ def _cmd_annotate(args) -> int:
 
     if importlib.util.find_spec("transformers") is None:
         raise InputError("tmplkit annotate checks the copy with transformers, which is not installed; pip install transformers")
+    limits = contained_limits(args, ANNOTATE_TIMEOUT)
     check_writable(args.output)  # refuse before the work
     template = load_one(args.source, args.name)
-    # The template is untrusted: it renders in a worker under the audit's memory limit; the time
-    # limit allows for transformers' import and the check conversations (tmplkit.auditing.contained).
-    annotated = run_contained(annotate_template, template, what=f"annotating '{template.name}'", timeout=render_timeout(args, ANNOTATE_TIMEOUT))
+    # The template is untrusted: it renders in a worker under --timeout and --memory; the default
+    # time allows for transformers' import and the check conversations (tmplkit.auditing.contained).
+    annotated = run_contained(annotate_template, template, what=f"annotating '{template.name}'", **limits)
     write_output(args.output, annotated.text)
     print(f"{args.output}: {template.name} annotated; masks equal on {annotated.checked} conversations "
           f"({annotated.masked_chars} masked characters)", file=sys.stderr)

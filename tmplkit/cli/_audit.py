@@ -28,13 +28,13 @@ from ._common import (
     use_color,
     verbosity,
 )
+from ._limits import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT
 from ._lock import lock_for, precheck, print_checks, run_checks, upstreams_for
 from .config import FAIL_ON, PREFIX_STABILITY, load_expected_failures
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
-_DEFAULT_TIMEOUT = 10.0
-_DEFAULT_MEMORY_MB = 1024
+_DEFAULT_TIMEOUT, _DEFAULT_MEMORY_MB = DEFAULT_TIMEOUT, DEFAULT_MEMORY_MB
 
 
 def add_audit(sub) -> None:

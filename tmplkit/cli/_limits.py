@@ -5,7 +5,13 @@ from __future__ import annotations
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
-__all__ = ["RENDER_TIMEOUT", "SESSION_TIMEOUT", "check_template_isolated", "render_session", "render_timeout"]
+__all__ = ["DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT", "RENDER_TIMEOUT", "SESSION_TIMEOUT", "check_template_isolated", "contained_limits",
+           "render_session", "render_timeout"]
+
+# A worker's limits where the command's --timeout / --memory do not say: tmplkit.auditing.contained's
+# defaults, repeated here so that building the parser loads no layer (tests/test_cli_lazy.py holds them equal).
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_MEMORY_MB = 1024
 
 # Seconds for every request of a session rendered in a worker (replay's pre-check): turns' default
 # for the same work, since a long session's hundreds of renders legitimately take seconds.
@@ -17,10 +23,21 @@ RENDER_TIMEOUT: float | None = None
 def render_timeout(args, default: float | None = None) -> float:
     """Seconds per template: the command's `--timeout` when it has one and it is given, else `default`
     (the audit's default limit when None)."""
-    from ..auditing.contained import DEFAULT_TIMEOUT
-
     given = getattr(args, "timeout", None)
     return given if given is not None else (default if default is not None else DEFAULT_TIMEOUT)
+
+
+def contained_limits(args, default: float | None = None) -> dict:
+    """`run_contained`'s limits for a command with --timeout and --memory (`_common.add_limits`): the
+    values given (refused unless positive), else `default` seconds (the audit's when None) and the
+    audit's MiB; a limit reached says which option raises it (a long conversation is legitimately slow)."""
+    from ._common import positive
+
+    memory = positive(getattr(args, "memory", None), "--memory")
+    return {"timeout": positive(render_timeout(args, default), "--timeout"),
+            "memory_mb": memory if memory is not None else DEFAULT_MEMORY_MB,
+            "advice": "; if the input is legitimately this long, raise --timeout",
+            "memory_advice": "; if the input is meant to be this large, raise --memory"}
 
 
 def check_template_isolated(template, model, what: str, session=None, *, every_request: bool = False) -> None:
@@ -30,7 +47,7 @@ def check_template_isolated(template, model, what: str, session=None, *, every_r
     rendered in this process. With `session` (a `Session`), the session's own renders too (the last
     request, or `every_request`), since a template can pass the probes and turn hostile on the
     session's content: the renders this process then repeats have ended within the limits once."""
-    from ..auditing.contained import DEFAULT_TIMEOUT, run_contained
+    from ..auditing.contained import run_contained
     from ..auditing.isolate import analyze_isolated
     from ..errors import RenderLimitError, TmplkitError
     from ..sources.templates import load_one

@@ -6,6 +6,7 @@ import sys
 
 from ._common import (
     add_format,
+    add_limits,
     add_name,
     add_output,
     add_session_option,
@@ -17,7 +18,7 @@ from ._common import (
     template_conversation_tokenizer,
     use_color,
 )
-from ._limits import render_timeout
+from ._limits import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, contained_limits
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -36,6 +37,7 @@ def add_mask(sub) -> None:
     add_format(p, ("text", "json"), None, "the mask", aliases={"auto": None},
                default_help="text on a terminal, json when written to a pipe or a file")
     add_output(p, "the mask")
+    add_limits(p, timeout=DEFAULT_TIMEOUT, memory=DEFAULT_MEMORY_MB)
     p.set_defaults(func=_cmd_mask)
 
 
@@ -43,10 +45,10 @@ def _cmd_mask(args) -> int:
     from ..auditing.contained import run_contained
     from ..masks import assistant_mask
 
+    limits = contained_limits(args)  # (a bad limit is refused before any work)
     template, conversation, tokenizer = template_conversation_tokenizer(args, "mask")
-    # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
-    result = run_contained(assistant_mask, template, tokenizer, conversation, what=f"mask of '{template.name}'",
-                           timeout=render_timeout(args))
+    # The template is untrusted: it renders in a worker under --timeout and --memory (tmplkit.auditing.contained).
+    result = run_contained(assistant_mask, template, tokenizer, conversation, what=f"mask of '{template.name}'", **limits)
     fmt = args.format
     if fmt == "auto":
         deprecation_note("--format auto", "no --format (text on a terminal, json otherwise)")

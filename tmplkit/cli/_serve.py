@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._common import (
     add_format,
     add_generation_prompt,
+    add_limits,
     add_name,
     add_output,
     add_session_option,
@@ -17,7 +18,7 @@ from ._common import (
     require_extra,
     template_conversation_tokenizer,
 )
-from ._limits import render_timeout
+from ._limits import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, contained_limits
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -37,6 +38,7 @@ def add_request(sub) -> None:
     add_generation_prompt(p, default=True)
     p.add_argument("--n-predict", type=int, metavar="N", help="add n_predict to the body (default: the server's)")
     add_output(p, "the JSON")
+    add_limits(p, timeout=DEFAULT_TIMEOUT, memory=DEFAULT_MEMORY_MB)
     p.set_defaults(func=_cmd_request)
 
 
@@ -53,16 +55,16 @@ def _cmd_request(args) -> int:
         if args.delimiters_only and args.n_predict is not None:  # (the list alone has no body to add it to)
             raise InputError("--n-predict goes in a request body; leave it out with --delimiters-only")
 
+    limits = contained_limits(args)  # (a bad limit is refused before any work)
     template, conversation, tokenizer = template_conversation_tokenizer(args, "request", conversation=not args.delimiters_only,
                                                                         check=check)
-    # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
+    # The template is untrusted: it renders in a worker under --timeout and --memory (tmplkit.auditing.contained).
     what = f"request for '{template.name}'"
     if args.delimiters_only:
-        out: object = [d.to_dict() for d in run_contained(message_delimiters, template, tokenizer, what=what,
-                                                                   timeout=render_timeout(args))]
+        out: object = [d.to_dict() for d in run_contained(message_delimiters, template, tokenizer, what=what, **limits)]
     else:
-        out = run_contained(completion_request, template, tokenizer, conversation, what=what, timeout=render_timeout(args),
-                            add_generation_prompt=args.add_generation_prompt, n_predict=args.n_predict).to_dict()
+        out = run_contained(completion_request, template, tokenizer, conversation, what=what,
+                            add_generation_prompt=args.add_generation_prompt, n_predict=args.n_predict, **limits).to_dict()
     emit(json.dumps(out, ensure_ascii=False, indent=2) + "\n", args.output)
     return 0
 

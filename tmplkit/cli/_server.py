@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._common import (
     add_format,
+    add_limits,
     add_name,
     add_output,
     add_session_option,
@@ -23,7 +24,7 @@ from ._common import (
     verbosity,
     worker_tokenizer,
 )
-from ._limits import SESSION_TIMEOUT
+from ._limits import DEFAULT_MEMORY_MB, SESSION_TIMEOUT, contained_limits
 from ._serve import add_server_run_options
 from ._terminal import ProgressLine, wanted
 
@@ -77,6 +78,7 @@ def add_server(sub) -> None:
     add_tokenizer(g)
     add_format(g, ("text", "json"), "text", "the reading")
     add_output(g, "the reading")
+    add_limits(g, timeout=SESSION_TIMEOUT, memory=DEFAULT_MEMORY_MB)
     g.set_defaults(func=_cmd_log)
 
 
@@ -140,6 +142,7 @@ def _cmd_log(args) -> int:
     from ..server.log import format_server_log, read_server_log
     from ..server.log_breaks import locate_breaks
 
+    limits = contained_limits(args, SESSION_TIMEOUT)  # (a bad limit is refused before any work)
     given = [x is not None for x in (args.template, args.session, args.tokenizer)]
     if any(given) and not all(given):
         raise InputError("give --template, --session and --tokenizer together (to place the breaks on messages), or none")
@@ -168,8 +171,7 @@ def _cmd_log(args) -> int:
         session = load_session(args.session)  # here: '-' is this process's standard input
         # The template is untrusted: the session's renders run in a worker under the audit's limits.
         log = run_contained(locate_breaks, log, template, session, worker_tokenizer(args, template, "server log"),
-                            what=f"placing the log on the session with template '{template.name}'",
-                            timeout=SESSION_TIMEOUT)
+                            what=f"placing the log on the session with template '{template.name}'", **limits)
     if args.format == "json":
         emit(json.dumps(log.to_dict(), ensure_ascii=False, indent=1) + "\n", args.output)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._common import (
     add_format,
     add_generation_prompt,
+    add_limits,
     add_name,
     add_output,
     add_session_option,
@@ -13,7 +14,7 @@ from ._common import (
     emit,
     template_conversation_tokenizer,
 )
-from ._limits import render_timeout
+from ._limits import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, contained_limits
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -27,6 +28,7 @@ def add_spans(sub) -> None:
     add_generation_prompt(p, default=False, old="--add-generation-prompt")
     add_format(p, ("json", "text"), "json", "the spans")
     add_output(p, "the spans")
+    add_limits(p, timeout=DEFAULT_TIMEOUT, memory=DEFAULT_MEMORY_MB)
     p.set_defaults(func=_cmd_spans)
 
 
@@ -36,10 +38,11 @@ def _cmd_spans(args) -> int:
     from ..auditing.contained import run_contained
     from ..session.token_spans import conversation_spans, format_spans_text
 
+    limits = contained_limits(args)  # (a bad limit is refused before any work)
     template, conversation, tokenizer = template_conversation_tokenizer(args, "spans")
-    # The template is untrusted: it renders in a worker under the audit's limits (tmplkit.auditing.contained).
+    # The template is untrusted: it renders in a worker under --timeout and --memory (tmplkit.auditing.contained).
     result = run_contained(conversation_spans, template, tokenizer, conversation, what=f"spans of '{template.name}'",
-                           timeout=render_timeout(args), add_generation_prompt=args.add_generation_prompt)
+                           add_generation_prompt=args.add_generation_prompt, **limits)
     if args.format == "text":
         emit(format_spans_text(result), args.output)
     else:

@@ -17,7 +17,7 @@ from ..errors import InputError, RenderError, RenderLimitError
 from ..sources.templates import ChatTemplate
 from ._inputs import _plain, _prepare_dicts, _prepare_messages
 from ._jinja import PROMPT_MARK, _compile, _compile_split
-from ._limits import _STATE, DEFAULT_LIMITS, Limits, _State, _timeout, _too_big
+from ._limits import _STATE, DEFAULT_LIMITS, Limits, _State, _timeout, _too_big, hint
 
 __all__ = ["compile_template", "render", "render_with_prompt"]
 
@@ -181,7 +181,8 @@ def _render(template: ChatTemplate, context: dict, limits: Limits | None, clock,
     except (RenderError, InputError):
         raise
     except MemoryError as exc:
-        raise RenderLimitError(f"template '{template.name}' ran out of memory while rendering", kind="memory") from exc
+        raise RenderLimitError(f"template '{template.name}' ran out of memory while rendering{_memory_hint()}",
+                               kind="memory") from exc
     except SecurityError as exc:
         m = _MUTATOR_ACCESS.match(str(exc))
         if m is not None and m.group(1) in _MUTATORS:
@@ -195,3 +196,15 @@ def _render(template: ChatTemplate, context: dict, limits: Limits | None, clock,
         raise _render_error(template, exc, compiled) from exc
     finally:
         _STATE.reset(token)
+
+
+def _memory_hint() -> str:
+    """How to raise the memory a render ran out of: a worker's limit (its address space is capped,
+    tmplkit.auditing.workers) is the user's to raise; the machine's is not."""
+    try:
+        import resource
+
+        capped = resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+    except (ImportError, OSError, ValueError):
+        capped = False
+    return f" (the template may build a huge value); if the input is meant to be this large, {hint('memory_mb')}" if capped else ""
