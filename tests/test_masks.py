@@ -241,7 +241,8 @@ ONE_RENDER_CORPUS = ["Qwen3-Coder", "Qwen3.5-4B", "deepseek-ai-DeepSeek-V3.2", "
                      "unsloth-gpt-oss-20b", "google-gemma-4-31B-it", "meta-llama-Llama-3.3-70B-Instruct", "google-gemma-2-2b-it",
                      "mistralai-Mistral-Nemo-Instruct-2407", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
                      "ibm-granite-granite-3.3-2B-Instruct", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "moonshotai-Kimi-K2",
-                     "HuggingFaceTB-SmolLM3-3B", "Kimi-K2-Thinking", "unsloth-Apriel-1.5", "meetkai-functionary-medium-v3.2"]
+                     "HuggingFaceTB-SmolLM3-3B", "Kimi-K2-Thinking", "unsloth-Apriel-1.5", "meetkai-functionary-medium-v3.2",
+                     "Qwen-Qwen3-0.6B", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "Qwen-QwQ-32B", "GLM-4.6", "MiniMax-M2"]
 # Generated sessions of both styles, seeds and sizes the probes do not use.
 ONE_RENDER_SESSIONS = [dict(target_tokens=4000, seed=11, style="agent"), dict(target_tokens=2500, seed=5),
                        dict(target_tokens=6000, seed=2, style="agent")]
@@ -293,3 +294,29 @@ def test_the_one_render_path_serves_chatml_with_one_render_a_session(monkeypatch
 @pytest.mark.parametrize("name", ONE_RENDER_CORPUS)
 def test_the_one_render_path_masks_what_the_requests_mask_on_corpus_templates(name, monkeypatch, corpus_template):
     _held_one_render(corpus_template(name), monkeypatch)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["Qwen3.5-4B", "Qwen-Qwen3-0.6B"])
+def test_a_template_that_drops_earlier_reasoning_is_served_with_one_long_render(name, monkeypatch, corpus_template):
+    """Qwen3's history drops each earlier turn's reasoning once a user message follows: those turns
+    are found as the proving path finds them from their requests, without rendering the requests
+    (the request the whole render implies, the turn asked for alone): each conversation turn for turn
+    as proved, and a session's mask with two long renders, not two a request."""
+    from tmplkit.masks import _mask
+    from tmplkit.session import for_server, generate_session
+
+    t = corpus_template(name)
+    assert _held_one_render(t, monkeypatch) >= 5
+    server = for_server(t, generate_session(6000, seed=4, style="agent", requests=6), inputs="transformers")
+    mask = text_mask(t, server)  # (the probes run once per template)
+    assert {x.rule for x in mask.turns} >= {"history", "exact"}  # (earlier turns' reasoning dropped, the last's kept)
+    calls = []
+    real = type(server).render
+    with monkeypatch.context() as m:
+        m.setattr(type(server), "render", lambda self, msgs=None, **k: calls.append(len(msgs or self.messages))
+                  or real(self, msgs, **k))
+        m.setattr(_mask, "_located_turns", lambda *a: pytest.fail("the one-render path did not serve"))
+        m.setattr(_mask, "_prefix_turns", lambda *a: pytest.fail("the one-render path did not serve"))
+        assert text_mask(t, server).turns == mask.turns
+    assert len([n for n in calls if n > 4]) == 2 and len(server.messages) in calls

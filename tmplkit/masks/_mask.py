@@ -252,7 +252,7 @@ def _fast_turns(server: ServerConversation, text: str, spans: Sequence[TextSpan]
     """The turns found without proving each request where that is safe: from the whole render alone
     (`_onepass`, where the template is trusted with it), else `_prefix_turns`; None: prove each."""
     if trusted(server, lambda conversation: _one_pass_agrees(server, conversation)):
-        located = one_render_turns(server, text, spans)
+        located = one_render_turns(server, text, spans, _unrendered(text, spans))
         if located is not None:
             return located
     return _prefix_turns(server, text)
@@ -265,13 +265,20 @@ def _one_pass_agrees(server: ServerConversation, conversation) -> bool | None:
     try:
         text = probe.render(add_generation_prompt=False)
         spans = split_text(text, _proven(server.template, None).delimiters)
-        located = one_render_turns(probe, text, spans)
+        located = one_render_turns(probe, text, spans, _unrendered(text, spans))
         if located is None:
             return None
         others = [s.start for s in spans if s.role not in ("assistant", "reasoning", "reasoning_end")]
         return located == list(_located_turns(probe, text, others))
     except TmplkitError:
         return None
+
+
+def _unrendered(text: str, spans: Sequence[TextSpan]):
+    """The one-render path's way to find a turn the history writes otherwise than generated, as
+    the proving path finds it from a request (`_locate_unrendered`)."""
+    others = [s.start for s in spans if s.role not in ("assistant", "reasoning", "reasoning_end")]
+    return lambda req: _locate_unrendered(text, req, others)
 
 
 def _located_turns(server: ServerConversation, text: str, others: Sequence[int]):
@@ -316,19 +323,36 @@ def _prefix_turns(server: ServerConversation, text: str) -> list[tuple[tuple[int
 def _locate(server: ServerConversation, text: str, req, others: Sequence[int]) -> tuple[int, int, str]:
     """Where `req`'s generated turn lies in `text`: (start, end, rule); `others`: where the spans
     of other roles than the assistant's start."""
-    generated = req.generated
+    start = _start(text, req, others)
+    return _turn_at(text, _start_by_needle(server, text, req, others) if start is None else start, req, others)
+
+
+def _start(text: str, req, others: Sequence[int]) -> int | None:
+    """Where `req`'s turn starts in `text` where the request's history is the render's (None: the
+    history before the turn is written otherwise once more messages follow; `_start_by_needle`)."""
     history = len(req.text) - len(req.generation_prompt)  # where the request's own history ends
     if text.startswith(req.text):
-        start = len(req.text)
-    else:
-        k = common_prefix(text, req.text)
-        if k >= history:
-            # The history writes the turn's opening otherwise than the generation prompt (a
-            # forced-open `<think>` it does not print, reasoning inside the empty block the prompt
-            # closed): the turn starts after the prompt as the history writes it.
-            start = locate_turn(text, req.text[:history], req.generation_prompt, len(text), others, header=history)
-        else:
-            start = _start_by_needle(server, text, req, others)
+        return len(req.text)
+    if common_prefix(text, req.text) >= history:
+        # The history writes the turn's opening otherwise than the generation prompt (a
+        # forced-open `<think>` it does not print, reasoning inside the empty block the prompt
+        # closed): the turn starts after the prompt as the history writes it.
+        return locate_turn(text, req.text[:history], req.generation_prompt, len(text), others, header=history)
+    return None
+
+
+def _locate_unrendered(text: str, asked, others: Sequence[int]) -> tuple[int, int, str]:
+    """`_locate` of the request the whole render implies for a turn (`_onepass.Asked`: the render up
+    to the turn's span, then the generation prompt), without building that request's text: its
+    history is the render's, so the turn starts after the prompt as the render writes it there."""
+    at, prompt = asked.at, asked.generation_prompt
+    start = at + len(prompt) if text.startswith(prompt, at) else locate_turn(text, "", prompt, len(text), others, header=at)
+    return _turn_at(text, start, asked, others)
+
+
+def _turn_at(text: str, start: int, req, others: Sequence[int]) -> tuple[int, int, str]:
+    """(start, end, rule) of `req`'s generated turn written from `start` in `text` (see the module doc)."""
+    generated = req.generated
     if text.startswith(generated, start):
         return start, start + len(generated), "exact"
     end = _aligned_end(text, start, generated)
