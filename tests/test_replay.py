@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tmplkit.session import generate_session
 from tmplkit.sources import corpus, load_one
+
+CHATML = load_one(str(Path(__file__).resolve().parent.parent / "fixtures" / "templates" / "chatml.jinja"))
 
 pytestmark = [pytest.mark.model, pytest.mark.corpus]
 
@@ -45,3 +49,13 @@ def test_prediction_equals_replay_on_gemma():
     # the GGUF carries no chat template: Gemma's turn format from the corpus, as the benchmarks use
     rep = replay(path, load_one(corpus.templates_dir() / "google-gemma-2-2b-it.jinja"), session)
     assert rep.matches, rep.mismatches()
+
+
+@pytest.mark.parametrize("settings", [("bogus",), ("tmplkit", "Tmplkit"), ()])
+def test_a_setting_it_does_not_know_is_refused_before_the_model_runs(settings):
+    # (an unknown name replayed nothing and said nothing: an empty replay)
+    from tmplkit.errors import InputError
+    from tmplkit.replay import replay_session
+
+    with pytest.raises(InputError, match="setting"):
+        replay_session(None, generate_session(1000, seed=0), CHATML, settings=settings)

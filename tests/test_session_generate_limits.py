@@ -76,3 +76,20 @@ def test_each_message_is_measured_once(monkeypatch):
     session = generate_session(200000, seed=5, style="agent")
     assert len(session.messages) == 571
     assert len(calls) < 4 * len(session.messages)  # each message once, and each tool call's arguments
+
+
+@pytest.mark.parametrize("kwargs", [dict(target_tokens=10**12), dict(target_tokens=199), dict(target_tokens=2.5e4),
+                                    dict(target_tokens=True), dict(requests=0), dict(requests=10**9), dict(requests=2.0)])
+def test_the_library_refuses_a_length_it_would_not_end_for(kwargs):
+    # (the command line bounded these; the library generated for as long as asked: hours and the memory)
+    from tmplkit.errors import InputError
+
+    with pytest.raises(InputError, match="target_tokens|requests"):
+        generate_session(**kwargs)
+
+
+def test_the_command_lines_bounds_are_the_librarys():
+    from tmplkit.cli import _session as cli
+    from tmplkit.session import _generator as lib
+
+    assert (cli.MIN_TOKENS, cli.MAX_TOKENS, cli.MAX_REQUESTS) == (lib.MIN_TOKENS, lib.MAX_TOKENS, lib.MAX_REQUESTS)

@@ -46,6 +46,22 @@ def test_memory_models():
         MemoryModel.parse("swa:x")
 
 
+@pytest.mark.parametrize("kwargs", [dict(kind="bogus"), dict(kind="swa"), dict(kind="swa", n_swa=512, swa_cells=256)])
+def test_a_memory_the_simulation_does_not_know_is_refused(kwargs):
+    # (a kind it did not know was simulated as full attention; a window without cells held nothing)
+    with pytest.raises(InputError):
+        MemoryModel(**kwargs)
+
+
+@pytest.mark.parametrize("timeout", [-1, 0, float("nan"), float("inf"), "10", True])
+def test_a_study_with_a_time_limit_that_is_no_time_is_refused(timeout):
+    from tmplkit.turns import study_turns
+
+    with pytest.raises(InputError, match="timeout"):
+        study_turns(load_one(str(FIX.parent / "templates" / "chatml.jinja")),
+                    [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}], timeout=timeout)
+
+
 def test_full_attention_recomputes_from_the_divergence():
     sim = ServerSimulation(MemoryModel("full"), SETTINGS)
     a = prompt(6)

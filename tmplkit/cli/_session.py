@@ -9,7 +9,7 @@ from ._common import add_output, at_least, emit, positive
 
 # --tokens' range and --requests' most: 2 million tokens (about 6 MB of JSON) is past any context a
 # session is replayed in; 200 agent-style requests are about as long.
-DEFAULT_TOKENS, MIN_TOKENS, MAX_TOKENS = 16000, 200, 2_000_000
+DEFAULT_TOKENS, MIN_TOKENS, MAX_TOKENS = 16000, 200, 2_000_000  # (the library's, session._generator: a test holds them equal)
 MAX_REQUESTS = 200
 
 

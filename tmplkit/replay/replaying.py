@@ -25,7 +25,7 @@ from ..atomic import write_bytes_atomic
 from ..prefill.plot import require_matplotlib
 from ..sources.templates import ChatTemplate
 from ..turns import MemoryModel, prepare_session
-from ..turns.cost import BASELINES, CHOSEN, baseline_settings, default_settings, policy_for, session_cost
+from ..turns.cost import BASELINES, CHOSEN, baseline_settings, check_settings, default_settings, policy_for, session_cost
 
 __all__ = ["REPLAY_SCHEMA_VERSION", "REPLAYABLE", "REPLAYED", "ReplayedRequest", "SessionReplay", "replay_session", "memory_of", "plot_replay"]
 
@@ -129,6 +129,7 @@ def replay_session(runner, session, template: ChatTemplate, *, settings=REPLAYED
     "every-user-start" (see `tmplkit.turns.cost`);
     `add_bos`: prepend the model's BOS (default: as the model's vocabulary says).
     """
+    settings = check_settings(settings, REPLAYABLE)  # (a name it does not know would replay nothing, silently)
     tok = runner.tokenizer
     bos = runner.info.add_bos if add_bos is None else add_bos
     prepared = prepare_session(session, template, tok, add_bos=bos, kwargs=kwargs, predict="divergence-aware" in settings)

@@ -257,6 +257,19 @@ def _append_user_turn_call(msgs: list[dict], step) -> None:
     msgs.append({"role": "user", "content": f"Tool result ({call['name']}):\n```\n{result}\n```"})
 
 
+# How long a generated session may be: 2 million tokens (about 6 MB of JSON) is past any context a
+# session is replayed in, 200 agent-style requests about as long (`tmplkit session generate` says the same).
+MIN_TOKENS, MAX_TOKENS, MAX_REQUESTS = 200, 2_000_000, 200
+
+
+def _check_size(target_tokens, requests) -> None:
+    """Refuse a length the generator would not end for (or end far past any use of)."""
+    if isinstance(target_tokens, bool) or not isinstance(target_tokens, int) or not MIN_TOKENS <= target_tokens <= MAX_TOKENS:
+        raise InputError(f"target_tokens must be a whole number from {MIN_TOKENS} to {MAX_TOKENS}, got {target_tokens!r}")
+    if requests is not None and (isinstance(requests, bool) or not isinstance(requests, int) or not 1 <= requests <= MAX_REQUESTS):
+        raise InputError(f"requests must be a whole number from 1 to {MAX_REQUESTS} or None, got {requests!r}")
+
+
 def generate_session(target_tokens: int = 16000, seed: int = 0, style: str = "tool-role",
                      measure: Callable[[Session], int] | None = None, requests: int | None = None) -> Session:
     """A seeded coding-agent session of about `target_tokens` tokens.
@@ -269,8 +282,7 @@ def generate_session(target_tokens: int = 16000, seed: int = 0, style: str = "to
     """
     if style not in STYLES:
         raise InputError(f"unknown session style {style!r}; styles are {', '.join(STYLES)}")
-    if target_tokens < 200:
-        raise InputError("target_tokens must be at least 200")
+    _check_size(target_tokens, requests)
     rng = random.Random(seed)
     repo = _Repo(rng)
     system = _SYSTEM.format(repo=repo.name)

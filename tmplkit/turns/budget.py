@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..errors import InputError
+
 __all__ = ["Budget"]
 
 
@@ -30,6 +32,11 @@ class Budget:
     progress: Callable[[str, int, int], None] | None = None
     started: float = field(default_factory=time.monotonic)
     stopped: str = ""
+
+    def __post_init__(self) -> None:
+        t = self.timeout
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf")):
+            raise InputError(f"timeout must be a positive finite number of seconds or None, got {t!r}")
 
     def expired(self) -> bool:
         return self.timeout is not None and time.monotonic() - self.started >= self.timeout

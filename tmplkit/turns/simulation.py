@@ -37,6 +37,14 @@ class MemoryModel:
     n_swa: int = 0
     swa_cells: int = 0
 
+    def __post_init__(self) -> None:
+        # (a kind it does not know would be simulated as full attention, silently)
+        if self.kind not in ("full", "swa", "recurrent"):
+            raise InputError(f"unknown memory kind {self.kind!r}; give full, swa or recurrent")
+        if self.kind == "swa" and not 0 < self.n_swa <= self.swa_cells:
+            raise InputError(f"a sliding window needs 0 < n_swa <= swa_cells, got n_swa={self.n_swa}, "
+                             f"swa_cells={self.swa_cells}; MemoryModel.swa(n_swa) sizes the cells as llama.cpp does")
+
     @property
     def checkpointing(self) -> bool:
         return self.kind != "full"
