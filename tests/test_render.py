@@ -200,3 +200,43 @@ def test_limit_messages_name_what_the_user_can_change_where_they_are():
     with pytest.raises(ValueError):
         with hints_for("gui"):
             pass
+
+
+# One operation that would build about a gigabyte from small parts: each is refused by the render's
+# size limit before it allocates (the limit was checked only once the value was built, and in a
+# caller's own process, with no worker's memory limit, that was the machine's memory).
+_ONE_STEP_BOMBS = {
+    "join filter": "{{ (['x' * 1000000] * 1000) | join }}",
+    "join filter's separator": "{{ (['x'] * 1000000) | join('y' * 1000) }}",
+    "str.join": "{{ ''.join(['x' * 1000000] * 1000) }}",
+    "bytes repeated": "{{ ('x' * 1000).encode() * 1000000 }}",
+    "sum of lists": "{{ ([['x'] * 1000000] * 1000) | sum(start=[]) | length }}",
+    "a list's text": "{{ (['x' * 1000000] * 1000) | string | length }}",
+    "a list's JSON": "{{ (['x' * 1000000] * 1000) | tojson | length }}",
+    "a list %-formatted": "{{ '%s' % ((['x' * 1000000] * 1000),) }}",
+    "str.translate": "{{ ('x' * 1000000).translate({120: 'y' * 1000}) | length }}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ONE_STEP_BOMBS))
+def test_a_value_built_in_one_step_is_refused_before_it_is_built(name):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(RenderLimitError) as info:
+            render(ChatTemplate(_ONE_STEP_BOMBS[name], "bomb", "-"), [{"role": "user", "content": "hi"}])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.kind == "size" and "over the limit" in str(info.value)
+    assert peak < 100 * 2**20, f"{peak / 2**20:.0f} MiB allocated before the refusal"
+
+
+def test_the_text_of_ordinary_values_is_not_refused():
+    # tools and arguments printed as JSON or text, a join of the messages: far inside the limit
+    t = ChatTemplate("{{ tools | tojson }}{{ messages | map(attribute='content') | join('\\n') }}{{ '%s' % (tools,) }}"
+                     "{{ tools | string | length }}", "ok", "-")
+    tools = [{"type": "function", "function": {"name": f"f{i}", "parameters": {"type": "object"}}} for i in range(50)]
+    out = render(t, [{"role": "user", "content": "a" * 100000}, {"role": "assistant", "content": "b"}], tools=tools)
+    assert "f49" in out and "a" * 100000 in out

@@ -20,7 +20,8 @@ from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, is_internal_attribute
 
 from ..errors import RenderLimitError
-from ._limits import _STATE, PINNED_NOW, _check_planned, _check_size, _guard_iter, _timeout
+from ._limits import _STATE, PINNED_NOW, _check_planned, _check_size, _guard_iter, _timeout, _too_big
+from ._planned import joined_size, sequence_sum_size, text_size, translated_size
 from .compile_cache import compile_template_cached
 
 __all__: list[str] = []  # private: `_environment()` and `_compile()` serve the rendering
@@ -169,22 +170,43 @@ def _replace_size(args, kwargs) -> int:
     return len(text) + hits * len(new)
 
 
-# Filters whose result size is known from their arguments: checked before they allocate.
+def _limit() -> int:
+    """The render's limit on a value's size (only asked where there is one)."""
+    state = _STATE.get()
+    return state.max_chars if state is not None and state.max_chars is not None else 0
+
+
+def _texts_size(values) -> int:
+    """At least the text of each of `values` that is not a string already (a container printed)."""
+    return sum(text_size(v, _limit()) for v in values if not isinstance(v, (str, int, float)))
+
+
+# Filters whose result size is known from their arguments: checked before they allocate (`_planned`).
 _PLANNED_FILTERS = {
-    "format": lambda a, k: _percent_widths(str(a[0]) if a else "", tuple(a[1:]) or tuple(k.values())),
-    "tojson": lambda a, k: _int(_arg(a, k, 2, "indent")) or 0,
+    "format": lambda a, k: _percent_widths(str(a[0]) if a else "", tuple(a[1:]) or tuple(k.values()))
+    + _texts_size((*a[1:], *k.values())),
+    "tojson": lambda a, k: (_int(_arg(a, k, 2, "indent")) or 0) + (text_size(a[0], _limit()) if a else 0),
     "replace": _replace_size,
     "batch": lambda a, k: _int(_arg(a, k, 1, "linecount")) or 0,
     "slice": lambda a, k: _int(_arg(a, k, 1, "slices")) or 0,
+    "join": lambda a, k: joined_size(a[0] if a else None, _arg(a, k, 1, "d") or "", _limit()),
+    "string": lambda a, k: 0 if not a or isinstance(a[0], str) else text_size(a[0], _limit()),  # (a message's content: at once)
+    "sum": lambda a, k: sequence_sum_size(a[0] if a else None, _arg(a, k, 2, "start")),
 }
 
 
 def _planned_filter(func, size_of):
     def wrapped(*args, **kwargs):
         # Jinja passes the environment/context first to some filters; the plan looks at the value and after.
-        plain = args[1:] if getattr(func, "jinja_pass_arg", None) is not None else args
-        _check_planned(size_of(plain, kwargs), "asked a filter for a value")
+        plain = args[1:] if passes else args
+        state = _STATE.get()
+        if state is not None and state.max_chars is not None:
+            size = size_of(plain, kwargs)
+            if size > state.max_chars:
+                _too_big(state, size, "asked a filter for a value")
         return _check_size(func(*args, **kwargs), "built a value")
+
+    passes = getattr(func, "jinja_pass_arg", None) is not None
 
     for attr in ("jinja_pass_arg",):
         if hasattr(func, attr):
@@ -249,6 +271,9 @@ class _Environment(ImmutableSandboxedEnvironment):
                         if isinstance(value, int) and not isinstance(value, bool):
                             _check_planned(value * (1 if __obj.__name__ != "expandtabs" else max(1, self_obj.count("\t"))),
                                            "asked for a padded string")
+                elif isinstance(self_obj, str) and getattr(__obj, "__name__", "") in ("join", "translate") and args:
+                    _check_planned(joined_size(args[0], self_obj, state.max_chars) if __obj.__name__ == "join"
+                                   else translated_size(self_obj, args[0]), "asked for a string")
                 elif getattr(__obj, "__name__", "") in ("format", "format_map"):
                     # The sandbox hands out str.format wrapped; the string is the wrapped method's __self__.
                     fmt = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
@@ -298,7 +323,7 @@ class _Environment(ImmutableSandboxedEnvironment):
     def call_binop(self, context, operator_, left, right):
         if operator_ == "*":
             for seq, n in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and not isinstance(n, bool):
+                if isinstance(seq, (str, bytes, list, tuple)) and isinstance(n, int) and not isinstance(n, bool):
                     _check_planned(len(seq) * n, "multiplied a sequence to a length")
         elif operator_ == "**":
             if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0:
@@ -311,7 +336,8 @@ class _Environment(ImmutableSandboxedEnvironment):
                         kind="size",
                     )
         elif operator_ == "%" and isinstance(left, str):
-            _check_planned(_percent_widths(left, right), "asked for a formatted string")
+            values = right if isinstance(right, tuple) else (right,)
+            _check_planned(_percent_widths(left, right) + (_texts_size(values) if _limit() else 0), "asked for a formatted string")
         return _check_size(self.binop_table[operator_](left, right), "built a value")
 
 
