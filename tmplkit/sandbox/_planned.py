@@ -11,7 +11,7 @@ and stops counting once past `limit`: walking a container costs no more than the
 
 from __future__ import annotations
 
-__all__ = ["joined_size", "sequence_sum_size", "text_size", "translated_size"]
+__all__: list[str] = []  # private to the sandbox (_jinja)
 
 _SCALAR = 8  # characters counted for a number, a boolean or None in a container's text (at least 1)
 
