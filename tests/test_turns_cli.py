@@ -166,6 +166,24 @@ def test_a_time_limit_studies_the_requests_rendered_by_then(session_file):
     assert cut.n_requests == 1 and not cut.switches
     assert cut.stopped.startswith("stopped at the time limit") and f"after 1 of {whole.n_requests} requests" in cut.stopped
     assert cut.stopped in cut.notes and cut.to_dict()["stopped"] == cut.stopped
+    assert "80% of it for the requests" in cut.stopped  # (text only: little to study after them)
+
+
+def test_the_requests_take_only_their_share_of_the_time_limit(monkeypatch):
+    """What is studied after the requests (tokens, spans, the next renders predicted from) takes up
+    to 2.7x their time: they stop at their share of the limit, so the study ends inside it with what
+    it found (a 32,000-message chat with a tokenizer was stopped with nothing at 66 s of 60)."""
+    from tmplkit.turns import budget as b
+    from tmplkit.turns.summary import _share
+
+    now = [100.0]
+    monkeypatch.setattr(b.time, "monotonic", lambda: now[0])
+    budget = b.Budget(timeout=60, share=_share(tokens=True, predict=True), started=now[0])
+    now[0] += 14.9
+    assert not budget.expired()
+    now[0] += 0.1
+    assert budget.expired() and _share(True, False) == 0.45 and _share(False, False) == 0.8
+    assert list(budget.take(iter(range(5)), 5)) == [0] and "25% of it for the requests" in budget.stopped
 
 
 def test_progress_is_reported_request_by_request(session_file):

@@ -32,14 +32,20 @@ class Budget:
     progress: Callable[[str, int, int], None] | None = None
     started: float = field(default_factory=time.monotonic)
     stopped: str = ""
+    # The part of `timeout` the requests may take: what is studied of them afterwards (tokens,
+    # spans, the next renders predicted from) must fit in the rest, or the worker is stopped with
+    # nothing to show.
+    share: float = 1.0
 
     def __post_init__(self) -> None:
         t = self.timeout
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf")):
             raise InputError(f"timeout must be a positive finite number of seconds or None, got {t!r}")
+        if not 0 < self.share <= 1:
+            raise InputError(f"share must be in (0, 1], got {self.share!r}")
 
     def expired(self) -> bool:
-        return self.timeout is not None and time.monotonic() - self.started >= self.timeout
+        return self.timeout is not None and time.monotonic() - self.started >= self.timeout * self.share
 
     def tick(self, stage: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -52,7 +58,8 @@ class Budget:
             out.append(item)
             self.tick(stage, len(out), total)
             if len(out) < total and self.expired():
-                self.stopped = (f"stopped at the time limit ({self.timeout:g} s) after {len(out)} of {total} {stage}; "
+                part = f"; {self.share:.0%} of it for the {stage}, the rest to study them" if self.share < 1 else ""
+                self.stopped = (f"stopped at the time limit ({self.timeout:g} s{part}) after {len(out)} of {total} {stage}; "
                                 "the verdict covers those")
                 break
         return tuple(out)

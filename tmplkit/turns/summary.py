@@ -102,11 +102,11 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     settings = check_settings(settings)
     if getattr(template, "error", None):  # a folder's file that could not be read (sources.load_dir)
         return TurnsReport(template.name, 0, (), error=template.error or "", inputs=inputs)
-    budget = Budget(timeout, progress)
+    predict = settings is None or "divergence-aware" in settings
+    budget = Budget(timeout, progress, share=_share(tokenizer is not None, predict))
     try:
         prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval,
-                                   budget=budget, server=server, server_texts=server_texts, inputs=inputs,
-                                   predict=settings is None or "divergence-aware" in settings)
+                                   budget=budget, server=server, server_texts=server_texts, inputs=inputs, predict=predict)
     except RenderError as exc:  # (RenderLimitError too)
         return TurnsReport(template.name, 0, (), error=str(exc), inputs=inputs, limit=getattr(exc, "kind", ""))
     conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens
@@ -121,6 +121,14 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
         divs = _name_switches(divs, tried)
     notes = prepared.notes + ((budget.stopped,) if budget.stopped else ())
     return TurnsReport(template.name, len(reqs), divs, tried, cost, notes, stopped=budget.stopped, inputs=inputs)
+
+
+def _share(tokens: bool, predict: bool) -> float:
+    """The part of the time limit for rendering the requests: what follows them takes about 0.1x
+    their time text only, 1.1x with a tokenizer (tokens, spans, the cost) and 2.7x with the next
+    renders predicted from too (`scripts/bench_turns_speed.py --alone` on the 90k-token session:
+    seconds and renders a request); the rest of the limit is left for it."""
+    return 0.25 if tokens and predict else 0.45 if tokens else 0.8
 
 
 def _name_switches(divs: tuple[Divergence, ...], tried) -> tuple[Divergence, ...]:
