@@ -6,7 +6,7 @@ from __future__ import annotations
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 __all__ = ["DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT", "RENDER_TIMEOUT", "SESSION_TIMEOUT", "check_template_isolated", "contained_limits",
-           "render_session", "render_timeout"]
+           "render_session"]
 
 # A worker's limits where the command's --timeout / --memory do not say: tmplkit.auditing.contained's
 # defaults, repeated here so that building the parser loads no layer (tests/test_cli_lazy.py holds them equal).
@@ -20,13 +20,6 @@ SESSION_TIMEOUT = 60.0
 RENDER_TIMEOUT: float | None = None
 
 
-def render_timeout(args, default: float | None = None) -> float:
-    """Seconds per template: the command's `--timeout` when it has one and it is given, else `default`
-    (the audit's default limit when None)."""
-    given = getattr(args, "timeout", None)
-    return given if given is not None else (default if default is not None else DEFAULT_TIMEOUT)
-
-
 def contained_limits(args, default: float | None = None) -> dict:
     """`run_contained`'s limits for a command with --timeout and --memory (`_common.add_limits`): the
     values given (refused unless positive), else `default` seconds (the audit's when None) and the
@@ -34,7 +27,8 @@ def contained_limits(args, default: float | None = None) -> dict:
     from ._common import positive
 
     memory = positive(getattr(args, "memory", None), "--memory")
-    return {"timeout": positive(render_timeout(args, default), "--timeout"),
+    timeout = getattr(args, "timeout", None)
+    return {"timeout": positive(timeout if timeout is not None else default or DEFAULT_TIMEOUT, "--timeout"),
             "memory_mb": memory if memory is not None else DEFAULT_MEMORY_MB,
             "advice": "; if the input is legitimately this long, raise --timeout",
             "memory_advice": "; if the input is meant to be this large, raise --memory"}

@@ -331,23 +331,26 @@ def _start(text: str, req, others: Sequence[int]) -> int | None:
     """Where `req`'s turn starts in `text` where the request's history is the render's (None: the
     history before the turn is written otherwise once more messages follow; `_start_by_needle`)."""
     history = len(req.text) - len(req.generation_prompt)  # where the request's own history ends
-    if text.startswith(req.text):
-        return len(req.text)
-    if common_prefix(text, req.text) >= history:
-        # The history writes the turn's opening otherwise than the generation prompt (a
-        # forced-open `<think>` it does not print, reasoning inside the empty block the prompt
-        # closed): the turn starts after the prompt as the history writes it.
-        return locate_turn(text, req.text[:history], req.generation_prompt, len(text), others, header=history)
+    if text.startswith(req.text) or common_prefix(text, req.text) >= history:
+        return _start_after(text, history, req.generation_prompt, others)
     return None
+
+
+def _start_after(text: str, history: int, prompt: str, others: Sequence[int]) -> int:
+    """Where the turn starts after a request's history that `text` holds up to `history`: after the
+    generation prompt, or where the history writes the turn's opening otherwise (a forced-open
+    `<think>` it does not print, reasoning inside the empty block the prompt closed) after the
+    prompt as the history writes it."""
+    if text.startswith(prompt, history):
+        return history + len(prompt)
+    return locate_turn(text, "", prompt, len(text), others, header=history)
 
 
 def _locate_unrendered(text: str, asked, others: Sequence[int]) -> tuple[int, int, str]:
     """`_locate` of the request the whole render implies for a turn (`_onepass.Asked`: the render up
     to the turn's span, then the generation prompt), without building that request's text: its
-    history is the render's, so the turn starts after the prompt as the render writes it there."""
-    at, prompt = asked.at, asked.generation_prompt
-    start = at + len(prompt) if text.startswith(prompt, at) else locate_turn(text, "", prompt, len(text), others, header=at)
-    return _turn_at(text, start, asked, others)
+    history is the render's."""
+    return _turn_at(text, _start_after(text, asked.at, asked.generation_prompt, others), asked, others)
 
 
 def _turn_at(text: str, start: int, req, others: Sequence[int]) -> tuple[int, int, str]:
