@@ -54,8 +54,6 @@ PAIRS = (
     ("finetune", "L:mistralai-Ministral-3-14B-Reasoning-2512", "H:mistralai-Ministral-3-3B-Reasoning-2512"),
     ("finetune", "L:google-gemma-4-31B-it", "H:OBLITERATUS-gemma-4-E4B-it-OBLITERATED"),
     ("finetune", "L:google-gemma-4-31B-it", "H:Ayodele01-gemma-4-E4B-Gemini-3.1-Pro-Reasoning-Distill"),
-    ("finetune", "L:google-gemma-2-2b-it", "H:BAAI-Gemma2-9B-IT-Simpo-Infinity-Preference"),
-    ("finetune", "L:google-gemma-2-2b-it", "H:ytu-ce-cosmos-Turkish-Gemma-9b-v0.1"),
     ("finetune", "H:unsloth-gemma-3-270m-it", "H:planeB-user_gemma_3_1b_it"),
 )
 

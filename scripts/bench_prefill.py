@@ -82,7 +82,9 @@ from tmplkit.session import Session  # noqa: E402
 from tmplkit.sources import corpus, load_one  # noqa: E402
 from tmplkit.tokens.delimiter_ids import text_delimiters  # noqa: E402
 
-GEMMA_TEMPLATE = "google-gemma-2-2b-it"  # Gemma's turn format (<start_of_turn>user / model), no tool role
+# Gemma 3's own turn format (<start_of_turn>user / model), no tool role: the GGUF carries no template,
+# the Hub corpus development half has the model's (corpus.gemma_template_path)
+GEMMA_TEMPLATE = corpus.GEMMA_TEMPLATE
 QWEN_TEMPLATE = "Qwen3.5-4B"
 
 
@@ -549,7 +551,7 @@ def bench_given(args, settings, repeat, server_bin, outdir, t0) -> int:
     if args.template:
         template = load_one(args.template)
     elif not args.model:
-        template = load_one(corpus.templates_dir() / f"{GEMMA_TEMPLATE}.jinja")
+        template = load_one(corpus.gemma_template_path())
     else:
         template = load_one(model)
     source = load_session(args.session) if args.session else Path(args.prompt).read_text(encoding="utf-8")
@@ -630,10 +632,11 @@ def main(argv=None) -> int:
     settings = PrefillSettings(n_ctx=args.n_ctx, n_batch=2048, n_ubatch=512, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
                                flash_attn=args.flash_attn)
     templates = corpus.templates_dir()
-    gemma_tmpl = load_one(templates / f"{GEMMA_TEMPLATE}.jinja")
     qwen_tmpl = load_one(templates / f"{QWEN_TEMPLATE}.jinja")
-    # (a GPU machine may lack the Gemma model: a given session on another model never asks for it)
+    # (a GPU machine may lack the Gemma model and the Hub corpus: a given session on another model,
+    # or the Qwen-style section alone, never asks for them)
     gemma = corpus.gemma_model_path() if sections & {"gemma", "resume"} and not (args.session or args.prompt) else None
+    gemma_tmpl = load_one(corpus.gemma_template_path()) if gemma is not None else None
     if args.tiny_heads < 1 or 64 % args.tiny_heads:
         ap.error("--tiny-heads must divide 64")
     tiny_cfg = TinyConfig(n_head=args.tiny_heads, n_head_kv=max(1, args.tiny_heads // 4), head_dim=64 // args.tiny_heads)

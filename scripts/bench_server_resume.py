@@ -48,22 +48,23 @@ from tmplkit.sources import corpus  # noqa: E402
 # (scripts/results/server-delimiters-family-vocab.json): the server's user starts agree with
 # tmplkit's, take tool results for user messages, miss real user messages, or do not exist.
 TEMPLATES = (
-    "HuggingFaceTB-SmolLM3-3B", "ibm-granite-granite-4.0", "deepseek-ai-DeepSeek-V3.1", "microsoft-Phi-3.5-mini-instruct",
+    "ibm-granite-granite-4.1", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "deepseek-ai-DeepSeek-V3.1",
+    "microsoft-Phi-3.5-mini-instruct",
     "Qwen3.5-4B", "Qwen-Qwen3-0.6B", "openbmb-MiniCPM5-1B", "MiMo-VL",
     "Apertus-8B-Instruct", "poolside-Laguna-XS.2", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
     "LFM2-8B-A1B", "moonshotai-Kimi-K2", "unsloth-mistral-Devstral-Small-2507",
 )
 
 
-RATIO_TEMPLATES = ("Qwen3.5-4B", "Qwen-Qwen3-0.6B", "MiMo-VL", "HuggingFaceTB-SmolLM3-3B")
+RATIO_TEMPLATES = ("Qwen3.5-4B", "Qwen-Qwen3-0.6B", "MiMo-VL", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use")
 
 # --model hybrid: the same classes on the tiny qwen35 hybrid (recurrent + full attention), with the
 # Qwen3.5/3.6-family templates of the Hub corpus's development half among them (Qwen3.5-4B drops
 # earlier reasoning at a new user message).
 HYBRID_TEMPLATES = (
     "Qwen3.5-4B", "Qwen-Qwen3.5-0.8B", "XMB480-Qwen3.6-fixed-tool-calling",
-    "lordx64-Qwen3.6-35B-A3B-Claude-4.7-Opus-Reasoning-Distilled", "Qwen-Qwen3-0.6B", "HuggingFaceTB-SmolLM3-3B",
-    "ibm-granite-granite-4.0", "deepseek-ai-DeepSeek-V3.1", "microsoft-Phi-3.5-mini-instruct", "MiMo-VL",
+    "lordx64-Qwen3.6-35B-A3B-Claude-4.7-Opus-Reasoning-Distilled", "Qwen-Qwen3-0.6B", "ibm-granite-granite-4.1",
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "deepseek-ai-DeepSeek-V3.1", "microsoft-Phi-3.5-mini-instruct", "MiMo-VL",
     "Apertus-8B-Instruct", "LFM2-8B-A1B",
 )
 

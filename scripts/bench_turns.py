@@ -71,10 +71,10 @@ def _hybrid():
     return tiny_hybrid_path(), corpus.templates_dir() / "Qwen3.5-4B.jinja", "agent"
 
 
-# label -> (model, template, session style); the Gemma GGUF carries no chat template: Gemma's turn
-# format from the corpus; "hybrid": the tiny qwen35 hybrid (recurrent + full attention)
+# label -> (model, template, session style); the Gemma GGUF carries no chat template: the model's own
+# from the Hub corpus's development half; "hybrid": the tiny qwen35 hybrid (recurrent + full attention)
 _MODELS = {"qwen": _tiny, "hybrid": _hybrid,
-           "gemma": lambda: (corpus.gemma_model_path(), corpus.templates_dir() / "google-gemma-2-2b-it.jinja", "user-turns")}
+           "gemma": lambda: (corpus.gemma_model_path(), corpus.gemma_template_path(), "user-turns")}
 
 
 def corpus_table(args) -> dict:

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _held_out import outside_dev  # noqa: E402  (scripts/, beside this file)
+from _held_out import held_out  # noqa: E402  (scripts/, beside this file)
 from _machine import cpu_model  # noqa: E402
 
 from tmplkit.errors import TmplkitError  # noqa: E402
@@ -69,7 +69,7 @@ def main() -> int:
     p.add_argument("--json", metavar="FILE", help="write the results here")
     args = p.parse_args()
     folder = corpus.hub_templates_dir() if args.hub else corpus.templates_dir()
-    paths = [q for q in sorted(folder.glob("*.jinja")) if args.hub or not outside_dev(q.stem)]  # (figures: development half only)
+    paths = [q for q in sorted(folder.glob("*.jinja")) if args.hub or not held_out(q.stem)]  # (figures: development half only)
     convs = conversations()
     rows = []
     for q in paths:

@@ -5,6 +5,7 @@ render. Needs the llama-server binary scripts/build_llama_server.sh builds."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,8 @@ from tmplkit.errors import ModelError
 from tmplkit.server.parity import engine_parity, format_parity_table
 from tmplkit.server.process import llama_server_binary
 from tmplkit.sources import corpus, load_one
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "engine"
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.corpus]
 
@@ -30,7 +33,8 @@ def server():
 
 
 def _rows(server, name):
-    return {r.variant: r for r in engine_parity(load_one(str(corpus.templates_dir() / f"{name}.jinja")), *server)}
+    path = corpus.templates_dir() / f"{name}.jinja" if "/" not in name else name
+    return {r.variant: r for r in engine_parity(load_one(str(path)), *server)}
 
 
 def test_identical_renders(server):
@@ -41,8 +45,9 @@ def test_identical_renders(server):
 
 
 def test_a_difference_is_located(server):
-    # functionary's tools block: transformers' tojson escapes quotes as HTML entities, llama.cpp's does not
-    rows = _rows(server, "meetkai-functionary-medium-v3.1")
+    # A tool list joining a `|safe` string and a tool's JSON with `+` (functionary v3.1's way): in
+    # transformers' Jinja the result is markup, its quotes HTML entities; llama.cpp's writes them plain.
+    rows = _rows(server, str(FIXTURES / "safe-plus-tojson.jinja"))
     r = rows["round trip"]
     assert r.status == "differs" and r.at is not None
     assert "&#34;" in r.ours and "&#34;" not in r.theirs and r.ours[:40] == r.theirs[:40]

@@ -153,11 +153,9 @@ def test_mask_command_bad_input_is_one_line(capsys, tmp_path, tokenizer_json):
 
 
 @pytest.mark.corpus
-@pytest.mark.parametrize("name", ["meta-llama-Llama-3.2-3B-Instruct", "Qwen3-Coder", "google-gemma-2-2b-it"])
-def test_corpus_templates_mask_each_turn_after_its_header(name):
-    from tmplkit.sources.corpus import templates_dir
-
-    t = load_one(str(templates_dir() / f"{name}.jinja"))
+@pytest.mark.parametrize("name", ["meta-llama-Llama-3.2-3B-Instruct", "Qwen3-Coder", "unsloth-gemma-3-270m-it"])
+def test_corpus_templates_mask_each_turn_after_its_header(name, corpus_template):
+    t = corpus_template(name)
     m = text_mask(t, FIXTURES / "plain.json" if "gemma" not in name else [
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}])
     assert m.masked_text()[0].startswith("Hello.") and all(t.rule == "exact" for t in m.turns)

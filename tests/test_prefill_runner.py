@@ -1,8 +1,8 @@
 """The prefill runner on real models: batch structure by policy, checkpoints, resume, correctness, errors.
 
 The real model is Gemma 3 270M Q4_K_M (sliding-window attention: it cannot roll its memory back, so
-checkpoints are taken); its GGUF has no chat template, so sessions are rendered with Gemma's turn
-format from the corpus (google-gemma-2-2b-it, the same <start_of_turn> markup). Qwen-style sessions
+checkpoints are taken); its GGUF has no chat template, so sessions are rendered with the model's own
+from the Hub corpus's development half (`corpus.gemma_template_path`). Qwen-style sessions
 (tool results inside user turns) run on the tiny gemma3 model with the real qwen35 vocabulary.
 
 About the logit tolerances: llama.cpp does not give bitwise-equal logits for every way of batching
@@ -71,7 +71,10 @@ def gemma_tok(gemma):
 
 @pytest.fixture(scope="module")
 def gemma_template():
-    return load_one(corpus.templates_dir() / "google-gemma-2-2b-it.jinja")
+    try:
+        return load_one(corpus.gemma_template_path())
+    except SourceError as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="module")

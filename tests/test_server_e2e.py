@@ -97,7 +97,9 @@ def test_the_chat_endpoints_delimiters_read_off_the_server(binary, name, model, 
 def test_the_command_prints_the_comparison_as_json(binary, tmp_path, capsys):
     from tmplkit.cli import main
 
-    path = corpus.templates_dir() / "google-gemma-2-2b-it.jinja"
+    if not corpus.is_hub_fetched():
+        pytest.skip("the Hub corpus is not in the cache; run `tmplkit corpus fetch hub`")
+    path = corpus.gemma_template_path()
     assert main(["--no-config", "server", "delimiters", str(path), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["schema_version"] == 1 and out["templates"] == 1 and out["counts"]["agree"] == 1

