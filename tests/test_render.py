@@ -215,6 +215,12 @@ _ONE_STEP_BOMBS = {
     "a list's JSON": "{{ (['x' * 1000000] * 1000) | tojson | length }}",
     "a list %-formatted": "{{ '%s' % ((['x' * 1000000] * 1000),) }}",
     "str.translate": "{{ ('x' * 1000000).translate({120: 'y' * 1000}) | length }}",
+    "str.replace": "{{ ('x' * 1000).replace('x', 'y' * 1000000) | length }}",
+    "urlencode": "{{ ('\u00e9' * 9000000) | urlencode | length }}",
+    # walked item by item in Python: a gigabyte and 30 to 70 s past a 2 s limit, each
+    "sort of a long string": "{{ ('x' * 9000000) | sort | length }}",
+    "a filter mapped over a long string": "{{ ('x' * 9000000) | map('upper') | list | length }}",
+    "batches of one": "{{ ('x' * 9000000) | batch(1) | list | length }}",
 }
 
 
@@ -231,6 +237,29 @@ def test_a_value_built_in_one_step_is_refused_before_it_is_built(name):
         tracemalloc.stop()
     assert info.value.kind == "size" and "over the limit" in str(info.value)
     assert peak < 100 * 2**20, f"{peak / 2**20:.0f} MiB allocated before the refusal"
+
+
+def test_a_filter_that_walks_items_names_itself_when_refused():
+    with pytest.raises(RenderLimitError, match=r"gave the filter 'sort' 9000000 items") as info:
+        render(ChatTemplate("{{ ('x' * 9000000) | sort | length }}", "bomb", "-"), HI)
+    assert info.value.kind == "size" and "\n" not in str(info.value)
+    # a long conversation's messages walked by the same filters: far inside the limit
+    t = ChatTemplate("{{ messages | selectattr('role', 'eq', 'user') | map(attribute='content') | list | length }}"
+                     "|{{ messages | map(attribute='role') | unique | sort | join(',') }}", "ok", "-")
+    many = [{"role": ("user", "assistant")[i % 2], "content": str(i)} for i in range(100000)]
+    assert render(t, many) == "50000|assistant,user"
+
+
+def test_replace_and_urlencode_are_estimated_exactly():
+    # The estimates refuse only what would be built: the same results as before, within the limit.
+    t = ChatTemplate("{{ 'a b'.replace(' ', '--') }}|{{ 'a b' | replace(' ', '--') }}|{{ 'aaa'.replace('a', 'bb', 2) }}|"
+                     "{{ 'é a/b~' | urlencode }}", "ok", "-")
+    assert render(t, HI) == "a--b|a--b|bbbba|%C3%A9%20a/b~"
+    from tmplkit.sandbox._jinja import _replace_size, _urlencoded_size
+
+    for text, old, new in (("a b c", " ", "--"), ("abc", "", "-"), ("aaa", "aa", "")):
+        assert _replace_size((text, old, new), {}) == len(text.replace(old, new))
+    assert _urlencoded_size(("x y\u00e9\U0001f600/",), {}) == len("x%20y%C3%A9%F0%9F%98%80/")
 
 
 def test_the_text_of_ordinary_values_is_not_refused():

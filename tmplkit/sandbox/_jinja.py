@@ -96,36 +96,9 @@ class _GenerationTag(jinja2.ext.Extension):
 
 _GUARD_FILTER = "tmplkit_guard_iter"
 _STR_PAD_METHODS = {"ljust", "rjust", "center", "zfill", "expandtabs"}
+_STR_PLANNED_METHODS = _STR_PAD_METHODS | {"join", "translate", "replace"}  # (`_check_str_method`)
 _PERCENT_WIDTH = re.compile(r"%[-+ #0]*(\d+)")
 _PERCENT_STAR = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(?:\*|\d*\.\*)")
-
-
-def _wrap_filter(func):
-    def wrapped(*args, **kwargs):
-        return _check_size(func(*args, **kwargs), "built a value")
-
-    for attr in ("jinja_pass_arg",):
-        if hasattr(func, attr):
-            setattr(wrapped, attr, getattr(func, attr))
-    wrapped.__name__ = getattr(func, "__name__", "filter")
-    return wrapped
-
-
-def _width_filter(func, width_at: int):
-    """Filters that pad to a width (`center`, `indent`) are checked before they allocate."""
-
-    def wrapped(*args, **kwargs):
-        width = kwargs.get("width", args[width_at] if len(args) > width_at else None)
-        if isinstance(width, int) and not isinstance(width, bool):
-            text = args[0] if args else ""
-            lines = str(text).count("\n") + 1 if func.__name__ == "do_indent" else 1
-            _check_planned(width * lines, "asked for a padded string")
-        return _check_size(func(*args, **kwargs), "built a value")
-
-    for attr in ("jinja_pass_arg",):
-        if hasattr(func, attr):
-            setattr(wrapped, attr, getattr(func, attr))
-    return wrapped
 
 
 def _int(value) -> int | None:
@@ -167,7 +140,20 @@ def _replace_size(args, kwargs) -> int:
     hits = len(text) + 1 if old == "" else text.count(old)
     if count is not None and count >= 0:
         hits = min(hits, count)
-    return len(text) + hits * len(new)
+    return len(text) + hits * (len(new) - len(old))
+
+
+_URL_SAFE = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-~/"
+
+
+def _urlencoded_size(args, kwargs) -> int:
+    """The length of a string's `|urlencode`: each of its UTF-8 bytes but the URL-safe ones written as
+    three (`%20`, `%C3%A9`); a mapping or pairs are left to the check of the value built."""
+    text = args[0] if args else None
+    if not isinstance(text, str):
+        return 0
+    data = text.encode("utf-8", "surrogatepass")
+    return len(data) + 2 * len(data.translate(None, _URL_SAFE))
 
 
 def _limit() -> int:
@@ -192,26 +178,85 @@ _PLANNED_FILTERS = {
     "join": lambda a, k: joined_size(a[0] if a else None, _arg(a, k, 1, "d") or "", _limit()),
     "string": lambda a, k: 0 if not a or isinstance(a[0], str) else text_size(a[0], _limit()),  # (a message's content: at once)
     "sum": lambda a, k: sequence_sum_size(a[0] if a else None, _arg(a, k, 2, "start")),
+    "urlencode": _urlencoded_size,
 }
 
 
-def _planned_filter(func, size_of):
-    def wrapped(*args, **kwargs):
-        # Jinja passes the environment/context first to some filters; the plan looks at the value and after.
-        plain = args[1:] if passes else args
-        state = _STATE.get()
-        if state is not None and state.max_chars is not None:
-            size = size_of(plain, kwargs)
-            if size > state.max_chars:
-                _too_big(state, size, "asked a filter for a value")
-        return _check_size(func(*args, **kwargs), "built a value")
+# Filters that work item by item in Python (a key, a test or an attribute each): a sequence given
+# to one counts _ITEM_CHARS characters an item against the size limit, before it is walked. Sorting
+# a 9-million-character string, or mapping a filter over it, ran 30 to 70 s past a 2 s limit and
+# held up to a gigabyte (the time is checked between filter calls, never inside one).
+_ITEM_FILTERS = frozenset(("sort", "unique", "groupby", "dictsort", "batch", "slice", "map", "select", "reject",
+                           "selectattr", "rejectattr", "min", "max", "sum", "list"))
+_ITEM_CHARS = 10
 
+
+def _checked_filter(func, key: str):
+    """`func` (the filter `key`) under the render's limits: the size of what it is about to build
+    where that is known from its arguments (`_PLANNED_FILTERS`, a padding width, the items of a
+    sequence it walks) and the time before such a one runs, and the size of what it built."""
+    size_of = _PLANNED_FILTERS.get(key)
+    items = key in _ITEM_FILTERS
+    width = key in ("center", "indent")
+    planned = size_of is not None or items or width
     passes = getattr(func, "jinja_pass_arg", None) is not None
 
-    for attr in ("jinja_pass_arg",):
-        if hasattr(func, attr):
-            setattr(wrapped, attr, getattr(func, attr))
+    def wrapped(*args, **kwargs):
+        state = _STATE.get()
+        if state is None:
+            return func(*args, **kwargs)
+        if planned:  # (the time too: a filter that walks a sequence may take long; a cheap one is not worth a clock read)
+            if state.deadline is not None and time.perf_counter() > state.deadline:
+                _timeout(state)
+            if state.max_chars is not None:
+                _check_plan(key, size_of, items, width, args[1:] if passes else args, kwargs, state)
+        limit = state.max_chars
+        if limit is None:
+            return func(*args, **kwargs)
+        value = func(*args, **kwargs)
+        if isinstance(value, (str, list, tuple)) and len(value) > limit:
+            _too_big(state, len(value), "built a value")
+        return value
+
+    if passes:
+        wrapped.jinja_pass_arg = func.jinja_pass_arg  # type: ignore[attr-defined]
+    wrapped.__name__ = getattr(func, "__name__", "filter")
     return wrapped
+
+
+def _check_plan(key: str, size_of, items: bool, width: bool, args, kwargs, state) -> None:
+    """The checks before filter `key` runs (see `_checked_filter`); `args` without the environment
+    or context Jinja passes first to some filters."""
+    if size_of is not None and (size := size_of(args, kwargs)) > state.max_chars:
+        _too_big(state, size, "asked a filter for a value")
+    if items and args and isinstance(args[0], (str, list, tuple, dict)):
+        n = len(args[0])
+        if n * _ITEM_CHARS > state.max_chars:
+            _too_big(state, n * _ITEM_CHARS, f"gave the filter '{key}' {n} items, counted as a value")
+    if width:
+        _check_width(key, args, kwargs)
+
+
+def _check_width(key: str, args, kwargs) -> None:
+    """`center` and `indent` pad to a width: the padded size, before it is built."""
+    width = kwargs.get("width", args[1] if len(args) > 1 else None)
+    if isinstance(width, int) and not isinstance(width, bool):
+        lines = str(args[0] if args else "").count("\n") + 1 if key == "indent" else 1
+        _check_planned(width * lines, "asked for a padded string")
+
+
+def _check_str_method(text: str, name: str, args, kwargs, limit: int) -> None:
+    """The size a string method is about to build, where its arguments say: padding, a join, a
+    translation, a replacement (a thousand characters each replaced by a 1 MB string)."""
+    if name in _STR_PAD_METHODS:
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, int) and not isinstance(value, bool):
+                _check_planned(value * (1 if name != "expandtabs" else max(1, text.count("\t"))), "asked for a padded string")
+    elif name in ("join", "translate") and args:
+        _check_planned(joined_size(args[0], text, limit) if name == "join" else translated_size(text, args[0]),
+                       "asked for a string")
+    elif name == "replace" and len(args) >= 2:
+        _check_planned(_replace_size((text, *args), kwargs), "asked for a string")
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
@@ -229,13 +274,8 @@ class _Environment(ImmutableSandboxedEnvironment):
         # the optimizer a fifth of compiling; tests/test_parity.py shows the output is unchanged.
         self.optimized = False
         for key, func in list(self.filters.items()):
-            if key in ("center", "indent"):
-                self.filters[key] = _width_filter(func, 1)
-            elif key in _PLANNED_FILTERS:
-                self.filters[key] = _planned_filter(func, _PLANNED_FILTERS[key])
-            else:
-                self.filters[key] = _wrap_filter(func)
-        self.filters["tojson"] = _planned_filter(_tojson, _PLANNED_FILTERS["tojson"])
+            self.filters[key] = _checked_filter(func, key)
+        self.filters["tojson"] = _checked_filter(_tojson, "tojson")
         self.filters[_GUARD_FILTER] = _guard_iter
         self.globals["raise_exception"] = _raise_exception
         self.globals["strftime_now"] = _strftime_now
@@ -266,18 +306,14 @@ class _Environment(ImmutableSandboxedEnvironment):
                 for value in args:
                     _check_size(value, "passed an argument")
                 self_obj = getattr(__obj, "__self__", None)
-                if isinstance(self_obj, str) and getattr(__obj, "__name__", "") in _STR_PAD_METHODS:
-                    for value in (*args, *kwargs.values()):
-                        if isinstance(value, int) and not isinstance(value, bool):
-                            _check_planned(value * (1 if __obj.__name__ != "expandtabs" else max(1, self_obj.count("\t"))),
-                                           "asked for a padded string")
-                elif isinstance(self_obj, str) and getattr(__obj, "__name__", "") in ("join", "translate") and args:
-                    _check_planned(joined_size(args[0], self_obj, state.max_chars) if __obj.__name__ == "join"
-                                   else translated_size(self_obj, args[0]), "asked for a string")
-                elif getattr(__obj, "__name__", "") in ("format", "format_map"):
+                name = getattr(__obj, "__name__", "")
+                if isinstance(self_obj, str):
+                    if name in _STR_PLANNED_METHODS:
+                        _check_str_method(self_obj, name, args, kwargs, state.max_chars)
+                elif name in ("format", "format_map"):
                     # The sandbox hands out str.format wrapped; the string is the wrapped method's __self__.
                     fmt = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
-                    mapping = args[0] if __obj.__name__ == "format_map" and args and isinstance(args[0], dict) else None
+                    mapping = args[0] if name == "format_map" and args and isinstance(args[0], dict) else None
                     if isinstance(fmt, str):
                         _check_planned(_format_widths(fmt, () if mapping else args, mapping or kwargs),
                                        "asked for a formatted string")

@@ -47,11 +47,13 @@ def _walk(value, limit: int) -> int:
             total += len(v) + 2  # (quoted in a container's text)
         elif isinstance(v, dict):
             total += 2 + 2 * len(v)
-            stack.extend(v.keys())
-            stack.extend(v.values())
+            if total <= limit:  # (a container already past the limit is not copied onto the stack)
+                stack.extend(v.keys())
+                stack.extend(v.values())
         elif isinstance(v, (list, tuple)):
             total += 2 + 2 * len(v)
-            stack.extend(v)
+            if total <= limit:
+                stack.extend(v)
         else:
             total += _SCALAR
     return total
