@@ -49,3 +49,17 @@ def test_a_template_that_refuses_the_probe_for_another_reason_keeps_objects():
     needs_system = ChatTemplate("{% if messages[0].role != 'system' %}{{ raise_exception('system first') }}{% endif %}"
                                 + ITEMS.text, "needs-system", "-")
     assert object_arguments(needs_system)
+
+
+def test_parsing_arguments_leaves_the_callers_messages_as_they_were():
+    import copy
+
+    from tmplkit.session import template_messages
+
+    given = [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": [1, 2]}'}, "extra": {"k": [1]}}]}]
+    before = copy.deepcopy(given)
+    (out,) = template_messages(given)
+    assert given == before  # (the call and its function are copied where they change)
+    call = out["tool_calls"][0]
+    assert call["function"]["arguments"] == {"a": [1, 2]} and call["extra"] == {"k": [1]} and call["id"] == "c1"

@@ -115,9 +115,13 @@ def template_messages(messages: Iterable[dict], *, parse_arguments: bool = True)
 
 
 def _parsed_call(call: dict, index: int = 0) -> dict:
-    call = json.loads(json.dumps(call))  # a deep copy: the caller's messages stay as they were
+    # Copied along the path it changes (the call, its function): the caller's messages stay as they
+    # were, and the sandbox copies the rest as it prepares the message.
+    call = dict(call)
     fn = call.get("function", call)
-    args = fn.get("arguments")
+    if isinstance(fn, dict) and fn is not call:
+        fn = call["function"] = dict(fn)
+    args = fn.get("arguments") if isinstance(fn, dict) else None
     if isinstance(args, str):
         try:
             fn["arguments"] = json.loads(args)
