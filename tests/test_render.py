@@ -221,6 +221,12 @@ _ONE_STEP_BOMBS = {
     "sort of a long string": "{{ ('x' * 9000000) | sort | length }}",
     "a filter mapped over a long string": "{{ ('x' * 9000000) | map('upper') | list | length }}",
     "batches of one": "{{ ('x' * 9000000) | batch(1) | list | length }}",
+    # `{% set %}` is no hook: each step tenfold, the last built whole before anything looked at it
+    "a chain of ~": "{% set a = 'x' * 100000 %}{% set b = a~a~a~a~a~a~a~a~a~a %}{% set c = b~b~b~b~b~b~b~b~b~b %}"
+                    "{% set d = c~c~c~c~c~c~c~c~c~c %}{{ d | length }}",
+    "a chain of +": "{% set a = 'x' * 100000 %}{% set b = a+a+a+a+a+a+a+a+a+a %}{% set c = b+b+b+b+b+b+b+b+b+b %}"
+                    "{% set d = c+c+c+c+c+c+c+c+c+c %}{{ d | length }}",
+    "one long sum": "{% set a = 'x' * 5000000 %}{{ (a+a+a+a+a+a+a+a+a+a+a+a+a+a+a+a+a+a+a+a+a+a+a+a+a) | length }}",
 }
 
 
@@ -237,6 +243,32 @@ def test_a_value_built_in_one_step_is_refused_before_it_is_built(name):
         tracemalloc.stop()
     assert info.value.kind == "size" and "over the limit" in str(info.value)
     assert peak < 100 * 2**20, f"{peak / 2**20:.0f} MiB allocated before the refusal"
+
+
+def test_lists_added_in_a_chain_are_refused_before_they_are_built():
+    import tracemalloc
+
+    # (items count one each against the limit, as `*` counts them: a smaller limit keeps the test small)
+    t = ChatTemplate("{% set a = ['x'] * 100000 %}{% set b = a+a+a+a+a+a+a+a+a+a %}{% set c = b+b+b+b+b+b+b+b+b+b %}"
+                     "{% set d = c+c+c+c+c+c+c+c+c+c %}{{ d | length }}", "bomb", "-")
+    tracemalloc.start()
+    try:
+        with pytest.raises(RenderLimitError, match="concatenated a value"):
+            render(t, HI, limits=Limits(seconds=10, max_output_chars=1_000_000))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 * 2**20, f"{peak / 2**20:.0f} MiB allocated before the refusal"
+
+
+def test_sums_and_concatenations_render_as_before():
+    t = ChatTemplate("{{ 'a' + 'b' }}|{{ [1] + [2] }}|{{ 1 + 2 }}|{{ 1.5 + 2 }}|{{ (1,) + (2,) }}|"
+                     "{{ 'x' + ('y' + ('z' + 'v') + 'u') + 'w' }}|{% macro m(a, b='q' + 'r') %}{{ a + b }}{% endmacro %}"
+                     "{{ m('p') }}|{% for i in range(3) %}{{ i + loop.index }}{% endfor %}|{{ true + 1 }}|"
+                     "{{ 'a' ~ 1 ~ [1, 'x'] ~ none ~ {'k': 2} }}", "ok", "-")
+    assert render(t, HI) == "ab|[1, 2]|3|3.5|(1, 2)|xyzvuw|pqr|135|2|a1[1, 'x']None{'k': 2}"
+    with pytest.raises(RenderError, match="can only concatenate str"):
+        render(ChatTemplate("{{ 'a' + 1 }}", "bad", "-"), HI)
 
 
 def test_a_filter_that_walks_items_names_itself_when_refused():

@@ -12,7 +12,7 @@ Two things differ on purpose:
   deterministic; pass `clock=system_clock` for the real time.
 - Templates are untrusted code, so every render runs under `Limits`: a wall-clock budget and a cap
   on the characters produced. They are checked cooperatively inside the sandbox (on every loop
-  iteration, every call, the intercepted `*`/`**`/`%` operators, every filter result, every
+  iteration, every call, the intercepted `*`/`**`/`%`/`+`/`~` operators, every filter result, every
   namespace store, and on the output stream), and a render that goes past one raises
   `RenderLimitError` with kind 'timeout' or 'size'.
 

@@ -1,6 +1,7 @@
 """The sandboxed Jinja environment: transformers' chat-template environment (its globals, its
 filters, the `{% generation %}` tag) and the cooperative limit checks at the hooks Jinja's sandbox
-documents (`call`, `call_binop` with `intercepted_binops`, every filter, every `{% for %}`), and the
+documents (`call`, `call_binop` with `intercepted_binops`, every filter, every `{% for %}`), two its
+code generator writes (`~` and `+`, whose sizes are checked before they are built), and the
 compiled-template cache in front of it.
 """
 
@@ -13,6 +14,7 @@ import time
 from functools import lru_cache
 
 import jinja2
+import jinja2.compiler
 import jinja2.ext
 import jinja2.nodes
 import jinja2.utils
@@ -262,10 +264,90 @@ def _check_str_method(text: str, name: str, args, kwargs, limit: int) -> None:
 _DICT_ATTRIBUTES = frozenset(dir(dict))
 
 
+# Sums shorter than this are not checked at `+` (a render's limit is millions of characters; the
+# value built is still checked wherever it goes), so the check costs a length comparison.
+_ADD_FLOOR = 1 << 16
+
+
+def _concat_size(values, limit: int) -> int:
+    """At least the length of `str_join(values)`: strings by their length, containers by their
+    text (`_planned.text_size`), anything else as nothing (a number, None, an undefined value)."""
+    size = 0
+    for v in values:
+        if isinstance(v, str):
+            size += len(v)
+        elif isinstance(v, (dict, list, tuple)):
+            size += text_size(v, limit)
+    return size
+
+
+class _CodeGenerator(jinja2.compiler.CodeGenerator):
+    """Jinja's code generator, `~` written as a call of the environment's `checked_join`: a chain of
+    `{% set %}` concatenations grows tenfold a step with no check between (a set is no hook), and
+    the last step built gigabytes before anything looked at it."""
+
+    def visit_Concat(self, node, frame) -> None:
+        if frame.eval_ctx.volatile or frame.eval_ctx.autoescape:
+            return super().visit_Concat(node, frame)  # (markup joins; transformers' environment has none)
+        self.write("environment.checked_join((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+        return None
+
+    def visit_Add(self, node, frame) -> None:
+        # `a + b` as `(x + y if <two short strings, or an integer first> else environment.checked_add(x, y))`,
+        # `x` and `y` evaluated once, in order: the common case stays a few bytecodes, no call. The
+        # names are per depth of right operands, so that a left-nested chain (`a + b + c`) reuses
+        # one pair and holds no more of its partial sums than Python's own `+` does.
+        depth = getattr(self, "_add_depth", 0)
+        x, y = f"tk_add{depth}x", f"tk_add{depth}y"
+        self.write(f"({x} + {y} if ({x} := ")
+        self.visit(node.left, frame)
+        self.write(f") is {x} and ({y} := ")
+        self._add_depth = depth + 1
+        try:
+            self.visit(node.right, frame)
+        finally:
+            self._add_depth = depth
+        self.write(f") is {y} and ({x}.__class__ is str and {y}.__class__ is str and len({x}) + len({y}) <= {_ADD_FLOOR} "
+                   f"or {x}.__class__ is int) else environment.checked_add({x}, {y}))")
+
+
 class _Environment(ImmutableSandboxedEnvironment):
     """transformers' chat-template environment, plus cooperative limit checks."""
 
     intercepted_binops = frozenset(("*", "**", "%"))
+    code_generator_class = _CodeGenerator
+
+    @staticmethod  # (no bound method made at every `+`)
+    def checked_add(left, right):
+        """`a + b`: the size of two sequences joined, checked before they are, where it is large."""
+        try:
+            n = len(left) + len(right)
+        except TypeError:  # (numbers, or something without a length: their sum is the operator's own)
+            return left + right
+        if n > _ADD_FLOOR:
+            _check_planned(n, "concatenated a value")
+        return left + right
+
+    def checked_join(self, values) -> str:
+        """`a ~ b ~ ...`: Jinja's `str_join`, its size checked before it is built."""
+        state = _STATE.get()
+        if state is None or state.max_chars is None:
+            return "".join(map(str, values))
+        try:
+            # Strings alone (the common case), at C speed: the lengths are the size, and a join
+            # that meets anything else raises before it builds.
+            size = sum(map(len, values))  # (a container's length is at most its text's: a lower bound)
+            if size <= state.max_chars:
+                return "".join(values)
+        except TypeError:
+            size = _concat_size(values, state.max_chars)
+        if size > state.max_chars:
+            _too_big(state, size, "concatenated a string")
+        return "".join(map(str, values))
 
     def __init__(self):
         super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
@@ -371,6 +453,10 @@ class _Environment(ImmutableSandboxedEnvironment):
                         f"template '{name}' computed {left} ** {right}, a number of about {bits} bits; refusing",
                         kind="size",
                     )
+        elif operator_ == "+":
+            # (a chain of `{% set %}` sums grows tenfold a step with no check between; a set is no hook)
+            if isinstance(left, (str, list, tuple, bytes)) and isinstance(right, (str, list, tuple, bytes)):
+                _check_planned(len(left) + len(right), "concatenated a value")
         elif operator_ == "%" and isinstance(left, str):
             values = right if isinstance(right, tuple) else (right,)
             _check_planned(_percent_widths(left, right) + (_texts_size(values) if _limit() else 0), "asked for a formatted string")
