@@ -2,7 +2,7 @@
 can hand it trouble, run as a user runs it (a subprocess), each under a wall-clock bound.
 
 Scenarios: a hostile template that runs long in one C-level call (`wordwrap` over 4M words) and one
-that builds a huge value (`~` tenfold per step); one that passes every probe and runs a
+that holds four hundred 9 MB strings at once (each within the size limit: only memory stops it); one that passes every probe and runs a
 `wordwrap` over 20M words only on a message of the session it is given; a huge template (20 MB); a bad conversation (a lone
 surrogate); a bad tokenizer (a missing .gguf); an output path in a missing folder (refused before
 the work?) and a symlink (written through, kept a link?); standard output closed (`>&-`); Ctrl-C
@@ -127,7 +127,7 @@ def _args(command: str, scenario: str, fx: dict) -> tuple[list[str], str]:
     if scenario == "hostile-time" or scenario == "ctrl-c-late":
         values["T"] = str(HOSTILE / "filter_wordwrap_slow.jinja")
     elif scenario == "hostile-memory":
-        values["T"] = str(HOSTILE / "bomb_concat_levels.jinja")
+        values["T"] = str(HOSTILE / "bomb_held_values.jinja")
     elif scenario == "hostile-session":
         values["T"], values["C"] = str(work / "on-session.jinja"), str(work / "wrap-it.json")
         if command == "turns":

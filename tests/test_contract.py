@@ -77,7 +77,7 @@ def test_turns_on_several_templates_at_once_keeps_each_ones_limits_and_report():
 
 
 def test_turns_reports_a_memory_bomb_as_an_error():
-    proc = tmplkit("turns", str(HOSTILE / "bomb_concat_levels.jinja"), "--timeout", "20", "--no-switches")
+    proc = tmplkit("turns", str(HOSTILE / "bomb_held_values.jinja"), "--timeout", "20", "--no-switches")
     one_line_error(proc, "memory")
 
 
@@ -89,7 +89,7 @@ def test_mask_stops_a_hostile_render_at_the_audit_time_limit(conversation, tiny_
 
 
 def test_spans_reports_a_memory_bomb_as_an_error(conversation, tiny_hf_folder):
-    proc = tmplkit("spans", str(HOSTILE / "bomb_concat_levels.jinja"), "--session", str(conversation),
+    proc = tmplkit("spans", str(HOSTILE / "bomb_held_values.jinja"), "--session", str(conversation),
                    "--tokenizer", str(tiny_hf_folder))
     one_line_error(proc, "memory")
 
@@ -122,7 +122,7 @@ def test_a_mask_past_its_timeout_says_which_option_raises_it(conversation, tiny_
 
 
 def test_spans_out_of_memory_says_which_option_raises_it(conversation, tiny_hf_folder):
-    proc = tmplkit("spans", str(HOSTILE / "bomb_concat_levels.jinja"), "--session", str(conversation),
+    proc = tmplkit("spans", str(HOSTILE / "bomb_held_values.jinja"), "--session", str(conversation),
                    "--tokenizer", str(tiny_hf_folder), "--memory", "300")
     one_line_error(proc, "out of memory", "raise --memory")
 
@@ -139,7 +139,7 @@ def test_annotate_stops_a_hostile_render_at_its_time_limit(tmp_path):
 def test_annotate_reports_a_memory_bomb_as_an_error(tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "annotated.jinja"
-    one_line_error(tmplkit("annotate", str(HOSTILE / "bomb_concat_levels.jinja"), "-o", str(out)))
+    one_line_error(tmplkit("annotate", str(HOSTILE / "bomb_held_values.jinja"), "-o", str(out)))
     assert not out.exists()
 
 
