@@ -14,26 +14,33 @@ import hashlib
 __all__ = ["HELD_OUT_NAMES", "held_out"]
 
 HELD_OUT_NAMES = frozenset({
+    "83a71793eb2e7597",
+    "8cf43dbf18ca2c02",
     "8d4e3d0801b15ecc",
     "90f716e2664fad4f",
+    "95a22c6b920f7366",
     "9687ee7459d4f4c0",
     "9ad28455fcd6f27a",
     "9e68a24a1ae5f46d",
     "9ec7a86056728e8c",
     "c6987571d1fc436c",
+    "c82104a5e9b17659",
     "c8c564a4c25bb771",
     "cace8ea5405860a2",
     "d5f2c87aa54ac510",
     "d83df22fa8aa7d3d",
+    "e079024b9f6c5d5e",
     "e2f4e5ad745b04b1",
     "e8d0880fa481a770",
     "e9cb69d903bbe3d3",
     "ec7748b57fe41731",
     "ee17964d252c9d5e",
+    "f08a355828a14994",
     "f7cfe2ddaebb7e40",
     "f8b0fc6b7f5a69ea",
     "fb732f3bdc4f99d6",
     "fc8425f5dd40f8d6",
+    "fea4d70a0abf8a05",
 })
 
 

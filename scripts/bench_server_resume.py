@@ -51,8 +51,8 @@ TEMPLATES = (
     "ibm-granite-granite-4.1", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "deepseek-ai-DeepSeek-V3.1",
     "microsoft-Phi-3.5-mini-instruct",
     "Qwen3.5-4B", "Qwen-Qwen3-0.6B", "openbmb-MiniCPM5-1B", "MiMo-VL",
-    "Apertus-8B-Instruct", "poolside-Laguna-XS.2", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
-    "LFM2-8B-A1B", "moonshotai-Kimi-K2", "unsloth-mistral-Devstral-Small-2507",
+    "Apertus-8B-Instruct", "inclusionai-ling-3.0-flash", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+    "LFM2-8B-A1B", "Kimi-K2-Instruct", "unsloth-mistral-Devstral-Small-2507",
 )
 
 

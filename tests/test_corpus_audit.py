@@ -199,7 +199,7 @@ def test_kimi_tool_start_is_the_opener_and_system_turns_keep_their_role(analyses
     ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "<|im_start|>assistant\n", "<think>\n", "</think>\n"),
     ("deepseek-ai-DeepSeek-V3.1", "<｜Assistant｜>", "<think>", "</think>"),
     ("deepseek-ai-DeepSeek-V4-Flash-0731", "<｜Assistant｜>", "<think>", "</think>"),
-    ("poolside-Laguna-S-2.1", "<assistant>", "<think>", "</think>"),
+    ("Spark2.5", "<｜start▁of▁sentence｜><|Bot|>", "<think>", "</think>"),
     ("Qwen3.5-4B", "<|im_start|>assistant\n", "<think>\n", "</think>\n\n"),
     ("MiniMax-M3", "]~b]ai\n", "<mm:think>", "</mm:think>"),
 ])
@@ -236,7 +236,7 @@ def _reasoning_has_delimiters_of_its_own(a, start, reasoning_start, reasoning_en
     # DeepSeek V3.1 closes it by default; `thinking=True` opens it.
     ("deepseek-ai-DeepSeek-V3.1", None, {"default": "closed", "enable_thinking=False": "closed", "enable_thinking=True": "open",
                                          "thinking=False": "closed", "thinking=True": "open"}),
-    ("poolside-Laguna-S-2.1", "kept", {"default": "open", "enable_thinking=False": "closed", "enable_thinking=True": "open"}),
+    ("inclusionai-ling-3.0-flash", "kept", {"default": "open", "enable_thinking=False": "closed", "enable_thinking=True": "open"}),
 ])
 def test_generation_prompt_opens_closes_or_leaves_reasoning_per_thinking_switch(analyses, name, earlier, generation):
     a = analyses[name]
@@ -254,7 +254,7 @@ def test_a_generation_prompt_that_opens_reasoning_gives_its_start_without_guessi
 
 
 def test_reasoning_lands_in_a_reasoning_span_inside_the_assistant_turn(analyses):
-    for name in ("Qwen3.5-4B", "inclusionai-ling-3.0-flash", "Kimi-K3", "poolside-Laguna-S-2.1"):
+    for name in ("Qwen3.5-4B", "inclusionai-ling-3.0-flash", "Kimi-K3", "Spark2.5"):
         a = analyses[name]
         rt = a.round_trip
         spans = split_text(rt.rendered, a.delimiters)
@@ -280,7 +280,7 @@ def test_every_template_that_renders_reasoning_text_has_a_reasoning_delimiter(an
 
 
 @pytest.mark.parametrize("name,system_start", [
-    ("upstage-Solar-Open-100B", "<|begin|>system<|content|>"),
+    ("Kimi-K2-Instruct", "<|im_system|>system<|im_middle|>"),
     ("CohereForAI-c4ai-command-r-plus-tool_use", "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>"),
     ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>"),
 ])

@@ -240,7 +240,7 @@ def test_the_prefix_fast_path_masks_what_the_requests_mask_on_corpus_templates(n
 ONE_RENDER_CORPUS = ["Qwen3-Coder", "Qwen3.5-4B", "deepseek-ai-DeepSeek-V3.2", "microsoft-Phi-3.5-mini-instruct",
                      "unsloth-gpt-oss-20b", "google-gemma-4-31B-it", "meta-llama-Llama-3.3-70B-Instruct", "Kimi-K2-Instruct",
                      "mistralai-Mistral-Nemo-Instruct-2407", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
-                     "MiniMax-M1", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "moonshotai-Kimi-K2",
+                     "MiniMax-M1", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "MiMo-VL",
                      "Kimi-K2-Thinking", "unsloth-Apriel-1.5", "meetkai-functionary-medium-v3.2",
                      "Qwen-Qwen3-0.6B", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-V3.1", "MiniMax-M2"]
 # Generated sessions of both styles, seeds and sizes the probes do not use.

@@ -64,7 +64,7 @@ def test_a_session_request_by_request_and_what_the_log_says(binary, tmp_path):
     ("Qwen3.5-4B", "family", "specialized", "tool results taken for user messages"),
     # the autoparser's two delimiters on a template with tool results inside user turns: issue 25213
     ("Qwen-Qwen3-0.6B", "bytes", "autoparser", "tool results taken for user messages"),
-    ("meta-llama-Llama-3.1-8B-Instruct", "bytes", "autoparser", "agree"),
+    ("meta-llama-Llama-3.2-3B-Instruct", "bytes", "autoparser", "agree"),
     ("LFM2-8B-A1B", "bytes", "specialized", "no delimiters at all"),
 ])
 def test_the_chat_endpoints_delimiters_read_off_the_server(binary, name, model, route, verdict, tmp_path):
@@ -82,7 +82,7 @@ def test_the_chat_endpoints_delimiters_read_off_the_server(binary, name, model, 
     assert c.tmplkit == tuple(users)  # tmplkit starts exactly the user messages
     if verdict == "tool results taken for user messages":
         assert {r for _, r in c.extra} == {"tool"} and not c.missed and "25213" in c.advice()
-    if name == "meta-llama-Llama-3.1-8B-Instruct":
+    if name == "meta-llama-Llama-3.2-3B-Instruct":
         assert [x.to_dict() for x in d.delimiters] == [
             {"role": "assistant", "delimiter": "<|start_header_id|>assistant<|end_header_id|>"},
             {"role": "user", "delimiter": "<|start_header_id|>user<|end_header_id|>"}]
