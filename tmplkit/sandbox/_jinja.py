@@ -165,8 +165,9 @@ def _limit() -> int:
 
 
 def _texts_size(values) -> int:
-    """At least the text of each of `values` that is not a string already (a container printed)."""
-    return sum(text_size(v, _limit()) for v in values if not isinstance(v, (str, int, float)))
+    """At least the text of each container among `values` (a list, a mapping, bytes, printed); a
+    string or a scalar is counted where it is known (`_concat_size`), or not at all."""
+    return sum(text_size(v, _limit()) for v in values if isinstance(v, (dict, list, tuple, bytes)))
 
 
 # Filters whose result size is known from their arguments: checked before they allocate (`_planned`).
@@ -269,16 +270,10 @@ _DICT_ATTRIBUTES = frozenset(dir(dict))
 _ADD_FLOOR = 1 << 16
 
 
-def _concat_size(values, limit: int) -> int:
+def _concat_size(values) -> int:
     """At least the length of `str_join(values)`: strings by their length, containers by their
-    text (`_planned.text_size`), anything else as nothing (a number, None, an undefined value)."""
-    size = 0
-    for v in values:
-        if isinstance(v, str):
-            size += len(v)
-        elif isinstance(v, (dict, list, tuple)):
-            size += text_size(v, limit)
-    return size
+    text, anything else as nothing (a number, None, an undefined value)."""
+    return sum(len(v) for v in values if isinstance(v, str)) + _texts_size(values)
 
 
 class _CodeGenerator(jinja2.compiler.CodeGenerator):
@@ -344,7 +339,7 @@ class _Environment(ImmutableSandboxedEnvironment):
             if size <= state.max_chars:
                 return "".join(values)
         except TypeError:
-            size = _concat_size(values, state.max_chars)
+            size = _concat_size(values)
         if size > state.max_chars:
             _too_big(state, size, "concatenated a string")
         return "".join(map(str, values))
