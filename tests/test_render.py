@@ -301,3 +301,23 @@ def test_the_text_of_ordinary_values_is_not_refused():
     tools = [{"type": "function", "function": {"name": f"f{i}", "parameters": {"type": "object"}}} for i in range(50)]
     out = render(t, [{"role": "user", "content": "a" * 100000}, {"role": "assistant", "content": "b"}], tools=tools)
     assert "f49" in out and "a" * 100000 in out
+
+
+def test_loop_namespace_and_macro_lookups_answer_as_jinjas_sandbox():
+    # The sandbox answers these without its safety checks (they cost a fifth of a long render):
+    # every answer must stay what Jinja's own sandbox gives, its refusals included.
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    text = ("{% macro m(x, y='d') %}[{{ x }}{{ y }}{{ caller() if caller else '' }}]{% endmacro %}"
+            "{% set ns = namespace(n=0, s='a', l=[1], d={'k': 1}, z=none) %}"
+            "{% for i in 'abc' %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}"
+            "{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.depth }}{{ loop.depth0 }}"
+            "{{ loop.previtem }}{{ loop.nextitem }}{{ loop.cycle('x', 'y') }}{{ loop.changed(i) }}"
+            "{% set ns.n = ns.n + 1 %}{{ m(i) }}{{ m(i, y=loop.index) }}{% call m(i) %}c{% endcall %}{% endfor %}"
+            "{{ ns.n }}{{ ns.s }}{{ ns.l }}{{ ns.d.k }}{{ ns.z }}{{ ns.missing is defined }}{{ loop is defined }}")
+    want = ImmutableSandboxedEnvironment().from_string(text).render(messages=HI)
+    assert render(T(text), HI) == want
+    with pytest.raises(RenderError):
+        render(T("{% set ns = namespace(n=1) %}{{ ns._Namespace__attrs }}"), HI)
+    with pytest.raises(RenderError):
+        render(T("{% for i in [1] %}{{ loop._iterator }}{% endfor %}"), HI)

@@ -17,6 +17,7 @@ import jinja2
 import jinja2.compiler
 import jinja2.ext
 import jinja2.nodes
+import jinja2.runtime
 import jinja2.utils
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, is_internal_attribute
@@ -263,6 +264,12 @@ def _check_str_method(text: str, name: str, args, kwargs, limit: int) -> None:
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
+# `loop.index0`, `loop.previtem`, ...: properties of Jinja's own loop object whose values are numbers,
+# flags or the loop's items (its methods, `cycle` and `changed`, take the sandbox's path).
+_LOOP_ATTRIBUTES = frozenset(("index", "index0", "revindex", "revindex0", "first", "last", "length", "depth",
+                              "depth0", "previtem", "nextitem"))
+# Values a namespace hands out as they are (the sandbox wraps a method, which these are not).
+_PLAIN_VALUES = (str, int, bool, float, list, dict, tuple, type(None))
 
 
 # Sums shorter than this are not checked at `+` (a render's limit is millions of characters; the
@@ -376,6 +383,8 @@ class _Environment(ImmutableSandboxedEnvironment):
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (same convention as Jinja)
         state = _STATE.get()
+        if type(__obj) is jinja2.runtime.Macro:
+            return __self._call_macro(state, __context, __obj, args, kwargs)
         if state is not None:
             if state.deadline is not None and time.perf_counter() > state.deadline:
                 _timeout(state)
@@ -397,6 +406,25 @@ class _Environment(ImmutableSandboxedEnvironment):
         result = ImmutableSandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs)
         return _check_size(result, "built a value")
 
+    @staticmethod
+    def _call_macro(state, context, macro, args, kwargs):
+        """A macro of the template: what Jinja's sandbox and context do for it (a template's own
+        macro is safely callable; it takes the evaluation context), without asking each time
+        (a long session's render calls one per message part)."""
+        if state is not None:
+            if state.deadline is not None and time.perf_counter() > state.deadline:
+                _timeout(state)
+            if state.max_chars is not None:
+                for value in args:
+                    _check_size(value, "passed an argument")
+        kwargs.pop("_block_vars", None)
+        kwargs.pop("_loop_vars", None)
+        try:
+            result = macro(context.eval_ctx, *args, **kwargs)
+        except StopIteration:
+            return context.environment.undefined("value was undefined because a callable raised a StopIteration exception")
+        return _check_size(result, "built a value")
+
     # Whether an attribute is safe depends on the object's type and the name alone (Jinja's
     # is_internal_attribute and modifies_known_mutable test both, never the value), so the answer
     # is kept per (type, name): a long conversation asked the sandbox again for every message.
@@ -416,11 +444,20 @@ class _Environment(ImmutableSandboxedEnvironment):
         # `message.content` on a message: Jinja tries the attribute, fails, then takes the item. A
         # plain dict has no attribute of that name, so take the item (the same answer, without an
         # AttributeError raised and caught per lookup).
-        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+        kind = type(obj)
+        if kind is dict and attribute not in _DICT_ATTRIBUTES:
             try:
                 return obj[attribute]
             except KeyError:
                 return self.undefined(obj=obj, name=attribute)
+        # A template's loop flags and namespace values: the sandbox's answer, without the safety
+        # checks it would repeat for every message (a fifth of a long agent session's render).
+        if kind is jinja2.runtime.LoopContext and attribute in _LOOP_ATTRIBUTES:
+            return getattr(obj, attribute)
+        if kind is _TemplateNamespace and attribute[:1] != "_":
+            value = object.__getattribute__(obj, "_Namespace__attrs").get(attribute, _TemplateNamespace)
+            if type(value) in _PLAIN_VALUES:
+                return value
         return super().getattr(obj, attribute)
 
     def unsafe_undefined(self, obj, attribute):
