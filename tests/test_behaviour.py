@@ -343,3 +343,41 @@ def test_two_lock_runs_at_once_on_one_lock_keep_both_entries(tmp_path):
     runs = [lock_run("chatml.jinja"), lock_run("llama3.jinja")]
     assert [r.wait(timeout=300) for r in runs] == [0, 0]
     assert sorted(json.loads(lock.read_text())["templates"]) == ["chatml", "gemma", "llama3"]
+
+
+# A template whose every render runs far past any limit a test gives it.
+ENDLESS = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+           "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}")
+
+
+def test_a_behaviour_a_limit_stopped_is_never_compared_locked_or_passed(capsys, tmp_path):
+    """Two templates stopped by --timeout have no behaviour to compare: `diff` said "no change in
+    behaviour" (exit 0) and `lock` wrote their timeouts as behaviour; the audit's lock check passed
+    a template it never derived."""
+    (tmp_path / "a.jinja").write_text(ENDLESS)
+    (tmp_path / "b.jinja").write_text(ENDLESS.replace("<|", "<<"))
+    err = _one_line_error(capsys, "diff", "a.jinja", "b.jinja", "--timeout", "1")
+    assert "the behaviour of 'a' (a.jinja) was not derived (and 1 more: b)" in err and "nothing was compared" in err
+    err = _one_line_error(capsys, "lock", "a.jinja", "--lock", "l.json", "--fresh", "--timeout", "1")
+    assert "raise --timeout" in err and "l.json was not written" in err and not (tmp_path / "l.json").exists()
+    chat, _ = _pair(tmp_path, "text-only")
+    assert run(capsys, "lock", "--in-process", str(chat), "--lock", "l.json")[0] == 0
+    code, out, _ = run(capsys, "audit", str(chat), "--lock", "l.json", "--timeout", "0.001")
+    assert code == 1 and "LOCK  chat: not checked: its behaviour was not derived" in out
+    assert "0 templates checked, 0 changed behaviour, 1 not derived" in out and "-> FAILED" in out
+
+
+@pytest.mark.parametrize("field, value", [("verdict", 7), ("verdict", "great"), ("tool_placement", ["x"]), ("system", 5),
+                                          ("default_system", 5), ("earlier_reasoning", 5), ("text_sha256", 5),
+                                          ("starts", {"user": 3})])
+def test_a_lock_field_of_the_wrong_type_is_a_malformed_lock_not_a_change(capsys, tmp_path, field, value):
+    chat, _ = _pair(tmp_path, "text-only")
+    assert run(capsys, "lock", "--in-process", str(chat), "--lock", "l.json")[0] == 0
+    data = json.loads((tmp_path / "l.json").read_text())
+    data["templates"]["chat"][field] = value
+    (tmp_path / "l.json").write_text(json.dumps(data))
+    err = _one_line_error(capsys, "audit", "--in-process", str(chat), "--lock", "l.json")
+    assert "not a behaviour record" in err and f"'{field}'" in err
+    data["schema_version"] = True  # (equal to 1 in Python)
+    (tmp_path / "l.json").write_text(json.dumps(data))
+    assert "a lock of layout True" in _one_line_error(capsys, "lock", "--in-process", str(chat), "--lock", "l.json")

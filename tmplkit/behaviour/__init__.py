@@ -14,16 +14,16 @@ compared), `_lock` (the lock file) and `_formats` (`tmplkit diff`'s report).
 """
 
 from ._compare import CHANGE_KINDS, BehaviourDiff, Change, compare, render_line, shown, text_change
-from ._derive import DEFAULT_TIMEOUT, derive_records
+from ._derive import DEFAULT_TIMEOUT, derive_records, require_derived
 from ._formats import DIFF_FORMATS, DIFF_SCHEMA_VERSION, diff_dict, format_diff
 from ._lock import DEFAULT_LOCK, LOCK_SCHEMA_VERSION, BehaviourLock, LockCheck, check_lock, read_lock, require_entries, write_lock
 from ._probes import PROBE_NAMES, SETTINGS_DEFAULT, probe_renders, rendered_roles, switch_settings
-from ._record import START_ROLES, BehaviourRecord, derive_behaviour, record_of, sha256_of
+from ._record import START_ROLES, UNCHECKED_VERDICTS, BehaviourRecord, derive_behaviour, record_of, sha256_of
 
 __all__ = [
     "CHANGE_KINDS", "DEFAULT_LOCK", "DEFAULT_TIMEOUT", "DIFF_FORMATS", "DIFF_SCHEMA_VERSION", "LOCK_SCHEMA_VERSION",
-    "PROBE_NAMES", "SETTINGS_DEFAULT", "START_ROLES",
+    "PROBE_NAMES", "SETTINGS_DEFAULT", "START_ROLES", "UNCHECKED_VERDICTS",
     "BehaviourDiff", "BehaviourLock", "BehaviourRecord", "Change", "LockCheck", "check_lock", "compare", "derive_behaviour",
     "derive_records", "diff_dict", "format_diff", "probe_renders", "read_lock", "record_of", "render_line", "rendered_roles",
-    "require_entries", "sha256_of", "shown", "switch_settings", "text_change", "write_lock",
+    "require_derived", "require_entries", "sha256_of", "shown", "switch_settings", "text_change", "write_lock",
 ]

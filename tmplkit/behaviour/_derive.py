@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 
 from ..auditing import default_turns_session
 from ..auditing.isolate import analyze_isolated
+from ..errors import InputError
 from ._record import BehaviourRecord, derive_behaviour, record_of
 
-__all__ = ["DEFAULT_TIMEOUT", "derive_records"]
+__all__ = ["DEFAULT_TIMEOUT", "derive_records", "require_derived"]
 
 # Seconds per template: the analysis and a whole agent session are rendered.
 DEFAULT_TIMEOUT = 30.0
@@ -31,6 +33,21 @@ def derive_records(templates: Sequence, *, jobs: int | None = None, timeout: flo
                                    target=target, progress=progress)
     out = []
     for template, result in zip(templates, results):
-        analysis, prefix, renders = result if isinstance(result, tuple) else (result, None, {})
-        out.append(record_of(template, analysis, prefix, renders))
+        if isinstance(result, tuple):
+            out.append(record_of(template, *result))
+        else:  # (the worker gave an analysis of its own: it died, or the derivation raised)
+            out.append(replace(record_of(template, result, None, {}), completed=False))
     return out
+
+
+def require_derived(records: Sequence[BehaviourRecord], doing: str) -> None:
+    """InputError (one line) naming the records whose behaviour was not derived (a run's limit
+    stopped it, or its worker died: `BehaviourRecord.derived`), and why; `doing` says what is then
+    not done ("nothing was compared"). A timeout compared with a timeout is no "same behaviour"."""
+    lost = [r for r in records if not r.derived]
+    if lost:
+        first = lost[0]
+        more = f" (and {len(lost) - 1} more: {', '.join(r.name for r in lost[1:4])}{', ...' if len(lost) > 4 else ''})" \
+            if len(lost) > 1 else ""
+        raise InputError(f"the behaviour of '{first.name}' ({first.source}) was not derived{more}: "
+                         f"{first.reason or first.verdict}; {doing}")

@@ -52,7 +52,7 @@ def read_lock(path) -> BehaviourLock:
     if not isinstance(data, dict) or not isinstance(data.get("templates"), dict):
         raise InputError(f"{path}: not a behaviour lock (no 'templates' object); write it with `tmplkit lock SOURCE... --lock {path}`")
     version = data.get("schema_version")
-    if version != LOCK_SCHEMA_VERSION:
+    if type(version) is not int or version != LOCK_SCHEMA_VERSION:  # (`true` equals 1)
         raise InputError(f"{path}: a lock of layout {version!r} (tmplkit {data.get('tmplkit_version', '?')}); this tmplkit "
                          f"reads layout {LOCK_SCHEMA_VERSION}: write it again with `tmplkit lock SOURCE... --lock {path} --fresh`")
     records = {}
@@ -74,6 +74,7 @@ class LockCheck:
 
     lock_path: str
     diffs: tuple = ()
+    unchecked: tuple = ()  # (name, source, reason) of templates whose behaviour was not derived
 
     @property
     def changed(self) -> list:
@@ -81,12 +82,14 @@ class LockCheck:
 
     @property
     def ok(self) -> bool:
-        return not self.changed
+        return not self.changed and not self.unchecked
 
     def summary(self) -> str:
         n, bad = len(self.diffs), len(self.changed)
-        verdict = "ok" if self.ok else f"FAILED; after an intended change: tmplkit lock SOURCE... --lock {self.lock_path}"
-        return f"lock {self.lock_path}: {n} template{'s' if n != 1 else ''} checked, {bad} changed behaviour -> {verdict}"
+        lost = f", {len(self.unchecked)} not derived (a limit stopped it)" if self.unchecked else ""
+        verdict = ("ok" if self.ok else f"FAILED; after an intended change: tmplkit lock SOURCE... --lock {self.lock_path}"
+                   if not self.unchecked else "FAILED; raise --timeout or --memory")
+        return f"lock {self.lock_path}: {n} template{'s' if n != 1 else ''} checked, {bad} changed behaviour{lost} -> {verdict}"
 
 
 def require_entries(lock: BehaviourLock, templates, lock_path) -> None:
@@ -101,5 +104,6 @@ def require_entries(lock: BehaviourLock, templates, lock_path) -> None:
 def check_lock(lock: BehaviourLock, records, lock_path) -> LockCheck:
     """Compare each record with its name's entry in `lock` (`require_entries` first)."""
     require_entries(lock, records, lock_path)
-    diffs = tuple((r.name, r.source, compare(lock.records[r.name], r)) for r in records)
-    return LockCheck(str(lock_path), diffs)
+    diffs = tuple((r.name, r.source, compare(lock.records[r.name], r)) for r in records if r.derived)
+    unchecked = tuple((r.name, r.source, r.reason or r.verdict) for r in records if not r.derived)
+    return LockCheck(str(lock_path), diffs, unchecked)

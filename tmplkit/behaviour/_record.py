@@ -12,19 +12,27 @@ apart (`text_sha256`), so an edit that renders the same on every probe changes n
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 
-from ..analysis import Analysis
+from ..analysis import STATUSES, TOOL_PLACEMENTS, Analysis
 from ..auditing import NOT_APPLICABLE, PrefixStability, analyze_with_prefix_stability
 from ..errors import InputError
 from ._probes import SETTINGS_DEFAULT, probe_renders, rendered_roles, switch_settings
 
-__all__ = ["START_ROLES", "BehaviourRecord", "derive_behaviour", "record_of", "sha256_of"]
+__all__ = ["START_ROLES", "UNCHECKED_VERDICTS", "BehaviourRecord", "derive_behaviour", "record_of", "sha256_of"]
 
 # The role starts a record holds (Analysis fields), in the order a report names them.
 START_ROLES = (("system", "system_start"), ("user", "user_start"), ("assistant", "assistant_start"),
                ("tool", "tool_response_start"), ("tool_next", "tool_response_next"),
                ("reasoning", "reasoning_start"), ("reasoning_end", "reasoning_end"))
+
+
+# Verdicts of a run's limits, not of the template: its behaviour was not derived (a longer
+# --timeout, a larger --memory, another machine may derive it), so nothing can be compared with it.
+UNCHECKED_VERDICTS = ("timeout", "memory")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_STR_OR_NONE = (str, type(None))
 
 
 def sha256_of(text: str) -> str:
@@ -55,6 +63,14 @@ class BehaviourRecord:
     reason: str = ""
     texts: dict = field(default_factory=dict, repr=False, compare=False)
     template_text: str = field(default="", repr=False, compare=False)
+    # False where the worker gave no behaviour (a crash; see `derived`): never written to a lock.
+    completed: bool = field(default=True, repr=False, compare=False)
+
+    @property
+    def derived(self) -> bool:
+        """Whether this is the template's behaviour: False where a run's limit stopped its
+        derivation or the worker died (`UNCHECKED_VERDICTS`, `completed`)."""
+        return self.completed and self.verdict not in UNCHECKED_VERDICTS
 
     def behaviour(self) -> dict:
         """The record less its name, source, text digest and reason: what two templates compare on."""
@@ -77,6 +93,10 @@ class BehaviourRecord:
     @classmethod
     def from_dict(cls, d: dict, where: str = "the lock") -> BehaviourRecord:
         """A record read back from a lock; InputError naming `where` when a field is missing or wrong."""
+        problem = _record_problem(d)
+        if problem:
+            raise InputError(f"{where}: a template's record is not a behaviour record ({problem}); "
+                             "write the lock again with `tmplkit lock`")
         try:
             return cls(name=str(d["name"]), source=str(d["source"]), text_sha256=str(d["text_sha256"]),
                        verdict=str(d["verdict"]), reason=str(d.get("reason", "")), starts=dict(d["starts"]),
@@ -88,6 +108,36 @@ class BehaviourRecord:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InputError(f"{where}: a template's record is not a behaviour record ({type(exc).__name__}: {exc}); "
                              "write the lock again with `tmplkit lock`") from None
+
+
+def _record_problem(d: dict) -> str:
+    """What is wrong with the types of a lock's record (as lock.schema.json gives them), or "": a
+    hand-edited or corrupt field is a malformed lock, not a change in behaviour."""
+    def bad(key: str, want: str) -> str:
+        return f"'{key}' is {d.get(key)!r}, not {want}"
+
+    scalars = (("name", str, "a string"), ("source", str, "a string"), ("reason", str, "a string"),
+               ("system", _STR_OR_NONE, "a string or null"), ("earlier_reasoning", _STR_OR_NONE, "a string or null"))
+    for key, kinds, want in scalars:
+        if key in d and not isinstance(d[key], kinds):
+            return bad(key, want)
+    if "text_sha256" in d and not (isinstance(d["text_sha256"], str) and _DIGEST.fullmatch(d["text_sha256"])):
+        return bad("text_sha256", "a sha256: digest")
+    for key, allowed in (("verdict", STATUSES), ("tool_placement", TOOL_PLACEMENTS)):
+        if key in d and (not isinstance(d[key], str) or d[key] not in allowed):
+            return bad(key, "one of " + ", ".join(allowed))
+    if "default_system" in d and d["default_system"] not in (True, False, None):
+        return bad("default_system", "true, false or null")
+    for key in ("starts", "generation", "rendered", "prefix_stability", "renders"):
+        if key in d and not isinstance(d[key], dict):
+            return bad(key, "an object")
+    if "delimiters" in d and not isinstance(d["delimiters"], list):
+        return bad("delimiters", "a list")
+    if any(not isinstance(v, _STR_OR_NONE) for v in (d.get("starts") or {}).values()):
+        return "a role's start in 'starts' is not a string or null"
+    if any(not isinstance(v, str) for v in (d.get("renders") or {}).values()):
+        return "a render digest in 'renders' is not a string"
+    return ""
 
 
 def derive_behaviour(template, session=None, timeout: float | None = None):

@@ -46,13 +46,14 @@ def _load(source: str, name: str | None, fallback: str | None):
 
 def _cmd_diff(args) -> int:
     from ..atomic import check_writable
-    from ..behaviour import compare, format_diff
+    from ..behaviour import compare, format_diff, require_derived
 
     if args.output:
         check_writable(args.output)
     old = _load(args.old, args.name, None)
     new = _load(args.new, args.name_b, args.name)
     a, b = derive(args, [old, new])
+    require_derived([a, b], "nothing was compared")
     diff = compare(a, b)
     emit(format_diff(a, b, diff, args.format), args.output)
     return 0 if diff.same else 1

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from ._common import add_name, config_of, load_templates, positive, progress_printer, verbosity
+from ._common import add_name, config_of, load_templates, memory_mb, positive, progress_printer, verbosity
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -67,7 +67,7 @@ def derive(args, templates, cfg=None):
     cfg = cfg or config_of(args)
     jobs = positive(args.jobs if args.jobs is not None else cfg.jobs, "--jobs")
     timeout = positive(next(v for v in (args.timeout, cfg.timeout, DEFAULT_TIMEOUT) if v is not None), "--timeout")
-    memory = positive(next(v for v in (args.memory, cfg.memory, 1024) if v is not None), "--memory")
+    memory = memory_mb(next(v for v in (args.memory, cfg.memory, 1024) if v is not None))
     progress = progress_printer(sys.stderr.isatty() and verbosity(args) >= 0)
     return derive_records(templates, jobs=jobs, timeout=timeout, memory_mb=memory,
                           in_process=getattr(args, "in_process", False), progress=progress)
@@ -75,13 +75,14 @@ def derive(args, templates, cfg=None):
 
 def _cmd_lock(args) -> int:
     from ..atomic import check_writable
-    from ..behaviour import DEFAULT_LOCK, BehaviourLock, compare, read_lock, write_lock
+    from ..behaviour import DEFAULT_LOCK, BehaviourLock, compare, read_lock, require_derived, write_lock
 
     cfg = config_of(args)
     path = args.lock or cfg.lock or DEFAULT_LOCK
     old = BehaviourLock() if args.fresh or not os.path.exists(path) else read_lock(path)  # a bad lock: before any work
     check_writable(path)
     records = derive(args, load_templates(_sources(args, cfg), args.name), cfg)
+    require_derived(records, f"{path} was not written (a lock holds behaviour, not a run's limit)")
     with _folder_held(path):  # another lock run on the same file keeps its entries: read again, merge, write
         if not args.fresh and os.path.exists(path):
             old = read_lock(path)
@@ -186,6 +187,8 @@ def run_checks(args, cfg, templates, lock, pairs) -> tuple[list[tuple[str, str, 
     ok = True
     if lock:
         check = check_lock(lock[1], records[:n], lock[0])
+        out += [("LOCK", name, source, f"not checked: its behaviour was not derived: {reason}")
+                for name, source, reason in check.unchecked]
         for name, source, d in check.diffs:
             out += [("LOCK", name, source, c.message) for c in d.changes]
             if d.changes and d.first_render:
@@ -197,6 +200,12 @@ def run_checks(args, cfg, templates, lock, pairs) -> tuple[list[tuple[str, str, 
         ok = check.ok
     index = {id(t): i for i, t in enumerate(templates)}
     for (t, _), up in zip(pairs, records[n:]):
+        lost = next((r for r in (up, records[index[id(t)]]) if not r.derived), None)
+        if lost is not None:
+            ok = False
+            out.append(("DRIFT", t.name, t.source, f"not checked against its upstream {up.source}: the behaviour of "
+                                                   f"{lost.source} was not derived: {lost.reason or lost.verdict}"))
+            continue
         d = compare(up, records[index[id(t)]])
         if not d.same:
             ok = False
