@@ -23,7 +23,7 @@ CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "co
 # Outputs that are someone else's format (a llama-server request body, an OpenAI-style session).
 UNVERSIONED = {"request", "session"}
 # The layouts past their first: the table's 2 (a row that did not pass: null delimiters, a reason).
-SCHEMA_VERSIONS = {"table": 2}
+SCHEMA_VERSIONS = {"table": 2, "turns": 2}
 
 
 @pytest.fixture(autouse=True)
@@ -200,3 +200,14 @@ def test_prefill_and_replay_json(matches_schema):
     req = ReplayedRequest(0, 100, 0, 100, None, 100, 1.0, 0.2, 10, (64,))
     replay = SessionReplay("m.gguf", "chatml", {"kind": "swa"}, {"tmplkit": (req,)}, (100,))
     assert matches_schema("replay", json.loads(json.dumps(replay.to_dict())))
+
+
+def test_mask_json(capsys, matches_schema, tiny_hf):
+    chat = str(ROOT / "fixtures" / "masks" / "chat.json")
+    from tmplkit.masks import text_mask
+    from tmplkit.sources import load_one
+
+    text = text_mask(load_one(CHATML), chat).to_dict()  # (the library's mask of the text alone)
+    assert text["turns"] and "input_ids" not in text and matches_schema("mask", text)
+    tokens = run_json(capsys, "mask", CHATML, "--session", chat, "--tokenizer", tiny_hf, "--format", "json")
+    assert tokens["n_masked"] == sum(tokens["assistant_masks"]) > 0 and matches_schema("mask", tokens)

@@ -158,6 +158,7 @@ def test_a_time_limit_studies_the_requests_rendered_by_then(session_file):
     from tmplkit.session import load_session
     from tmplkit.sources import load_one
     from tmplkit.turns import study_turns
+    from tmplkit.turns.formats import format_turns
 
     session, template = load_session(session_file), load_one(FIX / "drops-reasoning.jinja")
     whole = study_turns(template, session)
@@ -166,6 +167,7 @@ def test_a_time_limit_studies_the_requests_rendered_by_then(session_file):
     assert cut.n_requests == 1 and not cut.switches
     assert cut.stopped.startswith("stopped at the time limit") and f"after 1 of {whole.n_requests} requests" in cut.stopped
     assert cut.stopped in cut.notes and cut.to_dict()["stopped"] == cut.stopped
+    assert whole.stable is False and cut.stable is None and "not known beyond" in format_turns([cut])
     assert "80% of it for the requests" in cut.stopped  # (text only: little to study after them)
 
 
@@ -201,6 +203,8 @@ def test_turns_timeout_on_the_command_line(session_file, capsys):
                  "--format", "json"]) == 0
     (report,) = json.loads(capsys.readouterr().out)["reports"]
     assert report["n_requests"] == 1 and "after 1 of 22 requests" in report["stopped"]
+    # one request studied says nothing of the other 21: no verdict (the whole study is NOT stable)
+    assert report["stable"] is None
     assert main(["turns", str(FIX / "stable.jinja"), "--timeout", "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--timeout must be a positive finite number" in err

@@ -14,7 +14,7 @@ __all__ = ["format_turns", "FORMATS", "TURNS_SCHEMA_VERSION"]
 
 FORMATS = ("text", "json", "markdown", "csv")
 # The JSON's layout (tmplkit/schemas/turns.schema.json): raised when a field is removed or changes meaning.
-TURNS_SCHEMA_VERSION = 1
+TURNS_SCHEMA_VERSION = 2  # (2: `stable` is null where a time limit stopped the study first)
 
 
 def format_turns(reports, fmt: str = "text") -> str:
@@ -37,11 +37,15 @@ def format_turns(reports, fmt: str = "text") -> str:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r, row in zip(reports, rows):
             where = _where(row)
-            cells = [row["template"], "yes" if row["stable"] else "no", str(row["requests"]), where,
+            cells = [row["template"], _yes_no(row["stable"]), str(row["requests"]), where,
                      row["cause"] or row["error"], row["stable_with"]] + [_share(r, s) for s in SETTINGS]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         return "\n".join(lines) + "\n"
     return "".join(_text(r) for r in reports)
+
+
+def _yes_no(stable: bool | None) -> str:
+    return "not known (stopped)" if stable is None else "yes" if stable else "no"
 
 
 def _where(row) -> str:
@@ -83,7 +87,9 @@ def _share(r, setting: str) -> str:
 def _text(r) -> str:
     if r.error:
         return f"{r.template}: cannot render the session: {r.error}\n"
-    lines = [f"{r.template}: {'stable' if r.stable else 'NOT stable'} over {r.n_requests} request{'' if r.n_requests == 1 else 's'}",
+    verdict = "stable" if r.stable else "NOT stable" if r.stable is False else "no divergence in the first"
+    lines = [f"{r.template}: {verdict} over {r.n_requests} request{'' if r.n_requests == 1 else 's'}"
+             + (" (stopped before the session's end: not known beyond)" if r.stable is None else ""),
              f"  inputs: {r.inputs} ({inputs_note(r.inputs)})"]
     first = r.first
     if first is not None:

@@ -53,8 +53,13 @@ class TurnsReport:
     limit: str = field(default="", compare=False)
 
     @property
-    def stable(self) -> bool:
-        return not self.error and all(d.stable for d in self.divergences)
+    def stable(self) -> bool | None:
+        """False from the first divergence (or an error); True where the whole session extends what
+        is held; None where a time limit stopped the study before the session's end and no request
+        up to there diverged (the rest was not studied: no verdict)."""
+        if self.error or not all(d.stable for d in self.divergences):
+            return False
+        return None if self.stopped else True
 
     @property
     def first(self) -> Divergence | None:
