@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ..auditing import default_turns_session
 from ..auditing.isolate import analyze_isolated
