@@ -350,3 +350,47 @@ def test_a_template_that_raises_a_message_of_two_lines_is_still_one_line(tmp_pat
     code, _, err = run(capsys, "spans", str(tmp_path / "ml.jinja"), "--session", str(tmp_path / "c.json"),
                        "--tokenizer", "vocab:qwen35")
     assert code == 2 and err.count("\n") == 1 and "first line\\nsecond line" in err
+
+
+@pytest.mark.parametrize("argv", [["mask", CHATML, "--session", str(ROOT / "fixtures" / "masks" / "chat.json"),
+                                   "--tokenizer", "vocab:qwen35"], ["lock", CHATML, "--lock", "l.json"],
+                                  ["diff", CHATML, CHATML], ["audit", CHATML]])
+def test_a_memory_past_any_machine_is_one_line_before_the_work(capsys, argv):
+    # (a worker's address-space limit overflowed: a traceback, and lock and diff went on to exit 0)
+    code, _, err = run(capsys, *argv, "--memory", "99999999999999999999")
+    assert code == 2 and one_line_error(err, "--memory is MiB a worker may allocate, at most 1073741824")
+    assert not os.path.exists("l.json")
+
+
+def test_a_configuration_that_is_no_table_or_is_not_there_is_one_line(capsys, tmp_path):
+    (tmp_path / "pyproject.toml").write_text("tool = 5\n")
+    code = main(["table", CHATML])
+    assert code == 2 and one_line_error(capsys.readouterr().err, "'tool' is int, not a table")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    assert main(["--config", "other/pyproject.toml", "table", CHATML]) == 2
+    assert one_line_error(capsys.readouterr().err, "no [tool.tmplkit] table")
+    (tmp_path / "tmplkit.toml").write_text("[limits]\nmemory = 99999999999999\n")
+    assert main(["--config", "tmplkit.toml", "table", CHATML]) == 2
+    assert one_line_error(capsys.readouterr().err, "limits.memory")
+
+
+@pytest.mark.parametrize("argv, words", [(["-q", "-v", "table", CHATML], "-q (--quiet) and -v (--verbose)"),
+                                         (["-q", "table", "-v", CHATML], "-q (--quiet) and -v (--verbose)"),
+                                         (["table", "-qv", CHATML], "-q (--quiet) and -v (--verbose)"),
+                                         (["--config", "x.toml", "table", "--no-config", CHATML], "--config FILE and --no-config"),
+                                         (["audit", CHATML, "--report", "json:-"], "--report FORMAT:-: standard output is -o's"),
+                                         (["lock", CHATML, "-o", "-"], "--lock -: a lock is a file")])
+def test_options_that_contradict_or_name_standard_output_twice_are_one_line(capsys, argv, words):
+    assert main(argv) == 2
+    assert one_line_error(capsys.readouterr().err, words)
+    assert not os.path.exists("-")
+
+
+def test_a_template_message_of_megabytes_is_one_short_line(capsys, tmp_path):
+    (tmp_path / "big.jinja").write_text("{{ raise_exception('x' * 9000000 + ' the end') }}")
+    for argv in (["turns", "big.jinja"], ["spans", "big.jinja", "--session", str(ROOT / "fixtures" / "masks" / "chat.json"),
+                                           "--tokenizer", "vocab:qwen35"]):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and err.count("\n") == 1 and len(err) < 2200 and "characters left out" in err, argv[0]
+        assert err.rstrip().endswith("the end")

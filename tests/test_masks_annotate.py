@@ -95,6 +95,9 @@ def test_annotate_command_writes_the_proved_copy(capsys, tmp_path):
     code, _, err = run(capsys, "annotate", str(FIXTURES / "reasoning-kept.jinja"), "-o", str(out))
     assert code == 0 and "masks equal on" in err
     assert out.read_text(encoding="utf-8") == annotate_template(template("reasoning-kept")).text
+    # -o - is standard output, as for every command (it was a traceback)
+    code, stdout, err = run(capsys, "annotate", str(FIXTURES / "reasoning-kept.jinja"), "-o", "-")
+    assert code == 0 and stdout == out.read_text(encoding="utf-8") and err.startswith("standard output: ")
 
 
 def test_annotate_command_refuses_on_one_line_with_exit_2(capsys, tmp_path):

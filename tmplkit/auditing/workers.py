@@ -130,6 +130,8 @@ def _limit_memory(memory_mb: int | None) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
+    elif limit >= 1 << 62:  # (past any address space: no limit, where setrlimit would overflow)
+        return
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 

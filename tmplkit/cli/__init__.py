@@ -21,7 +21,7 @@ import sys
 from .._interrupt import install_early_handler, restore_default
 from .._version import __version__
 from ..errors import InputError, TmplkitError
-from ._outputs import check_outputs, printable
+from ._outputs import check_outputs, error_line, printable
 
 __all__ = ["build_parser", "main"]
 
@@ -162,12 +162,25 @@ def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> N
     add("--no-config", action="store_true", default=default(False), help="read no configuration file")
 
 
+def _refuse_contradictions(argv: list[str], args) -> None:
+    """-q with -v, --config with --no-config: the last would win silently (-q and -v share one
+    setting, given at either level: `tmplkit -q audit -v`); no subcommand has a -q or -v of its own."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    said = {w for w in words if w in ("-q", "--quiet", "-v", "--verbose")}
+    said |= {f"-{c}" for w in words if w.startswith("-") and not w.startswith("--") and w[1:].isalpha() for c in w[1:]
+             if c in "qv"}
+    if {"-q", "--quiet"} & said and {"-v", "--verbose"} & said:
+        raise InputError("-q (--quiet) and -v (--verbose) contradict each other; give one")
+    if getattr(args, "config", None) is not None and getattr(args, "no_config", False):
+        raise InputError("--config FILE and --no-config contradict each other; give one")
+
+
 def _say(line: str) -> None:
     """The one line of an error, on one line whatever the message holds (a template's raise_exception
     text, a name with a newline: escaped), and never a second failure where stderr cannot be
     written (2>/dev/full): the exit code says it."""
     try:
-        print(line.replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)
+        print(error_line(line), file=sys.stderr)
     except (OSError, ValueError):
         pass
 
@@ -224,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         restore_default()  # from here, Ctrl-C is a KeyboardInterrupt caught below (see tmplkit._interrupt)
         sys.stdout = _Stdout(stdout)
         args = build_parser(lazy=True).parse_args(argv)
+        _refuse_contradictions(sys.argv[1:] if argv is None else argv, args)
         check_outputs(args)  # a path that cannot be written is refused before the work, not after it
         from ..sandbox import hints_for  # here, not at the top: --version and --help load no layer
 

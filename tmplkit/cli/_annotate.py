@@ -22,7 +22,7 @@ def add_annotate(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
     p.add_argument("--name", help="which template of the source (default: the first)")
-    p.add_argument("-o", "--output", metavar="FILE", required=True, help="the annotated template (.jinja)")
+    p.add_argument("-o", "--output", metavar="FILE", required=True, help="the annotated template (.jinja; - for standard output)")
     add_limits(p, timeout=ANNOTATE_TIMEOUT, memory=DEFAULT_MEMORY_MB)
     p.set_defaults(func=_cmd_annotate)
 
@@ -40,12 +40,16 @@ def _cmd_annotate(args) -> int:
     if importlib.util.find_spec("transformers") is None:
         raise InputError("tmplkit annotate checks the copy with transformers, which is not installed; pip install transformers")
     limits = contained_limits(args, ANNOTATE_TIMEOUT)
-    check_writable(args.output)  # refuse before the work
+    if args.output is not None:  # (None: -o -, standard output)
+        check_writable(args.output)  # refuse before the work
     template = load_one(args.source, args.name)
     # The template is untrusted: it renders in a worker under --timeout and --memory; the default
     # time allows for transformers' import and the check conversations (tmplkit.auditing.contained).
     annotated = run_contained(annotate_template, template, what=f"annotating '{template.name}'", **limits)
-    write_output(args.output, annotated.text)
-    print(f"{args.output}: {template.name} annotated; masks equal on {annotated.checked} conversations "
+    if args.output is None:
+        sys.stdout.write(annotated.text)
+    else:
+        write_output(args.output, annotated.text)
+    print(f"{args.output or 'standard output'}: {template.name} annotated; masks equal on {annotated.checked} conversations "
           f"({annotated.masked_chars} masked characters)", file=sys.stderr)
     return 0

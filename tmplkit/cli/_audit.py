@@ -22,6 +22,7 @@ from ._common import (
     config_of,
     emit,
     load_templates,
+    memory_mb,
     positive,
     progress_printer,
     require_tokenizers,
@@ -135,7 +136,7 @@ def worker_limits(args) -> dict:
     configuration's, else the defaults."""
     cfg = config_of(args)
     return {"timeout": positive(_first(args.timeout, cfg.timeout, _DEFAULT_TIMEOUT), "--timeout"),
-            "memory_mb": positive(_first(args.memory, cfg.memory, _DEFAULT_MEMORY_MB), "--memory")}
+            "memory_mb": memory_mb(_first(args.memory, cfg.memory, _DEFAULT_MEMORY_MB))}
 
 
 def _expected_failures(args, cfg) -> dict:

@@ -174,6 +174,17 @@ def positive(value, flag: str):
     return value
 
 
+def memory_mb(value, flag: str = "--memory"):
+    """A worker's memory in MiB: positive, and at most `MAX_MEMORY_MB`, naming the flag."""
+    from ..errors import InputError
+    from .config import MAX_MEMORY_MB
+
+    value = positive(value, flag)
+    if value is not None and value > MAX_MEMORY_MB:
+        raise InputError(f"{flag} is MiB a worker may allocate, at most {MAX_MEMORY_MB} (a petabyte), got {value}")
+    return value
+
+
 def at_least(value, minimum, flag: str):
     """Refuse `value` below `minimum` naming the flag (the library names its parameter)."""
     from ..errors import InputError

@@ -24,9 +24,9 @@ def contained_limits(args, default: float | None = None) -> dict:
     """`run_contained`'s limits for a command with --timeout and --memory (`_common.add_limits`): the
     values given (refused unless positive), else `default` seconds (the audit's when None) and the
     audit's MiB; a limit reached says which option raises it (a long conversation is legitimately slow)."""
-    from ._common import positive
+    from ._common import memory_mb, positive
 
-    memory = positive(getattr(args, "memory", None), "--memory")
+    memory = memory_mb(getattr(args, "memory", None))
     timeout = getattr(args, "timeout", None)
     return {"timeout": positive(timeout if timeout is not None else default or DEFAULT_TIMEOUT, "--timeout"),
             "memory_mb": memory if memory is not None else DEFAULT_MEMORY_MB,

@@ -11,7 +11,7 @@ import stat
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
-__all__ = ["check_outputs", "output_paths", "printable"]
+__all__ = ["check_outputs", "error_line", "output_paths", "printable"]
 
 # The options whose value is a file the command writes (argparse's dest names); `lock` where the
 # command writes the lock (set_defaults(_writes_lock=True)), else it is read.
@@ -46,9 +46,22 @@ def check_outputs(args) -> None:
     if getattr(args, "output", None) == "":
         raise InputError("-o '': the path is empty; give a file path, or leave -o out to print to standard output")
     outputs = output_paths(args)
+    if "-" in outputs:  # (only -o means standard output; elsewhere a file named "-" would be created)
+        option = _dash_option(args)
+        if option == "--lock ":
+            raise InputError("--lock -: a lock is a file the audit reads back; give a file path")
+        raise InputError(f"{option}-: standard output is -o's (the main output); give a file path")
     for path in outputs:
         check_writable(path)
     _refuse_clashes(args, outputs)
+
+
+def _dash_option(args) -> str:
+    """The option that names "-" as a file to write (for the refusal)."""
+    for name in _output_options(args):
+        if getattr(args, name, None) == "-":
+            return _flag(name) + " "
+    return "--report FORMAT:"
 
 
 def _refuse_clashes(args, outputs: list[str]) -> None:
@@ -134,3 +147,21 @@ def printable(text: str) -> str:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+_LINE_HEAD, _LINE_TAIL = 1500, 500  # characters of an error line kept before and after a cut
+
+
+def error_line(text: str) -> str:
+    r"""`text` as one line of a terminal: line breaks escaped, and a message longer than about 2,000
+    characters (a template's `raise_exception` of megabytes) cut in the middle, its end kept (where
+    the hint is).
+
+    >>> error_line("a\nb"), len(error_line("x" * 10**6)) < 2100
+    ('a\\nb', True)
+    """
+    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    if len(text) <= _LINE_HEAD + _LINE_TAIL + 64:
+        return text
+    cut = len(text) - _LINE_HEAD - _LINE_TAIL
+    return f"{text[:_LINE_HEAD]} [... {cut} characters left out ...] {text[-_LINE_TAIL:]}"

@@ -21,6 +21,7 @@ from ._common import (
     settings_of,
     tokenizer_spec,
 )
+from ._outputs import error_line
 from ._terminal import ProgressLine, wanted
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -110,7 +111,7 @@ def _cmd_turns(args) -> int:
     if shown:
         emit(format_turns(shown, args.format), args.output)
     for r in failed:
-        print(f"tmplkit: error: {r.template}: cannot render the session: {r.error}", file=sys.stderr)
+        print(error_line(f"tmplkit: error: {r.template}: cannot render the session: {r.error}"), file=sys.stderr)
     return 2 if failed else 0
 
 

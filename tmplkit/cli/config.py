@@ -39,6 +39,9 @@ from ..auditing._choices import FAIL_ON, PREFIX_STABILITY
 from ..errors import InputError
 from ..jsonio import read_json, stdin
 
+# MiB: a petabyte, past any machine; a larger value overflows the address-space limit a worker sets.
+MAX_MEMORY_MB = 1 << 30
+
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 __all__ = ["EXPECTED_KINDS", "FAIL_ON", "PREFIX_STABILITY", "Config", "find_config", "is_expected_failures",
@@ -92,7 +95,7 @@ def find_config(start: str | os.PathLike | None = None) -> Path | None:
         if own.exists():  # (not is_file: a pipe or folder by that name is refused, not skipped)
             return own
         pyproject = folder / "pyproject.toml"
-        if pyproject.exists() and "tmplkit" in _read_toml(pyproject).get("tool", {}):
+        if pyproject.exists() and "tmplkit" in _tool_table(_read_toml(pyproject), pyproject):
             return pyproject
     return None
 
@@ -105,10 +108,21 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         return Config()
     data = _read_toml(found)
     if found.name == "pyproject.toml":
-        data = data.get("tool", {}).get("tmplkit", {})
+        tool = _tool_table(data, found)
+        if path is not None and "tmplkit" not in tool:  # (--config names it: its settings are expected)
+            raise InputError(f"{found}: no [tool.tmplkit] table; add one, or give --config a file that has it")
+        data = tool.get("tmplkit", {})
         if not isinstance(data, dict):
             raise InputError(f"{found}: [tool.tmplkit] must be a table")
     return parse_config(data, found)
+
+
+def _tool_table(data: dict, path: Path) -> dict:
+    """A pyproject's [tool] table; InputError where `tool` is no table (TOML allows `tool = 5`)."""
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise InputError(f"{path}: 'tool' is {type(tool).__name__}, not a table; [tool] must be a table of tools' settings")
+    return tool
 
 
 def parse_config(data: dict[str, Any], path: Path) -> Config:
@@ -282,4 +296,6 @@ def _number(limits: dict, key: str, path: Path, kind: type) -> Any:
     if not ok:
         what = "a positive whole number" if kind is int else "a positive number"
         raise _bad(path, f"limits.{key}", f"must be {what}", value)
+    if key == "memory" and value > MAX_MEMORY_MB:
+        raise _bad(path, "limits.memory", f"must be at most {MAX_MEMORY_MB} MiB (a petabyte)", value)
     return kind(value)
