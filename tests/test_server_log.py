@@ -261,3 +261,27 @@ def test_the_regressed_server_through_a_router_cut_by_its_reporter_is_fragmented
     assert main(["--no-config", "server", "log", str(LOGS / "0.3.33-router-lv3-cut.log")]) == 0
     out = capsys.readouterr().out
     assert "task 0 (server on port 54021)" in out and "pattern: fragmented" in out and "cut out of the log" in out
+
+
+def test_two_runs_of_the_server_in_one_log_are_both_read():
+    """An appended --log-file holds two runs whose task ids both start at 0: the first run's tasks
+    were silently replaced by the second's."""
+    a, b = (LOGS / "0.3.36-session-lv4.log").read_text(), (LOGS / "0.3.33-session-lv4.log").read_text()
+    both = read_server_log(a + b, "two.log")
+    assert [t.task for t in both.tasks] == [t.task for t in read_server_log(a).tasks] + [t.task for t in read_server_log(b).tasks]
+    assert [t.to_dict() for t in both.tasks] == [t.to_dict() for t in read_server_log(a).tasks + read_server_log(b).tasks]
+    assert any("2 runs of the server" in n for n in both.notes)
+
+
+def test_a_log_as_windows_saves_it_a_cut_log_and_a_damaged_number(tmp_path, capsys):
+    text = (LOGS / "0.3.36-session-lv4.log").read_text()
+    want = read_server_log(text).to_dict()["tasks"]
+    for i, data in enumerate((text.encode("utf-16"), text.encode("utf-16-le"), b"\xef\xbb\xbf" + text.encode())):
+        (tmp_path / f"{i}.log").write_bytes(data)  # PowerShell's `>` writes UTF-16 (was "a binary file")
+        assert main(["--no-config", "server", "log", str(tmp_path / f"{i}.log"), "--format", "json"]) == 0
+        assert json.loads(capsys.readouterr().out)["tasks"] == want
+    cut = read_server_log(text[:3000], "cut.log")
+    assert any("last line has no end" in n for n in cut.notes) and not any("no end" in n for n in read_server_log(text).notes)
+    damaged = text.replace("task.n_tokens = 634", "task.n_tokens = 99999999999999999999999999999")
+    with pytest.raises(InputError, match=r"task 0 has a token count of 9{29}, more than llama.cpp can hold"):
+        read_server_log(damaged, "d.log")

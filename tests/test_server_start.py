@@ -292,3 +292,26 @@ def _group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":  # (state, ppid, pgrp, ...)
             return True
     return False
+
+
+def test_a_server_that_floods_its_log_is_read_by_its_ends(tmp_path):
+    """Why a server would not start is read from its log's beginning and end: one that floods it
+    (a `yes` loop as --server) held 23 GB in memory before its start timeout was looked at."""
+    import tracemalloc
+
+    from tmplkit.server.process import server_log_error
+
+    log = tmp_path / "flood.log"
+    with log.open("w") as f:
+        f.write("0.00.003.506 E common_chat_verify_template: failed to apply template: Unknown filter 'x'\n")
+        for _ in range(40):
+            f.write("srv  load_model: loading\n" * 40_000)  # ~40 MB
+        f.write("the last line")
+    tracemalloc.start()
+    try:
+        reason = server_log_error(log)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert reason is not None and "Unknown filter 'x'" in reason
+    assert peak < 24 * 2**20, f"{peak / 2**20:.0f} MiB read for a 40 MB log"

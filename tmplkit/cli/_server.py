@@ -139,7 +139,7 @@ def _cmd_log(args) -> int:
     from pathlib import Path
 
     from ..errors import InputError
-    from ..server.log import format_server_log, read_server_log
+    from ..server.log import decode_log, format_server_log, read_server_log
     from ..server.log_breaks import locate_breaks
 
     limits = contained_limits(args, SESSION_TIMEOUT)  # (a bad limit is refused before any work)
@@ -152,12 +152,12 @@ def _cmd_log(args) -> int:
         from ..jsonio import stdin
 
         data = stdin("the log").read()
-        text, source = data.decode("utf-8", "replace") if isinstance(data, bytes) else data, "<stdin>"
+        text, source = decode_log(data) if isinstance(data, bytes) else data, "<stdin>"
     else:
         path = Path(args.log)
         _check_log_file(path)
         try:
-            text = path.read_bytes().decode("utf-8", "replace")
+            text = decode_log(path.read_bytes())
         except OSError as exc:
             raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
         source = str(path)

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError
 
-__all__ = ["ANSI", "FAR_BACK_TOKENS", "LOG_SCHEMA_VERSION", "ServerLog", "TaskPrefill", "format_server_log",
+__all__ = ["ANSI", "FAR_BACK_TOKENS", "LOG_SCHEMA_VERSION", "ServerLog", "TaskPrefill", "decode_log", "format_server_log",
            "read_server_log"]
 
 LOG_SCHEMA_VERSION = 1
@@ -351,6 +351,23 @@ def _read_task_line(t: _Task, msg: str) -> None:
         t.stop = int(g.group(1))
 
 
+def decode_log(data: bytes) -> str:
+    """A log's bytes as text: UTF-8 (a byte that is not: replaced), or UTF-16 where it says so by
+    its byte-order mark or has the zero bytes of one without it (PowerShell's `>` writes it)."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", "replace")
+    head = data[:4096]
+    if len(head) >= 8 and head[1::2].count(0) > len(head) // 4 and head[::2].count(0) == 0:
+        return data.decode("utf-16-le", "replace")
+    if len(head) >= 8 and head[::2].count(0) > len(head) // 4 and head[1::2].count(0) == 0:
+        return data.decode("utf-16-be", "replace")
+    return data.decode("utf-8", "replace").removeprefix("\ufeff")
+
+
+# A token count past what llama.cpp holds (int32): no server printed it; the log was edited or damaged.
+_MAX_TOKENS = (1 << 31) - 1
+
+
 def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     """Read a llama-server log (any verbosity; with or without its start lines; a single server's
     or a router's, its spawned servers' lines prefixed with their port) task by task.
@@ -366,8 +383,12 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
         raise InputError(f"{source}: not a llama-server log (no 'srv ...:' or 'slot ...: id N | task N |' line); "
                          "give the output of llama-server itself (its stderr, or --log-file)")
     servers: dict[int | None, _Server] = {}
-    tasks: dict[tuple[int | None, int], _Task] = {}
-    order: list[tuple[int | None, int]] = []
+    tasks: dict[tuple[int | None, int, int], _Task] = {}  # (instance, run, task id)
+    order: list[tuple[int | None, int, int]] = []
+    # A server started again into the same log (an appended --log-file) counts its tasks from 0
+    # again: a task id seen before starts the instance's next run, read apart from the last.
+    runs: dict[int | None, int] = {}
+    seen: set = set()
     spawning: list[int] = []  # the port of the instance the router's `load:` lines are about
     for raw in lines:
         g = _INSTANCE.match(raw)
@@ -383,22 +404,32 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
         elif (g := _TASK_LINES["lcp_trace"].search(msg)) is not None:
             srv.pending_trace_lcp[slot] = int(g.group(1))
         elif _TASK_LINES["start"].search(msg):
-            key = (inst, task_id)
+            if (inst, runs.get(inst, 0), task_id) in seen:
+                runs[inst] = runs.get(inst, 0) + 1
+            key = (inst, runs.get(inst, 0), task_id)
+            seen.add(key)
             tasks[key] = _Task(task_id, slot, srv.pending_lcp.pop(slot, None), srv.pending_trace_lcp.pop(slot, None))
             order.append(key)
-        elif (key := (inst, task_id)) in tasks:  # else a task whose start is not in the log
+        elif (key := (inst, runs.get(inst, 0), task_id)) in tasks:  # else a task whose start is not in the log
             _read_task_line(tasks[key], msg)
     if not order:
         raise InputError(f"{source}: a llama-server log with no task in it (no 'processing task' line): it holds no "
                          "request, or it was cut before the first one")
-    order = list(dict.fromkeys(order))  # a task id seen twice (a restarted server) is read as one
     if not any(_has_facts(tasks[k]) for k in order):
         raise InputError(f"{source}: a log format tmplkit does not read: {len(order)} task{'s' if len(order) != 1 else ''} "
                          "but none of the lines it reads a task from ('prompt processing, n_tokens = ', 'prompt eval "
                          "time = ', 'stop processing: n_tokens = ', or at -lv 4 'cached n_tokens = ')")
+    _refuse_implausible(tasks, source)
     out = tuple(_finish(tasks[k], servers[k[0]], k[0]) for k in order)
     first = servers[order[0][0]]
     notes = _notes(first)
+    if any(runs.values()):
+        n = 1 + max(runs.values())
+        notes.append(f"the log holds {n} runs of the server (its task ids start again): each run's tasks are read apart, "
+                     "in the order of the log")
+    if text and not text.endswith(("\n", "\r")):
+        notes.append("the log's last line has no end (a log cut while it was written, or copied in part): the last "
+                     "task's figures may be incomplete")
     return ServerLog(source, first.verbosity, first.n_batch, first.n_ubatch, first.ck_max, first.ck_step, out,
                      tuple(notes))
 
@@ -450,6 +481,18 @@ def _apply_options(srv: _Server) -> None:
         value = value if eq else (opts[i + 1] if i + 1 < len(opts) else "")
         if value.isdigit():
             setattr(srv, field_, int(value))
+
+
+def _refuse_implausible(tasks: dict, source: str) -> None:
+    """A token count no llama-server prints (past int32): one line, not a report built on it."""
+    for t in tasks.values():
+        counts = [t.lcp, t.n_prompt_trace, t.n_gen, t.stop, *t.cached, *t.do_ckpt, *t.created, *t.erased,
+                  *(k for k, _ in t.progress), *(n for pair in t.restored for n in pair),
+                  t.prompt_eval[1] if t.prompt_eval else None]
+        big = max((c for c in counts if c is not None), default=0)
+        if big > _MAX_TOKENS:
+            raise InputError(f"{source}: task {t.task} has a token count of {big}, more than llama.cpp can hold "
+                             f"({_MAX_TOKENS}): the log was edited or damaged; give the log as llama-server wrote it")
 
 
 def _has_facts(t: _Task) -> bool:

@@ -396,8 +396,10 @@ class LlamaServer:
 
     def log_tail(self) -> str | None:
         """Its log's last non-empty line (up to 200 characters), None where it wrote nothing."""
+        if not self._log_file.closed:
+            self._log_file.flush()
         try:
-            lines = [ANSI.sub("", ln).strip() for ln in self.log_text().splitlines()]
+            lines = [ANSI.sub("", ln).strip() for ln in _read_ends(self.log, 0, _LOG_TAIL).splitlines()]
         except OSError:
             return None
         last = next((ln for ln in reversed(lines) if ln), None)
@@ -532,13 +534,33 @@ _ABOUT_TEMPLATE = re.compile(r"\btemplate\b", re.IGNORECASE)
 _QUOTED = re.compile(r"'[^']*'")  # (a path it quotes may hold the word)
 
 
+# Bytes of a log read for why a server would not start: its beginning and its end. A server (or
+# what --server names) that floods its log must not take the memory and the time of reading it all
+# (a `yes` loop held 23 GB before the start timeout was looked at).
+_LOG_HEAD = 4 << 20
+_LOG_TAIL = 1 << 20
+
+
+def _read_ends(path: Path, head: int, tail: int) -> str:
+    """The first `head` and the last `tail` bytes of `path` (all of it where it is no longer), as
+    text; the tail from its first whole line."""
+    with path.open("rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size <= head + tail:
+            return f.read(head + tail).decode("utf-8", "replace")
+        start = f.read(head)
+        f.seek(size - tail)
+        end = f.read(tail)
+    return (start + b"\n" + end[end.find(b"\n") + 1:]).decode("utf-8", "replace")
+
+
 def server_log_error(log: str | os.PathLike) -> str | None:
     """Why llama-server would not start, from its log: its first error line about the template (a
     logged one before a bare `error: ...` line, which quotes the template rather than the reason),
     else its first error line, the cause where later ones follow from it (one line, up to 300
     characters); None where there is none, or no log."""
     try:
-        text = Path(log).read_text(encoding="utf-8", errors="replace")
+        text = _read_ends(Path(log), _LOG_HEAD, _LOG_TAIL)
     except OSError:
         return None
     lines = [ANSI.sub("", ln).strip() for ln in text.splitlines()]
