@@ -296,3 +296,20 @@ def test_the_command_line_names_its_flags(tmp_path, capsys):
     assert main(["audit", "--timeout", "0.5", str(hang)]) == 1
     out = capsys.readouterr().out
     assert "raise --timeout" in out and "timeout argument" not in out
+
+
+def test_what_native_code_prints_as_a_worker_dies_stays_out_of_the_output():
+    """A worker's native crash printed two dozen lines (llama.cpp's `terminate called`, ggml's
+    backtrace through gdb, on both outputs) before the one line that says how the worker ended."""
+    code = ("import os\n"
+            "from tmplkit.auditing.contained import run_contained\n"
+            "from tmplkit.errors import TmplkitError\n"
+            "try:\n"
+            "    run_contained(os.system, 'echo native-noise; echo native-noise >&2; kill -ABRT $PPID', what='t')\n"
+            "except TmplkitError as exc:\n"
+            "    print('error:', exc)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert "native-noise" not in proc.stdout + proc.stderr
+    assert proc.stdout.startswith("error: t: the worker aborted (SIGABRT)") and proc.stdout.count("\n") == 1

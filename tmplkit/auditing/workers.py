@@ -156,12 +156,26 @@ def _do_one(conn, index: int, item, work, prelude) -> None:
         conn.send(("unsent", index, (str(exc), time.perf_counter() - start)))
 
 
+def _silence_output() -> None:
+    """What native code prints on the worker's way down (llama.cpp's `terminate called after ...`,
+    ggml's backtrace through gdb: two dozen lines) goes nowhere: the parent says in one line how the
+    worker ended (`isolate._describe_exit`), and every result or error comes through the pipe."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)  # (ggml's backtrace runs gdb on the standard output)
+        os.dup2(null, 2)
+        os.close(null)
+    except OSError:
+        pass
+
+
 def _worker(conn, work, prelude, memory_mb, setup) -> None:
     """A worker: do (index, item) tasks until told to stop (None) or the pipe closes. `setup()`, when
     given, is a context the worker works in (the caller's hint wording, say)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _release_forkserver()
     _set_parent_death_signal()
+    _silence_output()
     _limit_memory(memory_mb)
     with setup() if setup is not None else contextlib.nullcontext():
         while True:
