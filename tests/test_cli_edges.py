@@ -394,3 +394,13 @@ def test_a_template_message_of_megabytes_is_one_short_line(capsys, tmp_path):
         code, _, err = run(capsys, *argv)
         assert code == 2 and err.count("\n") == 1 and len(err) < 2200 and "characters left out" in err, argv[0]
         assert err.rstrip().endswith("the end")
+
+
+def test_a_tokenizer_file_not_found_is_said_so_and_options_are_named_as_typed(capsys):
+    chat = str(ROOT / "fixtures" / "masks" / "chat.json")
+    # (a missing tk/x.json was taken for a Hub repository to download; "" for the current folder)
+    for spec, words in (("tk/nope.json", "tokenizer file not found: tk/nope.json"), ("", "the tokenizer is empty")):
+        code, _, err = run(capsys, "spans", CHATML, "--session", chat, "--tokenizer", spec)
+        assert code == 2 and one_line_error(err, words) and "hf download" not in err
+    code, _, err = run(capsys, "request", CHATML, "--session", chat, "--tokenizer", "vocab:qwen35", "--n-predict", "-5")
+    assert code == 2 and one_line_error(err, "--n-predict must be -1")

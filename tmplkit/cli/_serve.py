@@ -32,7 +32,7 @@ def add_request(sub) -> None:
                     "the prompt themselves.")
     add_template_argument(p, old_template=True)
     add_name(p)
-    add_session_option(p, what="the conversation (not with --delimiters-only)")
+    add_session_option(p, what="the conversation (required, except with --delimiters-only)")
     add_tokenizer(p, required=True, what="the model's vocabulary as llama-server loads it")
     p.add_argument("--delimiters-only", action="store_true", help="print only the message_delimiters list")
     add_generation_prompt(p, default=True)
@@ -54,6 +54,9 @@ def _cmd_request(args) -> int:
             raise InputError("give --session FILE (the conversation), or --delimiters-only without one")
         if args.delimiters_only and args.n_predict is not None:  # (the list alone has no body to add it to)
             raise InputError("--n-predict goes in a request body; leave it out with --delimiters-only")
+        if args.n_predict is not None and not -1 <= args.n_predict <= 2**31 - 1:  # (the library names its parameter)
+            raise InputError(f"--n-predict must be -1 (until the model stops) or 0 to {2**31 - 1} (llama-server's "
+                             f"int32), got {args.n_predict}")
 
     limits = contained_limits(args)  # (a bad limit is refused before any work)
     template, conversation, tokenizer = template_conversation_tokenizer(args, "request", conversation=not args.delimiters_only,

@@ -747,6 +747,8 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
     """
     parsed = TokenizerSpec.parse(spec)
     text = parsed.text
+    if not text.strip():  # (an empty path is the current folder to Path)
+        raise TokenizerError(f"the tokenizer is empty; {_GIVE}")
     if parsed.kind == "vocab":
         try:
             return _gguf_tokenizer(corpus.vocab_path(parsed.name), add_bos, name=text)
@@ -763,7 +765,8 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
             return _gguf_tokenizer(ggufs[0], add_bos)
         raise TokenizerError(f"{path} holds no tokenizer.json (and not exactly one .gguf); give the file itself")
     if not path.exists():
-        if text.count("/") == 1 and not text.startswith((".", "/", "~")):
+        # ORG/NAME, a Hub repository; a path that names a tokenizer file is a file not found
+        if text.count("/") == 1 and not text.startswith((".", "/", "~")) and path.suffix.lower() not in (".json", ".gguf"):
             return _hf_from_cache(text, add_bos)
         raise TokenizerError(f"tokenizer file not found: {path}; {_GIVE}")
     if not path.is_file():
