@@ -232,7 +232,7 @@ def test_openai_tool_call_arguments_are_parsed_as_llama_server_does(qwen_templat
     path.write_text(json.dumps(conv))
     src = str(corpus.templates_dir() / "Qwen3.5-4B.jinja")
     assert main(["request", src, "--session", str(path), "--tokenizer", "vocab:qwen35", "--n-predict", "-3"]) == 2
-    assert "n_predict must be -1" in capsys.readouterr().err
+    assert "--n-predict must be -1" in capsys.readouterr().err  # (the option, as typed)
     assert main(["request", src, "--session", str(path), "--tokenizer", "vocab:qwen35", "--n-predict", str(2**31)]) == 2
     assert "llama-server's int32" in capsys.readouterr().err
     assert main(["request", src, "--delimiters-only", "--tokenizer", "vocab:qwen35", "--n-predict", "5"]) == 2
