@@ -404,3 +404,19 @@ def test_a_tokenizer_file_not_found_is_said_so_and_options_are_named_as_typed(ca
         assert code == 2 and one_line_error(err, words) and "hf download" not in err
     code, _, err = run(capsys, "request", CHATML, "--session", chat, "--tokenizer", "vocab:qwen35", "--n-predict", "-5")
     assert code == 2 and one_line_error(err, "--n-predict must be -1")
+
+
+def test_arguments_are_named_as_the_help_shows_them(capsys, tmp_path):
+    (tmp_path / "a.jinja").write_text(Path(CHATML).read_text())
+    log = str(ROOT / "fixtures" / "server-logs" / "0.3.36-session-lv4.log")
+    # a positional by its metavar (it was --old, --log), an option as typed
+    for argv, words in ((["diff", "a.jinja", CHATML, "-o", "a.jinja"], "(A a.jinja)"),
+                        (["server", "log", log, "-o", log], f"(LOG {log})"),
+                        (["audit", "a.jinja", "-o", "a.jinja"], "(SOURCE a.jinja)")):
+        assert main(argv) == 2
+        assert one_line_error(capsys.readouterr().err, "it is also what the command reads", words)
+    # arguments left over: the subcommand's --help, not the top one's
+    with pytest.raises(SystemExit) as info:
+        main(["server", "log", log, "extra"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1 and "see tmplkit server log --help" in err and "extra" in err

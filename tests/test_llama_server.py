@@ -256,3 +256,12 @@ def test_every_corpus_template_with_a_vocab_gets_delimiters_llama_server_can_use
             continue
         assert delims and all(d.role in ("system", "user", "assistant", "tool") for d in delims), name
     assert refused == {}
+
+
+def test_a_template_with_no_delimiters_is_refused_with_its_analysis_reason(tmp_path, capsys):
+    # (it said "its delimiters do not split the tokens as the text (no delimiters were given ...)")
+    (tmp_path / "raise.jinja").write_text('{{ raise_exception("the template says no") }}')
+    assert main(["--no-config", "request", str(tmp_path / "raise.jinja"), "--delimiters-only", "--tokenizer", "vocab:qwen35"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no delimiters to give llama-server: its analysis is unsupported" in err
+    assert "the template says no" in err and "do not split the tokens" not in err

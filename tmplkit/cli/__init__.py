@@ -72,6 +72,25 @@ class _Parser(argparse.ArgumentParser):
             message = "missing: " + ", ".join(map(self._missing, message[len(required):].split(", ")))
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
+    def parse_args(self, args=None, namespace=None):
+        # Arguments left over are the subcommand's to refuse: the line names its --help, not ours.
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._deepest(ns).error("unrecognized arguments: " + " ".join(extras))
+        return ns
+
+    def _deepest(self, ns) -> argparse.ArgumentParser:
+        """The (sub)subcommand's parser `ns` was parsed by (`tmplkit server log`)."""
+        parser: argparse.ArgumentParser = self
+        while parser._subparsers is not None:
+            action = next((a for a in parser._subparsers._group_actions if isinstance(a, argparse._SubParsersAction)), None)
+            chosen = getattr(ns, action.dest, None) if action is not None else None
+            nested = action._name_parser_map.get(chosen) if action is not None and isinstance(chosen, str) else None
+            if nested is None:
+                break
+            parser = nested
+        return parser
+
     def _missing(self, name: str) -> str:
         """A missing argument as a user reads it: a subcommand or a positional by its choices, not
         argparse's dest name."""
@@ -105,6 +124,8 @@ class _Subcommands(argparse._SubParsersAction):
             # After the subcommand too (and after `server log`, `session generate`); SUPPRESS keeps a
             # value given before it.
             _add_global_options(each, defaults=False)
+            # (which arguments are options and which positional: messages name them as the help does)
+            each.set_defaults(_options={a.dest for a in each._actions if a.option_strings})
         return parser
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:

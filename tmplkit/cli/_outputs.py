@@ -60,7 +60,7 @@ def _dash_option(args) -> str:
     """The option that names "-" as a file to write (for the refusal)."""
     for name in _output_options(args):
         if getattr(args, name, None) == "-":
-            return _flag(name) + " "
+            return _flag(name, args) + " "
     return "--report FORMAT:"
 
 
@@ -83,7 +83,7 @@ def _refuse_clashes(args, outputs: list[str]) -> None:
         seen[key] = out
         for option, value in inputs:
             if _reads(value, out, key):
-                raise InputError(f"{out}: it is also what the command reads ({_flag(option)} {value}); writing it "
+                raise InputError(f"{out}: it is also what the command reads ({_flag(option, args)} {value}); writing it "
                                  "would replace it: give another path for the output")
 
 
@@ -131,8 +131,22 @@ def _reads(value: str, out: str, key) -> bool:
     return False
 
 
-def _flag(option: str) -> str:
-    return "SOURCE" if option in ("source", "sources") else "--" + option.replace("_", "-")
+# Positional arguments by the metavar their help shows (`diff A B`, `server log LOG`), not as options.
+_POSITIONAL = {"source": "SOURCE", "sources": "SOURCE", "old": "A", "new": "B", "log": "LOG", "model": "MODEL",
+               "session": "SESSION"}
+
+
+def _flag(option: str, args=None) -> str:
+    positional = _POSITIONAL.get(option)
+    if positional is not None and (args is None or option not in _option_dests(args)):
+        return positional
+    return "--" + option.replace("_", "-")
+
+
+def _option_dests(args) -> set:
+    """The dests the command's parser gives to options (`--session` is an option of mask, a
+    positional of prefill), as the parser records them (`cli._Subcommands.load`)."""
+    return set(getattr(args, "_options", ()) or ())
 
 
 def printable(text: str) -> str:

@@ -102,6 +102,11 @@ def message_delimiters(template, tokenizer, *, analysis=None) -> tuple[MessageDe
     if analysis is None:
         analysis = analyze(template)
     name = getattr(template, "name", "")
+    if not analysis.delimiters:  # (the analysis's own reason, not "no delimiters were given" of the token check)
+        problems = tuple(analysis.errors) or (tuple(analysis.round_trip.problems) if analysis.round_trip else ())
+        why = " ".join(str(problems[0]).split())[:300] if problems else "it derived none"
+        raise AnalysisError(f"template '{name}': no delimiters to give llama-server: its analysis is {analysis.status} "
+                            f"({why})")
     td = token_delimiters(analysis, tokenizer)
     if not td.passed:
         raise AnalysisError(f"template '{name}': its delimiters do not split the tokens as the text "
