@@ -148,7 +148,7 @@ def test_the_lock_round_trips_and_matches_its_schema(capsys, tmp_path, matches_s
     assert code == 0 and "lock my.lock.json: 1 template checked, 0 changed behaviour -> ok" in out
 
 
-def test_the_audit_fails_when_behaviour_differs_and_one_command_updates_the_lock(capsys, tmp_path):
+def test_the_audit_fails_when_behaviour_differs_and_one_command_updates_the_lock(capsys, tmp_path, matches_schema):
     chat, b = _pair(tmp_path, "reasoning-dropped")
     assert run(capsys, "lock", "--in-process", str(chat), "--lock", "my.lock.json")[0] == 0
     chat.write_text(b.read_text())
@@ -156,7 +156,17 @@ def test_the_audit_fails_when_behaviour_differs_and_one_command_updates_the_lock
     assert code == 1
     assert "LOCK  chat: earlier reasoning is now dropped: agent sessions are no longer prefix-stable" in out
     assert "LOCK  chat: first differing render: probe 'earlier reasoning'" in out
-    assert "1 changed behaviour -> FAILED" in out
+    assert "1 changed behaviour -> FAILED" in out and "1 template: 1 pass -> FAILED" in out
+    # every format says the failure the exit code says (the JSON said ok, JUnit 0 failures, the summary ok)
+    code, out, _ = run(capsys, "audit", "--in-process", str(chat), "--lock", "my.lock.json", "--format", "json")
+    summary = json.loads(out)["summary"]
+    assert matches_schema("audit", json.loads(out))
+    assert code == 1 and summary["ok"] is False and summary["checks"][0]["kind"] == "LOCK"
+    assert summary["checks"][0]["message"].startswith("earlier reasoning is now dropped")
+    code, out, _ = run(capsys, "audit", "--in-process", str(chat), "--lock", "my.lock.json", "--format", "junit")
+    assert code == 1 and 'failures="2"' in out and '<testcase classname="tmplkit.lock" name="chat"' in out
+    code, out, _ = run(capsys, "audit", "--in-process", str(chat), "--lock", "my.lock.json", "--format", "summary")
+    assert code == 1 and out.rstrip().endswith("-> FAILED")
     code, _, err = run(capsys, "lock", "--in-process", str(chat), "--lock", "my.lock.json")
     assert code == 0 and "(0 new, 1 changed behaviour: chat)" in err
     assert run(capsys, "audit", "--in-process", str(chat), "--lock", "my.lock.json")[0] == 0

@@ -71,6 +71,9 @@ FAKE_SERVER = textwrap.dedent("""\
                 os._exit(3)
             if mode == "hang":
                 time.sleep(1000)
+            if mode.startswith("answer:"):  # an answer that is no llama-server's
+                self._answer(200, json.loads(mode[len("answer:"):]))
+                return
             self._answer(500, {"error": {"message": "this template does not render here"}})
 
         def log_message(self, *args):
@@ -315,3 +318,10 @@ def test_a_server_that_floods_its_log_is_read_by_its_ends(tmp_path):
         tracemalloc.stop()
     assert reason is not None and "Unknown filter 'x'" in reason
     assert peak < 24 * 2**20, f"{peak / 2**20:.0f} MiB read for a 40 MB log"
+
+
+@pytest.mark.parametrize("answer", ['{"foo": 1}', '{"prompt": 5}', '[1]'])
+def test_an_answer_that_is_no_llama_servers_is_one_line(answer, model, fake, capsys):
+    # (a KeyError or TypeError traceback)
+    code, _, err = _run(capsys, ("engine-parity",), "--server", str(fake("answer:" + answer)), "--model", str(model))
+    _one_line(code, err, "llama-server's answer to /apply-template", "is ")

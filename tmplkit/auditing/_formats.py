@@ -142,13 +142,13 @@ def format_markdown(report: AuditReport) -> str:
 
 def format_junit(report: AuditReport) -> str:
     verdicts = [verdict_of(report, i) for i in range(len(report.results))]
-    failures = sum(1 for v in verdicts if is_failure(v[0]))
+    failures = sum(1 for v in verdicts if is_failure(v[0])) + len(report.checks)
     # A test case's time is its analysis and, when checked, its prefix-stability check.
     times = [a.seconds + getattr(report.prefix_check(i), "seconds", 0.0) for i, a in enumerate(report.results)]
     total = sum(times)
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<testsuite name="tmplkit-audit" tests="{len(report.results)}" failures="{failures}" '
+        f'<testsuite name="tmplkit-audit" tests="{len(report.results) + len(report.checks)}" failures="{failures}" '
         f'skipped="0" time="{total:.3f}">',
     ]
     quote = {chr(34): "&quot;"}
@@ -162,6 +162,9 @@ def format_junit(report: AuditReport) -> str:
             body = xml_escape("\n".join(problems))
             inner += f'<failure type="{status}" message="{xml_escape(why, quote)}">{body}</failure>'
         out.append(f"  <testcase {attrs}>{inner}</testcase>" if inner else f"  <testcase {attrs}/>")
+    for kind, name, _, message in report.checks:  # a lock's or an upstream's check that failed: a case of its own
+        out.append(f'  <testcase classname="tmplkit.{kind.lower()}" name="{xml_escape(name, quote)}" time="0.000">'
+                   f'<failure type="{kind.lower()}" message="{xml_escape(message, quote)}"/></testcase>')
     out.append("</testsuite>")
     return "\n".join(out) + "\n"
 

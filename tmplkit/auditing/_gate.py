@@ -59,6 +59,10 @@ class AuditReport:
     # With a tokenizer: per result, why its token round trip did not run although asked for ("":
     # it ran, or the analysis did not pass); see `unchecked`.
     token_skipped: tuple = ()
+    # The behaviour checks that failed (a lock's, an upstream's), each (kind, name, source, message)
+    # with kind "LOCK" or "DRIFT" (`tmplkit.cli._lock.run_checks`): the audit fails with them, and
+    # every format says so.
+    checks: tuple = ()
 
     def __post_init__(self):
         check_modes(self.fail_on, self.prefix_stability)
@@ -160,7 +164,7 @@ class AuditReport:
 
     @property
     def ok(self) -> bool:
-        return not self.failures and not self.unexpected_passes and not self.unexpected_stable
+        return not self.failures and not self.unexpected_passes and not self.unexpected_stable and not self.checks
 
     def summary(self) -> dict:
         """The audit's outcome: counts by status and the names behind the verdict."""
@@ -186,6 +190,8 @@ class AuditReport:
             out["not_checked"] = [n for i, n in enumerate(names) if self.unchecked(i)]
         if self.token_checks:
             out["token_round_trip"] = self.token_counts()
+        if self.checks:  # (only when one failed, so that an audit without them keeps its summary)
+            out["checks"] = [{"kind": kind, "name": name, "message": message} for kind, name, _, message in self.checks]
         out["ok"] = self.ok
         return out
 

@@ -7,6 +7,7 @@ tmplkit.cli.config); a flag given on the command line overrides the configuratio
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import sys
 
@@ -100,6 +101,8 @@ def _cmd_audit(args) -> int:
     junit = [f for fmt, f in [(args.format, args.output), *reports] if fmt == "junit" and f]
     try:
         report, findings, held = _run_audit(args)
+        # the lock's and upstreams' failures are the report's too: its JSON, JUnit and summary say them
+        report = dataclasses.replace(report, checks=tuple(f for f in findings if f[0] in ("LOCK", "DRIFT")))
     except TmplkitError as exc:
         for path in junit:  # a CI reading the report finds why, not no file
             with contextlib.suppress(TmplkitError):
@@ -117,7 +120,7 @@ def _cmd_audit(args) -> int:
     if (args.format not in ("text", "github", "summary") or args.output) and not quiet:
         print(audit_mod.summary_line(report, color=use_color(args, sys.stderr)), file=sys.stderr)
     print_checks(findings, args.format, args.output)
-    return 0 if report.ok and held else 1
+    return 0 if report.ok and held else 1  # (`held` too: a failed check says LOCK or DRIFT, which `report.ok` sees)
 
 
 def _more_reports(specs: list[str] | None) -> list[tuple[str, str]]:

@@ -238,8 +238,8 @@ def _probe(server, head: str, body: dict, log_path: Path):
             segment = _wait_task(server, mark, 5)
         except ModelError:
             raise exc from None
-    prompt = server.post("/apply-template", {k: v for k, v in body.items() if k not in ("max_tokens", "seed", "cache_prompt")},
-                         timeout=120)["prompt"]
+    prompt = server.post_for("/apply-template", {k: v for k, v in body.items() if k not in ("max_tokens", "seed", "cache_prompt")},
+                         "prompt", timeout=120)
     return segment, read_server_log(head + segment, str(log_path)).tasks[-1], prompt
 
 

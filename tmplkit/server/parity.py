@@ -124,7 +124,7 @@ def _compare(server, template, analysis, add_generation_prompt: bool) -> EngineC
     if kwargs:
         body["chat_template_kwargs"] = kwargs
     try:
-        theirs = server.post("/apply-template", body, timeout=120)["prompt"]
+        theirs = server.post_for("/apply-template", body, "prompt", timeout=120)
     except ServerRefused as exc:  # its error answer to the template's request (no answer at all: raised)
         return replace(row, status="refused", error=str(exc))
     row = replace(row, round_trip=_round_trip_holds(theirs, ours, analysis))

@@ -357,10 +357,24 @@ class LlamaServer:
         except OSError as exc:  # (URLError, a reset connection, a timeout)
             raise ModelError(self._no_answer(path, exc)) from None
         try:
-            return json.loads(raw)
+            answer = json.loads(raw)
         except ValueError:
             raise ModelError(f"llama-server's answer to {path} is not JSON ({raw[:80]!r}): is {self.binary} "
                              "llama-server?") from None
+        if not isinstance(answer, dict):  # (every answer tmplkit reads is an object)
+            raise ModelError(f"llama-server's answer to {path} is not a JSON object ({raw[:80]!r}): is {self.binary} "
+                             "llama-server?")
+        return answer
+
+    def post_for(self, path: str, body: dict, key: str, timeout: float = 3600) -> str:
+        """`post`, and the answer's text under `key` (/apply-template's "prompt"); ModelError, one
+        line, where the answer has none (a server that is not llama-server, or another version)."""
+        answer = self.post(path, body, timeout=timeout)
+        value = answer.get(key) if isinstance(answer, dict) else None
+        if not isinstance(value, str):
+            raise ModelError(f"llama-server's answer to {path} has no text {key!r} ({json.dumps(answer)[:80]}): is "
+                             f"{self.binary} llama-server, of a version that serves {path}?")
+        return value
 
     def _no_answer(self, path: str, exc: OSError) -> str:
         assert self.proc is not None

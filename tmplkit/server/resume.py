@@ -115,7 +115,7 @@ def check_resume(server, template, session, *, tokenizer, delimiters, settings, 
 def server_renders(server, session) -> list[str]:
     """Each request of `session` as `server` renders it (`/apply-template`, with the generation
     prompt, as the chat endpoint renders it: the same `oaicompat_chat_params_parse`)."""
-    return [server.post("/apply-template", b, timeout=120)["prompt"] for b in request_bodies(session)]
+    return [server.post_for("/apply-template", b, "prompt", timeout=120) for b in request_bodies(session)]
 
 
 def request_bodies(session) -> list[dict]:
