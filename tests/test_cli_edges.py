@@ -147,7 +147,10 @@ def test_turns_on_a_template_that_cannot_render(capsys):
     assert code == 2 and out.startswith("stable: stable over") and "always-raises" not in out
     assert one_line_error(err, "always-raises")
     code, out, _ = run(capsys, "turns", "--format", "json", RAISES)
-    assert code == 2 and json.loads(out)["reports"][0]["error"]
+    (row,) = json.loads(out)["reports"]
+    assert code == 2 and row["error"] and row["stable"] is None  # not studied: no verdict (it said false)
+    code, out, _ = run(capsys, "turns", "--format", "markdown", RAISES)
+    assert "| always-raises | not studied |" in out
 
 
 # ---- '-' wherever a file is read ---------------------------------------------------------------------

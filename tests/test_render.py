@@ -321,3 +321,16 @@ def test_loop_namespace_and_macro_lookups_answer_as_jinjas_sandbox():
         render(T("{% set ns = namespace(n=1) %}{{ ns._Namespace__attrs }}"), HI)
     with pytest.raises(RenderError):
         render(T("{% for i in [1] %}{{ loop._iterator }}{% endfor %}"), HI)
+
+
+def test_a_junit_report_stays_xml_whatever_a_template_says(tmp_path):
+    # (control characters in a raise_exception message made the JUnit report invalid XML)
+    import xml.dom.minidom
+
+    from tmplkit.auditing import audit, format_junit
+
+    t = ChatTemplate('{{ raise_exception("bad \x01\x1b[31m end") }}', "ctl\x02name", "-")
+    doc = xml.dom.minidom.parseString(format_junit(audit([t], jobs=1)))
+    case = doc.getElementsByTagName("testcase")[0]
+    assert case.getAttribute("name") == "ctl\\x02name"
+    assert "bad \\x01\\x1b[31m end" in case.getElementsByTagName("failure")[0].getAttribute("message")

@@ -7,8 +7,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Callable, Iterable
-from xml.sax.saxutils import escape as xml_escape
+from xml.sax.saxutils import escape as _sax_escape
 
 from .._version import __version__
 from ..analysis import Analysis
@@ -19,6 +20,17 @@ from ._summary import format_summary
 
 __all__ = ["AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_SCHEMA_VERSION", "format_json", "format_junit", "format_markdown", "format_show",
            "format_table", "format_text", "format_github", "junit_error", "show", "summary_line", "table_rows", "unrendered_reason"]
+
+
+# Characters XML 1.0 cannot hold at all, even escaped (a template's raise_exception can carry them).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+
+
+def xml_escape(text: str, entities: dict | None = None) -> str:
+    """`text` for an XML attribute or element: escaped, and what XML cannot hold written as `\\xNN`
+    (a JUnit report stays XML whatever a template's name or message holds)."""
+    text = _NOT_XML.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100 else f"\\u{ord(m.group(0)):04x}", text)
+    return _sax_escape(text, entities or {})
 
 
 def show(text: str | None) -> str:

@@ -70,7 +70,7 @@ class _Parser(argparse.ArgumentParser):
         required = "the following arguments are required: "
         if message.startswith(required):
             message = "missing: " + ", ".join(map(self._missing, message[len(required):].split(", ")))
-        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+        self.exit(2, error_line(f"{self.prog}: error: {message}; see {self.prog} --help") + "\n")
 
     def parse_args(self, args=None, namespace=None):
         # Arguments left over are the subcommand's to refuse: the line names its --help, not ours.

@@ -180,6 +180,8 @@ def memory_mb(value, flag: str = "--memory"):
     from .config import MAX_MEMORY_MB
 
     value = positive(value, flag)
+    if value is not None and value < 16:  # (the workers' own floor, said with the option's name)
+        raise InputError(f"{flag} is MiB a worker may allocate, at least 16, got {value}")
     if value is not None and value > MAX_MEMORY_MB:
         raise InputError(f"{flag} is MiB a worker may allocate, at most {MAX_MEMORY_MB} (a petabyte), got {value}")
     return value

@@ -296,6 +296,8 @@ def _number(limits: dict, key: str, path: Path, kind: type) -> Any:
     if not ok:
         what = "a positive whole number" if kind is int else "a positive number"
         raise _bad(path, f"limits.{key}", f"must be {what}", value)
+    if key == "memory" and value < 16:
+        raise _bad(path, "limits.memory", "must be at least 16 (MiB)", value)
     if key == "memory" and value > MAX_MEMORY_MB:
         raise _bad(path, "limits.memory", f"must be at most {MAX_MEMORY_MB} MiB (a petabyte)", value)
     return kind(value)

@@ -14,7 +14,7 @@ __all__ = ["format_turns", "FORMATS", "TURNS_SCHEMA_VERSION"]
 
 FORMATS = ("text", "json", "markdown", "csv")
 # The JSON's layout (tmplkit/schemas/turns.schema.json): raised when a field is removed or changes meaning.
-TURNS_SCHEMA_VERSION = 2  # (2: `stable` is null where a time limit stopped the study first)
+TURNS_SCHEMA_VERSION = 2  # (2: `stable` is null where the session was not studied whole, or at all)
 
 
 def format_turns(reports, fmt: str = "text") -> str:
@@ -37,15 +37,17 @@ def format_turns(reports, fmt: str = "text") -> str:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r, row in zip(reports, rows):
             where = _where(row)
-            cells = [row["template"], _yes_no(row["stable"]), str(row["requests"]), where,
+            cells = [row["template"], _yes_no(row["stable"], row["error"]), str(row["requests"]), where,
                      row["cause"] or row["error"], row["stable_with"]] + [_share(r, s) for s in SETTINGS]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         return "\n".join(lines) + "\n"
     return "".join(_text(r) for r in reports)
 
 
-def _yes_no(stable: bool | None) -> str:
-    return "not known (stopped)" if stable is None else "yes" if stable else "no"
+def _yes_no(stable: bool | None, error: str = "") -> str:
+    if stable is None:
+        return "not studied" if error else "not known (stopped)"
+    return "yes" if stable else "no"
 
 
 def _where(row) -> str:

@@ -54,10 +54,13 @@ class TurnsReport:
 
     @property
     def stable(self) -> bool | None:
-        """False from the first divergence (or an error); True where the whole session extends what
-        is held; None where a time limit stopped the study before the session's end and no request
-        up to there diverged (the rest was not studied: no verdict)."""
-        if self.error or not all(d.stable for d in self.divergences):
+        """False from the first divergence; True where the whole session extends what is held;
+        None where no verdict is known: the session was not studied (`error`: the template cannot
+        render it, or a limit stopped its worker), or a time limit stopped the study before the
+        session's end and no request up to there diverged."""
+        if self.error:
+            return None
+        if not all(d.stable for d in self.divergences):
             return False
         return None if self.stopped else True
 
