@@ -116,3 +116,14 @@ def test_failed_token_round_trip_fails_in_every_format():
     root = ET.fromstring(audit_mod.format_junit(report))
     assert root.get("failures") == "1"
     assert "token round trip" in root.find("testcase/failure").get("message")
+
+
+def test_the_table_csv_has_one_column_per_field_and_markdown_keeps_a_name_in_its_cell():
+    import dataclasses
+
+    header = audit_mod.format_table([PASS], "csv").splitlines()[0].split(",")
+    assert len(header) == len(set(header)) and header[-1] == "reason"  # (reason was a column twice)
+    odd = dataclasses.replace(PASS, name="a|b\nc")
+    for md in (audit_mod.format_table([odd], "markdown"), audit_mod.format_markdown(audit_mod.AuditReport((odd,)))):
+        row = next(line for line in md.splitlines() if "a\\|b" in line)
+        assert row.startswith("| a\\|b\\nc |")

@@ -203,3 +203,18 @@ def test_hf_unknown_repo_or_revision_offline(tmp_path):
         assert proc.stdout.startswith("ERROR") and "HF_HUB_OFFLINE" in proc.stdout and "Traceback" not in proc.stderr
     with pytest.raises(SourceError, match="hf:org/name"):
         sources.load("hf:not-a-repo")
+
+
+def test_a_corpus_folder_left_empty_is_not_a_fetched_corpus(tmp_path, monkeypatch):
+    # (`corpus fetch` said done on empty folders; every later command then failed obscurely)
+    from tmplkit.sources import corpus
+
+    monkeypatch.setenv("TMPLKIT_CACHE", str(tmp_path))
+    for sub in ("templates", "vocab"):
+        (corpus.corpus_dir() / sub).mkdir(parents=True)
+    (corpus.hub_dir() / "templates").mkdir(parents=True)
+    assert not corpus.is_fetched() and not corpus.is_hub_fetched()
+    (corpus.corpus_dir() / "templates" / "x.jinja").write_text("{{ 1 }}")
+    (corpus.corpus_dir() / "vocab" / "ggml-vocab-x.gguf").write_bytes(b"GGUF")
+    (corpus.hub_dir() / "templates" / "y.jinja").write_text("{{ 1 }}")
+    assert corpus.is_fetched() and corpus.is_hub_fetched()

@@ -236,3 +236,11 @@ def test_options_that_count_tokens_without_a_tokenizer_are_refused_not_ignored(c
     assert main(["turns", str(FIX / "stable.jinja"), "--add-bos", "--server-delimiters", "d.json"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--add-bos, --server-delimiters: only count tokens; give --tokenizer too" in err
+
+
+def test_a_memory_limit_in_turns_names_a_way_turns_has(capsys):
+    # (it said "raise --memory", which turns reads as the deprecated memory model)
+    hostile = Path(__file__).resolve().parent.parent / "fixtures" / "hostile" / "bomb_held_values.jinja"
+    assert main(["--no-config", "turns", str(hostile)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "study it from Python" in err and "raise --memory" not in err

@@ -140,6 +140,11 @@ def _md(text: str | None) -> str:
     return "`" + show(text).replace("|", "\\|").replace("`", "'") + "`" if text is not None else "-"
 
 
+def _name_cell(name: str) -> str:
+    """A template's name in a markdown table: a `|` or a line break in it would end the row."""
+    return name.replace("|", "\\|").replace("\r", "\\r").replace("\n", "\\n")
+
+
 def format_markdown(report: AuditReport) -> str:
     checked = bool(report.prefix_checks)
     stability = " prefix stability |" if checked else ""
@@ -147,7 +152,7 @@ def format_markdown(report: AuditReport) -> str:
     for i, a in enumerate(report.results):
         status, why, _ = verdict_of(report, i)
         cell = f" {report.prefix_checks[i].label} |" if checked else ""
-        lines.append(f"| {a.name} | {status} |{cell} {a.tool_placement} | {why.replace('|', '/')} |")
+        lines.append(f"| {_name_cell(a.name)} | {status} |{cell} {a.tool_placement} | {why.replace('|', '/')} |")
     lines += ["", summary_line(report)]
     return "\n".join(lines) + "\n"
 
@@ -288,7 +293,8 @@ def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
         r["generation_reasoning"] = " ".join(f"{k}:{v}" for k, v in r["generation_reasoning"].items()) or None
     if fmt == "csv":
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=(*TABLE_COLUMNS, "reason"), lineterminator="\n")
+        # (the reason last, once: it was also third, a header of two columns named alike)
+        writer = csv.DictWriter(buf, fieldnames=(*(c for c in TABLE_COLUMNS if c != "reason"), "reason"), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         return buf.getvalue()
@@ -296,7 +302,7 @@ def format_table(results: Iterable[Analysis], fmt: str = "markdown") -> str:
             "generation prompt", "tool placement", "reasoning", "reasoning end", "generation reasoning", "why not"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = ([r["name"], r["status"]] + [_md(r[c]) for c in TABLE_COLUMNS[3:9]] + [r["tool_placement"]]
+        cells = ([_name_cell(r["name"]), r["status"]] + [_md(r[c]) for c in TABLE_COLUMNS[3:9]] + [r["tool_placement"]]
                  + [_md(r[c]) for c in TABLE_COLUMNS[10:]] + [_reason_cell(r["reason"])])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

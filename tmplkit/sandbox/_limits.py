@@ -87,6 +87,10 @@ _HINTS = {
         "memory_mb": "raise --memory",
     },
 }
+# `tmplkit turns`: its --memory is still the deprecated memory model (until 0.4); its workers' MiB
+# are fixed, so the way to more memory is the library.
+_HINTS["turns"] = {**_HINTS["cli"], "memory_mb": "study it from Python (tmplkit.turns.study_turns in a process "
+                                                 "of your own: turns' workers have 2048 MiB)"}
 _HINT_PLACE: ContextVar[str] = ContextVar("tmplkit_hint_place", default="library")
 
 
@@ -103,13 +107,13 @@ def hint(limit: str) -> str:
 
 
 def hint_place() -> str:
-    """Where limit hints are worded for now: 'library' (the default) or 'cli'."""
+    """Where limit hints are worded for now: 'library' (the default), 'cli' or 'turns'."""
     return _HINT_PLACE.get()
 
 
 @contextlib.contextmanager
 def hints_for(place: str) -> Iterator[None]:
-    """Word limit hints for `place` ('library' or 'cli') inside the `with` block."""
+    """Word limit hints for `place` ('library', 'cli' or 'turns') inside the `with` block."""
     if place not in _HINTS:
         raise ValueError(f"hint place must be one of {', '.join(_HINTS)}, not {place!r}")
     token = _HINT_PLACE.set(place)

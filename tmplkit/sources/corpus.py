@@ -73,7 +73,13 @@ def list_vocabs() -> list[str]:
 
 
 def is_fetched() -> bool:
-    return (corpus_dir() / "templates").is_dir() and (corpus_dir() / "vocab").is_dir()
+    """Whether the cache holds the corpus: its templates and its vocabularies, not only their folders
+    (a folder left empty was taken for a fetched corpus, and every later command failed obscurely)."""
+    return _holds(corpus_dir() / "templates", "*.jinja") and _holds(corpus_dir() / "vocab", "*.gguf")
+
+
+def _holds(folder: Path, pattern: str) -> bool:
+    return folder.is_dir() and next(folder.glob(pattern), None) is not None
 
 
 def _require(path: Path) -> Path:
@@ -141,7 +147,7 @@ def hub_dev_names() -> list[str]:
 
 
 def is_hub_fetched() -> bool:
-    return (hub_dir() / "templates").is_dir()
+    return _holds(hub_dir() / "templates", "*.jinja")
 
 
 def fetch_hub(progress: bool = False) -> Path:
