@@ -402,7 +402,7 @@ def test_a_template_message_of_megabytes_is_one_short_line(capsys, tmp_path):
 def test_a_tokenizer_file_not_found_is_said_so_and_options_are_named_as_typed(capsys):
     chat = str(ROOT / "fixtures" / "masks" / "chat.json")
     # (a missing tk/x.json was taken for a Hub repository to download; "" for the current folder)
-    for spec, words in (("tk/nope.json", "tokenizer file not found: tk/nope.json"), ("", "the tokenizer is empty")):
+    for spec, words in (("tk/nope.json", "tokenizer file not found: tk/nope.json"), ("", "--tokenizer '': the value is empty")):
         code, _, err = run(capsys, "spans", CHATML, "--session", chat, "--tokenizer", spec)
         assert code == 2 and one_line_error(err, words) and "hf download" not in err
     code, _, err = run(capsys, "request", CHATML, "--session", chat, "--tokenizer", "vocab:qwen35", "--n-predict", "-5")
@@ -423,3 +423,19 @@ def test_arguments_are_named_as_the_help_shows_them(capsys, tmp_path):
         main(["server", "log", log, "extra"])
     err = capsys.readouterr().err
     assert info.value.code == 2 and err.count("\n") == 1 and "see tmplkit server log --help" in err and "extra" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["engine-parity", CHATML, "--server", ""], "--server '': the value is empty"),  # (ran the pinned server)
+    (["turns", CHATML, "--memory-model="], "--memory-model '': the value is empty"),
+    (["audit", CHATML, "--lock", "-"], "--lock -: a lock is a file the audit reads"),
+    (["turns", CHATML, "--memory-model", "4096"], "--memory-model 4096: unknown memory model"),
+    (["session", "generate", "--style", "nope"], "argument --style: invalid choice"),
+    (["corpus", "fetch", "nope"], "argument NAME: invalid choice")])
+def test_an_option_given_nothing_or_nonsense_is_named_as_typed(capsys, argv, words):
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # (argparse's own refusals)
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and words in err

@@ -98,7 +98,7 @@ def test_dash_is_standard_output_and_an_empty_path_is_refused(here, capsys):
 @pytest.mark.parametrize("argv, words", [
     (("audit", "in.jinja", "--format", "bogus"), ("--format", "invalid choice", "see tmplkit audit --help")),
     (("server",), ("the subcommand, one of delimiters, log",)),
-    (("corpus",), ("action, one of fetch, path",)),
+    (("corpus",), ("ACTION, one of fetch, path",)),
     ((), ("the subcommand, one of audit",)),
     (("spans", "in.jinja"), ("missing: --tokenizer",)),
 ])

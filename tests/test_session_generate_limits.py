@@ -93,3 +93,4 @@ def test_the_command_lines_bounds_are_the_librarys():
     from tmplkit.session import _generator as lib
 
     assert (cli.MIN_TOKENS, cli.MAX_TOKENS, cli.MAX_REQUESTS) == (lib.MIN_TOKENS, lib.MAX_TOKENS, lib.MAX_REQUESTS)
+    assert set(cli.STYLES) == set(lib.STYLES)

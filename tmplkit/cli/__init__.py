@@ -125,7 +125,11 @@ class _Subcommands(argparse._SubParsersAction):
             # value given before it.
             _add_global_options(each, defaults=False)
             # (which arguments are options and which positional: messages name them as the help does)
-            each.set_defaults(_options={a.dest for a in each._actions if a.option_strings})
+            options: dict = {}
+            for a in each._actions:
+                if a.option_strings:
+                    options[a.dest] = options.get(a.dest, ()) + tuple(a.option_strings)
+            each.set_defaults(_options=options)
         return parser
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
@@ -194,6 +198,14 @@ def _refuse_contradictions(argv: list[str], args) -> None:
         raise InputError("-q (--quiet) and -v (--verbose) contradict each other; give one")
     if getattr(args, "config", None) is not None and getattr(args, "no_config", False):
         raise InputError("--config FILE and --no-config contradict each other; give one")
+    # An option given '' (a shell variable left unset): its default would be used silently
+    # (`--server ''` ran the pinned llama-server); -o '' has its own line (cli._outputs).
+    options = getattr(args, "_options", None) or {}
+    for dest in sorted(options):
+        value = getattr(args, dest, None)
+        if dest != "output" and (value == "" or isinstance(value, list) and "" in value):
+            typed = [o for o in options[dest] if any(w == o or w.startswith(o + "=") for w in words)]
+            raise InputError(f"{(typed or options[dest])[-1]} '': the value is empty; give one, or leave the option out")
 
 
 def _say(line: str) -> None:

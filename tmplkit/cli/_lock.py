@@ -140,6 +140,8 @@ def lock_for(args, cfg):
     path = getattr(args, "lock", None) or cfg.lock
     if path is None:
         return None
+    if path == "-":  # (its advice would be a command that is refused)
+        raise InputError("--lock -: a lock is a file the audit reads; give its path")
     if not os.path.exists(path):
         raise InputError(f"{path}: no such lock; write it with `tmplkit lock SOURCE... --lock {path}`")
     return path, read_lock(path)

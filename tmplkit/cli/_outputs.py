@@ -146,7 +146,7 @@ def _flag(option: str, args=None) -> str:
 def _option_dests(args) -> set:
     """The dests the command's parser gives to options (`--session` is an option of mask, a
     positional of prefill), as the parser records them (`cli._Subcommands.load`)."""
-    return set(getattr(args, "_options", ()) or ())
+    return set(getattr(args, "_options", None) or {})
 
 
 def printable(text: str) -> str:

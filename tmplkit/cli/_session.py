@@ -11,6 +11,7 @@ from ._common import add_output, at_least, emit, positive
 # session is replayed in; 200 agent-style requests are about as long.
 DEFAULT_TOKENS, MIN_TOKENS, MAX_TOKENS = 16000, 200, 2_000_000  # (the library's, session._generator: a test holds them equal)
 MAX_REQUESTS = 200
+STYLES = ("tool-role", "user-turns", "agent")  # (the library's too: the same test)
 
 
 def add_session(sub) -> None:
@@ -19,7 +20,7 @@ def add_session(sub) -> None:
     g = ss.add_parser("generate", help="write a seeded coding-agent session (OpenAI-style messages JSON)")
     g.add_argument("--tokens", type=int, default=None, metavar="N",
                    help=f"about how long, {MIN_TOKENS} to {MAX_TOKENS} (default {DEFAULT_TOKENS}; estimated from characters)")
-    g.add_argument("--style", default="agent", help="agent (reasoning, parallel calls, long outputs; the default), "
+    g.add_argument("--style", default="agent", choices=STYLES, help="agent (reasoning, parallel calls, long outputs; the default), "
                                                     "tool-role (tool messages), user-turns (for templates without tools)")
     g.add_argument("--requests", type=int, metavar="N",
                    help=f"this many user requests (1 to {MAX_REQUESTS}) instead of a length: not with --tokens")

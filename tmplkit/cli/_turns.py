@@ -255,7 +255,10 @@ def _memory(args):
         memory, found = memory_of_model(args.model)
         print(f"tmplkit: memory of {args.model}: {describe_memory(found)}", file=sys.stderr)
         return memory
-    return MemoryModel.parse(args.memory or "swa:512")
+    try:
+        return MemoryModel.parse(args.memory or "swa:512")
+    except InputError as exc:  # (the option as typed)
+        raise InputError(f"--memory-model {args.memory}: {exc}") from None
 
 
 @contextlib.contextmanager
