@@ -228,6 +228,19 @@ def _checked_filter(func, key: str):
     return wrapped
 
 
+def _checked_call(state, args) -> bool:
+    """What every call of a render checks first: the time, and the size of each argument; False
+    outside a render (no state)."""
+    if state is None:
+        return False
+    if state.deadline is not None and time.perf_counter() > state.deadline:
+        _timeout(state)
+    if state.max_chars is not None:
+        for value in args:
+            _check_size(value, "passed an argument")
+    return True
+
+
 def _check_plan(key: str, size_of, items: bool, width: bool, args, kwargs, state) -> None:
     """The checks before filter `key` runs (see `_checked_filter`); `args` without the environment
     or context Jinja passes first to some filters."""
@@ -385,12 +398,8 @@ class _Environment(ImmutableSandboxedEnvironment):
         state = _STATE.get()
         if type(__obj) is jinja2.runtime.Macro:
             return __self._call_macro(state, __context, __obj, args, kwargs)
-        if state is not None:
-            if state.deadline is not None and time.perf_counter() > state.deadline:
-                _timeout(state)
+        if _checked_call(state, args):
             if state.max_chars is not None:
-                for value in args:
-                    _check_size(value, "passed an argument")
                 self_obj = getattr(__obj, "__self__", None)
                 name = getattr(__obj, "__name__", "")
                 if isinstance(self_obj, str):
@@ -411,12 +420,7 @@ class _Environment(ImmutableSandboxedEnvironment):
         """A macro of the template: what Jinja's sandbox and context do for it (a template's own
         macro is safely callable; it takes the evaluation context), without asking each time
         (a long session's render calls one per message part)."""
-        if state is not None:
-            if state.deadline is not None and time.perf_counter() > state.deadline:
-                _timeout(state)
-            if state.max_chars is not None:
-                for value in args:
-                    _check_size(value, "passed an argument")
+        _checked_call(state, args)
         kwargs.pop("_block_vars", None)
         kwargs.pop("_loop_vars", None)
         try:
