@@ -32,9 +32,10 @@ def test_session_generate_writes_an_agent_session(session_file):
 
 
 def test_session_generate_refuses_a_bad_style(capsys):
-    assert main(["session", "generate", "--style", "chatty"]) == 2
+    with pytest.raises(SystemExit) as info:  # (argparse's choices: the line names --style)
+        main(["session", "generate", "--style", "chatty"])
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown session style 'chatty'" in err
+    assert info.value.code == 2 and err.count("\n") == 1 and "argument --style: invalid choice: 'chatty'" in err
 
 
 def test_turns_text_and_csv(session_file, capsys):
