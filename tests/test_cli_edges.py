@@ -439,3 +439,15 @@ def test_an_option_given_nothing_or_nonsense_is_named_as_typed(capsys, argv, wor
         code = exc.code
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and words in err
+
+
+def test_sources_given_after_an_option_join_the_others(capsys):
+    # (argparse left them over: "unrecognized arguments")
+    llama3 = str(FIXTURES / "llama3.jinja")
+    code, out, _ = run(capsys, "table", CHATML, "--format", "csv", "--jobs", "1", llama3)
+    assert code == 0 and [line.split(",")[0] for line in out.splitlines() if line[:6] in ("chatml", "llama3")] == ["chatml", "llama3"]
+    with pytest.raises(SystemExit) as info:  # (argparse's own refusal)
+        main(["--no-config", "table", CHATML, "--jobs", "1", llama3, "--bogus"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1 and "unrecognized arguments" in err and "--bogus" in err
+    assert "see tmplkit table --help" in err

@@ -76,7 +76,9 @@ class _Parser(argparse.ArgumentParser):
         # Arguments left over are the subcommand's to refuse: the line names its --help, not ours.
         ns, extras = self.parse_known_args(args, namespace)
         if extras:
-            self._deepest(ns).error("unrecognized arguments: " + " ".join(extras))
+            deepest = self._deepest(ns)
+            if not _more_sources(deepest, ns, extras):
+                deepest.error("unrecognized arguments: " + " ".join(extras))
         return ns
 
     def _deepest(self, ns) -> argparse.ArgumentParser:
@@ -99,6 +101,19 @@ class _Parser(argparse.ArgumentParser):
                 what = "the subcommand" if isinstance(action, argparse._SubParsersAction) else name
                 return f"{what}, one of {', '.join(action.choices)}"
         return name
+
+
+def _more_sources(parser: argparse.ArgumentParser, ns, extras: list[str]) -> bool:
+    """Sources given after an option (`tmplkit audit a.jinja -j 2 b.jinja`): argparse takes a list
+    of positionals in one run, and leaves the rest over; they join that list, in the order given.
+    False where `extras` are not all such (an unknown option among them)."""
+    action = next((a for a in parser._actions if not a.option_strings and a.nargs in ("*", "+")), None)
+    if action is None or not isinstance(getattr(ns, action.dest, None), list):
+        return False
+    if any(e.startswith("-") and e != "-" for e in extras):
+        return False
+    getattr(ns, action.dest).extend(extras)
+    return True
 
 
 class _Subcommands(argparse._SubParsersAction):
