@@ -313,3 +313,14 @@ def test_what_native_code_prints_as_a_worker_dies_stays_out_of_the_output():
                           env={**os.environ, "PYTHONPATH": root})
     assert "native-noise" not in proc.stdout + proc.stderr
     assert proc.stdout.startswith("error: t: the worker aborted (SIGABRT)") and proc.stdout.count("\n") == 1
+
+
+@pytest.mark.parametrize("memory_mb", [8, 1 << 43])
+def test_every_pool_refuses_a_memory_no_worker_can_be_given(memory_mb):
+    # (past 2**43 MiB the worker's setrlimit overflowed: a traceback in the worker, for every contained command)
+    import os as _os
+
+    from tmplkit.auditing.contained import run_contained
+
+    with pytest.raises(InputError, match="memory limit must be at least 16 MiB and at most 1073741824"):
+        run_contained(_os.getpid, what="t", memory_mb=memory_mb)

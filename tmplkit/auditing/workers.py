@@ -130,8 +130,6 @@ def _limit_memory(memory_mb: int | None) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
-    elif limit >= 1 << 62:  # (past any address space: no limit, where setrlimit would overflow)
-        return
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
@@ -285,14 +283,24 @@ class _Worker:
     job: _Job | None = None
 
 
+# A worker's memory in MiB: below the floor Python cannot start its work; past the ceiling (a
+# petabyte, past any machine) the address-space limit a worker sets would overflow.
+MIN_MEMORY_MB, MAX_MEMORY_MB = 16, 1 << 30
+
+
+def check_memory(memory_mb) -> None:
+    """A one-line InputError for a worker memory no worker can be given (None: no limit)."""
+    if memory_mb is not None and (not isinstance(memory_mb, int) or not MIN_MEMORY_MB <= memory_mb <= MAX_MEMORY_MB):
+        raise InputError(f"memory limit must be at least {MIN_MEMORY_MB} MiB and at most {MAX_MEMORY_MB}, got {memory_mb!r}")
+
+
 def check_options(jobs, timeout, memory_mb, max_tasks_per_worker, work) -> None:
     """One-line InputErrors for options no pool can run with, before any work."""
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise InputError(f"jobs must be a positive whole number, got {jobs!r}")
     if timeout is not None and not timeout > 0:
         raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if memory_mb is not None and (not isinstance(memory_mb, int) or memory_mb < 16):
-        raise InputError(f"memory limit must be at least 16 MiB, got {memory_mb!r}")
+    check_memory(memory_mb)
     if not isinstance(max_tasks_per_worker, int) or max_tasks_per_worker < 1:
         raise InputError(f"max_tasks_per_worker must be a positive whole number, got {max_tasks_per_worker!r}")
     try:
@@ -487,6 +495,7 @@ def run_in_workers(items: Sequence, work: Callable, *, lost: Callable, prelude: 
     the input order. `work`, `prelude` and `setup` are pickled by name (module-level functions, or
     `functools.partial` of them); `lost(item, Lost)`, `retire(result)` and `progress(done, total,
     result)` run here."""
+    check_memory(memory_mb)  # (every pool: the contained commands' too, not only the audit's)
     items = list(items)
     if not items:
         return []

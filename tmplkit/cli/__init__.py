@@ -144,7 +144,9 @@ class _Subcommands(argparse._SubParsersAction):
             for a in each._actions:
                 if a.option_strings:
                     options[a.dest] = options.get(a.dest, ()) + tuple(a.option_strings)
-            each.set_defaults(_options=options)
+            positionals = {a.dest: a.metavar or a.dest.upper() for a in each._actions
+                           if not a.option_strings and not isinstance(a, argparse._SubParsersAction)}
+            each.set_defaults(_options=options, _positionals=positionals)
         return parser
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:

@@ -175,15 +175,15 @@ def positive(value, flag: str):
 
 
 def memory_mb(value, flag: str = "--memory"):
-    """A worker's memory in MiB: positive, and at most `MAX_MEMORY_MB`, naming the flag."""
+    """A worker's memory in MiB, within the workers' own range (`auditing.workers.check_memory`),
+    refused naming the flag."""
+    from ..auditing.workers import MAX_MEMORY_MB, MIN_MEMORY_MB
     from ..errors import InputError
-    from .config import MAX_MEMORY_MB
 
     value = positive(value, flag)
-    if value is not None and value < 16:  # (the workers' own floor, said with the option's name)
-        raise InputError(f"{flag} is MiB a worker may allocate, at least 16, got {value}")
-    if value is not None and value > MAX_MEMORY_MB:
-        raise InputError(f"{flag} is MiB a worker may allocate, at most {MAX_MEMORY_MB} (a petabyte), got {value}")
+    if value is not None and not MIN_MEMORY_MB <= value <= MAX_MEMORY_MB:
+        raise InputError(f"{flag} is MiB a worker may allocate, at most {MAX_MEMORY_MB} (a petabyte) and at least "
+                         f"{MIN_MEMORY_MB}, got {value}")
     return value
 
 

@@ -47,21 +47,14 @@ def check_outputs(args) -> None:
         raise InputError("-o '': the path is empty; give a file path, or leave -o out to print to standard output")
     outputs = output_paths(args)
     if "-" in outputs:  # (only -o means standard output; elsewhere a file named "-" would be created)
-        option = _dash_option(args)
-        if option == "--lock ":
+        dash = next((name for name in _output_options(args) if getattr(args, name, None) == "-"), None)
+        if dash == "lock":
             raise InputError("--lock -: a lock is a file the audit reads back; give a file path")
+        option = f"{_flag(dash, args)} " if dash else "--report FORMAT:"
         raise InputError(f"{option}-: standard output is -o's (the main output); give a file path")
     for path in outputs:
         check_writable(path)
     _refuse_clashes(args, outputs)
-
-
-def _dash_option(args) -> str:
-    """The option that names "-" as a file to write (for the refusal)."""
-    for name in _output_options(args):
-        if getattr(args, name, None) == "-":
-            return _flag(name, args) + " "
-    return "--report FORMAT:"
 
 
 def _refuse_clashes(args, outputs: list[str]) -> None:
@@ -131,22 +124,17 @@ def _reads(value: str, out: str, key) -> bool:
     return False
 
 
-# Positional arguments by the metavar their help shows (`diff A B`, `server log LOG`), not as options.
-_POSITIONAL = {"source": "SOURCE", "sources": "SOURCE", "old": "A", "new": "B", "log": "LOG", "model": "MODEL",
-               "session": "SESSION"}
-
-
-def _flag(option: str, args=None) -> str:
-    positional = _POSITIONAL.get(option)
-    if positional is not None and (args is None or option not in _option_dests(args)):
+def _flag(dest: str, args=None) -> str:
+    """An argument as the help shows it: a positional by its metavar (`diff A B`, `server log LOG`),
+    an option by its long spelling (`--memory-model`, whose dest is `memory`), as the parser
+    records them (`cli._Subcommands.load`)."""
+    positional = (getattr(args, "_positionals", None) or {}).get(dest)
+    if positional is not None:
         return positional
-    return "--" + option.replace("_", "-")
-
-
-def _option_dests(args) -> set:
-    """The dests the command's parser gives to options (`--session` is an option of mask, a
-    positional of prefill), as the parser records them (`cli._Subcommands.load`)."""
-    return set(getattr(args, "_options", None) or {})
+    spelled = [o for o in (getattr(args, "_options", None) or {}).get(dest, ()) if o.startswith("--")]
+    if spelled:
+        return spelled[0]
+    return "SOURCE" if dest in ("source", "sources") else "--" + dest.replace("_", "-")
 
 
 def printable(text: str) -> str:

@@ -39,9 +39,6 @@ from ..auditing._choices import FAIL_ON, PREFIX_STABILITY
 from ..errors import InputError
 from ..jsonio import read_json, stdin
 
-# MiB: a petabyte, past any machine; a larger value overflows the address-space limit a worker sets.
-MAX_MEMORY_MB = 1 << 30
-
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 __all__ = ["EXPECTED_KINDS", "FAIL_ON", "PREFIX_STABILITY", "Config", "find_config", "is_expected_failures",
@@ -296,8 +293,9 @@ def _number(limits: dict, key: str, path: Path, kind: type) -> Any:
     if not ok:
         what = "a positive whole number" if kind is int else "a positive number"
         raise _bad(path, f"limits.{key}", f"must be {what}", value)
-    if key == "memory" and value < 16:
-        raise _bad(path, "limits.memory", "must be at least 16 (MiB)", value)
-    if key == "memory" and value > MAX_MEMORY_MB:
-        raise _bad(path, "limits.memory", f"must be at most {MAX_MEMORY_MB} MiB (a petabyte)", value)
+    if key == "memory":
+        from ..auditing.workers import MAX_MEMORY_MB, MIN_MEMORY_MB  # (the workers' own range)
+
+        if not MIN_MEMORY_MB <= value <= MAX_MEMORY_MB:
+            raise _bad(path, "limits.memory", f"must be {MIN_MEMORY_MB} to {MAX_MEMORY_MB} (MiB)", value)
     return kind(value)

@@ -489,10 +489,6 @@ class _Environment(ImmutableSandboxedEnvironment):
                         f"template '{name}' computed {left} ** {right}, a number of about {bits} bits; refusing",
                         kind="size",
                     )
-        elif operator_ == "+":
-            # (a chain of `{% set %}` sums grows tenfold a step with no check between; a set is no hook)
-            if isinstance(left, (str, list, tuple, bytes)) and isinstance(right, (str, list, tuple, bytes)):
-                _check_planned(len(left) + len(right), "concatenated a value")
         elif operator_ == "%" and isinstance(left, str):
             values = right if isinstance(right, tuple) else (right,)
             _check_planned(_percent_widths(left, right) + (_texts_size(values) if _limit() else 0), "asked for a formatted string")

@@ -90,7 +90,7 @@ _HINTS = {
 # `tmplkit turns`: its --memory is still the deprecated memory model (until 0.4); its workers' MiB
 # are fixed, so the way to more memory is the library.
 _HINTS["turns"] = {**_HINTS["cli"], "memory_mb": "study it from Python (tmplkit.turns.study_turns in a process "
-                                                 "of your own: turns' workers have 2048 MiB)"}
+                                                 "of your own: the memory of turns' workers is fixed)"}
 _HINT_PLACE: ContextVar[str] = ContextVar("tmplkit_hint_place", default="library")
 
 
