@@ -27,7 +27,10 @@ conversation prepared for the server inside the clock in both), in alternating o
 paired ratio study/alone with its spread (the issue's "within 2x of rendering the requests alone"),
 and the floor under it: the renders each makes per request (a request, the conversation ending with
 the generated turn, and with a tokenizer the next renders the divergence-aware setting predicts
-from), the seconds spent in them, and the study's time outside its renders over "alone".
+from), the seconds spent in them, and the study's time outside its renders over "alone". With a
+tokenizer, a third reference in the same rounds: the requests rendered and tokenized whole, each
+alone, as llama-server does with every request it is sent ("tokenized"; the study tokenizes only
+each request's new part), and the paired ratio study/tokenized.
 """
 
 from __future__ import annotations
@@ -118,9 +121,10 @@ def worker(case: str, session_file: str) -> dict:
     return {"seconds": seconds, "n_requests": report.n_requests, "stable": report.stable, "error": report.error}
 
 
-def alone_worker(case: str, session_file: str, first: str) -> dict:
-    """One round of `--alone`: the study and the requests rendered alone, `first` ("study" or
-    "alone") timed first, in this process."""
+def alone_worker(case: str, session_file: str, order: str) -> dict:
+    """One round of `--alone`: the study and the requests rendered alone (with a tokenizer, also
+    rendered and tokenized alone), timed in `order` (comma-separated: "study", "alone", "tokenized"),
+    in this process."""
     from tmplkit.sandbox import PINNED_NOW
     from tmplkit.session import for_server, load_session
     from tmplkit.session.requests import DEFAULT_INTERVAL, clock_at, request_points
@@ -142,13 +146,25 @@ def alone_worker(case: str, session_file: str, first: str) -> dict:
             conversation.render(msgs[:n], add_generation_prompt=True, clock=clock_at(PINNED_NOW + k * DEFAULT_INTERVAL))
         return len(points)
 
+    def tokenized() -> int:
+        # each request rendered and tokenized whole, as llama-server does with every request it is sent
+        conversation = for_server(template, session)
+        msgs = list(conversation.messages)
+        points = request_points(msgs)
+        for k, (n, _) in enumerate(points):
+            tok.tokenize(conversation.render(msgs[:n], add_generation_prompt=True,
+                                             clock=clock_at(PINNED_NOW + k * DEFAULT_INTERVAL)), add_bos=False)
+        return len(points)
+
     renders = _count_renders()
     seconds, n_requests, n_renders, render_s = {}, {}, {}, {}
-    for what in (first, "alone" if first == "study" else "study"):
+    for what in order.split(","):
+        if what == "tokenized" and tok is None:
+            continue
         renders.update(n=0, s=0.0)
         start = time.perf_counter()
         n_requests[what] = (study_turns(template, session, tokenizer=tok, switches=switches, **options).n_requests
-                            if what == "study" else alone())
+                            if what == "study" else alone() if what == "alone" else tokenized())
         seconds[what] = time.perf_counter() - start
         n_renders[what], render_s[what] = renders["n"], renders["s"]
     return {"seconds": seconds, "n_requests": n_requests, "renders": n_renders, "render_seconds": render_s}
@@ -182,18 +198,21 @@ def alone_rounds(rounds: int, cases) -> dict:
         for case in cases:
             seen: dict = {"study": [], "alone": []}
             renders: dict = {"study": [], "alone": []}
+            if CASES[case][1]:
+                seen["tokenized"], renders["tokenized"] = [], []
             for r in range(max(1, rounds)):
-                first = "study" if r % 2 == 0 else "alone"
+                order = list(seen)[r % len(seen):] + list(seen)[:r % len(seen)]  # each first in turn
                 env = {**os.environ, "PYTHONPATH": str(ROOT)}
                 proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_turns_speed.py"), "--alone-worker", case,
-                                       str(folder / f"{CASES[case][3]}.json"), first], capture_output=True, text=True, cwd=ROOT, env=env)
+                                       str(folder / f"{CASES[case][3]}.json"), ",".join(order)],
+                                      capture_output=True, text=True, cwd=ROOT, env=env)
                 if proc.returncode != 0:
                     raise RuntimeError(f"{case}: " + (proc.stderr.strip().splitlines() or ["the worker failed"])[-1])
                 res = json.loads(proc.stdout)
                 for k in seen:
                     seen[k].append(res["seconds"][k])
                     renders[k].append(res["render_seconds"][k])
-                print(f"round {r} {case}: study {seen['study'][-1]:.2f} s, alone {seen['alone'][-1]:.2f} s", file=sys.stderr)
+                print(f"round {r} {case}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in seen.items()), file=sys.stderr)
             paired = [a / b for a, b in zip(seen["study"], seen["alone"])]
             out[case] = {"seconds": seen, "median_s": {k: statistics.median(v) for k, v in seen.items()},
                          "paired_study_over_alone": {"median": statistics.median(paired), "min": min(paired), "max": max(paired)},
@@ -203,6 +222,10 @@ def alone_rounds(rounds: int, cases) -> dict:
                          "render_seconds_median": {k: statistics.median(v) for k, v in renders.items()},
                          "study_outside_renders_over_alone": statistics.median(
                              [(s - r) / a for s, r, a in zip(seen["study"], renders["study"], seen["alone"])])}
+            if "tokenized" in seen:
+                paired = [a / b for a, b in zip(seen["study"], seen["tokenized"])]
+                out[case]["paired_study_over_tokenized"] = {"median": statistics.median(paired), "min": min(paired),
+                                                            "max": max(paired)}
     return {"mode": "alone", "rounds": rounds, "sessions": sizes, "cases": out,
             "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "loadavg_at_end": loadavg()}}
 
@@ -253,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
     p.add_argument("--alone", action="store_true", help="time the study against its requests rendered alone (this tree only)")
     p.add_argument("--worker", nargs=2, metavar=("CASE", "SESSION"), help=argparse.SUPPRESS)
-    p.add_argument("--alone-worker", nargs=3, metavar=("CASE", "SESSION", "FIRST"), help=argparse.SUPPRESS)
+    p.add_argument("--alone-worker", nargs=3, metavar=("CASE", "SESSION", "ORDER"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         json.dump(worker(*args.worker), sys.stdout)
