@@ -228,6 +228,37 @@ def test_a_server_that_dies_mid_request_is_an_error(command, model, fake, capsys
 
 
 @pytest.mark.parametrize("command", COMMANDS)
+def test_a_server_that_never_answers_a_request_ends_after_the_request_timeout(command, model, fake, tmp_path,
+                                                                            monkeypatch, capsys):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("FAKE_MARKS", str(marks))
+    start = time.monotonic()
+    code, out, err = _run(capsys, command, "--server", str(fake("hang")), "--model", str(model), "--request-timeout", "1")
+    _one_line(code, err, "did not answer", "within 1 s", "nothing was checked", "--request-timeout")
+    assert out == "" and (marks / "posted").exists()  # (it was asked, and kept silent)
+    assert time.monotonic() - start < 60  # (the default waits 120 s or 300 s)
+    assert not _group_alive(int((marks / "pid").read_text()))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_request_timeout_must_be_positive(command, model, capsys):
+    code, _, err = _run(capsys, command, "--server", TRUE, "--model", str(model), "--request-timeout", "-1")
+    _one_line(code, err, "--request-timeout must be", "positive")
+
+
+def test_the_request_timeouts_default_to_the_librarys():
+    import inspect
+
+    from tmplkit.cli._serve import DELIMITERS_REQUEST_S, PARITY_REQUEST_S
+    from tmplkit.server.delimiters import server_delimiters
+    from tmplkit.server.parity import engine_parity
+
+    assert inspect.signature(engine_parity).parameters["request_s"].default == PARITY_REQUEST_S
+    assert inspect.signature(server_delimiters).parameters["request_s"].default == DELIMITERS_REQUEST_S
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_a_log_named_in_a_message_is_still_there(command, model, tmp_path, capsys):
     logs = tmp_path / "logs"
     logs.mkdir()

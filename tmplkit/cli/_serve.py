@@ -85,17 +85,26 @@ def add_engine_parity(sub) -> None:
     p.add_argument("--model", metavar="GGUF", help="the model llama-server loads (default: the tiny qwen35-vocab model)")
     add_name(p, many=True)
     add_format(p, ("markdown", "json"), "markdown", "the comparison", aliases={"table": "markdown"})
-    add_server_run_options(p)
+    add_server_run_options(p, request_timeout=PARITY_REQUEST_S)
     add_output(p, "the comparison")
     p.set_defaults(func=_cmd_engine_parity)
 
 
-def add_server_run_options(p) -> None:
-    """--log-dir and --start-timeout, for a command that starts llama-server per template."""
+# How long llama-server may take to answer one request: a render (/apply-template), and in `server
+# delimiters` also a prefill of the round trip on the user's model (the library's defaults too).
+PARITY_REQUEST_S = 120.0
+DELIMITERS_REQUEST_S = 300.0
+
+
+def add_server_run_options(p, *, request_timeout: float) -> None:
+    """--log-dir, --start-timeout and --request-timeout, for a command that starts llama-server per template."""
     p.add_argument("--log-dir", metavar="DIR", help="keep llama-server's logs in DIR")
     p.add_argument("--start-timeout", type=float, default=120.0, metavar="SECONDS",
                    help="how long llama-server may take to start and load the model, per template (default 120); "
                         "one that is not ready by then is an error")
+    p.add_argument("--request-timeout", type=float, default=request_timeout, metavar="SECONDS",
+                   help=f"how long llama-server may take to answer each request (default {request_timeout:g}); "
+                        "one that does not answer by then is an error")
 
 
 def _cmd_engine_parity(args) -> int:
@@ -113,6 +122,7 @@ def _cmd_engine_parity(args) -> int:
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):  # before any template is analyzed
         raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
     positive(args.start_timeout, "--start-timeout")
+    positive(args.request_timeout, "--request-timeout")
     if args.model:
         model = check_server_model(args.model)  # a file llama-server cannot load: one line before any analysis
     else:
@@ -129,7 +139,8 @@ def _cmd_engine_parity(args) -> int:
     with unwind_on_sigterm():
         analyses = analyze_isolated(templates, jobs=1)
         rows = [row for t, a in zip(templates, analyses)
-                for row in engine_parity(t, binary, model, analysis=a, log_dir=args.log_dir, startup_s=args.start_timeout)]
+                for row in engine_parity(t, binary, model, analysis=a, log_dir=args.log_dir, startup_s=args.start_timeout,
+                                           request_s=args.request_timeout)]
     if format_of(args) == "json":
         emit(json.dumps(parity_report(rows), ensure_ascii=False, indent=2) + "\n", args.output)
     else:

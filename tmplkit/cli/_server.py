@@ -25,7 +25,7 @@ from ._common import (
     worker_tokenizer,
 )
 from ._limits import DEFAULT_MEMORY_MB, SESSION_TIMEOUT, contained_limits
-from ._serve import add_server_run_options
+from ._serve import DELIMITERS_REQUEST_S, add_server_run_options
 from ._terminal import ProgressLine, wanted
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -56,7 +56,7 @@ def add_server(sub) -> None:
                         "tiny:VOCAB); it must need checkpoints (sliding-window, hybrid or recurrent)")
     add_name(d, many=True)
     add_format(d, ("markdown", "json"), "markdown", "the comparison", aliases={"table": "markdown"})
-    add_server_run_options(d)
+    add_server_run_options(d, request_timeout=DELIMITERS_REQUEST_S)
     add_output(d, "the comparison")
     d.set_defaults(func=_cmd_delimiters)
 
@@ -106,6 +106,7 @@ def _cmd_delimiters(args) -> int:
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
         raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
     positive(args.start_timeout, "--start-timeout")
+    positive(args.request_timeout, "--request-timeout")
     require_extra("llama", "tmplkit server delimiters (its tiny models and their tokenizers)")
     if args.model not in ("bytes", "family"):
         from ..prefill.models import resolve_model
@@ -122,7 +123,8 @@ def _cmd_delimiters(args) -> int:
         line = ProgressLine(wanted(verbosity(args) < 0), keep=True)
         for i, (t, a) in enumerate(zip(templates, analyses), 1):
             line.step(i, len(templates), t.name)
-            d = server_delimiters(t, binary, args.model, analysis=a, log_dir=args.log_dir, startup_s=args.start_timeout)
+            d = server_delimiters(t, binary, args.model, analysis=a, log_dir=args.log_dir, startup_s=args.start_timeout,
+                                  request_s=args.request_timeout)
             rows.append(compare_delimiters(d, a))
         line.close()
     version = LLAMA_CPP_PYTHON_VERSION if not args.server else f"unknown ({args.server})"

@@ -150,15 +150,15 @@ def probe_model(template, spec: str | os.PathLike = "bytes") -> tuple[str, Path]
 
 
 def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, analysis=None,
-                      log_dir=None, startup_s: float = 120) -> ServerDelimiters:
+                      log_dir=None, startup_s: float = 120, request_s: float = 300) -> ServerDelimiters:
     """Start llama-server `binary` with `template` (`--jinja --chat-template-file`) on `model`
     (see `probe_model`: by default the tiny byte-vocabulary model), send it the template's
     round-trip conversation, and read which delimiters it took and where it started user messages.
 
     Its log goes to `log_dir` (default: a temporary folder, removed). A server that cannot run,
     cannot load the model (`check_server_model` first), is not ready within `startup_s` seconds or
-    stops answering raises ModelError (nothing was read); only the template's own refusal is a
-    "refused" result.
+    does not answer a request within `request_s` raises ModelError (nothing was read); only the
+    template's own refusal is a "refused" result.
     """
     if analysis is None:
         analysis = analyze(template)
@@ -190,14 +190,14 @@ def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, a
         with server:
             head = server.log_text()
             try:
-                seg_a, task_a, prompt_a = _probe(server, head, dict(body, add_generation_prompt=True), log_path)
+                seg_a, task_a, prompt_a = _probe(server, head, dict(body, add_generation_prompt=True), log_path, request_s)
             except ServerRefused as exc:  # its error answer to the probe (no answer at all: raised)
                 return ServerDelimiters(name, "refused", vocab, messages=messages, error=str(exc))
             # the same prompt shorter: without the generation prompt, then without the last message
             others = []
             for other in (dict(body, add_generation_prompt=False), dict(body, messages=list(messages[:-1]))):
                 try:
-                    others.append(_probe(server, head, other, log_path)[1:])
+                    others.append(_probe(server, head, other, log_path, request_s)[1:])
                 except ServerRefused:
                     pass
     route, handler, delims = _route(seg_a)
@@ -225,11 +225,11 @@ def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, a
                             first, prompt_a, messages)
 
 
-def _probe(server, head: str, body: dict, log_path: Path):
+def _probe(server, head: str, body: dict, log_path: Path, request_s: float):
     """Send `body` to the chat endpoint; (its log, its task, its prompt from /apply-template)."""
     mark = len(server.log_text())
     try:
-        server.post("/v1/chat/completions", body, timeout=300)
+        server.post("/v1/chat/completions", body, timeout=request_s, longer="--request-timeout")
         segment = _wait_task(server, mark, 30)
     except ServerRefused as exc:
         # the answer failed, but the prompt may have been prefilled (the tiny model's random token
@@ -239,7 +239,7 @@ def _probe(server, head: str, body: dict, log_path: Path):
         except ModelError:
             raise exc from None
     prompt = server.post_for("/apply-template", {k: v for k, v in body.items() if k not in ("max_tokens", "seed", "cache_prompt")},
-                         "prompt", timeout=120)
+                         "prompt", timeout=request_s, longer="--request-timeout")
     return segment, read_server_log(head + segment, str(log_path)).tasks[-1], prompt
 
 

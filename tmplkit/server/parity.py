@@ -73,14 +73,14 @@ _SERVER_ARGS = ("--jinja", "--no-prefill-assistant", "-c", "1024", "-np", "1", "
 
 
 def engine_parity(template, binary, model, *, analysis=None, log_dir=None,
-                  startup_s: float = 120) -> tuple[EngineComparison, ...]:
+                  startup_s: float = 120, request_s: float = 120) -> tuple[EngineComparison, ...]:
     """Render the round-trip conversation of `template` (without, then with the generation
     prompt) with llama-server `binary` on `model` and with tmplkit; compare.
 
     Starts one llama-server for the template (its text in a temporary file); its log goes to
     `log_dir` (default: a temporary folder, removed). A server that cannot run, cannot load the
-    model, is not ready within `startup_s` seconds or stops answering raises ModelError (nothing
-    was compared); only the template's own refusal is a "refused" row.
+    model, is not ready within `startup_s` seconds or does not answer a request within `request_s`
+    raises ModelError (nothing was compared); only the template's own refusal is a "refused" row.
     """
     check_server_model(model)
     if analysis is None:
@@ -101,10 +101,10 @@ def engine_parity(template, binary, model, *, analysis=None, log_dir=None,
         except TemplateRefused as exc:  # llama-server refuses the template at start
             return (EngineComparison(template.name, "round trip", "refused", error=exc.reason),)
         with server:
-            return tuple(_compare(server, ours_template, analysis, gen) for gen in (False, True))
+            return tuple(_compare(server, ours_template, analysis, gen, request_s) for gen in (False, True))
 
 
-def _compare(server, template, analysis, add_generation_prompt: bool) -> EngineComparison:
+def _compare(server, template, analysis, add_generation_prompt: bool, request_s: float) -> EngineComparison:
     rt = analysis.round_trip
     variant = "generation prompt" if add_generation_prompt else "round trip"
     kwargs = dict(rt.render_kwargs, add_generation_prompt=add_generation_prompt)
@@ -124,7 +124,8 @@ def _compare(server, template, analysis, add_generation_prompt: bool) -> EngineC
     if kwargs:
         body["chat_template_kwargs"] = kwargs
     try:
-        theirs = server.post_for("/apply-template", body, "prompt", timeout=120)
+        theirs = server.post_for("/apply-template", body, "prompt", timeout=request_s,
+                                 longer="--request-timeout")
     except ServerRefused as exc:  # its error answer to the template's request (no answer at all: raised)
         return replace(row, status="refused", error=str(exc))
     row = replace(row, round_trip=_round_trip_holds(theirs, ours, analysis))

@@ -340,10 +340,11 @@ class LlamaServer:
         with urllib.request.urlopen(self.url + path, timeout=30) as r:
             return json.loads(r.read())
 
-    def post(self, path: str, body: dict, timeout: float = 3600) -> dict:
+    def post(self, path: str, body: dict, timeout: float = 3600, *, longer: str | None = None) -> dict:
         """POST `body` as JSON; the JSON answer. A refusal (HTTP 4xx/5xx) raises ServerRefused (a
         ModelError) with its message; no answer (the process gone, the connection dropped, the
-        time out) raises ModelError."""
+        time out) raises ModelError; `longer`: the option that allows a slow server more time, named
+        where the time ran out."""
         req = urllib.request.Request(self.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -357,7 +358,7 @@ class LlamaServer:
             raise ServerRefused(f"llama-server refused {path} (HTTP {exc.code}): {str(detail)[:500]}",
                                 status=exc.code) from None
         except OSError as exc:  # (URLError, a reset connection, a timeout)
-            raise ModelError(self._no_answer(path, exc)) from None
+            raise ModelError(self._no_answer(path, exc, timeout, longer)) from None
         try:
             answer = json.loads(raw)
         except ValueError:
@@ -368,17 +369,17 @@ class LlamaServer:
                              "llama-server?")
         return answer
 
-    def post_for(self, path: str, body: dict, key: str, timeout: float = 3600) -> str:
+    def post_for(self, path: str, body: dict, key: str, timeout: float = 3600, *, longer: str | None = None) -> str:
         """`post`, and the answer's text under `key` (/apply-template's "prompt"); ModelError, one
         line, where the answer has none (a server that is not llama-server, or another version)."""
-        answer = self.post(path, body, timeout=timeout)
+        answer = self.post(path, body, timeout=timeout, longer=longer)
         value = answer.get(key) if isinstance(answer, dict) else None
         if not isinstance(value, str):
             raise ModelError(f"llama-server's answer to {path} has no text {key!r} ({json.dumps(answer)[:80]}): is "
                              f"{self.binary} llama-server, of a version that serves {path}?")
         return value
 
-    def _no_answer(self, path: str, exc: OSError) -> str:
+    def _no_answer(self, path: str, exc: OSError, timeout: float, longer: str | None) -> str:
         assert self.proc is not None
         deadline = time.monotonic() + 1  # a server that crashed: its exit code, not only a dropped connection
         while not self._exited() and time.monotonic() < deadline:
@@ -391,6 +392,10 @@ class LlamaServer:
             return (f"llama-server {self.binary} exited with code {self.proc.returncode} before it answered {path}"
                     f"{why}; nothing was checked; {self.log_note()}")
         cause = getattr(exc, "reason", None) or exc
+        if isinstance(cause, TimeoutError):  # (alive, but silent for the whole time allowed)
+            more = f"give it longer ({longer}) if it is only slow; " if longer else ""
+            return (f"llama-server {self.binary} did not answer {path} within {timeout:g} s{why}; nothing was checked; "
+                    f"{more}{self.log_note()}")
         return f"llama-server {self.binary} did not answer {path} ({cause}){why}; nothing was checked; {self.log_note()}"
 
     def metrics(self) -> dict[str, float]:
