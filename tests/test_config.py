@@ -172,6 +172,33 @@ def test_no_sources_anywhere_is_a_one_line_error(project, capsys):
     assert code == 2 and err.startswith("tmplkit: error: no template sources given") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(("command", "text", "key", "needle"), [
+    ("audit templates", "tokenizer = 'tk/missing.json'\n", "tokenizer", "tokenizer file not found"),
+    ("audit templates", "[tokenizers]\nllama3 = 'tk/missing.gguf'\n", "tokenizers.llama3", "tokenizer file not found"),
+    ("audit templates", "expected-failures = 'missing.json'\n", "expected-failures", "cannot read"),
+    ("audit templates", "lock = 'missing.lock.json'\n", "lock", "no such lock"),
+    ("audit", "sources = ['templates', 'missing.jinja']\n", "sources", "no such file"),
+    ("table", "sources = ['missing.jinja']\n", "sources", "no such file"),
+    ("lock", "sources = ['missing.jinja']\n", "sources", "no such file"),
+])
+def test_a_configured_value_that_names_nothing_names_the_configuration(project, capsys, monkeypatch, command, text,
+                                                                       key, needle):
+    # The user typed none of these: the one line says where the value came from, before any work.
+    import tmplkit.auditing as audit_mod
+
+    monkeypatch.setattr(audit_mod, "audit", lambda *a, **k: pytest.fail("analysed before the value was checked"))
+    write(project / "tmplkit.toml", text)
+    code, _, err = run(capsys, *command.split())
+    assert code == 2 and err.count("\n") == 1 and needle in err, err
+    assert err.rstrip().endswith(f"(from '{key}' in {project / 'tmplkit.toml'})"), err
+
+
+def test_a_value_typed_is_not_blamed_on_the_configuration(project, capsys):
+    write(project / "tmplkit.toml", "fail-on = 'fail'\n")
+    code, _, err = run(capsys, "audit", "templates", "--tokenizer", "tk/missing.json")
+    assert code == 2 and "tokenizer file not found" in err and "tmplkit.toml" not in err, err
+
+
 def test_tokenizer_pairing_is_used_before_any_analysis(project, capsys, monkeypatch):
     # Without llama-cpp-python, a paired vocab: tokenizer only llama.cpp reads (SentencePiece) is
     # refused at once: the pairing was read.

@@ -21,8 +21,8 @@ from ._common import (
     add_name,
     add_output,
     config_of,
+    configured_templates,
     emit,
-    load_templates,
     memory_mb,
     positive,
     progress_printer,
@@ -32,7 +32,7 @@ from ._common import (
 )
 from ._limits import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT
 from ._lock import lock_for, precheck, print_checks, run_checks, upstreams_for
-from .config import FAIL_ON, PREFIX_STABILITY, load_expected_failures
+from .config import FAIL_ON, PREFIX_STABILITY, from_config, load_expected_failures
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -79,16 +79,6 @@ def add_audit(sub) -> None:
                         "the configuration's lock): a template whose behaviour differs fails the audit, each change "
                         "said in words; the configuration's [upstream] GGUFs are checked for drift the same way")
     p.set_defaults(func=_cmd_audit)
-
-
-def _sources(args, cfg) -> list[str]:
-    if args.sources:
-        return args.sources
-    if cfg.sources:
-        return list(cfg.sources)
-    where = f" (none in {cfg.path})" if cfg.path else ""
-    raise InputError(f"no template sources given{where}; give SOURCE arguments or set "
-                     "'sources' in [tool.tmplkit] of pyproject.toml or in tmplkit.toml")
 
 
 def _first(*values):
@@ -163,11 +153,11 @@ def _run_audit(args):
         from ..session import load_session
 
         session = load_session(args.session)
-    sources = _sources(args, cfg)
     expected = _expected_failures(args, cfg)
     needed_by = "the token round trip (--tokenizer)"
     require_tokenizers([tokenizer if tokenizer != "auto" else None, *cfg.tokenizers.values()], needed_by)
-    templates = load_templates(sources, args.name)
+    _locate_tokenizers(args, cfg)
+    templates = configured_templates(args, cfg)
     lock = lock_for(args, cfg)  # a bad lock, a template it lacks, an upstream not at hand: before any work
     if lock:
         precheck(lock, templates)
@@ -183,6 +173,19 @@ def _run_audit(args):
                              tokenizers=tokenizers, fail_on=_first(args.fail_on, cfg.fail_on, "fail"),
                              prefix_stability=prefix_stability, session=session, progress=progress)
     return (report, *run_checks(args, cfg, templates, lock, pairs))
+
+
+def _locate_tokenizers(args, cfg) -> None:
+    """Every tokenizer named (--tokenizer or the configuration's, and its pairings) is found before
+    any work, not after the analyses that the token round trip follows."""
+    from ..tokens.tokenizers import locate_tokenizer
+
+    named = [("tokenizer", args.tokenizer if args.tokenizer is not None else cfg.tokenizer, args.tokenizer is None),
+             *((f"tokenizers.{name}", spec, True) for name, spec in cfg.tokenizers.items())]
+    for key, spec, configured in named:
+        if spec and spec != "auto":
+            with from_config(cfg.path, key, configured):
+                locate_tokenizer(spec)
 
 
 def _auto_without_extras(templates, tokenizers, quiet: bool) -> dict[str, str | None]:
@@ -228,7 +231,7 @@ def _cmd_table(args) -> int:
     jobs = positive(_first(args.jobs, cfg.jobs), "--jobs")
     limits = worker_limits(args)
     expected = _expected_failures(args, cfg)
-    templates = load_templates(_sources(args, cfg), args.name)
+    templates = configured_templates(args, cfg)
     progress = progress_printer(sys.stderr.isatty() and verbosity(args) >= 0)
     report = audit_mod.audit(templates, jobs=jobs, **limits, expected_failures=expected, progress=progress)
     emit(audit_mod.format_table(report.results, args.format), args.output)

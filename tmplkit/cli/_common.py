@@ -14,11 +14,28 @@ from ._terminal import ProgressLine
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
-def load_templates(sources_: list[str], name: str | None = None):
-    """The templates of `sources_`; with `name` (--name), only those of that name."""
+def load_templates(sources_: list[str], name: str | None = None, *, config=None):
+    """The templates of `sources_`; with `name` (--name), only those of that name. `config`: the
+    Config the sources came from (an error loading one names its file)."""
     from ..sources.templates import load_many, select_named
+    from .config import from_config
 
-    return select_named(load_many(sources_), name, sources_)
+    with from_config(getattr(config, "path", None), "sources", config is not None):
+        templates = load_many(sources_)
+    return select_named(templates, name, sources_)
+
+
+def configured_templates(args, cfg):
+    """The templates of the SOURCE arguments, else of the configuration's sources (audit, table, lock)."""
+    from ..errors import InputError
+
+    if args.sources:
+        return load_templates(args.sources, args.name)
+    if cfg.sources:
+        return load_templates(list(cfg.sources), args.name, config=cfg)
+    where = f" (none in {cfg.path})" if cfg.path else ""
+    raise InputError(f"no template sources given{where}; give SOURCE arguments or set "
+                     "'sources' in [tool.tmplkit] of pyproject.toml or in tmplkit.toml")
 
 
 # ---- options every command that has them declares alike -----------------------------------------------

@@ -10,7 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from ._common import add_name, config_of, load_templates, memory_mb, positive, progress_printer, verbosity
+from ._common import add_name, config_of, configured_templates, memory_mb, positive, progress_printer, verbosity
+from .config import from_config
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -81,7 +82,7 @@ def _cmd_lock(args) -> int:
     path = args.lock or cfg.lock or DEFAULT_LOCK
     old = BehaviourLock() if args.fresh or not os.path.exists(path) else read_lock(path)  # a bad lock: before any work
     check_writable(path)
-    records = derive(args, load_templates(_sources(args, cfg), args.name), cfg)
+    records = derive(args, configured_templates(args, cfg), cfg)
     require_derived(records, f"{path} was not written (a lock holds behaviour, not a run's limit)")
     with _folder_held(path):  # another lock run on the same file keeps its entries: read again, merge, write
         if not args.fresh and os.path.exists(path):
@@ -119,16 +120,6 @@ def _folder_held(path: str):
         os.close(fd)  # (releases the flock)
 
 
-def _sources(args, cfg) -> list[str]:
-    """SOURCE arguments, else the configuration's sources (as the audit reads them)."""
-    from ..errors import InputError
-
-    if args.sources or cfg.sources:
-        return list(args.sources or cfg.sources)
-    raise InputError("no template sources given; give SOURCE arguments or set 'sources' in [tool.tmplkit] of "
-                     "pyproject.toml or in tmplkit.toml")
-
-
 # ---- the audit's checks ----------------------------------------------------------------------------
 
 def lock_for(args, cfg):
@@ -142,9 +133,10 @@ def lock_for(args, cfg):
         return None
     if path == "-":  # (its advice would be a command that is refused)
         raise InputError("--lock -: a lock is a file the audit reads; give its path")
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such lock; write it with `tmplkit lock SOURCE... --lock {path}`")
-    return path, read_lock(path)
+    with from_config(cfg.path, "lock", not getattr(args, "lock", None)):
+        if not os.path.exists(path):
+            raise InputError(f"{path}: no such lock; write it with `tmplkit lock SOURCE... --lock {path}`")
+        return path, read_lock(path)
 
 
 def precheck(lock, templates) -> None:

@@ -28,6 +28,7 @@ command line override it. Unknown keys and bad values are errors naming the file
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tomllib
@@ -36,12 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from ..auditing._choices import FAIL_ON, PREFIX_STABILITY
-from ..errors import InputError
+from ..errors import InputError, TmplkitError
 from ..jsonio import read_json, stdin
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
-__all__ = ["EXPECTED_KINDS", "FAIL_ON", "PREFIX_STABILITY", "Config", "find_config", "is_expected_failures",
+__all__ = ["EXPECTED_KINDS", "FAIL_ON", "PREFIX_STABILITY", "Config", "find_config", "from_config", "is_expected_failures",
            "load_config", "load_expected_failures", "parse_config"]
 
 # What an expected-failures entry may excuse: {name: reason} is {name: {"fail": reason}}.
@@ -79,6 +80,18 @@ class Config:
             "expected_failures": self.expected_failures, "prefix_stability": self.prefix_stability, "timeout": self.timeout, "memory": self.memory,
             "jobs": self.jobs, "lock": self.lock, "upstream": dict(self.upstream),
         }
+
+
+@contextlib.contextmanager
+def from_config(path: Path | None, key: str, given: bool = True):
+    """An error of a value the configuration at `path` gave (`given`) names the file and the key:
+    the user did not type that value, and may not know where it came from."""
+    try:
+        yield
+    except TmplkitError as exc:
+        if given and path is not None:
+            exc.args = (f"{exc} (from '{key}' in {path})",)
+        raise
 
 
 _MAX_CONFIG_BYTES = 16 * 1024 * 1024  # far above any configuration; /dev/zero-like files end here
@@ -276,7 +289,8 @@ def _expected_failures(value: object, base: Path, path: Path) -> dict[str, str |
     if value is None:
         return None
     if isinstance(value, str):
-        return load_expected_failures(_resolve(value, base))
+        with from_config(path, "expected-failures"):
+            return load_expected_failures(_resolve(value, base))
     if isinstance(value, dict) and is_expected_failures(value):
         return {k: dict(v) if isinstance(v, dict) else v for k, v in value.items()}
     raise _bad(path, "expected-failures", "must be a JSON file name or a table of template name = reason "

@@ -37,7 +37,7 @@ from ._cuts import CHUNK, SpecialTexts, cuts
 from .gguf_vocab import byte_level_bytes, gguf_bpe_tokenizer, supports
 from .llama_model import LlamaModel, import_llama_cpp
 
-__all__ = ["GGUFBPETokenizer", "HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "load_tokenizer"]
+__all__ = ["GGUFBPETokenizer", "HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "load_tokenizer", "locate_tokenizer"]
 
 _GIVE = "give a .gguf (vocab-only is enough), a tokenizer.json or its folder, vocab:NAME or hf:org/name"
 
@@ -745,29 +745,40 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
 
     >>> tok = load_tokenizer("vocab:qwen35")   # doctest: +SKIP
     """
+    kind, path, name = locate_tokenizer(spec)
+    if kind == "gguf":
+        return _gguf_tokenizer(path, add_bos, name=name)
+    return HFTokenizer(path, add_bos=add_bos, name=name)
+
+
+def locate_tokenizer(spec: str | os.PathLike) -> tuple[str, Path, str | None]:
+    """The file `spec` names, without opening it: ("gguf" or "json", its path, the name a tokenizer
+    opened from it takes; None: its path's). TokenizerError, the loader's own, where it names
+    nothing there (a missing file, a vocab the corpus lacks, a repo not in the cache): commands
+    check their tokenizers with it before any work."""
     parsed = TokenizerSpec.parse(spec)
     text = parsed.text
     if not text.strip():  # (an empty path is the current folder to Path)
         raise TokenizerError(f"the tokenizer is empty; {_GIVE}")
     if parsed.kind == "vocab":
         try:
-            return _gguf_tokenizer(corpus.vocab_path(parsed.name), add_bos, name=text)
+            return "gguf", corpus.vocab_path(parsed.name), text
         except SourceError as exc:
             raise TokenizerError(str(exc)) from None
     if parsed.kind == "hf":
-        return _hf_from_cache(parsed.name, add_bos)
+        return "json", _hf_cached(parsed.name), f"hf:{parsed.name}"
     path = Path(text).expanduser()
     if path.is_dir():
         if (path / "tokenizer.json").is_file():
-            return HFTokenizer(path / "tokenizer.json", add_bos=add_bos)
+            return "json", path / "tokenizer.json", None
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1:
-            return _gguf_tokenizer(ggufs[0], add_bos)
+            return "gguf", ggufs[0], None
         raise TokenizerError(f"{path} holds no tokenizer.json (and not exactly one .gguf); give the file itself")
     if not path.exists():
         # ORG/NAME, a Hub repository; a path that names a tokenizer file is a file not found
         if text.count("/") == 1 and not text.startswith((".", "/", "~")) and path.suffix.lower() not in (".json", ".gguf"):
-            return _hf_from_cache(text, add_bos)
+            return "json", _hf_cached(text), f"hf:{text}"
         raise TokenizerError(f"tokenizer file not found: {path}; {_GIVE}")
     if not path.is_file():
         raise TokenizerError(f"{path} is not a file; {_GIVE}")
@@ -777,15 +788,16 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
     except OSError as exc:
         raise TokenizerError(f"cannot read {path}: {exc.strerror or exc}") from None
     if head[:4] == b"GGUF":
-        return _gguf_tokenizer(path, add_bos)
+        return "gguf", path, None
     if path.suffix == ".json" or head.lstrip()[:1] == b"{":
-        return HFTokenizer(path, add_bos=add_bos)
+        return "json", path, None
     if path.suffix == ".gguf":
         raise TokenizerError(f"{path} is not a GGUF file (no GGUF magic); it may be damaged or a Git LFS pointer")
     raise TokenizerError(f"{path} is neither a GGUF file nor a tokenizer.json; {_GIVE}")
 
 
-def _hf_from_cache(repo_id: str, add_bos: bool = False) -> HFTokenizer:
+def _hf_cached(repo_id: str) -> Path:
+    """The repo's tokenizer.json in the local Hugging Face cache."""
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
@@ -797,4 +809,4 @@ def _hf_from_cache(repo_id: str, add_bos: bool = False) -> HFTokenizer:
     if not isinstance(found, str):
         raise TokenizerError(f"no tokenizer.json for '{repo_id}' in the local Hugging Face cache; download it first "
                              f"(e.g. `hf download {repo_id} tokenizer.json`) or give a path")
-    return HFTokenizer(found, add_bos=add_bos, name=f"hf:{repo_id}")
+    return Path(found)
