@@ -235,6 +235,14 @@ def test_name_picks_templates_of_many_sources(capsys):
     assert code == 2 and one_line_error(err, "no template named 'nope'", "chatml")
 
 
+def test_table_says_why_a_listed_failure_that_passes_fails_it(capsys, tmp_path):
+    listed = tmp_path / "expected.json"
+    listed.write_text(json.dumps({"chatml": "thought to fail"}))
+    code, out, err = run(capsys, "table", "--jobs", "1", CHATML, "--expected-failures", str(listed))
+    assert code == 1 and "| chatml | pass |" in out
+    assert "note: chatml is listed as an expected failure but passes; remove it from the list" in err, err
+
+
 # ---- wording -------------------------------------------------------------------------------------------
 
 def test_one_template_is_singular(capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -275,6 +276,11 @@ def test_gate_never_says_pass_for_a_prefix_check_that_did_not_run():
     from tmplkit.auditing import format_text
 
     assert "not checked: prefix stability not checked" in format_text(report)
+    from tmplkit.auditing import format_summary
+
+    summary = format_summary(report)  # a stopped check is counted apart, never as checked
+    assert re.search(r"prefix stability +0 checked\n", summary), summary
+    assert re.search(r"not checked: stopped by a limit +1 ", summary), summary
 
 
 def test_fail_on_unchecked_fails_a_check_that_did_not_run():

@@ -59,11 +59,7 @@ def format_text(report: AuditReport, *, color: bool = False, verbosity: int = 0)
         if verbosity < 0 and not report.counts_against(i):
             continue
         lines.extend(_text_rows(report, i, width, color, verbosity))
-    notes = [f"note: {a.name} is listed as an expected failure but passes; remove it from the list"
-             for a in report.unexpected_passes]
-    verdicts = {a.name: c.verdict for a, c in zip(report.results, report.prefix_checks)}
-    notes += [f"note: {a.name} is listed as unstable but is {verdicts[a.name]}; remove it from the list"
-              for a in report.unexpected_stable]
+    notes = report.list_notes()
     if verbosity < 0 and report.ok:
         return ""
     lines.append(summary_line(report, color=color))

@@ -162,6 +162,15 @@ class AuditReport:
                 if a.status == "pass" and self.expected(a.name, "unstable") is not None
                 and c.verdict not in ("unstable", NOT_CHECKED)]
 
+    def list_notes(self) -> list[str]:
+        """A line for each entry of the expected-failures list the run contradicts (a listed failure
+        that passes, a listed unstable template that is not): each fails the audit, and says why."""
+        notes = [f"note: {a.name} is listed as an expected failure but passes; remove it from the list"
+                 for a in self.unexpected_passes]
+        verdicts = {a.name: c.verdict for a, c in zip(self.results, self.prefix_checks)}
+        return notes + [f"note: {a.name} is listed as unstable but is {verdicts[a.name]}; remove it from the list"
+                        for a in self.unexpected_stable]
+
     @property
     def ok(self) -> bool:
         return not self.failures and not self.unexpected_passes and not self.unexpected_stable and not self.checks

@@ -7,6 +7,7 @@ where one line per template is a hundred lines; the whole report goes to a file 
 from __future__ import annotations
 
 from ._gate import AuditReport, verdict_of
+from ._prefix import NOT_CHECKED
 
 __all__ = ["format_summary"]
 
@@ -42,10 +43,7 @@ def format_summary(report: AuditReport) -> str:
         lines.append(f"    {status.upper()} {report.results[i].name}: {why[:100]}")
     if len(failing) > _NAMED:
         lines.append(f"    ... {len(failing) - _NAMED} more (--format text, or the full report)")
-    for a in report.unexpected_passes:
-        lines.append(f"  note: {a.name} is listed as an expected failure but passes; remove it from the list")
-    for a in report.unexpected_stable:
-        lines.append(f"  note: {a.name} is listed as unstable but is not; remove it from the list")
+    lines += [f"  {note}" for note in report.list_notes()]
     lines.append("-> ok" if report.ok else "-> FAILED")
     return "\n".join(lines) + "\n"
 
@@ -73,4 +71,9 @@ def _prefix_rows(report: AuditReport) -> list[tuple[str, str]]:
     verdicts: dict[str, int] = {}
     for c in report.prefix_checks:
         verdicts[c.verdict] = verdicts.get(c.verdict, 0) + 1
-    return [("prefix stability", f"{len(report.prefix_checks)} checked: {_counts(verdicts)}")]
+    # Those a limit stopped were not checked: counted apart, not as checked (nothing was proved).
+    stopped = verdicts.pop(NOT_CHECKED, 0)
+    rows = [("prefix stability", f"{len(report.prefix_checks) - stopped} checked" + (f": {_counts(verdicts)}" if verdicts else ""))]
+    if stopped:
+        rows.append(("  not checked: stopped by a limit", f"{stopped} (a longer --timeout or more --memory checks it)"))
+    return rows

@@ -235,7 +235,10 @@ def _cmd_table(args) -> int:
     progress = progress_printer(sys.stderr.isatty() and verbosity(args) >= 0)
     report = audit_mod.audit(templates, jobs=jobs, **limits, expected_failures=expected, progress=progress)
     emit(audit_mod.format_table(report.results, args.format), args.output)
-    # A table of failing templates is no success: exit 1 as the audit does (their rows say why).
+    # A table of failing templates is no success: exit 1 as the audit does (their rows say why, and
+    # the notes why a listed failure that passes fails it).
     if not report.ok and verbosity(args) >= 0:
         print(audit_mod.summary_line(report, color=use_color(args, sys.stderr)), file=sys.stderr)
+        for note in report.list_notes():
+            print(f"tmplkit: {note}", file=sys.stderr)
     return 0 if report.ok else 1
