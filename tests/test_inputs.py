@@ -66,3 +66,18 @@ def test_turns_cli_chooses_the_inputs(template, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["reports"][0]["inputs"] == "server"
     assert main(["turns", src, "--session", str(path), "--inputs", "transformers"]) == 2
     assert "has no attribute 'content'" in capsys.readouterr().err
+
+
+def test_a_tool_call_without_arguments_is_the_sessions_fault_as_llama_server_says(template, tmp_path, capsys):
+    # llama-server refuses such a request (common/chat.cpp: fc.at("arguments")); a template that
+    # then fails on the missing key was blamed for it
+    bare = {"id": "c1", "type": "function", "function": {"name": "ls"}}
+    messages = [MESSAGES[0], {**MESSAGES[1], "tool_calls": [bare]}, *MESSAGES[2:]]
+    with pytest.raises(InputError, match=r"message 1 \(assistant\): tool_calls\[0\] \(ls\) has no 'arguments'"):
+        for_server(template, Session(tuple(messages), ()))
+    assert for_server(template, Session(tuple(messages), ()), inputs="transformers")  # given as sent there
+    path = tmp_path / "session.json"
+    path.write_text(json.dumps({"messages": messages}))
+    assert main(["turns", str(FIX / "content-concat.jinja"), "--session", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"tmplkit: error: {path}: message 1") and "llama-server refuses" in err and err.count("\n") == 1

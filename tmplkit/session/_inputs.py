@@ -44,7 +44,22 @@ def given_messages(messages: Iterable[dict], inputs: str) -> list[dict]:
     check_inputs(inputs)
     if inputs == "transformers":
         return list(messages)
+    messages = list(messages)
+    _server_reads_arguments(messages)
     return [{**m, "content": ""} if m.get("content") is None else m for m in messages]
+
+
+def _server_reads_arguments(messages: list[dict]) -> None:
+    """llama-server refuses a request whose tool call has no `arguments` (the vendored
+    common/chat.cpp, `common_chat_msgs_parse_oaicompat`: `fc.at("arguments")`): the session is
+    refused so, not the template that would then fail on it."""
+    for i, m in enumerate(messages):
+        for j, call in enumerate(m.get("tool_calls") or ()):
+            fn = call.get("function", call) if isinstance(call, dict) else None
+            if isinstance(fn, dict) and "arguments" not in fn:
+                raise InputError(f"message {i} ({m.get('role')}): tool_calls[{j}] ({fn.get('name')}) has no 'arguments', "
+                                 "which llama-server refuses (it reads function.arguments); give them, {} where the "
+                                 "function takes none")
 
 
 def inputs_note(inputs: str) -> str:

@@ -105,7 +105,11 @@ def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = No
         kwargs = conversation.kwargs if kwargs is None else kwargs
         conversation = conversation.conversation
     inputs = check_inputs(inputs or DEFAULT_INPUTS)
-    return ServerConversation(template, conversation, tuple(messages_for(template, conversation.messages, inputs)),
+    try:
+        messages = tuple(messages_for(template, conversation.messages, inputs))
+    except InputError as exc:  # (the session's fault: named by its file)
+        raise InputError(f"{conversation.source}: {exc}" if conversation.source else str(exc)) from None
+    return ServerConversation(template, conversation, messages,
                               tuple(conversation.tools or ()) or None, dict(kwargs or {}), render_variables(template, kwargs),
                               inputs)
 
