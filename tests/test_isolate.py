@@ -324,3 +324,38 @@ def test_every_pool_refuses_a_memory_no_worker_can_be_given(memory_mb):
 
     with pytest.raises(InputError, match="memory limit must be at least 16 MiB and at most 1073741824"):
         run_contained(_os.getpid, what="t", memory_mb=memory_mb)
+
+
+def _echo(item, note):
+    return item
+
+
+def _prelude_raises(item):
+    if item == "deep":
+        raise RecursionError("maximum recursion depth exceeded")
+    return None
+
+
+def _refuse_here():
+    raise ValueError("this item does not load in a worker")
+
+
+class _Unreadable:
+    """Pickles here; unpickling it (in the worker) raises."""
+
+    def __reduce__(self):
+        return (_refuse_here, ())
+
+
+def test_a_worker_that_fails_before_its_work_says_why():
+    # Its own output goes nowhere (native crash noise stays off the terminal), so a Python error
+    # before the work (the prelude's, or an item that does not load there) comes through the pipe,
+    # not as "the worker exited with code 1 without a result".
+    from tmplkit.auditing.workers import Lost, run_in_workers
+
+    out = run_in_workers(["deep", _Unreadable(), "plain"], _echo, lost=lambda item, lost: lost, prelude=_prelude_raises,
+                         jobs=1, timeout=60)
+    assert isinstance(out[0], Lost) and out[0].kind == "raised" and "RecursionError: maximum recursion" in out[0].error
+    assert isinstance(out[1], Lost) and out[1].kind == "raised"
+    assert "could not read its item: ValueError: this item does not load in a worker" in out[1].error
+    assert out[2] == "plain"  # the same worker goes on

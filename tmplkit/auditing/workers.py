@@ -63,7 +63,7 @@ class Lost:
     `kind`: "timeout" (past `limit` seconds; the worker was killed), "exit" (the worker ended with
     `exitcode`: a crash, a kill, EXIT_MEMORY), "start" (no worker could be started: `error`),
     "unsent" (the result could not be pickled in the worker: `error`), "unread" (nor unpickled
-    here: `error`) or "raised" (the work itself raised: `error`). `seconds`: the item's time so far;
+    here: `error`) or "raised" (the work, its prelude or reading the item raised: `error`). `seconds`: the item's time so far;
     `note`: what its prelude sent (None when it did not run).
     """
 
@@ -76,6 +76,8 @@ class Lost:
 
 
 # --- the worker -----------------------------------------------------------------------------------
+
+UNREAD_TASK = -1  # the index a worker's message has for the item it was sent but could not read
 
 
 def _set_parent_death_signal() -> None:
@@ -136,7 +138,13 @@ def _limit_memory(memory_mb: int | None) -> None:
 def _do_one(conn, index: int, item, work, prelude) -> None:
     note = None
     if prelude is not None:
-        note = prelude(item)
+        try:
+            note = prelude(item)
+        except MemoryError:
+            os._exit(EXIT_MEMORY)
+        except BaseException as exc:  # noqa: BLE001 - said through the pipe: the worker's own output goes nowhere
+            conn.send(("raised", index, (f"{type(exc).__name__}: {exc}", 0.0)))
+            return
         conn.send(("note", index, note))
     start = time.perf_counter()
     try:
@@ -181,6 +189,9 @@ def _worker(conn, work, prelude, memory_mb, setup) -> None:
                 task = conn.recv()
             except (EOFError, OSError):
                 return
+            except Exception as exc:  # an item that does not unpickle here: said, not a silent exit
+                conn.send(("raised", UNREAD_TASK, (f"the worker could not read its item: {type(exc).__name__}: {exc}", 0.0)))
+                continue
             if task is None:
                 return
             _do_one(conn, task[0], task[1], work, prelude)
@@ -430,7 +441,7 @@ class _Pool:
         try:
             while not job.done and w.conn.poll():
                 kind, index, value = w.conn.recv()
-                if index != job.index:
+                if index != job.index and index != UNREAD_TASK:
                     continue
                 if kind == "note":
                     job.note = value
