@@ -363,6 +363,19 @@ def test_a_template_that_raises_a_message_of_two_lines_is_still_one_line(tmp_pat
     assert code == 2 and err.count("\n") == 1 and "first line\\nsecond line" in err
 
 
+def test_spans_of_delimiters_not_proven_are_written_and_fail(tmp_path, capsys):
+    # (it exited 0 with empty spans: a pipeline took them for an answer)
+    (tmp_path / "plain.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    (tmp_path / "c.json").write_text('[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]')
+    out = tmp_path / "spans.json"
+    code, _, err = run(capsys, "spans", str(tmp_path / "plain.jinja"), "--session", str(tmp_path / "c.json"),
+                       "--tokenizer", "vocab:qwen35", "-o", str(out))
+    assert code == 1 and json.loads(out.read_text())["delimiters"]["passed"] is False
+    assert err.count("\n") == 1 and "not proven" in err and "no delimiters" in err, err
+    code, _, _ = run(capsys, "spans", CHATML, "--session", str(tmp_path / "c.json"), "--tokenizer", "vocab:qwen35")
+    assert code == 0
+
+
 @pytest.mark.parametrize("argv", [["mask", CHATML, "--session", str(ROOT / "fixtures" / "masks" / "chat.json"),
                                    "--tokenizer", "vocab:qwen35"], ["lock", CHATML, "--lock", "l.json"],
                                   ["diff", CHATML, CHATML], ["audit", CHATML]])

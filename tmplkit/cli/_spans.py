@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from ._common import (
     add_format,
     add_generation_prompt,
@@ -15,6 +17,7 @@ from ._common import (
     template_conversation_tokenizer,
 )
 from ._limits import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, contained_limits
+from ._outputs import error_line
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -47,4 +50,9 @@ def _cmd_spans(args) -> int:
         emit(format_spans_text(result), args.output)
     else:
         emit(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n", args.output)
+    if not result.delimiters.passed:  # spans of delimiters not proven here are no answer: written, and failed
+        why = "; ".join(result.delimiters.problems[:1]) or "their round trip failed"
+        print(error_line(f"tmplkit: spans: the delimiters of '{template.name}' are not proven on this tokenizer ({why}); "
+                         "the spans cannot be trusted (`tmplkit audit` says why)"), file=sys.stderr)
+        return 1
     return 0
