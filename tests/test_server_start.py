@@ -187,6 +187,16 @@ def test_a_server_that_never_answers_ends_after_the_start_timeout(command, model
 
 
 @pytest.mark.parametrize("command", COMMANDS)
+def test_both_commands_take_the_same_model_shortcuts(command, capsys):
+    # (engine-parity took a GGUF path only: one vocabulary of options)
+    pytest.importorskip("llama_cpp")
+    code, _, err = _run(capsys, command, "--server", TRUE, "--model", "tiny:nope")
+    _one_line(code, err, "no vocab 'nope'", "qwen35")
+    code, _, err = _run(capsys, command, "--server", TRUE, "--model", "tiny:qwen35")
+    _one_line(code, err, "exited with code 0 at start", "tiny-gemma3-qwen35")  # resolved, and started with it
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_the_start_timeout_must_be_positive(command, model, capsys):
     code, _, err = _run(capsys, command, "--server", TRUE, "--model", str(model), "--start-timeout", "0")
     _one_line(code, err, "--start-timeout must be", "positive")

@@ -82,7 +82,8 @@ def add_engine_parity(sub) -> None:
     p.add_argument("--server", metavar="PATH",
                    help="the llama-server binary (default: $TMPLKIT_LLAMA_SERVER, else the pinned one "
                         "`make llama-server` builds in a checkout)")
-    p.add_argument("--model", metavar="GGUF", help="the model llama-server loads (default: the tiny qwen35-vocab model)")
+    p.add_argument("--model", metavar="MODEL", help="the model llama-server loads: a GGUF, gemma or tiny:VOCAB (default: "
+                   "tiny:qwen35, the tiny model around Qwen3.5's vocabulary)")
     add_name(p, many=True)
     add_format(p, ("markdown", "json"), "markdown", "the comparison", aliases={"table": "markdown"})
     add_server_run_options(p, request_timeout=PARITY_REQUEST_S)
@@ -123,13 +124,12 @@ def _cmd_engine_parity(args) -> int:
         raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
     positive(args.start_timeout, "--start-timeout")
     positive(args.request_timeout, "--request-timeout")
-    if args.model:
-        model = check_server_model(args.model)  # a file llama-server cannot load: one line before any analysis
-    else:
-        require_extra("llama", "tmplkit engine-parity (its default tiny model)")
-        from ..prefill import tiny_model_path
+    spec = args.model or "tiny:qwen35"
+    if spec.startswith("tiny:"):
+        require_extra("llama", "tmplkit engine-parity (its tiny models)")
+    from ..prefill.models import resolve_model
 
-        model = tiny_model_path("qwen35")
+    model = check_server_model(resolve_model(spec))  # a file llama-server cannot load: one line before any analysis
     templates = load_templates(args.sources, args.name)
     # The templates are untrusted: analyzed in workers under the audit's limits; tmplkit's side of
     # the comparison then renders only the conversation a template rendered there.
