@@ -63,8 +63,8 @@ class Lost:
     `kind`: "timeout" (past `limit` seconds; the worker was killed), "exit" (the worker ended with
     `exitcode`: a crash, a kill, EXIT_MEMORY), "start" (no worker could be started: `error`),
     "unsent" (the result could not be pickled in the worker: `error`), "unread" (nor unpickled
-    here: `error`) or "raised" (the work, its prelude or reading the item raised: `error`). `seconds`: the item's time so far;
-    `note`: what its prelude sent (None when it did not run).
+    here: `error`) or "raised" (the work, its prelude or reading the item raised: `error`).
+    `seconds`: the item's time so far; `note`: what its prelude sent (None when it did not run).
     """
 
     kind: str
