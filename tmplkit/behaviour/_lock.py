@@ -87,8 +87,12 @@ class LockCheck:
     def summary(self) -> str:
         n, bad = len(self.diffs), len(self.changed)
         lost = f", {len(self.unchecked)} not derived (a limit stopped it)" if self.unchecked else ""
-        verdict = ("ok" if self.ok else f"FAILED; after an intended change: tmplkit lock SOURCE... --lock {self.lock_path}"
-                   if not self.unchecked else "FAILED; raise --timeout or --memory")
+        if self.unchecked:
+            verdict = "FAILED; raise --timeout or --memory"
+        elif self.changed:
+            verdict = f"FAILED; after an intended change: tmplkit lock SOURCE... --lock {self.lock_path}"
+        else:
+            verdict = "ok"
         return f"lock {self.lock_path}: {n} template{'s' if n != 1 else ''} checked, {bad} changed behaviour{lost} -> {verdict}"
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._common import add_limits
+from ._common import add_limits, emit
 from ._limits import DEFAULT_MEMORY_MB, contained_limits
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -31,7 +31,6 @@ def _cmd_annotate(args) -> int:
     import importlib.util
     import sys
 
-    from ..atomic import check_writable, write_output
     from ..auditing.contained import run_contained
     from ..errors import InputError
     from ..masks import annotate_template
@@ -39,17 +38,12 @@ def _cmd_annotate(args) -> int:
 
     if importlib.util.find_spec("transformers") is None:
         raise InputError("tmplkit annotate checks the copy with transformers, which is not installed; pip install transformers")
-    limits = contained_limits(args, ANNOTATE_TIMEOUT)
-    if args.output is not None:  # (None: -o -, standard output)
-        check_writable(args.output)  # refuse before the work
+    limits = contained_limits(args, ANNOTATE_TIMEOUT)  # (-o was checked before the work: cli._outputs)
     template = load_one(args.source, args.name)
     # The template is untrusted: it renders in a worker under --timeout and --memory; the default
     # time allows for transformers' import and the check conversations (tmplkit.auditing.contained).
     annotated = run_contained(annotate_template, template, what=f"annotating '{template.name}'", **limits)
-    if args.output is None:
-        sys.stdout.write(annotated.text)
-    else:
-        write_output(args.output, annotated.text)
+    emit(annotated.text, args.output)  # (None: -o -, standard output)
     print(f"{args.output or 'standard output'}: {template.name} annotated; masks equal on {annotated.checked} conversations "
           f"({annotated.masked_chars} masked characters)", file=sys.stderr)
     return 0

@@ -90,9 +90,7 @@ def _cmd_audit(args) -> int:
     reports = _more_reports(args.report)  # a bad --report before any work
     junit = [f for fmt, f in [(args.format, args.output), *reports] if fmt == "junit" and f]
     try:
-        report, findings, _ = _run_audit(args)  # (whether the checks held: `report.checks`, below)
-        # the lock's and upstreams' failures are the report's too: its JSON, JUnit and summary say them
-        report = dataclasses.replace(report, checks=tuple(f for f in findings if f[0] in ("LOCK", "DRIFT")))
+        report, findings = _run_audit(args)
     except TmplkitError as exc:
         for path in junit:  # a CI reading the report finds why, not no file
             with contextlib.suppress(TmplkitError):
@@ -172,7 +170,9 @@ def _run_audit(args):
     report = audit_mod.audit(templates, **limits, expected_failures=expected, tokenizer=tokenizer,
                              tokenizers=tokenizers, fail_on=_first(args.fail_on, cfg.fail_on, "fail"),
                              prefix_stability=prefix_stability, session=session, progress=progress)
-    return (report, *run_checks(args, cfg, templates, lock, pairs))
+    findings = run_checks(args, cfg, templates, lock, pairs)
+    # the lock's and upstreams' failures are the report's too: its JSON, JUnit and summary say them
+    return dataclasses.replace(report, checks=tuple(f for f in findings if f[0] in ("LOCK", "DRIFT"))), findings
 
 
 def _locate_tokenizers(args, cfg) -> None:

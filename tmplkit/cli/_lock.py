@@ -131,9 +131,10 @@ def lock_for(args, cfg):
     path = getattr(args, "lock", None) or cfg.lock
     if path is None:
         return None
-    if path == "-":  # (its advice would be a command that is refused)
-        raise InputError("--lock -: a lock is a file the audit reads; give its path")
-    with from_config(cfg.path, "lock", not getattr(args, "lock", None)):
+    typed = bool(getattr(args, "lock", None))
+    with from_config(cfg.path, "lock", not typed):
+        if path == "-":  # (its advice would be a command that is refused)
+            raise InputError(f"{'--lock' if typed else 'lock'} -: a lock is a file the audit reads; give its path")
         if not os.path.exists(path):
             raise InputError(f"{path}: no such lock; write it with `tmplkit lock SOURCE... --lock {path}`")
         return path, read_lock(path)
@@ -167,18 +168,17 @@ def upstreams_for(cfg, templates) -> list:
     return pairs
 
 
-def run_checks(args, cfg, templates, lock, pairs) -> tuple[list[tuple[str, str, str, str]], bool]:
+def run_checks(args, cfg, templates, lock, pairs) -> list[tuple[str, str, str, str]]:
     """The lock check and the upstream drift check: their findings, each (kind, name, source,
-    message) with kind LOCK, DRIFT, TEXT (a text-only edit: no change in behaviour, said apart) or
-    "" (a summary line), and whether both hold."""
+    message) with kind LOCK, DRIFT (each fails the audit), TEXT (a text-only edit: no change in
+    behaviour, said apart) or "" (a summary line)."""
     from ..behaviour import check_lock, compare, render_line
 
     if not lock and not pairs:
-        return [], True
+        return []
     n = len(templates)
     records = derive(args, list(templates) + [u for _, u in pairs], cfg)
     out: list[tuple[str, str, str, str]] = []
-    ok = True
     if lock:
         check = check_lock(lock[1], records[:n], lock[0])
         out += [("LOCK", name, source, f"not checked: its behaviour was not derived: {reason}")
@@ -191,22 +191,19 @@ def run_checks(args, cfg, templates, lock, pairs) -> tuple[list[tuple[str, str, 
                 out.append(("TEXT", name, source, d.headline))
         if not check.ok or verbosity(args) >= 0:
             out.append(("", "", "", check.summary()))
-        ok = check.ok
     index = {id(t): i for i, t in enumerate(templates)}
     for (t, _), up in zip(pairs, records[n:]):
         lost = next((r for r in (up, records[index[id(t)]]) if not r.derived), None)
         if lost is not None:
-            ok = False
             out.append(("DRIFT", t.name, t.source, f"not checked against its upstream {up.source}: the behaviour of "
                                                    f"{lost.source} was not derived: {lost.reason or lost.verdict}"))
             continue
         d = compare(up, records[index[id(t)]])
         if not d.same:
-            ok = False
             out += [("DRIFT", t.name, t.source, f"from its upstream {up.source}: {c.message}") for c in d.changes]
         elif verbosity(args) >= 0:
             out.append(("", "", "", f"upstream {up.source} -> {t.name}: {d.headline}"))
-    return out, ok
+    return out
 
 
 def print_checks(findings, fmt: str, output: str | None) -> None:

@@ -108,22 +108,32 @@ def add_server_run_options(p, *, request_timeout: float) -> None:
                         "one that does not answer by then is an error")
 
 
-def _cmd_engine_parity(args) -> int:
-    import json
+def server_run(args) -> str:
+    """The llama-server binary to run (--server, else the pinned build), checked with the start and
+    request timeouts: each refused in one line before any template is analyzed."""
     import os
 
-    from .._interrupt import unwind_on_sigterm
     from ..errors import InputError
-    from ..server.parity import engine_parity, format_parity_table, parity_report
-    from ..server.process import BUILD_HINT, check_server_model, llama_server_binary
+    from ..server.process import BUILD_HINT, llama_server_binary
 
     binary = args.server or llama_server_binary()
     if binary is None:
         raise InputError(f"llama-server is not built; {BUILD_HINT}")
-    if not os.path.isfile(binary) or not os.access(binary, os.X_OK):  # before any template is analyzed
+    if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
         raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
     positive(args.start_timeout, "--start-timeout")
     positive(args.request_timeout, "--request-timeout")
+    return binary
+
+
+def _cmd_engine_parity(args) -> int:
+    import json
+
+    from .._interrupt import unwind_on_sigterm
+    from ..server.parity import engine_parity, format_parity_table, parity_report
+    from ..server.process import check_server_model
+
+    binary = server_run(args)
     spec = args.model or "tiny:qwen35"
     if spec.startswith("tiny:"):
         require_extra("llama", "tmplkit engine-parity (its tiny models)")

@@ -18,14 +18,13 @@ from ._common import (
     emit,
     format_of,
     load_templates,
-    positive,
     require_extra,
     require_tokenizers,
     verbosity,
     worker_tokenizer,
 )
 from ._limits import DEFAULT_MEMORY_MB, SESSION_TIMEOUT, contained_limits
-from ._serve import DELIMITERS_REQUEST_S, add_server_run_options
+from ._serve import DELIMITERS_REQUEST_S, add_server_run_options, server_run
 from ._terminal import ProgressLine, wanted
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -90,23 +89,15 @@ def _raw():
 
 def _cmd_delimiters(args) -> int:
     import json
-    import os
 
     from .._interrupt import unwind_on_sigterm
-    from ..errors import InputError
     from ..server.delimiter_comparison import ComparisonReport, compare_delimiters, format_comparison_table
     from ..server.delimiters import server_delimiters
-    from ..server.process import BUILD_HINT, check_server_model, llama_server_binary
+    from ..server.process import check_server_model
     from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION
 
     format_of(args)  # an old --format name, noted before the work
-    binary = args.server or llama_server_binary()
-    if binary is None:
-        raise InputError(f"llama-server is not built; {BUILD_HINT}")
-    if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
-        raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
-    positive(args.start_timeout, "--start-timeout")
-    positive(args.request_timeout, "--request-timeout")
+    binary = server_run(args)
     require_extra("llama", "tmplkit server delimiters (its tiny models and their tokenizers)")
     if args.model not in ("bytes", "family"):
         from ..prefill.models import resolve_model

@@ -388,7 +388,6 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     # A server started again into the same log (an appended --log-file) counts its tasks from 0
     # again: a task id seen before starts the instance's next run, read apart from the last.
     runs: dict[int | None, int] = {}
-    seen: set = set()
     spawning: list[int] = []  # the port of the instance the router's `load:` lines are about
     for raw in lines:
         g = _INSTANCE.match(raw)
@@ -404,10 +403,9 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
         elif (g := _TASK_LINES["lcp_trace"].search(msg)) is not None:
             srv.pending_trace_lcp[slot] = int(g.group(1))
         elif _TASK_LINES["start"].search(msg):
-            if (inst, runs.get(inst, 0), task_id) in seen:
+            if (inst, runs.get(inst, 0), task_id) in tasks:
                 runs[inst] = runs.get(inst, 0) + 1
             key = (inst, runs.get(inst, 0), task_id)
-            seen.add(key)
             tasks[key] = _Task(task_id, slot, srv.pending_lcp.pop(slot, None), srv.pending_trace_lcp.pop(slot, None))
             order.append(key)
         elif (key := (inst, runs.get(inst, 0), task_id)) in tasks:  # else a task whose start is not in the log

@@ -372,8 +372,8 @@ class LlamaServer:
     def post_for(self, path: str, body: dict, key: str, timeout: float = 3600, *, longer: str | None = None) -> str:
         """`post`, and the answer's text under `key` (/apply-template's "prompt"); ModelError, one
         line, where the answer has none (a server that is not llama-server, or another version)."""
-        answer = self.post(path, body, timeout=timeout, longer=longer)
-        value = answer.get(key) if isinstance(answer, dict) else None
+        answer = self.post(path, body, timeout=timeout, longer=longer)  # (an object: `post` refuses others)
+        value = answer.get(key)
         if not isinstance(value, str):
             raise ModelError(f"llama-server's answer to {path} has no text {key!r} ({json.dumps(answer)[:80]}): is "
                              f"{self.binary} llama-server, of a version that serves {path}?")

@@ -89,7 +89,7 @@ def _share(r, setting: str) -> str:
 def _text(r) -> str:
     if r.error:
         return f"{r.template}: cannot render the session: {r.error}\n"
-    verdict = "stable" if r.stable else "NOT stable" if r.stable is False else "no divergence in the first"
+    verdict = {True: "stable", False: "NOT stable", None: "no divergence in the first"}[r.stable]
     lines = [f"{r.template}: {verdict} over {r.n_requests} request{'' if r.n_requests == 1 else 's'}"
              + (" (stopped before the session's end: not known beyond)" if r.stable is None else ""),
              f"  inputs: {r.inputs} ({inputs_note(r.inputs)})"]
