@@ -108,7 +108,7 @@ def add_server_run_options(p, *, request_timeout: float) -> None:
                         "one that does not answer by then is an error")
 
 
-def server_run(args) -> str:
+def server_run(args):
     """The llama-server binary to run (--server, else the pinned build), checked with the start and
     request timeouts: each refused in one line before any template is analyzed."""
     import os
