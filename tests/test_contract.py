@@ -393,7 +393,10 @@ def test_ctrl_c_while_the_command_starts_is_exit_130():
     import time
 
     env = {**os.environ, "PYTHONPATH": str(CODE)}
-    proc = subprocess.Popen([sys.executable, "-m", "tmplkit", "audit", str(CHATML)], stdout=subprocess.PIPE,
+    # a template that runs to its time limit (seconds): a Ctrl-C that a loaded machine delivers late still
+    # lands in the command, never in the interpreter's shutdown after a quick audit (which ends by the signal)
+    slow = HOSTILE / "filter_wordwrap_slow.jinja"
+    proc = subprocess.Popen([sys.executable, "-m", "tmplkit", "audit", str(slow)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env, cwd=CODE, text=True)
     # (wait until tmplkit's imports are under way: before its first line, a Ctrl-C is Python's own start-up's)
     deadline = time.monotonic() + BOUND
