@@ -359,3 +359,22 @@ def test_a_worker_that_fails_before_its_work_says_why():
     assert isinstance(out[1], Lost) and out[1].kind == "raised"
     assert "could not read its item: ValueError: this item does not load in a worker" in out[1].error
     assert out[2] == "plain"  # the same worker goes on
+
+
+class _SetupRaises:
+    def __enter__(self):
+        raise OSError(28, "No space left on device")
+
+    def __exit__(self, *exc_info):
+        return False
+
+
+def test_a_worker_whose_setup_fails_says_why_for_each_item():
+    # the worker's context (the hint wording) raising on entry used to end the worker with its error
+    # going nowhere: the items came back as "exited with code 1"
+    from tmplkit.auditing.workers import Lost, run_in_workers
+
+    out = run_in_workers(["a", "b"], _echo, lost=lambda item, lost: lost, setup=_SetupRaises, jobs=1, timeout=60)
+    for lost in out:
+        assert isinstance(lost, Lost) and lost.kind == "raised", lost
+        assert lost.error == "the worker could not start: OSError: [Errno 28] No space left on device"

@@ -63,8 +63,9 @@ class Lost:
     `kind`: "timeout" (past `limit` seconds; the worker was killed), "exit" (the worker ended with
     `exitcode`: a crash, a kill, EXIT_MEMORY), "start" (no worker could be started: `error`),
     "unsent" (the result could not be pickled in the worker: `error`), "unread" (nor unpickled
-    here: `error`) or "raised" (the work, its prelude or reading the item raised: `error`).
-    `seconds`: the item's time so far; `note`: what its prelude sent (None when it did not run).
+    here: `error`) or "raised" (the work, its prelude, reading the item or the worker's own setup
+    raised: `error`). `seconds`: the item's time so far; `note`: what its prelude sent (None when it
+    did not run).
     """
 
     kind: str
@@ -177,24 +178,34 @@ def _silence_output() -> None:
 
 def _worker(conn, work, prelude, memory_mb, setup) -> None:
     """A worker: do (index, item) tasks until told to stop (None) or the pipe closes. `setup()`, when
-    given, is a context the worker works in (the caller's hint wording, say)."""
+    given, is a context the worker works in (the caller's hint wording, say); where it raises, every
+    task is answered with that error (this process's own output goes nowhere)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _release_forkserver()
     _set_parent_death_signal()
     _silence_output()
     _limit_memory(memory_mb)
-    with setup() if setup is not None else contextlib.nullcontext():
-        while True:
-            try:
-                task = conn.recv()
-            except (EOFError, OSError):
-                return
-            except Exception as exc:  # an item that does not unpickle here: said, not a silent exit
-                conn.send(("raised", UNREAD_TASK, (f"the worker could not read its item: {type(exc).__name__}: {exc}", 0.0)))
-                continue
-            if task is None:
-                return
-            _do_one(conn, task[0], task[1], work, prelude)
+    try:
+        with setup() if setup is not None else contextlib.nullcontext():
+            _serve(conn, lambda index, item: _do_one(conn, index, item, work, prelude))
+    except Exception as exc:  # the setup (entering or leaving it): said for each task, not a silent exit
+        failed = (f"the worker could not start: {type(exc).__name__}: {exc}", 0.0)
+        _serve(conn, lambda index, item: conn.send(("raised", index, failed)))
+
+
+def _serve(conn, handle) -> None:
+    """Read tasks and `handle(index, item)` each, until told to stop (None) or the pipe closes."""
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        except Exception as exc:  # an item that does not unpickle here: said, not a silent exit
+            conn.send(("raised", UNREAD_TASK, (f"the worker could not read its item: {type(exc).__name__}: {exc}", 0.0)))
+            continue
+        if task is None:
+            return
+        handle(task[0], task[1])
 
 
 # --- the parent -----------------------------------------------------------------------------------
