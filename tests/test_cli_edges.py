@@ -307,15 +307,26 @@ def test_a_message_says_what_was_wrong_in_the_users_words_and_what_to_do(capsys,
     assert "NoneType" not in err and "cannot map" not in err
 
 
-@pytest.mark.parametrize("argv", [("server", "log", "{path}"), ("prefill", "{path}", "--session", "s.json"),
-                                  ("turns", CHATML, "--session", "{path}")])
-def test_a_folder_or_a_pipe_given_for_a_file_is_said_for_what_it_is(capsys, tmp_path, argv):
+@pytest.mark.parametrize("argv, reads_dash", [(("server", "log", "{path}"), True),
+                                              (("prefill", "{path}", "--session", "s.json"), False),  # (a model)
+                                              (("turns", CHATML, "--session", "{path}"), True)])
+def test_a_folder_or_a_pipe_given_for_a_file_is_said_for_what_it_is(capsys, tmp_path, argv, reads_dash):
     (tmp_path / "s.json").write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8")
     (tmp_path / "folder").mkdir()
     os.mkfifo(tmp_path / "pipe")
     for name, says in (("folder", "is a folder"), ("pipe", "not a regular file (a pipe or device)")):
         code, out, err = run(capsys, *[a.format(path=name) for a in argv])
         assert code == 2 and err.count("\n") == 1 and says in err and "not found" not in err, err
+        if name == "pipe":  # (`--session <(jq ...)`: where - is standard input, the line says so)
+            assert err.rstrip().endswith("or pipe it to - (standard input)") == reads_dash, err
+
+
+def test_a_template_given_as_a_pipe_says_to_pipe_it_to_dash(capsys, tmp_path):
+    # `tmplkit audit <(curl ...)`: a pipe is not waited on; `-` reads the template from standard input
+    os.mkfifo(tmp_path / "pipe")
+    code, out, err = run(capsys, "audit", str(tmp_path / "pipe"))
+    assert code == 2 and err.count("\n") == 1 and "not a regular file" in err, err
+    assert err.rstrip().endswith("give a chat template as a file, or pipe it to - (standard input)"), err
 
 
 # ---- a closed standard stream, a configuration that is a pipe, a folder's broken entries ------------------------

@@ -65,15 +65,17 @@ def read_text(
     error: type[TmplkitError] = InputError,
     strip_bom: bool = False,
     max_bytes: int | None = DEFAULT_MAX_BYTES,
+    stdin_ok: bool = False,
 ) -> str:
     """The text of a file path or an open file (binary or text), checked as the module says.
 
     `what` names the content in messages ("a conversation"); `where` names the source (default:
-    the path, or the open file's name). Whitespace-only text is refused as empty.
+    the path, or the open file's name). Whitespace-only text is refused as empty. `stdin_ok`: the
+    caller reads `-` as standard input, so the refusal of a pipe (`<(cmd)`, /dev/stdin) says so.
     """
     where = source_name(source, where)
     if isinstance(source, (str, os.PathLike)):
-        raw = _read_path(Path(source), what, where, error, max_bytes)
+        raw = _read_path(Path(source), what, where, error, max_bytes, stdin_ok)
     else:
         raw = _read_stream(source, where, error, max_bytes)
     if isinstance(raw, bytes):
@@ -99,6 +101,7 @@ def read_json(
     strip_bom: bool = True,
     max_bytes: int | None = DEFAULT_MAX_BYTES,
     max_depth: int | None = DEFAULT_MAX_DEPTH,
+    stdin_ok: bool = False,
 ):
     """The parsed JSON value of a file path or an open file (see `read_text` for the arguments).
 
@@ -106,7 +109,8 @@ def read_json(
     nested lists and objects (None: as deep as Python's recursion limit lets the parser go).
     """
     where = source_name(source, where)
-    text = read_text(source, what=what, where=where, error=error, strip_bom=strip_bom, max_bytes=max_bytes)
+    text = read_text(source, what=what, where=where, error=error, strip_bom=strip_bom, max_bytes=max_bytes,
+                     stdin_ok=stdin_ok)
     return parse_json(text, what=what, where=where, error=error, max_depth=max_depth)
 
 
@@ -184,7 +188,8 @@ def source_name(source: Source, where: str | None = None) -> str:
     return str(source)
 
 
-def _read_path(path: Path, what: str, where: str, error: type[TmplkitError], max_bytes: int | None) -> bytes:
+def _read_path(path: Path, what: str, where: str, error: type[TmplkitError], max_bytes: int | None,
+               stdin_ok: bool) -> bytes:
     # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; on a regular file
     # it changes nothing. The checks then run on the opened file itself, not on its name.
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
@@ -200,7 +205,9 @@ def _read_path(path: Path, what: str, where: str, error: type[TmplkitError], max
         if stat.S_ISDIR(info.st_mode):
             raise error(f"{where}: is a folder; give {what} as a file")
         if not stat.S_ISREG(info.st_mode):
-            raise error(f"{where}: not a regular file (a pipe or device); give {what} as a file")
+            # (a pipe is not waited on: with no writer it would never end)
+            pipe = ", or pipe it to - (standard input)" if stdin_ok else ""
+            raise error(f"{where}: not a regular file (a pipe or device); give {what} as a file{pipe}")
         if max_bytes is not None and info.st_size > max_bytes:
             _too_big(where, info.st_size, max_bytes, error)
         with os.fdopen(fd, "rb") as f:

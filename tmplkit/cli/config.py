@@ -278,7 +278,7 @@ def load_expected_failures(path) -> dict:
         path = "<stdin>"
         data = read_json(stdin(what), what=what, where=path)
     else:
-        data = read_json(path, what=what)
+        data = read_json(path, what=what, stdin_ok=True)
     if not is_expected_failures(data):
         raise InputError(f"{path}: the expected-failures file must be a JSON object of template name -> reason "
                          f"(or -> {{{', '.join(f'{k!r}: reason' for k in EXPECTED_KINDS)}}})".replace("'", '"'))

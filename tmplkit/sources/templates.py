@@ -105,6 +105,9 @@ def load(source: str | os.PathLike) -> list[ChatTemplate]:
             f"{path}: no such file or folder; give a .gguf, .jinja, tokenizer_config.json, "
             "chat_template.json, a folder, hf:org/name, corpus:llama.cpp or corpus:hub"
         )
+    if not path.is_file():  # `audit <(curl ...)` is /dev/fd/63: said for what it is, whatever its name
+        raise SourceError(f"{path}: not a regular file (a pipe or device); give a chat template as a file, or pipe it "
+                          "to - (standard input)")
     suffix = path.suffix.lower()
     if suffix == ".gguf":
         return load_gguf(path)
@@ -155,7 +158,7 @@ def load_jinja(path: Path, name: str | None = None, bos: str | None = None, eos:
 
 
 def _read_text(path: Path) -> str:
-    return read_text(path, what="a chat template", error=SourceError)
+    return read_text(path, what="a chat template", error=SourceError, stdin_ok=True)
 
 
 def _read_json(path: Path):
