@@ -185,12 +185,15 @@ def _worker(conn, work, prelude, memory_mb, setup) -> None:
     _set_parent_death_signal()
     _silence_output()
     _limit_memory(memory_mb)
-    try:
-        with setup() if setup is not None else contextlib.nullcontext():
-            _serve(conn, lambda index, item: _do_one(conn, index, item, work, prelude))
-    except Exception as exc:  # the setup (entering or leaving it): said for each task, not a silent exit
-        failed = (f"the worker could not start: {type(exc).__name__}: {exc}", 0.0)
-        _serve(conn, lambda index, item: conn.send(("raised", index, failed)))
+    with contextlib.ExitStack() as stack:
+        try:
+            if setup is not None:
+                stack.enter_context(setup())
+        except Exception as exc:  # said for each task, not a silent exit
+            failed = (f"the worker could not start: {type(exc).__name__}: {exc}", 0.0)
+            _serve(conn, lambda index, item: conn.send(("raised", index, failed)))
+            return
+        _serve(conn, lambda index, item: _do_one(conn, index, item, work, prelude))
 
 
 def _serve(conn, handle) -> None:

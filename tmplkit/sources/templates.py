@@ -105,15 +105,13 @@ def load(source: str | os.PathLike) -> list[ChatTemplate]:
             f"{path}: no such file or folder; give a .gguf, .jinja, tokenizer_config.json, "
             "chat_template.json, a folder, hf:org/name, corpus:llama.cpp or corpus:hub"
         )
-    if not path.is_file():  # `audit <(curl ...)` is /dev/fd/63: said for what it is, whatever its name
-        raise SourceError(f"{path}: not a regular file (a pipe or device); give a chat template as a file, or pipe it "
-                          "to - (standard input)")
     suffix = path.suffix.lower()
     if suffix == ".gguf":
         return load_gguf(path)
     if suffix == ".json":
         return load_json(path)
-    if suffix in (".jinja", ".j2", ".jinja2", ".txt"):
+    if suffix in (".jinja", ".j2", ".jinja2", ".txt") or not path.is_file():
+        # (a pipe, whatever its name: `audit <(curl ...)` is /dev/fd/63; the reader refuses it as one)
         return [load_jinja(path)]
     raise SourceError(
         f"{path}: unknown kind of template source (suffix '{path.suffix}'); "
@@ -163,7 +161,7 @@ def _read_text(path: Path) -> str:
 
 def _read_json(path: Path):
     # A byte-order mark is refused (reported as not valid JSON), as transformers' json.load refuses it.
-    return read_json(path, what="a tokenizer config", error=SourceError, strip_bom=False)
+    return read_json(path, what="a tokenizer config", error=SourceError, strip_bom=False, stdin_ok=True)
 
 
 def _token_str(value, path: Path, key: str) -> str | None:

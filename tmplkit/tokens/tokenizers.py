@@ -752,10 +752,10 @@ def load_tokenizer(spec: str | os.PathLike, *, add_bos: bool = False) -> Tokeniz
 
 
 def locate_tokenizer(spec: str | os.PathLike) -> tuple[str, Path, str | None]:
-    """The file `spec` names, without opening it: ("gguf" or "json", its path, the name a tokenizer
-    opened from it takes; None: its path's). TokenizerError, the loader's own, where it names
-    nothing there (a missing file, a vocab the corpus lacks, a repo not in the cache): commands
-    check their tokenizers with it before any work."""
+    """The file `spec` names, without loading it (a file's first bytes tell GGUF from JSON): ("gguf"
+    or "json", its path, the name a tokenizer opened from it takes; None: its path's).
+    TokenizerError, the loader's own, where it names nothing there (a missing file, a vocab the
+    corpus lacks, a repo not in the cache): commands check their tokenizers with it before any work."""
     parsed = TokenizerSpec.parse(spec)
     text = parsed.text
     if not text.strip():  # (an empty path is the current folder to Path)
