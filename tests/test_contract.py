@@ -378,6 +378,21 @@ def test_lone_surrogate_in_a_conversation_is_one_line(tmp_path, tiny_hf_folder, 
     one_line_error(tmplkit(*args), "\\ud800", "chat.json")
 
 
+def test_a_lone_surrogate_given_to_the_library_is_one_line(tiny_hf_folder, qwen35):
+    # A Python str can hold half a UTF-16 pair, which a JSON file's reader refuses: the library
+    # refuses it too, as its own error, never UnicodeEncodeError from deep inside a tokenizer.
+    conv = [{"role": "user", "content": "a\ud800"}, {"role": "assistant", "content": "b"}]
+    with pytest.raises(InputError, match=r"<conversation>: a string holds \\ud800"):
+        _tmplkit.load_conversation(conv)
+    template = load_one(str(CHATML))
+    for tok in (_tmplkit.load_tokenizer(str(tiny_hf_folder)), qwen35):
+        with pytest.raises(InputError, match=r"\\ud800"):
+            _tmplkit.assistant_mask(template, tok, conv)
+        with pytest.raises(TmplkitError, match=r"'\\ud800', half of a UTF-16 pair"):
+            tok.tokenize("a\ud800")
+        assert tok.tokenize("a\U0001f600b")  # a whole pair is a character
+
+
 @pytest.mark.parametrize("redirect", ["closed", "full"])
 def test_a_closed_or_full_stdout_is_one_line(redirect):
     if redirect == "full" and not os.path.exists("/dev/full"):

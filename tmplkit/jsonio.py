@@ -39,8 +39,8 @@ from typing import IO, Union
 
 from .errors import InputError, TmplkitError
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "json_kind", "parse_json", "read_json", "read_text", "source_name",
-           "stdin"]
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "json_kind", "lone_surrogate", "parse_json", "read_json", "read_text",
+           "source_name", "stdin"]
 
 # Far above any real template, tokenizer config or agent session (a 90k-token session is ~0.4 MB;
 # the largest tokenizer configs, with 200k added tokens, ~30 MB); a guard against mistakes.
@@ -128,7 +128,7 @@ def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
         raise error(f"{where}: JSON nested too deeply for {what}; fix the file") from None
     if max_depth is not None and _depth(text, max_depth) > max_depth:
         raise error(f"{where}: JSON nested too deeply for {what} (more than {max_depth} levels); fix the file")
-    if "\\u" in text and (lone := _lone_surrogate(value)) is not None:
+    if "\\u" in text and (lone := lone_surrogate(value)) is not None:
         raise error(f"{where}: a string holds {lone}, half of a UTF-16 pair and no character (no tokenizer or "
                     "server can encode it); fix the text")
     return value
@@ -156,10 +156,10 @@ def json_kind(value) -> str:
             int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
-def _lone_surrogate(value) -> str | None:
+def lone_surrogate(value) -> str | None:
     r"""The first lone surrogate escape (as '\ud800') in a parsed JSON value's strings, or None.
 
-    >>> _lone_surrogate({"content": ["ok", "x\ud800"]}), _lone_surrogate("\U0001f600")
+    >>> lone_surrogate({"content": ["ok", "x\ud800"]}), lone_surrogate("\U0001f600")
     ('\\ud800', None)
     """
     stack = [value]

@@ -16,7 +16,8 @@ from ._reasoning import ReasoningFindings, probe_reasoning, switch_renders, swit
 from ._result import Analysis, RoundTrip, failed_analysis, status_of
 from ._system import SystemFindings, probe_system, refine_system_start
 from ._tools import ToolFindings, ToolProbe, probe_tools, tool_delimiters
-from ._verdict import GENERATION_PROMPT_MATCH, extend_back, message_modes, prompt_cuts, render_round_trip, replaced, round_trip
+from ._verdict import (GENERATION_PROMPT_MATCH, extend_back, message_modes, prompt_cuts, render_round_trip, replaced, round_trip,
+                       tool_round)
 
 __all__ = ["analyze"]
 
@@ -97,6 +98,7 @@ class _Stages:
             self.chat_final = chat_delimiters(prober, chat)
             if self.tools_probed.placement not in (None, "rejected", "dropped"):
                 self.tools_final = self._tool_delimiters(self.chat_final)
+        self.tool_round = tool_round(prober, self.system.mode, self.tool_probe, self.tools_final) if rt_text is not None else []
         assistant_start, assistant, self.assistant_notes = assistant_delimiters(prober, chat, self.chat_final, self.tools_final)
         self.reasoning: ReasoningFindings = probe_reasoning(prober, chat, assistant_start, self.switches,
                                                           self.thinking_flags, self.renders)
@@ -191,7 +193,7 @@ class _Stages:
         user or tool start that matched in the generation prompt extended back, kept if it passes."""
         delimiters = self.delimiters()
         modes = message_modes(self.rt_probe, self.system.mode, self.tools_final)
-        cuts = prompt_cuts(self.prober, self.rt_probe) if self.rt_text is not None else []
+        cuts = prompt_cuts(self.prober, self.rt_probe) + self.tool_round if self.rt_text is not None else []
 
         def check(delims):
             return round_trip(self.rt_probe, self.rt_text, self.rt_error, self.variants, delims, modes, cuts)
@@ -240,6 +242,8 @@ class _Stages:
         modes = message_modes(self.rt_probe, self.system.mode, tools)
         proof = (indistinguishable(self.prober, self.rt_probe, self.rt_text)
                  if not verdict.passed or "as_user" in modes or tools.same_as_user or verdict.notes else None)
+        for label, probe, text, _ in self.tool_round if not verdict.passed and not proof else ():
+            proof = indistinguishable(self.prober, probe, text, label)
         errors = self.chat_final.errors + tools.errors
         if proof and not tools.same_as_user:  # (a tool result rendered as a user turn says so already)
             errors = (proof,) + errors

@@ -30,8 +30,9 @@ def _as(probe: Probe, role: str, other: str) -> Probe:
     return replace(probe, messages=messages)
 
 
-def indistinguishable(prober: Prober, probe: Probe, text: str | None) -> str | None:
-    """The proof that two roles of `probe` render alike (its render `text`), or None."""
+def indistinguishable(prober: Prober, probe: Probe, text: str | None, what: str = "the round-trip conversation") -> str | None:
+    """The proof that two roles of `probe` (`what`, in the proof's words) render alike (its render
+    `text`), or None."""
     if text is None:
         return None
     for role, other in PAIRS:
@@ -44,6 +45,6 @@ def indistinguishable(prober: Prober, probe: Probe, text: str | None) -> str | N
         except RenderError:  # the template refuses that conversation: it tells the two apart
             continue
         if same:
-            return (f"{role} messages render exactly like {other} messages: the round-trip conversation renders to the "
+            return (f"{role} messages render exactly like {other} messages: {what} renders to the "
                     f"same text with every {role} message given the role '{other}', so no delimiter can tell them apart")
     return None

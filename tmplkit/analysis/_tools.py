@@ -95,8 +95,11 @@ def probe_tools(prober: Prober, builder: ProbeBuilder) -> ToolProbe:
     if text0 is not None:
         prober.note_tail(prober.seen(text0, probe0, collect=False), 1)
     if "call" not in prober.tails:
-        seg = f.between(1, 2) or ""
-        prober.tails["call"] = seg[: lcp(seg, prober.tails["assistant"])]
+        # The template refuses a conversation that ends with the call: its closer is what comes
+        # before the response up to the assistant's closer (the call's JSON and markup first).
+        seg, closer = f.between(1, 2) or "", prober.tails["assistant"]
+        at = seg.find(closer) if closer.strip() else -1
+        prober.tails["call"] = seg[: at + len(closer)] if at >= 0 else seg[: lcp(seg, closer)]
     calls, tool_calls = _consecutive_responses(prober, builder, notes)
     if not builder.shape.tool_calls:
         tool_calls = "rejected"

@@ -16,7 +16,7 @@ from ._tools import ToolFindings, ToolProbe
 from .probes import CALL_ID_FORMAT, TOOL_NAME, Probe, ProbeBuilder
 
 __all__ = ["GENERATION_PROMPT_MATCH", "extend_back", "message_modes", "prompt_cuts", "replaced",
-           "render_round_trip", "round_trip", "round_trip_verdict"]
+           "render_round_trip", "round_trip", "round_trip_verdict", "tool_round"]
 
 # How a problem says that a user or tool start matches after the last message.
 GENERATION_PROMPT_MATCH = "matches in the generation prompt"
@@ -154,6 +154,20 @@ def prompt_cuts(prober: Prober, probe: Probe) -> list[tuple[str, Probe, str]]:
     return out
 
 
+def tool_round(prober: Prober, system_mode: str, tool_probe: ToolProbe, tools: ToolFindings):
+    """The request an agent sends after its first tool call (one call, its one result, the
+    generation prompt), where the template renders tool rounds: a template may write a lone
+    result otherwise than several (as a user turn when it is the only one), which the round-trip
+    conversation, with its consecutive results, never shows. [(label, probe, render, modes)]."""
+    if tools.placement in (None, "rejected", "unknown", "dropped") or tool_probe.builder is None:
+        return []
+    head = "" if system_mode == "rejected" else "S1 "
+    text, probe, _, _ = prober.attempt(tool_probe.builder, head + "U1 C1(G1) T1", add_generation_prompt=True)
+    if text is None:
+        return []  # the template refuses to end there: no server is given that request
+    return [("the request after a single tool round", probe, text, _cut_modes(probe, text, message_modes(probe, system_mode, tools)))]
+
+
 def _cut_modes(cut: Probe, text: str, modes: list[str]) -> list[str]:
     """`modes` for a cut conversation: a system prompt the template writes only before a final user
     message (Mistral Nemo) is dropped when the conversation ends otherwise."""
@@ -164,15 +178,17 @@ def _cut_modes(cut: Probe, text: str, modes: list[str]) -> list[str]:
 def round_trip(probe: Probe, text: str | None, error, variants, delimiters, modes: list[str], cuts=()) -> RoundTrip:
     """The verdict over the plain render, every render with a thinking switch set (`variants`:
     (switch, render)), and other renders of the conversation (`cuts`: (label, probe, render): cut
-    where a server is given it, with common BOS/EOS strings); another render's problems are
-    reported once more only where they differ from the plain render's."""
+    where a server is given it, with common BOS/EOS strings; or (label, probe, render, modes): a
+    conversation of its own, `tool_round`); another render's problems are reported once more only
+    where they differ from the plain render's."""
     if text is None:
         return RoundTrip(False, (), (), (f"the round-trip conversation does not render: {template_message(error)}",),
                          messages=tuple(probe.conversation()), render_kwargs=dict(probe.kwargs))
     result = round_trip_verdict(text, probe, delimiters, modes)
     base = result.problems
     others = [(f"with {switch}", probe, other, modes) for switch, other in variants]
-    others += [(label, cut, other, _cut_modes(cut, other, modes)) for label, cut, other in cuts]
+    others += [(label, cut, other, _cut_modes(cut, other, modes)) if not own else (label, cut, other, own[0])
+               for label, cut, other, *own in cuts]
     for label, other_probe, other_text, other_modes in others:
         other = round_trip_verdict(other_text, other_probe, delimiters, other_modes)
         if not other.passed:
@@ -372,7 +388,9 @@ class _Placement:
         """The span roles the messages call for; spans before the first message's span and after the
         last one hold only template text (a default system prompt, the generation prompt)."""
         roles, spans = self.seen.probe.roles, self.spans
-        first, last = min(self.owner), max(self.owner)
+        # (the last message's content may lie in a span of another role, reported already: the
+        # generation prompt comes after that span)
+        first, last = min(self.owner), max([*self.owner, *self.last_span.values()])
         expected = [s.role for s in spans[:first]]
         order = []
         for i in range(len(roles)):

@@ -419,7 +419,7 @@ class LlamaCppTokenizer:
 
     def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
         """Token ids of `text`, special tokens parsed; BOS only when asked (here or at load)."""
-        return self._encode(text.encode("utf-8"), self.add_bos if add_bos is None else add_bos)
+        return self._encode(_utf8(text), self.add_bos if add_bos is None else add_bos)
 
     def tokenize_after(self, text: str, base: tuple[bytes, Sequence[int]] | None) -> tuple[int, ...]:
         """`tokenize(text, add_bos=False)`, reusing the ids of `base` (the bytes of a text tokenized
@@ -432,7 +432,7 @@ class LlamaCppTokenizer:
         new ids (tests/test_tokenizers.py holds this against whole tokenization on the corpus's
         vocabularies). The ids come back as a tuple whose table (`_spelled`) is kept for the next call
         that starts from it: a session's requests chain, each the base of the next."""
-        data = text.encode("utf-8")
+        data = _utf8(text)
         point = self._resume_point(data, base)
         if point is None:
             return self._remember(tuple(self._encode(data, False)))
@@ -497,7 +497,7 @@ class LlamaCppTokenizer:
         special tokens ends the piece before it; tests/test_tokenizers.py holds the positions this
         gives against whole tokenization), not at the end of a long render. The control tokens are
         `_encode_pieces`' (none that strips the whitespace beside it)."""
-        data = text.encode("utf-8")
+        data = _utf8(text)
         point = self._resume_point(data, base)
         if point is None:
             return None
@@ -612,12 +612,12 @@ class LlamaCppTokenizer:
         return self.piece_bytes(token_id).decode("utf-8", "replace")
 
     def tokenize_with_offsets(self, text: str) -> tuple[list[int], Offsets]:
-        return self.offsets_of(text, self._encode(text.encode("utf-8"), False))
+        return self.offsets_of(text, self._encode(_utf8(text), False))
 
     def offsets_of(self, text: str, ids: Sequence[int]) -> tuple[list[int], Offsets]:
         """`ids` (`text`'s tokens without BOS, tokenized before: the turns study has them) with each
         token's character offsets, read off their pieces, as `tokenize_with_offsets` gives them."""
-        data = text.encode("utf-8")
+        data = _utf8(text)
         ids = list(ids)
         return ids, _char_offsets(text, data, _align_pieces(data, [self.piece_bytes(i) for i in ids]))
 
@@ -664,10 +664,10 @@ class HFTokenizer:
     def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
         """Token ids of `text`; with add_bos (default: as opened), the tokenizer's own post-processing (BOS etc.) too."""
         add = self.add_bos if add_bos is None else add_bos
-        return list(self._tok.encode(text, add_special_tokens=add).ids)
+        return list(self._tok.encode(_checked(text), add_special_tokens=add).ids)
 
     def tokenize_with_offsets(self, text: str) -> tuple[list[int], Offsets]:
-        enc = self._tok.encode(text, add_special_tokens=False)
+        enc = self._tok.encode(_checked(text), add_special_tokens=False)
         return list(enc.ids), [(int(s), int(e)) for s, e in enc.offsets]
 
     def detokenize(self, ids: Sequence[int]) -> str:
@@ -720,8 +720,25 @@ class GGUFBPETokenizer(HFTokenizer):
         return b"".join(self.piece_bytes(i) for i in ids).decode("utf-8", "replace")
 
     def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
-        ids = list(self._tok.encode(text, add_special_tokens=False).ids)
+        ids = list(self._tok.encode(_checked(text), add_special_tokens=False).ids)
         return self._bos + ids + self._eos if (self.add_bos if add_bos is None else add_bos) else ids
+
+
+def _utf8(text: str) -> bytes:
+    """`text` as UTF-8; a lone surrogate (half of a UTF-16 pair, which a Python str can hold) is
+    refused in one line, as a conversation file holding one is."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TokenizerError(f"the text holds '\\u{ord(text[exc.start]):04x}', half of a UTF-16 pair and no character, "
+                             "which no tokenizer can encode; fix the text") from None
+
+
+def _checked(text: str) -> str:
+    """`text`, where it is valid UTF-8 (`_utf8`); the `tokenizers` package reads it as a str."""
+    if not text.isascii():
+        _utf8(text)
+    return text
 
 
 def _gguf_tokenizer(path: Path, add_bos: bool, name: str | None = None) -> Tokenizer:
