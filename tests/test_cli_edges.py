@@ -387,6 +387,20 @@ def test_spans_of_delimiters_not_proven_are_written_and_fail(tmp_path, capsys):
     assert code == 0
 
 
+@pytest.mark.parametrize("name,status", [("system-as-user", "impossible"), ("missing-call-marker", "fail")])
+def test_spans_and_requests_of_a_template_that_failed_its_analysis_fail(tmp_path, capsys, name, status):
+    # (spans exited 0, and `request` gave llama-server a failed template's delimiters: their ids
+    # split the render as its text, which was never proved)
+    template = str(ROOT / "fixtures" / "templates" / f"{name}.jinja")
+    (tmp_path / "c.json").write_text('[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]')
+    out = tmp_path / "spans.json"
+    code, _, err = run(capsys, "spans", template, "--session", str(tmp_path / "c.json"), "--tokenizer", "vocab:qwen35", "-o", str(out))
+    assert code == 1 and json.loads(out.read_text())["delimiters"]["passed"] is False
+    assert err.count("\n") == 1 and f"not proven by the analysis (the analysis did not pass ({status}: " in err, err
+    code, _, err = run(capsys, "request", template, "--delimiters-only", "--tokenizer", "vocab:qwen35")
+    assert code == 2 and err.count("\n") == 1 and f"no delimiters to give llama-server: its analysis is {status}" in err, err
+
+
 @pytest.mark.parametrize("argv", [["mask", CHATML, "--session", str(ROOT / "fixtures" / "masks" / "chat.json"),
                                    "--tokenizer", "vocab:qwen35"], ["lock", CHATML, "--lock", "l.json"],
                                   ["diff", CHATML, CHATML], ["audit", CHATML]])

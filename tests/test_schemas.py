@@ -90,6 +90,11 @@ def test_schema_command(capsys):
     assert main(["schema", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "give one of audit," in err
+    # --help names every schema (it left `mask` out)
+    with pytest.raises(SystemExit):
+        main(["schema", "--help"])
+    named = " ".join(capsys.readouterr().out.split())
+    assert all(f" {name}," in named or f" {name}." in named for name in schema_names()), named
 
 
 def run_json_text(capsys, *argv: str) -> str:

@@ -10,7 +10,7 @@ from ._common import emit
 def add_schema(sub) -> None:
     p = sub.add_parser("schema",
                        description="Print the JSON Schema (draft 2020-12) of a JSON output: audit, table, turns, "
-                                   "spans, request, engine-parity, server-delimiters, server-log, prefill, replay, "
+                                   "spans, mask, request, engine-parity, server-delimiters, server-log, prefill, replay, "
                                    "session, lock, diff. Without NAME, list them with the path of each file.")
     p.add_argument("name", metavar="NAME", nargs="?", help="the schema to print (default: list them)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the schema to FILE (atomically) instead of stdout")

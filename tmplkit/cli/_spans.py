@@ -40,6 +40,7 @@ def _cmd_spans(args) -> int:
 
     from ..auditing.contained import run_contained
     from ..session.token_spans import conversation_spans, format_spans_text
+    from ..tokens.delimiter_ids import ANALYSIS_FAILED
 
     limits = contained_limits(args)  # (a bad limit is refused before any work)
     template, conversation, tokenizer = template_conversation_tokenizer(args, "spans")
@@ -52,7 +53,8 @@ def _cmd_spans(args) -> int:
         emit(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n", args.output)
     if not result.delimiters.passed:  # spans of delimiters not proven here are no answer: written, and failed
         why = "; ".join(result.delimiters.problems[:1]) or "their round trip failed"
-        print(error_line(f"tmplkit: spans: the delimiters of '{template.name}' are not proven on this tokenizer ({why}); "
+        where = "by the analysis" if why.startswith(ANALYSIS_FAILED) else "on this tokenizer"
+        print(error_line(f"tmplkit: spans: the delimiters of '{template.name}' are not proven {where} ({why}); "
                          "the spans cannot be trusted (`tmplkit audit` says why)"), file=sys.stderr)
         return 1
     return 0

@@ -102,9 +102,9 @@ def message_delimiters(template, tokenizer, *, analysis=None) -> tuple[MessageDe
     if analysis is None:
         analysis = analyze(template)
     name = getattr(template, "name", "")
-    if not analysis.delimiters or analysis.status == "impossible":
-        # (the analysis's own reason, not "no delimiters were given" of the token check; an impossible
-        # verdict's delimiters are what proves that none can exist: two roles render alike)
+    if not analysis.delimiters or analysis.status != "pass":
+        # (the analysis's own reason, not "no delimiters were given" of the token check; a failed
+        # verdict's delimiters misplace some message, an impossible one's prove that none can exist)
         problems = tuple(analysis.errors) or (tuple(analysis.round_trip.problems) if analysis.round_trip else ())
         why = " ".join(str(problems[0]).split())[:300] if problems else "it derived none"
         raise AnalysisError(f"template '{name}': no delimiters to give llama-server: its analysis is {analysis.status} "

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..delimiters import Delimiter, sort_delimiters, text_matches
+from ..delimiters import ROLES, Delimiter, sort_delimiters, text_matches
 from ..errors import InputError
 from .spans import SpanDetector
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ..sources.templates import ChatTemplate
     from .tokenizers import Offsets, Tokenizer
 
-__all__ = ["TokenDelimiter", "TokenDelimiters", "text_delimiters", "token_delimiters", "tokenize_delimiters"]
+__all__ = ["ANALYSIS_FAILED", "TokenDelimiter", "TokenDelimiters", "text_delimiters", "token_delimiters", "tokenize_delimiters"]
 
 Ids = tuple[int, ...]
 
@@ -112,12 +112,13 @@ class TokenDelimiters:
         }
 
     def message_delimiters(self) -> list[dict]:
-        """llama-server's `message_delimiters` form: `[{"role": ..., "delimiter": ...}]`.
+        """llama-server's `message_delimiters` form: `[{"role": ..., "delimiter": ...}]`, of the four
+        message roles it knows (a reasoning delimiter would start a span of no role there).
 
         The delimiter strings are the text of the token-aligned sequences, so that llama-server,
         which tokenizes each on its own, gets the ids checked here.
         """
-        return [{"role": d.role, "delimiter": text} for d in self.delimiters
+        return [{"role": d.role, "delimiter": text} for d in self.delimiters if d.role in ROLES
                 for text in (d.token_text,) + d.alternative_texts]
 
     def id_lists(self) -> list[dict]:
@@ -242,6 +243,10 @@ def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]
     return sort_delimiters(analysis.delimiters), "analysis"
 
 
+# How a TokenDelimiters' first problem says that the analysis it came from did not pass.
+ANALYSIS_FAILED = "the analysis did not pass"
+
+
 def token_delimiters(analysis, tokenizer: Tokenizer, *, ids: Sequence[int] | None = None) -> TokenDelimiters:
     """Derive each delimiter of `analysis` as token ids, from its tokenized probe render.
 
@@ -253,8 +258,16 @@ def token_delimiters(analysis, tokenizer: Tokenizer, *, ids: Sequence[int] | Non
     ['<|im_start|>user\\n<tool_response']
     """
     rt = getattr(analysis, "round_trip", None)
-    return tokenize_delimiters(getattr(analysis, "delimiters", ()) or (), getattr(rt, "rendered", "") or "",
-                               tokenizer, template=getattr(analysis, "name", ""), ids=ids)
+    td = tokenize_delimiters(getattr(analysis, "delimiters", ()) or (), getattr(rt, "rendered", "") or "",
+                             tokenizer, template=getattr(analysis, "name", ""), ids=ids)
+    status = getattr(analysis, "status", "pass")
+    if status != "pass" and td.delimiters:
+        # Ids that split the render as its text are no proof where the text itself was not proved:
+        # a failed analysis's delimiters misplace some message.
+        reasons = tuple(analysis.errors) or tuple(getattr(rt, "problems", ()) or ())
+        why = " ".join(str(reasons[0]).split())[:300] if reasons else "no reason given"
+        td = replace(td, passed=False, problems=(f"{ANALYSIS_FAILED} ({status}: {why})",) + td.problems)
+    return td
 
 
 def tokenize_delimiters(delimiters: Iterable[Delimiter], rendered: str, tokenizer: Tokenizer, *,
