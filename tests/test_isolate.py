@@ -146,6 +146,14 @@ def test_huge_messages_are_bounded_and_one_line():
     assert a.errors[0].endswith("more characters)")
 
 
+def test_a_template_message_on_several_lines_is_one_line_in_process_as_in_a_worker():
+    from tmplkit.analysis import analyze
+
+    t = ChatTemplate(text="{{ raise_exception('bad\\nline two') }}", name="nl", source="-")
+    in_process, (isolated,) = analyze(t), analyze_isolated([t])
+    assert in_process.errors == isolated.errors == ("cannot render a one-message chat: bad line two",)
+
+
 def test_mixed_batch_survives_everything():
     names = ["ok-0", "segv-1", "sleep-2", "alloc-3", "exit-4", "ok-5", "security-6", "ok-7"]
     results = analyze_isolated([T(n) for n in names], jobs=2, timeout=1.0, memory_mb=256, target=_by_name)

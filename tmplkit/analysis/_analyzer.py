@@ -13,11 +13,10 @@ from ._chat import ChatDelimiters, ChatFindings, Stop, assistant_delimiters, cha
 from ._probing import Prober
 from ._proofs import indistinguishable
 from ._reasoning import ReasoningFindings, probe_reasoning, switch_renders, switched_renders, thinking_flags, without_reasoning
-from ._result import Analysis, RoundTrip, failed_analysis, status_of
+from ._result import Analysis, RoundTrip, failed_analysis, one_line, status_of
 from ._system import SystemFindings, probe_system, refine_system_start
 from ._tools import ToolFindings, ToolProbe, probe_tools, tool_delimiters
-from ._verdict import (GENERATION_PROMPT_MATCH, extend_back, message_modes, prompt_cuts, render_round_trip, replaced, round_trip,
-                       tool_round)
+from ._verdict import GENERATION_PROMPT_MATCH, extend_back, message_modes, prompt_cuts, render_round_trip, replaced, round_trip, tool_round
 
 __all__ = ["analyze"]
 
@@ -41,7 +40,9 @@ def analyze(template, *, limits: Limits | None = None) -> Analysis:
         result = _analysis(template, limits)
     except (RenderLimitError, InputError) as exc:  # InputError: pragma no cover, probes are well-formed
         result = failed_analysis(template, status_of(exc), (str(exc),))
-    return replace(result, seconds=time.perf_counter() - t0)
+    # Each reported string on one line and bounded, as a worker reports it (analyze_isolated).
+    return replace(result, errors=tuple(map(one_line, result.errors)), warnings=tuple(map(one_line, result.warnings)),
+                   seconds=time.perf_counter() - t0)
 
 
 def _analysis(template, limits: Limits | None) -> Analysis:

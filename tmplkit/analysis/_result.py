@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 from ..delimiters import Delimiter
 from ..errors import RenderError, RenderLimitError, TmplkitError
 
-__all__ = ["STATUSES", "TOOL_PLACEMENTS", "Analysis", "RoundTrip", "failed_analysis", "failure_reason", "status_of"]
+__all__ = ["STATUSES", "TOOL_PLACEMENTS", "Analysis", "RoundTrip", "failed_analysis", "failure_reason", "one_line", "status_of"]
+
+# Reported strings are bounded: a hostile template can raise an exception with a 10 MB message.
+MAX_MESSAGE = 2000
 
 # Where a template puts tool responses.
 TOOL_PLACEMENTS = ("own_role", "inside_user", "inside_assistant", "dropped", "rejected", "unknown")
@@ -119,6 +122,18 @@ class Analysis:
             "warnings": list(self.warnings),
             "seconds": round(self.seconds, 6),
         }
+
+
+def one_line(text, limit: int = MAX_MESSAGE) -> str:
+    """`text` on one line (a template's own message may hold newlines), at most `limit` characters.
+
+    >>> one_line("bad\\nline two")
+    'bad line two'
+    """
+    text = " ".join(str(text).split())
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text) - limit} more characters)"
+    return text
 
 
 def _chain(exc: BaseException | None):

@@ -34,7 +34,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 
-from ..analysis import Analysis, analyze, failed_analysis, failure_reason, status_of
+from ..analysis import Analysis, analyze, failed_analysis, failure_reason, one_line, status_of
 from ..sandbox import hint, hint_place, hints_for
 from ..sandbox.compile_cache import cached_by_text
 from ..sandbox.static_scan import scan
@@ -49,20 +49,10 @@ DEFAULT_TIMEOUT = 10.0
 DEFAULT_MEMORY_MB = 1024
 DEFAULT_MAX_TASKS = 32
 
-# Reported strings are bounded: a hostile template can raise an exception with a 10 MB message.
-_MAX_MESSAGE = 2000
-
 Progress = Callable[[int, int, Analysis], None]
 
 
 # --- mapping failures to Analysis -----------------------------------------------------------------
-
-
-def _one_line(text: str, limit: int = _MAX_MESSAGE) -> str:
-    text = " ".join(str(text).split())
-    if len(text) > limit:
-        text = f"{text[:limit]}... ({len(text) - limit} more characters)"
-    return text
 
 
 def analysis_from_exception(template, exc: BaseException, seconds: float = 0.0) -> Analysis:
@@ -71,7 +61,7 @@ def analysis_from_exception(template, exc: BaseException, seconds: float = 0.0) 
 
 
 def _failed(template, status: str, reason: str, seconds: float, warnings=()) -> Analysis:
-    return failed_analysis(template, status, (_one_line(reason),), seconds=seconds, warnings=warnings)
+    return failed_analysis(template, status, (one_line(reason),), seconds=seconds, warnings=warnings)
 
 
 def _finish(analysis: Analysis, scan_warnings) -> Analysis:
@@ -82,8 +72,8 @@ def _finish(analysis: Analysis, scan_warnings) -> Analysis:
             warnings.append(w)
     return dataclasses.replace(
         analysis,
-        errors=tuple(_one_line(e) for e in analysis.errors),
-        warnings=tuple(_one_line(w) for w in warnings),
+        errors=tuple(one_line(e) for e in analysis.errors),
+        warnings=tuple(one_line(w) for w in warnings),
     )
 
 
