@@ -33,6 +33,8 @@ COMMANDS = {
     "turns": ["turns", CHATML, "--session", CHAT],
     "corpus": ["corpus", "path"],
     "schema": ["schema", "audit"],
+    "lock": ["lock", "--in-process", CHATML, "--lock", "{tmp}/tmplkit.lock.json"],
+    "diff": ["diff", "--in-process", CHATML, CHATML],
     "spans": ["spans", CHATML, "--session", CHAT, "--tokenizer", "vocab:qwen35"],
     "mask": ["mask", CHATML, "--session", CHAT, "--tokenizer", "vocab:qwen35", "--format", "json"],
     "request": ["request", CHATML, "--session", CHAT, "--tokenizer", "vocab:qwen35", "-o", "{tmp}/body.json"],
