@@ -121,6 +121,15 @@ def test_tool_responses_rendered_as_user_messages_fail_the_round_trip():
     assert any("classified as a user message" in p for p in a.round_trip.problems)
 
 
+def test_tool_turns_of_their_own_behind_a_shared_opener_are_placed_as_their_own():
+    # User headers that vary (user, human) leave the user start `<|im_start|>`, which the tool
+    # turns begin with too: they were placed inside the user turn.
+    t = CHATML.replace("<|im_start|>{{ m.role }}", "<|im_start|>{{ ('human' if loop.index % 4 == 2 else 'user') if m.role == 'user' else m.role }}")
+    a = analyze(T(t))
+    assert a.status == "pass" and a.user_start == "<|im_start|>" and a.tool_response_start == "<|im_start|>tool\n"
+    assert a.tool_placement == "own_role"
+
+
 def test_grouped_tool_responses_in_a_list_share_one_span():
     t = ("{% for m in messages %}{% if m.role == 'tool' %}{% if messages[loop.index0 - 1].role != 'tool' %}<|im_start|>user\n<results>[{% else %}, {% endif %}"
          "{{ m.content }}{% if loop.last or messages[loop.index0 + 1].role != 'tool' %}]<|im_end|>\n{% endif %}"

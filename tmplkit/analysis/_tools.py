@@ -161,9 +161,13 @@ def _placement(prober: Prober, chat: ChatFindings, delims: ChatDelimiters, start
     """Where the responses go: inside a user turn, inside the assistant turn, or a turn of their own."""
     seg = (prober.segs.get(("call", "tool")) or [""])[0]
     closer = prober.tails.get("assistant", "").strip()
-    if start and delims.user_start and start.startswith(delims.user_start):
+    user, assistant = delims.user_start or "", delims.assistant_start or ""
+    # (a user start that also opens the assistant's turns places nothing where the tool start goes
+    # on past it: a template whose user headers vary has user start `<|im_start|>`, and its tool
+    # turns of their own, `<|im_start|>tool\n`, begin with it too)
+    if start and user and start.startswith(user) and (start == user or not assistant.startswith(user)):
         return "inside_user"
-    if start and delims.assistant_start and start.startswith(delims.assistant_start):
+    if start and assistant and start.startswith(assistant) and (start == assistant or not user.startswith(assistant)):
         return "inside_assistant"
     if start and chat.opener and chat.opener in start:
         return "own_role"  # a turn of its own, opened like every other turn

@@ -405,7 +405,7 @@ class _Placement:
             expected.extend(spans[k].role if spans[k].role in REASONING_ROLES else own for k in ks)
         if order != sorted(order):
             self.problems.append("messages are not in their order in the spans")
-        for k in range(first + 1, last):
+        for k in range(first + 1, last + 1):
             if k not in self.owner:
                 expected.insert(min(k, len(expected)), spans[k].role)  # reported already; keeps the lists aligned
         for k in range(last + 1, len(spans)):
