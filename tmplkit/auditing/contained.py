@@ -33,6 +33,9 @@ __all__ = ["DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT", "TokenizerRef", "portable_tok
 # The audit's limits (tmplkit.auditing.isolate.DEFAULT_TIMEOUT, DEFAULT_MEMORY_MB): seconds and MiB per template.
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_MEMORY_MB = 1024
+# What the contained work (token ids, masks, behaviour records) needs, imported before the memory
+# limit: --memory bounds the work, not numpy's own mapping (a low one failed with numpy's error).
+_IMPORTS = ("numpy",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +188,7 @@ def run_contained(func: Callable, *args, what: str, timeout: float | None = DEFA
         if sender is not None:
             kwargs["progress"] = sender
         (result,) = run_in_workers([(func, args, kwargs)], _call, lost=_lost(what, memory_mb, advice, memory_advice), prelude=_ready,
-                                   jobs=1, timeout=timeout, memory_mb=memory_mb, max_tasks=1,
+                                   jobs=1, timeout=timeout, memory_mb=memory_mb, max_tasks=1, imports=_IMPORTS,
                                    setup=functools.partial(hints_for, hint_place()))
     kind, value = result
     if kind == "ok":
@@ -211,7 +214,7 @@ def run_contained_each(calls: Sequence[tuple[Callable, tuple, dict, str]], *, jo
 
     done = (lambda n, total, _result: progress(n, total)) if progress is not None else None
     results = run_in_workers(items, _call, lost=lost, prelude=_ready, jobs=jobs, timeout=timeout, memory_mb=memory_mb,
-                             max_tasks=1, setup=functools.partial(hints_for, hint_place()), progress=done)
+                             max_tasks=1, setup=functools.partial(hints_for, hint_place()), progress=done, imports=_IMPORTS)
     # (a worker lost past its limits comes back as its error already: `lost`)
     return [_rebuilt(*value) if kind == "error" else value for kind, value in results]
 

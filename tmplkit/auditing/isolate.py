@@ -32,7 +32,7 @@ import functools
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from ..analysis import Analysis, analyze, failed_analysis, failure_reason, one_line, status_of
 from ..sandbox import hint, hint_place, hints_for
@@ -179,6 +179,7 @@ def analyze_isolated(
     *,
     target: Callable | None = None,
     max_tasks_per_worker: int = DEFAULT_MAX_TASKS,
+    imports: Sequence[str] = (),
 ) -> list:
     """Analyze each ChatTemplate in a worker process; results in the input order.
 
@@ -191,7 +192,8 @@ def analyze_isolated(
     audit's prefix-stability check): the results are then such tuples, except for a template whose
     target raised or whose worker was lost, which gets its failed Analysis alone. A worker analyzes
     up to `max_tasks_per_worker` templates (1: a fresh process for every template) and is
-    replaced at once after a crash, a kill, or a template that ran out of memory.
+    replaced at once after a crash, a kill, or a template that ran out of memory. `imports`:
+    libraries a target needs, imported before the memory limit (`workers.run_in_workers`).
 
         >>> from tmplkit import load                                         # doctest: +SKIP
         >>> for a in analyze_isolated(load("corpus:llama.cpp"), jobs=2):   # doctest: +SKIP
@@ -206,4 +208,4 @@ def analyze_isolated(
     # the workers word limit messages as this process does (`sandbox.hints_for`)
     return run_in_workers(templates, work, lost=_lost, prelude=_scan_warnings, retire=_exhausted,
                           setup=functools.partial(hints_for, hint_place()), jobs=jobs, timeout=timeout,
-                          memory_mb=memory_mb, max_tasks=max_tasks_per_worker, progress=report)
+                          memory_mb=memory_mb, max_tasks=max_tasks_per_worker, progress=report, imports=imports)

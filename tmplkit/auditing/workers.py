@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import importlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -52,6 +53,8 @@ _STARTUP_GRACE = 30.0
 # loaded: the analysis stack, which is what tmplkit's workers run. `__main__` (multiprocessing's
 # default) is kept so that a script's main module is imported once, in the server, and not again in
 # every worker.
+# Libraries a worker imports before its memory limit where this process has them (`_preimport`).
+_PREIMPORTS = ("numpy", "tokenizers", "llama_cpp")
 _PRELOAD = ["__main__", "tmplkit.analysis", "tmplkit.sandbox", "tmplkit.sandbox.static_scan", "tmplkit.auditing.isolate",
             "tmplkit.auditing._prefix", "jinja2.sandbox"]  # _prefix: the prefix-stability check runs in the workers
 
@@ -121,6 +124,18 @@ def _address_space() -> int | None:
         return None
 
 
+def _preimport(modules) -> None:
+    """Import `modules` (numpy, a tokenizer's library) before the memory limit is set: `--memory`
+    bounds what the work allocates, and a library's own mapping counted against it (numpy's
+    import alone maps more than a low limit) failed the work with the library's import error, or
+    a tokenizer's "not installed". One that does not import is left to the work to report."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the work imports it again and says what is wrong
+            pass
+
+
 def _limit_memory(memory_mb: int | None) -> None:
     if not memory_mb:
         return
@@ -176,14 +191,16 @@ def _silence_output() -> None:
         pass
 
 
-def _worker(conn, work, prelude, memory_mb, setup) -> None:
+def _worker(conn, work, prelude, memory_mb, setup, imports=()) -> None:
     """A worker: do (index, item) tasks until told to stop (None) or the pipe closes. `setup()`, when
     given, is a context the worker works in (the caller's hint wording, say); where it raises, every
-    task is answered with that error (this process's own output goes nowhere)."""
+    task is answered with that error (this process's own output goes nowhere). `imports`: modules
+    loaded before the memory limit (`_preimport`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _release_forkserver()
     _set_parent_death_signal()
     _silence_output()
+    _preimport(imports)
     _limit_memory(memory_mb)
     with contextlib.ExitStack() as stack:
         try:
@@ -344,9 +361,9 @@ class _Pool:
 
     def __init__(self, items: Sequence, work: Callable, *, lost: Callable, prelude: Callable | None,
                  retire: Callable | None, setup: Callable | None, jobs: int, timeout: float | None,
-                 memory_mb: int | None, max_tasks: int, progress: Callable | None):
+                 memory_mb: int | None, max_tasks: int, progress: Callable | None, imports: tuple[str, ...] = ()):
         self._ctx = _context()
-        self._args = (work, prelude, memory_mb, setup)  # what each worker process is started with
+        self._args = (work, prelude, memory_mb, setup, imports)  # what each worker process is started with
         self._lost = lost
         self._retire_after = retire
         self._jobs = jobs
@@ -515,15 +532,17 @@ class _Pool:
 def run_in_workers(items: Sequence, work: Callable, *, lost: Callable, prelude: Callable | None = None,
                    retire: Callable | None = None, setup: Callable | None = None, jobs: int = 1,
                    timeout: float | None = None, memory_mb: int | None = None, max_tasks: int = 32,
-                   progress: Callable | None = None) -> list:
+                   progress: Callable | None = None, imports: Sequence[str] = ()) -> list:
     """`work(item, note)` for every item in worker processes (see the module doc); the results in
     the input order. `work`, `prelude` and `setup` are pickled by name (module-level functions, or
     `functools.partial` of them); `lost(item, Lost)`, `retire(result)` and `progress(done, total,
-    result)` run here."""
+    result)` run here. `imports`: libraries the work needs, imported before the memory limit (with
+    those of a tokenizer this process has loaded: `_preimport`)."""
     check_memory(memory_mb)  # (every pool: the contained commands' too, not only the audit's)
     items = list(items)
     if not items:
         return []
+    imports = tuple(dict.fromkeys([*imports, *(m for m in _PREIMPORTS if m in sys.modules)]))
     with _Pool(items, work, lost=lost, prelude=prelude, retire=retire, setup=setup, jobs=jobs, timeout=timeout,
-               memory_mb=memory_mb, max_tasks=max_tasks, progress=progress) as pool:
+               memory_mb=memory_mb, max_tasks=max_tasks, progress=progress, imports=imports) as pool:
         return pool.run()

@@ -29,8 +29,9 @@ def derive_records(templates: Sequence, *, jobs: int | None = None, timeout: flo
         results: list = [target(t) for t in templates]
     else:
         target = functools.partial(derive_behaviour, session=session, timeout=timeout)
+        # (numpy, which the prefix-stability check uses, is imported before the memory limit)
         results = analyze_isolated(list(templates), jobs=jobs, timeout=timeout, memory_mb=memory_mb,
-                                   target=target, progress=progress)
+                                   target=target, progress=progress, imports=("numpy",))
     out = []
     for template, result in zip(templates, results):
         if isinstance(result, tuple):

@@ -310,6 +310,11 @@ class LlamaCppTokenizer:
             with _quiet_llama():
                 self._owner: LlamaModel | None = LlamaModel(llama_cpp, path, vocab_only=True)
         except ModelError:
+            if _memory_limited():  # (a worker's --memory too low for the vocabulary is no damaged file)
+                from ..sandbox import hint
+
+                raise TokenizerError(f"llama.cpp could not load the vocabulary of {path} (tokenizer '{model}') within "
+                                     f"the memory this process may use; {hint('memory_mb')}") from None
             raise TokenizerError(f"llama.cpp could not load the vocabulary of {path} (tokenizer '{model}'); "
                                  "the file may be damaged or from a newer llama.cpp") from None
         self._model = self._owner.model
@@ -722,6 +727,15 @@ class GGUFBPETokenizer(HFTokenizer):
     def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
         ids = list(self._tok.encode(_checked(text), add_special_tokens=False).ids)
         return self._bos + ids + self._eos if (self.add_bos if add_bos is None else add_bos) else ids
+
+
+def _memory_limited() -> bool:
+    """Whether this process runs under an address-space limit (a worker's --memory)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return False
+    return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
 
 
 def _utf8(text: str) -> bytes:
