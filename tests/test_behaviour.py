@@ -330,6 +330,17 @@ def test_the_audit_reports_drift_from_a_declared_upstream(tmp_path, write_gguf):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "hf:acme/none" in proc.stderr
 
 
+def test_a_template_file_kept_beside_its_upstream_is_held_to_it_too(tmp_path):
+    # (only a GGUF key was read: a .jinja key was passed over, the audit said ok, its drift unchecked)
+    (tmp_path / "upstream.jinja").write_text((PAIRS / "generation-prompt" / "a.jinja").read_text())
+    (tmp_path / "ours.jinja").write_text((PAIRS / "generation-prompt" / "b.jinja").read_text())
+    (tmp_path / "tmplkit.toml").write_text('sources = ["ours.jinja"]\n[upstream]\n"ours.jinja" = "upstream.jinja"\n')
+    proc = subprocess.run([sys.executable, "-m", "tmplkit", "audit", "--in-process"], env=ENV, capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "DRIFT ours: from its upstream upstream.jinja: the generation prompt changed from " in proc.stdout
+
+
 def test_an_upstream_declared_for_a_gguf_that_is_not_there_is_one_line(tmp_path, write_gguf):
     write_gguf("model.gguf", template=(PAIRS / "generation-prompt" / "b.jinja").read_text())
     (tmp_path / "upstream.jinja").write_text((PAIRS / "generation-prompt" / "a.jinja").read_text())

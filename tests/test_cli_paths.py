@@ -47,13 +47,46 @@ def one_line_error(code, err, *words) -> bool:
     ("lock", "in.jinja", "--lock", "in.jinja", "--fresh"),
     ("annotate", "in.jinja", "-o", "in.jinja"),
     ("audit", ".", "-o", "in.jinja"),  # a template the folder source reads
+    ("audit", "in.jinja", "-o", "in.jinja/"),  # a path spelled as a folder: it replaced in.jinja
+    ("lock", "in.jinja", "-o", "./in.jinja/."),
+    ("audit", "model", "-o", "model/additional_chat_templates/tool_use.jinja"),  # found only by loading
     ("mask", "in.jinja", "--session", "conv.json", "--tokenizer", "vocab:qwen35", "-o", "conv.json"),
 ])
 def test_an_output_that_is_an_input_is_refused_and_left_as_it_was(here, capsys, argv):
-    before = {p.name: p.read_bytes() for p in here.iterdir()}
+    (here / "model" / "additional_chat_templates").mkdir(parents=True)
+    shutil.copy(CHATML, here / "model" / "chat_template.jinja")
+    shutil.copy(CHATML, here / "model" / "additional_chat_templates" / "tool_use.jinja")
+    before = {p: p.read_bytes() for p in here.rglob("*") if p.is_file()}
     code, out, err = run(capsys, *argv)
-    assert one_line_error(code, err, "also what the command reads", "give another path")
+    if argv[-1].endswith(("/", ".")):
+        assert one_line_error(code, err, "the path names a folder")
+    else:
+        assert one_line_error(code, err, "also what the command reads", "give another path")
+    assert {p: p.read_bytes() for p in here.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("setting,argv", [
+    ('sources = ["in.jinja"]', ("audit", "-o", "in.jinja")),
+    ('lock = "my.lock.json"', ("audit", "in.jinja", "-o", "my.lock.json")),
+    ('expected-failures = "ef.json"', ("table", "in.jinja", "-o", "ef.json")),
+    ('sources = ["in.jinja"]', ("audit", "-o", "tmplkit.toml")),  # the configuration itself
+])
+def test_an_output_that_the_configuration_names_is_refused_and_left_as_it_was(here, capsys, setting, argv):
+    (here / "my.lock.json").write_text("{}", encoding="utf-8")
+    (here / "ef.json").write_text("{}", encoding="utf-8")
+    (here / "tmplkit.toml").write_text(setting + "\n", encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in here.iterdir()}
+    code = main(["--config", "tmplkit.toml", *argv])
+    err = capsys.readouterr().err
+    assert one_line_error(code, err, "also what the command reads", "give another path"), err
     assert {p.name: p.read_bytes() for p in here.iterdir()} == before
+
+
+def test_standard_input_in_the_configuration_is_refused_not_waited_on(here, capsys):
+    # (every command read it at once: `show` waited on standard input for expected failures)
+    (here / "tmplkit.toml").write_text('expected-failures = "-"\n', encoding="utf-8")
+    code = main(["--config", "tmplkit.toml", "show", "in.jinja"])
+    assert one_line_error(code, capsys.readouterr().err, "'expected-failures' names standard input (-)", "give a file")
 
 
 def test_a_symlink_to_an_input_is_that_input(here, capsys):
@@ -134,3 +167,13 @@ def test_a_saved_server_delimiters_file_of_another_shape_is_one_line(tmp_path, c
     with pytest.raises(InputError, match="write one with") as e:
         load_server_delimiters(path)
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_lock_written_to_a_device_keeps_nothing_and_a_non_lock_says_fresh(here, capsys):
+    # (`lock -o /dev/null` read the device as an old lock and was refused; a JSON file that is no
+    # lock was told to be written with the very command that had just failed)
+    code, _, err = run(capsys, "lock", "--in-process", "in.jinja", "-o", "/dev/null")
+    assert code == 0 and "wrote /dev/null" in err
+    (here / "l.json").write_text("[]", encoding="utf-8")
+    code, _, err = run(capsys, "lock", "--in-process", "in.jinja", "-o", "l.json")
+    assert one_line_error(code, err, "not a behaviour lock", "--lock l.json --fresh`")

@@ -122,6 +122,16 @@ def test_a_mask_past_its_timeout_says_which_option_raises_it(conversation, tiny_
     one_line_error(proc, "took longer than 1.5 s", "raise --timeout")
 
 
+@pytest.mark.parametrize("command", ["spans", "mask", "request"])
+def test_a_low_memory_bounds_the_work_not_the_libraries_imports(conversation, command):
+    # (--memory 128 failed every tokenizer command: numpy's and llama.cpp's own mapping counted
+    # against it, and the line blamed an install, "llama-cpp-python, which is not installed")
+    ok = tmplkit(command, str(CHATML), "--session", str(conversation), "--tokenizer", "vocab:qwen35", "--memory", "128")
+    assert ok.returncode == 0, ok.stderr
+    low = tmplkit(command, str(CHATML), "--session", str(conversation), "--tokenizer", "vocab:qwen35", "--memory", "16")
+    one_line_error(low, "raise --memory")
+
+
 def test_spans_out_of_memory_says_which_option_raises_it(conversation, tiny_hf_folder):
     proc = tmplkit("spans", str(HOSTILE / "bomb_held_values.jinja"), "--session", str(conversation),
                    "--tokenizer", str(tiny_hf_folder), "--memory", "300")
@@ -402,6 +412,17 @@ def test_a_closed_or_full_stdout_is_one_line(redirect):
     proc = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=BOUND, env=env, cwd=CODE)
     err = one_line_error(proc, "standard output")
     assert "TMPLKIT_CACHE" not in err and "Exception ignored" not in err
+
+
+@pytest.mark.parametrize("template,code", [("always-raises", 1), ("chatml", 0)])
+def test_a_reader_that_stops_reading_leaves_the_exit_code_as_it_is(template, code):
+    # (`tmplkit audit ... | grep -q`, `| head -1`: a failing audit exited 0 when its reader had gone)
+    env = {**os.environ, "PYTHONPATH": str(CODE)}
+    proc = subprocess.Popen([sys.executable, "-m", "tmplkit", "--no-config", "audit", str(ROOT / "fixtures" / "templates" / f"{template}.jinja")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=CODE)
+    proc.stdout.close()  # the reader is gone before the first line: every write meets a closed pipe
+    _, err = proc.communicate(timeout=BOUND)
+    assert proc.returncode == code and "Traceback" not in err and "Exception ignored" not in err, err
 
 
 def test_ctrl_c_while_the_command_starts_is_exit_130():

@@ -5,6 +5,7 @@ each schema is a real one (required keys, types, the statuses and roles as enums
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import jsonschema
@@ -82,7 +83,7 @@ def test_the_schemas_are_package_data():
     assert SCHEMA_DIR == ROOT / "tmplkit" / "schemas"
 
 
-def test_schema_command(capsys):
+def test_schema_command(capsys, tmp_path):
     assert main(["schema"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in listed] == list(schema_names())
@@ -90,6 +91,10 @@ def test_schema_command(capsys):
     assert main(["schema", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "give one of audit," in err
+    # a name is never a path (it read any *.schema.json: `schema ../../x`)
+    (tmp_path / "outside.schema.json").write_text("{}", encoding="utf-8")
+    name = os.path.relpath(tmp_path / "outside", SCHEMA_DIR)
+    assert main(["schema", name]) == 2 and "no JSON Schema named" in capsys.readouterr().err
     # --help names every schema (it left `mask` out)
     with pytest.raises(SystemExit):
         main(["schema", "--help"])

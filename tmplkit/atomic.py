@@ -75,6 +75,8 @@ def atomic_open(
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
+    if _names_folder(path):
+        raise IsADirectoryError(errno.EISDIR, "the path names a folder, not a file", os.fspath(path))
     target = _resolve(path)
     st = _stat(target)
     if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
@@ -112,6 +114,14 @@ def atomic_open(
         raise
     if fsync:
         _fsync_dir(folder)
+
+
+def _names_folder(path: str | os.PathLike) -> bool:
+    """Whether `path` is spelled as a folder (it ends in '/', or its last part is '.' or '..'): a
+    shell's `>` refuses it ('Is a directory', 'Not a directory'), where Path() would drop the
+    slash and write the file before it (`-o t.jinja/` replaced t.jinja)."""
+    raw = os.fspath(path)
+    return raw.endswith(("/", os.sep)) or os.path.basename(raw) in (".", "..")
 
 
 def _resolve(path: str | os.PathLike) -> Path:
@@ -187,6 +197,9 @@ def check_writable(path: str | os.PathLike) -> None:
     A folder, a missing or read-only folder (for a file to be created or replaced atomically), a
     read-only file, or a FIFO or device this user may not write into are refused.
     """
+    if _names_folder(path):
+        raise InputError(f"{path}: cannot write the file here; the path names a folder (it ends in "
+                         f"'{os.path.basename(os.fspath(path)) or '/'}'): {_WRITABLE_HINT}")
     target = _resolve(path)
     st = _stat(target)
     if st is not None and stat.S_ISDIR(st.st_mode):

@@ -46,11 +46,13 @@ class BehaviourLock:
         return BehaviourLock({**({} if fresh else self.records), **seen}, __version__)
 
 
-def read_lock(path) -> BehaviourLock:
-    """The lock in `path`; one-line InputErrors for a missing, corrupt or other-version lock."""
+def read_lock(path, *, updating: bool = False) -> BehaviourLock:
+    """The lock in `path`; one-line InputErrors for a missing, corrupt or other-version lock.
+    `updating`: read by `tmplkit lock` to update it (a file that is no lock is replaced with --fresh)."""
     data = read_json(path, what="a behaviour lock (written by `tmplkit lock`)")
     if not isinstance(data, dict) or not isinstance(data.get("templates"), dict):
-        raise InputError(f"{path}: not a behaviour lock (no 'templates' object); write it with `tmplkit lock SOURCE... --lock {path}`")
+        fix = f"--lock {path}" + (" --fresh" if updating else "")
+        raise InputError(f"{path}: not a behaviour lock (no 'templates' object); write it with `tmplkit lock SOURCE... {fix}`")
     version = data.get("schema_version")
     if type(version) is not int or version != LOCK_SCHEMA_VERSION:  # (`true` equals 1)
         raise InputError(f"{path}: a lock of layout {version!r} (tmplkit {data.get('tmplkit_version', '?')}); this tmplkit "

@@ -17,11 +17,12 @@ import argparse
 import importlib
 import os
 import sys
+from functools import partial
 
 from .._interrupt import install_early_handler, restore_default
 from .._version import __version__
 from ..errors import InputError, TmplkitError
-from ._outputs import check_outputs, error_line, printable
+from ._outputs import check_outputs, error_line, printable, refuse_loaded_outputs
 
 __all__ = ["build_parser", "main"]
 
@@ -238,8 +239,9 @@ def _say(line: str) -> None:
 class _Stdout:
     """Standard output as the commands write it: a failed write (a full disk, /dev/full) is one
     line naming standard output, not a folder; a closed one (`>&-`) too; a name that is no UTF-8
-    (a file name's undecodable bytes) is written escaped (`printable`), never a traceback. After a failure the
-    descriptor is pointed at /dev/null, so that Python's flush at exit does not fail again."""
+    (a file name's undecodable bytes) is written escaped (`printable`), never a traceback; a reader
+    that stops reading ends nothing: the command's exit code stands. After a failure the descriptor
+    is pointed at /dev/null, so that Python's flush at exit does not fail again."""
 
     def __init__(self, stream) -> None:
         self._stream = stream
@@ -251,6 +253,8 @@ class _Stdout:
             return self._stream.write(printable(text))
         except OSError as exc:
             self._fail(exc)
+            if isinstance(exc, BrokenPipeError):
+                return len(text)
             raise
 
     def flush(self) -> None:
@@ -267,14 +271,16 @@ class _Stdout:
         return getattr(self._stream, name)
 
     def _fail(self, exc: OSError):
-        if isinstance(exc, BrokenPipeError):
-            raise exc
         try:
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, self._stream.fileno())
             os.close(null)
         except (OSError, ValueError, AttributeError):
             pass
+        if isinstance(exc, BrokenPipeError):
+            # The reader stopped reading (`| head -1`, `| grep -q`): the rest goes nowhere and the
+            # command ends with its own exit code (a failing audit still exits 1).
+            return
         raise InputError(f"cannot write standard output ({exc.strerror or exc}); check where it goes (a full "
                          "disk?) or give -o FILE") from None
 
@@ -290,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         _refuse_contradictions(sys.argv[1:] if argv is None else argv, args)
         check_outputs(args)  # a path that cannot be written is refused before the work, not after it
         from ..sandbox import hints_for  # here, not at the top: --version and --help load no layer
+        from ..sources.templates import watching_loads
 
-        with hints_for("cli"):  # limit messages name the flags a command-line user can change
+        # Limit messages name the flags a command-line user can change; an output that is a file a
+        # source read, which only loading shows, is refused then (cli._outputs).
+        with hints_for("cli"), watching_loads(partial(refuse_loaded_outputs, args)):
             code = int(args.func(args) or 0)
         sys.stdout.flush()  # a standard output that cannot be written is told here, not at Python's exit
         return code
@@ -301,8 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("tmplkit: interrupted")
         return 130
-    except BrokenPipeError:
-        return 0
+    except BrokenPipeError:  # (a pipe other than standard output: standard output's is _Stdout's)
+        return 2
     except OSError as exc:  # the environment (a folder that cannot be written, a full disk), not a bug
         where = f"{exc.filename}: " if exc.filename else ""
         _say(f"tmplkit: error: {where}{exc.strerror or exc}; check that the folder exists and can be written "

@@ -154,7 +154,20 @@ def config_of(args):
 
     if getattr(args, "_config", None) is None:
         args._config = Config() if getattr(args, "no_config", False) else load_config(getattr(args, "config", None))
+        _refuse_configured_outputs(args, args._config)
     return args._config
+
+
+def _refuse_configured_outputs(args, cfg) -> None:
+    """An output that is the configuration or a file it names is refused, as one the command line
+    names is (the `lock` command writes the configuration's lock: that one is its output)."""
+    from ._outputs import refuse_reading_outputs
+
+    if cfg.path is None:
+        return
+    writes_lock = getattr(args, "_writes_lock", False)
+    files = [(f"'{key}' in {cfg.path}", value) for key, value in cfg.files if not (key == "lock" and writes_lock)]
+    refuse_reading_outputs(args, [("the configuration", str(cfg.path)), *files])
 
 
 # The optional extras: (module, extra, what it is), for one-line refusals before any work.

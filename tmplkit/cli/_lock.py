@@ -80,13 +80,15 @@ def _cmd_lock(args) -> int:
 
     cfg = config_of(args)
     path = args.lock or cfg.lock or DEFAULT_LOCK
-    old = BehaviourLock() if args.fresh or not os.path.exists(path) else read_lock(path)  # a bad lock: before any work
+    # A lock to update is a file; a device or pipe (`-o /dev/null`) is written into, with nothing to keep.
+    keeps = not args.fresh and os.path.isfile(path)
+    old = read_lock(path, updating=True) if keeps else BehaviourLock()  # a bad lock: before any work
     check_writable(path)
     records = derive(args, configured_templates(args, cfg), cfg)
     require_derived(records, f"{path} was not written (a lock holds behaviour, not a run's limit)")
     with _folder_held(path):  # another lock run on the same file keeps its entries: read again, merge, write
-        if not args.fresh and os.path.exists(path):
-            old = read_lock(path)
+        if keeps and os.path.isfile(path):
+            old = read_lock(path, updating=True)
         lock = old.updated(records, fresh=args.fresh)
         write_lock(path, lock)
     new = [r for r in records if r.name not in old.records]
@@ -161,10 +163,13 @@ def upstreams_for(cfg, templates) -> list:
             raise InputError(f"[upstream] of the configuration names {gguf}, which is not a file; fix the path")
     pairs = []
     for t in templates:
-        spec = declared.get(Path(t.source).resolve()) if t.source.lower().endswith(".gguf") else None
+        # (any template file: a GGUF's embedded template, or a .jinja kept beside its upstream; a
+        # .jinja key was passed over without a word, its drift unchecked)
+        spec = declared.get(Path(t.source).resolve()) if not t.source.startswith(("hf:", "corpus:", "-")) else None
         if spec is not None:
-            name = t.name.split(":", 1)[1] if ":" in t.name else None
-            pairs.append((t, load_one(spec, name)))
+            name = t.name.split(":", 1)[1] if ":" in t.name and t.source.lower().endswith(".gguf") else None
+            with from_config(cfg.path, f"upstream.{t.source}"):
+                pairs.append((t, load_one(spec, name)))
     return pairs
 
 

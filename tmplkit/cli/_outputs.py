@@ -11,7 +11,8 @@ import stat
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
-__all__ = ["check_outputs", "error_line", "output_paths", "printable"]
+__all__ = ["check_outputs", "error_line", "output_paths", "printable", "refuse_loaded_outputs",
+           "refuse_reading_outputs"]
 
 # The options whose value is a file the command writes (argparse's dest names); `lock` where the
 # command writes the lock (set_defaults(_writes_lock=True)), else it is read.
@@ -78,6 +79,30 @@ def _refuse_clashes(args, outputs: list[str]) -> None:
             if _reads(value, out, key):
                 raise InputError(f"{out}: it is also what the command reads ({_flag(option, args)} {value}); writing it "
                                  "would replace it: give another path for the output")
+
+
+def refuse_reading_outputs(args, reads) -> None:
+    """Raise InputError where a file the command reads that the command line does not name (`reads`:
+    (what, path) pairs: a configuration's settings, the files a source loaded, such as a model
+    folder's `additional_chat_templates/` or a corpus's) is one of its outputs: writing the output
+    would replace it, as `_refuse_clashes` refuses for the command line's own inputs."""
+    from ..errors import InputError
+
+    outputs = [(out, _file_key(out)) for out in output_paths(args)]
+    outputs = [(out, key) for out, key in outputs if key is not None]
+    if not outputs:
+        return
+    for what, path in reads:
+        for out, key in outputs:
+            if isinstance(path, str) and path and path != "-" and _reads(path, out, key):
+                raise InputError(f"{out}: it is also what the command reads ({what}: {path}); writing it would "
+                                 "replace it: give another path for the output")
+
+
+def refuse_loaded_outputs(args, source: str, templates) -> None:
+    """`refuse_reading_outputs` for a source just loaded (`sources.templates.watching_loads`): the
+    source itself (a folder holds its templates) and each template's file."""
+    refuse_reading_outputs(args, [("a template source", source)] + [("a template it loads", t.source) for t in templates])
 
 
 def _input_values(args) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ command line override it. Unknown keys and bad values are errors naming the file
     jobs = 2                                      # worker processes
     [tokenizers]                                  # tokenizer pairing: template name -> tokenizer
     "Qwen3-Coder" = "vocab:qwen35"
-    [upstream]                                    # a GGUF -> its upstream template: the audit reports drift
+    [upstream]                                    # a GGUF or template file -> its upstream: the audit reports drift
     "models/chat-7b.Q4_K_M.gguf" = "hf:acme/chat-7b"
 
 >>> cfg = parse_config({"fail-on": "warning", "limits": {"timeout": 5}}, Path("tmplkit.toml"))
@@ -32,7 +32,7 @@ import contextlib
 import math
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,9 @@ class Config:
     # The behaviour lock the audit checks against, and each GGUF's upstream source (both resolved).
     lock: str | None = None
     upstream: dict[str, str] = field(default_factory=dict)
+    # (setting, path) of each file the settings name that a command may read (resolved): an output
+    # may not replace one (cli._outputs.refuse_reading_outputs).
+    files: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict:
         return {
@@ -150,7 +153,9 @@ def parse_config(data: dict[str, Any], path: Path) -> Config:
     for name, spec in pairing.items():
         if spec == "auto":  # 'auto' chooses per template; a pairing names the tokenizer itself
             raise _bad(path, f"tokenizers.{name}", "must name a tokenizer (a .gguf, a tokenizer.json, vocab:NAME)", spec)
-    return Config(
+    _no_standard_input(data, path)
+    expected = data.get("expected-failures")
+    config = Config(
         path=path,
         sources=tuple(_resolve(s, base) for s in _strings(data, "sources", path)),
         fail_on=_choice(data, "fail-on", FAIL_ON, path),
@@ -164,6 +169,27 @@ def parse_config(data: dict[str, Any], path: Path) -> Config:
         lock=_resolve(_path_string(data, "lock", path), base) if data.get("lock") is not None else None,
         upstream=_upstream(data.get("upstream", {}), base, path),
     )
+    files = [("expected-failures", _resolve(expected, base))] if isinstance(expected, str) else []
+    files += [("lock", config.lock)] if config.lock else []
+    files += [(f"upstream.{k}", f) for k, v in config.upstream.items() for f in (k, v)]
+    files += [("tokenizer", config.tokenizer)] if config.tokenizer else []
+    files += [(f"tokenizers.{name}", spec) for name, spec in config.tokenizers.items()]
+    return replace(config, files=tuple(files))
+
+
+def _no_standard_input(data: dict, path: Path) -> None:
+    """A file setting may not be `-`: the configuration is read by every command, and each would
+    wait on standard input for it (`show` and `diff`, which use no expected failures, too)."""
+    named = [("sources", v) for v in data.get("sources", []) if isinstance(data.get("sources"), list)]
+    named += [(key, data.get(key)) for key in ("expected-failures", "lock", "tokenizer")]
+    for table in ("upstream", "tokenizers"):
+        value = data.get(table)
+        if isinstance(value, dict):
+            named += [(f"{table}.{k}", k) for k in value] + [(f"{table}.{k}", v) for k, v in value.items()]
+    for key, value in named:
+        if value == "-":
+            raise InputError(f"{path}: '{key}' names standard input (-), which a configuration cannot give: every "
+                             "command would wait on it; give a file")
 
 
 def _path_string(data: dict, key: str, path: Path) -> str:
@@ -174,9 +200,9 @@ def _path_string(data: dict, key: str, path: Path) -> str:
 
 
 def _upstream(value: object, base: Path, path: Path) -> dict[str, str]:
-    """{GGUF path: upstream source}, both relative to the configuration's folder."""
+    """{GGUF or template path: upstream source}, both relative to the configuration's folder."""
     if not isinstance(value, dict) or not all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in value.items()):
-        raise _bad(path, "upstream", "must be a table of GGUF path = template source (hf:org/name[@rev], a file)", value)
+        raise _bad(path, "upstream", "must be a table of GGUF or template path = template source (hf:org/name[@rev], a file)", value)
     return {_resolve(k, base): _resolve(v, base) for k, v in value.items()}
 
 

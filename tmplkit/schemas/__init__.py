@@ -32,7 +32,7 @@ def schema_names() -> tuple[str, ...]:
 def schema_path(name: str) -> Path:
     """The file of schema `name`; InputError naming the schemas there are when there is none."""
     path = SCHEMA_DIR / f"{name}{_SUFFIX}"
-    if not path.is_file():
+    if name not in schema_names():  # (a name is never a path: `../x` would read a file outside)
         raise InputError(f"no JSON Schema named {name!r}; give one of {', '.join(schema_names())}")
     return path
 

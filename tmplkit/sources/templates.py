@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from . import corpus
 from .gguf_meta import Keys, read_metadata
 
 __all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "family_special_tokens", "gguf_special_tokens", "load", "load_dir",
-           "load_gguf", "load_hf", "load_jinja", "load_json", "load_many", "load_one", "select_named"]
+           "load_gguf", "load_hf", "load_jinja", "load_json", "load_many", "load_one", "select_named", "watching_loads"]
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,35 @@ _HF_FILES = ("tokenizer_config.json", "chat_template.json", "chat_template.jinja
 _HF_PATTERNS = [*_HF_FILES, "additional_chat_templates/*.jinja", "special_tokens_map.json"]
 
 
+# Callbacks that see every source loaded, with its templates (`watching_loads`).
+_WATCHERS: list[Callable[[str, list[ChatTemplate]], None]] = []
+
+
+@contextlib.contextmanager
+def watching_loads(callback: Callable[[str, list[ChatTemplate]], None]):
+    """Call `callback(source, templates)` after each source is loaded in the block: the command line
+    refuses an output that is a file a source read (a model folder's `additional_chat_templates/`,
+    a corpus file, a configuration's source), which only loading shows."""
+    _WATCHERS.append(callback)
+    try:
+        yield
+    finally:
+        _WATCHERS.remove(callback)
+
+
 def load(source: str | os.PathLike) -> list[ChatTemplate]:
     """Load every chat template a source holds, in a stable order.
 
     >>> load("fixtures/templates/chatml.jinja")[0].name
     'chatml'
     """
+    templates = _load(source)
+    for watcher in list(_WATCHERS):
+        watcher(str(source), templates)
+    return templates
+
+
+def _load(source: str | os.PathLike) -> list[ChatTemplate]:
     text = str(source)
     if text == "-":
         return _load_stdin()
