@@ -285,3 +285,25 @@ def test_a_log_as_windows_saves_it_a_cut_log_and_a_damaged_number(tmp_path, caps
     damaged = text.replace("task.n_tokens = 634", "task.n_tokens = 99999999999999999999999999999")
     with pytest.raises(InputError, match=r"task 0 has a token count of 9{29}, more than llama.cpp can hold"):
         read_server_log(damaged, "d.log")
+
+
+@pytest.mark.parametrize("name,lines,pattern", [("0.3.33-cold-lv3", 35, "fragmented"), ("0.3.33-cold-lv4", 50, "fragmented"),
+                                                ("0.3.36-cold-lv3", 14, "none")])
+def test_a_log_cut_before_its_task_ends_reads_the_batches_it_shows(name, lines, pattern):
+    # (a regressed server's log pasted in part read as pattern "none", 0 breaks at info level: the
+    # task's end, from which positions and the last batch are read, was cut off)
+    text = "".join((LOGS / f"{name}.log").read_text(encoding="utf-8").splitlines(keepends=True)[:lines])
+    log = read_server_log(text, "cut.log")
+    (task,) = log.tasks
+    assert not task.ended and task.decode_calls is None and task.pattern == pattern, task.to_dict()
+    assert any("the log ends before task 0 does" in n for n in log.notes)
+    (whole,) = read_server_log((LOGS / f"{name}.log").read_text(encoding="utf-8")).tasks
+    assert whole.ended and whole.pattern == pattern
+
+
+def test_a_log_cut_inside_a_later_task_says_so_and_one_cut_as_it_began_is_said_to_be():
+    text = (LOGS / "0.3.36-session-lv4.log").read_text(encoding="utf-8").splitlines(keepends=True)
+    log = read_server_log("".join(text[:27]), "cut.log")
+    assert [t.ended for t in log.tasks] == [True, False] and any("ends before task 49 does" in n for n in log.notes)
+    with pytest.raises(InputError, match="a log cut right after its task began"):
+        read_server_log("".join(text[:8]), "cut.log")

@@ -129,6 +129,10 @@ class TaskPrefill:
     prompt_ms: float | None = None
     prompt_tps: float | None = None
     instance: int | None = None  # the port a router prefixed the task's lines with (None: no router)
+    # The log holds the task's end (its 'prompt eval time' or 'stop processing' line). A log cut
+    # before it (pasted in part) shows the batches up to its last line only: the last one's end is
+    # unknown, and at info level (no prompt length) positions count from the first token processed.
+    ended: bool = True
 
     @property
     def gaps(self) -> tuple[tuple[int, int], ...]:
@@ -142,7 +146,7 @@ class TaskPrefill:
     @property
     def batch_ends(self) -> tuple[int, ...]:
         """Where each batch of `batch_starts` ended (the next one's start, or the prompt's end)."""
-        end = self.n_prompt if self.n_prompt is not None else None
+        end = self.n_prompt if self.n_prompt is not None and self.ended else None
         ends = list(self.batch_starts[1:])
         if self.batch_starts and end is not None:
             ends.append(end)
@@ -155,13 +159,14 @@ class TaskPrefill:
     @property
     def decode_calls(self) -> int | None:
         """Prompt batches (decode calls); None when the log does not show them all."""
-        return len(self.batch_starts) if self.batches_complete else None
+        return len(self.batch_starts) if self.batches_complete and self.ended else None
 
     @property
     def early_ends(self) -> tuple[int, ...]:
         """Where a batch ended before n_batch tokens and before the prompt's end."""
         n = self.n_prompt
         return tuple(e for s, e in zip(self.batch_starts, self.batch_ends) if e - s < self.n_batch and (n is None or e < n))
+
 
     @property
     def near_end(self) -> tuple[int, ...]:
@@ -251,7 +256,7 @@ class TaskPrefill:
         return {"task": self.task, "slot": self.slot, "level": self.level, "n_prompt": self.n_prompt,
                 "n_reused": self.n_reused, "n_processed": self.n_processed, "n_generated": self.n_generated,
                 "n_common": self.n_common, "went_back": self.went_back, "n_batch": self.n_batch,
-                "n_ubatch": self.n_ubatch, "decode_calls": self.decode_calls,
+                "n_ubatch": self.n_ubatch, "decode_calls": self.decode_calls, "ended": self.ended,
                 "batches_complete": self.batches_complete, "batch_starts": list(self.batch_starts),
                 "batch_sizes": list(self.batch_sizes), "early_ends": list(self.early_ends),
                 "near_end": list(self.near_end), "mid_breaks": list(self.mid_breaks),
@@ -414,9 +419,10 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
         raise InputError(f"{source}: a llama-server log with no task in it (no 'processing task' line): it holds no "
                          "request, or it was cut before the first one")
     if not any(_has_facts(tasks[k]) for k in order):
-        raise InputError(f"{source}: a log format tmplkit does not read: {len(order)} task{'s' if len(order) != 1 else ''} "
-                         "but none of the lines it reads a task from ('prompt processing, n_tokens = ', 'prompt eval "
-                         "time = ', 'stop processing: n_tokens = ', or at -lv 4 'cached n_tokens = ')")
+        raise InputError(f"{source}: {len(order)} task{'s' if len(order) != 1 else ''} but none of the lines it "
+                         "reads a task from ('prompt processing, n_tokens = ', 'prompt eval time = ', 'stop processing: "
+                         "n_tokens = ', or at -lv 4 'cached n_tokens = '): a log cut right after its task began (give "
+                         "the log up to the task's 'prompt eval time' line), or a log format tmplkit does not read")
     _refuse_implausible(tasks, source)
     out = tuple(_finish(tasks[k], servers[k[0]], k[0]) for k in order)
     first = servers[order[0][0]]
@@ -425,6 +431,12 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
         n = 1 + max(runs.values())
         notes.append(f"the log holds {n} runs of the server (its task ids start again): each run's tasks are read apart, "
                      "in the order of the log")
+    cut = [t for t in out if not t.ended and (t.batch_starts or t.n_prompt is not None)]
+    if cut:
+        counted = " (its positions count from the first token it processed: the tokens reused are not known)" \
+            if any(t.level == "info" for t in cut) else ""
+        notes.append(f"the log ends before task {cut[-1].task} does (no 'prompt eval time' line): the batches up to its "
+                     f"last line are read, what came after is not known{counted}")
     if text and not text.endswith(("\n", "\r")):
         notes.append("the log's last line has no end (a log cut while it was written, or copied in part): the last "
                      "task's figures may be incomplete")
@@ -533,12 +545,14 @@ def _finish(t: _Task, srv: _Server, instance: int | None) -> TaskPrefill:
     n_prompt = t.n_prompt_trace
     if n_prompt is None and t.stop is not None and t.n_gen is not None:
         n_prompt = t.stop - max(t.n_gen, 1) + 1  # the memory holds the prompt and all but the last token generated
+    ended = t.prompt_eval is not None or t.stop is not None
     starts = tuple(t.cached or t.do_ckpt)
     reused = starts[0] if trace and starts else None
     if reused is None and n_prompt is not None and processed is not None:
         reused = n_prompt - processed
-    if not trace and t.progress and reused is not None:
-        starts = tuple(reused + k for k, _ in t.progress)
+    if not trace and t.progress and (reused is not None or not ended):
+        # (a log cut before the task's end: the reused tokens are unknown, so count from the first processed)
+        starts = tuple((reused or 0) + k for k, _ in t.progress)
     common: int | None
     if t.lcp is not None:
         common = t.lcp
@@ -553,7 +567,7 @@ def _finish(t: _Task, srv: _Server, instance: int | None) -> TaskPrefill:
         n_batch=n_batch, n_ubatch=n_ubatch, checkpoints_created=tuple(t.created) if trace else None,
         checkpoints_restored=restored if trace else None, full_reprocess=t.full if trace else None,
         checkpoints_erased=tuple(t.erased), prompt_ms=t.prompt_eval[0] if t.prompt_eval else None,
-        prompt_tps=t.prompt_eval[2] if t.prompt_eval else None, instance=instance)
+        prompt_tps=t.prompt_eval[2] if t.prompt_eval else None, instance=instance, ended=ended)
 
 
 # ---------------------------------------------------------------------------------------------
