@@ -49,6 +49,13 @@ def test_stable_template_is_stable(session):
     assert all(d.position == d.n_held for d in r.divergences)
 
 
+def test_a_session_of_one_request_is_not_applicable_not_stable():
+    # (it said "stable over 1 request", where the audit says "not applicable": nothing is resumed)
+    r = study_turns(tmpl("stable"), Session(({"role": "user", "content": "hi"},), ()))
+    assert r.n_requests == 1 and r.stable is None and r.one_request and r.switches == ()
+    assert format_turns([r], "text").startswith("stable: not applicable: the session has one request")
+
+
 def test_date_stamping_template_diverges_on_the_date(session):
     r = study_turns(tmpl("date"), session)
     assert not r.stable

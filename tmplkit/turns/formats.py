@@ -90,9 +90,11 @@ def _text(r) -> str:
     if r.error:
         return f"{r.template}: cannot render the session: {r.error}\n"
     verdict = {True: "stable", False: "NOT stable", None: "no divergence in the first"}[r.stable]
-    lines = [f"{r.template}: {verdict} over {r.n_requests} request{'' if r.n_requests == 1 else 's'}"
-             + (" (stopped before the session's end: not known beyond)" if r.stable is None else ""),
-             f"  inputs: {r.inputs} ({inputs_note(r.inputs)})"]
+    head = f"{r.template}: {verdict} over {r.n_requests} request{'' if r.n_requests == 1 else 's'}" + (
+        " (stopped before the session's end: not known beyond)" if r.stable is None else "")
+    if r.one_request:
+        head = f"{r.template}: not applicable: the session has one request, so nothing is resumed"
+    lines = [head, f"  inputs: {r.inputs} ({inputs_note(r.inputs)})"]
     first = r.first
     if first is not None:
         tok = "" if first.token_position is None else f" (token {first.token_position} of {first.n_held_tokens})"

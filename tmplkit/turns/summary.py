@@ -56,13 +56,19 @@ class TurnsReport:
     def stable(self) -> bool | None:
         """False from the first divergence; True where the whole session extends what is held;
         None where no verdict is known: the session was not studied (`error`: the template cannot
-        render it, or a limit stopped its worker), or a time limit stopped the study before the
-        session's end and no request up to there diverged."""
+        render it, or a limit stopped its worker), a time limit stopped the study before the
+        session's end and no request up to there diverged, or the session has one request
+        (`one_request`: nothing is resumed, so "stable" would say nothing, as the audit says)."""
         if self.error:
             return None
         if not all(d.stable for d in self.divergences):
             return False
-        return None if self.stopped else True
+        return None if self.stopped or self.one_request else True
+
+    @property
+    def one_request(self) -> bool:
+        """The session has one request, studied whole: no request follows one the server held."""
+        return self.n_requests < 2 and not self.stopped and not self.error
 
     @property
     def first(self) -> Divergence | None:
@@ -124,8 +130,9 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     if tokens is not None and prepared.spans:
         cost = session_cost(tokens, prepared.spans, predicted=prepared.predicted, memory=memory, prefill=prefill,
                             server_tokens=prepared.server_tokens, names=settings)
-    tried = _switches(template, conversation, kwargs, interval, reqs) if switches and not budget.stopped else ()
-    if switches and not budget.stopped:
+    switches = switches and not budget.stopped and len(reqs) > 1  # (one request: no setting is more stable than another)
+    tried = _switches(template, conversation, kwargs, interval, reqs) if switches else ()
+    if switches:
         divs = _name_switches(divs, tried)
     notes = prepared.notes + ((budget.stopped,) if budget.stopped else ())
     return TurnsReport(template.name, len(reqs), divs, tried, cost, notes, stopped=budget.stopped, inputs=inputs)
