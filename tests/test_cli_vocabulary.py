@@ -191,3 +191,11 @@ def test_table_fails_on_templates_that_did_not_pass_and_says_why(capsys, tmp_pat
     listed.write_text(json.dumps({"same-text": "renders the same text whatever the messages"}))
     assert main(["--no-config", "table", "--jobs", "1", CHATML, bad, "--expected-failures", str(listed)]) == 0
     assert r"| chatml | pass | `<\|im_start\|>user\n` |" in capsys.readouterr().out  # a template that passed keeps them
+
+
+def test_an_option_is_given_whole_never_a_prefix_of_another(capsys):
+    # (`turns T --template '{...}'` was read as --template-kwargs: prefill's --template is the template)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--no-config", "turns", str(CHATML), "--template", '{"enable_thinking": false}'])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "unrecognized arguments: --template" in err, err

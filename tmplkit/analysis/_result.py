@@ -93,6 +93,17 @@ class Analysis:
     warnings: tuple[str, ...] = ()
     seconds: float = 0.0
 
+    @property
+    def why_not(self) -> str:
+        """The first reason it gives for its verdict (its first error, else its round trip's first
+        problem), on one line and at most 300 characters; "" where it gives none.
+
+        >>> Analysis(name="t", source="-", status="fail", errors=("a\\nb",)).why_not
+        'a b'
+        """
+        reasons = tuple(self.errors) or (tuple(self.round_trip.problems) if self.round_trip else ())
+        return " ".join(str(reasons[0]).split())[:300] if reasons else ""
+
     def to_dict(self) -> dict:
         """Every field as JSON (what `tmplkit audit --format json` prints): the role starts, the
         generation prompt, `tool_placement`, `reasoning_start`/`reasoning_end` (None where the

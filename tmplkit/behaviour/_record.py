@@ -181,8 +181,7 @@ def record_of(template, analysis: Analysis, prefix: PrefixStability | None, rend
     """The behaviour record of `template` from what `derive_behaviour` found."""
     reason = ""
     if analysis.status != "pass":
-        reasons = list(analysis.errors) or (list(analysis.round_trip.problems) if analysis.round_trip else [])
-        reason = " ".join(str(reasons[0]).split())[:300] if reasons else analysis.status
+        reason = analysis.why_not or analysis.status
     return BehaviourRecord(
         name=template.name, source=template.source, text_sha256=sha256_of(template.text), verdict=analysis.status,
         reason=reason, starts={role: getattr(analysis, attr) for role, attr in START_ROLES},

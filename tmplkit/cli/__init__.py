@@ -59,13 +59,21 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)", 1: "the audit failed (diff: the behaviour differs)",
+EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)",
+              1: "a gate failed: the audit (table: a template failed; diff: the behaviour differs; spans: the "
+                 "delimiters are not proven)",
               2: "usage or input error (one line on stderr)", 130: "interrupted"}
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose usage error is one line like every other error (argparse prints the
-    whole usage block first), naming the command's --help for the rest; subcommands inherit it."""
+    whole usage block first), naming the command's --help for the rest; subcommands inherit it.
+    An option is given whole: argparse's prefix matching read `turns --template X` as
+    `--template-kwargs X`, an option of another meaning."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         required = "the following arguments are required: "

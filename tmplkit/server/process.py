@@ -105,8 +105,7 @@ def message_delimiters(template, tokenizer, *, analysis=None) -> tuple[MessageDe
     if not analysis.delimiters or analysis.status != "pass":
         # (the analysis's own reason, not "no delimiters were given" of the token check; a failed
         # verdict's delimiters misplace some message, an impossible one's prove that none can exist)
-        problems = tuple(analysis.errors) or (tuple(analysis.round_trip.problems) if analysis.round_trip else ())
-        why = " ".join(str(problems[0]).split())[:300] if problems else "it derived none"
+        why = analysis.why_not or "it derived none"
         raise AnalysisError(f"template '{name}': no delimiters to give llama-server: its analysis is {analysis.status} "
                             f"({why})")
     td = token_delimiters(analysis, tokenizer)

@@ -236,10 +236,11 @@ def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]
     from ..analysis import analyze  # keeps the token layer's modules free of Jinja for callers that pass an analysis
 
     analysis = analyze(template)
-    if not analysis.delimiters:
-        why = "; ".join(analysis.errors[:1]) or analysis.status
-        raise InputError(f"no role delimiters could be derived for template '{template.name}' ({why}); "
-                         "give another template with --template")
+    if not analysis.delimiters or analysis.status != "pass":
+        # (a failed analysis's delimiters misplace some message: no proven delimiter is no delimiter)
+        why = analysis.why_not or "it derived none"
+        raise InputError(f"template '{template.name}' has no proven role delimiters: its analysis is {analysis.status} "
+                         f"({why}); `tmplkit audit` says why")
     return sort_delimiters(analysis.delimiters), "analysis"
 
 
@@ -264,8 +265,7 @@ def token_delimiters(analysis, tokenizer: Tokenizer, *, ids: Sequence[int] | Non
     if status != "pass" and td.delimiters:
         # Ids that split the render as its text are no proof where the text itself was not proved:
         # a failed analysis's delimiters misplace some message.
-        reasons = tuple(analysis.errors) or tuple(getattr(rt, "problems", ()) or ())
-        why = " ".join(str(reasons[0]).split())[:300] if reasons else "no reason given"
+        why = getattr(analysis, "why_not", "") or "no reason given"
         td = replace(td, passed=False, problems=(f"{ANALYSIS_FAILED} ({status}: {why})",) + td.problems)
     return td
 
