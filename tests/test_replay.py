@@ -61,3 +61,21 @@ def test_a_setting_it_does_not_know_is_refused_before_the_model_runs(settings):
 
     with pytest.raises(InputError, match="setting"):
         replay_session(None, generate_session(1000, seed=0), CHATML, settings=settings)
+
+
+def test_a_context_too_small_names_the_size_the_whole_session_needs():
+    # (it named the first request past the limit: -c 1000 said 1506, -c 1506 then said 1729, ...)
+    pytest.importorskip("llama_cpp")
+    from tmplkit.errors import InputError
+    from tmplkit.prefill import PrefillRunner, tiny_model_path
+    from tmplkit.replay import replay_session
+
+    session = generate_session(1500, seed=3, style="agent", requests=3)
+    template = load_one(corpus.templates_dir() / "Qwen3.5-4B.jinja")
+    sizes = []
+    for n_ctx in (600, 1200):
+        with PrefillRunner(tiny_model_path(), n_ctx=n_ctx, n_threads=1, poll=None) as runner:
+            with pytest.raises(InputError, match=r"raise n_ctx \(-c\) to at least (\d+)") as err:
+                replay_session(runner, session, template, settings=("none",))
+        sizes.append(int(err.value.args[0].split("at least ")[1].split()[0]))
+    assert sizes[0] == sizes[1] > 1200

@@ -135,6 +135,10 @@ def replay_session(runner, session, template: ChatTemplate, *, settings=REPLAYED
     prepared = prepare_session(session, template, tok, add_bos=bos, kwargs=kwargs, predict="divergence-aware" in settings)
     tokens, spans, ahead = prepared.tokens, prepared.spans, prepared.predicted
     assert tokens is not None, "prepared with a tokenizer"
+    # The context must hold the longest request with the turn generated after it: checked first, so
+    # that a refusal names that size (checked in order, it named the first request past the limit).
+    longest = max(range(len(tokens.requests)), key=lambda k: len(tokens.requests[k]) + len(tokens.generated[k]))
+    runner.check_prompt(list(tokens.requests[longest]) + list(tokens.generated[longest]))
     for ids in tokens.requests:
         runner.check_prompt(ids)
     memory = memory_of(runner)
