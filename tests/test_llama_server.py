@@ -143,6 +143,11 @@ def test_request_cli(qwen_template, qwen35, tmp_path, capsys):
                 ["request", src, "--session", str(conv), "--delimiters-only", "--tokenizer", "vocab:qwen35"]):
         assert main(bad) == 2
         assert "give --session FILE (the conversation), or --delimiters-only" in capsys.readouterr().err
+    # (--no-generation-prompt with the list alone was taken and did nothing; --n-predict was refused)
+    for extra, says in ((["--n-predict", "8"], "--n-predict goes in a request body"),
+                        (["--no-generation-prompt"], "--no-generation-prompt is how the request body's prompt")):
+        assert main(["request", src, "--delimiters-only", "--tokenizer", "vocab:qwen35", *extra]) == 2
+        assert says in capsys.readouterr().err
 
 
 @pytest.fixture

@@ -54,6 +54,9 @@ def _cmd_request(args) -> int:
             raise InputError("give --session FILE (the conversation), or --delimiters-only without one")
         if args.delimiters_only and args.n_predict is not None:  # (the list alone has no body to add it to)
             raise InputError("--n-predict goes in a request body; leave it out with --delimiters-only")
+        if args.delimiters_only and not args.add_generation_prompt:  # (nor a prompt to render without one)
+            raise InputError("--no-generation-prompt is how the request body's prompt is rendered; leave it out with "
+                             "--delimiters-only")
         if args.n_predict is not None and not -1 <= args.n_predict <= 2**31 - 1:  # (the library names its parameter)
             raise InputError(f"--n-predict must be -1 (until the model stops) or 0 to {2**31 - 1} (llama-server's "
                              f"int32), got {args.n_predict}")

@@ -40,7 +40,7 @@ def add_turns(sub) -> None:
     p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request")
     p.add_argument("--memory-model", dest="memory", default=None, metavar="swa:N|recurrent",
                    help="the checkpointing model's memory: swa:N, recurrent (default: --model's, else swa:512)")
-    deprecated(p, "--memory", new="--memory-model (--memory is MiB of a worker in every command)", dest="memory")
+    deprecated(p, "--memory", new="--memory-model (in the other commands --memory is MiB a worker may allocate)", dest="memory")
     p.add_argument("--model", metavar="MODEL", help="take the memory from this model's GGUF metadata (full, a sliding "
                                                     "window, recurrent or hybrid): a .gguf, `gemma`, `tiny:VOCAB` or "
                                                     "`tiny:VOCAB-hybrid`")
