@@ -66,7 +66,7 @@ def test_one_request_one_task_one_turn_are_singular(capsys, tmp_path):
     session = tmp_path / "s.json"
     session.write_text(json.dumps([{"role": "user", "content": "hi"}]))
     code, out, _ = run(capsys, "turns", str(FIXTURES / "chatml.jinja"), "--session", str(session), "--no-switches")
-    assert code == 0 and "over 1 request" in out and "1 requests" not in out
+    assert code == 0 and "the session has one request" in out and "1 requests" not in out
     logs = ROOT / "fixtures" / "server-logs"
     code, out, _ = run(capsys, "server", "log", str(logs / "0.3.36-cold-lv3.log"))
     assert code == 0 and ": 1 task;" in out

@@ -236,8 +236,10 @@ def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]
     from ..analysis import analyze  # keeps the token layer's modules free of Jinja for callers that pass an analysis
 
     analysis = analyze(template)
-    if not analysis.delimiters or analysis.status != "pass":
-        # (a failed analysis's delimiters misplace some message: no proven delimiter is no delimiter)
+    if not analysis.delimiters or analysis.status not in ("pass", "impossible"):
+        # (a failed analysis's delimiters misplace some message: no proven delimiter is no delimiter;
+        # an impossible one's are the template's own markup, two roles alike, which the prefill
+        # runner counts as such: `PrefillPrompt.as_user`)
         why = analysis.why_not or "it derived none"
         raise InputError(f"template '{template.name}' has no proven role delimiters: its analysis is {analysis.status} "
                          f"({why}); `tmplkit audit` says why")
