@@ -1,8 +1,9 @@
 """An independent full-role check of a template's delimiters, written apart from tmplkit's analysis.
 
-It renders one mixed agent conversation with transformers (not tmplkit's sandbox), splits the
-render with the delimiters under test by a splitter of its own (at each position the earliest
-match wins, the longest among those), and requires:
+It renders one mixed agent conversation with transformers (not tmplkit's sandbox; with the
+agent's next steps right after tool results besides an answer, a call and a user message, where
+the template takes them), splits the render with the delimiters under test by a splitter of its
+own (at each position the earliest match wins, the longest among those), and requires:
 
 1. every rendered message's content in a span of its own role (reasoning markers open no message:
    reasoning and reasoning_end delimiters are not used to split); a system message may also lie
@@ -55,7 +56,9 @@ def _call(i: int, as_string: bool) -> dict:
             "function": {"name": TOOL_NAME, "arguments": json.dumps(args) if as_string else args}}
 
 
-def _agent(system: bool, as_string: bool, parallel: bool) -> list[dict]:
+def _agent(system: bool, as_string: bool, parallel: bool, steps: bool = True) -> list[dict]:
+    """`steps`: the agent's next steps right after tool results besides an answer: a call (with no
+    text, as the other calls here), and a user message (a user who interjects while tools run)."""
     calls = [_call(1, as_string)] + ([_call(2, as_string)] if parallel else [])
     msgs = [{"role": "system", "content": _c("sys")}] if system else []
     msgs += [
@@ -73,9 +76,23 @@ def _agent(system: bool, as_string: bool, parallel: bool) -> list[dict]:
         {"role": "user", "content": _c("user3")},
         {"role": "assistant", "content": "", "tool_calls": [third]},
         {"role": "tool", "tool_call_id": third["id"], "name": TOOL_NAME, "content": _c("tool3")},
+    ]
+    if steps:
+        fourth, fifth = _call(4, as_string), _call(5, as_string)
+        msgs += [
+            {"role": "assistant", "content": "", "tool_calls": [fourth]},
+            {"role": "tool", "tool_call_id": fourth["id"], "name": TOOL_NAME, "content": _c("tool4")},
+        ]
+    msgs += [
         {"role": "assistant", "content": _c("asst4")},
         {"role": "user", "content": _c("user4")},
     ]
+    if steps:
+        msgs += [
+            {"role": "assistant", "content": "", "tool_calls": [fifth]},
+            {"role": "tool", "tool_call_id": fifth["id"], "name": TOOL_NAME, "content": _c("tool5")},
+            {"role": "user", "content": _c("user5")},
+        ]
     return msgs
 
 
@@ -99,12 +116,14 @@ def conversation_variants():
     each with contents as strings, then as lists of text parts; tools wrapped, then flat."""
     for parts in (False, True):
         shape = _as_parts if parts else (lambda m: m)
-        for system in (True, False):
-            for as_string in (False, True):
-                for parallel in (True, False):
-                    for flat in (False, True):
-                        yield (f"agent system={system} string_arguments={as_string} parallel={parallel} flat_tools={flat} "
-                               f"parts={parts}", shape(_agent(system, as_string, parallel)), _flat(TOOLS) if flat else TOOLS)
+        for steps in (True, False):  # (a template that refuses the agent's other next steps: without them)
+            for system in (True, False):
+                for as_string in (False, True):
+                    for parallel in (True, False):
+                        for flat in (False, True):
+                            yield (f"agent system={system} string_arguments={as_string} parallel={parallel} flat_tools={flat} "
+                                   f"parts={parts}" + ("" if steps else " steps=False"),
+                                   shape(_agent(system, as_string, parallel, steps)), _flat(TOOLS) if flat else TOOLS)
         for system in (True, False):
             yield f"chat system={system} parts={parts}", shape(_chat(system)), None
 

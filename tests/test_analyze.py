@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tmplkit.analysis import STATUSES, TOOL_PLACEMENTS, Analysis, analyze
-from tmplkit.sandbox import Limits
+from tmplkit.delimiters import split_text
+from tmplkit.sandbox import Limits, render
 from tmplkit.sources import ChatTemplate
 
 # ChatML with a tool role; the building block of most cases below.
@@ -128,6 +129,42 @@ def test_tool_turns_of_their_own_behind_a_shared_opener_are_placed_as_their_own(
     a = analyze(T(t))
     assert a.status == "pass" and a.user_start == "<|im_start|>" and a.tool_response_start == "<|im_start|>tool\n"
     assert a.tool_placement == "own_role"
+
+
+# A user message right after tool results written into their turn, after their closer alone (as
+# DeepSeek V4 writes it, `</tool_result>\n\n`); consecutive results the same way.
+AFTER_RESULTS = (
+    "{% for m in messages %}"
+    "{% if m.role == 'tool' %}{% if messages[loop.index0 - 1].role != 'tool' %}<|U|>{% else %}--{% endif %}"
+    "<res>{{ m.content }}</res>"
+    "{% elif m.role == 'user' and loop.index0 > 0 and messages[loop.index0 - 1].role == 'tool' %}--{{ m.content }}"
+    "{% elif m.role == 'user' %}<|U|>{{ m.content }}{% elif m.role == 'system' %}<|S|>{{ m.content }}"
+    "{% else %}<|A|>{{ m.content }}{% for c in m.tool_calls | default([]) %}<call>{{ c.function | tojson }}</call>{% endfor %}<|E|>{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|A|>{% endif %}"
+)
+
+
+def test_a_user_message_after_results_with_only_their_closer_gets_that_closer_as_its_start():
+    # (it passed with delimiters that put that user message in the results' tool span: the round
+    # trip puts an answer after every batch of results)
+    a = analyze(T(AFTER_RESULTS))
+    assert a.status == "pass", a.round_trip.problems
+    assert ("user", "</res>--") in [(d.role, d.text) for d in a.delimiters]
+    assert ("tool", "</res>--<res>") in [(d.role, d.text) for d in a.delimiters]
+    text = render(T(AFTER_RESULTS), [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]},
+        {"role": "tool", "tool_call_id": "a", "content": "r"}, {"role": "user", "content": "wait"}], add_generation_prompt=True)
+    roles = [(s.role, text[s.start:s.end]) for s in split_text(text, a.delimiters)]
+    assert ("user", "</res>--wait") in roles
+
+
+def test_a_user_message_after_results_with_nothing_between_them_fails():
+    t = AFTER_RESULTS.replace("== 'tool' %}--{{ m.content }}", "== 'tool' %}{{ m.content }}")
+    assert t != AFTER_RESULTS
+    a = analyze(T(t))
+    assert a.status == "fail"
+    assert any(p.startswith("the request after a user message that follows tool results: message 4 (user)")
+               for p in a.round_trip.problems), a.round_trip.problems
 
 
 def test_grouped_tool_responses_in_a_list_share_one_span():

@@ -15,8 +15,10 @@ from ._proofs import indistinguishable
 from ._reasoning import ReasoningFindings, probe_reasoning, switch_renders, switched_renders, thinking_flags, without_reasoning
 from ._result import Analysis, RoundTrip, failed_analysis, one_line, status_of
 from ._system import SystemFindings, probe_system, refine_system_start
+from ._text import distinctive, from_first_unit
 from ._tools import ToolFindings, ToolProbe, probe_tools, tool_delimiters
-from ._verdict import GENERATION_PROMPT_MATCH, extend_back, message_modes, prompt_cuts, render_round_trip, replaced, round_trip, tool_round
+from ._verdict import (GENERATION_PROMPT_MATCH, agent_requests, extend_back, message_modes, prompt_cuts, render_round_trip,
+                       replaced, round_trip, with_modes)
 
 __all__ = ["analyze"]
 
@@ -90,6 +92,9 @@ class _Stages:
         self.system_start = self.system.start
         self.system_others: list[str] = []  # the system turn's starts in other contexts
         self.chat_final, self.tools_final = self.chat_probed, self.tools_probed
+        # The requests an agent sends that the round trip does not hold: their contexts are evidence
+        # too (a call right after results), and each is proved (`proved`).
+        requests = agent_requests(prober, self.system.mode, self.tool_probe, self.tools_probed) if rt_text is not None else []
         if rt_text is not None:
             self.variants, self.switch_notes = switched_renders(prober, rt_probe, rt_text, self.thinking_flags)
             self.renders = [prober.seen(rt_text, rt_probe)] + [prober.seen(v, rt_probe, switched=True) for _, v in self.variants]
@@ -99,7 +104,7 @@ class _Stages:
             self.chat_final = chat_delimiters(prober, chat)
             if self.tools_probed.placement not in (None, "rejected", "dropped"):
                 self.tools_final = self._tool_delimiters(self.chat_final)
-        self.tool_round = tool_round(prober, self.system.mode, self.tool_probe, self.tools_final) if rt_text is not None else []
+        self.requests = with_modes(requests, self.system.mode, self.tools_final)
         assistant_start, assistant, self.assistant_notes = assistant_delimiters(prober, chat, self.chat_final, self.tools_final)
         self.reasoning: ReasoningFindings = probe_reasoning(prober, chat, assistant_start, self.switches,
                                                           self.thinking_flags, self.renders)
@@ -194,7 +199,7 @@ class _Stages:
         user or tool start that matched in the generation prompt extended back, kept if it passes."""
         delimiters = self.delimiters()
         modes = message_modes(self.rt_probe, self.system.mode, self.tools_final)
-        cuts = prompt_cuts(self.prober, self.rt_probe) + self.tool_round if self.rt_text is not None else []
+        cuts = prompt_cuts(self.prober, self.rt_probe) + self.requests if self.rt_text is not None else []
 
         def check(delims):
             return round_trip(self.rt_probe, self.rt_text, self.rt_error, self.variants, delims, modes, cuts)
@@ -209,6 +214,11 @@ class _Stages:
                 if other.passed:
                     delimiters, verdict = widened, other
                     break
+        if not verdict.passed and (extra := self.user_after_results()):
+            widened = sort_delimiters(delimiters + extra)
+            other = check(widened)
+            if other.passed:
+                delimiters, verdict = widened, other
         ext: dict[str, str] = {}
         if any(GENERATION_PROMPT_MATCH in p for p in verdict.problems):
             delimiters, ext = self.extended(delimiters, check)
@@ -216,6 +226,19 @@ class _Stages:
         if verdict.passed and verdict.stray_reasoning:
             delimiters, verdict = self.without_stray_reasoning(delimiters, verdict, check)
         return delimiters, verdict, ext
+
+    def user_after_results(self) -> tuple[Delimiter, ...]:
+        """Where a user message right after tool results opens with no start of its own, only the
+        results' closer before it (DeepSeek V4: `</tool_result>\n\n` then the text), the closer is
+        its start, and a next result's start takes the closer too, so that it wins there (longest
+        first): `</tool_result>\n\n<tool_result>`. () where the render shows no such context."""
+        after, between = self.prober.segs.get(("tool", "user")), self.prober.segs.get(("tool", "tool"))
+        if not after or not between or self.chat_final.user_start and self.chat_final.user_start in after[0]:
+            return ()
+        user, nxt = from_first_unit(self.prober.clean(after[0])), self.prober.clean(between[0])
+        if not distinctive(user) or not nxt.startswith(user) or nxt == user:
+            return ()
+        return (Delimiter("user", user), Delimiter("tool", nxt))
 
     def without_stray_reasoning(self, delimiters, verdict, check):
         """Reasoning markup the template's own text quotes in another turn (Command R7B's and a Qwen
@@ -243,8 +266,10 @@ class _Stages:
         modes = message_modes(self.rt_probe, self.system.mode, tools)
         proof = (indistinguishable(self.prober, self.rt_probe, self.rt_text)
                  if not verdict.passed or "as_user" in modes or tools.same_as_user or verdict.notes else None)
-        for label, probe, text, _ in self.tool_round if not verdict.passed and not proof else ():
+        for label, probe, text, _ in self.requests if not verdict.passed and not proof else ():
             proof = indistinguishable(self.prober, probe, text, label)
+            if proof:
+                break
         errors = self.chat_final.errors + tools.errors
         if proof and not tools.same_as_user:  # (a tool result rendered as a user turn says so already)
             errors = (proof,) + errors

@@ -202,16 +202,25 @@ def assistant_delimiters(prober: Prober, chat: ChatFindings, delims: ChatDelimit
         variants.append(call)
         if tool.after and not (main and main in tool.after) and tool.assistant_after_tool != "after_closer":
             variants.append(tool.after)
-    # An answer that opens at the responses' closer has no opener to share with the others.
+    # An answer that opens at the responses' closer has no opener to share with the others, nor does
+    # a call right after responses where it opens otherwise (Mistral's `[TOOL_CALLS]`).
     closer = [tool.after] if tool.assistant_after_tool == "after_closer" and tool.after else []
     variants = [v for v in dict.fromkeys(variants) if v]
     if len(variants) <= 1:
-        return main, variants + closer, tuple(notes)
+        return main, _with_call_after(variants + closer, tool), tuple(notes)
     others = [o for o in (delims.user_start, tool.start, tool.next) if o]
     common = variants[0][: unit_prefix(variants[0], min(lcp(variants[0], v) for v in variants[1:]))]
     if common.strip() and not any(o.startswith(common) or common.startswith(o) for o in others):
-        return common, [common] + closer, tuple(notes)
-    return main, [variants[0]] + [v for v in variants[1:] if not v.startswith(variants[0])] + closer, tuple(notes)
+        return common, _with_call_after([common] + closer, tool), tuple(notes)
+    out = [variants[0]] + [v for v in variants[1:] if not v.startswith(variants[0])] + closer
+    return main, _with_call_after(out, tool), tuple(notes)
+
+
+def _with_call_after(delimiters: list[str], tool) -> list[str]:
+    """`delimiters` and the start of a call right after tool responses, where none of them opens it
+    (Mistral's `[TOOL_CALLS]`, where its answers open at `[/TOOL_RESULTS]`)."""
+    call = getattr(tool, "call_after", "")
+    return delimiters + [call] if call and not any(call.startswith(d) for d in delimiters if d) else delimiters
 
 
 def context_starts(prober: Prober, renders: list[Seen], role: str, start: str, opener: str | None) -> list[list[str]]:

@@ -6,8 +6,8 @@ from dataclasses import dataclass, replace
 
 from ._chat import ChatDelimiters, ChatFindings
 from ._probing import Prober, Seen
-from ._text import UNIT, Note, distinctive, from_first_unit, lcp, lcs, template_message, unit_suffix
-from .probes import TOOL_NAME, TOOL_SHAPES, ProbeBuilder
+from ._text import UNIT, Note, back_to_boundary, distinctive, from_first_unit, lcp, lcs, template_message, unit_suffix
+from .probes import ARGUMENT, TOOL_NAME, TOOL_SHAPES, ProbeBuilder
 
 __all__ = ["ToolFindings", "ToolProbe", "probe_tools", "tool_delimiters"]
 
@@ -44,6 +44,10 @@ class ToolFindings:
     same_as_user: bool = False
     missing_start: bool = False  # nothing but the call's end came before the first response
     notes: tuple[Note, ...] = ()
+    # The start of a tool-call turn right after tool responses, where it is not the answer's (`after`):
+    # Mistral's answer opens `[/TOOL_RESULTS] `, its next call `[/TOOL_RESULTS][TOOL_CALLS]`; an
+    # agent's next step after results is as often a call as an answer.
+    call_after: str = ""
 
     @property
     def errors(self) -> tuple[str, ...]:
@@ -216,8 +220,16 @@ def tool_delimiters(prober: Prober, chat: ChatFindings, delims: ChatDelimiters, 
             own = bool(after) and bool(delims.assistant_start) and after.startswith(delims.assistant_start)
             after_tool = "own_turn" if own else "after_closer" if after else "continues"
             notes += [note] if note else []
+    call_after = ""
+    if prober.segs.get(("tool", "call")):
+        candidate, note = prober.role_start("tool", "call", "the tool-call start after tool responses", chat.opener)
+        notes += [note] if note else []
+        at = candidate.find(f'"{ARGUMENT}"')  # (the probe's argument: a real call names its own)
+        candidate = candidate[: back_to_boundary(candidate, at)] if at >= 0 else candidate
+        if distinctive(candidate) and candidate != after and not (after and candidate.startswith(after)):
+            call_after = candidate
     return ToolFindings(placement, start, nxt, after, closer_next, start_mode, grouped, separated, after_tool, same_as_user,
-                        missing_start, tuple(notes))
+                        missing_start, tuple(notes), call_after)
 
 
 def _answer_after_closer(prober: Prober, start: str) -> tuple[str, str, Note | None]:

@@ -16,7 +16,7 @@ from ._tools import ToolFindings, ToolProbe
 from .probes import CALL_ID_FORMAT, TOOL_NAME, Probe, ProbeBuilder
 
 __all__ = ["GENERATION_PROMPT_MATCH", "extend_back", "message_modes", "prompt_cuts", "replaced",
-           "render_round_trip", "round_trip", "round_trip_verdict", "tool_round"]
+           "render_round_trip", "round_trip", "round_trip_verdict", "agent_requests", "with_modes"]
 
 # How a problem says that a user or tool start matches after the last message.
 GENERATION_PROMPT_MATCH = "matches in the generation prompt"
@@ -109,10 +109,10 @@ def message_modes(probe: Probe, system_mode: str, tools: ToolFindings) -> list[s
                 modes.append("continues")
             else:
                 modes.append("own")
-        elif role == "assistant" and i > 0 and probe.roles[i - 1] == "tool" and not probe.tool_call_flags[i]:
-            # No start of its own after the results: the answer continues their span. Where the
-            # template renders no results at all (no tool support), the answer may run on in the
-            # tool-call turn before it or open a turn of its own: either is right.
+        elif role == "assistant" and i > 0 and probe.roles[i - 1] == "tool":
+            # No start of its own after the results: the answer (or a next call's text) continues
+            # their span. Where the template renders no results at all (no tool support), the answer
+            # may run on in the tool-call turn before it or open a turn of its own: either is right.
             modes.append("continues" if tools.assistant_after_tool == "continues" else
                          "continues_or_own" if tools.placement == "dropped" else "own")
         else:
@@ -154,18 +154,54 @@ def prompt_cuts(prober: Prober, probe: Probe) -> list[tuple[str, Probe, str]]:
     return out
 
 
-def tool_round(prober: Prober, system_mode: str, tool_probe: ToolProbe, tools: ToolFindings):
-    """The request an agent sends after its first tool call (one call, its one result, the
-    generation prompt), where the template renders tool rounds: a template may write a lone
-    result otherwise than several (as a user turn when it is the only one), which the round-trip
-    conversation, with its consecutive results, never shows. [(label, probe, render, modes)]."""
+# Requests an agent sends that the round-trip conversation does not hold, each rendered and proved
+# on its own: (label, spec after the system message). A template may write a lone result otherwise
+# than several (as a user turn when it is the only one), a user message right after tool results
+# into their turn with no start of its own (DeepSeek V4), or a call right after results into their
+# span (Apertus): the round trip puts an answer after every batch of results.
+AGENT_REQUESTS = (("the request after a single tool round", "U1 C1(G1) T1"),
+                  ("the request after a user message that follows tool results", "U1 C1(G1) T1 U2"),
+                  ("the request after a tool call that follows tool results", "U1 C1(G1) T1 D2(G2) T2"),
+                  ("the request after a tool call with text that follows tool results", "U1 C1(G1) T1 C2(G2) T2"))
+
+
+def agent_requests(prober: Prober, system_mode: str, tool_probe: ToolProbe, tools: ToolFindings):
+    """The `AGENT_REQUESTS` the template renders, with the generation prompt, where it renders tool
+    rounds; one it refuses is no request a server is given, and one whose assistant messages it does
+    not show is another's to prove (a template that prints no call's text, or no call at all). A
+    call or a user message right after results is evidence for its start (`_collect`).
+    [(label, probe, render)]."""
     if tools.placement in (None, "rejected", "unknown", "dropped") or tool_probe.builder is None:
         return []
     head = "" if system_mode == "rejected" else "S1 "
-    text, probe, _, _ = prober.attempt(tool_probe.builder, head + "U1 C1(G1) T1", add_generation_prompt=True)
-    if text is None:
-        return []  # the template refuses to end there: no server is given that request
-    return [("the request after a single tool round", probe, text, _cut_modes(probe, text, message_modes(probe, system_mode, tools)))]
+    out = []
+    for label, spec in AGENT_REQUESTS:
+        text, probe, _, _ = prober.attempt(tool_probe.builder, head + spec, add_generation_prompt=True)
+        if text is None:
+            continue
+        seen = Seen(text, probe)
+        if not all(seen.found(i) for i, role in enumerate(probe.roles) if role == "assistant"):
+            continue
+        _collect(prober, seen, ("tool", "call"))
+        _collect(prober, seen, ("tool", "user"))
+        out.append((label, probe, text))
+    return out
+
+
+def _collect(prober: Prober, seen: Seen, pair: tuple[str, str]) -> None:
+    """The texts between a `pair` of neighbours in `seen`, as evidence for that context's start (a
+    call or a user message right after results). Only that context's: a template's other starts
+    are cut from the probes and the round trip, and these requests are what proves them."""
+    for i in range(1, len(seen.probe.roles)):
+        if (seen.kind(i - 1), seen.kind(i)) == pair and (seg := seen.between(i - 1, i)) is not None:
+            prober.segs.setdefault(pair, []).append(seg)
+
+
+def with_modes(requests, system_mode: str, tools: ToolFindings):
+    """`agent_requests` with each one's message modes under the final tool findings: the round
+    trip's `cuts` of a conversation of their own. [(label, probe, render, modes)]."""
+    return [(label, probe, text, _cut_modes(probe, text, message_modes(probe, system_mode, tools)))
+            for label, probe, text in requests]
 
 
 def _cut_modes(cut: Probe, text: str, modes: list[str]) -> list[str]:
@@ -179,7 +215,7 @@ def round_trip(probe: Probe, text: str | None, error, variants, delimiters, mode
     """The verdict over the plain render, every render with a thinking switch set (`variants`:
     (switch, render)), and other renders of the conversation (`cuts`: (label, probe, render): cut
     where a server is given it, with common BOS/EOS strings; or (label, probe, render, modes): a
-    conversation of its own, `tool_round`); another render's problems are reported once more only
+    conversation of its own, `agent_requests`); another render's problems are reported once more only
     where they differ from the plain render's."""
     if text is None:
         return RoundTrip(False, (), (), (f"the round-trip conversation does not render: {template_message(error)}",),
@@ -283,8 +319,8 @@ class _Placement:
                 if mode == "continues" and self._continued(i) is not None:
                     # Written on in the turn before it, yet a start of its own role matches: it is read
                     # as a message of its role, which misleads nothing.
-                    self.notes.append(f"{self.describe(i)}: the template writes it on in the turn before it, and a "
-                                      f"{role} start opens a span of its own there: it is read as {_a(role)} message, "
+                    self.notes.append(f"{self.describe(i)}: the template writes it on in the turn before it, and "
+                                      f"{_a(role)} start opens a span of its own there: it is read as {_a(role)} message, "
                                       "which misleads no consumer")
 
     def _misread(self, i: int, k: int) -> str:

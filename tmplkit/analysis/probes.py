@@ -18,6 +18,8 @@ from ..sandbox import PINNED_NOW, REASONING_KEYS
 # The function every tool probe declares and calls. Its name, the call ids and the argument values
 # vary per call in real conversations, so a delimiter is cut where one of them appears.
 TOOL_NAME = "kq_lookup"
+# The probe tool's one argument: a real call's arguments are named otherwise, so no delimiter holds it.
+ARGUMENT = "query"
 TOOL_DESCRIPTION = "Look up a record."
 # The system message given to templates that cannot render a chat without one (Shape.system_first).
 SYSTEM_PREAMBLE = "You are a helpful assistant."
@@ -95,8 +97,8 @@ def _tool_schema(shape: Shape) -> dict:
         "description": TOOL_DESCRIPTION,
         "parameters": {
             "type": "object",
-            "properties": {"query": {"type": "string", "description": "What to look up."}},
-            "required": ["query"],
+            "properties": {ARGUMENT: {"type": "string", "description": "What to look up."}},
+            "required": [ARGUMENT],
         },
     }
     return function if shape.flat_tools else {"type": "function", "function": function}
@@ -191,7 +193,7 @@ class ProbeBuilder:
             self._calls += 1
             call_id = CALL_ID_FORMAT.format(self._calls)
             arg = self.needles(arg_tag)
-            arguments = {"query": arg}
+            arguments = {ARGUMENT: arg}
             calls.append({
                 "id": call_id,
                 "type": "function",
