@@ -134,7 +134,7 @@ def test_unproven_boundaries_are_refused():
 def test_a_turn_whose_content_the_template_does_not_print_is_refused_not_masked_empty():
     # parts-only (ours) reads content only as text parts: given strings its render holds no answer,
     # and every turn would mask nothing; the library refuses in one line instead
-    with pytest.raises(MaskError, match=r"messages 2\.\.2 would mask nothing: the render holds none of its content 'Hello\.'") as err:
+    with pytest.raises(MaskError, match=r"messages 2\.\.2 would mask nothing: where the turn is written the render holds none of its content 'Hello\.'") as err:
         text_mask(template("parts-only"), FIXTURES / "plain.json")
     assert "\n" not in str(err.value)
     with pytest.raises(MaskError, match="would mask nothing"):
@@ -320,3 +320,31 @@ def test_a_template_that_drops_earlier_reasoning_is_served_with_one_long_render(
         m.setattr(_mask, "_prefix_turns", lambda *a: pytest.fail("the one-render path did not serve"))
         assert text_mask(t, server).turns == mask.turns
     assert len([n for n in calls if n > 4]) == 2 and len(server.messages) in calls
+
+
+def test_an_answer_the_user_quotes_hides_no_empty_mask():
+    # (the refusal looked for the content anywhere in the render: a user who asks "Reply with yes"
+    # holds "yes", and the empty mask came back silently)
+    t = load_one(str(FIXTURES / "parts-only.jinja"))
+    conv = [{"role": "user", "content": [{"type": "text", "text": "Reply with yes"}]}, {"role": "assistant", "content": "yes"}]
+    with pytest.raises(MaskError, match=r"would mask nothing: where the turn is written the render holds none of its content 'yes'"):
+        text_mask(t, conv)
+
+
+@pytest.mark.corpus
+def test_a_run_of_answers_whose_history_drops_each_ones_reasoning_is_masked():
+    # (one stretch was cut from a turn's generated text: a run of two answers, each with reasoning the
+    # history drops, matched no form, and its mask was silently empty: rule "dropped")
+    from tmplkit.sources import corpus
+
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    conv = [{"role": "user", "content": "Tell me two facts."},
+            {"role": "assistant", "reasoning_content": "First fact.", "content": "Water is wet."},
+            {"role": "assistant", "reasoning_content": "Second fact.", "content": "Fire is hot."},
+            {"role": "user", "content": "Thanks."}, {"role": "assistant", "content": "You're welcome."}]
+    m = text_mask(load_one(str(corpus.templates_dir() / "Qwen3.5-4B.jinja")), conv)
+    first = m.turns[0]
+    assert first.messages == (1, 3) and first.rule == "history", m.turns
+    learned = m.text[first.start:first.end]
+    assert "Water is wet." in learned and "Fire is hot." in learned and "fact." not in learned

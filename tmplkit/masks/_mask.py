@@ -358,7 +358,8 @@ def _turn_at(text: str, start: int, req, others: Sequence[int]) -> tuple[int, in
     generated = req.generated
     if text.startswith(generated, start):
         return start, start + len(generated), "exact"
-    end = _aligned_end(text, start, generated)
+    first, last = req.turn
+    end = _aligned_end(text, start, generated, max(1, last - first))
     if end > start and _inside_unit(text, end):
         end = start  # what matches ends inside a markup unit (`<｜` of `<｜tool▁calls▁begin｜>`): no history form
     if end == start:
@@ -389,17 +390,20 @@ def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ..
     """`turns`, refused in one line where a turn found as generated ("exact") masks nothing though its
     assistant message has content that the render does not hold (a template that prints only list
     parts, BAAI Emu3, given a string): such a mask would teach nothing, silently."""
-    for t in turns:
+    for k, t in enumerate(turns):
         if t.end > t.start or t.rule != "exact":
             continue
+        # (held where the turn is written, up to the next turn: a user message that quotes the
+        # answer, "Reply with yes", holds it elsewhere)
+        where = text[t.start:turns[k + 1].start if k + 1 < len(turns) else len(text)]
         for i in range(*t.messages):
             m = server.messages[i]
             content = m.get("content")
             body = content if isinstance(content, str) else "".join(
                 p.get("text", "") for p in content or () if isinstance(p, dict) and isinstance(p.get("text"), str))
-            if m.get("role") == "assistant" and body.strip() and body.strip() not in text:
+            if m.get("role") == "assistant" and body.strip() and body.strip() not in where:
                 raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
-                                f"{t.messages[1] - 1} would mask nothing: the render holds none of its content "
+                                f"{t.messages[1] - 1} would mask nothing: where the turn is written the render holds none of its content "
                                 f"{body.strip()[:40]!r}; give the content as the template reads it (a string or a list "
                                 "of text parts)")
     return turns
@@ -411,25 +415,42 @@ def _inside_unit(text: str, at: int) -> bool:
     return opening >= 0 and any(m.start() < at < m.end() for m in UNIT.finditer(text, opening, at + 64))
 
 
-def _aligned_end(text: str, start: int, generated: str) -> int:
-    """The end of the turn's history form at `start`: the generated text with one stretch cut out
-    (its dropped reasoning); the longest such form that `text` holds there."""
+def _aligned_end(text: str, start: int, generated: str, messages: int = 1) -> int:
+    """The end of the turn's history form at `start`: the generated text with a stretch cut out for
+    each of its `messages` (their dropped reasoning: a run of assistant messages drops one each); the
+    longest such form that `text` holds there, else the end of what it holds of its beginning."""
     a = common_prefix(generated, text[start:start + len(generated)])
-    at = start + a
-    if at >= len(text):
+    end = _cut_form(text, start + a, generated, a, min(messages, _MAX_CUTS))
+    return start + a if end is None else end
+
+
+# At most this many stretches cut from one turn (a run that long is rare; a longer one is not found).
+_MAX_CUTS = 4
+
+
+def _cut_form(text: str, at: int, generated: str, a: int, cuts: int) -> int | None:
+    """Where `generated[a:]`, with up to `cuts` stretches cut out (each where the text goes on with
+    a later part of it), ends in `text` at `at`; None where no such form is there."""
+    if a >= len(generated):
         return at
+    if at >= len(text) or cuts == 0:
+        return None
     first = text[at]
     b = generated.find(first, a + 1)
     while b >= 0:
         rest = generated[b:]
-        if text.startswith(rest, at):
-            return at + len(rest)
         # (the history drops the whitespace after the markup that closes the cut too: `</think>\n`)
         unit = UNIT.match(rest)
-        if unit and text.startswith(rest := rest[:unit.end()] + rest[unit.end():].lstrip(), at):
-            return at + len(rest)
+        forms = (rest, rest[:unit.end()] + rest[unit.end():].lstrip()) if unit else (rest,)
+        for form in forms:
+            if text.startswith(form, at):
+                return at + len(form)
+        # The rest goes on as far as the text does, then another stretch is cut (the next message's).
+        k = common_prefix(rest, text[at:at + len(rest)])
+        if k and (end := _cut_form(text, at + k, generated, b + k, cuts - 1)) is not None:
+            return end
         b = generated.find(first, b + 1)
-    return at
+    return None
 
 
 def _start_by_needle(server: ServerConversation, text: str, req, others: Sequence[int]) -> int:
