@@ -339,11 +339,12 @@ def turn_header(full: str, history: str, gprompt: str, limit: int) -> int:
     lead = _prompt_lead(gprompt)
     if not lead:
         return -1
-    for before in _history_forms(history):
-        best = _best_header(full, before, lead, limit)
-        if best >= 0:
-            return best
-    return -1
+    # Of every form's best place, the one whose text agrees longest with it: a form's last characters
+    # may also end an earlier message (a footer a tool result shares with an answer before it), where
+    # the form that is the history's own agrees with all of it.
+    found = [_best_header(full, before, lead, limit) for before in _history_forms(history)]
+    best, score = max(found, key=lambda f: f[1], default=(-1, 0))
+    return best if score > 0 else -1
 
 
 def _history_forms(history: str) -> list[str]:
@@ -365,9 +366,10 @@ def _history_forms(history: str) -> list[str]:
     return forms
 
 
-def _best_header(full: str, history: str, lead: str, limit: int) -> int:
+def _best_header(full: str, history: str, lead: str, limit: int) -> tuple[int, int]:
     """Of the places before `limit` that open with `lead`, the one whose preceding text agrees
-    longest with `history` (-1: none ends with the history's last characters)."""
+    longest with `history`, and how long that is ((-1, 0): none ends with the history's last
+    characters)."""
     tail = history[-_TAIL:]
     best, score = -1, 0
     at = full.find(lead, 0, limit)
@@ -377,7 +379,7 @@ def _best_header(full: str, history: str, lead: str, limit: int) -> int:
             if k >= score:
                 best, score = at, k
         at = full.find(lead, at + 1, limit)
-    return best
+    return best, score
 
 
 def _prompt_lead(gprompt: str) -> str:
