@@ -368,3 +368,17 @@ def test_a_tool_result_that_ends_like_an_earlier_answer_leaves_the_turn_where_it
     m = text_mask(load_one(str(corpus.templates_dir() / "Bielik-11B-v3.0-Instruct.jinja")), conv)
     masked = "".join(m.masked_text())
     assert "All tests pass." in masked and "Run the tests again." not in masked, m.turns
+
+
+@pytest.mark.corpus
+def test_a_call_written_otherwise_once_followed_is_masked_to_its_end():
+    # Apriel 1.5 writes a call's "id" only once the call is followed: the two renders part inside
+    # the call's JSON, and `}]</tool_calls>` with the end of turn was cut off as the newest turn's own.
+    from tmplkit.sources import corpus
+
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    m = text_mask(load_one(str(corpus.templates_dir() / "unsloth-Apriel-1.5.jinja")),
+                  [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "", "tool_calls": [call]}])
+    assert m.masked_text()[0].endswith('{"city": "Paris"}}]</tool_calls>'), m.masked_text()
