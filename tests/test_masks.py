@@ -382,3 +382,23 @@ def test_a_call_written_otherwise_once_followed_is_masked_to_its_end():
     m = text_mask(load_one(str(corpus.templates_dir() / "unsloth-Apriel-1.5.jinja")),
                   [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "", "tool_calls": [call]}])
     assert m.masked_text()[0].endswith('{"city": "Paris"}}]</tool_calls>'), m.masked_text()
+
+
+@pytest.mark.corpus
+def test_the_one_render_path_leaves_a_turn_it_reads_only_in_part_to_the_proving_path(monkeypatch):
+    # Kimi K2 Thinking asked for a turn alone writes it without the reasoning the whole render keeps:
+    # only `<think>` matched, and the one-render path masked that alone (the proving path: all of it).
+    from tmplkit.masks import _mask
+    from tmplkit.sources import corpus
+
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    t = load_one(str(corpus.templates_dir() / "Kimi-K2-Thinking.jinja"))
+    conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "reasoning_content": "Add them.", "content": "4"},
+            {"role": "user", "content": "Thanks"}, {"role": "assistant", "content": "Bye."}]
+    fast = text_mask(t, conv)
+    monkeypatch.setattr(_mask, "_fast_turns", lambda *a: None)
+    assert fast.masked_text() == text_mask(t, conv).masked_text()
+    assert fast.masked_text()[1] == "<think>Add them.</think>4<|im_end|>"

@@ -346,20 +346,25 @@ def _start_after(text: str, history: int, prompt: str, others: Sequence[int]) ->
     return locate_turn(text, "", prompt, len(text), others, header=history)
 
 
-def _locate_unrendered(text: str, asked, others: Sequence[int]) -> tuple[int, int, str]:
+def _locate_unrendered(text: str, asked, others: Sequence[int]) -> tuple[int, int, str] | None:
     """`_locate` of the request the whole render implies for a turn (`_onepass.Asked`: the render up
     to the turn's span, then the generation prompt), without building that request's text: its
-    history is the render's."""
-    return _turn_at(text, _start_after(text, asked.at, asked.generation_prompt, others), asked, others)
+    history is the render's. None where only the beginning of a history form is there (the turn
+    asked for alone may be generated otherwise than the request would have it: Kimi K2 Thinking
+    keeps reasoning there that it drops alone): the proving path reads that turn."""
+    return _turn_at(text, _start_after(text, asked.at, asked.generation_prompt, others), asked, others, whole=True)
 
 
-def _turn_at(text: str, start: int, req, others: Sequence[int]) -> tuple[int, int, str]:
-    """(start, end, rule) of `req`'s generated turn written from `start` in `text` (see the module doc)."""
+def _turn_at(text: str, start: int, req, others: Sequence[int], whole: bool = False):
+    """(start, end, rule) of `req`'s generated turn written from `start` in `text` (see the module
+    doc); `whole`: None where only the beginning of a history form is there."""
     generated = req.generated
     if text.startswith(generated, start):
         return start, start + len(generated), "exact"
     first, last = req.turn
-    end = _aligned_end(text, start, generated, max(1, last - first))
+    end = _aligned_end(text, start, generated, max(1, last - first), whole)
+    partial = end is None  # (whole: only the beginning of a history form is there)
+    end = start if end is None else end
     if end > start and _inside_unit(text, end):
         end = start  # what matches ends inside a markup unit (`<｜` of `<｜tool▁calls▁begin｜>`): no history form
     if end == start:
@@ -383,6 +388,8 @@ def _turn_at(text: str, start: int, req, others: Sequence[int]) -> tuple[int, in
         at = text.rfind(generated, start, others[k] + len(generated) if k < len(others) else len(text))
         if at >= 0:
             return at, at + len(generated), "exact"
+    if partial and end == start:
+        return None
     return start, end, "history" if end > start else "dropped"
 
 
@@ -415,13 +422,16 @@ def _inside_unit(text: str, at: int) -> bool:
     return opening >= 0 and any(m.start() < at < m.end() for m in UNIT.finditer(text, opening, at + 64))
 
 
-def _aligned_end(text: str, start: int, generated: str, messages: int = 1) -> int:
+def _aligned_end(text: str, start: int, generated: str, messages: int = 1, whole: bool = False) -> int | None:
     """The end of the turn's history form at `start`: the generated text with a stretch cut out for
     each of its `messages` (their dropped reasoning: a run of assistant messages drops one each); the
-    longest such form that `text` holds there, else the end of what it holds of its beginning."""
+    longest such form that `text` holds there, else the end of what it holds of its beginning
+    (`whole`: None then)."""
     a = common_prefix(generated, text[start:start + len(generated)])
     end = _cut_form(text, start + a, generated, a, min(messages, _MAX_CUTS))
-    return start + a if end is None else end
+    if end is None:
+        return None if whole and a < len(generated) else start + a
+    return end
 
 
 # At most this many stretches cut from one turn (a run that long is rare; a longer one is not found).
