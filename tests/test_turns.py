@@ -32,6 +32,22 @@ def test_request_points_follow_user_messages_and_tool_batches():
     assert request_points(msgs) == [(2, 3), (5, 7), (8, 8)]
 
 
+def test_a_system_message_mid_way_is_a_request_point_and_a_greeting_is_not():
+    # (an answer after a system message a client adds mid-way was no turn: its training mask was
+    # silently empty; a greeting before the first user message stays no generated turn)
+    roles = lambda *rs: [{"role": r} for r in rs]  # noqa: E731
+    assert request_points(roles("user", "assistant", "user", "system", "assistant")) == [(1, 2), (4, 5)]
+    assert request_points(roles("system", "assistant", "user", "assistant")) == [(3, 4)]
+    assert request_points(roles("assistant", "user", "system", "assistant")) == [(3, 4)]
+    conv = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "Translate 'chat'."}, {"role": "system", "content": "One word."},
+            {"role": "assistant", "content": "Chat."}]
+    from tmplkit.masks import text_mask
+
+    chatml = load_one(str(FIX.parent / "templates" / "chatml.jinja"))
+    assert "".join(text_mask(chatml, conv).masked_text()).count("Chat.") == 1
+
+
 def test_requests_hold_the_generated_turn_after_the_prompt(session):
     reqs = session_requests(session, tmpl("stable"))
     assert len(reqs) == len(request_points(session.messages))

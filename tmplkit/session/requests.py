@@ -109,11 +109,14 @@ class Request:
 
 def request_points(messages) -> list[tuple[int, int]]:
     """(n_messages, turn_end) for each request: the model speaks after a user message or a batch of
-    tool results; its turn is the assistant messages that follow (turn_end == n_messages: none)."""
+    tool results, or a system message that follows them (an instruction a client adds mid-way), not
+    before the first user message (an assistant greeting there is no generated turn); its turn is
+    the assistant messages that follow (turn_end == n_messages: none)."""
     roles = [m.get("role") for m in messages]
+    first_user = roles.index("user") if "user" in roles else len(roles)
     out = []
     for i in range(1, len(roles) + 1):
-        if roles[i - 1] not in ("user", "tool"):
+        if roles[i - 1] not in ("user", "tool", "system") or i - 1 < first_user:
             continue
         if i < len(roles) and roles[i] != "assistant":
             continue  # more results (or a user message) follow before the model speaks
