@@ -2,8 +2,9 @@
 
 It renders one mixed agent conversation with transformers (not tmplkit's sandbox; with the
 agent's next steps right after tool results besides an answer, a call and a user message, where
-the template takes them), splits the render with the delimiters under test by a splitter of its
-own (at each position the earliest match wins, the longest among those), and requires:
+the template takes them; with its system message, and again without it where the template renders
+that too), splits each render with the delimiters under test by a splitter of its own (at each
+position the earliest match wins, the longest among those), and requires:
 
 1. every rendered message's content in a span of its own role (reasoning markers open no message:
    reasoning and reasoning_end delimiters are not used to split); a system message may also lie
@@ -229,13 +230,31 @@ def _unmarked_answer(text: str, messages, i: int) -> bool:
 
 
 def check_roles(template: str, delimiters) -> RoleCheck:
-    """The check of `delimiters` ([(role, text)]) on `template` (its Jinja text)."""
+    """The check of `delimiters` ([(role, text)]) on `template` (its Jinja text): the conversation as
+    it renders, and the same without its system message where the template renders that too (the
+    most common request has none, and a template may open a first user message otherwise then)."""
     label, messages, tools, text = _first_render(template)
     if messages is None:
         return RoleCheck("no render", [text])
     for role, other in (("tool", "user"), ("system", "user"), ("tool", "system"), ("assistant", "user")):
         if _renders_as(template, messages, tools, text, role, other):
             return RoleCheck("impossible", [f"{role} messages render exactly like {other} messages"], label)
+    problems, strays = _placed(text, messages, delimiters)
+    if messages[0]["role"] == "system":
+        bare = messages[1:]
+        try:
+            other = render(template, bare, tools)
+        except Exception:  # noqa: BLE001 - a template that wants its system message: nothing more to check
+            other = None
+        if other is not None and all(_c(t) in other for t in ("user1", "user2", "user3")):
+            more, more_strays = _placed(other, bare, delimiters)
+            problems += [f"without a system message: {p}" for p in more]
+            strays += [f"without a system message: {p}" for p in more_strays]
+    return RoleCheck("fail" if problems else "pass", problems, label, strays)
+
+
+def _placed(text: str, messages, delimiters) -> tuple[list[str], list[str]]:
+    """(problems, strays) of `text`, the render of `messages`, split by `delimiters` (rules 1-3)."""
     spans = split(text, delimiters)
     starts = [s for _, s in spans]
 
@@ -282,4 +301,4 @@ def check_roles(template: str, delimiters) -> RoleCheck:
                 strays.append(f"a {role} delimiter matches where no message starts (character {at})")
     if len(set(user_spans)) < len(user_spans):
         problems.append("two user messages share one span")
-    return RoleCheck("fail" if problems else "pass", problems, label, strays)
+    return problems, strays

@@ -167,6 +167,32 @@ def test_a_user_message_after_results_with_nothing_between_them_fails():
                for p in a.round_trip.problems), a.round_trip.problems
 
 
+def test_a_first_user_message_without_a_system_message_and_without_a_start_fails():
+    # (every render the verdict proved started with a system message: a template that opens a first
+    # user message with nothing when no system message comes first passed)
+    t = CHATML.replace("<|im_start|>{{ m.role }}\n{{ m.content }}",
+                       "{% if loop.first and m.role == 'user' %}{{ m.content }}{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}{% endif %}")
+    assert t != CHATML
+    a = analyze(T(t))
+    assert a.status == "fail"
+    assert "the request without a system message: message 0 (user): its content lies before the first delimiter" in a.round_trip.problems
+
+
+@pytest.mark.corpus
+def test_a_last_answer_written_inside_a_reasoning_block_it_never_closes_passes():
+    # A conversation that ends with an answer, as a trainer renders it: NVIDIA Nemotron Nano v2
+    # writes `<think>\n` before the last answer and no end to it; no delimiter can part the two, and
+    # the answer is still in its own turn.
+    from tmplkit.sources import corpus
+
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    a = analyze(ChatTemplate((corpus.templates_dir() / "NVIDIA-Nemotron-Nano-v2.jinja").read_text(encoding="utf-8"),
+                             "NVIDIA-Nemotron-Nano-v2", "corpus"))
+    assert a.status == "pass", a.round_trip.problems
+    assert ("reasoning", "<think>\n") in [(d.role, d.text) for d in a.delimiters]
+
+
 def test_grouped_tool_responses_in_a_list_share_one_span():
     t = ("{% for m in messages %}{% if m.role == 'tool' %}{% if messages[loop.index0 - 1].role != 'tool' %}<|im_start|>user\n<results>[{% else %}, {% endif %}"
          "{{ m.content }}{% if loop.last or messages[loop.index0 + 1].role != 'tool' %}]<|im_end|>\n{% endif %}"

@@ -94,7 +94,8 @@ class _Stages:
         self.chat_final, self.tools_final = self.chat_probed, self.tools_probed
         # The requests an agent sends that the round trip does not hold: their contexts are evidence
         # too (a call right after results), and each is proved (`proved`).
-        requests = agent_requests(prober, self.system.mode, self.tool_probe, self.tools_probed) if rt_text is not None else []
+        requests = (agent_requests(prober, self.system.mode, self.tool_probe, self.tools_probed, self.system.builder)
+                    if rt_text is not None else [])
         if rt_text is not None:
             self.variants, self.switch_notes = switched_renders(prober, rt_probe, rt_text, self.thinking_flags)
             self.renders = [prober.seen(rt_text, rt_probe)] + [prober.seen(v, rt_probe, switched=True) for _, v in self.variants]

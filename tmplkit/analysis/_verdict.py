@@ -163,20 +163,30 @@ AGENT_REQUESTS = (("the request after a single tool round", "U1 C1(G1) T1"),
                   ("the request after a user message that follows tool results", "U1 C1(G1) T1 U2"),
                   ("the request after a tool call that follows tool results", "U1 C1(G1) T1 D2(G2) T2"),
                   ("the request after a tool call with text that follows tool results", "U1 C1(G1) T1 C2(G2) T2"))
+# Shapes every template is given besides: the round trip always starts with a system message and
+# asks for the generation prompt, where the most common request has no system message (a template
+# may open a first user message otherwise then) and a trainer renders a conversation that ends with
+# an answer (a template may write the last answer otherwise). (label, spec, system first, prompt)
+OTHER_SHAPES = (("the request without a system message", "U1 A1 U2", False, True),
+                ("the conversation that ends with an answer, as a trainer renders it", "U1 A1 U2 A2", True, False))
 
 
-def agent_requests(prober: Prober, system_mode: str, tool_probe: ToolProbe, tools: ToolFindings):
+def agent_requests(prober: Prober, system_mode: str, tool_probe: ToolProbe, tools: ToolFindings,
+                   builder: ProbeBuilder | None = None):
     """The `AGENT_REQUESTS` the template renders, with the generation prompt, where it renders tool
-    rounds; one it refuses is no request a server is given, and one whose assistant messages it does
-    not show is another's to prove (a template that prints no call's text, or no call at all). A
-    call or a user message right after results is evidence for its start (`_collect`).
-    [(label, probe, render)]."""
-    if tools.placement in (None, "rejected", "unknown", "dropped") or tool_probe.builder is None:
-        return []
+    rounds, and the `OTHER_SHAPES` (with `builder`, the round trip's); one it refuses is no request a
+    server is given, and one whose assistant messages it does not show is another's to prove (a
+    template that prints no call's text, or no call at all). A call or a user message right after
+    results is evidence for its start (`_collect`). [(label, probe, render)]."""
     head = "" if system_mode == "rejected" else "S1 "
+    wanted = []
+    if tools.placement not in (None, "rejected", "unknown", "dropped") and tool_probe.builder is not None:
+        wanted += [(label, tool_probe.builder, head + spec, True) for label, spec in AGENT_REQUESTS]
+    if builder is not None:
+        wanted += [(label, builder, (head if system else "") + spec, prompt) for label, spec, system, prompt in OTHER_SHAPES]
     out = []
-    for label, spec in AGENT_REQUESTS:
-        text, probe, _, _ = prober.attempt(tool_probe.builder, head + spec, add_generation_prompt=True)
+    for label, chosen, spec, prompt in wanted:
+        text, probe, _, _ = prober.attempt(chosen, spec, add_generation_prompt=prompt)
         if text is None:
             continue
         seen = Seen(text, probe)
@@ -199,9 +209,17 @@ def _collect(prober: Prober, seen: Seen, pair: tuple[str, str]) -> None:
 
 def with_modes(requests, system_mode: str, tools: ToolFindings):
     """`agent_requests` with each one's message modes under the final tool findings: the round
-    trip's `cuts` of a conversation of their own. [(label, probe, render, modes)]."""
-    return [(label, probe, text, _cut_modes(probe, text, message_modes(probe, system_mode, tools)))
-            for label, probe, text in requests]
+    trip's `cuts` of a conversation of their own. [(label, probe, render, modes)]. A conversation
+    that ends with an answer may write that answer inside a reasoning block it opens and never
+    closes (NVIDIA Nemotron Nano v2: `<think>\n` then the answer): its content may lie anywhere in
+    its turn ('own_turn'), as no delimiter can part answer from reasoning there."""
+    out = []
+    for label, probe, text in requests:
+        modes = _cut_modes(probe, text, message_modes(probe, system_mode, tools))
+        if not probe.kwargs.get("add_generation_prompt") and probe.roles[-1] == "assistant" and modes[-1] == "own":
+            modes = modes[:-1] + ["own_turn"]
+        out.append((label, probe, text, modes))
+    return out
 
 
 def _cut_modes(cut: Probe, text: str, modes: list[str]) -> list[str]:
@@ -310,7 +328,7 @@ class _Placement:
                                      f"{_a(self.roles[k])} span")
             elif _turn_role(self.roles[k]) != role:
                 self.problems.append(self._misread(i, k))
-            elif self.any_reasoning and self._misplaced_reasoning(i, pos, self.roles[k]):
+            elif self.any_reasoning and mode != "own_turn" and self._misplaced_reasoning(i, pos, self.roles[k]):
                 self.problems.append(f"{self.describe(i)}: {self._misplaced_reasoning(i, pos, self.roles[k])}")
             elif self.owner.setdefault(k, i) != i:
                 self.problems.append(f"{self.describe(i)}: shares one span with {self.describe(self.owner[k])}")
