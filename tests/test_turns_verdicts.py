@@ -135,3 +135,25 @@ def test_a_request_that_does_not_extend_the_one_before_is_never_stable(name, see
         if not reqs[d.request].text.startswith(reqs[d.request - 1].text):
             assert not d.stable, (name, seed, d.request)
     assert json.dumps(report.to_dict())  # and the report stays JSON
+
+
+def test_an_ending_the_newest_turn_alone_has_is_markup_or_starts_where_its_content_ends():
+    from tmplkit.sources import ChatTemplate
+
+    hello = {"role": "assistant", "content": "Hello."}
+    # A guard model's instructions after the conversation, naming the last speaker: they start right
+    # after the turn's content, and no model writes them (its training mask learns the answer alone).
+    guard = ChatTemplate("{% for m in messages %}\n\n{{ m.role }}: {{ m.content }}{% endfor %}\n\n<END>\n\n"
+                         "Assess the {{ messages[-1].role }}.", "guard", "-")
+    session = Session(({"role": "user", "content": "Hi"}, hello))
+    assert turn_ending(for_server(guard, session), hello) == "<END>\n\nAssess the assistant."
+    # A call written otherwise once it is followed (its id, as Apriel 1.5 writes it): the two renders
+    # part inside the call's JSON, and the rest of the call is the model's to write.
+    ids = ChatTemplate("{% for m in messages %}{% set newest = loop.last %}<{{ m.role }}>{{ m.content }}"
+                       "{% for c in m.tool_calls | default([]) %}"
+                       "[{\"name\": \"{{ c.function.name }}\"{% if not newest %}, \"id\": \"{{ c.id }}\"{% endif %}}]"
+                       "{% endfor %}</{{ m.role }}>"
+                       "{% endfor %}", "ids", "-")
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                                                                 "function": {"name": "f", "arguments": {}}}]}
+    assert turn_ending(for_server(ids, Session(({"role": "user", "content": "Hi"}, call))), call) == ""

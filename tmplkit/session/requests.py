@@ -223,11 +223,12 @@ def turn_ending(conversation, turn: dict) -> str:
         # (`<|start_header_id|>` + `assistant` or `user`): the opener is the next turn's.
         k = opener[0].start()
     ending = last[k:]
-    # Only an ending of markup is taken: anything else is the turn written otherwise (a tool-call
-    # turn whose text the template does not print; Apriel 1.5 writes a call's "id" only where the
-    # call is followed, so the two part inside the call's JSON, `}]</tool_calls>...` of which is the
-    # model's to write).
-    return ending if _markup_only(ending) else ""
+    # An ending of markup, or one that starts right where the turn's content ends (a guard model's
+    # instructions after the conversation), is taken; anything else is the turn written otherwise
+    # (a tool-call turn whose text the template does not print; Apriel 1.5 writes a call's "id" only
+    # where the call is followed, so the two part inside the call's JSON, `}]</tool_calls>...` of
+    # which is the model's to write).
+    return ending if _markup_only(ending) or (not last[:k].strip() and a >= 0 and b >= 0) else ""
 
 
 def _markup_only(text: str) -> bool:
