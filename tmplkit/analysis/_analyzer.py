@@ -17,8 +17,17 @@ from ._result import Analysis, RoundTrip, failed_analysis, one_line, status_of
 from ._system import SystemFindings, probe_system, refine_system_start
 from ._text import distinctive, from_first_unit
 from ._tools import ToolFindings, ToolProbe, probe_tools, tool_delimiters
-from ._verdict import (GENERATION_PROMPT_MATCH, agent_requests, extend_back, message_modes, prompt_cuts, render_round_trip,
-                       replaced, round_trip, with_modes)
+from ._verdict import (
+    GENERATION_PROMPT_MATCH,
+    agent_requests,
+    extend_back,
+    message_modes,
+    prompt_cuts,
+    render_round_trip,
+    replaced,
+    round_trip,
+    with_modes,
+)
 
 __all__ = ["analyze"]
 
@@ -215,8 +224,8 @@ class _Stages:
                 if other.passed:
                     delimiters, verdict = widened, other
                     break
-        if not verdict.passed and (extra := self.user_after_results()):
-            widened = sort_delimiters(delimiters + extra)
+        if not verdict.passed and (closer_led := self.user_after_results()):
+            widened = sort_delimiters(delimiters + closer_led)
             other = check(widened)
             if other.passed:
                 delimiters, verdict = widened, other
