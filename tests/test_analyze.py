@@ -178,17 +178,16 @@ def test_a_first_user_message_without_a_system_message_and_without_a_start_fails
     assert "the request without a system message: message 0 (user): its content lies before the first delimiter" in a.round_trip.problems
 
 
-@pytest.mark.corpus
 def test_a_last_answer_written_inside_a_reasoning_block_it_never_closes_passes():
-    # A conversation that ends with an answer, as a trainer renders it: NVIDIA Nemotron Nano v2
-    # writes `<think>\n` before the last answer and no end to it; no delimiter can part the two, and
-    # the answer is still in its own turn.
-    from tmplkit.sources import corpus
-
-    if not corpus.is_fetched():
-        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
-    a = analyze(ChatTemplate((corpus.templates_dir() / "NVIDIA-Nemotron-Nano-v2.jinja").read_text(encoding="utf-8"),
-                             "NVIDIA-Nemotron-Nano-v2", "corpus"))
+    # A conversation that ends with an answer, as a trainer renders it, where the template writes
+    # `<think>\n` before the last answer and no end to it: no delimiter can part the two, and the
+    # answer is still in its own turn (it failed: "its content lies in a reasoning span").
+    t = ("{% for m in messages %}{% if m.role == 'assistant' %}<|A|>"
+         "{% if loop.last and not add_generation_prompt %}<think>\n{{ m.content }}"
+         "{% else %}{% if m.reasoning_content %}<think>\n{{ m.reasoning_content }}</think>\n{% endif %}{{ m.content }}{% endif %}<|E|>"
+         "{% else %}<|{{ m.role }}|>{{ m.content }}<|E|>{% endif %}{% endfor %}"
+         "{% if add_generation_prompt %}<|A|><think>\n{% endif %}")
+    a = analyze(T(t))
     assert a.status == "pass", a.round_trip.problems
     assert ("reasoning", "<think>\n") in [(d.role, d.text) for d in a.delimiters]
 

@@ -211,7 +211,7 @@ def with_modes(requests, system_mode: str, tools: ToolFindings):
     """`agent_requests` with each one's message modes under the final tool findings: the round
     trip's `cuts` of a conversation of their own. [(label, probe, render, modes)]. A conversation
     that ends with an answer may write that answer inside a reasoning block it opens and never
-    closes (NVIDIA Nemotron Nano v2: `<think>\n` then the answer): its content may lie anywhere in
+    closes (`<think>\n` then the answer, a reasoning model's): its content may lie anywhere in
     its turn ('own_turn'), as no delimiter can part answer from reasoning there."""
     out = []
     for label, probe, text in requests:
