@@ -39,8 +39,8 @@ from typing import IO, Union
 
 from .errors import InputError, TmplkitError
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "json_kind", "lone_surrogate", "parse_json", "read_json", "read_text",
-           "source_name", "stdin"]
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "json_kind", "lone_surrogate", "lone_surrogate_problem", "parse_json",
+           "read_json", "read_text", "source_name", "stdin"]
 
 # Far above any real template, tokenizer config or agent session (a 90k-token session is ~0.4 MB;
 # the largest tokenizer configs, with 200k added tokens, ~30 MB); a guard against mistakes.
@@ -129,8 +129,7 @@ def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
     if max_depth is not None and _depth(text, max_depth) > max_depth:
         raise error(f"{where}: JSON nested too deeply for {what} (more than {max_depth} levels); fix the file")
     if "\\u" in text and (lone := lone_surrogate(value)) is not None:
-        raise error(f"{where}: a string holds {lone}, half of a UTF-16 pair and no character (no tokenizer or "
-                    "server can encode it); fix the text")
+        raise error(f"{where}: {lone_surrogate_problem(lone)}")
     return value
 
 
@@ -154,6 +153,11 @@ def json_kind(value) -> str:
         return "null"
     return {dict: "an object", list: "a list", tuple: "a list", str: "a string", bool: "a boolean",
             int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def lone_surrogate_problem(lone: str) -> str:
+    """What is wrong with a value that holds the lone surrogate `lone` (`lone_surrogate`), and what to do."""
+    return f"a string holds {lone}, half of a UTF-16 pair and no character (no tokenizer or server can encode it); fix the text"
 
 
 def lone_surrogate(value) -> str | None:

@@ -318,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("tmplkit: interrupted")
         return 130
-    except BrokenPipeError:  # (a pipe other than standard output: standard output's is _Stdout's)
+    except BrokenPipeError as exc:  # (a pipe other than standard output: standard output's is _Stdout's)
+        _say(f"tmplkit: error: a pipe the command wrote to was closed ({exc.strerror or exc}); nothing more was done")
         return 2
     except OSError as exc:  # the environment (a folder that cannot be written, a full disk), not a bug
         where = f"{exc.filename}: " if exc.filename else ""

@@ -32,7 +32,7 @@ import contextlib
 import math
 import os
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +72,18 @@ class Config:
     # The behaviour lock the audit checks against, and each GGUF's upstream source (both resolved).
     lock: str | None = None
     upstream: dict[str, str] = field(default_factory=dict)
-    # (setting, path) of each file the settings name that a command may read (resolved): an output
-    # may not replace one (cli._outputs.refuse_reading_outputs).
-    files: tuple[tuple[str, str], ...] = ()
+    expected_failures_file: str | None = None  # the file `expected_failures` was read from (resolved)
+
+    @property
+    def files(self) -> tuple[tuple[str, str], ...]:
+        """(setting, path) of each file the settings name that a command may read: an output may
+        not replace one (cli._outputs.refuse_reading_outputs)."""
+        files = [("expected-failures", self.expected_failures_file)] if self.expected_failures_file else []
+        files += [("lock", self.lock)] if self.lock else []
+        files += [(f"upstream.{k}", f) for k, v in self.upstream.items() for f in (k, v)]
+        files += [("tokenizer", self.tokenizer)] if self.tokenizer else []
+        files += [(f"tokenizers.{name}", spec) for name, spec in self.tokenizers.items()]
+        return tuple(files)
 
     def to_dict(self) -> dict:
         return {
@@ -155,7 +164,7 @@ def parse_config(data: dict[str, Any], path: Path) -> Config:
             raise _bad(path, f"tokenizers.{name}", "must name a tokenizer (a .gguf, a tokenizer.json, vocab:NAME)", spec)
     _no_standard_input(data, path)
     expected = data.get("expected-failures")
-    config = Config(
+    return Config(
         path=path,
         sources=tuple(_resolve(s, base) for s in _strings(data, "sources", path)),
         fail_on=_choice(data, "fail-on", FAIL_ON, path),
@@ -168,13 +177,8 @@ def parse_config(data: dict[str, Any], path: Path) -> Config:
         jobs=_number(limits, "jobs", path, int),
         lock=_resolve(_path_string(data, "lock", path), base) if data.get("lock") is not None else None,
         upstream=_upstream(data.get("upstream", {}), base, path),
+        expected_failures_file=_resolve(expected, base) if isinstance(expected, str) else None,
     )
-    files = [("expected-failures", _resolve(expected, base))] if isinstance(expected, str) else []
-    files += [("lock", config.lock)] if config.lock else []
-    files += [(f"upstream.{k}", f) for k, v in config.upstream.items() for f in (k, v)]
-    files += [("tokenizer", config.tokenizer)] if config.tokenizer else []
-    files += [(f"tokenizers.{name}", spec) for name, spec in config.tokenizers.items()]
-    return replace(config, files=tuple(files))
 
 
 def _no_standard_input(data: dict, path: Path) -> None:

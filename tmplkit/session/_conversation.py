@@ -34,7 +34,7 @@ from typing import Any
 from ..atomic import write_output
 from ..delimiters import ROLES
 from ..errors import InputError
-from ..jsonio import json_kind, lone_surrogate, read_json, source_name, stdin
+from ..jsonio import json_kind, lone_surrogate, lone_surrogate_problem, read_json, source_name, stdin
 
 __all__ = ["Conversation", "Session", "load_conversation", "load_session", "save_session", "session_from_json"]
 
@@ -106,8 +106,7 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
         where = source or "<conversation>"
         data = path_or_obj
         if (lone := lone_surrogate(data)) is not None:  # (a file's JSON is checked as it is read)
-            raise InputError(f"{where}: a string holds {lone}, half of a UTF-16 pair and no character (no tokenizer "
-                             "or server can encode it); fix the text")
+            raise InputError(f"{where}: {lone_surrogate_problem(lone)}")
     where = str(where)
     if isinstance(data, Conversation):
         data = data.to_dict()

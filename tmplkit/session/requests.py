@@ -348,9 +348,14 @@ def turn_header(full: str, history: str, gprompt: str, limit: int) -> int:
     # Of every form's best place, the one whose text agrees longest with it: a form's last characters
     # may also end an earlier message (a footer a tool result shares with an answer before it), where
     # the form that is the history's own agrees with all of it.
-    found = [_best_header(full, before, lead, limit) for before in _history_forms(history)]
-    best, score = max(found, key=lambda f: f[1], default=(-1, 0))
-    return best if score > 0 else -1
+    best, score = -1, 0
+    for before in _history_forms(history):
+        at, k = _best_header(full, before, lead, limit)
+        if k > score:
+            best, score = at, k
+        if k == len(before):  # (all of the history agrees: no shorter form can agree longer)
+            break
+    return best
 
 
 def _history_forms(history: str) -> list[str]:

@@ -669,10 +669,10 @@ class HFTokenizer:
     def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
         """Token ids of `text`; with add_bos (default: as opened), the tokenizer's own post-processing (BOS etc.) too."""
         add = self.add_bos if add_bos is None else add_bos
-        return list(self._tok.encode(_checked(text), add_special_tokens=add).ids)
+        return list(_hf_encode(self._tok, text, add).ids)
 
     def tokenize_with_offsets(self, text: str) -> tuple[list[int], Offsets]:
-        enc = self._tok.encode(_checked(text), add_special_tokens=False)
+        enc = _hf_encode(self._tok, text, False)
         return list(enc.ids), [(int(s), int(e)) for s, e in enc.offsets]
 
     def detokenize(self, ids: Sequence[int]) -> str:
@@ -725,7 +725,7 @@ class GGUFBPETokenizer(HFTokenizer):
         return b"".join(self.piece_bytes(i) for i in ids).decode("utf-8", "replace")
 
     def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
-        ids = list(self._tok.encode(_checked(text), add_special_tokens=False).ids)
+        ids = list(_hf_encode(self._tok, text, False).ids)
         return self._bos + ids + self._eos if (self.add_bos if add_bos is None else add_bos) else ids
 
 
@@ -748,11 +748,14 @@ def _utf8(text: str) -> bytes:
                              "which no tokenizer can encode; fix the text") from None
 
 
-def _checked(text: str) -> str:
-    """`text`, where it is valid UTF-8 (`_utf8`); the `tokenizers` package reads it as a str."""
-    if not text.isascii():
+def _hf_encode(tok, text: str, add_special_tokens: bool):
+    """`tok.encode` of the `tokenizers` package, whose refusal of a lone surrogate (a TypeError) is
+    `_utf8`'s one line; nothing is checked before the call (a long render is read once)."""
+    try:
+        return tok.encode(text, add_special_tokens=add_special_tokens)
+    except TypeError:
         _utf8(text)
-    return text
+        raise
 
 
 def _gguf_tokenizer(path: Path, add_bos: bool, name: str | None = None) -> Tokenizer:
