@@ -132,7 +132,7 @@ def test_tool_turns_of_their_own_behind_a_shared_opener_are_placed_as_their_own(
 
 
 # A user message right after tool results written into their turn, after their closer alone (as
-# DeepSeek V4 writes it, `</tool_result>\n\n`); consecutive results the same way.
+# DeepSeek V4 Flash writes it, `</tool_result>\n\n`); consecutive results the same way.
 AFTER_RESULTS = (
     "{% for m in messages %}"
     "{% if m.role == 'tool' %}{% if messages[loop.index0 - 1].role != 'tool' %}<|U|>{% else %}--{% endif %}"

@@ -239,7 +239,7 @@ class _Stages:
 
     def user_after_results(self) -> tuple[Delimiter, ...]:
         """Where a user message right after tool results opens with no start of its own, only the
-        results' closer before it (DeepSeek V4: `</tool_result>\n\n` then the text), the closer is
+        results' closer before it (DeepSeek V4 Flash: `</tool_result>\n\n` then the text), the closer is
         its start, and a next result's start takes the closer too, so that it wins there (longest
         first): `</tool_result>\n\n<tool_result>`. () where the render shows no such context."""
         after, between = self.prober.segs.get(("tool", "user")), self.prober.segs.get(("tool", "tool"))

@@ -157,7 +157,7 @@ def prompt_cuts(prober: Prober, probe: Probe) -> list[tuple[str, Probe, str]]:
 # Requests an agent sends that the round-trip conversation does not hold, each rendered and proved
 # on its own: (label, spec after the system message). A template may write a lone result otherwise
 # than several (as a user turn when it is the only one), a user message right after tool results
-# into their turn with no start of its own (DeepSeek V4), or a call right after results into their
+# into their turn with no start of its own (DeepSeek V4 Flash), or a call right after results into their
 # span (Apertus): the round trip puts an answer after every batch of results.
 AGENT_REQUESTS = (("the request after a single tool round", "U1 C1(G1) T1"),
                   ("the request after a user message that follows tool results", "U1 C1(G1) T1 U2"),
