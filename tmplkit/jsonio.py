@@ -34,6 +34,7 @@ import json
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 from typing import IO, Union
 
@@ -126,6 +127,8 @@ def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
         raise error(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); {hint}") from None
     except RecursionError:
         raise error(f"{where}: JSON nested too deeply for {what}; fix the file") from None
+    except ValueError as exc:  # (Python refuses to read an integer of more than 4,300 digits)
+        raise error(f"{where}: {number_problem(exc)}; fix the file") from None
     if max_depth is not None and _depth(text, max_depth) > max_depth:
         raise error(f"{where}: JSON nested too deeply for {what} (more than {max_depth} levels); fix the file")
     if "\\u" in text and (lone := lone_surrogate(value)) is not None:
@@ -153,6 +156,14 @@ def json_kind(value) -> str:
         return "null"
     return {dict: "an object", list: "a list", tuple: "a list", str: "a string", bool: "a boolean",
             int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def number_problem(exc: ValueError) -> str:
+    """What a ValueError from `json.loads` or `int` other than a syntax error says, in the user's
+    words: an integer with more digits than Python converts (`sys.get_int_max_str_digits`)."""
+    if "digits" in str(exc):
+        return f"a number with more than {sys.get_int_max_str_digits()} digits, which no chat or setting holds"
+    return f"a value that cannot be read ({exc})"
 
 
 def lone_surrogate_problem(lone: str) -> str:

@@ -58,10 +58,12 @@ def read_lock(path, *, updating: bool = False) -> BehaviourLock:
         raise InputError(f"{path}: a lock of layout {version!r} (tmplkit {data.get('tmplkit_version', '?')}); this tmplkit "
                          f"reads layout {LOCK_SCHEMA_VERSION}: write it again with `tmplkit lock SOURCE... --lock {path} --fresh`")
     records = {}
+    # (a plain `tmplkit lock` reads the lock it updates, so it would refuse the same entry again)
+    fix = f"write it again with `tmplkit lock SOURCE... --lock {path} --fresh`"
     for name, entry in data["templates"].items():
         if not isinstance(entry, dict):
-            raise InputError(f"{path}: the entry of '{name}' is not an object; write the lock again with `tmplkit lock`")
-        records[name] = BehaviourRecord.from_dict(entry, where=f"{path}: '{name}'")
+            raise InputError(f"{path}: the entry of '{name}' is not an object; {fix}")
+        records[name] = BehaviourRecord.from_dict(entry, where=f"{path}: '{name}'", fix=fix)
     return BehaviourLock(records, str(data.get("tmplkit_version", "")))
 
 

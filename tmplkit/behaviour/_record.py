@@ -91,12 +91,12 @@ class BehaviourRecord:
         }
 
     @classmethod
-    def from_dict(cls, d: dict, where: str = "the lock") -> BehaviourRecord:
-        """A record read back from a lock; InputError naming `where` when a field is missing or wrong."""
+    def from_dict(cls, d: dict, where: str = "the lock", fix: str = "write the lock again with `tmplkit lock --fresh`") -> BehaviourRecord:
+        """A record read back from a lock; InputError naming `where` and saying `fix` when a field is
+        missing or wrong."""
         problem = _record_problem(d)
         if problem:
-            raise InputError(f"{where}: a template's record is not a behaviour record ({problem}); "
-                             "write the lock again with `tmplkit lock`")
+            raise InputError(f"{where}: a template's record is not a behaviour record ({problem}); {fix}")
         try:
             return cls(name=str(d["name"]), source=str(d["source"]), text_sha256=str(d["text_sha256"]),
                        verdict=str(d["verdict"]), reason=str(d.get("reason", "")), starts=dict(d["starts"]),
@@ -107,7 +107,7 @@ class BehaviourRecord:
                        renders=dict(d["renders"]))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InputError(f"{where}: a template's record is not a behaviour record ({type(exc).__name__}: {exc}); "
-                             "write the lock again with `tmplkit lock`") from None
+                             f"{fix}") from None
 
 
 def _record_problem(d: dict) -> str:
@@ -137,6 +137,33 @@ def _record_problem(d: dict) -> str:
         return "a role's start in 'starts' is not a string or null"
     if any(not isinstance(v, str) for v in (d.get("renders") or {}).values()):
         return "a render digest in 'renders' is not a string"
+    return _inner_problem(d)
+
+
+_PREFIX_VERDICTS = ("stable", "unstable", NOT_APPLICABLE)
+_REASONING = ("open", "closed", "model", None)
+
+
+def _inner_problem(d: dict) -> str:
+    """What is wrong inside a record's objects (lock.schema.json's rules), or ""."""
+    if unknown := sorted(set(d.get("starts") or {}) - {role for role, _ in START_ROLES}):
+        return f"'starts' has a role tmplkit does not record ({unknown[0]!r})"
+    for setting, gen in (d.get("generation") or {}).items():
+        if not isinstance(gen, dict) or set(gen) != {"prompt", "reasoning"}:
+            return f"'generation' of {setting!r} is not an object of 'prompt' and 'reasoning'"
+        if not isinstance(gen["prompt"], _STR_OR_NONE) or not isinstance(gen["reasoning"], _STR_OR_NONE) \
+                or gen["reasoning"] not in _REASONING:
+            return f"'generation' of {setting!r} has a prompt or reasoning that is not one of its values"
+    if d.get("verdict") == "pass" and not d.get("generation"):
+        return "a passing template's 'generation' is empty"
+    if any(v not in (True, False, None) for v in (d.get("rendered") or {}).values()):
+        return "a role in 'rendered' is not true, false or null"
+    prefix = d.get("prefix_stability")
+    if isinstance(prefix, dict) and (set(prefix) != {"verdict", "cause", "request"}
+                                     or not isinstance(prefix["verdict"], str) or prefix["verdict"] not in _PREFIX_VERDICTS
+                                     or not isinstance(prefix["cause"], str)
+                                     or not (prefix["request"] is None or type(prefix["request"]) is int)):
+        return "'prefix_stability' is not an object of a verdict, a cause and a request number or null"
     return ""
 
 

@@ -65,15 +65,37 @@ EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)",
               2: "usage or input error (one line on stderr)", 130: "interrupted"}
 
 
+class _StoreOnce(argparse._StoreAction):
+    """argparse's store, which refuses an option given twice with two values (`-o a -o b`,
+    `--memory-model recurrent --memory swa:512`): the last would win, the first be silently
+    ignored. Options that may repeat say so (`action="append"`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        remember_value(self, namespace, values, option_string)
+        super().__call__(parser, namespace, values, option_string)
+
+
+def remember_value(action: argparse.Action, namespace, values, option_string) -> None:
+    """Note that `action`'s option was given `values`; an ArgumentError where it was given another
+    value before (under any of its spellings: an old one shares the new one's dest)."""
+    given = namespace.__dict__.setdefault("_given", {})
+    if action.dest in given and given[action.dest][1] != values:
+        first, before = given[action.dest]
+        raise argparse.ArgumentError(action, f"given twice ({first} {before} and {option_string} {values}); give it once")
+    given[action.dest] = (option_string, values)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose usage error is one line like every other error (argparse prints the
     whole usage block first), naming the command's --help for the rest; subcommands inherit it.
     An option is given whole: argparse's prefix matching read `turns --template X` as
-    `--template-kwargs X`, an option of another meaning."""
+    `--template-kwargs X`, an option of another meaning. An option is given once (`_StoreOnce`)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
 
     def error(self, message: str):
         required = "the following arguments are required: "
@@ -303,6 +325,12 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser(lazy=True).parse_args(argv)
         _refuse_contradictions(sys.argv[1:] if argv is None else argv, args)
         check_outputs(args)  # a path that cannot be written is refused before the work, not after it
+        if getattr(args, "config", None) is not None:
+            # A file the user named is read by every command, whichever of its settings it uses:
+            # a missing or broken one is an error here too, never ignored.
+            from ._common import config_of
+
+            config_of(args)
         from ..sandbox import hints_for  # here, not at the top: --version and --help load no layer
         from ..sources.templates import watching_loads
 

@@ -348,6 +348,10 @@ def deprecated(parser, *flags: str, new: str, dest: str, convert=None, append: b
             deprecation_note(option_string or flags[0], new)
             value = self.const if self.nargs == 0 else values
             value = convert(value) if convert is not None else value
+            if not append and self.nargs != 0:
+                from . import remember_value
+
+                remember_value(self, namespace, value, option_string)
             if append:  # an old spelling of a repeatable option (--json FILE of --report FORMAT:FILE)
                 setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), value])
             else:
@@ -459,24 +463,33 @@ def worker_tokenizer(args, template, command: str):
     from ..auditing.contained import portable_tokenizer
     from ..tokens.tokenizers import load_tokenizer
 
-    spec = tokenizer_spec(args.tokenizer, template)
+    spec = tokenizer_spec(args.tokenizer, template, args)
     require_tokenizers([spec], f"tmplkit {command} --tokenizer " + str(spec))
     return portable_tokenizer(load_tokenizer(spec), spec)
 
 
-def tokenizer_spec(spec: str, template) -> str:
-    """The tokenizer --tokenizer names for `template` (`auto` resolved); an InputError when auto
-    finds none."""
+def tokenizer_spec(spec: str, template, args=None) -> str:
+    """The tokenizer --tokenizer names for `template` (`auto` resolved: the configuration's pairing
+    for its name, as the audit's, where `args` are given; else its GGUF or corpus vocabulary); an
+    InputError when auto finds none."""
     from ..errors import InputError
 
     if spec != "auto":
         return spec
     from ..auditing import tokenizer_for
 
-    found = tokenizer_for(template.name, template.source, "auto")
+    pairing = config_of(args).tokenizers if args is not None else {}
+    found = tokenizer_for(template.name, template.source, "auto", pairing)
+    if found is not None and template.name in pairing:
+        from ..tokens.tokenizers import locate_tokenizer
+        from .config import from_config
+
+        with from_config(config_of(args).path, f"tokenizers.{template.name}"):
+            locate_tokenizer(found)
     if found is None:
         raise InputError(f"--tokenizer auto: no tokenizer known for template '{template.name}' (it is not from a .gguf "
-                         "and no corpus vocabulary is paired with its name); give --tokenizer PATH")
+                         "and no corpus vocabulary is paired with its name); give --tokenizer PATH, or pair it under "
+                         "[tokenizers] in the configuration")
     return found
 
 

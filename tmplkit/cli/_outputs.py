@@ -45,7 +45,9 @@ def check_outputs(args) -> None:
     if getattr(args, "output", None) == "-":  # the usual spelling of standard output, not a file named "-"
         args.output = None
     if getattr(args, "output", None) == "":
-        raise InputError("-o '': the path is empty; give a file path, or leave -o out to print to standard output")
+        # (-o is required where a command writes a file only, as annotate does: `-o -` is its standard output)
+        stdout = "-o -" if getattr(args, "_output_required", False) else "leave -o out"
+        raise InputError(f"-o '': the path is empty; give a file path, or {stdout} to print to standard output")
     outputs = output_paths(args)
     if "-" in outputs:  # (only -o means standard output; elsewhere a file named "-" would be created)
         dash = next((name for name in _output_options(args) if getattr(args, name, None) == "-"), None)

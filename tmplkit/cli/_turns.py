@@ -103,7 +103,7 @@ def _turns(args) -> int:
     calls = []
     for t in templates:
         if args.tokenizer == "auto":
-            tokenizer = _auto_tokenizer(t)
+            tokenizer = _auto_tokenizer(t, args)
         options = {"tokenizer": tokenizer, "add_bos": args.add_bos, "memory": memory, "switches": not args.no_switches,
                    "server": server, "inputs": args.inputs, "kwargs": kwargs, "settings": settings}
         calls.append((t, options))
@@ -204,12 +204,13 @@ DEFAULT_TIMEOUT = 60.0
 MEMORY_MB = 2048
 
 
-def _auto_tokenizer(template):
-    """--tokenizer auto for one template: its own GGUF or its paired corpus vocabulary."""
+def _auto_tokenizer(template, args):
+    """--tokenizer auto for one template: the configuration's pairing, its own GGUF or its paired
+    corpus vocabulary."""
     from ..auditing.contained import portable_tokenizer
     from ..tokens.tokenizers import load_tokenizer
 
-    spec = tokenizer_spec("auto", template)
+    spec = tokenizer_spec("auto", template, args)
     require_tokenizers([spec], "tmplkit turns --tokenizer auto (" + str(spec) + ")")
     return portable_tokenizer(load_tokenizer(spec), spec)
 
@@ -257,8 +258,8 @@ def _memory(args):
         return memory
     try:
         return MemoryModel.parse(args.memory or "swa:512")
-    except InputError as exc:  # (the option as typed)
-        raise InputError(f"--memory-model {args.memory}: {exc}") from None
+    except InputError as exc:  # (the message quotes the value, cut short where it is long)
+        raise InputError(f"--memory-model: {exc}") from None
 
 
 @contextlib.contextmanager

@@ -38,7 +38,7 @@ from typing import Any
 
 from ..auditing._choices import FAIL_ON, PREFIX_STABILITY
 from ..errors import InputError, TmplkitError
-from ..jsonio import read_json, stdin
+from ..jsonio import number_problem, read_json, stdin
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -233,6 +233,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save the configuration as UTF-8") from None
     except RecursionError:
         raise InputError(f"{path}: nested too deep to be a configuration; fix the file") from None
+    except ValueError as exc:  # (an integer of more digits than Python converts)
+        raise InputError(f"{path}: {number_problem(exc)}; fix the file") from None
 
 
 def _bad(path: Path, key: str, what: str, value: object) -> InputError:

@@ -48,6 +48,7 @@ batch end, checkpoint and restore fell on.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -333,27 +334,27 @@ class _Task:
 def _read_task_line(t: _Task, msg: str) -> None:
     """One line of a known task: the batch, checkpoint and timing facts it states, into `t`."""
     if (g := _TASK_LINES["new_prompt"].search(msg)) is not None:
-        t.n_prompt_trace = int(g.group(1))
+        t.n_prompt_trace = _int(g.group(1))
     elif (g := _TASK_LINES["cached"].search(msg)) is not None:
-        t.cached.append(int(g.group(1)))
+        t.cached.append(_int(g.group(1)))
     elif (g := _TASK_LINES["do_checkpoint"].search(msg)) is not None:
-        t.do_ckpt.append(int(g.group(1)) + 1)
+        t.do_ckpt.append(_int(g.group(1)) + 1)
     elif (g := _TASK_LINES["progress"].search(msg)) is not None:
-        t.progress.append((int(g.group(1)), float(g.group(2))))
+        t.progress.append((_int(g.group(1)), float(g.group(2))))
     elif (g := _TASK_LINES["created"].search(msg)) is not None:
-        t.created.append(int(g.group(1)))
+        t.created.append(_int(g.group(1)))
     elif (g := _TASK_LINES["restored"].search(msg)) is not None:
-        t.restored.append((int(g.group(1)), int(g.group(2))))
+        t.restored.append((_int(g.group(1)), _int(g.group(2))))
     elif _TASK_LINES["full"].search(msg):
         t.full = True
     elif (g := _TASK_LINES["erased"].search(msg)) is not None:
-        t.erased.append(int(g.group(1)))
+        t.erased.append(_int(g.group(1)))
     elif (g := _TASK_LINES["prompt_eval"].search(msg)) is not None:
-        t.prompt_eval = (float(g.group(1)), int(g.group(2)), float(g.group(3)))
+        t.prompt_eval = (float(g.group(1)), _int(g.group(2)), float(g.group(3)))
     elif (g := _TASK_LINES["eval"].search(msg)) is not None:
-        t.n_gen = int(g.group(1))
+        t.n_gen = _int(g.group(1))
     elif (g := _TASK_LINES["stop"].search(msg)) is not None:
-        t.stop = int(g.group(1))
+        t.stop = _int(g.group(1))
 
 
 def decode_log(data: bytes) -> str:
@@ -373,6 +374,17 @@ def decode_log(data: bytes) -> str:
 _MAX_TOKENS = (1 << 31) - 1
 
 
+class _Damaged(ValueError):
+    """A number of more digits than Python converts (a count past int32 is refused after reading,
+    with the task it is in: `_refuse_implausible`)."""
+
+
+def _int(digits: str) -> int:
+    if len(digits) > sys.get_int_max_str_digits() > 0:
+        raise _Damaged(digits)
+    return int(digits)
+
+
 def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     """Read a llama-server log (any verbosity; with or without its start lines; a single server's
     or a router's, its spawned servers' lines prefixed with their port) task by task.
@@ -389,32 +401,15 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
                          "give the output of llama-server itself (its stderr, or --log-file)")
     servers: dict[int | None, _Server] = {}
     tasks: dict[tuple[int | None, int, int], _Task] = {}  # (instance, run, task id)
-    order: list[tuple[int | None, int, int]] = []
     # A server started again into the same log (an appended --log-file) counts its tasks from 0
     # again: a task id seen before starts the instance's next run, read apart from the last.
     runs: dict[int | None, int] = {}
     spawning: list[int] = []  # the port of the instance the router's `load:` lines are about
-    for raw in lines:
-        g = _INSTANCE.match(raw)
-        inst, ln = (int(g.group(1)), raw[g.end():]) if g is not None else (None, raw)
-        srv = servers.setdefault(inst, _Server())
-        m = _SLOT.search(ln)
-        if m is None:
-            _read_server_line(ln, srv, servers, spawning)
-            continue
-        slot, task_id, msg = int(m.group(1)), int(m.group(2)), m.group(3)
-        if (g := _TASK_LINES["lcp_info"].search(msg)) is not None:
-            srv.pending_lcp[slot] = (float(g.group(1)), float(g.group(2)))
-        elif (g := _TASK_LINES["lcp_trace"].search(msg)) is not None:
-            srv.pending_trace_lcp[slot] = int(g.group(1))
-        elif _TASK_LINES["start"].search(msg):
-            if (inst, runs.get(inst, 0), task_id) in tasks:
-                runs[inst] = runs.get(inst, 0) + 1
-            key = (inst, runs.get(inst, 0), task_id)
-            tasks[key] = _Task(task_id, slot, srv.pending_lcp.pop(slot, None), srv.pending_trace_lcp.pop(slot, None))
-            order.append(key)
-        elif (key := (inst, runs.get(inst, 0), task_id)) in tasks:  # else a task whose start is not in the log
-            _read_task_line(tasks[key], msg)
+    try:
+        order = _read_lines(lines, servers, tasks, runs, spawning)
+    except _Damaged as exc:
+        raise InputError(f"{source}: a number of {len(str(exc).lstrip('-0'))} digits, more than llama-server prints: the "
+                         "log was edited or damaged; give the log as llama-server wrote it") from None
     if not order:
         raise InputError(f"{source}: a llama-server log with no task in it (no 'processing task' line): it holds no "
                          "request, or it was cut before the first one")
@@ -424,6 +419,7 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
                          "n_tokens = ', or at -lv 4 'cached n_tokens = '): a log cut right after its task began (give "
                          "the log up to the task's 'prompt eval time' line), or a log format tmplkit does not read")
     _refuse_implausible(tasks, source)
+    _refuse_implausible_settings(servers, source)
     out = tuple(_finish(tasks[k], servers[k[0]], k[0]) for k in order)
     first = servers[order[0][0]]
     notes = _notes(first)
@@ -444,6 +440,33 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
                      tuple(notes))
 
 
+def _read_lines(lines: list[str], servers: dict, tasks: dict, runs: dict, spawning: list[int]) -> list:
+    """Every line into `servers` and `tasks` (see `read_server_log`); the tasks' keys in the log's order."""
+    order: list[tuple[int | None, int, int]] = []
+    for raw in lines:
+        g = _INSTANCE.match(raw)
+        inst, ln = (_int(g.group(1)), raw[g.end():]) if g is not None else (None, raw)
+        srv = servers.setdefault(inst, _Server())
+        m = _SLOT.search(ln)
+        if m is None:
+            _read_server_line(ln, srv, servers, spawning)
+            continue
+        slot, task_id, msg = _int(m.group(1)), _int(m.group(2)), m.group(3)
+        if (g := _TASK_LINES["lcp_info"].search(msg)) is not None:
+            srv.pending_lcp[slot] = (float(g.group(1)), float(g.group(2)))
+        elif (g := _TASK_LINES["lcp_trace"].search(msg)) is not None:
+            srv.pending_trace_lcp[slot] = _int(g.group(1))
+        elif _TASK_LINES["start"].search(msg):
+            if (inst, runs.get(inst, 0), task_id) in tasks:
+                runs[inst] = runs.get(inst, 0) + 1
+            key = (inst, runs.get(inst, 0), task_id)
+            tasks[key] = _Task(task_id, slot, srv.pending_lcp.pop(slot, None), srv.pending_trace_lcp.pop(slot, None))
+            order.append(key)
+        elif (key := (inst, runs.get(inst, 0), task_id)) in tasks:  # else a task whose start is not in the log
+            _read_task_line(tasks[key], msg)
+    return order
+
+
 @dataclass
 class _Server:
     """What the log says about one server (a router's spawned instance, or the only one)."""
@@ -462,21 +485,21 @@ class _Server:
 def _read_server_line(ln: str, srv: _Server, servers: dict, spawning: list[int]) -> None:
     """A line of no task: the server's settings, or a router spawning an instance with its options."""
     if (g := _SPAWN.search(ln)) is not None:
-        spawning[:] = [int(g.group(1))]
+        spawning[:] = [_int(g.group(1))]
     elif spawning and (g := _LOAD_ARG.search(ln)) is not None:
         child = servers.setdefault(spawning[0], _Server())
         child.options.append(g.group(1))
         _apply_options(child)
     elif (g := _N_BATCH.search(ln)) is not None:
-        srv.n_batch = int(g.group(1))
+        srv.n_batch = _int(g.group(1))
     elif (g := _N_UBATCH.search(ln)) is not None:
-        srv.n_ubatch = int(g.group(1))
+        srv.n_ubatch = _int(g.group(1))
     elif (g := _CKPT_CONFIG.search(ln)) is not None:
-        srv.ck_max, srv.ck_step = int(g.group(1)), int(g.group(2))
+        srv.ck_max, srv.ck_step = _int(g.group(1)), _int(g.group(2))
     elif _CKPT_OFF.search(ln):
         srv.ck_off = True
     elif (g := _VERBOSITY.search(ln)) is not None:
-        srv.verbosity = int(g.group(1))
+        srv.verbosity = _int(g.group(1))
 
 
 def _apply_options(srv: _Server) -> None:
@@ -489,8 +512,8 @@ def _apply_options(srv: _Server) -> None:
         if field_ is None:
             continue
         value = value if eq else (opts[i + 1] if i + 1 < len(opts) else "")
-        if value.isdigit():
-            setattr(srv, field_, int(value))
+        if value.isascii() and value.isdigit() and 0 < _int(value) <= _MAX_TOKENS:  # (llama-server refuses others)
+            setattr(srv, field_, _int(value))
 
 
 def _refuse_implausible(tasks: dict, source: str) -> None:
@@ -503,6 +526,16 @@ def _refuse_implausible(tasks: dict, source: str) -> None:
         if big > _MAX_TOKENS:
             raise InputError(f"{source}: task {t.task} has a token count of {big}, more than llama.cpp can hold "
                              f"({_MAX_TOKENS}): the log was edited or damaged; give the log as llama-server wrote it")
+
+
+def _refuse_implausible_settings(servers: dict, source: str) -> None:
+    """A batch size or checkpoint setting no llama-server prints (0 or past int32 for a size)."""
+    for srv in servers.values():
+        for name, value, least in (("n_batch", srv.n_batch, 1), ("n_ubatch", srv.n_ubatch, 1),
+                                   ("the checkpoints' max", srv.ck_max, 0), ("the checkpoints' spacing", srv.ck_step, 0)):
+            if value is not None and not least <= value <= _MAX_TOKENS:
+                raise InputError(f"{source}: {name} = {value}, which no llama-server runs with: the log was edited or "
+                                 "damaged; give the log as llama-server wrote it")
 
 
 def _has_facts(t: _Task) -> bool:

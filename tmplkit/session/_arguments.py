@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from ..errors import InputError, TmplkitError
+from ..jsonio import number_problem
 from ..sandbox import render
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._inputs import DEFAULT_INPUTS, given_messages
@@ -130,4 +131,10 @@ def _parsed_call(call: dict, index: int = 0) -> dict:
             raise InputError(f"message [{index}]: the tool call's arguments are not valid JSON ({exc.msg}, column "
                              f"{exc.colno}): {shown!r}; the template reads them as an object, as llama-server "
                              "parses them; fix the conversation") from None
+        except ValueError as exc:
+            raise InputError(f"message [{index}]: the tool call's arguments hold {number_problem(exc)}; "
+                             "fix the conversation") from None
+        except RecursionError:
+            raise InputError(f"message [{index}]: the tool call's arguments are nested too deeply to read; "
+                             "fix the conversation") from None
     return call

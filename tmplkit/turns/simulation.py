@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..server_rules import BatchSchedule, Checkpoint, CheckpointStore, PlannedBatch, get_policy, plan_resume
 
+# The largest sliding window: llama.cpp counts positions in int32.
+_MAX_WINDOW = 2**31 - 1
+
 __all__ = ["MemoryModel", "SimulatedRequest", "ServerSimulation", "plan_batches"]
 
 
@@ -68,7 +71,10 @@ class MemoryModel:
     def parse(cls, spec: str, n_ubatch: int = 512) -> MemoryModel:
         """"swa:N" (a sliding window of N), "recurrent" or "full"; InputError otherwise."""
         kind, _, arg = spec.partition(":")
-        if kind == "swa" and arg.isdigit() and int(arg) > 0:
+        if kind == "swa" and arg.isascii() and arg.isdigit() and arg.strip("0"):
+            if len(arg.lstrip("0")) > 10 or int(arg) > _MAX_WINDOW:  # (a long digit string is not converted at all)
+                raise InputError(f"memory model {spec[:24]!r}{'...' if len(spec) > 24 else ''}: a window of more than "
+                                 f"{_MAX_WINDOW} positions, more than llama.cpp holds; give swa:N with a model's window")
             return cls.swa(int(arg), n_ubatch)
         if kind in ("recurrent", "full") and not arg:
             return cls(kind)
