@@ -402,3 +402,15 @@ def test_the_one_render_path_leaves_a_turn_it_reads_only_in_part_to_the_proving_
     monkeypatch.setattr(_mask, "_fast_turns", lambda *a: None)
     assert fast.masked_text() == text_mask(t, conv).masked_text()
     assert fast.masked_text()[1] == "<think>Add them.</think>4<|im_end|>"
+
+
+def test_an_end_of_turn_after_a_line_break_is_masked_and_the_next_messages_opening_is_not():
+    # end-when-followed (ours) writes `\n<|end|>` only once a message follows, as Apriel 1.6 does:
+    # markup after whitespace was taken for the template's and the end of turn left out; the call's
+    # "id", printed only once followed, cut the calls' turn short before its end
+    m = text_mask(template("end-when-followed"), FIXTURES / "chat.json")
+    assert [x.endswith("\n<|end|>") for x in m.masked_text()] == [True, True, False], m.masked_text()
+    assert m.masked_text()[1].startswith("<calls>")
+    # llama2 (ours) opens each user turn with the <s> the render opens with: the next message's
+    llama2 = load_one(str(FIXTURES.parent / "templates" / "llama2.jinja"))
+    assert text_mask(llama2, FIXTURES / "plain.json").masked_text() == [" Hello. </s>", " Goodbye. </s>"]

@@ -233,9 +233,10 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     others = [s.start for s in spans if s.role not in ("assistant", "reasoning", "reasoning_end")]
     if not any(end > n for n, end in request_points(server.messages)):
         return
+    opening = _opening(text, spans)
     located = _fast_turns(server, text, spans)
     for turn, start, end, rule in located if located is not None else _located_turns(server, text, others):
-        end = _with_end_markup(text, end, starts)
+        end = _with_end_markup(text, end, starts, opening)
         k = bisect_left(others, start + 1)
         # The next message's proven delimiter is not the turn's, where what a request adds after
         # the previous one's text shares its opening (`<|START_OF_TURN_TOKEN|>` before the user's
@@ -362,7 +363,9 @@ def _turn_at(text: str, start: int, req, others: Sequence[int], whole: bool = Fa
     if text.startswith(generated, start):
         return start, start + len(generated), "exact"
     first, last = req.turn
-    end = _aligned_end(text, start, generated, max(1, last - first), whole)
+    k = bisect_left(others, start + 1)
+    end = _aligned_end(text, start, generated, max(1, last - first), whole,
+                       stop=None if whole else others[k] if k < len(others) else len(text))
     partial = end is None  # (whole: only the beginning of a history form is there)
     end = start if end is None else end
     if end > start and _inside_unit(text, end):
@@ -422,13 +425,18 @@ def _inside_unit(text: str, at: int) -> bool:
     return opening >= 0 and any(m.start() < at < m.end() for m in UNIT.finditer(text, opening, at + 64))
 
 
-def _aligned_end(text: str, start: int, generated: str, messages: int = 1, whole: bool = False) -> int | None:
+def _aligned_end(text: str, start: int, generated: str, messages: int = 1, whole: bool = False,
+                 stop: int | None = None) -> int | None:
     """The end of the turn's history form at `start`: the generated text with a stretch cut out for
     each of its `messages` (their dropped reasoning: a run of assistant messages drops one each); the
-    longest such form that `text` holds there, else the end of what it holds of its beginning
-    (`whole`: None then)."""
+    longest such form that `text` holds there, else, before `stop` (the next message), the generated
+    text with a stretch put in where the two part (Apriel writes a call's "id" once the call is
+    followed), else the end of what it holds of its beginning (`whole`: None then)."""
     a = common_prefix(generated, text[start:start + len(generated)])
     end = _cut_form(text, start + a, generated, a, min(messages, _MAX_CUTS))
+    if end is None and stop is not None and generated[:a].strip() and generated[a:].strip():
+        at = text.find(generated[a:], start + a + 1, stop)
+        end = at + len(generated) - a if at >= 0 else None
     if end is None:
         return None if whole and a < len(generated) else start + a
     return end
@@ -524,16 +532,33 @@ def _start_by_context(server: ServerConversation, text: str, req) -> int:
     return best if best >= 0 else len(text)
 
 
-def _with_end_markup(text: str, end: int, starts: Sequence[int]) -> int:
+def _with_end_markup(text: str, end: int, starts: Sequence[int], opening: frozenset = frozenset()) -> int:
     """`end` moved over markup the render writes after the turn before the next span starts (the
-    model's end of generation as the history writes it, gpt-oss's `<|end|>`); not over markup
-    after whitespace (Phi-3.5's `\n</s>` at the end of the render: the model stopped before it)."""
+    model's end of generation as the history writes it: gpt-oss's `<|end|>`, Apriel 1.6's `\n<|end|>`
+    after a `\n`), up to markup in `opening`, what the render writes before its first message (a
+    `<s>` each user turn opens with is the next message's) or whitespace; not over markup after
+    whitespace at the end of the render (Phi-3.5's `\n</s>`: the model stopped before it)."""
     k = bisect_left(starts, end)
     stop = starts[k] if k < len(starts) else len(text)
     rest = text[end:stop]
-    if rest and not rest[0].isspace() and not UNIT.sub("", rest).strip():
-        return stop - (len(rest) - len(rest.rstrip()))
-    return end
+    if not rest or UNIT.sub("", rest).strip() or (rest[0].isspace() and k >= len(starts)):
+        return end
+    lead = len(rest) - len(rest.lstrip())
+    at = 0
+    for unit in UNIT.finditer(rest):
+        # (markup after more whitespace is the template's, as at the end of the render)
+        if unit.group(0) in opening or (lead and at and unit.start() > at):
+            break
+        at = unit.end()
+    return end + at
+
+
+def _opening(text: str, spans: Sequence[TextSpan]) -> frozenset:
+    """The markup units the render writes before its first span (`<s>`): a message's opening, which
+    no turn ends with."""
+    head = text[:spans[0].start] if spans else ""
+    m = _LEADING_MARKUP.match(head)
+    return frozenset(u.group(0) for u in UNIT.finditer(m.group(0) if m else ""))
 
 
 def _before_trailing_header(text: str, start: int, end: int, starts: Sequence[int], headers: Sequence[str]) -> int:
