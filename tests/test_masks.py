@@ -414,3 +414,15 @@ def test_an_end_of_turn_after_a_line_break_is_masked_and_the_next_messages_openi
     # llama2 (ours) opens each user turn with the <s> the render opens with: the next message's
     llama2 = load_one(str(FIXTURES.parent / "templates" / "llama2.jinja"))
     assert text_mask(llama2, FIXTURES / "plain.json").masked_text() == [" Hello. </s>", " Goodbye. </s>"]
+
+
+def test_a_tool_call_turn_the_template_does_not_write_is_refused_not_masked_empty():
+    # no-tool-support (ours) skips tool results and runs the calls' turn on into the answer after
+    # them: the turn of the calls masked nothing, rule "history", silently
+    t = load_one(str(FIXTURES.parent / "templates" / "no-tool-support.jinja"))
+    with pytest.raises(MaskError, match=r"messages 4\.\.4 would mask nothing: it has tool calls the template does not "
+                                        r"write") as err:
+        text_mask(t, FIXTURES / "chat.json")
+    assert "\n" not in str(err.value)
+    assert text_mask(t, FIXTURES / "plain.json").masked_text() == ["Hello.<|end|>", "Goodbye.<|end|>"]
+

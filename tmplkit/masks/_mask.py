@@ -246,7 +246,8 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
         if end == len(text.rstrip()):
             end = _before_trailing_header(text, start, end, starts, headers)
             end = start + len(_without_end_of_text(text[start:end]))
-        yield MaskedTurn(turn, start, end, rule)
+        # (a history form that is only whitespace keeps nothing of the turn: it is dropped)
+        yield MaskedTurn(turn, start, end, "dropped" if end <= start and rule == "history" else rule)
 
 
 def _fast_turns(server: ServerConversation, text: str, spans: Sequence[TextSpan]):
@@ -416,7 +417,29 @@ def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ..
                                 f"{t.messages[1] - 1} would mask nothing: where the turn is written the render holds none of its content "
                                 f"{body.strip()[:40]!r}; give the content as the template reads it (a string or a list "
                                 "of text parts)")
+    _refuse_unwritten_calls(server, turns)
     return turns
+
+
+def _refuse_unwritten_calls(server: ServerConversation, turns: Sequence[MaskedTurn]) -> None:
+    """A MaskError where a turn with tool calls masks nothing and the template writes it alike
+    without them (a template without tool support, whose history runs the calls' turn on into the
+    answer after the results it skips): the mask would drop the turn silently."""
+    for t in turns:
+        turn = list(server.messages)[t.messages[0]:t.messages[1]]
+        if t.end > t.start or not any(m.get("tool_calls") for m in turn):
+            continue
+        ask = {"role": "user", "content": "Hello."}
+        bare = [{k: v for k, v in m.items() if k != "tool_calls"} for m in turn]
+        try:
+            same = server.render([ask, *turn], add_generation_prompt=False) == \
+                server.render([ask, *bare], add_generation_prompt=False)
+        except TmplkitError:
+            continue  # (a template that needs calls or content there writes them)
+        if same:
+            raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
+                            f"{t.messages[1] - 1} would mask nothing: it has tool calls the template does not write "
+                            "(it renders the turn alike without them)")
 
 
 def _inside_unit(text: str, at: int) -> bool:
