@@ -426,3 +426,11 @@ def test_a_tool_call_turn_the_template_does_not_write_is_refused_not_masked_empt
     assert "\n" not in str(err.value)
     assert text_mask(t, FIXTURES / "plain.json").masked_text() == ["Hello.<|end|>", "Goodbye.<|end|>"]
 
+
+def test_an_answer_that_quotes_a_delimiter_is_masked_whole_and_labelled_the_assistants():
+    # (the quoted `<|im_start|>user\n` was taken for the next message's and cut the mask there)
+    m = assistant_mask(template("reasoning-kept"), CharTokenizer(), FIXTURES / "quoted-delimiter.json")
+    quoted = m.text.index("<|im_start|>user\nHi")
+    assert m.mask[quoted] and m.labels[quoted] == "assistant"
+    assert m.text_mask.masked_text()[0].endswith("comes after the marker.<|im_end|>")
+    assert [s.role for s in m.text_mask.spans] == ["system", "user", "assistant", "user", "assistant"]

@@ -152,7 +152,9 @@ def text_mask(template: ChatTemplate, conversation, *, kwargs: Mapping | None = 
     text = server.render(add_generation_prompt=False)
     spans = tuple(split_text(text, analysis.delimiters))
     headers = tuple(d.text for d in analysis.delimiters if d.role == "assistant" and d.text.strip())
-    return TextMask(template.name, text, spans, _learning(server, text, tuple(_turns(server, text, spans, headers))))
+    openers = tuple(d.text for d in analysis.delimiters if d.role not in _TURN_ROLES)
+    turns = _learning(server, text, tuple(_turns(server, text, spans, headers, openers)))
+    return TextMask(template.name, text, _message_spans(spans, turns), turns)
 
 
 def text_masks(template: ChatTemplate, conversations: Iterable, *, kwargs: Mapping | None = None) -> tuple[TextMask, ...]:
@@ -226,9 +228,27 @@ def _proven(template: ChatTemplate, analysis: Analysis | None) -> Analysis:
     return analysis
 
 
-def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], headers: Sequence[str]):
+_TURN_ROLES = ("assistant", "reasoning", "reasoning_end")
+
+
+def _message_spans(spans: Sequence[TextSpan], turns: Sequence[MaskedTurn]) -> tuple[TextSpan, ...]:
+    """`spans` less those of other roles that a masked turn's text holds (an answer that quotes
+    `<|im_start|>user\n`): the answer's own text, labelled the assistant's."""
+    inside = [(t.start, t.end) for t in turns if t.end > t.start]
+    kept: list[TextSpan] = []
+    for s in spans:
+        if s.role not in _TURN_ROLES and any(a < s.start < b for a, b in inside):
+            if kept:
+                kept[-1] = TextSpan(kept[-1].role, kept[-1].start, s.end)
+            continue
+        kept.append(s)
+    return tuple(kept)
+
+
+def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], headers: Sequence[str],
+           openers: Sequence[str]):
     """The masked turns of `text`, the render of the whole of `server`'s conversation; `headers`:
-    the assistant's proven delimiters."""
+    the assistant's proven delimiters; `openers`: the other roles'."""
     starts = [s.start for s in spans]
     others = [s.start for s in spans if s.role not in ("assistant", "reasoning", "reasoning_end")]
     if not any(end > n for n, end in request_points(server.messages)):
@@ -237,11 +257,13 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     located = _fast_turns(server, text, spans)
     for turn, start, end, rule in located if located is not None else _located_turns(server, text, others):
         end = _with_end_markup(text, end, starts, opening)
-        k = bisect_left(others, start + 1)
+        k = bisect_left(others, end) - 1
         # The next message's proven delimiter is not the turn's, where what a request adds after
         # the previous one's text shares its opening (`<|START_OF_TURN_TOKEN|>` before the user's
-        # or the system's header).
-        end = min(end, others[k]) if k < len(others) else end
+        # or the system's header): the turn ends inside it. One the answer quotes, with more of the
+        # turn after it, is the turn's (the mask is of what the model wrote).
+        if k >= 0 and others[k] > start and any(d.startswith(text[others[k]:end]) for d in openers):
+            end = others[k]
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         if end == len(text.rstrip()):
             end = _before_trailing_header(text, start, end, starts, headers)
