@@ -480,8 +480,7 @@ def _aligned_end(text: str, start: int, generated: str, messages: int = 1, whole
     a = common_prefix(generated, text[start:start + len(generated)])
     end = _cut_form(text, start + a, generated, a, min(messages, _MAX_CUTS))
     if end is None and stop is not None and generated[:a].strip() and generated[a:].strip():
-        at = text.find(generated[a:], start + a + 1, stop)
-        end = at + len(generated) - a if at >= 0 else None
+        end = _put_in_form(text, start + a, generated, a, stop, _MAX_CUTS)
     if end is None:
         return None if whole and a < len(generated) else start + a
     return end
@@ -514,6 +513,27 @@ def _cut_form(text: str, at: int, generated: str, a: int, cuts: int) -> int | No
             return end
         b = generated.find(first, b + 1)
     return None
+
+
+def _put_in_form(text: str, at: int, generated: str, a: int, stop: int, stretches: int) -> int | None:
+    """Where `generated[a:]`, with up to `stretches` stretches put in before `stop` (one per call
+    of a turn of parallel calls: Apriel writes each call's "id" once the call is followed), ends in
+    `text` at `at`; None where no such form is there."""
+    while a < len(generated):
+        if stretches == 0:
+            return None
+        # the text goes on with the generated text after the stretch: found by the part up to the
+        # next place the two may part again
+        probe = generated[a:a + _PUT_IN_PROBE]
+        found = text.find(probe, at + 1, stop)
+        if found < 0:
+            return None
+        k = common_prefix(generated[a:], text[found:stop])
+        at, a, stretches = found + k, a + k, stretches - 1
+    return at
+
+
+_PUT_IN_PROBE = 12  # characters of the generated text that must follow a stretch put in
 
 
 def _start_by_needle(server: ServerConversation, text: str, req, others: Sequence[int]) -> int:
