@@ -234,10 +234,13 @@ _TURN_ROLES = ("assistant", "reasoning", "reasoning_end")
 def _message_spans(spans: Sequence[TextSpan], turns: Sequence[MaskedTurn]) -> tuple[TextSpan, ...]:
     """`spans` less those of other roles that a masked turn's text holds (an answer that quotes
     `<|im_start|>user\n`): the answer's own text, labelled the assistant's."""
-    inside = [(t.start, t.end) for t in turns if t.end > t.start]
+    inside = sorted((t.start, t.end) for t in turns if t.end > t.start)
     kept: list[TextSpan] = []
-    for s in spans:
-        if s.role not in _TURN_ROLES and any(a < s.start < b for a, b in inside):
+    k = 0
+    for s in spans:  # (both in the order of the text: one walk)
+        while k < len(inside) and inside[k][1] <= s.start:
+            k += 1
+        if s.role not in _TURN_ROLES and k < len(inside) and inside[k][0] < s.start < inside[k][1]:
             if kept:
                 kept[-1] = TextSpan(kept[-1].role, kept[-1].start, s.end)
             continue
