@@ -104,6 +104,13 @@ def test_an_option_given_two_values_is_refused_not_the_last_taken(argv, words, c
     assert code == 2 and len(errors) == 1 and all(w in errors[0] for w in ["given twice", "give it once", *words]), err
 
 
+def test_a_global_option_given_before_and_after_the_command_with_two_values_is_refused(capsys):
+    code, _, err = run(capsys, "--no-config", "--color", "always", "audit", CHATML, "--color", "never")
+    assert code == 2 and one_line(err, "--color given twice", "--color always and --color never")
+    code, _, err = run(capsys, "--no-config", "--color", "never", "audit", CHATML, "--color", "never")
+    assert code == 0, err
+
+
 def test_an_option_given_twice_alike_is_taken(tmp_path, capsys):
     code, out, err = run(capsys, "--no-config", "audit", CHATML, "--format", "json", "--format", "json")
     assert code == 0 and json.loads(out), err
@@ -129,6 +136,17 @@ def test_a_lock_record_damaged_inside_is_refused_by_audit_and_lock_and_left_as_i
     assert code == 2 and one_line(err, "not a behaviour record", words, "--fresh"), err
     code, _, err = run(capsys, "--no-config", "lock", CHATML, "-o", str(bad))
     assert code == 2 and one_line(err, "not a behaviour record", "--fresh") and bad.read_bytes() == before
+
+
+def test_a_lock_whose_prefix_check_a_limit_stopped_is_read_back(tmp_path, capsys):
+    # (a pass whose agent-session check a limit stopped is locked as "not checked")
+    path = tmp_path / "lock.json"
+    assert run(capsys, "--no-config", "lock", CHATML, "-o", str(path))[0] == 0
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["templates"]["chatml"]["prefix_stability"] = {"verdict": "not checked", "cause": "the time limit", "request": None}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    code, _, err = run(capsys, "--no-config", "lock", CHATML, "-o", str(path))
+    assert code == 0 and "not a behaviour record" not in err, err
 
 
 @pytest.mark.parametrize("command", [

@@ -411,14 +411,14 @@ def test_an_end_of_turn_after_a_line_break_is_masked_and_the_next_messages_openi
     m = text_mask(template("end-when-followed"), FIXTURES / "chat.json")
     assert [x.endswith("\n<|end|>") for x in m.masked_text()] == [True, True, False], m.masked_text()
     assert m.masked_text()[1].startswith("<calls>")
-    # two parallel calls: an "id" put in after each one's arguments, the turn masked to its end
+    # five parallel calls: an "id" put in after each one's arguments, the turn masked to its end
     calls = [{"type": "function", "id": f"call_{i}", "function": {"name": "ls", "arguments": {"path": p}}}
-             for i, p in enumerate(("a", "b"))]
+             for i, p in enumerate("abcde")]
     chat = [{"role": "user", "content": "List both."}, {"role": "assistant", "content": "", "tool_calls": calls},
             {"role": "tool", "content": "a.txt"}, {"role": "tool", "content": "b.txt"},
             {"role": "assistant", "content": "Done."}, {"role": "user", "content": "Thanks."}]
     both = text_mask(template("end-when-followed"), chat).masked_text()
-    assert both[0].startswith("<calls>[") and both[0].endswith(']</calls>\n<|end|>') and '"id": "call_1"' in both[0], both
+    assert both[0].startswith("<calls>[") and both[0].endswith(']</calls>\n<|end|>') and '"id": "call_4"' in both[0], both
     # llama2 (ours) opens each user turn with the <s> the render opens with: the next message's
     llama2 = load_one(str(FIXTURES.parent / "templates" / "llama2.jinja"))
     assert text_mask(llama2, FIXTURES / "plain.json").masked_text() == [" Hello. </s>", " Goodbye. </s>"]

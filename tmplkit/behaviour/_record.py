@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..analysis import STATUSES, TOOL_PLACEMENTS, Analysis
-from ..auditing import NOT_APPLICABLE, PrefixStability, analyze_with_prefix_stability
+from ..auditing import NOT_APPLICABLE, NOT_CHECKED, PrefixStability, analyze_with_prefix_stability
 from ..errors import InputError
 from ._probes import SETTINGS_DEFAULT, probe_renders, rendered_roles, switch_settings
 
@@ -140,7 +140,8 @@ def _record_problem(d: dict) -> str:
     return _inner_problem(d)
 
 
-_PREFIX_VERDICTS = ("stable", "unstable", NOT_APPLICABLE)
+# (a limit may stop the agent session's check of a template whose analysis passed: "not checked")
+_PREFIX_VERDICTS = ("stable", "unstable", NOT_APPLICABLE, NOT_CHECKED)
 _REASONING = ("open", "closed", "model", None)
 
 

@@ -182,7 +182,15 @@ class _Subcommands(argparse._SubParsersAction):
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         self.load(values[0])  # argparse has checked that values[0] is a subcommand's name
+        before = dict(namespace.__dict__.get("_given", {}))  # (the subcommand's namespace replaces it)
         super().__call__(parser, namespace, values, option_string)
+        after = namespace.__dict__.setdefault("_given", {})
+        for dest, (first, value) in before.items():
+            # a global option given before the subcommand and again after it, with another value
+            if dest in after and after[dest][1] != value:
+                again, other = after[dest]
+                raise argparse.ArgumentError(None, f"{again} given twice ({first} {value} and {again} {other}); give it once")
+            after.setdefault(dest, (first, value))
 
 
 def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:

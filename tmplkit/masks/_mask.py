@@ -17,7 +17,8 @@ server keeps nothing after it, and the mask ends there. The role header and the 
 prompt's text are never masked.
 
 Per-token role labels come from the template's proven delimiters (`analysis.delimiters`, split as
-llama-server splits): the role of the span each token starts in (reasoning markup belongs to its
+llama-server splits, less a delimiter an answer quotes inside its masked turn, which is the
+answer's): the role of the span each token starts in (reasoning markup belongs to its
 assistant turn; "" before the first span). Tokens are masked as transformers masks them: a token
 that overlaps masked text is masked.
 
@@ -464,7 +465,8 @@ def _refuse_unwritten_calls(server: ServerConversation, turns: Sequence[MaskedTu
         if same:
             raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
                             f"{t.messages[1] - 1} would mask nothing: it has tool calls the template does not write "
-                            "(it renders the turn alike without them)")
+                            "(it renders the turn alike without them); use a template with tool support, or leave the "
+                            "turn's tool_calls out")
 
 
 def _inside_unit(text: str, at: int) -> bool:
@@ -483,7 +485,7 @@ def _aligned_end(text: str, start: int, generated: str, messages: int = 1, whole
     a = common_prefix(generated, text[start:start + len(generated)])
     end = _cut_form(text, start + a, generated, a, min(messages, _MAX_CUTS))
     if end is None and stop is not None and generated[:a].strip() and generated[a:].strip():
-        end = _put_in_form(text, start + a, generated, a, stop, _MAX_CUTS)
+        end = _put_in_form(text, start + a, generated, a, stop, _MAX_PUT_IN)
     if end is None:
         return None if whole and a < len(generated) else start + a
     return end
@@ -537,6 +539,9 @@ def _put_in_form(text: str, at: int, generated: str, a: int, stop: int, stretche
 
 
 _PUT_IN_PROBE = 12  # characters of the generated text that must follow a stretch put in
+# Stretches put in a turn (one per call of a turn of parallel calls): every search is bounded by
+# the next message, so a turn of many calls costs no more than its text.
+_MAX_PUT_IN = 64
 
 
 def _start_by_needle(server: ServerConversation, text: str, req, others: Sequence[int]) -> int:
@@ -614,7 +619,8 @@ def _with_end_markup(text: str, end: int, starts: Sequence[int], opening: frozen
     lead = len(rest) - len(rest.lstrip())
     at = 0
     for unit in UNIT.finditer(rest):
-        # (markup after more whitespace is the template's, as at the end of the render)
+        # (after a turn whose end is followed by whitespace, markup after more whitespace is the
+        # template's, as at the end of the render; right after the turn, every unit is the turn's)
         if unit.group(0) in opening or (lead and at and unit.start() > at):
             break
         at = unit.end()

@@ -408,7 +408,7 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     try:
         order = _read_lines(lines, servers, tasks, runs, spawning)
     except _Damaged as exc:
-        raise InputError(f"{source}: a number of {len(str(exc).lstrip('-0'))} digits, more than llama-server prints: the "
+        raise InputError(f"{source}: a number of {len(str(exc).lstrip('-'))} digits, more than llama-server prints: the "
                          "log was edited or damaged; give the log as llama-server wrote it") from None
     if not order:
         raise InputError(f"{source}: a llama-server log with no task in it (no 'processing task' line): it holds no "

@@ -72,10 +72,10 @@ class MemoryModel:
         """"swa:N" (a sliding window of N), "recurrent" or "full"; InputError otherwise."""
         kind, _, arg = spec.partition(":")
         if kind == "swa" and arg.isascii() and arg.isdigit() and arg.strip("0"):
-            if len(arg.lstrip("0")) > 10 or int(arg) > _MAX_WINDOW:  # (a long digit string is not converted at all)
+            if len(arg.lstrip("0")) > 10 or int(arg.lstrip("0")) > _MAX_WINDOW:  # (a long digit string is not converted at all)
                 raise InputError(f"memory model {spec[:24]!r}{'...' if len(spec) > 24 else ''}: a window of more than "
                                  f"{_MAX_WINDOW} positions, more than llama.cpp holds; give swa:N with a model's window")
-            return cls.swa(int(arg), n_ubatch)
+            return cls.swa(int(arg.lstrip("0")), n_ubatch)
         if kind in ("recurrent", "full") and not arg:
             return cls(kind)
         raise InputError(f"unknown memory model {spec!r}; give swa:N (e.g. swa:512, Gemma 3), recurrent or full")
