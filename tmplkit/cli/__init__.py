@@ -22,6 +22,7 @@ from functools import partial
 from .._interrupt import install_early_handler, restore_default
 from .._version import __version__
 from ..errors import InputError, TmplkitError
+from ._once import StoreOnce
 from ._outputs import check_outputs, error_line, printable, refuse_loaded_outputs
 
 __all__ = ["build_parser", "main"]
@@ -65,37 +66,17 @@ EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)",
               2: "usage or input error (one line on stderr)", 130: "interrupted"}
 
 
-class _StoreOnce(argparse._StoreAction):
-    """argparse's store, which refuses an option given twice with two values (`-o a -o b`,
-    `--memory-model recurrent --memory swa:512`): the last would win, the first be silently
-    ignored. Options that may repeat say so (`action="append"`)."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        remember_value(self, namespace, values, option_string)
-        super().__call__(parser, namespace, values, option_string)
-
-
-def remember_value(action: argparse.Action, namespace, values, option_string) -> None:
-    """Note that `action`'s option was given `values`; an ArgumentError where it was given another
-    value before (under any of its spellings: an old one shares the new one's dest)."""
-    given = namespace.__dict__.setdefault("_given", {})
-    if action.dest in given and given[action.dest][1] != values:
-        first, before = given[action.dest]
-        raise argparse.ArgumentError(action, f"given twice ({first} {before} and {option_string} {values}); give it once")
-    given[action.dest] = (option_string, values)
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose usage error is one line like every other error (argparse prints the
     whole usage block first), naming the command's --help for the rest; subcommands inherit it.
     An option is given whole: argparse's prefix matching read `turns --template X` as
-    `--template-kwargs X`, an option of another meaning. An option is given once (`_StoreOnce`)."""
+    `--template-kwargs X`, an option of another meaning. An option is given once (`_once.StoreOnce`)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
-        self.register("action", None, _StoreOnce)
-        self.register("action", "store", _StoreOnce)
+        self.register("action", None, StoreOnce)
+        self.register("action", "store", StoreOnce)
 
     def error(self, message: str):
         required = "the following arguments are required: "

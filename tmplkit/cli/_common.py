@@ -349,7 +349,7 @@ def deprecated(parser, *flags: str, new: str, dest: str, convert=None, append: b
             value = self.const if self.nargs == 0 else values
             value = convert(value) if convert is not None else value
             if not append and self.nargs != 0:
-                from . import remember_value
+                from ._once import remember_value
 
                 remember_value(self, namespace, value, option_string)
             if append:  # an old spelling of a repeatable option (--json FILE of --report FORMAT:FILE)

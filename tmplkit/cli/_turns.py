@@ -258,8 +258,9 @@ def _memory(args):
         return memory
     try:
         return MemoryModel.parse(args.memory or "swa:512")
-    except InputError as exc:  # (the message quotes the value, cut short where it is long)
-        raise InputError(f"--memory-model: {exc}") from None
+    except InputError as exc:  # (the option as typed, cut short where it is long)
+        typed = args.memory if len(args.memory or "") <= 40 else args.memory[:24] + "..."
+        raise InputError(f"--memory-model {typed}: {exc}") from None
 
 
 @contextlib.contextmanager
