@@ -451,9 +451,12 @@ def _refuse_unwritten_calls(server: ServerConversation, turns: Sequence[MaskedTu
     """A MaskError where a turn with tool calls masks nothing and the template writes it alike
     without them (a template without tool support, whose history runs the calls' turn on into the
     answer after the results it skips): the mask would drop the turn silently."""
+    messages = server.messages
     for t in turns:
-        turn = list(server.messages)[t.messages[0]:t.messages[1]]
-        if t.end > t.start or not any(m.get("tool_calls") for m in turn):
+        if t.end > t.start:  # (most turns: nothing to look at)
+            continue
+        turn = list(messages[t.messages[0]:t.messages[1]])
+        if not any(m.get("tool_calls") for m in turn):
             continue
         ask = {"role": "user", "content": "Hello."}
         bare = [{k: v for k, v in m.items() if k != "tool_calls"} for m in turn]
