@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tmplkit.cli import main
+from tmplkit.cli import build_parser, main
+from tmplkit.cli._common import format_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CHATML = str(ROOT / "fixtures" / "templates" / "chatml.jinja")
@@ -114,6 +115,30 @@ def test_a_global_option_given_before_and_after_the_command_with_two_values_is_r
 def test_an_option_given_twice_alike_is_taken(tmp_path, capsys):
     code, out, err = run(capsys, "--no-config", "audit", CHATML, "--format", "json", "--format", "json")
     assert code == 0 and json.loads(out), err
+
+
+@pytest.mark.parametrize("command", [["server", "delimiters", CHATML], ["engine-parity", CHATML]])
+@pytest.mark.parametrize("first, second", [("table", "markdown"), ("markdown", "table"), ("table", "table")])
+def test_an_old_name_of_a_format_given_with_its_new_one_is_one_value(command, first, second):
+    # (`table` is an old name of `markdown`: the two mean one format, compared as the option reads them)
+    args = build_parser(lazy=True).parse_args([*command, "--format", first, "--format", second])
+    assert format_of(args) == "markdown"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["server", "delimiters", CHATML, "--format", "table", "--format", "json"], ["--format table and --format json"]),
+    (["mask", CHATML, "--session", CHAT, "--tokenizer", "vocab:qwen35", "--format", "auto", "--format", "text"],
+     ["--format auto and --format text"]),  # (auto is no --format: text or json by where it goes, not text)
+    (["audit", CHATML, "-j", "1", "--jobs", "2.0"], ["invalid int value"]),
+])
+def test_two_values_that_mean_two_things_are_still_refused(argv, words, capsys):
+    code, _, err = run(capsys, "--no-config", *argv)
+    assert code == 2 and err.count("\n") == 1 and all(w in err for w in words), err
+
+
+def test_a_number_given_twice_in_two_spellings_is_one_value(capsys):
+    code, _, err = run(capsys, "--no-config", "audit", CHATML, "-j", "1", "--jobs", "01", "--timeout", "5", "--timeout", "5.0")
+    assert code == 0, err
 
 
 @pytest.mark.parametrize("damage, words", [

@@ -8,6 +8,7 @@ import json
 import sys
 
 from ..environment import no_color, terminal_is_dumb
+from ._once import StoreOnce
 from ._outputs import printable
 from ._terminal import ProgressLine
 
@@ -44,8 +45,11 @@ def add_format(parser, choices, default: str | None, what: str = "the output", *
                default_help: str | None = None) -> None:
     """--format FORMAT, its choices and default shown in --help; `aliases`: old names of values,
     still accepted (`format_of` notes them and gives the new one)."""
+    # (an old name given with its new one is one value: `--format table --format markdown`)
+    meaning = (lambda value: aliases.get(value, value)) if aliases else None
     parser.add_argument("--format", choices=[*choices, *(aliases or {})], default=default, metavar="FORMAT",
-                        help=f"{what}'s format: {', '.join(choices)} (default: {default_help or default})")
+                        help=f"{what}'s format: {', '.join(choices)} (default: {default_help or default})",
+                        **({"action": StoreOnce, "meaning": meaning} if meaning else {}))
     if aliases:
         add_format_aliases(parser, aliases)
 
