@@ -101,6 +101,83 @@ def test_an_output_beside_the_templates_of_a_folder_is_written(here, capsys):
     assert code == 0 and (here / "report.md").is_file()
 
 
+@pytest.fixture()
+def folders(here):
+    """`d`, a folder of templates, and `model`, a model folder with an `additional_chat_templates/`."""
+    (here / "d").mkdir()
+    shutil.copy(CHATML, here / "d" / "chatml.jinja")
+    (here / "model" / "additional_chat_templates").mkdir(parents=True)
+    shutil.copy(CHATML, here / "model" / "chat_template.jinja")
+    return here
+
+
+@pytest.mark.parametrize("argv", [
+    ("lock", "d", "-o", "d/new.jinja"),  # the lock, a JSON file, read as a template the next run
+    ("lock", "d", "--lock", "d/new.j2"),
+    ("table", "d", "-o", "d/table.jinja2"),
+    ("audit", "d", "--report", "json:d/report.JINJA"),
+    ("audit", "in.jinja", "d", "-o", "d/report.jinja"),  # (the folder is one source of two)
+    ("show", "d", "-o", "d/shown.jinja"),
+    ("diff", "in.jinja", "d", "-o", "d/diff.jinja"),  # (diff's B)
+    ("table", "d", "-o", "d/tokenizer_config.json"),  # it would make d a model folder
+    ("audit", "model", "-o", "model/chat_template.json"),
+    ("audit", "model", "-o", "model/additional_chat_templates/report.jinja"),
+    ("annotate", "d", "-o", "d/tokenizer_config.json"),  # a template, read as the model folder's configuration
+])
+def test_an_output_a_folder_source_would_read_as_a_template_is_refused_before_any_work(folders, capsys, argv):
+    before = {p: p.read_bytes() for p in folders.rglob("*") if p.is_file()}
+    code, out, err = run(capsys, *argv)
+    assert one_line_error(code, err, "is a folder the command reads templates from", "the next run"), err
+    assert out == "" and "annotated" not in err
+    assert {p: p.read_bytes() for p in folders.rglob("*") if p.is_file()} == before
+
+
+def test_an_output_a_configured_folder_source_would_read_is_refused(folders, capsys):
+    (folders / "tmplkit.toml").write_text('sources = ["d"]\n', encoding="utf-8")
+    code = main(["--config", "tmplkit.toml", "lock", "-o", "d/new.jinja"])
+    assert one_line_error(code, capsys.readouterr().err, "the template source d", "the next run")
+    assert sorted(p.name for p in (folders / "d").iterdir()) == ["chatml.jinja"]
+
+
+@pytest.mark.parametrize("argv, written", [
+    (("table", "d", "-o", "d/table.md"), "d/table.md"),
+    (("audit", "model", "-o", "model/notes.jinja"), "model/notes.jinja"),  # a model folder reads chat_template.jinja only
+    (("lock", "d", "-o", "elsewhere.jinja"), "elsewhere.jinja"),  # (a name alone is no harm outside the folder)
+])
+def test_an_output_a_folder_source_does_not_read_is_written(folders, capsys, argv, written):
+    code, _, err = run(capsys, *argv)
+    assert code == 0 and (folders / written).is_file(), err
+
+
+def test_annotate_may_add_a_template_to_the_folder_it_reads_but_not_replace_one(folders, capsys):
+    pytest.importorskip("transformers")
+    # (a model folder's chat_template.jinja is where transformers reads the annotated copy from)
+    (folders / "hf").mkdir()
+    (folders / "hf" / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML.read_text()}),
+                                                          encoding="utf-8")
+    code, _, err = run(capsys, "annotate", "hf", "-o", "hf/chat_template.jinja")
+    assert code == 0 and "{% generation %}" in (folders / "hf" / "chat_template.jinja").read_text(), err
+    code, _, err = run(capsys, "annotate", "hf", "-o", "hf/chat_template.jinja")
+    assert one_line_error(code, err, "also what the command reads")
+
+
+def test_every_argument_that_names_a_template_source_is_one_the_output_check_knows():
+    import argparse
+
+    from tmplkit.cli import build_parser
+    from tmplkit.cli._outputs import _TEMPLATE_SOURCES
+
+    def parsers(parser):
+        yield parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for nested in action.choices.values():
+                    yield from parsers(nested)
+
+    named = {a.dest for p in parsers(build_parser()) for a in p._actions if a.metavar in ("SOURCE", "A", "B")}
+    assert named and named <= set(_TEMPLATE_SOURCES)
+
+
 def test_two_outputs_to_one_file_are_refused_but_dev_null_twice_is_fine(here, capsys):
     code, _, err = run(capsys, "audit", "in.jinja", "-o", "same.txt", "--report", "json:same.txt")
     assert one_line_error(code, err, "given as two outputs")

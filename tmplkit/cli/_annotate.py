@@ -23,7 +23,8 @@ def add_annotate(sub) -> None:
     p.add_argument("source", metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
     p.add_argument("--name", help="which template of the source (default: the first)")
     p.add_argument("-o", "--output", metavar="FILE", required=True, help="the annotated template (.jinja; - for standard output)")
-    p.set_defaults(_output_required=True)
+    # (a template on purpose: it may be written into a folder SOURCE reads, as a new file: cli._outputs)
+    p.set_defaults(_output_required=True, _writes_template=True)
     add_limits(p, timeout=ANNOTATE_TIMEOUT, memory=DEFAULT_MEMORY_MB)
     p.set_defaults(func=_cmd_annotate)
 

@@ -2,7 +2,8 @@
 FORMAT:FILE`, prefill's and replay's `--json` and `--plot`, lock's `--lock`. A missing folder, a
 read-only file or a folder given as a file is refused on one line at once, not after the whole
 analysis; so is an output that is one of the command's inputs (it would be replaced by what was read
-from it), an output given twice (one of the two would be lost) and standard input given twice."""
+from it), an output given twice (one of the two would be lost), standard input given twice, and an
+output that is no template where a folder source would read it as one the next run."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ __all__ = ["check_outputs", "error_line", "output_paths", "printable", "refuse_l
 # The options whose value is a file the command writes (argparse's dest names); `lock` where the
 # command writes the lock (set_defaults(_writes_lock=True)), else it is read.
 _FILE_OPTIONS = ("output", "json", "plot")
-# What a folder source reads (sources.templates.load_dir): an output that is one of these is an input.
-_READ_IN_FOLDER = (".jinja", ".j2", ".jinja2")
-_READ_IN_MODEL_FOLDER = ("tokenizer_config.json", "chat_template.json", "chat_template.jinja")
+# The arguments that name template sources (argparse's dest names: SOURCE, --template, diff's A and
+# B): a folder among them reads the files `sources.templates.folder_reads` says, new ones too.
+_TEMPLATE_SOURCES = ("source", "sources", "template", "old_template", "old", "new")
 
 
 def _output_options(args) -> tuple[str, ...]:
@@ -81,6 +82,8 @@ def _refuse_clashes(args, outputs: list[str]) -> None:
             if _reads(value, out, key):
                 raise InputError(f"{out}: it is also what the command reads ({_flag(option, args)} {value}); writing it "
                                  "would replace it: give another path for the output")
+            if option in _TEMPLATE_SOURCES:
+                _refuse_read_later(args, f"{_flag(option, args)} {value}", value, out)
 
 
 def refuse_reading_outputs(args, reads) -> None:
@@ -103,8 +106,42 @@ def refuse_reading_outputs(args, reads) -> None:
 
 def refuse_loaded_outputs(args, source: str, templates) -> None:
     """`refuse_reading_outputs` for a source just loaded (`sources.templates.watching_loads`): the
-    source itself (a folder holds its templates) and each template's file."""
+    source itself (a folder holds its templates) and each template's file; and an output a folder
+    source would read next time (`_refuse_read_later`: a configuration's source, say)."""
     refuse_reading_outputs(args, [("a template source", source)] + [("a template it loads", t.source) for t in templates])
+    for out in output_paths(args):
+        _refuse_read_later(args, f"the template source {source}", source, out)
+
+
+def _refuse_read_later(args, what: str, source: str, out: str) -> None:
+    """Raise InputError where `out`, a file not there yet, is one the folder `source` would read
+    as a template the next time (`sources.templates.folder_reads`): a lock, a table or a report
+    written there would be read as a template, or make the folder a model folder. A command that
+    writes a template (annotate, `_writes_template`) may add one to a folder it reads, not a
+    model folder's JSON file."""
+    from ..errors import InputError
+
+    if not isinstance(source, str) or not source or source == "-" or os.path.exists(out):
+        return  # (an output that is there is an input or not: `_reads`)
+    try:
+        if not os.path.isdir(source):
+            return
+    except ValueError:  # (a NUL in the path)
+        return
+    from ..sources.templates import FOLDER_SUFFIXES, folder_reads
+
+    if not folder_reads(source, out):
+        return
+    template = os.path.splitext(out)[1].lower() in FOLDER_SUFFIXES
+    if getattr(args, "_writes_template", False):
+        if template:
+            return
+        raise InputError(f"{out}: {what} is a folder the command reads templates from, and the next run would read "
+                         "this template as the folder's model configuration; give it a .jinja name, or a path outside "
+                         "that folder")
+    raise InputError(f"{out}: {what} is a folder the command reads templates from, and the next run would read this "
+                     "output, which is no template, as one of its files; give a path outside that folder, or a name it "
+                     "does not read (not *.jinja, *.j2, *.jinja2, tokenizer_config.json or chat_template.json)")
 
 
 def _input_values(args) -> list[tuple[str, str]]:
@@ -144,10 +181,9 @@ def _reads(value: str, out: str, key) -> bool:
     if stat.S_ISREG(st.st_mode):
         return (st.st_dev, st.st_ino) == key
     if stat.S_ISDIR(st.st_mode) and isinstance(key, tuple):
-        parent = os.path.realpath(os.path.dirname(os.path.abspath(out)))
-        name = os.path.basename(out)
-        return (parent == os.path.realpath(value)
-                and (os.path.splitext(name)[1].lower() in _READ_IN_FOLDER or name in _READ_IN_MODEL_FOLDER))
+        from ..sources.templates import folder_reads
+
+        return folder_reads(value, out)
     return False
 
 

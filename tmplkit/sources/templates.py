@@ -23,8 +23,9 @@ from ..jsonio import json_kind, parse_json, read_json, read_text, stdin
 from . import corpus
 from .gguf_meta import Keys, read_metadata
 
-__all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "family_special_tokens", "gguf_special_tokens", "load", "load_dir",
-           "load_gguf", "load_hf", "load_jinja", "load_json", "load_many", "load_one", "select_named", "watching_loads"]
+__all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "family_special_tokens", "folder_reads", "gguf_special_tokens", "load",
+           "load_dir", "load_gguf", "load_hf", "load_jinja", "load_json", "load_many", "load_one", "select_named",
+           "watching_loads"]
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,24 @@ def load_dir(path: Path) -> list[ChatTemplate]:
 
 # The template files a folder is read for (as the pre-commit hook's `files` pattern names them).
 FOLDER_SUFFIXES = (".jinja", ".j2", ".jinja2")
+
+
+def folder_reads(folder: str | os.PathLike, path: str | os.PathLike) -> bool:
+    """Whether `load_dir(folder)` reads the file `path`, there now or written there later: a
+    template file of a folder of templates; a model folder's own files (one of them written into a
+    folder of templates makes it a model folder) and its `additional_chat_templates/*.jinja`.
+
+    >>> folder_reads("fixtures/templates", "fixtures/templates/new.j2")
+    True
+    >>> folder_reads("fixtures/templates", "fixtures/templates/report.md")
+    False
+    """
+    folder = Path(os.path.realpath(folder))
+    where, name = Path(os.path.realpath(os.path.dirname(os.path.abspath(path)))), Path(path).name
+    model = any((folder / f).is_file() for f in _HF_FILES)
+    if where == folder:
+        return name in _HF_FILES or (not model and Path(name).suffix.lower() in FOLDER_SUFFIXES)
+    return model and where == folder / "additional_chat_templates" and Path(name).suffix == ".jinja"
 
 
 def folder_names(files) -> dict:
