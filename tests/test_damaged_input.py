@@ -136,6 +136,28 @@ def test_two_values_that_mean_two_things_are_still_refused(argv, words, capsys):
     assert code == 2 and err.count("\n") == 1 and all(w in err for w in words), err
 
 
+@pytest.mark.parametrize("command", [["spans", CHATML, "--session", CHAT, "--tokenizer", "vocab:qwen35"],
+                                     ["request", CHATML, "--session", CHAT, "--tokenizer", "vocab:qwen35"]])
+@pytest.mark.parametrize("flags", [["--generation-prompt", "--no-generation-prompt"],
+                                   ["--no-generation-prompt", "--generation-prompt"]])
+def test_a_flag_given_with_its_no_flag_is_refused_not_the_last_taken(command, flags, capsys):
+    code, out, err = run(capsys, "--no-config", *command, *flags)
+    assert code == 2 and out == "" and err.count("\n") == 1, err  # (argparse's line: tmplkit spans: error: ...)
+    assert f"{flags[0]} and {flags[1]} contradict each other; give one" in err
+
+
+def test_the_old_spelling_of_a_flag_with_the_no_flag_is_refused(capsys):
+    code, _, err = run(capsys, "--no-config", "spans", CHATML, "--session", CHAT, "--tokenizer", "vocab:qwen35",
+                       "--add-generation-prompt", "--no-generation-prompt")
+    assert code == 2 and "--add-generation-prompt and --no-generation-prompt contradict each other" in err
+    code, _, err = run(capsys, "--no-config", "spans", CHATML, "--session", CHAT, "--tokenizer", "vocab:qwen35",
+                       "--add-generation-prompt", "--generation-prompt", "--no-generation-prompt")
+    assert code == 2 and "contradict each other" in err
+    code, _, err = run(capsys, "--no-config", "spans", CHATML, "--session", CHAT, "--tokenizer", "vocab:qwen35",
+                       "--no-generation-prompt", "--no-generation-prompt")
+    assert code == 0, err
+
+
 def test_a_number_given_twice_in_two_spellings_is_one_value(capsys):
     code, _, err = run(capsys, "--no-config", "audit", CHATML, "-j", "1", "--jobs", "01", "--timeout", "5", "--timeout", "5.0")
     assert code == 0, err

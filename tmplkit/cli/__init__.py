@@ -166,12 +166,12 @@ class _Subcommands(argparse._SubParsersAction):
         before = dict(namespace.__dict__.get("_given", {}))  # (the subcommand's namespace replaces it)
         super().__call__(parser, namespace, values, option_string)
         after = namespace.__dict__.setdefault("_given", {})
-        for dest, (first, value, meant) in before.items():
+        for dest, (first, shown, meant) in before.items():
             # a global option given before the subcommand and again after it, with another value
             if dest in after and after[dest][2] != meant:
                 again, other, _ = after[dest]
-                raise argparse.ArgumentError(None, f"{again} given twice ({first} {value} and {again} {other}); give it once")
-            after.setdefault(dest, (first, value, meant))
+                raise argparse.ArgumentError(None, f"{again} given twice ({shown} and {other}); give it once")
+            after.setdefault(dest, (first, shown, meant))
 
 
 def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:

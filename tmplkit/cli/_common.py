@@ -8,7 +8,7 @@ import json
 import sys
 
 from ..environment import no_color, terminal_is_dumb
-from ._once import StoreOnce
+from ._once import BooleanOnce, StoreOnce
 from ._outputs import printable
 from ._terminal import ProgressLine
 
@@ -352,10 +352,10 @@ def deprecated(parser, *flags: str, new: str, dest: str, convert=None, append: b
             deprecation_note(option_string or flags[0], new)
             value = self.const if self.nargs == 0 else values
             value = convert(value) if convert is not None else value
-            if not append and self.nargs != 0:
+            if not append:  # (given with the new spelling too, another value is refused: cli._once)
                 from ._once import remember_value
 
-                remember_value(self, namespace, value, option_string)
+                remember_value(self, namespace, value, option_string, flag=self.nargs == 0)
             if append:  # an old spelling of a repeatable option (--json FILE of --report FORMAT:FILE)
                 setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), value])
             else:
@@ -509,11 +509,9 @@ def add_limits(parser, *, timeout: float | None, memory: int | None) -> None:
 
 
 def add_generation_prompt(parser, *, default: bool, old: str | None = None) -> None:
-    """--generation-prompt / --no-generation-prompt; `old`: an old flag that meant --generation-prompt."""
-    import argparse
-
-    parser.add_argument("--generation-prompt", dest="add_generation_prompt", default=default,
-                        action=argparse.BooleanOptionalAction,
+    """--generation-prompt / --no-generation-prompt (both given: refused); `old`: an old flag that
+    meant --generation-prompt."""
+    parser.add_argument("--generation-prompt", dest="add_generation_prompt", default=default, action=BooleanOnce,
                         help="render with the generation prompt that asks for the next turn, or not "
                              f"(default: {'with' if default else 'without'})")
     if old:

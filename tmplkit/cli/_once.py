@@ -21,14 +21,27 @@ class StoreOnce(argparse._StoreAction):
         super().__call__(parser, namespace, values, option_string)
 
 
-def remember_value(action: argparse.Action, namespace, values, option_string) -> None:
-    """Note that `action`'s option was given `values`; an ArgumentError where it was given another
-    value before (under any of its spellings: an old one shares the new one's dest), compared as
-    the option means it (`StoreOnce.meaning`)."""
+class BooleanOnce(argparse.BooleanOptionalAction):
+    """argparse's `--x / --no-x`, which refuses both given (the last won silently:
+    `--generation-prompt --no-generation-prompt`); one of them twice is taken."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        remember_value(self, namespace, not (option_string or "").startswith("--no-"), option_string, flag=True)
+        super().__call__(parser, namespace, values, option_string)
+
+
+def remember_value(action: argparse.Action, namespace, values, option_string, *, flag: bool = False) -> None:
+    """Note that `action`'s option was given `values` (`flag`: a flag that sets it, named without
+    a value); an ArgumentError where it was given another value before (under any of its
+    spellings: an old one shares the new one's dest), compared as the option means it
+    (`StoreOnce.meaning`)."""
     meaning = getattr(action, "meaning", None)
     meant = meaning(values) if meaning is not None else values
+    shown = option_string if flag else f"{option_string} {values}"
     given = namespace.__dict__.setdefault("_given", {})
     if action.dest in given and given[action.dest][2] != meant:
-        first, before, _ = given[action.dest]
-        raise argparse.ArgumentError(action, f"given twice ({first} {before} and {option_string} {values}); give it once")
-    given[action.dest] = (option_string, values, meant)
+        _, before, _ = given[action.dest]
+        if flag:
+            raise argparse.ArgumentError(None, f"{before} and {shown} contradict each other; give one")
+        raise argparse.ArgumentError(action, f"given twice ({before} and {shown}); give it once")
+    given[action.dest] = (option_string, shown, meant)
