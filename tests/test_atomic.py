@@ -269,3 +269,17 @@ def test_cli_output_into_device_and_through_symlink(tmp_path):
     assert link.is_symlink() and '"schema_version"' in real.read_text(encoding="utf-8")
     if dev:
         assert stat.S_ISCHR(dev.lstat().st_mode)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("failing", ["/dev/full", "missing/c.txt"])
+def test_several_outputs_are_written_all_or_none(tmp_path, failing):
+    (tmp_path / "a.txt").write_text("old a", encoding="utf-8")
+    outputs = [(tmp_path / "a.txt", "new a"), (tmp_path / "b.txt", b"new b"),
+               (failing if failing.startswith("/") else tmp_path / failing, "c")]
+    with pytest.raises(atomic.InputError, match="cannot write the output file"):
+        atomic.write_outputs(outputs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]  # (nor a temporary file left)
+    assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "old a"
+    atomic.write_outputs(outputs[:2] + [("/dev/null", "c")])
+    assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "new a" and (tmp_path / "b.txt").read_bytes() == b"new b"

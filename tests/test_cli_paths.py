@@ -178,6 +178,30 @@ def test_every_argument_that_names_a_template_source_is_one_the_output_check_kno
     assert named and named <= set(_TEMPLATE_SOURCES)
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_report_that_cannot_be_written_leaves_every_other_output_as_it_was(here, capsys):
+    (here / "b.md").write_text("old", encoding="utf-8")
+    code, out, err = run(capsys, "audit", "in.jinja", "-o", "b.md", "--report", "json:a.json", "--report", "junit:/dev/full")
+    assert one_line_error(code, err, "/dev/full", "cannot write")
+    assert (here / "b.md").read_text(encoding="utf-8") == "old" and not (here / "a.json").exists()
+    code, out, err = run(capsys, "audit", "in.jinja", "--report", "json:/dev/full")
+    assert one_line_error(code, err, "/dev/full") and out == ""  # (standard output after the files, not before)
+
+
+def test_a_model_runs_outputs_are_written_all_or_none(here, capsys):
+    from types import SimpleNamespace
+
+    from tmplkit.cli._common import emit_model_run
+
+    result = SimpleNamespace(to_markdown=lambda: "| run |\n", to_dict=lambda: {"run": 1})
+    args = SimpleNamespace(plot=None, format="markdown", output="out.md")
+    with pytest.raises(InputError, match="missing/r.json"):
+        emit_model_run(result, args, [("json", "r.json"), ("json", "missing/r.json")], None)
+    assert not (here / "out.md").exists() and not (here / "r.json").exists()
+    emit_model_run(result, args, [("json", "r.json")], None)
+    assert (here / "out.md").read_text() == "| run |\n" and json.loads((here / "r.json").read_text()) == {"run": 1}
+
+
 def test_two_outputs_to_one_file_are_refused_but_dev_null_twice_is_fine(here, capsys):
     code, _, err = run(capsys, "audit", "in.jinja", "-o", "same.txt", "--report", "json:same.txt")
     assert one_line_error(code, err, "given as two outputs")

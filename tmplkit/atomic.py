@@ -35,7 +35,8 @@ from typing import IO
 
 from .errors import InputError
 
-__all__ = ["atomic_open", "check_writable", "write_bytes_atomic", "write_json", "write_output", "write_text_atomic"]
+__all__ = ["atomic_open", "check_writable", "write_bytes_atomic", "write_json", "write_output", "write_outputs",
+           "write_text_atomic"]
 
 _WRITABLE_HINT = "give a writable file path in an existing folder"
 
@@ -184,6 +185,37 @@ def write_output(path: str | os.PathLike, data: str | bytes) -> None:
         write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data)
     except OSError as exc:
         raise InputError(f"{path}: cannot write the output file ({exc.strerror or exc}); {_WRITABLE_HINT}") from None
+
+
+def write_outputs(outputs: list[tuple[str | os.PathLike, str | bytes]]) -> None:
+    """`write_output` of several (path, data), all or none: every regular file is written to its
+    temporary file first, and they are renamed over their targets only when each was written, so
+    that a later one failing (a full disk) leaves every earlier target as it was. A FIFO or device
+    is written into, which cannot be taken back: those come after the regular files.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> try:
+    ...     write_outputs([(d / "a.txt", "a"), (d / "missing" / "b.txt", "b")])
+    ... except InputError:
+    ...     print(sorted(p.name for p in d.iterdir()))
+    []
+    """
+    def special(path) -> bool:
+        st = _stat(_resolve(path))
+        return st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode)
+
+    path: str | os.PathLike = ""
+    try:
+        with contextlib.ExitStack() as stack:
+            for path, data in sorted(outputs, key=lambda item: special(item[0])):
+                f = stack.enter_context(atomic_open(path, "wb"))
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+                f.flush()  # (a full disk or /dev/full says so here, before any file is renamed)
+            path = ""
+    except OSError as exc:
+        where = path or exc.filename or ", ".join(str(p) for p, _ in outputs)
+        raise InputError(f"{where}: cannot write the output file ({exc.strerror or exc}); {_WRITABLE_HINT}") from None
 
 
 def write_json(path: str | os.PathLike, obj, *, indent: int | None = 2) -> None:

@@ -23,6 +23,7 @@ from ._common import (
     config_of,
     configured_templates,
     emit,
+    emit_all,
     memory_mb,
     positive,
     progress_printer,
@@ -102,9 +103,8 @@ def _cmd_audit(args) -> int:
         text = audit_mod.format_text(report, color=color, verbosity=verbosity(args))
     else:
         text = audit_mod.AUDIT_FORMATS[args.format](report)
-    emit(text, args.output)
-    for fmt, path in reports:
-        emit(audit_mod.AUDIT_FORMATS[fmt](report), path)
+    # every file or none: a report that cannot be written (a full disk) leaves the others as they were
+    emit_all([(text, args.output), *((audit_mod.AUDIT_FORMATS[fmt](report), path) for fmt, path in reports)])
     if (args.format not in ("text", "github", "summary") or args.output) and not quiet:
         print(audit_mod.summary_line(report, color=use_color(args, sys.stderr)), file=sys.stderr)
     print_checks(findings, args.format, args.output)

@@ -118,6 +118,17 @@ def emit(text: str, output: str | None) -> None:
         sys.stdout.write(printable(text))
 
 
+def emit_all(outputs: list[tuple[str, str | None]]) -> None:
+    """`emit` of several (text, output): the files all or none (`atomic.write_outputs`: a report
+    that cannot be written leaves the others as they were), then standard output."""
+    from ..atomic import write_outputs
+
+    write_outputs([(output, printable(text)) for text, output in outputs if output])
+    for text, output in outputs:
+        if not output:
+            sys.stdout.write(printable(text))
+
+
 def model_template(args, model):
     """The template --template and --name give for a model (None: the model GGUF's default own one)."""
     from ..sources.templates import load_one
@@ -127,12 +138,9 @@ def model_template(args, model):
     return load_one(args.template or model, args.name)
 
 
-def emit_result(result, fmt: str, output: str | None) -> None:
-    """A result with `to_markdown()` and `to_dict()`, as markdown or JSON (`emit`)."""
-    import json
-
-    text = result.to_markdown() if fmt == "markdown" else json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n"
-    emit(text, output)
+def result_text(result, fmt: str) -> str:
+    """A result with `to_markdown()` and `to_dict()`, as markdown or JSON."""
+    return result.to_markdown() if fmt == "markdown" else json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n"
 
 
 def verbosity(args) -> int:
@@ -560,12 +568,11 @@ def model_run_outputs(args) -> list[tuple[str, str]]:
 
 
 def emit_model_run(result, args, reports: list[tuple[str, str]], plot) -> None:
-    """`result` to each --report file, `plot(result, path)` to --plot, then to --output or stdout."""
-    for fmt, path in reports:
-        emit_result(result, fmt, path)
+    """`plot(result, path)` to --plot, then `result` to each --report file and to --output or
+    stdout, all or none (`emit_all`)."""
     if args.plot:
         plot(result, args.plot)
-    emit_result(result, args.format, args.output)
+    emit_all([(result_text(result, fmt), path) for fmt, path in [*reports, (args.format, args.output)]])
 
 
 def add_format_aliases(parser, aliases: dict[str, str]) -> None:
