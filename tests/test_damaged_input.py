@@ -158,6 +158,24 @@ def test_the_old_spelling_of_a_flag_with_the_no_flag_is_refused(capsys):
     assert code == 0, err
 
 
+@pytest.mark.parametrize("argv, flags", [
+    (["audit", CHATML, "--in-process", "--timeout", "1"], "--timeout with --in-process"),
+    (["audit", CHATML, "--in-process", "-j", "2"], "--jobs with --in-process"),
+    (["lock", CHATML, "--in-process", "--memory", "100", "-o", "l.json"], "--memory with --in-process"),
+    (["diff", CHATML, CHATML, "--in-process", "--timeout", "3", "-j", "1"], "--jobs, --timeout with --in-process"),
+])
+def test_a_worker_limit_given_with_in_process_is_refused_not_ignored(argv, flags, tmp_path, capsys):
+    # (--in-process runs no worker: a 1 microsecond --timeout passed, and a lock was written under it)
+    code, out, err = run(capsys, "--no-config", *argv)
+    assert code == 2 and out == "" and one_line(err, flags, "would be ignored", "drop --in-process"), err
+    assert not (tmp_path / "l.json").exists()
+
+
+def test_in_process_without_worker_limits_runs(capsys):
+    code, _, err = run(capsys, "--no-config", "audit", CHATML, "--in-process")
+    assert code == 0, err
+
+
 def test_a_number_given_twice_in_two_spellings_is_one_value(capsys):
     code, _, err = run(capsys, "--no-config", "audit", CHATML, "-j", "1", "--jobs", "01", "--timeout", "5", "--timeout", "5.0")
     assert code == 0, err

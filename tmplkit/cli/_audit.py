@@ -27,6 +27,7 @@ from ._common import (
     memory_mb,
     positive,
     progress_printer,
+    refuse_worker_options_in_process,
     require_tokenizers,
     use_color,
     verbosity,
@@ -138,6 +139,7 @@ def _expected_failures(args, cfg) -> dict:
 
 
 def _run_audit(args):
+    refuse_worker_options_in_process(args)
     cfg = config_of(args)
     jobs = positive(_first(args.jobs, cfg.jobs), "--jobs")
     limits_ = worker_limits(args)

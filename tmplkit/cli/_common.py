@@ -229,6 +229,21 @@ def memory_mb(value, flag: str = "--memory"):
     return value
 
 
+def refuse_worker_options_in_process(args) -> None:
+    """--in-process runs no worker (render limits only): a -j, --timeout or --memory given with it
+    was silently ignored; refused (the configuration's limits are for worker runs, and stay unused)."""
+    from ..errors import InputError
+
+    if not getattr(args, "in_process", False):
+        return
+    given = [flag for flag, dest in (("--jobs", "jobs"), ("--timeout", "timeout"), ("--memory", "memory"))
+             if getattr(args, dest, None) is not None]
+    if given:
+        raise InputError(f"{', '.join(given)} with --in-process: it runs no worker (one template at a time, under the "
+                         f"render limits only), so {'they' if len(given) > 1 else 'it'} would be ignored; leave "
+                         f"{'them' if len(given) > 1 else 'it'} out or drop --in-process")
+
+
 def at_least(value, minimum, flag: str):
     """Refuse `value` below `minimum` naming the flag (the library names its parameter)."""
     from ..errors import InputError

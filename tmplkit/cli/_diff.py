@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_format, add_output, emit
+from ._common import add_format, add_output, emit, refuse_worker_options_in_process
 from ._lock import add_derive_options, derive
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -48,6 +48,7 @@ def _cmd_diff(args) -> int:
     from ..atomic import check_writable
     from ..behaviour import compare, format_diff, require_derived
 
+    refuse_worker_options_in_process(args)
     if args.output:
         check_writable(args.output)
     old = _load(args.old, args.name, None)

@@ -10,7 +10,16 @@ import os
 import sys
 from pathlib import Path
 
-from ._common import add_name, config_of, configured_templates, memory_mb, positive, progress_printer, verbosity
+from ._common import (
+    add_name,
+    config_of,
+    configured_templates,
+    memory_mb,
+    positive,
+    progress_printer,
+    refuse_worker_options_in_process,
+    verbosity,
+)
 from .config import from_config
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -78,6 +87,7 @@ def _cmd_lock(args) -> int:
     from ..atomic import check_writable
     from ..behaviour import DEFAULT_LOCK, BehaviourLock, compare, read_lock, require_derived, write_lock
 
+    refuse_worker_options_in_process(args)  # (before the lock is read)
     cfg = config_of(args)
     path = args.lock or cfg.lock or DEFAULT_LOCK
     # A lock to update is a file; a device or pipe (`-o /dev/null`) is written into, with nothing to keep.
