@@ -202,6 +202,25 @@ def test_a_model_runs_outputs_are_written_all_or_none(here, capsys):
     assert (here / "out.md").read_text() == "| run |\n" and json.loads((here / "r.json").read_text()) == {"run": 1}
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_model_runs_plot_is_written_with_its_other_outputs_all_or_none(here):
+    pytest.importorskip("matplotlib")
+    from types import SimpleNamespace
+
+    from tmplkit.cli._common import emit_model_run
+    from tmplkit.replay import ReplayedRequest, SessionReplay, replay_png
+
+    reqs = {"tmplkit": tuple(ReplayedRequest(k, 100 * (k + 1), 100 * k, 100, None, 100, 0.01, 0.0, 5) for k in range(2))}
+    rep = SessionReplay("m.gguf", "t", {"kind": "swa"}, reqs, (100, 90))
+    (here / "p.png").write_bytes(b"old plot")
+    args = SimpleNamespace(plot="p.png", format="markdown", output="out.md")
+    with pytest.raises(InputError, match="/dev/full"):  # (the plot is no longer written first)
+        emit_model_run(rep, args, [("json", "/dev/full")], replay_png)
+    assert (here / "p.png").read_bytes() == b"old plot" and not (here / "out.md").exists()
+    emit_model_run(rep, args, [("json", "r.json")], replay_png)
+    assert (here / "p.png").read_bytes()[:4] == b"\x89PNG" and (here / "out.md").exists()
+
+
 def test_two_outputs_to_one_file_are_refused_but_dev_null_twice_is_fine(here, capsys):
     code, _, err = run(capsys, "audit", "in.jinja", "-o", "same.txt", "--report", "json:same.txt")
     assert one_line_error(code, err, "given as two outputs")

@@ -118,14 +118,15 @@ def emit(text: str, output: str | None) -> None:
         sys.stdout.write(printable(text))
 
 
-def emit_all(outputs: list[tuple[str, str | None]]) -> None:
+def emit_all(outputs: list[tuple[str | bytes, str | None]]) -> None:
     """`emit` of several (text, output): the files all or none (`atomic.write_outputs`: a report
-    that cannot be written leaves the others as they were), then standard output."""
+    that cannot be written leaves the others as they were), then standard output. Bytes (a plot)
+    are written as they are, to a file only."""
     from ..atomic import write_outputs
 
-    write_outputs([(output, printable(text)) for text, output in outputs if output])
+    write_outputs([(output, text if isinstance(text, bytes) else printable(text)) for text, output in outputs if output])
     for text, output in outputs:
-        if not output:
+        if not output and isinstance(text, str):
             sys.stdout.write(printable(text))
 
 
@@ -582,12 +583,12 @@ def model_run_outputs(args) -> list[tuple[str, str]]:
     return reports
 
 
-def emit_model_run(result, args, reports: list[tuple[str, str]], plot) -> None:
-    """`plot(result, path)` to --plot, then `result` to each --report file and to --output or
-    stdout, all or none (`emit_all`)."""
-    if args.plot:
-        plot(result, args.plot)
-    emit_all([(result_text(result, fmt), path) for fmt, path in [*reports, (args.format, args.output)]])
+def emit_model_run(result, args, reports: list[tuple[str, str]], png) -> None:
+    """`result` to each --report file, `png(result)` (its plot, as PNG bytes) to --plot, and
+    `result` to --output or stdout: the files all or none (`emit_all`), so that a report that
+    cannot be written leaves the old plot as it was too."""
+    plot: list[tuple[str | bytes, str | None]] = [(png(result), args.plot)] if args.plot else []
+    emit_all([*plot, *((result_text(result, fmt), path) for fmt, path in [*reports, (args.format, args.output)])])
 
 
 def add_format_aliases(parser, aliases: dict[str, str]) -> None:

@@ -48,7 +48,7 @@ def _cmd_prefill(args) -> int:
     require_extra("llama", "tmplkit prefill")  # before any work
     from ..prefill import compare_policies
     from ..prefill.models import resolve_model
-    from ..prefill.plot import plot_comparison
+    from ..prefill.plot import comparison_png
     from ..session import load_session
 
     session_of(args, "prefill")
@@ -67,7 +67,7 @@ def _cmd_prefill(args) -> int:
                                 repeat=args.repeat, settings=settings, progress=bar)
     finally:
         line.close()
-    emit_model_run(comp, args, reports, plot_comparison)
+    emit_model_run(comp, args, reports, comparison_png)
     return 0
 
 

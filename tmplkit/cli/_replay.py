@@ -47,7 +47,7 @@ def _cmd_replay(args) -> int:
     from ..prefill import PrefillRunner
     from ..prefill.compare import resolve_template
     from ..prefill.models import resolve_model
-    from ..replay.replaying import REPLAYABLE, plot_replay, replay_session
+    from ..replay.replaying import REPLAYABLE, replay_png, replay_session
     from ..session import load_session
 
     names = settings_of(args, REPLAYABLE)
@@ -60,7 +60,7 @@ def _cmd_replay(args) -> int:
     check_template_isolated(template, model, "tmplkit replay", session, every_request=True)
     with PrefillRunner(model, settings) as runner:
         rep = replay_session(runner, session, resolve_template(template, runner), settings=tuple(names))
-    emit_model_run(rep, args, reports, plot_replay)
+    emit_model_run(rep, args, reports, replay_png)
     if not rep.matches:
         print("prediction differs from the replay: " + "; ".join(rep.mismatches()[:5]), file=sys.stderr)
     return 0

@@ -22,6 +22,11 @@ def require_matplotlib():
 
 def plot_reports(reports: list[PrefillReport], path: str | os.PathLike, title: str = "") -> None:
     """Write a PNG: for each report, a bar per decode call (x: its tokens, height: its size)."""
+    write_atomic(path, reports_png(reports, title))
+
+
+def reports_png(reports: list[PrefillReport], title: str = "") -> bytes:
+    """`plot_reports`'s PNG, as bytes (written with the command's other outputs, all or none)."""
     matplotlib = require_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -57,9 +62,14 @@ def plot_reports(reports: list[PrefillReport], path: str | os.PathLike, title: s
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def plot_comparison(comp: Comparison, path: str | os.PathLike) -> None:
-    plot_reports([r.first for r in comp.results], path,
-                 title=f"{os.path.basename(comp.session)}: {comp.n_prompt} tokens, template {comp.template}")
+    write_atomic(path, comparison_png(comp))
+
+
+def comparison_png(comp: Comparison) -> bytes:
+    """`plot_comparison`'s PNG, as bytes."""
+    return reports_png([r.first for r in comp.results],
+                       title=f"{os.path.basename(comp.session)}: {comp.n_prompt} tokens, template {comp.template}")

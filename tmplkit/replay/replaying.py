@@ -27,7 +27,8 @@ from ..sources.templates import ChatTemplate
 from ..turns import MemoryModel, prepare_session
 from ..turns.cost import BASELINES, CHOSEN, baseline_settings, check_settings, default_settings, policy_for, session_cost
 
-__all__ = ["REPLAY_SCHEMA_VERSION", "REPLAYABLE", "REPLAYED", "ReplayedRequest", "SessionReplay", "replay_session", "memory_of", "plot_replay"]
+__all__ = ["REPLAY_SCHEMA_VERSION", "REPLAYABLE", "REPLAYED", "ReplayedRequest", "SessionReplay", "replay_session", "memory_of", "plot_replay",
+           "replay_png"]
 
 # The JSON's layout (tmplkit/schemas/replay.schema.json).
 REPLAY_SCHEMA_VERSION = 1
@@ -167,6 +168,11 @@ def replay_session(runner, session, template: ChatTemplate, *, settings=REPLAYED
 
 def plot_replay(replay: SessionReplay, path) -> None:
     """Write a PNG: tokens recomputed per request, one line per setting, the full-attention bound dashed."""
+    write_bytes_atomic(path, replay_png(replay))
+
+
+def replay_png(replay: SessionReplay) -> bytes:
+    """`plot_replay`'s PNG, as bytes (written with the command's other outputs, all or none)."""
     matplotlib = require_matplotlib()
     matplotlib.use("Agg")
     import io
@@ -186,4 +192,4 @@ def plot_replay(replay: SessionReplay, path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    write_bytes_atomic(path, buf.getvalue())
+    return buf.getvalue()
