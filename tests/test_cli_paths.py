@@ -139,6 +139,20 @@ def test_an_output_a_configured_folder_source_would_read_is_refused(folders, cap
     assert sorted(p.name for p in (folders / "d").iterdir()) == ["chatml.jinja"]
 
 
+@pytest.mark.parametrize("lock, argv, words", [
+    ("d/new.jinja", ("lock", "d"), ("the next run", "(from 'lock' in")),  # the lock read as a template of the folder
+    ("in.jinja", ("lock", "in.jinja", "--fresh"), ("also what the command reads", "(from 'lock' in")),
+    ("d/new.jinja", ("lock",), ("the template source d", "the next run")),  # (the configured source d too)
+])
+def test_a_lock_only_the_configuration_names_is_checked_as_lock_o_is(folders, capsys, lock, argv, words):
+    (folders / "tmplkit.toml").write_text(f'sources = ["d"]\nlock = "{lock}"\n', encoding="utf-8")
+    before = {p: p.read_bytes() for p in folders.rglob("*") if p.is_file()}
+    code = main(["--config", "tmplkit.toml", *argv, "--in-process"])
+    err = capsys.readouterr().err
+    assert one_line_error(code, err, *words), err
+    assert {p: p.read_bytes() for p in folders.rglob("*") if p.is_file()} == before
+
+
 @pytest.mark.parametrize("argv, written", [
     (("table", "d", "-o", "d/table.md"), "d/table.md"),
     (("audit", "model", "-o", "model/notes.jinja"), "model/notes.jinja"),  # a model folder reads chat_template.jinja only

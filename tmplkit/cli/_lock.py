@@ -20,6 +20,7 @@ from ._common import (
     refuse_worker_options_in_process,
     verbosity,
 )
+from ._outputs import check_outputs
 from .config import from_config
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -89,7 +90,13 @@ def _cmd_lock(args) -> int:
 
     refuse_worker_options_in_process(args)  # (before the lock is read)
     cfg = config_of(args)
-    path = args.lock or cfg.lock or DEFAULT_LOCK
+    if args.lock is None:
+        # The lock the configuration (or the default) names is the output as --lock's is: an input,
+        # or a file a folder source reads as a template, is refused alike (cli._outputs).
+        args.lock = cfg.lock or DEFAULT_LOCK
+        with from_config(cfg.path, "lock", cfg.lock is not None):
+            check_outputs(args)
+    path = args.lock
     # A lock to update is a file; a device or pipe (`-o /dev/null`) is written into, with nothing to keep.
     keeps = not args.fresh and os.path.isfile(path)
     old = read_lock(path, updating=True) if keeps else BehaviourLock()  # a bad lock: before any work
