@@ -249,6 +249,18 @@ def test_the_lock_named_twice_is_refused(here, capsys):
     assert not (here / "a.json").exists() and not (here / "b.json").exists()
 
 
+@pytest.mark.parametrize("twice", [("-o", "x.json", "--lock", "./x.json"), ("--lock", "x.json", "-o", "sub/../x.json"),
+                                   ("-o", "x.json", "--output", "link.json")])
+def test_the_lock_named_twice_in_two_spellings_is_one_file(here, capsys, twice):
+    (here / "sub").mkdir()
+    (here / "x.json").write_text('{"schema_version": 1, "templates": {}}', encoding="utf-8")
+    (here / "link.json").symlink_to(here / "x.json")
+    code, _, err = run(capsys, "lock", "in.jinja", *twice, "--in-process", "--fresh")
+    assert code == 0 and "in.jinja" in (here / "x.json").read_text(encoding="utf-8"), err
+    code, _, err = run(capsys, "lock", "in.jinja", "--lock", "x.json", "-o", "sub/x.json")
+    assert one_line_error(code, err, "given twice", "x.json", "sub/x.json")
+
+
 def test_standard_input_twice_is_refused(here, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", open(here / "conv.json"))
     code, _, err = run(capsys, "spans", "-", "--session", "-", "--tokenizer", "vocab:qwen35")

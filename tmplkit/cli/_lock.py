@@ -28,13 +28,26 @@ from .config import from_config
 
 class _OneLock(argparse.Action):
     """--lock, -o and --output name the one file lock writes: two different ones are refused (the
-    last would win, the first be silently ignored)."""
+    last would win, the first be silently ignored); one file in two spellings (`x.json`,
+    `./x.json`, a symlink to it) is one."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         given = getattr(namespace, self.dest, None)
-        if given is not None and given != values:
+        if given is not None and not _same_file(given, values):
             raise argparse.ArgumentError(self, f"the lock file is given twice ({given} and {values}); give one")
         setattr(namespace, self.dest, values)
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths `a` and `b` name one file: the same resolved path, or the same file there."""
+    if a == b:
+        return True
+    try:
+        if os.path.realpath(a) == os.path.realpath(b):
+            return True
+        return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+    except (OSError, ValueError):  # (a NUL in a path: check_outputs refuses it in one line)
+        return False
 
 
 def add_lock(sub) -> None:
