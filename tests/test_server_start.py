@@ -277,6 +277,16 @@ def test_a_log_named_in_a_message_is_still_there(command, model, tmp_path, capsy
     _logs_named_exist(err)
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("where, words", [("a-file", "it is not a folder"), ("missing/logs", "no such folder")])
+def test_a_log_dir_that_cannot_hold_the_logs_is_refused_before_any_work(command, model, tmp_path, capsys, where, words):
+    # (it was an OSError when the first server started, with a hint about the cache folder)
+    (tmp_path / "a-file").write_text("not a folder")
+    code, out, err = _run(capsys, command, "--server", TRUE, "--model", str(model), "--log-dir", str(tmp_path / where))
+    _one_line(code, err, f"--log-dir {tmp_path / where}: {words}", "give an existing folder")
+    assert out == "" and "TMPLKIT_CACHE" not in err
+
+
 def test_the_library_says_where_a_kept_log_is_and_quotes_a_removed_one(model, tmp_path):
     with pytest.raises(ModelError) as e:
         LlamaServer(TRUE, model, log=tmp_path / "kept.log", startup_s=10)

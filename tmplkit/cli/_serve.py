@@ -126,7 +126,26 @@ def server_run(args):
         raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
     positive(args.start_timeout, "--start-timeout")
     positive(args.request_timeout, "--request-timeout")
+    _check_log_dir(args.log_dir)
     return binary
+
+
+def _check_log_dir(log_dir: str | None) -> None:
+    """--log-dir, refused in one line before any work where llama-server's logs cannot be written
+    there (a file, a missing or read-only folder): it was found only when the first server started."""
+    import os
+
+    from ..errors import InputError
+
+    if log_dir is None:
+        return
+    if not os.path.isdir(log_dir):  # (False for a path with a NUL too)
+        what = "it is not a folder" if os.path.lexists(log_dir) else "no such folder"
+        raise InputError(f"--log-dir {log_dir}: {what}; give an existing folder for llama-server's logs, or leave "
+                         "--log-dir out")
+    if not os.access(log_dir, os.W_OK | os.X_OK):
+        raise InputError(f"--log-dir {log_dir}: the folder cannot be written; give a writable folder for "
+                         "llama-server's logs, or leave --log-dir out")
 
 
 def _cmd_engine_parity(args) -> int:
