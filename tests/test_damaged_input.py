@@ -84,6 +84,21 @@ def test_a_number_past_pythons_digit_limit_is_one_line_naming_the_file(case, tmp
         assert "message [1]: the tool call's arguments" in err
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize("command", ["turns", "request", "kwargs"])
+def test_nan_or_infinity_which_json_has_not_is_refused_in_a_conversation(command, constant, tmp_path, capsys):
+    # (Python's json reads them: the render held NaN where llama-server refuses the request)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "maximum": 0}}}]
+    text = json.dumps({"messages": [{"role": "user", "content": "hi"}], "tools": tools}).replace('"maximum": 0',
+                                                                                              f'"maximum": {constant}')
+    (tmp_path / "c.json").write_text(text, encoding="utf-8")
+    argv = {"turns": ["turns", CHATML, "--session", "c.json"],
+            "request": ["request", CHATML, "--session", "c.json", "--tokenizer", "vocab:qwen35"],
+            "kwargs": ["turns", CHATML, "--session", CHAT, "--template-kwargs", f'{{"x": {constant}}}']}[command]
+    code, out, err = run(capsys, "--no-config", *argv)
+    assert code == 2 and out == "" and one_line(err, f"{constant} is no JSON number", "not valid JSON"), err
+
+
 def test_a_server_log_with_a_batch_size_no_server_runs_with_is_refused(tmp_path, capsys):
     text = LOG.read_text(encoding="utf-8")
     damaged = re.sub(r"(llama_context: n_batch +=) 2048", r"\1 99999999999", text)

@@ -103,25 +103,38 @@ def read_json(
     max_bytes: int | None = DEFAULT_MAX_BYTES,
     max_depth: int | None = DEFAULT_MAX_DEPTH,
     stdin_ok: bool = False,
+    strict_numbers: bool = False,
 ):
     """The parsed JSON value of a file path or an open file (see `read_text` for the arguments).
 
     One JSON value per file: JSON Lines is refused with a hint. `max_depth`: most levels of
     nested lists and objects (None: as deep as Python's recursion limit lets the parser go).
+    `strict_numbers`: NaN, Infinity and -Infinity, which Python reads and JSON has not, are
+    refused (what a client sends to a server: llama-server refuses them).
     """
     where = source_name(source, where)
     text = read_text(source, what=what, where=where, error=error, strip_bom=strip_bom, max_bytes=max_bytes,
                      stdin_ok=stdin_ok)
-    return parse_json(text, what=what, where=where, error=error, max_depth=max_depth)
+    return parse_json(text, what=what, where=where, error=error, max_depth=max_depth, strict_numbers=strict_numbers)
 
 
 def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
-               error: type[TmplkitError] = InputError, max_depth: int | None = DEFAULT_MAX_DEPTH):
-    """Parse JSON text already read (e.g. from stdin) with read_json's checks and messages."""
+               error: type[TmplkitError] = InputError, max_depth: int | None = DEFAULT_MAX_DEPTH,
+               strict_numbers: bool = False):
+    """Parse JSON text already read (e.g. from stdin) with read_json's checks and messages.
+
+    >>> parse_json('{"x": NaN}', where="c.json", strict_numbers=True)
+    Traceback (most recent call last):
+    ...
+    tmplkit.errors.InputError: c.json: not valid JSON (NaN is no JSON number, and llama-server refuses it); give a number, or null
+    """
     if text.startswith(_BOM):
         raise error(f"{where}: not valid JSON (it starts with a UTF-8 byte-order mark); save the file without one")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant) if strict_numbers else json.loads(text)
+    except _Constant as exc:
+        raise error(f"{where}: not valid JSON ({exc} is no JSON number, and llama-server refuses it); give a "
+                    "number, or null") from None
     except json.JSONDecodeError as exc:
         hint = "give one JSON value (JSON Lines is not supported)" if exc.msg == "Extra data" else "fix the JSON"
         raise error(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); {hint}") from None
@@ -134,6 +147,14 @@ def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
     if "\\u" in text and (lone := lone_surrogate(value)) is not None:
         raise error(f"{where}: {lone_surrogate_problem(lone)}")
     return value
+
+
+class _Constant(Exception):
+    """NaN, Infinity or -Infinity met where `strict_numbers` refuses them."""
+
+
+def _no_constant(name: str):
+    raise _Constant(name)
 
 
 def stdin(what: str = "the input", error: type[TmplkitError] = InputError) -> IO:

@@ -237,7 +237,7 @@ def _template_kwargs(text: str | None) -> dict | None:
     if text is None:
         return None
     # (parse_json: a string nested past any template's variables is refused, not a RecursionError)
-    value = parse_json(text, what="template variables", where="--template-kwargs")
+    value = parse_json(text, what="template variables", where="--template-kwargs", strict_numbers=True)
     if not isinstance(value, dict):
         raise InputError("--template-kwargs: give a JSON object, e.g. '{\"preserve_thinking\": true}'")
     return value

@@ -101,7 +101,8 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
         path_or_obj, source = stdin("the conversation"), source or "<stdin>"
     if isinstance(path_or_obj, (str, os.PathLike)) or hasattr(path_or_obj, "read"):
         where = source or source_name(path_or_obj)
-        data = read_json(path_or_obj, what="a conversation (a JSON list of messages)", where=where, stdin_ok=True)
+        data = read_json(path_or_obj, what="a conversation (a JSON list of messages)", where=where, stdin_ok=True,
+                         strict_numbers=True)
     else:
         where = source or "<conversation>"
         data = path_or_obj
