@@ -99,6 +99,18 @@ def test_nan_or_infinity_which_json_has_not_is_refused_in_a_conversation(command
     assert code == 2 and out == "" and one_line(err, f"{constant} is no JSON number", "not valid JSON"), err
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_or_infinity_in_a_tool_calls_arguments_is_refused(constant, tmp_path, capsys):
+    # (the arguments string is parsed on its own: Python's json took NaN there too)
+    call = {"type": "function", "function": {"name": "f", "arguments": f'{{"n": {constant}}}'}}
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": "ok"}, {"role": "user", "content": "thanks"}]
+    (tmp_path / "c.json").write_text(json.dumps({"messages": msgs}), encoding="utf-8")
+    code, out, err = run(capsys, "--no-config", "turns", CHATML, "--session", str(tmp_path / "c.json"))
+    assert code == 2 and out == "" and one_line(err, "message [1]: the tool call's arguments",
+                                                   f"{constant}, which is no JSON number"), err
+
+
 def test_a_server_log_with_a_batch_size_no_server_runs_with_is_refused(tmp_path, capsys):
     text = LOG.read_text(encoding="utf-8")
     damaged = re.sub(r"(llama_context: n_batch +=) 2048", r"\1 99999999999", text)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from ..errors import InputError, TmplkitError
-from ..jsonio import number_problem
+from ..jsonio import number_problem, strict_loads
 from ..sandbox import render
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._inputs import DEFAULT_INPUTS, given_messages
@@ -125,14 +125,15 @@ def _parsed_call(call: dict, index: int = 0) -> dict:
     args = fn.get("arguments") if isinstance(fn, dict) else None
     if isinstance(args, str):
         try:
-            fn["arguments"] = json.loads(args)
+            fn["arguments"] = strict_loads(args)  # (NaN refused, as llama-server's json::parse does)
         except json.JSONDecodeError as exc:
             shown = args if len(args) <= 40 else args[:40] + "..."
             raise InputError(f"message [{index}]: the tool call's arguments are not valid JSON ({exc.msg}, column "
                              f"{exc.colno}): {shown!r}; the template reads them as an object, as llama-server "
                              "parses them; fix the conversation") from None
         except ValueError as exc:
-            raise InputError(f"message [{index}]: the tool call's arguments hold {number_problem(exc)}; "
+            problem = f"{exc} (llama-server refuses it)" if "no JSON number" in str(exc) else number_problem(exc)
+            raise InputError(f"message [{index}]: the tool call's arguments hold {problem}; "
                              "fix the conversation") from None
         except RecursionError:
             raise InputError(f"message [{index}]: the tool call's arguments are nested too deeply to read; "
