@@ -30,7 +30,10 @@ the generated turn, and with a tokenizer the next renders the divergence-aware s
 from), the seconds spent in them, and the study's time outside its renders over "alone". With a
 tokenizer, a third reference in the same rounds: the requests rendered and tokenized whole, each
 alone, as llama-server does with every request it is sent ("tokenized"; the study tokenizes only
-each request's new part), and the paired ratio study/tokenized.
+each request's new part), and the paired ratio study/tokenized. Where transformers is installed, a
+fourth: the same requests rendered by transformers' own `render_jinja_template` ("transformers", what
+a client's library renders them with; the last request's text checked equal to tmplkit's outside the
+clock), and the paired ratio study/transformers.
 """
 
 from __future__ import annotations
@@ -156,6 +159,19 @@ def alone_worker(case: str, session_file: str, order: str) -> dict:
                                              clock=clock_at(PINNED_NOW + k * DEFAULT_INTERVAL)), add_bos=False)
         return len(points)
 
+    def by_transformers() -> int:
+        # the requests as a client's library renders them (the conversation prepared as in `alone`)
+        conversation = for_server(template, session)
+        msgs = [dict(m) for m in conversation.messages]
+        points = request_points(msgs)
+        for n, _ in points:
+            _transformers_render(template, conversation, msgs[:n])
+        return len(points)
+
+    if "transformers" in order:  # (its template compiled before any clock, as tmplkit's is by load_one)
+        conversation = for_server(template, session)
+        first = request_points(list(conversation.messages))[0][0]
+        _transformers_render(template, conversation, [dict(m) for m in conversation.messages[:first]])
     renders = _count_renders()
     seconds, n_requests, n_renders, render_s = {}, {}, {}, {}
     for what in order.split(","):
@@ -164,10 +180,39 @@ def alone_worker(case: str, session_file: str, order: str) -> dict:
         renders.update(n=0, s=0.0)
         start = time.perf_counter()
         n_requests[what] = (study_turns(template, session, tokenizer=tok, switches=switches, **options).n_requests
-                            if what == "study" else alone() if what == "alone" else tokenized())
+                            if what == "study" else alone() if what == "alone" else by_transformers()
+                            if what == "transformers" else tokenized())
         seconds[what] = time.perf_counter() - start
         n_renders[what], render_s[what] = renders["n"], renders["s"]
-    return {"seconds": seconds, "n_requests": n_requests, "renders": n_renders, "render_seconds": render_s}
+    out = {"seconds": seconds, "n_requests": n_requests, "renders": n_renders, "render_seconds": render_s}
+    if "transformers" in seconds:  # (the same text as tmplkit's, checked outside the clock on the last request)
+        conversation = for_server(template, session)
+        msgs = list(conversation.messages)
+        k, (n, _) = len(request_points(msgs)) - 1, request_points(msgs)[-1]
+        ours = conversation.render(msgs[:n], add_generation_prompt=True, clock=clock_at(PINNED_NOW + k * DEFAULT_INTERVAL))
+        out["transformers_same_text"] = ours == _transformers_render(template, conversation, [dict(m) for m in msgs[:n]])
+    return out
+
+
+def _transformers_render(template, conversation, msgs: list) -> str:
+    """`msgs` rendered by transformers' own `render_jinja_template` (tmplkit's pinned clock)."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from tmplkit.masks._proof import _pin_clock
+
+    _pin_clock(template.text)  # (cached by transformers with the compiled template)
+    variables = {k: v for k, v in conversation.variables.items() if k not in ("messages", "tools")}
+    tools = list(conversation.tools) if conversation.tools else None
+    return render_jinja_template(conversations=[msgs], tools=tools, chat_template=template.text,
+                                 add_generation_prompt=True, **variables)[0][0]
+
+
+def _has_transformers() -> bool:
+    try:
+        import transformers.utils.chat_template_utils  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _count_renders() -> dict:
@@ -200,6 +245,8 @@ def alone_rounds(rounds: int, cases) -> dict:
             renders: dict = {"study": [], "alone": []}
             if CASES[case][1]:
                 seen["tokenized"], renders["tokenized"] = [], []
+            if _has_transformers():
+                seen["transformers"], renders["transformers"] = [], []
             for r in range(max(1, rounds)):
                 order = list(seen)[r % len(seen):] + list(seen)[:r % len(seen)]  # each first in turn
                 env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -222,10 +269,13 @@ def alone_rounds(rounds: int, cases) -> dict:
                          "render_seconds_median": {k: statistics.median(v) for k, v in renders.items()},
                          "study_outside_renders_over_alone": statistics.median(
                              [(s - r) / a for s, r, a in zip(seen["study"], renders["study"], seen["alone"])])}
-            if "tokenized" in seen:
-                paired = [a / b for a, b in zip(seen["study"], seen["tokenized"])]
-                out[case]["paired_study_over_tokenized"] = {"median": statistics.median(paired), "min": min(paired),
-                                                            "max": max(paired)}
+            for ref in ("tokenized", "transformers"):
+                if ref in seen:
+                    paired = [a / b for a, b in zip(seen["study"], seen[ref])]
+                    out[case][f"paired_study_over_{ref}"] = {"median": statistics.median(paired), "min": min(paired),
+                                                             "max": max(paired)}
+            if "transformers" in seen:
+                out[case]["transformers_same_text"] = res["transformers_same_text"]
     return {"mode": "alone", "rounds": rounds, "sessions": sizes, "cases": out,
             "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "loadavg_at_end": loadavg()}}
 
