@@ -442,3 +442,15 @@ def test_an_answer_that_quotes_a_delimiter_is_masked_whole_and_labelled_the_assi
     assert m.mask[quoted] and m.labels[quoted] == "assistant"
     assert m.text_mask.masked_text()[0].endswith("comes after the marker.<|im_end|>")
     assert [s.role for s in m.text_mask.spans] == ["system", "user", "assistant", "user", "assistant"]
+
+
+def test_an_answer_that_ends_with_a_quoted_delimiter_is_masked_whole_and_labelled_the_assistants():
+    # no-end-of-turn (ours) ends a turn only with the next header: an answer ending with `<|user|>`
+    # runs into it, and the quote was taken for the next message's delimiter and cut the mask there
+    m = assistant_mask(template("no-end-of-turn"), CharTokenizer(), FIXTURES / "quoted-delimiter-at-end.json")
+    assert m.text_mask.masked_text() == ["A user turn opens with <|user|>", "<|user|>",
+                                         "With <|assistant|>, and a user turn with <|user|>"]
+    for t in m.turns:  # the quote is the assistant's, the next header (after the `\n`) the user's
+        assert m.labels[t.end - len("<|user|>")] == "assistant" and m.labels[t.end - 1] == "assistant"
+        assert t.end + 1 == len(m.text) or m.labels[t.end + 1] == "user"
+    assert [s.role for s in m.text_mask.spans] == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]

@@ -241,7 +241,8 @@ def _message_spans(spans: Sequence[TextSpan], turns: Sequence[MaskedTurn]) -> tu
     for s in spans:  # (both in the order of the text: one walk)
         while k < len(inside) and inside[k][1] <= s.start:
             k += 1
-        if s.role not in _TURN_ROLES and k < len(inside) and inside[k][0] < s.start < inside[k][1]:
+        # (a quote may open the answer: `<|user|>` alone, where nothing ends the turn)
+        if s.role not in _TURN_ROLES and k < len(inside) and inside[k][0] <= s.start < inside[k][1]:
             if kept:
                 kept[-1] = TextSpan(kept[-1].role, kept[-1].start, s.end)
             continue
@@ -264,9 +265,10 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
         k = bisect_left(others, end) - 1
         # The next message's proven delimiter is not the turn's, where what a request adds after
         # the previous one's text shares its opening (`<|START_OF_TURN_TOKEN|>` before the user's
-        # or the system's header): the turn ends inside it. One the answer quotes, with more of the
-        # turn after it, is the turn's (the mask is of what the model wrote).
-        if k >= 0 and others[k] > start and any(d.startswith(text[others[k]:end]) for d in openers):
+        # or the system's header): the turn ends inside it. One the turn holds whole is one the
+        # answer quotes, with more of the turn after it or not (an answer that ends with `<|user|>\n`
+        # where no end of turn follows it): the turn's (the mask is of what the model wrote).
+        if k >= 0 and others[k] > start and _ends_inside(text, others[k], end, openers):
             end = others[k]
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         if end == len(text.rstrip()):
@@ -274,6 +276,11 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
             end = start + len(_without_end_of_text(text[start:end]))
         # (a history form that is only whitespace keeps nothing of the turn: it is dropped)
         yield MaskedTurn(turn, start, end, "dropped" if end <= start and rule == "history" else rule)
+
+
+def _ends_inside(text: str, at: int, end: int, openers: Sequence[str]) -> bool:
+    """Whether the delimiter written at `at` runs on past `end`: the turn ends inside it."""
+    return any(at + len(d) > end and text.startswith(d, at) for d in openers)
 
 
 def _fast_turns(server: ServerConversation, text: str, spans: Sequence[TextSpan]):
