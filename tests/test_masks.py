@@ -454,3 +454,16 @@ def test_an_answer_that_ends_with_a_quoted_delimiter_is_masked_whole_and_labelle
         assert m.labels[t.end - len("<|user|>")] == "assistant" and m.labels[t.end - 1] == "assistant"
         assert t.end + 1 == len(m.text) or m.labels[t.end + 1] == "user"
     assert [s.role for s in m.text_mask.spans] == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
+
+
+def test_the_last_turn_ends_where_its_turn_ends_not_in_the_next_header():
+    # header-ahead (ours) ends each turn by opening the next one's header (` <step> Source: `): a
+    # turn followed by a message leaves `Source: ` to the next one's `Source: user\n\n `, and the last
+    # turn took it in (the render ends with it). (The tool's proven start is `tool\n\n `, without
+    # `Source: `: a turn followed by results ends before that, as proven.)
+    t = load_one(str(FIXTURES.parent / "templates" / "header-ahead.jinja"))
+    for conv in ("plain.json", "chat.json"):
+        m = text_mask(t, FIXTURES / conv)
+        assert m.text.endswith(" <step> Source: ")
+        assert m.masked_text()[0].endswith(" <step>") and m.masked_text()[-1].endswith(" <step>"), m.masked_text()
+    assert [x.strip() for x in text_mask(t, FIXTURES / "plain.json").masked_text()] == ["Hello. <step>", "Goodbye. <step>"]

@@ -274,6 +274,7 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
         if end == len(text.rstrip()):
             end = _before_trailing_header(text, start, end, starts, headers)
             end = start + len(_without_end_of_text(text[start:end]))
+            end = _before_next_opening(text, start, end, openers, headers)
         # (a history form that is only whitespace keeps nothing of the turn: it is dropped)
         yield MaskedTurn(turn, start, end, "dropped" if end <= start and rule == "history" else rule)
 
@@ -654,6 +655,16 @@ def _before_trailing_header(text: str, start: int, end: int, starts: Sequence[in
     tail = text[starts[-1]:]
     at = max((tail.rfind(h.strip()) for h in headers), default=-1)
     return start + len(text[start:starts[-1] + at].rstrip()) if at >= 0 else end
+
+
+def _before_next_opening(text: str, start: int, end: int, openers: Sequence[str], headers: Sequence[str]) -> int:
+    """`end`, moved before the beginning of a next message's delimiter that the render ends with
+    after the turn's own end marker (header-ahead's ` <step> Source: `: a turn followed by a message
+    ends before `Source: user\n\n `, the next one's; the last one before its `Source: `)."""
+    k = max((n for d in (*openers, *headers) for n in range(1, len(d)) if d[:n].strip() and text.endswith(d[:n])),
+            default=0)
+    turn = text[start:len(text) - k].rstrip()
+    return start + len(turn) if k and start + len(turn) < end and _ends_with_unit(turn) else end
 
 
 _END_OF_TEXT = re.compile(r"(?:\s+(?:" + UNIT.pattern + r"))+$")
