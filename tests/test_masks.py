@@ -65,7 +65,7 @@ def test_no_header_and_no_generation_prompt_is_masked(name, conv):
         # header-closes-reasoning)
         assert m.text[:turn.start].endswith(("<|im_start|>assistant\n", "### Response:\n", "<|assistant|>", "<|assistant|>\n",
                                              "<|start|>assistant", "</think>\n", "<|assistant|><think></think>",
-                                             "</think>", "[/INST]", "ASSISTANT:")), \
+                                             "</think>", "[/INST]", "ASSISTANT:", "<|turn|>assistant\n")), \
             (name, m.text[:turn.start][-30:])
 
 
@@ -467,3 +467,24 @@ def test_the_last_turn_ends_where_its_turn_ends_not_in_the_next_header():
         assert m.text.endswith(" <step> Source: ")
         assert m.masked_text()[0].endswith(" <step>") and m.masked_text()[-1].endswith(" <step>"), m.masked_text()
     assert [x.strip() for x in text_mask(t, FIXTURES / "plain.json").masked_text()] == ["Hello. <step>", "Goodbye. <step>"]
+
+
+EMPTY, HI, AGAIN, OK = ({"role": "assistant", "content": ""}, {"role": "user", "content": "Hi"},
+                        {"role": "user", "content": "Again"}, {"role": "assistant", "content": "Ok."})
+
+
+@pytest.mark.parametrize("conv", [[HI, EMPTY, AGAIN, OK], [HI, OK, AGAIN, EMPTY], [HI, EMPTY]])
+def test_an_empty_answer_masks_none_of_its_header(conv):
+    # header-before-content (ours) writes an empty answer as the bare `<|turn|>assistant`, where the
+    # generation prompt is `<|turn|>assistant\n` (Seed-OSS's shape): the turn was found after
+    # `<|turn|>`, and its mask was the header's word `assistant`
+    m = text_mask(template("header-before-content"), conv)
+    assert m.masked_text() == ["Ok.<|eot|>"] * conv.count(OK), m.masked_text()
+    empty = m.turns[conv.index(EMPTY) // 2]
+    assert empty.start == empty.end and m.text[:empty.start].endswith("<|turn|>assistant")
+
+
+@pytest.mark.corpus
+def test_an_empty_answer_masks_none_of_its_header_on_seed_oss(corpus_template):
+    m = text_mask(corpus_template("praxisresearch-hf_seed_36b_sgtr_benign_0"), [HI, EMPTY, AGAIN, OK])
+    assert m.masked_text() == ["Ok.<seed:eos>"], m.masked_text()

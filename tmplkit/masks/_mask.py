@@ -259,6 +259,7 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     if not any(end > n for n, end in request_points(server.messages)):
         return
     opening = _opening(text, spans)
+    longest = max(map(len, headers), default=0)
     located = _fast_turns(server, text, spans)
     for turn, start, end, rule in located if located is not None else _located_turns(server, text, others):
         end = _with_end_markup(text, end, starts, opening)
@@ -275,6 +276,11 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
             end = _before_trailing_header(text, start, end, starts, headers)
             end = start + len(_without_end_of_text(text[start:end]))
             end = _before_next_opening(text, start, end, openers, headers)
+        if 0 < end - start < longest and any(_ends_with_header(text, start, end, h) for h in headers):
+            # The turn lies inside its header as the history writes it: an empty answer that the
+            # template writes as a bare `<seed:bos>assistant` (Seed-OSS; the generation prompt adds
+            # `\n`) was found after `<seed:bos>`, its mask the header's `assistant`. The model wrote nothing.
+            start = end
         # (a history form that is only whitespace keeps nothing of the turn: it is dropped)
         yield MaskedTurn(turn, start, end, "dropped" if end <= start and rule == "history" else rule)
 
