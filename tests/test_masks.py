@@ -34,15 +34,31 @@ class CharTokenizer:
     def tokenize_with_offsets(self, text: str):
         return [ord(c) for c in text], [(i, i + 1) for i in range(len(text))]
 
+    def tokenize(self, text: str, *, add_bos=None):
+        return self.tokenize_with_offsets(text)[0]
+
+    def detokenize(self, ids) -> str:
+        return "".join(map(chr, ids))
+
 
 class PairTokenizer:
     """Two characters a token: a token that straddles a mask boundary is masked (transformers' rule)."""
 
     name = "pairs"
 
+    def __init__(self):
+        self.pieces: dict[str, int] = {}
+
     def tokenize_with_offsets(self, text: str):
         spans = [(i, min(i + 2, len(text))) for i in range(0, len(text), 2)]
-        return [hash(text[a:b]) % 1000 for a, b in spans], spans
+        return [self.pieces.setdefault(text[a:b], len(self.pieces)) for a, b in spans], spans
+
+    def tokenize(self, text: str, *, add_bos=None):
+        return self.tokenize_with_offsets(text)[0]
+
+    def detokenize(self, ids) -> str:
+        texts = {i: p for p, i in self.pieces.items()}
+        return "".join(texts[i] for i in ids)
 
 
 @pytest.mark.parametrize(("name", "conv"), CASES)
@@ -488,3 +504,27 @@ def test_an_empty_answer_masks_none_of_its_header(conv):
 def test_an_empty_answer_masks_none_of_its_header_on_seed_oss(corpus_template):
     m = text_mask(corpus_template("praxisresearch-hf_seed_36b_sgtr_benign_0"), [HI, EMPTY, AGAIN, OK])
     assert m.masked_text() == ["Ok.<seed:eos>"], m.masked_text()
+
+
+@pytest.mark.corpus
+def test_a_tokenizer_that_cannot_spell_the_render_is_refused_as_spans_refuses_it(capsys, tmp_path):
+    # a lowercasing BERT vocabulary: `spans` refused it in one line, exit code 1, and `mask` gave a
+    # mask of ids that spell another text than the template writes; both refuse it with one check
+    pytest.importorskip("llama_cpp")
+    from tmplkit.cli import main
+    from tmplkit.tokens.tokenizers import load_tokenizer
+
+    bert = load_tokenizer("vocab:bert-bge")
+    with pytest.raises(MaskError, match="its delimiters are not proven on this tokenizer") as err:
+        assistant_mask(template("reasoning-kept"), bert, FIXTURES / "plain.json")
+    assert err.value.exit_code == 1 and "\n" not in str(err.value)
+    with pytest.raises(MaskError, match="not proven on this tokenizer"):
+        assistant_masks(template("reasoning-kept"), bert, [FIXTURES / "plain.json"])
+    args = [str(FIXTURES / "reasoning-kept.jinja"), "--session", str(FIXTURES / "plain.json"), "--tokenizer", "vocab:bert-bge"]
+    assert main(["spans", *args, "-o", str(tmp_path / "spans.json")]) == 1
+    spans = capsys.readouterr().err
+    out = tmp_path / "mask.json"
+    assert main(["mask", *args, "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not out.exists()
+    assert spans[spans.index("not proven"):spans.index("); ")] in err

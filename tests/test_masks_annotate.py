@@ -197,6 +197,12 @@ def test_the_mask_command_says_which_turns_learn_nothing():
         def tokenize_with_offsets(self, text):
             return [ord(c) for c in text], [(i, i + 1) for i in range(len(text))]
 
+        def tokenize(self, text, *, add_bos=None):
+            return [ord(c) for c in text]
+
+        def detokenize(self, ids):
+            return "".join(map(chr, ids))
+
     t = load_one(str(templates_dir() / "google-gemma-4-31B-it.jinja"))
     m = assistant_mask(t, Chars(), check_conversations()[4])
     dropped = [x.messages for x in m.turns if x.rule == "dropped"]

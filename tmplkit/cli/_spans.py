@@ -40,7 +40,6 @@ def _cmd_spans(args) -> int:
 
     from ..auditing.contained import run_contained
     from ..session.token_spans import conversation_spans, format_spans_text
-    from ..tokens.delimiter_ids import ANALYSIS_FAILED
 
     limits = contained_limits(args)  # (a bad limit is refused before any work)
     template, conversation, tokenizer = template_conversation_tokenizer(args, "spans")
@@ -52,9 +51,7 @@ def _cmd_spans(args) -> int:
     else:
         emit(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n", args.output)
     if not result.delimiters.passed:  # spans of delimiters not proven here are no answer: written, and failed
-        why = "; ".join(result.delimiters.problems[:1]) or "their round trip failed"
-        where = "by the analysis" if why.startswith(ANALYSIS_FAILED) else "on this tokenizer"
-        print(error_line(f"tmplkit: spans: the delimiters of '{template.name}' are not proven {where} ({why}); "
+        print(error_line(f"tmplkit: spans: the delimiters of '{template.name}' are {result.delimiters.why_unproven()}; "
                          "the spans cannot be trusted (`tmplkit audit` says why)"), file=sys.stderr)
         return 1
     return 0

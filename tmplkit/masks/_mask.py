@@ -44,6 +44,7 @@ from ..sandbox import PINNED_NOW
 from ..session import Conversation, ServerConversation, for_server, load_conversation
 from ..session.requests import NEEDLE, TurnEndings, clock_at, iter_requests, locate_turn, request_points
 from ..sources.templates import ChatTemplate
+from ..tokens.delimiter_ids import token_delimiters
 from ..tokens.tokenizers import Tokenizer
 from ._onepass import one_render_turns, trusted
 
@@ -56,7 +57,12 @@ _LEADING_MARKUP = re.compile(r"(?:" + UNIT.pattern + r"|\s)*")
 
 class MaskError(TmplkitError, ValueError):
     """A mask cannot be derived: the template's boundaries are not proven, or it renders no
-    conversation that ends with one of the turns."""
+    conversation that ends with one of the turns (`exit_code` 2), or the tokenizer does not split
+    its render at the proven delimiters (1, as `tmplkit spans`)."""
+
+    def __init__(self, message: str, *, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
@@ -173,13 +179,20 @@ def assistant_mask(template: ChatTemplate, tokenizer: Tokenizer, conversation, *
         >>> len(m.input_ids) == len(m.mask) == len(m.labels)                                       # doctest: +SKIP
         True
     """
-    return tokenize_mask(text_mask(template, conversation, kwargs=kwargs, analysis=analysis), tokenizer)
+    analysis = _proven(template, analysis)
+    masked = text_mask(template, conversation, kwargs=kwargs, analysis=analysis)
+    _tokenizer_proven(template, analysis, tokenizer)
+    return tokenize_mask(masked, tokenizer)
 
 
 def assistant_masks(template: ChatTemplate, tokenizer: Tokenizer, conversations: Iterable, *,
                     kwargs: Mapping | None = None) -> tuple[AssistantMask, ...]:
-    """`assistant_mask` of each conversation (the template analysed once): a data loader's call."""
-    return tuple(tokenize_mask(m, tokenizer) for m in text_masks(template, conversations, kwargs=kwargs))
+    """`assistant_mask` of each conversation (the template analysed, the tokenizer checked, once): a
+    data loader's call."""
+    analysis = _proven(template, None)
+    masked = tuple(text_mask(template, c, kwargs=kwargs, analysis=analysis) for c in conversations)
+    _tokenizer_proven(template, analysis, tokenizer)
+    return tuple(tokenize_mask(m, tokenizer) for m in masked)
 
 
 def tokenize_mask(masked: TextMask, tokenizer: Tokenizer) -> AssistantMask:
@@ -227,6 +240,16 @@ def _proven(template: ChatTemplate, analysis: Analysis | None) -> Analysis:
         raise MaskError(f"template '{template.name}': its role boundaries are not proven ({analysis.status}: {why}); "
                         "no mask is derived from unproven boundaries")
     return analysis
+
+
+def _tokenizer_proven(template: ChatTemplate, analysis: Analysis, tokenizer: Tokenizer) -> None:
+    """A MaskError (exit code 1) unless `tokenizer`'s ids split the template's proven probe render
+    where its text splits (`tmplkit spans`' check): a tokenizer that cannot spell the render (a
+    lowercasing BERT vocabulary) gives tokens whose labels and mask no model was trained on."""
+    why = token_delimiters(analysis, tokenizer).why_unproven()
+    if why:
+        raise MaskError(f"template '{template.name}': its delimiters are {why}; the token mask cannot be trusted "
+                        "(give the model's own tokenizer; `tmplkit audit` says why)", exit_code=1)
 
 
 _TURN_ROLES = ("assistant", "reasoning", "reasoning_end")

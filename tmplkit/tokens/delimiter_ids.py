@@ -125,6 +125,16 @@ class TokenDelimiters:
         """`[{"role": ..., "ids": [...]}]`, longest first."""
         return [{"role": d.role, "ids": list(q)} for d in self.delimiters for q in (d.ids,) + d.alternatives]
 
+    def why_unproven(self) -> str:
+        """"" where the check passed; else why not, as one phrase: "not proven by the analysis (...)"
+        or "not proven on this tokenizer (...)" (the first problem), as `tmplkit spans` and the
+        training masks refuse them."""
+        if self.passed:
+            return ""
+        why = "; ".join(self.problems[:1]) or "their round trip failed"
+        where = "by the analysis" if why.startswith(ANALYSIS_FAILED) else "on this tokenizer"
+        return f"not proven {where} ({why})"
+
     def __iter__(self):
         return iter(self.delimiters)
 
