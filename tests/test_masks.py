@@ -528,3 +528,18 @@ def test_a_tokenizer_that_cannot_spell_the_render_is_refused_as_spans_refuses_it
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and not out.exists()
     assert spans[spans.index("not proven"):spans.index("); ")] in err
+
+
+def test_a_stretch_put_in_a_turn_does_not_run_across_the_next_header():
+    # calls-closed-otherwise (ours) writes no tool results and a followed call otherwise than the
+    # model does (its "id", then `</call_list>` for `</calls>`): no history form of the calls' turn
+    # reaches its end, and the search for one with a stretch put in ran across the next assistant
+    # header into the answer that quotes the call: two masks over one answer, the header masked
+    call = {"type": "function", "id": "call_1", "function": {"name": "ls", "arguments": {"path": "."}}}
+    conv = [{"role": "user", "content": "List."}, {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": "a.txt"}, {"role": "assistant", "content": 'I called {"path": "."}}]</calls>'},
+            {"role": "user", "content": "Thanks."}, {"role": "assistant", "content": "Bye."}]
+    m = text_mask(template("calls-closed-otherwise"), conv)
+    assert m.masked_text() == ['<calls>[{"name": "ls", "arguments": {"path": "."}', 'I called {"path": "."}}]</calls>',
+                               "Bye."], m.masked_text()
+    assert all(a.end <= b.start for a, b in zip(m.turns, m.turns[1:]))

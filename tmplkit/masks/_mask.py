@@ -29,7 +29,7 @@ that overlaps masked text is masked.
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -284,7 +284,7 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     opening = _opening(text, spans)
     longest = max(map(len, headers), default=0)
     located = _fast_turns(server, text, spans)
-    for turn, start, end, rule in located if located is not None else _located_turns(server, text, others):
+    for turn, start, end, rule in located if located is not None else _located_turns(server, text, others, starts):
         end = _with_end_markup(text, end, starts, opening)
         k = bisect_left(others, end) - 1
         # The next message's proven delimiter is not the turn's, where what a request adds after
@@ -334,7 +334,7 @@ def _one_pass_agrees(server: ServerConversation, conversation) -> bool | None:
         if located is None:
             return None
         others = [s.start for s in spans if s.role not in ("assistant", "reasoning", "reasoning_end")]
-        return located == list(_located_turns(probe, text, others))
+        return located == list(_located_turns(probe, text, others, [s.start for s in spans]))
     except TmplkitError:
         return None
 
@@ -346,8 +346,9 @@ def _unrendered(text: str, spans: Sequence[TextSpan]):
     return lambda req: _locate_unrendered(text, req, others)
 
 
-def _located_turns(server: ServerConversation, text: str, others: Sequence[int]):
-    """(turn, start, end, rule) of each generated turn, found from the session's requests (`iter_requests`) with `locate_turn`."""
+def _located_turns(server: ServerConversation, text: str, others: Sequence[int], starts: Sequence[int] = ()):
+    """(turn, start, end, rule) of each generated turn, found from the session's requests (`iter_requests`) with `locate_turn`;
+    `starts`: where every span starts."""
     # Every request rendered at the time the whole render is, so a template that prints the date
     # writes the same date in both.
     for req in iter_requests(server, server.template, interval=timedelta(0)):
@@ -355,7 +356,7 @@ def _located_turns(server: ServerConversation, text: str, others: Sequence[int])
             raise MaskError(f"template '{server.template.name}' renders no conversation that ends with the assistant "
                             f"turn of messages {req.turn[0]}..{req.turn[1] - 1}; what the model generates there is unknown")
         if req.generated:
-            yield (req.turn, *_locate(server, text, req, others))
+            yield (req.turn, *_locate(server, text, req, others, starts))
 
 
 def _prefix_turns(server: ServerConversation, text: str) -> list[tuple[tuple[int, int], int, int, str]] | None:
@@ -385,11 +386,13 @@ def _prefix_turns(server: ServerConversation, text: str) -> list[tuple[tuple[int
     return out
 
 
-def _locate(server: ServerConversation, text: str, req, others: Sequence[int]) -> tuple[int, int, str]:
+def _locate(server: ServerConversation, text: str, req, others: Sequence[int],
+            starts: Sequence[int] = ()) -> tuple[int, int, str]:
     """Where `req`'s generated turn lies in `text`: (start, end, rule); `others`: where the spans
-    of other roles than the assistant's start."""
+    of other roles than the assistant's start; `starts`: where every span starts."""
     start = _start(text, req, others)
-    return _turn_at(text, _start_by_needle(server, text, req, others) if start is None else start, req, others)
+    return _turn_at(text, _start_by_needle(server, text, req, others) if start is None else start, req, others,
+                    starts=starts)
 
 
 def _start(text: str, req, others: Sequence[int]) -> int | None:
@@ -420,16 +423,17 @@ def _locate_unrendered(text: str, asked, others: Sequence[int]) -> tuple[int, in
     return _turn_at(text, _start_after(text, asked.at, asked.generation_prompt, others), asked, others, whole=True)
 
 
-def _turn_at(text: str, start: int, req, others: Sequence[int], whole: bool = False):
+def _turn_at(text: str, start: int, req, others: Sequence[int], whole: bool = False, starts: Sequence[int] = ()):
     """(start, end, rule) of `req`'s generated turn written from `start` in `text` (see the module
-    doc); `whole`: None where only the beginning of a history form is there."""
+    doc); `whole`: None where only the beginning of a history form is there; `starts`: where every
+    span starts (none of which a stretch put in holds)."""
     generated = req.generated
     if text.startswith(generated, start):
         return start, start + len(generated), "exact"
     first, last = req.turn
     k = bisect_left(others, start + 1)
     end = _aligned_end(text, start, generated, max(1, last - first), whole,
-                       stop=None if whole else others[k] if k < len(others) else len(text))
+                       stop=None if whole else others[k] if k < len(others) else len(text), starts=starts)
     partial = end is None  # (whole: only the beginning of a history form is there)
     end = start if end is None else end
     if end > start and _inside_unit(text, end):
@@ -516,16 +520,17 @@ def _inside_unit(text: str, at: int) -> bool:
 
 
 def _aligned_end(text: str, start: int, generated: str, messages: int = 1, whole: bool = False,
-                 stop: int | None = None) -> int | None:
+                 stop: int | None = None, starts: Sequence[int] = ()) -> int | None:
     """The end of the turn's history form at `start`: the generated text with a stretch cut out for
     each of its `messages` (their dropped reasoning: a run of assistant messages drops one each); the
     longest such form that `text` holds there, else, before `stop` (the next message), the generated
     text with a stretch put in where the two part (Apriel writes a call's "id" once the call is
-    followed), else the end of what it holds of its beginning (`whole`: None then)."""
+    followed; a stretch holds no span's start, `starts`), else the end of what it holds of its
+    beginning (`whole`: None then)."""
     a = common_prefix(generated, text[start:start + len(generated)])
     end = _cut_form(text, start + a, generated, a, min(messages, _MAX_CUTS))
     if end is None and stop is not None and generated[:a].strip() and generated[a:].strip():
-        end = _put_in_form(text, start + a, generated, a, stop, _MAX_PUT_IN)
+        end = _put_in_form(text, start + a, generated, a, stop, _MAX_PUT_IN, starts)
     if end is None:
         return None if whole and a < len(generated) else start + a
     return end
@@ -560,17 +565,20 @@ def _cut_form(text: str, at: int, generated: str, a: int, cuts: int) -> int | No
     return None
 
 
-def _put_in_form(text: str, at: int, generated: str, a: int, stop: int, stretches: int) -> int | None:
+def _put_in_form(text: str, at: int, generated: str, a: int, stop: int, stretches: int,
+                 starts: Sequence[int] = ()) -> int | None:
     """Where `generated[a:]`, with up to `stretches` stretches put in before `stop` (one per call
     of a turn of parallel calls: Apriel writes each call's "id" once the call is followed), ends in
-    `text` at `at`; None where no such form is there."""
+    `text` at `at`; None where no such form is there. A stretch holds none of `starts` (a span's
+    start, whatever its role: the next turn's header after results the template does not write)."""
     while a < len(generated):
         if stretches == 0:
             return None
         # the text goes on with the generated text after the stretch: found by the part up to the
         # next place the two may part again
         probe = generated[a:a + _PUT_IN_PROBE]
-        found = text.find(probe, at + 1, stop)
+        j = bisect_right(starts, at)
+        found = text.find(probe, at + 1, min(stop, starts[j] + len(probe)) if j < len(starts) else stop)
         if found < 0:
             return None
         k = common_prefix(generated[a:], text[found:stop])
