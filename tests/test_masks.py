@@ -504,6 +504,10 @@ def test_an_empty_answer_masks_none_of_its_header(conv):
 def test_an_empty_answer_masks_none_of_its_header_on_seed_oss(corpus_template):
     m = text_mask(corpus_template("praxisresearch-hf_seed_36b_sgtr_benign_0"), [HI, EMPTY, AGAIN, OK])
     assert m.masked_text() == ["Ok.<seed:eos>"], m.masked_text()
+    # (where the proven header begins with the end of the turn before it, `<|end|>\n<|assistant|>\n`,
+    # an empty answer's `<|end|>` is its own, not the header's)
+    m = text_mask(corpus_template("ChenWeiLi-MedPhi-3-mini_v1"), [HI, EMPTY, AGAIN, OK])
+    assert m.masked_text() == ["<|end|>", "Ok.<|end|>"], m.masked_text()
 
 
 @pytest.mark.corpus

@@ -299,13 +299,21 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
             end = _before_trailing_header(text, start, end, starts, headers)
             end = start + len(_without_end_of_text(text[start:end]))
             end = _before_next_opening(text, start, end, openers, headers)
-        if 0 < end - start < longest and any(_ends_with_header(text, start, end, h) for h in headers):
+        if 0 < end - start < longest and _rest_of_header(text, start, end, headers):
             # The turn lies inside its header as the history writes it: an empty answer that the
             # template writes as a bare `<seed:bos>assistant` (Seed-OSS; the generation prompt adds
             # `\n`) was found after `<seed:bos>`, its mask the header's `assistant`. The model wrote nothing.
             start = end
         # (a history form that is only whitespace keeps nothing of the turn: it is dropped)
         yield MaskedTurn(turn, start, end, "dropped" if end <= start and rule == "history" else rule)
+
+
+def _rest_of_header(text: str, start: int, end: int, headers: Sequence[str]) -> bool:
+    """Whether text[start:end] ends a header's beginning that starts before it (`assistant` after
+    `<seed:bos>`). (A turn that starts where a header would, Phi-3's `<|end|>` before its
+    `<|end|>\n<|assistant|>\n`, is the turn's own end.)"""
+    return any(h[:k].strip() and text.startswith(h[:k], end - k)
+               for h in headers for k in range(end - start + 1, min(len(h), end) + 1))
 
 
 def _ends_inside(text: str, at: int, end: int, openers: Sequence[str]) -> bool:
