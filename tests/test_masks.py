@@ -472,6 +472,15 @@ def test_an_answer_that_ends_with_a_quoted_delimiter_is_masked_whole_and_labelle
     assert [s.role for s in m.text_mask.spans] == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
 
 
+@pytest.mark.corpus
+def test_a_history_form_that_runs_over_the_next_delimiter_whole_ends_before_it(corpus_template):
+    # CodeLlama 70b: the turn's generated `<step> Source: assistant\nDestination: user\n\n ` with a
+    # stretch cut is a history form up to the next user's whole `Source: user\n\n `, which is that
+    # message's, not a quote of the answer's
+    m = text_mask(corpus_template("codellama-CodeLlama-70b-Instruct-hf"), FIXTURES / "plain.json")
+    assert m.masked_text()[0] == "Hello. <step>" and m.turns[0].rule == "history", m.masked_text()
+
+
 def test_the_last_turn_ends_where_its_turn_ends_not_in_the_next_header():
     # header-ahead (ours) ends each turn by opening the next one's header (` <step> Source: `): a
     # turn followed by a message leaves `Source: ` to the next one's `Source: user\n\n `, and the last
@@ -483,6 +492,15 @@ def test_the_last_turn_ends_where_its_turn_ends_not_in_the_next_header():
         assert m.text.endswith(" <step> Source: ")
         assert m.masked_text()[0].endswith(" <step>") and m.masked_text()[-1].endswith(" <step>"), m.masked_text()
     assert [x.strip() for x in text_mask(t, FIXTURES / "plain.json").masked_text()] == ["Hello. <step>", "Goodbye. <step>"]
+
+
+@pytest.mark.corpus
+def test_the_last_turn_leaves_out_the_next_header_a_user_model_ends_with(corpus_template):
+    # UserLM-8b's render ends by opening the next user header (the model it serves writes the user):
+    # the last turn ends at its `<|eot_id|>`, as the first does
+    m = text_mask(corpus_template("microsoft-UserLM-8b"), FIXTURES / "plain.json")
+    assert m.text.endswith("<|start_header_id|>user<|end_header_id|>")
+    assert [x.strip() for x in m.masked_text()] == ["Hello.<|eot_id|>", "Goodbye.<|eot_id|>"], m.masked_text()
 
 
 EMPTY, HI, AGAIN, OK = ({"role": "assistant", "content": ""}, {"role": "user", "content": "Hi"},

@@ -289,10 +289,13 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
         k = bisect_left(others, end) - 1
         # The next message's proven delimiter is not the turn's, where what a request adds after
         # the previous one's text shares its opening (`<|START_OF_TURN_TOKEN|>` before the user's
-        # or the system's header): the turn ends inside it. One the turn holds whole is one the
-        # answer quotes, with more of the turn after it or not (an answer that ends with `<|user|>\n`
-        # where no end of turn follows it): the turn's (the mask is of what the model wrote).
-        if k >= 0 and others[k] > start and _ends_inside(text, others[k], end, openers):
+        # or the system's header): the turn ends inside it. One the answer quotes, with more of the
+        # turn after it, is the turn's (the mask is of what the model wrote), and so is one a turn
+        # found as generated holds whole at its end (an answer that ends with `<|user|>\n` where no
+        # end of turn follows it); a history form may run over the next one whole (CodeLlama 70b's
+        # turn, its generated `Source: assistant\nDestination: ` cut, up to `Source: user\n\n `).
+        if k >= 0 and others[k] > start and (_ends_inside(text, others[k], end, openers) if rule == "exact" else
+                                             any(d.startswith(text[others[k]:end]) for d in openers)):
             end = others[k]
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         if end == len(text.rstrip()):
