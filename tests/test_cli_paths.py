@@ -123,6 +123,7 @@ def folders(here):
     ("audit", "model", "-o", "model/chat_template.json"),
     ("audit", "model", "-o", "model/additional_chat_templates/report.jinja"),
     ("annotate", "d", "-o", "d/tokenizer_config.json"),  # a template, read as the model folder's configuration
+    ("annotate", "d", "-o", "d/chat_template.jinja"),  # it would make d a model folder of this template alone
 ])
 def test_an_output_a_folder_source_would_read_as_a_template_is_refused_before_any_work(folders, capsys, argv):
     before = {p: p.read_bytes() for p in folders.rglob("*") if p.is_file()}

@@ -128,17 +128,19 @@ def _refuse_read_later(args, what: str, source: str, out: str) -> None:
             return
     except ValueError:  # (a NUL in the path)
         return
-    from ..sources.templates import FOLDER_SUFFIXES, folder_reads
+    from ..sources.templates import FOLDER_SUFFIXES, folder_reads, is_model_folder
 
     if not folder_reads(source, out):
         return
     template = os.path.splitext(out)[1].lower() in FOLDER_SUFFIXES
     if getattr(args, "_writes_template", False):
-        if template:
+        # (chat_template.jinja in a folder of templates makes it a model folder: the next run would
+        # read that one template alone, the others no more)
+        if template and (is_model_folder(source) or os.path.basename(out) != "chat_template.jinja"):
             return
         raise InputError(f"{out}: {what} is a folder the command reads templates from, and the next run would read "
-                         "this template as the folder's model configuration; give it a .jinja name, or a path outside "
-                         "that folder")
+                         "this template as the folder's model configuration; give it another .jinja name, or a path "
+                         "outside that folder")
     raise InputError(f"{out}: {what} is a folder the command reads templates from, and the next run would read this "
                      "output, which is no template, as one of its files; give a path outside that folder, or a name it "
                      "does not read (not *.jinja, *.j2, *.jinja2, tokenizer_config.json or chat_template.json)")

@@ -23,9 +23,9 @@ from ..jsonio import json_kind, parse_json, read_json, read_text, stdin
 from . import corpus
 from .gguf_meta import Keys, read_metadata
 
-__all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "family_special_tokens", "folder_reads", "gguf_special_tokens", "load",
-           "load_dir", "load_gguf", "load_hf", "load_jinja", "load_json", "load_many", "load_one", "select_named",
-           "watching_loads"]
+__all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "family_special_tokens", "folder_reads", "gguf_special_tokens",
+           "is_model_folder", "load", "load_dir", "load_gguf", "load_hf", "load_jinja", "load_json", "load_many", "load_one",
+           "select_named", "watching_loads"]
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,7 @@ def _json_templates(data, path: Path, base: str | None) -> list[ChatTemplate]:
 
 def load_dir(path: Path) -> list[ChatTemplate]:
     """A model folder (Hugging Face layout) or a folder of .jinja templates."""
-    if any((path / f).is_file() for f in _HF_FILES):
+    if is_model_folder(path):
         return _load_model_dir(path, path.name)
     # every entry named as a template but a folder: a broken link or a pipe is that template's error
     # row (_load_folder_file), never silently left out of an audit that then passes
@@ -271,6 +271,11 @@ def load_dir(path: Path) -> list[ChatTemplate]:
 FOLDER_SUFFIXES = (".jinja", ".j2", ".jinja2")
 
 
+def is_model_folder(folder: str | os.PathLike) -> bool:
+    """Whether `load_dir(folder)` reads it as a model folder (one of its own files is there)."""
+    return any((Path(folder) / f).is_file() for f in _HF_FILES)
+
+
 def folder_reads(folder: str | os.PathLike, path: str | os.PathLike) -> bool:
     """Whether `load_dir(folder)` reads the file `path`, there now or written there later: a
     template file of a folder of templates; a model folder's own files (one of them written into a
@@ -283,7 +288,7 @@ def folder_reads(folder: str | os.PathLike, path: str | os.PathLike) -> bool:
     """
     folder = Path(os.path.realpath(folder))
     where, name = Path(os.path.realpath(os.path.dirname(os.path.abspath(path)))), Path(path).name
-    model = any((folder / f).is_file() for f in _HF_FILES)
+    model = is_model_folder(folder)
     if where == folder:
         return name in _HF_FILES or (not model and Path(name).suffix.lower() in FOLDER_SUFFIXES)
     return model and where == folder / "additional_chat_templates" and Path(name).suffix == ".jinja"
