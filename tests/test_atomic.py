@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import stat
@@ -283,3 +284,20 @@ def test_several_outputs_are_written_all_or_none(tmp_path, failing):
     assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "old a"
     atomic.write_outputs(outputs[:2] + [("/dev/null", "c")])
     assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "new a" and (tmp_path / "b.txt").read_bytes() == b"new b"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_several_outputs_stay_none_where_a_file_fails_only_at_fsync(tmp_path, monkeypatch):
+    # (NFS or a quota reports a full disk at fsync: no target may be renamed before each is on disk)
+    fsync = os.fsync
+
+    def failing(fd):
+        if "/.a.txt." in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        fsync(fd)
+
+    monkeypatch.setattr(atomic.os, "fsync", failing)
+    with pytest.raises(atomic.InputError, match=r"a\.txt: cannot write the output file \(No space left"):
+        atomic.write_outputs([(tmp_path / "a.txt", "new a"), (tmp_path / "b.txt", "new b")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+

@@ -208,10 +208,14 @@ def write_outputs(outputs: list[tuple[str | os.PathLike, str | bytes]]) -> None:
     path: str | os.PathLike = ""
     try:
         with contextlib.ExitStack() as stack:
-            for path, data in sorted(outputs, key=lambda item: special(item[0])):
+            for path, data, is_special in sorted(((p, d, special(p)) for p, d in outputs), key=lambda item: item[2]):
                 f = stack.enter_context(atomic_open(path, "wb"))
                 f.write(data.encode("utf-8") if isinstance(data, str) else data)
                 f.flush()  # (a full disk or /dev/full says so here, before any file is renamed)
+                if not is_special:
+                    # (so does a filesystem that reports it at fsync only, NFS or a quota: the rename
+                    # of an earlier file, when the stack unwinds, would come first)
+                    os.fsync(f.fileno())
             path = ""
     except OSError as exc:
         where = path or exc.filename or ", ".join(str(p) for p, _ in outputs)
