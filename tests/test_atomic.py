@@ -301,3 +301,17 @@ def test_several_outputs_stay_none_where_a_file_fails_only_at_fsync(tmp_path, mo
         atomic.write_outputs([(tmp_path / "a.txt", "new a"), (tmp_path / "b.txt", "new b")])
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
+
+def test_several_outputs_name_the_target_whose_rename_failed(tmp_path, monkeypatch):
+    replace = os.replace
+
+    def failing(src, dst):
+        if str(dst).endswith("b.txt"):  # (a file mounted on its own: EBUSY)
+            raise OSError(errno.EBUSY, "Device or resource busy", str(src), None, str(dst))
+        replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", failing)
+    with pytest.raises(atomic.InputError) as exc:
+        atomic.write_outputs([(tmp_path / "a.txt", "a"), (tmp_path / "b.txt", "b")])
+    assert str(exc.value).startswith(f"{tmp_path / 'b.txt'}: cannot write the output file (Device or resource busy)")
+    assert _leftovers(tmp_path) == []

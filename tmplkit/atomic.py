@@ -218,7 +218,8 @@ def write_outputs(outputs: list[tuple[str | os.PathLike, str | bytes]]) -> None:
                     os.fsync(f.fileno())
             path = ""
     except OSError as exc:
-        where = path or exc.filename or ", ".join(str(p) for p, _ in outputs)
+        # (a failed rename names the temporary file first, the target second)
+        where = path or getattr(exc, "filename2", None) or exc.filename or ", ".join(str(p) for p, _ in outputs)
         raise InputError(f"{where}: cannot write the output file ({exc.strerror or exc}); {_WRITABLE_HINT}") from None
 
 
