@@ -188,8 +188,8 @@ def alone_worker(case: str, session_file: str, order: str) -> dict:
     if "transformers" in seconds:  # (the same text as tmplkit's, checked outside the clock on the last request)
         conversation = for_server(template, session)
         msgs = list(conversation.messages)
-        k, (n, _) = len(request_points(msgs)) - 1, request_points(msgs)[-1]
-        ours = conversation.render(msgs[:n], add_generation_prompt=True, clock=clock_at(PINNED_NOW + k * DEFAULT_INTERVAL))
+        n = request_points(msgs)[-1][0]
+        ours = conversation.render(msgs[:n], add_generation_prompt=True, clock=clock_at(PINNED_NOW))  # (transformers' clock)
         out["transformers_same_text"] = ours == _transformers_render(template, conversation, [dict(m) for m in msgs[:n]])
     return out
 

@@ -41,7 +41,7 @@ from typing import IO, Union
 from .errors import InputError, TmplkitError
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "json_kind", "lone_surrogate", "lone_surrogate_problem", "number_problem",
-           "parse_json", "read_json", "strict_loads", "read_text", "source_name", "stdin"]
+           "NotJsonNumber", "parse_json", "read_json", "strict_loads", "read_text", "source_name", "stdin"]
 
 # Far above any real template, tokenizer config or agent session (a 90k-token session is ~0.4 MB;
 # the largest tokenizer configs, with 200k added tokens, ~30 MB); a guard against mistakes.
@@ -153,6 +153,10 @@ class _Constant(Exception):
     """NaN, Infinity or -Infinity met where `strict_numbers` refuses them."""
 
 
+class NotJsonNumber(ValueError):
+    """NaN, Infinity or -Infinity in text `strict_loads` read."""
+
+
 def strict_loads(text: str):
     """`json.loads` as a client's JSON is read by llama-server: NaN, Infinity and -Infinity raise
     ValueError ("NaN, which is no JSON number") where Python would take them.
@@ -160,12 +164,12 @@ def strict_loads(text: str):
     >>> strict_loads('[1, -Infinity]')
     Traceback (most recent call last):
     ...
-    ValueError: -Infinity, which is no JSON number
+    tmplkit.jsonio.NotJsonNumber: -Infinity, which is no JSON number
     """
     try:
         return json.loads(text, parse_constant=_no_constant)
     except _Constant as exc:
-        raise ValueError(f"{exc}, which is no JSON number") from None
+        raise NotJsonNumber(f"{exc}, which is no JSON number") from None
 
 
 def _no_constant(name: str):

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from ..errors import InputError, TmplkitError
-from ..jsonio import number_problem, strict_loads
+from ..jsonio import NotJsonNumber, number_problem, strict_loads
 from ..sandbox import render
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._inputs import DEFAULT_INPUTS, given_messages
@@ -131,9 +131,11 @@ def _parsed_call(call: dict, index: int = 0) -> dict:
             raise InputError(f"message [{index}]: the tool call's arguments are not valid JSON ({exc.msg}, column "
                              f"{exc.colno}): {shown!r}; the template reads them as an object, as llama-server "
                              "parses them; fix the conversation") from None
+        except NotJsonNumber as exc:
+            raise InputError(f"message [{index}]: the tool call's arguments hold {exc} (llama-server refuses it); "
+                             "fix the conversation") from None
         except ValueError as exc:
-            problem = f"{exc} (llama-server refuses it)" if "no JSON number" in str(exc) else number_problem(exc)
-            raise InputError(f"message [{index}]: the tool call's arguments hold {problem}; "
+            raise InputError(f"message [{index}]: the tool call's arguments hold {number_problem(exc)}; "
                              "fix the conversation") from None
         except RecursionError:
             raise InputError(f"message [{index}]: the tool call's arguments are nested too deeply to read; "
