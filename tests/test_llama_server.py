@@ -190,6 +190,61 @@ def test_a_tokenizer_that_cannot_spell_the_delimiters_is_refused(tokenizer, spac
         message_delimiters(load_one(str(template)), load_tokenizer(tokenizer))
 
 
+
+@pytest.mark.parametrize("tokenizer", ["spaced", "vocab:bert-bge"])
+def test_spans_and_mask_refuse_a_tokenizer_that_cannot_spell_the_delimiters_as_request_does(
+        tokenizer, spaced_tokenizer, tmp_path, capsys):
+    # its ids split the render as the text does: `spans` gave spans and `mask` a mask over ids that are
+    # not the model's, where `request` refused the tokenizer; one check in the tokens layer refuses it
+    from tmplkit.masks import MaskError, assistant_mask, assistant_masks
+    from tmplkit.tokens.tokenizers import load_tokenizer
+
+    if tokenizer == "spaced":
+        tokenizer = str(spaced_tokenizer)
+    else:
+        pytest.importorskip("llama_cpp")
+    template = Path(__file__).resolve().parent.parent / "fixtures" / "turns" / "stable.jinja"
+    conv = tmp_path / "conv.json"
+    conv.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]))
+    tok = load_tokenizer(tokenizer)
+    td = token_delimiters(analyze(load_one(str(template))), tok)
+    assert not td.passed and td.mismatch and td.problems[0] == td.mismatch
+    assert "does not match the template" in td.mismatch and "'<|im_start|>" in td.mismatch
+    assert td.why_unproven().startswith("not proven on this tokenizer (the tokenizer ")
+    with pytest.raises(MaskError, match="not proven on this tokenizer .the tokenizer .* does not match") as err:
+        assistant_mask(load_one(str(template)), tok, conv)
+    assert err.value.exit_code == 1
+    with pytest.raises(MaskError, match="does not match the template"):
+        assistant_masks(load_one(str(template)), tok, [conv])
+    args = [str(template), "--session", str(conv), "--tokenizer", tokenizer]
+    assert main(["--no-config", "spans", *args, "-o", str(tmp_path / "spans.json")]) == 1
+    spans = capsys.readouterr().err
+    assert spans.count("\n") == 1 and "not proven on this tokenizer" in spans and "does not match the template" in spans
+    out = tmp_path / "mask.json"
+    assert main(["--no-config", "mask", *args, "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not out.exists() and td.mismatch in err
+    # and `request` says the same thing, in its own words and exit code
+    assert main(["--no-config", "request", str(template), "--tokenizer", tokenizer, "--delimiters-only"]) == 2
+    assert td.mismatch in capsys.readouterr().err
+
+
+def test_a_special_token_that_takes_in_whitespace_still_spells_its_delimiter():
+    # phi-3's own template with its own vocabulary: `<|end|>` takes in the `\n` after it, so the ids of
+    # `<|end|>\n<|assistant|>\n` come back as `<|end|><|assistant|>`; the tokenizer matches its template
+    # (`request` refused it as one that does not, while `spans` took it)
+    pytest.importorskip("llama_cpp")
+    from tmplkit.tokens.tokenizers import load_tokenizer
+
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched")
+    template, tok = load_one(corpus.vocab_path("phi-3")), load_tokenizer("vocab:phi-3")
+    td = token_delimiters(analyze(template), tok)
+    assert td.passed and td.mismatch is None, td.problems
+    assert "<|end|><|assistant|>" in [d.token_text for d in td]
+    assert [m.to_dict() for m in message_delimiters(template, tok)] == [
+        {"role": "assistant", "delimiter": "<|end|><|assistant|>"}, {"role": "user", "delimiter": "<|user|>"}]
+
 def test_read_prefill_log():
     # lines as tools/server/server-context.cpp writes them (SLT_DBG / SLT_TRC, -lv 5)
     log = "\n".join([

@@ -23,6 +23,7 @@ named steps:
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -86,10 +87,13 @@ class TokenDelimiter:
 class TokenDelimiters:
     """Every delimiter of an Analysis as token ids, longest first, with the check's verdict.
 
-    `passed` is true when splitting the tokenized probe render with these ids finds exactly the
-    message starts that splitting its text finds, at the same places; `problems` says otherwise.
-    `warnings` note what does not fail the check (a delimiter absent from the render, one whose
-    text tokenizes differently on its own).
+    `passed` is true when the tokenizer spells every delimiter (its ids, and their alternatives,
+    decode to text the template writes) and splitting the tokenized probe render with these ids
+    finds exactly the message starts that splitting its text finds, at the same places; `problems`
+    says otherwise. `mismatch`, also the first problem, says that the tokenizer does not match the
+    template and which delimiter it does not spell (a vocabulary that cannot write `<|im_start|>`,
+    or normalises it). `warnings` note what does not fail the check (a delimiter absent from the
+    render, one whose text tokenizes differently on its own).
     """
 
     tokenizer: str
@@ -99,6 +103,7 @@ class TokenDelimiters:
     problems: tuple[str, ...] = ()
     n_tokens: int = 0
     warnings: tuple[str, ...] = ()
+    mismatch: str | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -312,7 +317,11 @@ def tokenize_delimiters(delimiters: Iterable[Delimiter], rendered: str, tokenize
     for t in out:
         if t.occurrences and tuple(tokenizer.tokenize(t.token_text)) != t.ids:
             warnings.append(f"{t.role} delimiter {t.token_text!r} tokenizes on its own to other ids than in context; give llama-server the ids")
-    return TokenDelimiters(tok_name, template, tuple(out), not problems, tuple(problems), len(render.ids), tuple(warnings))
+    mismatch = _unspelled(out, rendered, tok_name)
+    if mismatch:  # first: ids of a tokenizer that is not the template's are no proof, whatever they split
+        problems.insert(0, mismatch)
+    return TokenDelimiters(tok_name, template, tuple(out), not problems, tuple(problems), len(render.ids), tuple(warnings),
+                           mismatch)
 
 
 def _occurrences(render: _Render, delimiters: Sequence[Delimiter]):
@@ -549,6 +558,38 @@ def _token_delimiter(opts: _Options, cand: _Candidate, tokenizer: Tokenizer) -> 
         stable=opts.stable, standalone_ids=opts.standalone, adjusted=note, token_text=token_text,
         alternatives=cand.alternatives, alternative_texts=tuple(tokenizer.detokenize(list(a)) for a in cand.alternatives),
     )
+
+
+def _unspelled(delimiters: Sequence[TokenDelimiter], rendered: str, tokenizer: str) -> str | None:
+    """None when the tokenizer spells every delimiter: each of its id sequences decodes to text the
+    template writes (`_spells`); else that it does not match the template, and what one delimiter's
+    ids come back as."""
+    for d in delimiters:
+        for ids, text in zip((d.ids,) + d.alternatives, (d.token_text,) + d.alternative_texts):
+            if not _spells(text, d, rendered):
+                return (f"the tokenizer {tokenizer!r} does not match the template: the {d.role} delimiter {d.text!r} "
+                        f"comes back from its token ids {list(ids)[:12]} as {text!r} (its vocabulary cannot spell "
+                        "the delimiter, or changes it)")
+    return None
+
+
+def _spells(text: str, d: TokenDelimiter, rendered: str) -> bool:
+    """`text`, the decoded ids of delimiter `d`, is text the template writes there: cut back to the
+    tokens wholly inside the delimiter, or widened to whole tokens around it, it is still a piece of
+    the probe render where the delimiter occurs (of the delimiter's own text where it does not),
+    less whitespace that a special token takes in (phi-3's `<|end|>` its `\\n`).
+    A tokenizer that adds, spaces out or changes characters (a WordPiece vocabulary on `<|im_start|>`)
+    decodes to text found in neither."""
+    if not text:
+        return False
+    if d.occurrences:
+        return text in rendered or _less_whitespace(text).search(rendered) is not None
+    return text in d.text or d.text in text or _less_whitespace(text).search(d.text) is not None
+
+
+def _less_whitespace(text: str) -> re.Pattern[str]:
+    """Matches `text` in a string that has whitespace between its characters where `text` has none."""
+    return re.compile(r"\s*".join(map(re.escape, text)))
 
 
 # ---------------------------------------------------------------------------------------------
