@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -136,7 +137,10 @@ def _refuse_read_later(args, what: str, source: str, out: str) -> None:
     if getattr(args, "_writes_template", False):
         # (chat_template.jinja in a folder of templates makes it a model folder: the next run would
         # read that one template alone, the others no more)
-        if template and (is_model_folder(source) or os.path.basename(out) != "chat_template.jinja"):
+        if template and is_model_folder(source):
+            _refuse_hiding_json_templates(args, source, out)
+            return
+        if template and os.path.basename(out) != "chat_template.jinja":
             return
         raise InputError(f"{out}: {what} is a folder the command reads templates from, and the next run would read "
                          "this template as the folder's model configuration; give it another .jinja name, or a path "
@@ -144,6 +148,30 @@ def _refuse_read_later(args, what: str, source: str, out: str) -> None:
     raise InputError(f"{out}: {what} is a folder the command reads templates from, and the next run would read this "
                      "output, which is no template, as one of its files; give a path outside that folder, or a name it "
                      "does not read (not *.jinja, *.j2, *.jinja2, tokenizer_config.json or chat_template.json)")
+
+
+def _refuse_hiding_json_templates(args, folder: str, out: str) -> None:
+    """Raise InputError where `out`, a new chat_template.jinja of the model folder `folder`, would
+    take the place of the templates its JSON files hold (transformers reads that file first): the
+    next run would read the annotated copy as the folder's default and the JSON's others no more.
+    It may replace the one template they hold, annotated (the copy renders the same)."""
+    from ..errors import InputError, TmplkitError
+    from ..sources.templates import load_dir
+
+    if os.path.basename(out) != "chat_template.jinja" or os.path.realpath(os.path.dirname(os.path.abspath(out))) != os.path.realpath(folder):
+        return
+    try:
+        templates = load_dir(Path(folder))
+    except TmplkitError:
+        return  # (the folder's own error is the command's to report, as it reads the source)
+    extra = os.path.join(os.path.realpath(folder), "additional_chat_templates") + os.sep
+    own = [t.name for t in templates if not os.path.realpath(t.source).startswith(extra)]
+    chosen = getattr(args, "name", None) or (templates[0].name if templates else None)
+    if own and (len(own) > 1 or chosen != own[0]):
+        raise InputError(f"{out}: a chat_template.jinja in the model folder {folder} takes the place of the "
+                         f"template{'s' if len(own) > 1 else ''} its JSON files hold ({', '.join(own)}): the next run "
+                         "would read this copy as the folder's default and those no more; give it another name "
+                         "(additional_chat_templates/NAME.jinja), or a path outside that folder")
 
 
 def _input_values(args) -> list[tuple[str, str]]:
