@@ -168,17 +168,24 @@ def spaced_tokenizer(tmp_path):
     return folder
 
 
-@pytest.mark.parametrize("tokenizer", ["spaced", "vocab:bert-bge"])
-def test_a_tokenizer_that_cannot_spell_the_delimiters_is_refused(tokenizer, spaced_tokenizer, tmp_path, capsys):
-    # the message delimiters are the text of token-checked ids: ids that decode to other text than the
-    # template writes (a vocabulary that cannot spell `<|im_start|>`) are a tokenizer that does not match
-    if tokenizer == "spaced":
+@pytest.fixture(params=["spaced", "vocab:bert-bge"])
+def mismatched(request, spaced_tokenizer, tmp_path):
+    """(a tokenizer that cannot spell ChatML's delimiters, the ChatML template, a short chat)."""
+    if request.param == "spaced":
         tokenizer = str(spaced_tokenizer)
     else:
         pytest.importorskip("llama_cpp")
+        tokenizer = request.param
     template = Path(__file__).resolve().parent.parent / "fixtures" / "turns" / "stable.jinja"
     conv = tmp_path / "conv.json"
     conv.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]))
+    return tokenizer, template, conv
+
+
+def test_a_tokenizer_that_cannot_spell_the_delimiters_is_refused(mismatched, capsys):
+    # the message delimiters are the text of token-checked ids: ids that decode to other text than the
+    # template writes (a vocabulary that cannot spell `<|im_start|>`) are a tokenizer that does not match
+    tokenizer, template, conv = mismatched
     for extra in (["--session", str(conv)], ["--delimiters-only"]):
         assert main(["--no-config", "request", str(template), "--tokenizer", tokenizer, *extra]) == 2
         out, err = capsys.readouterr()
@@ -191,21 +198,13 @@ def test_a_tokenizer_that_cannot_spell_the_delimiters_is_refused(tokenizer, spac
 
 
 
-@pytest.mark.parametrize("tokenizer", ["spaced", "vocab:bert-bge"])
-def test_spans_and_mask_refuse_a_tokenizer_that_cannot_spell_the_delimiters_as_request_does(
-        tokenizer, spaced_tokenizer, tmp_path, capsys):
+def test_spans_and_mask_refuse_a_tokenizer_that_cannot_spell_the_delimiters_as_request_does(mismatched, tmp_path, capsys):
     # its ids split the render as the text does: `spans` gave spans and `mask` a mask over ids that are
     # not the model's, where `request` refused the tokenizer; one check in the tokens layer refuses it
     from tmplkit.masks import MaskError, assistant_mask, assistant_masks
     from tmplkit.tokens.tokenizers import load_tokenizer
 
-    if tokenizer == "spaced":
-        tokenizer = str(spaced_tokenizer)
-    else:
-        pytest.importorskip("llama_cpp")
-    template = Path(__file__).resolve().parent.parent / "fixtures" / "turns" / "stable.jinja"
-    conv = tmp_path / "conv.json"
-    conv.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]))
+    tokenizer, template, conv = mismatched
     tok = load_tokenizer(tokenizer)
     td = token_delimiters(analyze(load_one(str(template))), tok)
     assert not td.passed and td.mismatch and td.problems[0] == td.mismatch
