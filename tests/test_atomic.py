@@ -286,6 +286,23 @@ def test_several_outputs_are_written_all_or_none(tmp_path, failing):
     assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "new a" and (tmp_path / "b.txt").read_bytes() == b"new b"
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_pipe_among_several_outputs_is_written_only_after_every_file_was(tmp_path):
+    # (what is written into a pipe cannot be taken back: a pipe listed first still waits for the
+    # regular files, and gets nothing where one of them fails)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # (so that opening it to write does not block)
+    try:
+        with pytest.raises(atomic.InputError, match="cannot write the output file"):
+            atomic.write_outputs([(fifo, "into the pipe"), (tmp_path / "missing" / "b.txt", "b")])
+        assert os.read(reader, 100) == b""
+        atomic.write_outputs([(fifo, "into the pipe"), (tmp_path / "b.txt", "b")])
+        assert os.read(reader, 100) == b"into the pipe" and (tmp_path / "b.txt").read_text(encoding="utf-8") == "b"
+    finally:
+        os.close(reader)
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
 def test_several_outputs_stay_none_where_a_file_fails_only_at_fsync(tmp_path, monkeypatch):
     # (NFS or a quota reports a full disk at fsync: no target may be renamed before each is on disk)
