@@ -332,3 +332,47 @@ def test_several_outputs_name_the_target_whose_rename_failed(tmp_path, monkeypat
         atomic.write_outputs([(tmp_path / "a.txt", "a"), (tmp_path / "b.txt", "b")])
     assert str(exc.value).startswith(f"{tmp_path / 'b.txt'}: cannot write the output file (Device or resource busy)")
     assert _leftovers(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # (a.txt, renamed first, is taken back)
+
+
+def test_a_failed_rename_puts_back_the_files_renamed_before_it(tmp_path, monkeypatch):
+    replace = os.replace
+    (tmp_path / "a.txt").write_text("old a", encoding="utf-8")
+    os.chmod(tmp_path / "a.txt", 0o640)
+    (tmp_path / "b.txt").write_text("old b", encoding="utf-8")
+
+    def failing(src, dst):
+        if str(dst).endswith("b.txt") and str(src).endswith(".tmp"):
+            raise OSError(errno.EBUSY, "Device or resource busy", str(src), None, str(dst))
+        replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", failing)
+    for order in ([0, 1, 2], [2, 1, 0]):  # (whichever the write renames first, it is put back)
+        outputs = [(tmp_path / "a.txt", "new a"), (tmp_path / "b.txt", "new b"), (tmp_path / "c.txt", "new c")]
+        with pytest.raises(atomic.InputError, match=r"b\.txt: cannot write the output file"):
+            atomic.write_outputs([outputs[i] for i in order])
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]  # (c.txt, new, removed; no copies)
+        assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "old a"
+        assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == 0o640
+        assert (tmp_path / "b.txt").read_text(encoding="utf-8") == "old b"
+
+
+def test_ctrl_c_during_the_renames_waits_for_the_last_one(tmp_path, monkeypatch):
+    # (a Ctrl-C between two renames left one file new and one old)
+    replace = os.replace
+    calls = []
+
+    def interrupted(src, dst):
+        if not calls:
+            os.kill(os.getpid(), signal.SIGINT)
+        calls.append(dst)
+        replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", interrupted)
+    (tmp_path / "b.txt").write_text("old b", encoding="utf-8")
+    with pytest.raises(KeyboardInterrupt):
+        atomic.write_outputs([(tmp_path / "a.txt", "new a"), (tmp_path / "b.txt", "new b")])
+    assert len(calls) == 2 and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "new a"
+    assert (tmp_path / "b.txt").read_text(encoding="utf-8") == "new b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]

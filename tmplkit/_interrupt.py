@@ -23,7 +23,7 @@ import _signal  # type: ignore[import-not-found]  # (built in: no stub)
 import os
 import sys
 
-__all__ = ["Terminated", "hold_sigterm", "install_early_handler", "restore_default", "unwind_on_sigterm"]
+__all__ = ["Terminated", "hold_interrupts", "hold_sigterm", "install_early_handler", "restore_default", "unwind_on_sigterm"]
 
 EXIT_INTERRUPTED = 130
 
@@ -112,6 +112,37 @@ class hold_sigterm:
             _sigterm["pending"] = False
             _sigterm["raised"] = True
             raise Terminated
+
+
+class hold_interrupts(hold_sigterm):
+    """`hold_sigterm`, and Ctrl-C too: inside the block SIGINT is noted, and its handler runs when
+    the block ends (several files renamed into place, which must all be or none). Where this is not
+    the main thread, or SIGINT's handler was not set from Python, Ctrl-C is not held."""
+
+    def __enter__(self) -> hold_interrupts:
+        self._old, self._pending = None, False
+        try:
+            old = _signal.getsignal(_signal.SIGINT)
+            if old is not None:
+                self._old = _signal.signal(_signal.SIGINT, self._note)
+        except ValueError:  # not the main thread
+            pass
+        super().__enter__()
+        return self
+
+    def _note(self, signum, frame) -> None:
+        self._pending = True
+
+    def __exit__(self, kind, exc, tb) -> None:
+        try:
+            if self._old is not None:
+                _signal.signal(_signal.SIGINT, self._old)
+                if self._pending and callable(self._old):
+                    self._old(_signal.SIGINT, None)  # (Python's own raises KeyboardInterrupt here)
+                elif self._pending and self._old == _signal.SIG_DFL:
+                    os.kill(os.getpid(), _signal.SIGINT)
+        finally:
+            super().__exit__(kind, exc, tb)
 
 
 install_early_handler()

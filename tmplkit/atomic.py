@@ -27,12 +27,14 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from ._interrupt import hold_interrupts
 from .errors import InputError
 
 __all__ = ["atomic_open", "check_writable", "write_bytes_atomic", "write_json", "write_output", "write_outputs",
@@ -189,9 +191,10 @@ def write_output(path: str | os.PathLike, data: str | bytes) -> None:
 
 def write_outputs(outputs: list[tuple[str | os.PathLike, str | bytes]]) -> None:
     """`write_output` of several (path, data), all or none: every regular file is written to its
-    temporary file first, and they are renamed over their targets only when each was written, so
-    that a later one failing (a full disk) leaves every earlier target as it was. A FIFO or device
-    is written into, which cannot be taken back: those come after the regular files.
+    temporary file and synced first; then each is renamed over its target, with Ctrl-C and SIGTERM
+    held until the last rename, and a failed rename puts back the targets renamed before it. So a
+    later one failing (a full disk, a busy file) leaves every target as it was. A FIFO or device is
+    written into, which cannot be taken back: those come after the regular files.
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -201,26 +204,108 @@ def write_outputs(outputs: list[tuple[str | os.PathLike, str | bytes]]) -> None:
     ...     print(sorted(p.name for p in d.iterdir()))
     []
     """
-    def special(path) -> bool:
-        st = _stat(_resolve(path))
-        return st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode)
-
+    encoded = [(path, data.encode("utf-8") if isinstance(data, str) else data) for path, data in outputs]
     path: str | os.PathLike = ""
+    staged: list[_Staged] = []
+    done = False
     try:
-        with contextlib.ExitStack() as stack:
-            for path, data, is_special in sorted(((p, d, special(p)) for p, d in outputs), key=lambda item: item[2]):
-                f = stack.enter_context(atomic_open(path, "wb"))
-                f.write(data.encode("utf-8") if isinstance(data, str) else data)
-                f.flush()  # (a full disk or /dev/full says so here, before any file is renamed)
-                if not is_special:
-                    # (so does a filesystem that reports it at fsync only, NFS or a quota: the rename
-                    # of an earlier file, when the stack unwinds, would come first)
-                    os.fsync(f.fileno())
-            path = ""
+        for path, data in encoded:
+            if not _is_special(path):
+                staged.append(_Staged(path))
+                staged[-1].write(data)  # (a full disk says so here, at write or at fsync, before any rename)
+        for path, data in encoded:
+            if _is_special(path):
+                with atomic_open(path, "wb") as f:  # (written into: nothing to rename, nothing to take back)
+                    f.write(data)
+                    f.flush()  # (/dev/full says so here)
+        with hold_interrupts():
+            for stage in staged:
+                path = stage.path
+                stage.swap()
+            done = True  # (a Ctrl-C held until here ends the command with every file written)
+        for folder in {stage.target.parent for stage in staged}:
+            _fsync_dir(folder)
     except OSError as exc:
-        # (a failed rename names the temporary file first, the target second)
-        where = path or getattr(exc, "filename2", None) or exc.filename or ", ".join(str(p) for p, _ in outputs)
+        _undo(staged)
+        where = path or exc.filename or ", ".join(str(p) for p, _ in outputs)
         raise InputError(f"{where}: cannot write the output file ({exc.strerror or exc}); {_WRITABLE_HINT}") from None
+    except BaseException:
+        if not done:
+            _undo(staged)
+        raise
+    finally:
+        for stage in staged:
+            stage.discard()
+
+
+def _is_special(path: str | os.PathLike) -> bool:
+    st = _stat(_resolve(path))
+    return st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode)
+
+
+def _undo(staged: list[_Staged]) -> None:
+    """Put back, last first, each target renamed over (a rename that failed after them)."""
+    for stage in reversed(staged):
+        with contextlib.suppress(OSError):
+            stage.undo()
+
+
+class _Staged:
+    """A regular file's new content in a temporary file beside its target, until `swap` renames it
+    over the target; the old target kept under a second name (a hard link, or a copy where the
+    filesystem has none) until `discard`, so that `undo` can put it back."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        if _names_folder(path):
+            raise IsADirectoryError(errno.EISDIR, "the path names a folder, not a file", os.fspath(path))
+        self.path, self.target = path, _resolve(path)
+        st = _stat(self.target)
+        if st is not None and stat.S_ISREG(st.st_mode) and not _user_writable(self.target, st):
+            raise OSError(errno.EACCES, "the file is read-only", str(self.target))
+        self.existed = st is not None
+        fd, name = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.", suffix=".tmp")
+        self.tmp: Path | None = Path(name)
+        self.backup: Path | None = None
+        self.swapped = False
+        try:
+            os.chmod(fd, st.st_mode & 0o7777 if st is not None else 0o666 & ~_UMASK)
+        finally:
+            os.close(fd)
+
+    def write(self, data: bytes) -> None:
+        assert self.tmp is not None
+        with open(self.tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def swap(self) -> None:
+        assert self.tmp is not None
+        if self.existed:
+            self.backup = self.tmp.with_name(self.tmp.name[:-len(".tmp")] + ".old")
+            try:
+                os.link(self.target, self.backup)
+            except OSError:
+                shutil.copy2(self.target, self.backup)
+        os.replace(self.tmp, self.target)
+        self.tmp, self.swapped = None, True
+
+    def undo(self) -> None:
+        if not self.swapped:
+            return
+        if self.backup is not None:
+            os.replace(self.backup, self.target)
+            self.backup = None
+        else:
+            os.unlink(self.target)
+        self.swapped = False
+
+    def discard(self) -> None:
+        for leftover in (self.tmp, self.backup):
+            if leftover is not None:
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+        self.tmp = self.backup = None
 
 
 def write_json(path: str | os.PathLike, obj, *, indent: int | None = 2) -> None:
