@@ -132,6 +132,21 @@ def test_batch_form_equals_one_by_one():
     assert [m.ranges for m in text_masks(t, convs)] == [text_mask(t, c).ranges for c in convs]
 
 
+def test_one_tokenizer_is_checked_once_over_many_calls(monkeypatch):
+    # (a data loader calls assistant_mask per example: each call tokenized the probe render again)
+    import tmplkit.masks._mask as mask_mod
+
+    checks = []
+    check = mask_mod.token_delimiters
+    monkeypatch.setattr(mask_mod, "token_delimiters", lambda *a, **k: checks.append(a) or check(*a, **k))
+    t, tok = template("reasoning-kept"), CharTokenizer()
+    first = assistant_mask(t, tok, FIXTURES / "plain.json")
+    assert [assistant_mask(t, tok, FIXTURES / "plain.json").to_dict() for _ in range(3)] == [first.to_dict()] * 3
+    assert len(checks) == 1
+    assistant_mask(t, CharTokenizer(), FIXTURES / "plain.json")  # (another tokenizer is checked on its own)
+    assert len(checks) == 2
+
+
 def test_to_dict_is_json_with_a_schema_version():
     m = assistant_mask(template("header-ends-user"), CharTokenizer(), FIXTURES / "plain.json")
     d = json.loads(json.dumps(m.to_dict()))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -246,10 +247,24 @@ def _tokenizer_proven(template: ChatTemplate, analysis: Analysis, tokenizer: Tok
     """A MaskError (exit code 1) unless `tokenizer`'s ids split the template's proven probe render
     where its text splits (`tmplkit spans`' check): a tokenizer that cannot spell the render (a
     lowercasing BERT vocabulary) gives tokens whose labels and mask no model was trained on."""
-    why = token_delimiters(analysis, tokenizer).why_unproven()
+    why = _why_unproven(analysis, tokenizer)
     if why:
         raise MaskError(f"template '{template.name}': its delimiters are {why}; the token mask cannot be trusted "
                         "(give the model's own tokenizer; `tmplkit audit` says why)", exit_code=1)
+
+
+# (analysis, tokenizer, why_unproven) of the last few checks, by identity: a data loader that calls
+# `assistant_mask` once per example checks its tokenizer once, not on every call (a probe render tokenized)
+_CHECKED: deque[tuple[Analysis, Tokenizer, str]] = deque(maxlen=4)
+
+
+def _why_unproven(analysis: Analysis, tokenizer: Tokenizer) -> str:
+    for checked, tok, why in _CHECKED:
+        if checked is analysis and tok is tokenizer:
+            return why
+    why = token_delimiters(analysis, tokenizer).why_unproven()
+    _CHECKED.append((analysis, tokenizer, why))
+    return why
 
 
 _TURN_ROLES = ("assistant", "reasoning", "reasoning_end")
