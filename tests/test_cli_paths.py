@@ -176,15 +176,17 @@ def test_annotate_may_add_a_template_to_the_folder_it_reads_but_not_replace_one(
     assert one_line_error(code, err, "also what the command reads")
 
 
+@pytest.mark.parametrize("source", ["hf", "hf/tokenizer_config.json"])
 @pytest.mark.parametrize("name", [None, "hf:tool_use"])
-def test_annotate_does_not_put_a_chat_template_jinja_in_place_of_a_model_folders_named_templates(folders, capsys, name):
+def test_annotate_does_not_put_a_chat_template_jinja_in_place_of_a_model_folders_named_templates(folders, capsys, name,
+                                                                                                 source):
     pytest.importorskip("transformers")
     # (transformers and the folder loader read chat_template.jinja before the JSON's list: the
     # folder's default would become this copy and the list's other templates would be read no more)
     (folders / "hf").mkdir()
     listed = [{"name": "default", "template": CHATML.read_text()}, {"name": "tool_use", "template": CHATML.read_text() + " "}]
     (folders / "hf" / "tokenizer_config.json").write_text(json.dumps({"chat_template": listed}), encoding="utf-8")
-    code, _, err = run(capsys, "annotate", "hf", *(["--name", name] if name else []), "-o", "hf/chat_template.jinja")
+    code, _, err = run(capsys, "annotate", source, *(["--name", name] if name else []), "-o", "hf/chat_template.jinja")
     assert one_line_error(code, err, "takes the place of the templates its JSON files hold (hf, hf:tool_use)",
                           "additional_chat_templates/NAME.jinja")
     assert not (folders / "hf" / "chat_template.jinja").exists()

@@ -24,6 +24,10 @@ _FILE_OPTIONS = ("output", "json", "plot")
 _TEMPLATE_SOURCES = ("source", "sources", "template", "old_template", "old", "new")
 
 
+# The files of a model folder that hold its templates as JSON (`sources.templates`' model folder).
+_MODEL_JSON = ("tokenizer_config.json", "chat_template.json")
+
+
 def _output_options(args) -> tuple[str, ...]:
     return _FILE_OPTIONS + (("lock",) if getattr(args, "_writes_lock", False) else ())
 
@@ -125,9 +129,16 @@ def _refuse_read_later(args, what: str, source: str, out: str) -> None:
     if not isinstance(source, str) or not source or source == "-" or os.path.exists(out):
         return  # (an output that is there is an input or not: `_reads`)
     try:
-        if not os.path.isdir(source):
+        json_file = os.path.basename(source) in _MODEL_JSON and os.path.isfile(source)
+        if not json_file and not os.path.isdir(source):
             return
     except ValueError:  # (a NUL in the path)
+        return
+    if json_file:
+        if getattr(args, "_writes_template", False):
+            # (a model folder's JSON given alone: transformers, and the folder, read the new
+            # chat_template.jinja beside it first all the same)
+            _refuse_hiding_json_templates(args, os.path.dirname(source) or ".", out)
         return
     from ..sources.templates import FOLDER_SUFFIXES, folder_reads, is_model_folder
 
