@@ -183,10 +183,7 @@ def write_output(path: str | os.PathLike, data: str | bytes) -> None:
     ...     print(str(exc).split(": ", 1)[1])
     cannot write the output file (No such file or directory); give a writable file path in an existing folder
     """
-    try:
-        write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write the output file ({exc.strerror or exc}); {_WRITABLE_HINT}") from None
+    write_outputs([(path, data)])
 
 
 def write_outputs(outputs: list[tuple[str | os.PathLike, str | bytes]]) -> None:

@@ -110,12 +110,7 @@ def _flat(x) -> bool:
 
 def emit(text: str, output: str | None) -> None:
     """Print, or write the file atomically (the old file stays whole if we are interrupted)."""
-    if output:
-        from ..atomic import write_output
-
-        write_output(output, printable(text))
-    else:
-        sys.stdout.write(printable(text))
+    emit_all([(text, output)])
 
 
 def emit_all(outputs: list[tuple[str | bytes, str | None]]) -> None:
