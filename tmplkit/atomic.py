@@ -78,45 +78,23 @@ def atomic_open(
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
-    if _names_folder(path):
-        raise IsADirectoryError(errno.EISDIR, "the path names a folder, not a file", os.fspath(path))
-    target = _resolve(path)
-    st = _stat(target)
-    if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+    if not _names_folder(path) and _is_special(path):
         # A FIFO, a device, a socket: write into it as `>` does; there is nothing to rename over.
-        with open(target, mode, encoding=None if "b" in mode else encoding, newline=newline) as special:
+        with open(_resolve(path), mode, encoding=None if "b" in mode else encoding, newline=newline) as special:
             yield special
         return
-    if st is not None and stat.S_ISREG(st.st_mode) and not _user_writable(target, st):
-        raise OSError(errno.EACCES, "the file is read-only", str(target))
-    folder = target.parent
-    if permissions is not None:
-        file_mode = permissions
-    elif st is not None:
-        file_mode = st.st_mode & 0o7777
-    else:
-        file_mode = 0o666 & ~_UMASK
-    fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
+    stage = _Staged(path, permissions)
     try:
-        os.chmod(fd, file_mode)
-        f: IO
-        if "b" in mode:
-            f = os.fdopen(fd, "wb")
-        else:
-            f = os.fdopen(fd, "w", encoding=encoding, newline=newline)
-        with f:
+        with stage.open(mode, encoding=encoding, newline=newline) as f:
             yield f
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+        stage.swap(keep_old=False)
+    finally:
+        stage.discard()
     if fsync:
-        _fsync_dir(folder)
+        _fsync_dir(stage.target.parent)
 
 
 def _names_folder(path: str | os.PathLike) -> bool:
@@ -248,37 +226,47 @@ def _undo(staged: list[_Staged]) -> None:
 
 
 class _Staged:
-    """A regular file's new content in a temporary file beside its target, until `swap` renames it
-    over the target; the old target kept under a second name (a hard link, or a copy where the
-    filesystem has none) until `discard`, so that `undo` can put it back."""
+    """A regular file's new content in a temporary file beside its target (with the target's
+    permissions, or `permissions`), until `swap` renames it over the target; for `write_outputs`
+    the old target is kept under a second name (a hard link, or a copy where the filesystem has
+    none) until `discard`, so that `undo` can put it back."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, permissions: int | None = None) -> None:
         if _names_folder(path):
             raise IsADirectoryError(errno.EISDIR, "the path names a folder, not a file", os.fspath(path))
         self.path, self.target = path, _resolve(path)
         st = _stat(self.target)
-        if st is not None and stat.S_ISREG(st.st_mode) and not _user_writable(self.target, st):
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(self.target))
+        if st is not None and not _user_writable(self.target, st):
             raise OSError(errno.EACCES, "the file is read-only", str(self.target))
         self.existed = st is not None
         fd, name = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.", suffix=".tmp")
+        self.fd: int | None = fd
         self.tmp: Path | None = Path(name)
         self.backup: Path | None = None
         self.swapped = False
-        try:
-            os.chmod(fd, st.st_mode & 0o7777 if st is not None else 0o666 & ~_UMASK)
-        finally:
-            os.close(fd)
+        if permissions is None:
+            permissions = st.st_mode & 0o7777 if st is not None else 0o666 & ~_UMASK
+        os.chmod(fd, permissions)
+
+    def open(self, mode: str, *, encoding: str | None = "utf-8", newline: str | None = None) -> IO:
+        """The temporary file, open for writing (once)."""
+        assert self.fd is not None
+        fd, self.fd = self.fd, None
+        if "b" in mode:
+            return os.fdopen(fd, "wb")
+        return os.fdopen(fd, "w", encoding=encoding, newline=newline)
 
     def write(self, data: bytes) -> None:
-        assert self.tmp is not None
-        with open(self.tmp, "wb") as f:
+        with self.open("wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
 
-    def swap(self) -> None:
+    def swap(self, *, keep_old: bool = True) -> None:
         assert self.tmp is not None
-        if self.existed:
+        if self.existed and keep_old:
             self.backup = self.tmp.with_name(self.tmp.name[:-len(".tmp")] + ".old")
             try:
                 os.link(self.target, self.backup)
@@ -298,6 +286,10 @@ class _Staged:
         self.swapped = False
 
     def discard(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
         for leftover in (self.tmp, self.backup):
             if leftover is not None:
                 with contextlib.suppress(OSError):
