@@ -195,6 +195,29 @@ def test_a_user_start_that_matches_in_the_generation_prompt_is_extended_back_to_
     assert round_trip_verdict(text, probe, a.delimiters, ["own"] * 4).passed
 
 
+def test_the_other_starts_are_extended_back_over_the_same_header_markup():
+    # header-ahead's turns end with ` <step> Source: ` whoever speaks next: the `Source: ` the user
+    # start was extended back over opens every next header. The tool result's start was left
+    # `tool\n\n ` (the round trip passes with it too), and an answer followed by results ended in
+    # the next header, ` <step> Source:`.
+    t = fixture("header-ahead")
+    a = analyze(t)
+    assert a.status == "pass" and a.round_trip.passed, a.round_trip.problems
+    assert (a.tool_response_start, a.assistant_start, a.system_start) == (
+        "Source: tool\n\n ", "Source: assistant\n\n ", "Source: system\n\n ")
+    assert {d.role: d.text for d in a.delimiters} == {
+        "user": "Source: user\n\n ", "assistant": "Source: assistant\n\n ", "system": "Source: system\n\n ",
+        "tool": "Source: tool\n\n "}
+    # Where the results' turn opens another header (` <step> Result: `), no tool context holds
+    # `Source: ` before `Result: tool\n\n `: that start is left as it is.
+    other = t.text.replace("{{- ' <step> Source: ' }}", "{{- ' <step> ' + ('Result: ' if loop.nextitem and "
+                                                           "loop.nextitem.role == 'tool' else 'Source: ') }}")
+    assert other != t.text
+    b = analyze(ChatTemplate(text=other, name="header-ahead-result", source="-"))
+    assert b.status == "pass" and b.tool_response_start == "Result: tool\n\n "
+    assert b.user_start == "Source: user\n\n " and b.assistant_start == "Source: assistant\n\n "
+
+
 def test_extend_back_takes_the_shortest_form_at_a_markup_boundary_that_passes():
     contexts = [" <step> [hdr] Source: user\n\n ", "\n[hdr] Source: user\n\n ", "[hdr] Source: user\n\n "]
     prompt = "[hdr] Source: assistant\nDestination: user\n\n "

@@ -499,14 +499,25 @@ def test_a_history_form_that_runs_over_the_next_delimiter_whole_ends_before_it(c
 def test_the_last_turn_ends_where_its_turn_ends_not_in_the_next_header():
     # header-ahead (ours) ends each turn by opening the next one's header (` <step> Source: `): a
     # turn followed by a message leaves `Source: ` to the next one's `Source: user\n\n `, and the last
-    # turn took it in (the render ends with it). (The tool's proven start is `tool\n\n `, without
-    # `Source: `: a turn followed by results ends before that, as proven.)
+    # turn took it in (the render ends with it).
     t = load_one(str(FIXTURES.parent / "templates" / "header-ahead.jinja"))
     for conv in ("plain.json", "chat.json"):
         m = text_mask(t, FIXTURES / conv)
         assert m.text.endswith(" <step> Source: ")
         assert m.masked_text()[0].endswith(" <step>") and m.masked_text()[-1].endswith(" <step>"), m.masked_text()
     assert [x.strip() for x in text_mask(t, FIXTURES / "plain.json").masked_text()] == ["Hello. <step>", "Goodbye. <step>"]
+
+
+@pytest.mark.parametrize("conv", ["chat-tools.json", "agent.json"])
+def test_a_turn_followed_by_tool_results_ends_before_their_header(conv):
+    # header-ahead (ours): the tool result's start was proven as `tool\n\n ` alone, so an answer
+    # with calls followed by results ended in their header: `... </call> <step> Source:`
+    t = load_one(str(FIXTURES.parent / "templates" / "header-ahead.jinja"))
+    m = text_mask(t, FIXTURES / conv)
+    assert " <step> Source: tool\n\n " in m.text
+    masked = m.masked_text()
+    assert all(x.endswith(" <step>") and "Source:" not in x for x in masked), masked
+    assert any(x.endswith("</call> <step>") for x in masked), masked
 
 
 @pytest.mark.corpus

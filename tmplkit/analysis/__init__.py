@@ -15,7 +15,8 @@ The stages, each in its own module and each returning a frozen findings value:
 - `_reasoning` reasoning markers, thinking switches and what the generation prompt does with them
 - `_verdict`   the round-trip conversation, split and checked (also cut where a server is given
                it, with each thinking switch, and with the family's BOS/EOS where none is known);
-               a start that matches in the generation prompt is extended back (`extend_back`)
+               a start that matches in the generation prompt is extended back (`extend_back`), and
+               the other roles' starts over the same markup
 - `_analyzer`  `analyze()`, composing them
 - `_result`    Analysis, RoundTrip, and the one way a failed Analysis is built
 

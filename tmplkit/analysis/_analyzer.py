@@ -185,22 +185,49 @@ class _Stages:
                      "reasoning markup alone, no role marker of their own (fused)"
                      for d in self.assistant if d.strip() in marks)
 
-    def contexts(self, role: str) -> list[str]:
-        """The texts before each content of `role` after another message (and, for a user, as the
-        first message), in every render so far."""
+    def contexts(self, role: str, same: bool = False) -> list[str]:
+        """The texts before each content of `role` after another message (`same`: after one of its
+        own role too) and as the first message (a user's in a one-message chat, a system's in the
+        round trip's renders), in every render so far."""
         segs = [*self.prober.segs.items(), *self.prober.switched_segs.items()]
-        out = [seg for (prev, kind), texts in segs if kind == role and prev != role for seg in texts]
-        return out + [self.chat.pre_user0] if role == "user" else out
+        out = [seg for (prev, kind), texts in segs if kind == role and (same or prev != role) for seg in texts]
+        if role == "user":
+            return out + [self.chat.pre_user0]
+        return out + [r.head(0) for r in self.renders if role == "system" and r.found(0) and r.kind(0) == role]
 
     def extended(self, delimiters, check) -> tuple[tuple[Delimiter, ...], dict[str, str]]:
         """The delimiters with a user or tool start that matched inside the generation prompt
-        extended back to the shortest form the round trip proves (`extend_back`), and {role: that
-        start} ({} where none is)."""
+        extended back to the shortest form the round trip proves (`extend_back`), the other roles'
+        starts extended back alike (`extended_alike`), and {role: its start, for each start
+        extended} ({} where none is)."""
         for role, old in (("user", self.chat_final.user_start), ("tool", self.tools_final.start)):
             new = extend_back(old, self.contexts(role), partial(_proves, check, delimiters, role, old))
             if new:
-                return replaced(delimiters, role, old, new), {role: new}
+                return self.extended_alike(replaced(delimiters, role, old, new), check, new[:len(new) - len(old)],
+                                           {role: new})
         return delimiters, {}
+
+    def extended_alike(self, delimiters, check, head: str, ext: dict[str, str]):
+        """`delimiters` with each other role's delimiter `d` extended back over the same `head` (the
+        markup a start was extended back over: `Source: `), to `head + d`, where every text before
+        a content of its role that ends with `d` ends with that, at a markup boundary, and the round
+        trip still passes; and `ext` with each role's start so extended. A template whose turns end
+        by opening the next one's header does so whoever speaks next: left short, the start of a
+        tool result after an answer (`tool\\n\\n `) would leave the next header's `Source: ` to the
+        answer's turn."""
+        starts = {"user": self.chat_final.user_start, "assistant": self.assistant_start,
+                  "system": self.system_start, "tool": self.tools_final.start}
+        for d in tuple(delimiters):
+            if d.role in ext or d.role in REASONING_ROLES or d.text.startswith(head):
+                continue
+            new = head + d.text
+            before = [c for c in self.contexts(d.role, same=True) if c.endswith(d.text)]
+            if (before and all(c.endswith(new) for c in before) and extend_back(d.text, before, new.__eq__)
+                    and _proves(check, delimiters, d.role, d.text, new)):
+                delimiters = replaced(delimiters, d.role, d.text, new)
+                if d.text == starts[d.role]:
+                    ext[d.role] = new
+        return delimiters, ext
 
     def proved(self) -> tuple[tuple[Delimiter, ...], RoundTrip, dict[str, str]]:
         """The delimiters, their round-trip verdict, and {role: start} for a start extended back.
@@ -288,8 +315,8 @@ class _Stages:
             source=self.prober.template.source,
             status="impossible" if proof else "pass" if verdict.passed else "fail",
             user_start=ext.get("user", self.chat_final.user_start) or None,
-            assistant_start=self.assistant_start or None,
-            system_start=self.system_start if self.system.mode == "own_turn" and self.system_start else None,
+            assistant_start=ext.get("assistant", self.assistant_start) or None,
+            system_start=ext.get("system", self.system_start) if self.system.mode == "own_turn" and self.system_start else None,
             tool_response_start=ext.get("tool", tools.start) or None,
             tool_response_next=tools.next or None,
             generation_prompt=self.chat.generation_prompt,
