@@ -51,8 +51,15 @@ def one_line_error(code, err, *words) -> bool:
     ("lock", "in.jinja", "-o", "./in.jinja/."),
     ("audit", "model", "-o", "model/additional_chat_templates/tool_use.jinja"),  # found only by loading
     ("mask", "in.jinja", "--session", "conv.json", "--tokenizer", "vocab:qwen35", "-o", "conv.json"),
+    # the file a tokenizer folder loads (the mask replaced tok/tokenizer.json)
+    ("mask", "in.jinja", "--session", "conv.json", "--tokenizer", "tok", "-o", "tok/tokenizer.json"),
+    ("spans", "in.jinja", "--session", "conv.json", "--tokenizer", "gguf/", "-o", "./gguf/vocab.gguf"),
 ])
 def test_an_output_that_is_an_input_is_refused_and_left_as_it_was(here, capsys, argv):
+    (here / "tok").mkdir()
+    (here / "tok" / "tokenizer.json").write_text("{}", encoding="utf-8")
+    (here / "gguf").mkdir()
+    (here / "gguf" / "vocab.gguf").write_bytes(b"GGUF")
     (here / "model" / "additional_chat_templates").mkdir(parents=True)
     shutil.copy(CHATML, here / "model" / "chat_template.jinja")
     shutil.copy(CHATML, here / "model" / "additional_chat_templates" / "tool_use.jinja")
@@ -70,16 +77,20 @@ def test_an_output_that_is_an_input_is_refused_and_left_as_it_was(here, capsys, 
     ('lock = "my.lock.json"', ("audit", "in.jinja", "-o", "my.lock.json")),
     ('expected-failures = "ef.json"', ("table", "in.jinja", "-o", "ef.json")),
     ('sources = ["in.jinja"]', ("audit", "-o", "tmplkit.toml")),  # the configuration itself
+    ('tokenizer = "tok"', ("audit", "in.jinja", "-o", "tok/tokenizer.json")),  # the file a tokenizer folder loads
+    ('[tokenizers]\nin = "tok"', ("table", "in.jinja", "-o", "tok/tokenizer.json")),
 ])
 def test_an_output_that_the_configuration_names_is_refused_and_left_as_it_was(here, capsys, setting, argv):
+    (here / "tok").mkdir()
+    (here / "tok" / "tokenizer.json").write_text("{}", encoding="utf-8")
     (here / "my.lock.json").write_text("{}", encoding="utf-8")
     (here / "ef.json").write_text("{}", encoding="utf-8")
     (here / "tmplkit.toml").write_text(setting + "\n", encoding="utf-8")
-    before = {p.name: p.read_bytes() for p in here.iterdir()}
+    before = {p: p.read_bytes() for p in here.rglob("*") if p.is_file()}
     code = main(["--config", "tmplkit.toml", *argv])
     err = capsys.readouterr().err
     assert one_line_error(code, err, "also what the command reads", "give another path"), err
-    assert {p.name: p.read_bytes() for p in here.iterdir()} == before
+    assert {p: p.read_bytes() for p in here.rglob("*") if p.is_file()} == before
 
 
 def test_standard_input_in_the_configuration_is_refused_not_waited_on(here, capsys):

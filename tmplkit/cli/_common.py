@@ -174,8 +174,10 @@ def _refuse_configured_outputs(args, cfg) -> None:
     if cfg.path is None:
         return
     writes_lock = getattr(args, "_writes_lock", False)
-    files = [(f"'{key}' in {cfg.path}", value) for key, value in cfg.files if not (key == "lock" and writes_lock)]
-    refuse_reading_outputs(args, [("the configuration", str(cfg.path)), *files])
+    files = [(key, f"'{key}' in {cfg.path}", value) for key, value in cfg.files if not (key == "lock" and writes_lock)]
+    tokenizer = [key == "tokenizer" or key.startswith("tokenizers.") for key, _, _ in files]
+    refuse_reading_outputs(args, [("the configuration", str(cfg.path))] + [(w, v) for (_, w, v), t in zip(files, tokenizer) if not t],
+                           tokenizers=[(w, v) for (_, w, v), t in zip(files, tokenizer) if t])
 
 
 # The optional extras: (module, extra, what it is), for one-line refusals before any work.

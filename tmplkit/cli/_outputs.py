@@ -84,27 +84,28 @@ def _refuse_clashes(args, outputs: list[str]) -> None:
             raise InputError(f"{out}: given as two outputs; one would replace the other: give each its own file")
         seen[key] = out
         for option, value in inputs:
-            if _reads(value, out, key):
+            if _reads(value, out, key, tokenizer=option == "tokenizer"):
                 raise InputError(f"{out}: it is also what the command reads ({_flag(option, args)} {value}); writing it "
                                  "would replace it: give another path for the output")
             if option in _TEMPLATE_SOURCES:
                 _refuse_read_later(args, f"{_flag(option, args)} {value}", value, out)
 
 
-def refuse_reading_outputs(args, reads) -> None:
+def refuse_reading_outputs(args, reads, tokenizers=()) -> None:
     """Raise InputError where a file the command reads that the command line does not name (`reads`:
     (what, path) pairs: a configuration's settings, the files a source loaded, such as a model
-    folder's `additional_chat_templates/` or a corpus's) is one of its outputs: writing the output
-    would replace it, as `_refuse_clashes` refuses for the command line's own inputs."""
+    folder's `additional_chat_templates/` or a corpus's; `tokenizers`: the same for tokenizer specs,
+    a folder reading its tokenizer.json) is one of its outputs: writing the output would replace it,
+    as `_refuse_clashes` refuses for the command line's own inputs."""
     from ..errors import InputError
 
     outputs = [(out, _file_key(out)) for out in output_paths(args)]
     outputs = [(out, key) for out, key in outputs if key is not None]
     if not outputs:
         return
-    for what, path in reads:
+    for what, path, tokenizer in [(w, p, False) for w, p in reads] + [(w, p, True) for w, p in tokenizers]:
         for out, key in outputs:
-            if isinstance(path, str) and path and path != "-" and _reads(path, out, key):
+            if isinstance(path, str) and path and path != "-" and _reads(path, out, key, tokenizer=tokenizer):
                 raise InputError(f"{out}: it is also what the command reads ({what}: {path}); writing it would "
                                  "replace it: give another path for the output")
 
@@ -212,9 +213,12 @@ def _file_key(path: str):
     return (st.st_dev, st.st_ino)
 
 
-def _reads(value: str, out: str, key) -> bool:
+def _reads(value: str, out: str, key, *, tokenizer: bool = False) -> bool:
     """Whether input `value` reads the file `out` (whose `_file_key` is `key`): it is that file,
-    or a folder that holds it as a template."""
+    or a folder that holds it as a template; a `tokenizer` spec, also the file it names (a folder's
+    tokenizer.json or its one .gguf, `~/tok.json`)."""
+    if tokenizer and isinstance(key, tuple) and _tokenizer_reads(value, key):
+        return True
     try:
         st = os.stat(value)
     except (OSError, ValueError):
@@ -226,6 +230,24 @@ def _reads(value: str, out: str, key) -> bool:
 
         return folder_reads(value, out)
     return False
+
+
+def _tokenizer_reads(spec: str, key) -> bool:
+    """Whether the tokenizer `spec` loads the file whose `_file_key` is `key`, where it names a
+    folder or a path starting with ~ (a file spelled as given is `_reads`' inode check)."""
+    try:
+        if not (spec.startswith("~") or os.path.isdir(spec)):
+            return False
+    except ValueError:  # (a NUL in the path)
+        return False
+    from ..errors import TmplkitError
+    from ..tokens.tokenizers import locate_tokenizer
+
+    try:
+        _, path, _ = locate_tokenizer(spec)
+    except TmplkitError:
+        return False  # (the command's own check of its tokenizer says what is wrong)
+    return _file_key(str(path)) == key
 
 
 def _flag(dest: str, args=None) -> str:
