@@ -284,6 +284,18 @@ def test_diff_exit_codes_and_formats(capsys, matches_schema):
     assert "no such file" in _one_line_error(capsys, "diff", "--in-process", a, "missing.jinja")
 
 
+def test_diff_of_two_folders_of_templates_compares_nothing_it_was_not_asked_to(capsys, tmp_path):
+    # (each folder's first file was compared: exit 0 "no change in behaviour", b.jinja unseen)
+    for folder, b in (("old", "tool-placement/a.jinja"), ("new", "tool-placement/b.jinja")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "a.jinja").write_text((PAIRS / "text-only" / "a.jinja").read_text())
+        (tmp_path / folder / "b.jinja").write_text((PAIRS / b).read_text())
+    err = _one_line_error(capsys, "diff", "--in-process", str(tmp_path / "old"), str(tmp_path / "new"))
+    assert "holds 2 templates and none is the default (a, b); give --name NAME" in err
+    code, _, _ = run(capsys, "diff", "--in-process", str(tmp_path / "old"), str(tmp_path / "new"), "--name", "b")
+    assert code == 1
+
+
 def _hf_cache(root: Path, repo: str, files: dict[str, str], commit: str = "b" * 40) -> None:
     base = root / "hub" / ("models--" + repo.replace("/", "--"))
     (base / "refs").mkdir(parents=True)

@@ -139,6 +139,27 @@ def test_tokenizer_config_string_and_named_list(tmp_path):
     assert [t.name for t in sources.load(model)] == ["org-model", "org-model:tool_use"]
 
 
+def test_one_template_of_a_source_is_its_default_and_a_folder_of_several_needs_a_name(tmp_path):
+    # (the first was taken: a list with "default" second read its "tool_use", and `diff old/ new/`
+    # compared the first file of each folder and said "no change in behaviour")
+    cfg = tmp_path / "m" / "tokenizer_config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": CHATML}]}))
+    assert sources.load_one(cfg.parent).text == CHATML
+    assert sources.load_one(cfg.parent, "tool_use").text == "T"
+    cfg.write_text(json.dumps({"chat_template": [{"name": "a", "template": "A"}, {"name": "b", "template": "B"}]}))
+    with pytest.raises(SourceError, match=r"holds 2 templates and none is the default \(m:a, m:b\); give --name"):
+        sources.load_one(cfg)
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "a.jinja").write_text("A")
+    assert sources.load_one(folder).text == "A"  # (one template is the default)
+    (folder / "b.jinja").write_text(CHATML)
+    with pytest.raises(SourceError, match=r"holds 2 templates and none is the default \(a, b\); give --name"):
+        sources.load_one(folder)
+    assert sources.load_one(folder, "b").text == CHATML
+
+
 def test_model_folder_precedence_and_additional_templates(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "OLD", "eos_token": "<e>"}))
     (tmp_path / "chat_template.jinja").write_text(CHATML)

@@ -21,7 +21,7 @@ def add_annotate(sub) -> None:
                                    "conversation.\n\nExample:\n  tmplkit annotate model.gguf -o template.jinja",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", metavar="SOURCE", help="a .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
-    p.add_argument("--name", help="which template of the source (default: the first)")
+    p.add_argument("--name", help="which template of the source (default: its default one; needed where it holds several and none is)")
     p.add_argument("-o", "--output", metavar="FILE", required=True, help="the annotated template (.jinja; - for standard output)")
     # (a template on purpose: it may be written into a folder SOURCE reads, as a new file: cli._outputs)
     p.set_defaults(_output_required=True, _writes_template=True)

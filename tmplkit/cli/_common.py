@@ -62,7 +62,7 @@ def add_output(parser, what: str = "the output") -> None:
 def add_name(parser, many: bool = False) -> None:
     """--name: which template of the source (one-template commands) or which templates of the sources."""
     parser.add_argument("--name", help="only the templates of this name (e.g. a GGUF's 'tool_use')" if many
-                        else "which template of the source (default: the first)")
+                        else "which template of the source (default: its default one; needed where it holds several and none is)")
 
 
 def progress_printer(enabled: bool):

@@ -32,7 +32,7 @@ def add_prefill(sub) -> None:
     p.add_argument("model", metavar="MODEL", help="a GGUF model llama.cpp can load, gemma or tiny:VOCAB (built on first use)")
     add_session_option(p, required=True, what="the agent session", old_positional="SESSION.json")
     add_template_option(p, what="the chat template (default: the model GGUF's own)")
-    p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: the first)")
+    p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: its default one)")
     p.add_argument("--policy", default="all", choices=[*POLICIES, "all"],
                    help="; ".join(f"{name}: {pol.description}" for name, pol in POLICIES.items()) + "; all: each of them")
     p.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per policy, interleaved; figures are medians")

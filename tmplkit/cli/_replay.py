@@ -32,7 +32,7 @@ def add_replay(sub) -> None:
     add_session_option(p, required=True, what="the agent session (e.g. from `tmplkit session generate`)",
                        old_positional="SESSION.json")
     add_template_option(p, what="the chat template (default: the model GGUF's own)")
-    p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: the first)")
+    p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: its default one)")
     add_settings_option(p, CHOSEN + BASELINES, CHOSEN, "; none: no batch ends, every-user-start: the 73618f2 regression's rule")
     add_format(p, ("markdown", "json"), "markdown", "the replay")
     add_output(p, "the replay")

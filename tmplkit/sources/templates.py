@@ -167,8 +167,19 @@ def select_named(templates: list[ChatTemplate], name: str | None, sources=()) ->
 
 
 def load_one(source: str | os.PathLike, name: str | None = None) -> ChatTemplate:
-    """The template named `name` (or the default, i.e. the first) from a source."""
+    """The template named `name` from a source, or its default: its one template, or the one the
+    others are named after (a GGUF's `tokenizer.chat_template`, a model folder's, a list's
+    "default", as transformers and llama.cpp pick it). A source of several templates and no
+    default (a folder of templates, a list with no "default") is an error: picking one of them
+    would be a guess (`diff old/ new/` compared the first file of each and said "no change")."""
     templates = load(source)
+    if name is None and len(templates) > 1:
+        defaults = [t for t in templates if all(u is t or u.name.startswith(t.name + ":") for u in templates)]
+        if len(defaults) != 1:
+            names = ", ".join(t.name for t in templates[:10]) + (", ..." if len(templates) > 10 else "")
+            raise SourceError(f"{source}: holds {len(templates)} templates and none is the default ({names}); "
+                              "give --name NAME for one of them, or that template's own file")
+        templates = defaults
     for t in templates:
         if name is None or t.name == name or t.name.rsplit(":", 1)[-1] == name:
             if t.error:  # one template asked for: the file it could not read is the error
