@@ -122,7 +122,7 @@ def test_standard_input(capsys, monkeypatch):
     ("", "not a llama-server log"),
     ("127.0.0.1 - - [02/Dec/2025] \"GET / HTTP/1.1\" 200 -\n", "not a llama-server log"),
     ("Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: no\n", "not a llama-server log"),
-    ("\x00\x01\x02GGUF", "binary"),
+    ("\x00\x01\x02GGUF", "not a llama-server log"),  # (a NUL alone is no binary: a log emptied while written)
     ("0.00.000.870 I srv  llama_server: initializing ...\n0.00.913.772 I srv  llama_server: model loaded\n", "no task"),
 ])
 def test_bad_or_foreign_logs_are_one_line_errors(text, says, tmp_path, capsys):
@@ -285,6 +285,30 @@ def test_a_log_as_windows_saves_it_a_cut_log_and_a_damaged_number(tmp_path, caps
     damaged = text.replace("task.n_tokens = 634", "task.n_tokens = 99999999999999999999999999999")
     with pytest.raises(InputError, match=r"task 0 has a token count of 9{29}, more than llama.cpp can hold"):
         read_server_log(damaged, "d.log")
+
+
+def test_a_log_emptied_while_written_a_compressed_log_and_one_too_big(tmp_path, capsys, monkeypatch):
+    import gzip
+    import io
+    import sys
+
+    text = (LOGS / "0.3.36-session-lv4.log").read_text()
+    want = read_server_log(text).to_dict()["tasks"]
+    # `: > server.log` while the server writes on: zero bytes up to where it was (was "a binary file")
+    (tmp_path / "emptied.log").write_bytes(b"\x00" * 100_000 + text.encode())
+    assert main(["--no-config", "server", "log", str(tmp_path / "emptied.log"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tasks"] == want
+    (tmp_path / "server.log.gz").write_bytes(gzip.compress(text.encode()))
+    assert main(["--no-config", "server", "log", str(tmp_path / "server.log.gz")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a compressed file" in err and "zcat" in err, err
+    # (a file or a stream of any size was read whole: a model given by mistake, or `cat /dev/zero`)
+    monkeypatch.setattr("tmplkit.server.log.LOG_MAX_BYTES", 1000)
+    assert main(["--no-config", "server", "log", str(LOGS / "0.3.36-session-lv4.log")]) == 2
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert main(["--no-config", "server", "log", "-"]) == 2
+    errs = capsys.readouterr().err.splitlines()
+    assert len(errs) == 2 and all("more than 0 MiB, more than tmplkit reads as one log" in e and "tail -c" in e for e in errs)
 
 
 @pytest.mark.parametrize("name,lines,pattern", [("0.3.33-cold-lv3", 35, "fragmented"), ("0.3.33-cold-lv4", 50, "fragmented"),

@@ -7,6 +7,8 @@ llama-server log as a user has it.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from ._common import (
     add_format,
     add_limits,
@@ -132,7 +134,7 @@ def _cmd_log(args) -> int:
     from pathlib import Path
 
     from ..errors import InputError
-    from ..server.log import decode_log, format_server_log, read_server_log
+    from ..server.log import LOG_MAX_BYTES, decode_log, format_server_log, read_server_log
     from ..server.log_breaks import locate_breaks
 
     limits = contained_limits(args, SESSION_TIMEOUT)  # (a bad limit is refused before any work)
@@ -144,16 +146,20 @@ def _cmd_log(args) -> int:
     if args.log == "-":
         from ..jsonio import stdin
 
-        data = stdin("the log").read()
-        text, source = decode_log(data) if isinstance(data, bytes) else data, "<stdin>"
+        source = "<stdin>"
+        data = stdin("the log").read(LOG_MAX_BYTES + 1)  # (a stream that never ends is read no further)
     else:
         path = Path(args.log)
         _check_log_file(path)
+        source = str(path)
         try:
-            text = decode_log(path.read_bytes())
+            with path.open("rb") as f:  # (a log the server still writes grows while it is read)
+                data = f.read(LOG_MAX_BYTES + 1)
         except OSError as exc:
             raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-        source = str(path)
+    if len(data) > LOG_MAX_BYTES:
+        _too_big(source)
+    text = decode_log(data, source) if isinstance(data, bytes) else data
     log = read_server_log(text, source)
     if all(given):
         from ..auditing.contained import run_contained
@@ -178,9 +184,11 @@ def _check_log_file(path) -> None:
     import stat
 
     from ..errors import InputError
+    from ..server.log import LOG_MAX_BYTES
 
     try:
-        mode = path.stat().st_mode
+        info = path.stat()
+        mode, size = info.st_mode, info.st_size
     except FileNotFoundError:
         raise InputError(f"log file not found: {path}; give the file llama-server's output went to, or - for "
                          "standard input") from None
@@ -191,3 +199,13 @@ def _check_log_file(path) -> None:
     if not stat.S_ISREG(mode):
         raise InputError(f"{path}: not a regular file (a pipe or device); give the log as a file, or pipe it to - "
                          "(standard input)")
+    if size > LOG_MAX_BYTES:  # (refused before reading a gigabyte of it)
+        _too_big(str(path))
+
+
+def _too_big(source: str) -> NoReturn:
+    from ..errors import InputError
+    from ..server.log import LOG_MAX_BYTES
+
+    raise InputError(f"{source}: more than {LOG_MAX_BYTES >> 20} MiB, more than tmplkit reads as one log; give the part "
+                     "with the requests to read (e.g. `tail -c 200M LOG > part.log`)")

@@ -54,10 +54,13 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError
 
-__all__ = ["ANSI", "FAR_BACK_TOKENS", "LOG_SCHEMA_VERSION", "ServerLog", "TaskPrefill", "decode_log", "format_server_log",
+__all__ = ["ANSI", "FAR_BACK_TOKENS", "LOG_MAX_BYTES", "LOG_SCHEMA_VERSION", "ServerLog", "TaskPrefill", "decode_log", "format_server_log",
            "read_server_log"]
 
 LOG_SCHEMA_VERSION = 1
+# The most of a log read at once (its lines take a few times that in memory): far above a session's
+# lines at -lv 4; a bigger file is a server's weeks of output, or no log (a model given by mistake).
+LOG_MAX_BYTES = 1 << 30
 
 # A resume "went too far back" when it recomputed at least this many tokens the new prompt shared
 # with what the slot held (or started over from position 0 with at least this many shared).
@@ -357,9 +360,13 @@ def _read_task_line(t: _Task, msg: str) -> None:
         t.stop = _int(g.group(1))
 
 
-def decode_log(data: bytes) -> str:
+def decode_log(data: bytes, source: str = "<log>") -> str:
     """A log's bytes as text: UTF-8 (a byte that is not: replaced), or UTF-16 where it says so by
-    its byte-order mark or has the zero bytes of one without it (PowerShell's `>` writes it)."""
+    its byte-order mark or has the zero bytes of one without it (PowerShell's `>` writes it).
+    InputError for a compressed log (`server.log.gz`)."""
+    if data.startswith((b"\x1f\x8b", b"\x28\xb5\x2f\xfd", b"\xfd7zXZ\x00", b"BZh")):
+        raise InputError(f"{source}: a compressed file (gzip, zstd, xz or bzip2), not the log's text; decompress it "
+                         f"first, e.g. `zcat {'LOG' if source.startswith('<') else source} | tmplkit server log -`")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         return data.decode("utf-16", "replace")
     head = data[:4096]
@@ -392,9 +399,9 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     Raises InputError, in one line, for a text that is not a llama-server log, one of an older
     server's format, or one that holds no task.
     """
-    if "\x00" in text:
-        raise InputError(f"{source}: a binary file, not a llama-server log")
-    lines = [ANSI.sub("", ln) for ln in text.splitlines()]
+    # llama-server writes no NUL: a run of them is a log emptied while the server wrote on into it
+    # (`: > server.log`, logrotate's copytruncate), left out; a binary file is no log below.
+    lines = [ANSI.sub("", ln) for ln in text.replace("\x00", "").splitlines()]
     _refuse_older_format(lines, source)
     if not any(_SERVER_MARKS.search(ln) for ln in lines):
         raise InputError(f"{source}: not a llama-server log (no 'srv ...:' or 'slot ...: id N | task N |' line); "
