@@ -315,7 +315,7 @@ def test_a_file_llama_cpp_cannot_load(tmp_path):
     bad.write_bytes(b"GGUF" + b"\x00" * 64)
     with pytest.raises(ModelError) as exc:
         PrefillRunner(bad)
-    assert "llama.cpp cannot load" in one_line(exc)
+    assert "llama.cpp cannot load" in one_line(exc) and "give a GGUF model file that llama.cpp reads" in one_line(exc)
     with pytest.raises(ModelError, match="model file not found"):
         PrefillRunner(tmp_path / "missing.gguf")
 

@@ -201,7 +201,7 @@ def test_bad_tokenizer_json(tmp_path):
     bad.write_text('{"version": "1.0", "model": {"type": "Nope"}}')
     with pytest.raises(TokenizerError) as e:
         load_tokenizer(bad)
-    assert "not a usable tokenizer.json" in _one_line(e)
+    assert "not a usable tokenizer.json" in _one_line(e) and "give the model's own tokenizer.json" in _one_line(e)
     with pytest.raises(TokenizerError) as e:
         load_tokenizer(tmp_path)  # the folder holds that same bad file
     _one_line(e)

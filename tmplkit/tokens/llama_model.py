@@ -91,7 +91,8 @@ class LlamaModel:
         mparams.vocab_only = vocab_only
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
-            raise ModelError(f"llama.cpp cannot load {path}: {log_cause('not a valid GGUF model')}")
+            raise ModelError(f"llama.cpp cannot load {path}: {log_cause('not a valid GGUF model')}; give a GGUF model "
+                             "file that llama.cpp reads (a download cut short, or a newer format than this llama.cpp's)")
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
 
     @property

@@ -655,7 +655,8 @@ class HFTokenizer:
             self._tok = _Tok.from_file(str(path))
         except Exception as exc:  # tokenizers raises a plain Exception on bad JSON
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise TokenizerError(f"{path} is not a usable tokenizer.json ({first})") from None
+            raise TokenizerError(f"{path} is not a usable tokenizer.json ({first}); give the model's own tokenizer.json, "
+                                 "or a .gguf or vocab:NAME") from None
         if self._tok.get_vocab_size(with_added_tokens=True) == 0:
             raise TokenizerError(f"{path} has no vocabulary; give the model's tokenizer.json")
         self.path = path
