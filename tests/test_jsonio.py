@@ -83,6 +83,8 @@ def test_depth_limit_counts_brackets_outside_strings_only(tmp_path):
     assert len(parse_json(brackets_in_strings, max_depth=2)) == 20
     with pytest.raises(InputError, match="nested too deeply"):  # past Python's own recursion limit
         parse_json("[" * 100_000 + "]" * 100_000, max_depth=None)
+    with pytest.raises(InputError, match=r"\(more than 10 levels\); fix the value$"):  # (an option's value is no file)
+        parse_json(deep, what="template variables", where="--template-kwargs", max_depth=10)
 
 
 @pytest.mark.parametrize("data,expected", [

@@ -119,7 +119,8 @@ def test_standard_input(capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("text, says", [
-    ("", "not a llama-server log"),
+    ("", "the log is empty"),
+    ("\x00" * 64 + "\r\n \n", "the log is empty"),  # (emptied with `: > server.log`, nothing written since)
     ("127.0.0.1 - - [02/Dec/2025] \"GET / HTTP/1.1\" 200 -\n", "not a llama-server log"),
     ("Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: no\n", "not a llama-server log"),
     ("\x00\x01\x02GGUF", "not a llama-server log"),  # (a NUL alone is no binary: a log emptied while written)

@@ -24,6 +24,7 @@ def _one_line_error(capsys, *argv: str) -> str:
     (["--requests", "1000"], "--requests must be at most 200, got 1000"),
     (["--tokens", "3000", "--requests", "2"], "give --tokens or --requests, not both"),
     (["--tokens", "100"], "--tokens must be at least 200, got 100"),
+    (["--requests", "0"], "--requests must be a positive whole number, got 0"),  # (a count: no "finite")
 ])
 def test_out_of_range_or_conflicting_lengths_are_refused(argv, words, capsys, tmp_path):
     out = tmp_path / "s.json"

@@ -106,6 +106,7 @@ def test_turns_with_the_servers_delimiter_lists(session_file, tmp_path, capsys, 
 @pytest.mark.parametrize("args, message", [
     (["--session", "missing.json"], "session file not found"),
     (["--memory-model", "swa:x"], "unknown memory model"),
+    (["--memory-model", "swa:0"], "memory model 'swa:0': a window of 0 positions holds nothing"),
     (["--server-delimiters", "missing.json", "--tokenizer", "vocab:qwen35"], "missing.json: cannot read"),
     (["--settings", "tmplkit,fastest"], "unknown --settings fastest; give some of llama-server, tmplkit, divergence-aware"),
 ])

@@ -128,6 +128,7 @@ def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
     ...
     tmplkit.errors.InputError: c.json: not valid JSON (NaN is no JSON number, and llama-server refuses it); give a number, or null
     """
+    fix = "fix the value" if where.startswith("--") else "fix the file"  # (an option's value: --template-kwargs)
     if text.startswith(_BOM):
         raise error(f"{where}: not valid JSON (it starts with a UTF-8 byte-order mark); save the file without one")
     try:
@@ -139,11 +140,11 @@ def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
         hint = "give one JSON value (JSON Lines is not supported)" if exc.msg == "Extra data" else "fix the JSON"
         raise error(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); {hint}") from None
     except RecursionError:
-        raise error(f"{where}: JSON nested too deeply for {what}; fix the file") from None
+        raise error(f"{where}: JSON nested too deeply for {what}; {fix}") from None
     except ValueError as exc:  # (Python refuses to read an integer of more than 4,300 digits)
-        raise error(f"{where}: {number_problem(exc)}; fix the file") from None
+        raise error(f"{where}: {number_problem(exc)}; {fix}") from None
     if max_depth is not None and _depth(text, max_depth) > max_depth:
-        raise error(f"{where}: JSON nested too deeply for {what} (more than {max_depth} levels); fix the file")
+        raise error(f"{where}: JSON nested too deeply for {what} (more than {max_depth} levels); {fix}")
     if "\\u" in text and (lone := lone_surrogate(value)) is not None:
         raise error(f"{where}: {lone_surrogate_problem(lone)}")
     return value

@@ -210,7 +210,8 @@ def positive(value, flag: str):
     from ..errors import InputError
 
     if value is not None and not 0 < value < float("inf"):  # also refuses nan; inf as the configuration does
-        raise InputError(f"{flag} must be a positive finite number, got {value}")
+        what = "a positive whole number" if isinstance(value, int) else "a positive finite number"
+        raise InputError(f"{flag} must be {what}, got {value}")
     return value
 
 

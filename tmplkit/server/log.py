@@ -402,6 +402,9 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     # llama-server writes no NUL: a run of them is a log emptied while the server wrote on into it
     # (`: > server.log`, logrotate's copytruncate), left out; a binary file is no log below.
     lines = [ANSI.sub("", ln) for ln in text.replace("\x00", "").splitlines()]
+    if not any(ln.strip() for ln in lines):
+        raise InputError(f"{source}: the log is empty; give the output of llama-server itself (its stderr, or "
+                         "--log-file) once it has served a request")
     _refuse_older_format(lines, source)
     if not any(_SERVER_MARKS.search(ln) for ln in lines):
         raise InputError(f"{source}: not a llama-server log (no 'srv ...:' or 'slot ...: id N | task N |' line); "

@@ -78,6 +78,9 @@ class MemoryModel:
             return cls.swa(int(arg.lstrip("0")), n_ubatch)
         if kind in ("recurrent", "full") and not arg:
             return cls(kind)
+        if kind == "swa" and arg.isascii() and arg.isdigit():
+            raise InputError(f"memory model {spec!r}: a window of 0 positions holds nothing; give swa:N with the "
+                             "model's window (e.g. swa:512, Gemma 3)")
         raise InputError(f"unknown memory model {spec!r}; give swa:N (e.g. swa:512, Gemma 3), recurrent or full")
 
     def to_dict(self) -> dict:
