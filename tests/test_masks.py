@@ -12,7 +12,7 @@ import pytest
 
 from tmplkit.errors import TmplkitError
 from tmplkit.masks import MASK_SCHEMA_VERSION, MaskError, assistant_mask, assistant_masks, text_mask, text_masks
-from tmplkit.session import load_conversation
+from tmplkit.session import for_server, load_conversation
 from tmplkit.sources import ChatTemplate, load_one
 from tmplkit.turns import session_requests
 
@@ -81,7 +81,8 @@ def test_no_header_and_no_generation_prompt_is_masked(name, conv):
         # header-closes-reasoning)
         assert m.text[:turn.start].endswith(("<|im_start|>assistant\n", "### Response:\n", "<|assistant|>", "<|assistant|>\n",
                                              "<|start|>assistant", "</think>\n", "<|assistant|><think></think>",
-                                             "</think>", "[/INST]", "ASSISTANT:", "<|turn|>assistant\n")), \
+                                             "</think>", "[/INST]", "ASSISTANT:", "<|turn|>assistant\n",
+                                             "Source: assistant\n\n ")), \
             (name, m.text[:turn.start][-30:])
 
 
@@ -92,7 +93,12 @@ def test_the_last_turn_is_the_turns_studys_generated_turn(name):
     m = text_mask(t, conv)
     last = [r for r in session_requests(conv, t) if r.generated][-1]
     # (less the whitespace the template writes after the end of turn: the model does not write it)
-    assert m.masked_text()[-1] == last.generated.rstrip()
+    generated = last.generated
+    if name == "prompt-always":
+        # (the turns study's turn runs on into the generation prompt the template writes whatever
+        # add_generation_prompt says, the next turn's: the mask ends at the turn's end marker)
+        generated = generated[:generated.rindex(" <step> ") + len(" <step> ")]
+    assert m.masked_text()[-1] == generated.rstrip()
     assert m.text.endswith(last.generated)
 
 
@@ -305,7 +311,7 @@ def test_the_one_render_path_serves_chatml_with_one_render_a_session(monkeypatch
     # the benchmark's template: served, and with two long renders (the whole and the last request)
     # past the probes; the rest are short (a turn asked for alone, the turns' endings)
     from tmplkit.masks import _mask
-    from tmplkit.session import for_server, generate_session
+    from tmplkit.session import generate_session
 
     t = template("reasoning-kept")
     assert _held_one_render(t, monkeypatch) >= 5
@@ -335,7 +341,7 @@ def test_a_template_that_drops_earlier_reasoning_is_served_with_one_long_render(
     (the request the whole render implies, the turn asked for alone): each conversation turn for turn
     as proved, and a session's mask with two long renders, not two a request."""
     from tmplkit.masks import _mask
-    from tmplkit.session import for_server, generate_session
+    from tmplkit.session import generate_session
 
     t = corpus_template(name)
     assert _held_one_render(t, monkeypatch) >= 5
@@ -494,6 +500,40 @@ def test_a_history_form_that_runs_over_the_next_delimiter_whole_ends_before_it(c
     # message's, not a quote of the answer's
     m = text_mask(corpus_template("codellama-CodeLlama-70b-Instruct-hf"), FIXTURES / "plain.json")
     assert m.masked_text()[0] == "Hello. <step>" and m.turns[0].rule == "history", m.masked_text()
+
+
+@pytest.mark.parametrize("conv", ["plain.json", "chat.json", "agent.json"])
+def test_the_last_turn_leaves_out_a_generation_prompt_written_whatever_add_generation_prompt_says(conv):
+    # prompt-always (ours) ends every render with `Source: assistant\nDestination: user\n\n `, the
+    # generation prompt, with add_generation_prompt or without: the last turn took it in up to `user`
+    # (`Goodbye. <step> Source: assistant\nDestination: user`); it ends at ` <step>`, as the others do
+    t = template("prompt-always")
+    m = text_mask(t, FIXTURES / conv)
+    server = for_server(t, load_conversation(FIXTURES / conv), inputs="transformers")
+    assert m.text == server.render(add_generation_prompt=False) == server.render(add_generation_prompt=True)
+    assert m.text.endswith(" <step> Source: assistant\nDestination: user\n\n ")
+    masked = m.masked_text()
+    assert all(x.endswith(" <step>") and "Source:" not in x for x in masked), masked
+    assert m.turns[-1].end == len(m.text) - len(" Source: assistant\nDestination: user\n\n ")
+
+
+def test_a_prompt_written_whatever_add_generation_prompt_says_leaves_the_turns_to_the_proving_path(monkeypatch):
+    # prompt-always (ours): no request is a prefix of the whole render (each ends with the prompt,
+    # which the history writes otherwise), so neither fast path serves it and the proving path does
+    t = template("prompt-always")
+    for conv in ("plain.json", "chat.json", "agent.json"):
+        one, proved = _one_render(t, FIXTURES / conv, monkeypatch)
+        fast, plain = _both_ways(t, FIXTURES / conv, monkeypatch)
+        assert one is None and fast.turns == plain.turns == proved.turns
+        assert plain.masked_text()[-1].endswith(" <step>"), plain.masked_text()
+
+
+@pytest.mark.corpus
+def test_the_last_turn_leaves_out_the_prompt_codellama_70b_writes_whatever_add_generation_prompt_says(corpus_template):
+    # CodeLlama 70b (Hub, development half) ends every render with `Source: assistant\nDestination:
+    # user\n\n `: the last turn's mask was `Goodbye. <step> Source: assistant\nDestination: user`
+    m = text_mask(corpus_template("codellama-CodeLlama-70b-Instruct-hf"), FIXTURES / "plain.json")
+    assert m.masked_text() == ["Hello. <step>", "Goodbye. <step>"], m.masked_text()
 
 
 def test_the_last_turn_ends_where_its_turn_ends_not_in_the_next_header():

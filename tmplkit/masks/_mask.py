@@ -28,6 +28,7 @@ that overlaps masked text is masked.
 
 from __future__ import annotations
 
+import json
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
@@ -43,7 +44,7 @@ from ..markup import UNIT, lcs
 from ..markup import lcp as common_prefix
 from ..sandbox import PINNED_NOW
 from ..session import Conversation, ServerConversation, for_server, load_conversation
-from ..session.requests import NEEDLE, TurnEndings, clock_at, iter_requests, locate_turn, request_points
+from ..session.requests import NEEDLE, TurnEndings, clock_at, iter_requests, locate_turn, newest_only, request_points
 from ..sources.templates import ChatTemplate
 from ..tokens.delimiter_ids import token_delimiters
 from ..tokens.tokenizers import Tokenizer
@@ -316,7 +317,10 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
         if end == len(text.rstrip()):
             end = _before_trailing_header(text, start, end, starts, headers)
             end = start + len(_without_end_of_text(text[start:end]))
-            end = _before_next_opening(text, start, end, openers, headers)
+            # (what every render ends with is cut first: the next message's opening may come before it)
+            upto = len(text) - len(_written_always(server, server.messages[turn[1] - 1], text))
+            end = _before_next_opening(text[:upto], start, min(end, start + len(text[start:upto].rstrip())),
+                                       openers, headers)
         if 0 < end - start < longest and _rest_of_header(text, start, end, headers):
             # The turn lies inside its header as the history writes it: an empty answer that the
             # template writes as a bare `<seed:bos>assistant` (Seed-OSS; the generation prompt adds
@@ -723,11 +727,54 @@ def _before_trailing_header(text: str, start: int, end: int, starts: Sequence[in
 def _before_next_opening(text: str, start: int, end: int, openers: Sequence[str], headers: Sequence[str]) -> int:
     """`end`, moved before the beginning of a next message's delimiter that the render ends with
     after the turn's own end marker (header-ahead's ` <step> Source: `: a turn followed by a message
-    ends before `Source: user\n\n `, the next one's; the last one before its `Source: `)."""
-    k = max((n for d in (*openers, *headers) for n in range(1, len(d)) if d[:n].strip() and text.endswith(d[:n])),
-            default=0)
-    turn = text[start:len(text) - k].rstrip()
-    return start + len(turn) if k and start + len(turn) < end and _ends_with_unit(turn) else end
+    ends before `Source: user\n\n `, the next one's; the last one before its `Source: `). The longest
+    such beginning that leaves the turn ending with its marker: a delimiter proven with the end
+    marker before it (`<step> Source: assistant\n\n `) ends the render with more than the opening."""
+    for k in sorted({n for d in (*openers, *headers) for n in range(1, len(d))
+                     if d[:n].strip() and text.endswith(d[:n])}, reverse=True):
+        turn = text[start:len(text) - k].rstrip()
+        if start + len(turn) < end and _ends_with_unit(turn):
+            return start + len(turn)
+    return end
+
+
+def _written_always(server: ServerConversation, last: dict, text: str) -> str:
+    """What `text`, the whole render, ends with after its last turn (whose last message is `last`) that
+    no turn is: what a render writes after an assistant message of that kind only when it is the
+    newest (`newest_only`) where a request's render, a user message last, ends with it too whether
+    `add_generation_prompt` is set or not: a generation prompt the template writes whatever that
+    says, the next turn's (CodeLlama 70b's `assistant\nDestination: user\n\n `, after the
+    `Source: ` that a turn followed by a message shares with the next one's header). "" where none.
+    Read off four short renders once per template, variables, tools and kind of turn."""
+    key: tuple | None
+    try:
+        key = (server.template, json.dumps([server.kwargs, server.tools], sort_keys=True, default=repr),
+               bool(last.get("tool_calls")))
+        hash(key)
+    except TypeError:  # (a template or variables that cannot be a key: read each time)
+        key = None
+    if key is None or key not in _ALWAYS:
+        ending = newest_only(server, last)
+        if ending.strip():
+            ask = [{"role": "user", "content": "Hello."}]
+            try:
+                renders = [server.render(ask, add_generation_prompt=gp) for gp in (False, True)]
+            except TmplkitError:
+                renders = []
+            ending = ending if renders and all(r.endswith(ending) for r in renders) else ""
+        else:
+            ending = ""
+        if key is None:
+            return ending if text.endswith(ending) else ""
+        if len(_ALWAYS) >= _ALWAYS_MAX:
+            _ALWAYS.pop(next(iter(_ALWAYS)))
+        _ALWAYS[key] = ending
+    ending = _ALWAYS[key]
+    return ending if text.endswith(ending) else ""
+
+
+_ALWAYS: dict = {}
+_ALWAYS_MAX = 64
 
 
 _END_OF_TEXT = re.compile(r"(?:\s+(?:" + UNIT.pattern + r"))+$")

@@ -60,7 +60,7 @@ from ..sources.templates import ChatTemplate
 from ._render import for_server
 
 __all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "iter_requests", "locate_turn",
-           "next_renders", "request_points", "session_requests", "turn_ending", "turn_header"]
+           "newest_only", "next_renders", "request_points", "session_requests", "turn_ending", "turn_header"]
 
 # The content that marks where a message's own text lies in a render (the turns study's generated
 # turn, the masks' turn in a whole render): invisible separators around a word no template writes.
@@ -201,13 +201,36 @@ def turn_ending(conversation, turn: dict) -> str:
     (a next assistant header printed whatever `add_generation_prompt` says; `<|return|>` where a
     followed turn has `<|end|>`). Read off two short renders, the turn's content a needle; "" where
     the template renders them alike or refuses them."""
+    found = _newest_only(conversation, turn)
+    if found is None:
+        return ""
+    before, ending, after_content = found
+    # An ending of markup, or one that starts right where the turn's content ends (a guard model's
+    # instructions after the conversation), is taken; anything else is the turn written otherwise
+    # (a tool-call turn whose text the template does not print; Apriel 1.5 writes a call's "id" only
+    # where the call is followed, so the two part inside the call's JSON, `}]</tool_calls>...` of
+    # which is the model's to write).
+    return ending if _markup_only(ending) or (not before.strip() and after_content) else ""
+
+
+def newest_only(conversation, turn: dict) -> str:
+    """`turn_ending` before it is judged: all the end of the render of a turn of `turn`'s kind as the
+    newest message that a render with a user message after it does not share, whatever it holds
+    (the masks prove otherwise that it is no part of the turn); "" where there is none."""
+    found = _newest_only(conversation, turn)
+    return found[1] if found else ""
+
+
+def _newest_only(conversation, turn: dict) -> tuple[str, str, bool] | None:
+    """(what the newest turn writes before its ending, from its content on where the needle is
+    found; the ending; whether it was) off two short renders; None where they are alike or refused."""
     mine = {**turn, "content": NEEDLE}
     ask = {"role": "user", "content": "Hello."}
     try:
         last = conversation.render([ask, mine], add_generation_prompt=False)
         followed = conversation.render([ask, mine, {"role": "user", "content": _NEXT}], add_generation_prompt=False)
     except TmplkitError:
-        return ""
+        return None
     a, b = last.rfind(NEEDLE), followed.rfind(NEEDLE)
     if a >= 0 and b >= 0:
         # Compared from the turn's content on: a followed turn's history may be written otherwise
@@ -215,20 +238,14 @@ def turn_ending(conversation, turn: dict) -> str:
         last, followed = last[a + len(NEEDLE):], followed[b + len(NEEDLE):]
     k = common_prefix(last, followed)
     if k >= len(last):
-        return ""
+        return None
     k = back_to_boundary(last, k)
     opener = [u for u in UNIT.finditer(last, 0, k) if u.end() == k]
     if opener and last[k:k + 1].isalpha():
         # The renders part right after a shared opener, at the role word that follows it
         # (`<|start_header_id|>` + `assistant` or `user`): the opener is the next turn's.
         k = opener[0].start()
-    ending = last[k:]
-    # An ending of markup, or one that starts right where the turn's content ends (a guard model's
-    # instructions after the conversation), is taken; anything else is the turn written otherwise
-    # (a tool-call turn whose text the template does not print; Apriel 1.5 writes a call's "id" only
-    # where the call is followed, so the two part inside the call's JSON, `}]</tool_calls>...` of
-    # which is the model's to write).
-    return ending if _markup_only(ending) or (not last[:k].strip() and a >= 0 and b >= 0) else ""
+    return last[:k], last[k:], a >= 0 and b >= 0
 
 
 def _markup_only(text: str) -> bool:
