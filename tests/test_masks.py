@@ -541,11 +541,35 @@ def test_the_last_turn_ends_where_its_turn_ends_not_in_the_next_header():
     # turn followed by a message leaves `Source: ` to the next one's `Source: user\n\n `, and the last
     # turn took it in (the render ends with it).
     t = load_one(str(FIXTURES.parent / "templates" / "header-ahead.jinja"))
-    for conv in ("plain.json", "chat.json"):
+    expected = {"plain.json": ["Hello. <step>", "Goodbye. <step>"],
+                "chat.json": ["4 <step>", ' <call>ls {"path": "."}</call> <step>', "a.txt <step>"]}
+    for conv, masked in expected.items():
         m = text_mask(t, FIXTURES / conv)
         assert m.text.endswith(" <step> Source: ")
-        assert m.masked_text()[0].endswith(" <step>") and m.masked_text()[-1].endswith(" <step>"), m.masked_text()
-    assert [x.strip() for x in text_mask(t, FIXTURES / "plain.json").masked_text()] == ["Hello. <step>", "Goodbye. <step>"]
+        assert m.masked_text() == masked, m.masked_text()
+
+
+@pytest.mark.parametrize("name", ["header-ahead", "source-destination"])
+def test_the_prompt_ending_a_history_header_written_otherwise_repeats_is_not_masked(name):
+    # The history writes the header `Source: assistant\n\n `, the generation prompt `Source:
+    # assistant\nDestination: user\n\n `: past the shared `assistant\n`, the history's `\n ` is the
+    # prompt's ending `\n\n ` again, which the model never writes (each mask started with `\n `).
+    # An answer's own opening after it stays the answer's: an empty content before a call's ` <call>`.
+    t = load_one(str(FIXTURES.parent / "templates" / f"{name}.jinja"))
+    assert text_mask(t, FIXTURES / "plain.json").masked_text() == ["Hello. <step>", "Goodbye. <step>"]
+    conv = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "  Hello."},
+            {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Goodbye."}]
+    assert text_mask(t, conv).masked_text() == ["  Hello. <step>", "Goodbye. <step>"]
+
+
+def test_a_prefix_turn_keeps_the_whitespace_its_model_writes_first():
+    # The request is a prefix of the history: a `\n` the model writes first after the prompt's
+    # `<start_of_turn>model\n` is its own, though the prompt ends with `\n` too.
+    t = ChatTemplate(text="{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n"
+                          "{{ m.content }}<end_of_turn>\n{% endfor %}"
+                          "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}", name="gemma-like", source="-")
+    conv = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "\nHello."}]
+    assert text_mask(t, conv).masked_text() == ["\nHello.<end_of_turn>"]
 
 
 @pytest.mark.parametrize("conv", ["chat-tools.json", "agent.json"])

@@ -21,8 +21,10 @@ message, after what the generation prompt already wrote:
    prompt as the turn writes it (`after_prompt`): where the turn writes the prompt otherwise (an
    empty reasoning block the prompt closed, which the history prints with the turn's reasoning
    in it), the part they share is the header and the turn's text starts after the rest of the
-   prompt there. So the turn holds what the template writes before its content: Gemma 4's tool
-   calls, gpt-oss-20b's analysis message before its answer. With no such header (an empty generation
+   prompt there, or after the whitespace the prompt ends with where the header writes it again
+   (header-ahead's `assistant\\n\\n ` against the prompt `assistant\\nDestination: user\\n\\n `).
+   So the turn holds what the template writes before its content: Gemma 4's tool calls,
+   gpt-oss-20b's analysis message before its answer. With no such header (an empty generation
    prompt) the markup the history ends with and the turn writes otherwise plays the prompt's
    part; failing that, the turn starts where the text before the needle stops matching the
    generation prompt's opening. Where the template prints no content for the turn (the needle
@@ -47,6 +49,7 @@ time or date shows it as a clock would.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -428,8 +431,10 @@ def after_prompt(full: str, header: int, gprompt: str, limit: int) -> int:
     of Gemma 4's empty `<|channel>thought\\n<channel|>`, the `</think>` of DeepSeek V3.2's
     `<think></think>`), where the turn writes it before `limit` with text after it, ends the
     header there (reasoning the prompt closed, which the history prints inside the block); where it
-    does not, the turn's text starts after the shared part. (Whitespace the history writes after
-    that, `</think>\\n` before the content, is the model's to write, as a prefix would have it.)"""
+    does not, the turn's text starts after the shared part and the whitespace and markup the prompt
+    ends with, where the header writes them again there (`_prompt_ending_repeated`). (Whitespace the
+    history writes after that, `</think>\\n` before the content, is the model's to write, as a prefix
+    would have it.)"""
     h = header
     k = common_prefix(gprompt, full[h:h + len(gprompt)])
     if k == len(gprompt):
@@ -441,7 +446,28 @@ def after_prompt(full: str, header: int, gprompt: str, limit: int) -> int:
             at = full.find(tail, h + k, limit)
             if at >= 0 and full[at + len(tail):].strip():
                 return at + len(tail)
-    return h + k
+    return h + k + _prompt_ending_repeated(full, h, h + k, gprompt)
+
+
+# The whitespace and markup units a text ends with.
+_TRAILING = re.compile(r"(?:" + UNIT.pattern + r"|\s)+$")
+
+
+def _prompt_ending_repeated(full: str, header: int, at: int, gprompt: str) -> int:
+    """How far the whitespace and markup that the generation prompt ends with runs on past `at` in
+    `full`, where the turn's header (from `header`), written otherwise than the prompt, stops sharing
+    it: where the header's own run of them (from the end of its text) is the prompt's whole run and
+    more, that run is the prompt's ending, which the history repeats, not the model's text
+    (header-ahead's `assistant\\n\\n ` against the prompt `assistant\\nDestination: user\\n\\n `: the
+    `\\n ` after the shared `assistant\\n`); 0 where the two runs differ (a `\\n` the history writes
+    before tool calls after a prompt that ends with `<think>\\n`)."""
+    ending = _TRAILING.search(gprompt)
+    if ending is None:
+        return 0
+    own = _TRAILING.search(full, header, at)
+    start = own.start() if own else at
+    run = ending.group(0)
+    return start + len(run) - at if start + len(run) > at and full.startswith(run, start) else 0
 
 
 def _tool_result(messages, call: dict) -> dict:
