@@ -93,13 +93,10 @@ def test_the_last_turn_is_the_turns_studys_generated_turn(name):
     m = text_mask(t, conv)
     last = [r for r in session_requests(conv, t) if r.generated][-1]
     # (less the whitespace the template writes after the end of turn: the model does not write it)
-    generated = last.generated
-    if name == "prompt-always":
-        # (the turns study's turn runs on into the generation prompt the template writes whatever
-        # add_generation_prompt says, the next turn's: the mask ends at the turn's end marker)
-        generated = generated[:generated.rindex(" <step> ") + len(" <step> ")]
-    assert m.masked_text()[-1] == generated.rstrip()
-    assert m.text.endswith(last.generated)
+    assert m.masked_text()[-1] == last.generated.rstrip()
+    # (prompt-always writes the next turn's generation prompt after it whatever add_generation_prompt
+    # says, which the template wrote, not the model: the turn leaves it out and the render ends with it)
+    assert m.text.endswith(last.generated) or m.text.endswith(last.generated + last.generation_prompt)
 
 
 def test_reasoning_dropped_from_the_history_is_not_masked_and_kept_reasoning_is():
@@ -495,11 +492,11 @@ def test_an_answer_that_ends_with_a_quoted_delimiter_is_masked_whole_and_labelle
 
 @pytest.mark.corpus
 def test_a_history_form_that_runs_over_the_next_delimiter_whole_ends_before_it(corpus_template):
-    # CodeLlama 70b: the turn's generated `<step> Source: assistant\nDestination: user\n\n ` with a
-    # stretch cut is a history form up to the next user's whole `Source: user\n\n `, which is that
-    # message's, not a quote of the answer's
+    # CodeLlama 70b: the turn ends before the next user's whole `Source: user\n\n `, which is that
+    # message's, not a quote of the answer's (the turn as generated, its `Source: assistant\nDestination:
+    # user\n\n ` the template's, was a history form running over it; it is now found as generated)
     m = text_mask(corpus_template("codellama-CodeLlama-70b-Instruct-hf"), FIXTURES / "plain.json")
-    assert m.masked_text()[0] == "Hello. <step>" and m.turns[0].rule == "history", m.masked_text()
+    assert m.masked_text()[0] == "Hello. <step>" and m.turns[0].rule == "exact", m.masked_text()
 
 
 @pytest.mark.parametrize("conv", ["plain.json", "chat.json", "agent.json"])

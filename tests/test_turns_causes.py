@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tmplkit import load_one
-from tmplkit.session import Session
-from tmplkit.turns import CAUSES, study_turns
+from tmplkit.session import Session, for_server, load_conversation
+from tmplkit.session.requests import written_always
+from tmplkit.turns import CAUSES, session_requests, study_turns
 
 FIX = Path(__file__).parent.parent / "fixtures" / "turns"
 
@@ -130,3 +133,54 @@ def test_a_held_turn_that_closes_its_reasoning_at_once_where_the_history_writes_
                   "<a><|START_THINKING|>", "", (3, 3), "", when)
     first = divergences((prev, cur), messages)[0]
     assert first.cause == "reasoning dropped" and first.detail.startswith("the held turn closes its reasoning at once")
+
+
+MASKS = Path(__file__).parent.parent / "fixtures" / "masks"
+_ALWAYS = "Source: assistant\nDestination: user\n\n "
+
+
+@pytest.mark.parametrize("conv", ["plain.json", "chat.json", "agent.json"])
+def test_a_generation_prompt_written_whatever_add_generation_prompt_says_is_the_requests_prompt(conv):
+    # prompt-always (fixtures/masks) ends every render with `Source: assistant\nDestination: user\n\n `,
+    # with add_generation_prompt or without, and writes the turn it generated after `Source: assistant\n\n `:
+    # the held text parts from the next request inside request 0's prompt (it was "last user message",
+    # the prompt taken for none, and each generated turn ran on into the next turn's prompt)
+    t = load_one(str(MASKS / "prompt-always.jinja"))
+    conversation = load_conversation(MASKS / conv)
+    reqs = session_requests(conversation, t)
+    assert all(r.generation_prompt == _ALWAYS and r.text.endswith(_ALWAYS) for r in reqs)
+    assert all(r.generated.endswith(" <step> ") and "Source:" not in r.generated for r in reqs if r.generated)
+    first = study_turns(t, conversation, switches=False).first
+    r0 = reqs[0]
+    assert first.request == 1 and first.cause == "generation prompt", first
+    assert len(r0.text) - len(_ALWAYS) <= first.position < len(r0.text)
+    assert r0.held[first.position:].startswith("Destination: user\n\n ")
+
+
+def test_a_generation_prompt_written_only_when_asked_for_is_left_as_it_was():
+    # source-destination (fixtures/templates) is prompt-always with the prompt written only with
+    # add_generation_prompt: the two renders differ, the prompt is what the one with it adds (nothing
+    # is read off the renders for it), and the study says as it did what it now says of prompt-always
+    t = load_one(str(FIX.parent / "templates" / "source-destination.jinja"))
+    conversation = load_conversation(MASKS / "plain.json")
+    server = for_server(t, conversation)
+    assert written_always(server, server.messages[2]) == ""
+    reqs = session_requests(conversation, t)
+    assert [r.generation_prompt for r in reqs] == [_ALWAYS, _ALWAYS]
+    assert [r.generated for r in reqs] == ["Hello. <step> ", "Goodbye. <step> "]
+    assert study_turns(t, conversation, switches=False).first.cause == "generation prompt"
+
+
+@pytest.mark.corpus
+def test_codellama_70b_diverges_in_the_generation_prompt_it_writes_whatever_add_generation_prompt_says(corpus_template):
+    # CodeLlama 70b (Hub, development half): every render ends with `Source: assistant\nDestination:
+    # user\n\n `, the history writes the turn after `Source: assistant\n\n `: request 0's prompt is
+    # written otherwise once the model has answered (it was "last user message", at the same place)
+    t = corpus_template("codellama-CodeLlama-70b-Instruct-hf")
+    conversation = load_conversation(MASKS / "plain.json")
+    reqs = session_requests(conversation, t)
+    assert [r.generation_prompt for r in reqs] == [_ALWAYS, _ALWAYS]
+    assert [r.generated for r in reqs] == ["Hello. <step> ", "Goodbye. <step> "]
+    first = study_turns(t, conversation, switches=False).first
+    assert (first.request, first.position, first.cause) == (1, 80, "generation prompt"), first
+    assert reqs[0].held[:first.position].endswith("Hi <step> Source: assistant\n")

@@ -41,7 +41,9 @@ def test_a_header_printed_whatever_add_generation_prompt_says_is_no_part_of_the_
     llama3 = _corpus_vocab("llama-bpe")  # Llama 3's vocabulary: its markers are special tokens
     t = tmpl("always-header")
     reqs = session_requests(session, t)
-    assert reqs[0].generation_prompt == ""  # the header is always there
+    # (the header is always there: the renders with and without add_generation_prompt are alike, and
+    # the request's generation prompt is the header it ends with, which every render writes last)
+    assert reqs[0].generation_prompt == "<|start_header_id|>assistant<|end_header_id|>\n\n"
     assert turn_ending(for_server(t, session), session.messages[reqs[0].turn[0]]) == "<|start_header_id|>assistant<|end_header_id|>\n\n"
     assert not reqs[0].generated.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
     text, tokens = _verdicts("always-header", session, llama3)

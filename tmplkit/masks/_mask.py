@@ -28,7 +28,6 @@ that overlaps masked text is masked.
 
 from __future__ import annotations
 
-import json
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
@@ -44,7 +43,7 @@ from ..markup import UNIT, lcs
 from ..markup import lcp as common_prefix
 from ..sandbox import PINNED_NOW
 from ..session import Conversation, ServerConversation, for_server, load_conversation
-from ..session.requests import NEEDLE, TurnEndings, clock_at, iter_requests, locate_turn, newest_only, request_points
+from ..session.requests import NEEDLE, TurnEndings, clock_at, iter_requests, locate_turn, request_points, written_always
 from ..sources.templates import ChatTemplate
 from ..tokens.delimiter_ids import token_delimiters
 from ..tokens.tokenizers import Tokenizer
@@ -739,42 +738,12 @@ def _before_next_opening(text: str, start: int, end: int, openers: Sequence[str]
 
 
 def _written_always(server: ServerConversation, last: dict, text: str) -> str:
-    """What `text`, the whole render, ends with after its last turn (whose last message is `last`) that
-    no turn is: what a render writes after an assistant message of that kind only when it is the
-    newest (`newest_only`) where a request's render, a user message last, ends with it too whether
-    `add_generation_prompt` is set or not: a generation prompt the template writes whatever that
-    says, the next turn's (CodeLlama 70b's `assistant\nDestination: user\n\n `, after the
-    `Source: ` that a turn followed by a message shares with the next one's header). "" where none.
-    Read off four short renders once per template, variables, tools and kind of turn."""
-    key: tuple | None
-    try:
-        key = (server.template, json.dumps([server.kwargs, server.tools], sort_keys=True, default=repr),
-               bool(last.get("tool_calls")))
-        hash(key)
-    except TypeError:  # (a template or variables that cannot be a key: read each time)
-        key = None
-    if key is None or key not in _ALWAYS:
-        ending = newest_only(server, last)
-        if ending.strip():
-            ask = [{"role": "user", "content": "Hello."}]
-            try:
-                renders = [server.render(ask, add_generation_prompt=gp) for gp in (False, True)]
-            except TmplkitError:
-                renders = []
-            ending = ending if renders and all(r.endswith(ending) for r in renders) else ""
-        else:
-            ending = ""
-        if key is None:
-            return ending if text.endswith(ending) else ""
-        if len(_ALWAYS) >= _ALWAYS_MAX:
-            _ALWAYS.pop(next(iter(_ALWAYS)))
-        _ALWAYS[key] = ending
-    ending = _ALWAYS[key]
+    """What `text`, the whole render, ends with after its last turn (whose last message is `last`)
+    that no turn is: a generation prompt the template writes whatever `add_generation_prompt` says,
+    the next turn's (`written_always`: CodeLlama 70b's `Source: assistant\nDestination: user\n\n `).
+    "" where none."""
+    ending = written_always(server, last)
     return ending if text.endswith(ending) else ""
-
-
-_ALWAYS: dict = {}
-_ALWAYS_MAX = 64
 
 
 _END_OF_TEXT = re.compile(r"(?:\s+(?:" + UNIT.pattern + r"))+$")

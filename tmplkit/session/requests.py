@@ -49,6 +49,7 @@ time or date shows it as a clock would.
 
 from __future__ import annotations
 
+import json
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
@@ -63,7 +64,8 @@ from ..sources.templates import ChatTemplate
 from ._render import for_server
 
 __all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "iter_requests", "locate_turn",
-           "newest_only", "next_renders", "request_points", "session_requests", "turn_ending", "turn_header"]
+           "newest_only", "next_renders", "request_points", "session_requests", "turn_ending", "turn_header",
+           "written_always"]
 
 # The content that marks where a message's own text lies in a render (the turns study's generated
 # turn, the masks' turn in a whole render): invisible separators around a word no template writes.
@@ -162,6 +164,14 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
 
         text, bare = conversation.render_with_prompt(messages[:n], clock=clock)  # (one pass for both, where it can)
         gprompt = _generation_prompt(text, bare)
+        # A prompt the template writes whatever `add_generation_prompt` says: the two renders are
+        # alike, and the request ends with what a render writes only after its newest message (read
+        # after an answer: the request is the same whatever kind of turn the model then generates).
+        always = endings.always(_ASSISTANT) if text == bare else ""
+        if always and text.endswith(always):
+            gprompt = always
+        else:
+            always = ""
         generated, rule = "", ""
         if end > n:
             try:
@@ -173,6 +183,9 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
                 # with the request alone.
                 generated, rule = "", "unrendered"
             generated = endings.strip(messages[end - 1], generated)
+            if always and generated.endswith(always):
+                # (the next turn's prompt, which the model does not write: the template wrote it)
+                generated = generated[:-len(always)]
         yield Request(k, n, text, gprompt, generated, (n, end), rule, when)
 
 
@@ -188,6 +201,14 @@ class TurnEndings:
     def __init__(self, conversation):
         self._conversation = conversation
         self._by_kind: dict[bool, str] = {}
+        self._always: dict[bool, str] = {}
+
+    def always(self, last: dict) -> str:
+        """`written_always` for a turn whose last message is `last`, read once per kind of turn."""
+        kind = bool(last.get("tool_calls"))
+        if kind not in self._always:
+            self._always[kind] = written_always(self._conversation, last)
+        return self._always[kind]
 
     def strip(self, last: dict, generated: str) -> str:
         """`generated` (a turn whose last message is `last`) less the ending it has only for being the newest."""
@@ -222,6 +243,63 @@ def newest_only(conversation, turn: dict) -> str:
     (the masks prove otherwise that it is no part of the turn); "" where there is none."""
     found = _newest_only(conversation, turn)
     return found[1] if found else ""
+
+
+def written_always(conversation, turn: dict) -> str:
+    """A generation prompt the template writes whatever `add_generation_prompt` says, the next
+    turn's, which a render ends with after an assistant message of `turn`'s kind too: what such a
+    render writes only after its newest message (`newest_only`) where a render with a user message
+    last ends with it, with `add_generation_prompt` and without, and the opening that render writes
+    right before it where it starts at a role word (CodeLlama 70b's `Source: assistant\nDestination:
+    user\n\n `: a followed turn writes `Source: ` too, before `user`). "" where none. Read off four
+    short renders once per template, variables, tools and kind of turn (the masks' last turn and
+    the turns study's requests share them)."""
+    key: tuple | None
+    try:
+        key = (conversation.template, json.dumps([conversation.kwargs, conversation.tools], sort_keys=True, default=repr),
+               bool(turn.get("tool_calls")))
+        hash(key)
+    except (TypeError, AttributeError):  # (a template or variables that cannot be a key: read each time)
+        key = None
+    if key is not None and key in _ALWAYS:
+        return _ALWAYS[key]
+    found = _newest_only(conversation, turn)
+    # (the turn's content in both renders: a template that prints none of it writes nothing "after" it,
+    # and what the two renders part at may be the probe's own user message, Hy-Embodied-VLM's)
+    ending = found[1] if found and found[2] else ""
+    if ending.strip():
+        ask = [{"role": "user", "content": "Hello."}]
+        try:
+            renders = [conversation.render(ask, add_generation_prompt=gp) for gp in (False, True)]
+        except TmplkitError:
+            renders = []
+        ending = _with_opening(renders[0], ending) if renders and all(r.endswith(ending) for r in renders) else ""
+    else:
+        ending = ""
+    if key is not None:
+        if len(_ALWAYS) >= _ALWAYS_MAX:
+            _ALWAYS.pop(next(iter(_ALWAYS)))
+        _ALWAYS[key] = ending
+    return ending
+
+
+_ALWAYS: dict = {}
+_ALWAYS_MAX = 64
+_ASSISTANT = {"role": "assistant", "content": ""}
+
+
+def _with_opening(text: str, ending: str) -> str:
+    """`ending`, which `text` ends with, with the opening `text` writes right before it where it
+    starts at a role word: the text since the whitespace or markup before that opening (`Source: `
+    before `assistant`), which a header shares with the next message's; `ending` where there is none."""
+    if not ending[:1].isalpha():
+        return ending
+    head = text[:len(text) - len(ending)]
+    word = head.rstrip(" \t")
+    k = len(word)
+    while k > 0 and not word[k - 1].isspace() and word[k - 1] not in BOUNDARY:
+        k -= 1
+    return text[k:] if 0 < k < len(word) else ending
 
 
 def _newest_only(conversation, turn: dict) -> tuple[str, str, bool] | None:
