@@ -376,3 +376,13 @@ def test_ctrl_c_during_the_renames_waits_for_the_last_one(tmp_path, monkeypatch)
     assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "new a"
     assert (tmp_path / "b.txt").read_text(encoding="utf-8") == "new b"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]
+
+
+def test_a_temporary_file_whose_permissions_cannot_be_set_is_removed(tmp_path, monkeypatch):
+    def refused(fd, mode):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(atomic.os, "chmod", refused)
+    with pytest.raises(atomic.InputError, match=r"a\.txt: cannot write the output file \(Operation not permitted\)"):
+        atomic.write_outputs([(tmp_path / "a.txt", "a")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

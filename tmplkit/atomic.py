@@ -248,7 +248,11 @@ class _Staged:
         self.swapped = False
         if permissions is None:
             permissions = st.st_mode & 0o7777 if st is not None else 0o666 & ~_UMASK
-        os.chmod(fd, permissions)
+        try:
+            os.chmod(fd, permissions)
+        except BaseException:  # (no object is returned to discard it: the temporary file goes now)
+            self.discard()
+            raise
 
     def open(self, mode: str, *, encoding: str | None = "utf-8", newline: str | None = None) -> IO:
         """The temporary file, open for writing (once)."""
