@@ -174,10 +174,14 @@ def _refuse_configured_outputs(args, cfg) -> None:
     if cfg.path is None:
         return
     writes_lock = getattr(args, "_writes_lock", False)
-    files = [(key, f"'{key}' in {cfg.path}", value) for key, value in cfg.files if not (key == "lock" and writes_lock)]
-    tokenizer = [key == "tokenizer" or key.startswith("tokenizers.") for key, _, _ in files]
-    refuse_reading_outputs(args, [("the configuration", str(cfg.path))] + [(w, v) for (_, w, v), t in zip(files, tokenizer) if not t],
-                           tokenizers=[(w, v) for (_, w, v), t in zip(files, tokenizer) if t])
+    reads = [("the configuration", str(cfg.path))]
+    tokenizers: list[tuple[str, str]] = []
+    for key, value in cfg.files:
+        if key == "lock" and writes_lock:
+            continue
+        is_tokenizer = key == "tokenizer" or key.startswith("tokenizers.")  # (a folder reads its tokenizer.json)
+        (tokenizers if is_tokenizer else reads).append((f"'{key}' in {cfg.path}", value))
+    refuse_reading_outputs(args, reads, tokenizers=tokenizers)
 
 
 # The optional extras: (module, extra, what it is), for one-line refusals before any work.
