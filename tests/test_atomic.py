@@ -386,3 +386,28 @@ def test_a_temporary_file_whose_permissions_cannot_be_set_is_removed(tmp_path, m
     with pytest.raises(atomic.InputError, match=r"a\.txt: cannot write the output file \(Operation not permitted\)"):
         atomic.write_outputs([(tmp_path / "a.txt", "a")])
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or os.name != "posix", reason="needs POSIX signals")
+def test_sigterm_during_the_renames_ends_the_process_after_the_last_one(tmp_path):
+    # (SIGTERM's default handler ended the process between two renames: one file new, one old)
+    script = f"""
+import os, signal
+from tmplkit import atomic
+replace, calls = os.replace, []
+def terminated(src, dst):
+    calls.append(dst)
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+    replace(src, dst)
+atomic.os.replace = terminated
+folder = {str(tmp_path)!r}
+atomic.write_outputs([(os.path.join(folder, n), "new " + n) for n in ("a.txt", "b.txt", "c.txt")])
+"""
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (tmp_path / name).write_text("old", encoding="utf-8")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == -signal.SIGTERM, run.stderr
+    assert [(tmp_path / n).read_text(encoding="utf-8") for n in ("a.txt", "b.txt", "c.txt")] == \
+        ["new a.txt", "new b.txt", "new c.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt", "c.txt"]

@@ -114,35 +114,40 @@ class hold_sigterm:
             raise Terminated
 
 
-class hold_interrupts(hold_sigterm):
-    """`hold_sigterm`, and Ctrl-C too: inside the block SIGINT is noted, and its handler runs when
-    the block ends (several files renamed into place, which must all be or none). Where this is not
-    the main thread, or SIGINT's handler was not set from Python, Ctrl-C is not held."""
+class hold_interrupts:
+    """Inside the block Ctrl-C (SIGINT) and SIGTERM are noted, and each one's own handler runs when the
+    block ends: several files renamed into place, which must all be or none. SIGTERM's default ends
+    the process then (after the block, not in it); `unwind_on_sigterm`'s raises `Terminated`. Where
+    this is not the main thread, or a handler was not set from Python, that signal is not held."""
+
+    _SIGNALS = (_signal.SIGTERM, _signal.SIGINT)  # (a pending SIGTERM first: the process ends, as asked)
 
     def __enter__(self) -> hold_interrupts:
-        self._old, self._pending = None, False
-        try:
-            old = _signal.getsignal(_signal.SIGINT)
-            if old is not None:
-                self._old = _signal.signal(_signal.SIGINT, self._note)
-        except ValueError:  # not the main thread
-            pass
-        super().__enter__()
+        self._old: dict = {}
+        self._pending: set = set()
+        for signum in self._SIGNALS:
+            try:
+                old = _signal.getsignal(signum)
+                if old is not None and old != _signal.SIG_IGN:
+                    self._old[signum] = _signal.signal(signum, self._note)
+            except ValueError:  # not the main thread
+                break
         return self
 
     def _note(self, signum, frame) -> None:
-        self._pending = True
+        self._pending.add(signum)
 
     def __exit__(self, kind, exc, tb) -> None:
-        try:
-            if self._old is not None:
-                _signal.signal(_signal.SIGINT, self._old)
-                if self._pending and callable(self._old):
-                    self._old(_signal.SIGINT, None)  # (Python's own raises KeyboardInterrupt here)
-                elif self._pending and self._old == _signal.SIG_DFL:
-                    os.kill(os.getpid(), _signal.SIGINT)
-        finally:
-            super().__exit__(kind, exc, tb)
+        for signum, old in self._old.items():
+            _signal.signal(signum, old)
+        for signum in self._SIGNALS:
+            old = self._old.get(signum)
+            if signum not in self._pending:
+                continue
+            if callable(old):
+                old(signum, None)  # (Python's own SIGINT handler raises KeyboardInterrupt here)
+            elif old == _signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
 
 
 install_early_handler()

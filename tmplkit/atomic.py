@@ -193,11 +193,19 @@ def write_outputs(outputs: list[tuple[str | os.PathLike, str | bytes]]) -> None:
                 with atomic_open(path, "wb") as f:  # (written into: nothing to rename, nothing to take back)
                     f.write(data)
                     f.flush()  # (/dev/full says so here)
+        # (a Ctrl-C or SIGTERM held until the block ends finds every file written, or none, and
+        # nothing of the write left beside them: the handler may end the process there)
         with hold_interrupts():
-            for stage in staged:
-                path = stage.path
-                stage.swap()
-            done = True  # (a Ctrl-C held until here ends the command with every file written)
+            try:
+                for stage in staged:
+                    path = stage.path
+                    stage.swap()
+            except BaseException:
+                _undo(staged)
+                _discard(staged)
+                raise
+            _discard(staged)  # (the old files kept for `undo`)
+            done = True
         for folder in {stage.target.parent for stage in staged}:
             _fsync_dir(folder)
     except OSError as exc:
@@ -209,8 +217,12 @@ def write_outputs(outputs: list[tuple[str | os.PathLike, str | bytes]]) -> None:
             _undo(staged)
         raise
     finally:
-        for stage in staged:
-            stage.discard()
+        _discard(staged)
+
+
+def _discard(staged: list[_Staged]) -> None:
+    for stage in staged:
+        stage.discard()
 
 
 def _is_special(path: str | os.PathLike) -> bool:
