@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tmplkit._interrupt import Terminated, unwind_on_sigterm
 from tmplkit.cli import build_parser, main
 from tmplkit.cli._common import progress_printer
 
@@ -90,6 +91,37 @@ def test_ctrl_c_early_in_an_audit_is_one_line_and_130(delay):
     _, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert (proc.returncode, err) == (130, "tmplkit: interrupted\n") or proc.returncode == 1  # 1: it finished first
+
+
+@pytest.mark.parametrize("kind", [KeyboardInterrupt, Terminated])
+def test_a_ctrl_c_that_lands_where_python_cannot_raise_it_still_ends_the_command(capsys, monkeypatch, kind):
+    # A Ctrl-C (or SIGTERM) that lands in a callback Python calls from its own machinery (importlib's
+    # module-lock weakref callback, while a command imports its layers: once in a while in the test
+    # above) was printed as "Exception ignored in ... Traceback ... KeyboardInterrupt" and lost; the
+    # command went on and did its work. It is raised again in the main thread: one line, exit 130.
+    import weakref
+
+    import tmplkit.schemas
+
+    class Lock:
+        pass
+
+    def callback(_ref):
+        raise kind
+
+    def work(name):
+        lock = Lock()
+        ref = weakref.ref(lock, callback)
+        del lock  # the callback runs here, and raises where nothing can catch it
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # (the interrupt comes back at a step of the main thread)
+            ref()
+        raise AssertionError("the command went on after the interrupt")
+
+    monkeypatch.setattr(tmplkit.schemas, "schema_path", work)
+    with unwind_on_sigterm():  # (SIGTERM raises Terminated, as in the commands that unwind)
+        code, _, err = run(capsys, "schema", "audit")
+    assert (code, err) == (130, "tmplkit: interrupted\n")
 
 
 def test_the_audit_from_a_script_on_standard_input(tmp_path):

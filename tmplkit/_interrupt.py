@@ -20,10 +20,12 @@ are removed and stopped on the way out; then, as for Ctrl-C, one line and exit 1
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # (built in: no stub)
+import _thread
 import os
 import sys
 
-__all__ = ["Terminated", "hold_interrupts", "hold_sigterm", "install_early_handler", "restore_default", "unwind_on_sigterm"]
+__all__ = ["Terminated", "hold_interrupts", "hold_sigterm", "install_early_handler", "raise_lost_interrupts", "restore_default",
+           "unwind_on_sigterm"]
 
 EXIT_INTERRUPTED = 130
 
@@ -148,6 +150,36 @@ class hold_interrupts:
                 old(signum, None)  # (Python's own SIGINT handler raises KeyboardInterrupt here)
             elif old == _signal.SIG_DFL:
                 os.kill(os.getpid(), signum)
+
+
+class raise_lost_interrupts:
+    """Inside the block, a Ctrl-C (or `Terminated`) that lands in a callback Python calls from its
+    own machinery, where an exception cannot be raised (importlib's module-lock weakref callback,
+    while a command imports its layers), is raised again in the main thread. Python would print it
+    as "Exception ignored in ... Traceback ... KeyboardInterrupt" and go on as if no key was pressed."""
+
+    def __enter__(self) -> raise_lost_interrupts:
+        self._old = sys.unraisablehook
+        sys.unraisablehook = self._hook
+        return self
+
+    def _hook(self, unraisable) -> None:
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+            self._old(unraisable)
+            return
+        signum = _signal.SIGINT
+        if issubclass(unraisable.exc_type, Terminated):
+            _sigterm["raised"] = False  # (`_terminated` ignores a SIGTERM once it has raised)
+            signum = _signal.SIGTERM
+        try:
+            # From another thread: the signal's handler runs in the main thread at its next step,
+            # which would be this hook's own if it were signalled from here (and lost again).
+            _thread.start_new_thread(_thread.interrupt_main, (signum,))
+        except KeyboardInterrupt:  # (another Ctrl-C meanwhile: the one to be raised is already on its way)
+            pass
+
+    def __exit__(self, kind, exc, tb) -> None:
+        sys.unraisablehook = self._old
 
 
 install_early_handler()

@@ -19,7 +19,7 @@ import os
 import sys
 from functools import partial
 
-from .._interrupt import install_early_handler, restore_default
+from .._interrupt import install_early_handler, raise_lost_interrupts, restore_default
 from .._version import __version__
 from ..errors import InputError, TmplkitError
 from ._once import StoreOnce
@@ -305,6 +305,11 @@ class _Stdout:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with raise_lost_interrupts():  # (a Ctrl-C Python would print as "Exception ignored" and lose)
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     stdout = sys.stdout
     if sys.stderr is None:  # closed (2>&-): progress and errors go nowhere, the work and its exit code stand
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the rest of the process
