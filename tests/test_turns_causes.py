@@ -184,3 +184,36 @@ def test_codellama_70b_diverges_in_the_generation_prompt_it_writes_whatever_add_
     first = study_turns(t, conversation, switches=False).first
     assert (first.request, first.position, first.cause) == (1, 80, "generation prompt"), first
     assert reqs[0].held[:first.position].endswith("Hi <step> Source: assistant\n")
+
+
+def test_a_turn_opener_written_before_an_always_written_prompt_is_the_next_turns():
+    # always-opener (ours, Command R7B's shape) ends every render with `<|START|><|ASSISTANT|>`; the
+    # renders of a turn newest and followed part after `<|START|>`, at the role's unit: `<|START|>`
+    # opens the next turn (the generated turns ended with it, and the prompt was `<|ASSISTANT|>`)
+    t = load_one(str(FIX / "always-opener.jinja"))
+    conversation = load_conversation(MASKS / "agent.json")
+    reqs = session_requests(conversation, t)
+    assert all(r.generation_prompt == "<|START|><|ASSISTANT|>" for r in reqs)
+    assert [r.generated for r in reqs if r.generated] == ['Let me list them.<|CALL|>ls {"path": "."}<|END|>', "a.txt<|END|>"]
+    assert study_turns(t, conversation, switches=False).stable
+
+
+def test_a_unit_that_ends_every_turn_stays_the_turns_before_an_always_written_prompt(tmp_path):
+    # the same shape without an opener: `<|end|>` ends the user's turn too, so the renders parting
+    # after it at the role's unit leave it the turn's (the model writes it)
+    path = tmp_path / "end-unit.jinja"
+    path.write_text("{% for m in messages %}<|{{ m.role | upper }}|>{{ m.content }}<|end|>{% endfor %}<|ASSISTANT|>",
+                    encoding="utf-8")
+    reqs = session_requests(load_conversation(MASKS / "plain.json"), load_one(str(path)))
+    assert [r.generation_prompt for r in reqs] == ["<|ASSISTANT|>", "<|ASSISTANT|>"]
+    assert [r.generated for r in reqs] == ["Hello.<|end|>", "Goodbye.<|end|>"]
+
+
+@pytest.mark.corpus
+def test_command_r7b_generated_turns_end_at_their_end_of_turn(corpus_template):
+    # Command R7B tool_use writes `<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>` whatever
+    # add_generation_prompt says: the turn the model generates ends at `<|END_OF_TURN_TOKEN|>`
+    t = corpus_template("CohereForAI-c4ai-command-r7b-12-2024-tool_use")
+    reqs = session_requests(load_conversation(MASKS / "agent.json"), t)
+    assert all(r.generation_prompt.startswith("<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>") for r in reqs)
+    assert all(r.generated.endswith("<|END_OF_TURN_TOKEN|>") for r in reqs if r.generated)

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ..errors import InputError, RenderError, TmplkitError
-from ..markup import BOUNDARY, UNIT, back_to_boundary, lcs, unit_prefix
+from ..markup import BOUNDARY, MARKUP_END, UNIT, back_to_boundary, lcs, unit_prefix
 from ..markup import lcp as common_prefix  # strings and token lists alike
 from ..sandbox import PINNED_NOW
 from ..sources.templates import ChatTemplate
@@ -71,6 +71,7 @@ __all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", 
 # turn, the masks' turn in a whole render): invisible separators around a word no template writes.
 NEEDLE = "\u2063needle\u2063"
 _NEXT = "\u2063next\u2063"
+_HELLO = "Hello."  # the probe's user message before the turn (`written_always`, `_newest_only`)
 
 
 def clock_at(t: datetime) -> Callable[[], datetime]:
@@ -268,7 +269,7 @@ def written_always(conversation, turn: dict) -> str:
     # and what the two renders part at may be the probe's own user message, Hy-Embodied-VLM's)
     ending = found[1] if found and found[2] else ""
     if ending.strip():
-        ask = [{"role": "user", "content": "Hello."}]
+        ask = [{"role": "user", "content": _HELLO}]
         try:
             renders = [conversation.render(ask, add_generation_prompt=gp) for gp in (False, True)]
         except TmplkitError:
@@ -306,13 +307,14 @@ def _newest_only(conversation, turn: dict) -> tuple[str, str, bool] | None:
     """(what the newest turn writes before its ending, from its content on where the needle is
     found; the ending; whether it was) off two short renders; None where they are alike or refused."""
     mine = {**turn, "content": NEEDLE}
-    ask = {"role": "user", "content": "Hello."}
+    ask = {"role": "user", "content": _HELLO}
     try:
         last = conversation.render([ask, mine], add_generation_prompt=False)
         followed = conversation.render([ask, mine, {"role": "user", "content": _NEXT}], add_generation_prompt=False)
     except TmplkitError:
         return None
     a, b = last.rfind(NEEDLE), followed.rfind(NEEDLE)
+    head = last[:a] if a >= 0 else ""
     if a >= 0 and b >= 0:
         # Compared from the turn's content on: a followed turn's history may be written otherwise
         # before it (reasoning dropped once a user message follows), which says nothing of its end.
@@ -322,11 +324,36 @@ def _newest_only(conversation, turn: dict) -> tuple[str, str, bool] | None:
         return None
     k = back_to_boundary(last, k)
     opener = [u for u in UNIT.finditer(last, 0, k) if u.end() == k]
-    if opener and last[k:k + 1].isalpha():
-        # The renders part right after a shared opener, at the role word that follows it
+    if opener and (last[k:k + 1].isalpha() or _opens_a_turn(head or _plain_head(conversation, ask), last, opener[0].start(), k)):
+        # The renders part right after a shared opener, at the role that follows it
         # (`<|start_header_id|>` + `assistant` or `user`): the opener is the next turn's.
         k = opener[0].start()
     return last[:k], last[k:], a >= 0 and b >= 0
+
+
+def _plain_head(conversation, ask: dict) -> str:
+    """The render of an answer after the probe's user message, before the answer's content: the
+    header of a turn whose content the template does not print (a tool-call turn of Command R7B's)."""
+    try:
+        text = conversation.render([ask, {"role": "assistant", "content": NEEDLE}], add_generation_prompt=False)
+    except TmplkitError:
+        return ""
+    return text[:max(0, text.rfind(NEEDLE))]
+
+
+def _opens_a_turn(head: str, last: str, j: int, k: int) -> bool:
+    """Whether the unit last[j:k], after which the two renders part at a unit (Command R7B's
+    `<|START_OF_TURN_TOKEN|>` + `<|CHATBOT_TOKEN|>` or `<|USER_TOKEN|>`), opens the next turn rather
+    than ends this one: the turn's own header in `head` (the render before its content) writes it
+    followed by the same unit, and the probe's user message is not followed by it (a unit that
+    ends every turn is written there: `<|end|><|assistant|>` keeps its `<|end|>`)."""
+    role = UNIT.match(last, k)
+    if role is None or not head:
+        return False
+    header = MARKUP_END.search(head)
+    ask = head.rfind(_HELLO)
+    return (header is not None and last[j:role.end()] in header.group()
+            and ask >= 0 and not head.startswith(last[j:k], ask + len(_HELLO)))
 
 
 def _markup_only(text: str) -> bool:
