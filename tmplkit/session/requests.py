@@ -324,7 +324,8 @@ def _newest_only(conversation, turn: dict) -> tuple[str, str, bool] | None:
         return None
     k = back_to_boundary(last, k)
     opener = [u for u in UNIT.finditer(last, 0, k) if u.end() == k]
-    if opener and (last[k:k + 1].isalpha() or _opens_a_turn(head or _plain_head(conversation, ask), last, opener[0].start(), k)):
+    if opener and (last[k:k + 1].isalpha() or (
+            UNIT.match(last, k) and _opens_a_turn(head or _plain_head(conversation, ask), last, opener[0].start(), k))):
         # The renders part right after a shared opener, at the role that follows it
         # (`<|start_header_id|>` + `assistant` or `user`): the opener is the next turn's.
         k = opener[0].start()
@@ -350,7 +351,7 @@ def _opens_a_turn(head: str, last: str, j: int, k: int) -> bool:
     role = UNIT.match(last, k)
     if role is None or not head:
         return False
-    header = MARKUP_END.search(head)
+    header = MARKUP_END.search(head[-1000:])  # (a header is short; the probe's system preamble may not be)
     ask = head.rfind(_HELLO)
     return (header is not None and last[j:role.end()] in header.group()
             and ask >= 0 and not head.startswith(last[j:k], ask + len(_HELLO)))
