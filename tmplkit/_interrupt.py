@@ -177,6 +177,8 @@ class raise_lost_interrupts:
             _thread.start_new_thread(_thread.interrupt_main, (signum,))
         except KeyboardInterrupt:  # (another Ctrl-C meanwhile: the one to be raised is already on its way)
             pass
+        except RuntimeError:  # (no new thread while Python shuts down: the process is ending anyway)
+            pass
 
     def __exit__(self, kind, exc, tb) -> None:
         sys.unraisablehook = self._old
