@@ -284,16 +284,64 @@ def test_diff_exit_codes_and_formats(capsys, matches_schema):
     assert "no such file" in _one_line_error(capsys, "diff", "--in-process", a, "missing.jinja")
 
 
-def test_diff_of_two_folders_of_templates_compares_nothing_it_was_not_asked_to(capsys, tmp_path):
-    # (each folder's first file was compared: exit 0 "no change in behaviour", b.jinja unseen)
-    for folder, b in (("old", "tool-placement/a.jinja"), ("new", "tool-placement/b.jinja")):
+def _folders(tmp_path: Path, old: dict, new: dict) -> tuple[str, str]:
+    """Two folders of templates: file stem -> fixture pair path (fixtures/lock/<class>/<a|b>.jinja)."""
+    for folder, files in (("old", old), ("new", new)):
         (tmp_path / folder).mkdir()
-        (tmp_path / folder / "a.jinja").write_text((PAIRS / "text-only" / "a.jinja").read_text())
-        (tmp_path / folder / "b.jinja").write_text((PAIRS / b).read_text())
-    err = _one_line_error(capsys, "diff", "--in-process", str(tmp_path / "old"), str(tmp_path / "new"))
-    assert "holds 2 templates and none is the default (a, b); give --name NAME" in err
-    code, _, _ = run(capsys, "diff", "--in-process", str(tmp_path / "old"), str(tmp_path / "new"), "--name", "b")
+        for stem, fixture in files.items():
+            (tmp_path / folder / f"{stem}.jinja").write_text((PAIRS / fixture).read_text())
+    return str(tmp_path / "old"), str(tmp_path / "new")
+
+
+def test_diff_of_two_folders_of_templates_compares_them_by_name(capsys, tmp_path, matches_schema):
+    # Each folder's first file was compared (exit 0 "no change in behaviour", b.jinja unseen), then
+    # the folders were refused (`--name`): now each name both hold is compared, and a name only one
+    # holds is said, removed or added; exit 0 only where all is the same.
+    old, new = _folders(tmp_path, {"a": "text-only/a.jinja", "b": "tool-placement/a.jinja", "gone": "role-dropped/a.jinja"},
+                        {"a": "text-only/a.jinja", "b": "tool-placement/b.jinja", "added": "role-dropped/b.jinja"})
+    code, out, _ = run(capsys, "diff", "--in-process", old, new)
+    lines = out.splitlines()
+    assert code == 1 and lines[0].endswith("(a): no change in behaviour (the same template text)")
+    assert lines[1].endswith("(b): behaviour changed (2 changes)")
+    assert "only in the first source (removed): gone" in lines and "only in the second source (added): added" in lines
+    assert lines[-1] == ("2 templates compared by name: 1 changed, 1 the same; 1 only in the first source (removed); "
+                         "1 only in the second (added)")
+    code, out, _ = run(capsys, "diff", "--in-process", old, new, "--format", "json")
+    data = json.loads(out)
+    assert code == 1 and matches_schema("diff", data) and data["same_behaviour"] is False
+    assert [(t["old"]["name"], t["same_behaviour"]) for t in data["templates"]] == [("a", True), ("b", False)]
+    assert (data["only_old"], data["only_new"]) == (["gone"], ["added"])
+    code, out, _ = run(capsys, "diff", "--in-process", old, new, "--format", "markdown")
+    assert code == 1 and "| tool_placement | tool responses moved" in out and "- only in the first source (removed): gone" in out
+    # one template asked for: as before
+    code, _, _ = run(capsys, "diff", "--in-process", old, new, "--name", "b")
     assert code == 1
+    code, _, _ = run(capsys, "diff", "--in-process", old, new, "--name", "a")
+    assert code == 0
+
+
+def test_diff_of_two_folders_that_behave_alike_exits_0_and_one_with_no_name_in_common_is_refused(capsys, tmp_path):
+    old, new = _folders(tmp_path, {"a": "text-only/a.jinja", "b": "tool-placement/a.jinja"},
+                        {"a": "text-only/b.jinja", "b": "tool-placement/a.jinja"})
+    code, out, _ = run(capsys, "diff", "--in-process", old, new)
+    assert code == 0 and out.splitlines()[-1] == "2 templates compared by name: 0 changed, 2 the same"
+    (tmp_path / "other").mkdir()
+    for stem in ("x", "y"):
+        (tmp_path / "other" / f"{stem}.jinja").write_text((PAIRS / "text-only" / "a.jinja").read_text())
+    err = _one_line_error(capsys, "diff", "--in-process", old, str(tmp_path / "other"))
+    assert "no template name in common (the first has a, b; the second x, y); give --name and --name-b" in err
+    # a folder against one template: which of the folder's to take is still a guess
+    err = _one_line_error(capsys, "diff", "--in-process", old, str(PAIRS / "text-only" / "a.jinja"))
+    assert "holds 2 templates and none is the default (a, b); give --name NAME" in err
+
+
+def test_pairing_by_name_refuses_a_source_with_two_templates_of_one_name():
+    from tmplkit.behaviour import pair_by_name
+
+    a = load_one(str(PAIRS / "text-only" / "a.jinja"))
+    with pytest.raises(InputError, match="the second source holds two templates named 'a'; .* give --name and --name-b"):
+        pair_by_name([a], [a, a])
+    assert pair_by_name([a], [a]) == ([(a, a)], [], [])
 
 
 def _hf_cache(root: Path, repo: str, files: dict[str, str], commit: str = "b" * 40) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..errors import InputError
 from ._probes import PROBE_NAMES, SETTINGS_DEFAULT
 from ._record import BehaviourRecord
 
@@ -280,3 +282,20 @@ def compare(old: BehaviourRecord, new: BehaviourRecord) -> BehaviourDiff:
         changes.append(Change("render", f"the rendered text changed on {n} probe{'s' if n != 1 else ''} "
                                         f"({', '.join(differing[:4])}{', ...' if n > 4 else ''})"))
     return BehaviourDiff(old.name, new.name, tuple(changes), text_change(old, new), first, differing)
+
+
+def pair_by_name(old: Sequence, new: Sequence) -> tuple[list[tuple], list[str], list[str]]:
+    """Two sources' templates paired by name, in `old`'s order; the names only `old` has and those
+    only `new` has. InputError where a source holds two templates of one name (a folder's `a.jinja`
+    and `a.j2`): which to compare would be a guess."""
+    for templates, which in ((old, "first"), (new, "second")):
+        seen: set = set()
+        for t in templates:
+            if t.name in seen:
+                raise InputError(f"the {which} source holds two templates named '{t.name}'; templates are compared "
+                                 "by name: give --name and --name-b to compare two of them")
+            seen.add(t.name)
+    by_name = {t.name: t for t in new}
+    pairs = [(t, by_name[t.name]) for t in old if t.name in by_name]
+    olds = {t.name for t in old}
+    return pairs, [t.name for t in old if t.name not in by_name], [t.name for t in new if t.name not in olds]

@@ -8,7 +8,7 @@ from .._version import __version__
 from ._compare import BehaviourDiff, render_line
 from ._record import BehaviourRecord
 
-__all__ = ["DIFF_FORMATS", "DIFF_SCHEMA_VERSION", "diff_dict", "format_diff"]
+__all__ = ["DIFF_FORMATS", "DIFF_SCHEMA_VERSION", "diff_dict", "diff_set_dict", "format_diff", "format_diff_set"]
 
 # The diff JSON's layout; raised when a field is removed or changes meaning.
 DIFF_SCHEMA_VERSION = 1
@@ -49,3 +49,42 @@ def format_diff(old: BehaviourRecord, new: BehaviourRecord, diff: BehaviourDiff,
     if fmt == "json":
         return json.dumps(diff_dict(old, new, diff), indent=2, ensure_ascii=False) + "\n"
     return _markdown(old, new, diff) if fmt == "markdown" else _text(old, new, diff)
+
+
+def diff_set_dict(pairs, only_old, only_new) -> dict:
+    """The diff JSON of two sources of several templates compared by name: each pair's diff (as
+    `diff_dict`, without the versions), and the names only one source has."""
+    same = all(d.same for _, _, d in pairs) and not only_old and not only_new
+    return {"schema_version": DIFF_SCHEMA_VERSION, "tmplkit_version": __version__, "same_behaviour": same,
+            "headline": _set_headline(pairs, only_old, only_new),
+            "templates": [{k: v for k, v in diff_dict(a, b, d).items() if k not in ("schema_version", "tmplkit_version")}
+                          for a, b, d in pairs],
+            "only_old": list(only_old), "only_new": list(only_new)}
+
+
+def _set_headline(pairs, only_old, only_new) -> str:
+    changed = sum(not d.same for _, _, d in pairs)
+    words = [f"{len(pairs)} template{'s' if len(pairs) != 1 else ''} compared by name: {changed} changed, "
+             f"{len(pairs) - changed} the same"]
+    if only_old:
+        words.append(f"{len(only_old)} only in the first source (removed)")
+    if only_new:
+        words.append(f"{len(only_new)} only in the second (added)")
+    return "; ".join(words)
+
+
+def format_diff_set(pairs, only_old, only_new, fmt: str = "text") -> str:
+    """`tmplkit diff` of two sources of several templates: each pair (`pairs`: old record, new
+    record, BehaviourDiff) as `format_diff` writes it, the names only one source has, and a headline."""
+    if fmt == "json":
+        return json.dumps(diff_set_dict(pairs, only_old, only_new), indent=2, ensure_ascii=False) + "\n"
+    one = _markdown if fmt == "markdown" else _text
+    parts = [one(a, b, d) for a, b, d in pairs]
+    bullet = "- " if fmt == "markdown" else ""
+    alone = [f"{bullet}{where}: {', '.join(names)}\n" for names, where in (
+        (only_old, "only in the first source (removed)"), (only_new, "only in the second source (added)")) if names]
+    if alone:
+        parts.append("".join(alone))
+    headline = _set_headline(pairs, only_old, only_new)
+    parts.append(f"**{headline}**\n" if fmt == "markdown" else headline + "\n")
+    return ("\n" if fmt == "markdown" else "").join(parts)

@@ -19,8 +19,10 @@ def add_diff(sub) -> None:
         description="Compare what two templates do: the verdict, every role's delimiter, the generation prompt and "
                     "reasoning under each thinking switch, the tool placement, prefix stability on the agent session "
                     "and every probe render. Texts that differ but render the same on every probe are no change in "
-                    "behaviour. Exit 0: the same behaviour; 1: it differs; 2: bad input.",
+                    "behaviour. Two folders of templates are compared template by template, by name. "
+                    "Exit 0: the same behaviour; 1: it differs; 2: bad input.",
         epilog="Example:\n  tmplkit diff hf:org/name@v1.0 hf:org/name\n"
+               "  tmplkit diff templates-v1/ templates/   # every template of the same name\n"
                "  tmplkit diff model.Q4_K_M.gguf hf:org/name --format markdown   # a GGUF against its upstream")
     p.add_argument("old", metavar="A", help="the first template source (.jinja, .json, .gguf, folder, hf:org/name[@rev], -)")
     p.add_argument("new", metavar="B", help="the second template source")
@@ -32,29 +34,65 @@ def add_diff(sub) -> None:
     p.set_defaults(func=_cmd_diff)
 
 
-def _load(source: str, name: str | None, fallback: str | None):
+def _choose(templates, source: str, name: str | None, fallback: str | None):
     from ..errors import SourceError
-    from ..sources.templates import load_one
+    from ..sources import choose_one
 
     if name is None and fallback is not None:
         try:
-            return load_one(source, fallback)
+            return choose_one(templates, source, fallback)
         except SourceError:
-            return load_one(source)
-    return load_one(source, name)
+            return choose_one(templates, source)
+    return choose_one(templates, source, name)
+
+
+def _by_name(old: list, new: list) -> bool:
+    """Whether the two sources are compared template by template, by name: each holds several and
+    one of them has no default to take (two folders of templates)."""
+    from ..sources import default_of
+
+    return len(old) > 1 and len(new) > 1 and (default_of(old) is None or default_of(new) is None)
 
 
 def _cmd_diff(args) -> int:
     from ..atomic import check_writable
     from ..behaviour import compare, format_diff, require_derived
+    from ..sources import load
 
     refuse_worker_options_in_process(args)
     if args.output:
         check_writable(args.output)
-    old = _load(args.old, args.name, None)
-    new = _load(args.new, args.name_b, args.name)
+    olds, news = load(args.old), load(args.new)
+    if args.name is None and args.name_b is None and _by_name(olds, news):
+        return _diff_by_name(args, olds, news)
+    old = _choose(olds, args.old, args.name, None)
+    new = _choose(news, args.new, args.name_b, args.name)
     a, b = derive(args, [old, new])
     require_derived([a, b], "nothing was compared")
     diff = compare(a, b)
     emit(format_diff(a, b, diff, args.format), args.output)
     return 0 if diff.same else 1
+
+
+def _diff_by_name(args, olds: list, news: list) -> int:
+    """Two sources of several templates (two folders), template by template: exit 0 only where
+    every pair behaves the same and neither source has a name the other lacks."""
+    from ..behaviour import compare, format_diff_set, pair_by_name, require_derived
+    from ..errors import InputError, SourceError
+
+    for t in (*olds, *news):
+        if t.error:  # (a file of the folder that could not be read: as for one template asked for)
+            raise SourceError(t.error)
+    pairs, only_old, only_new = pair_by_name(olds, news)
+    if not pairs:
+        raise InputError(f"{args.old} and {args.new} have no template name in common (the first has "
+                         f"{_names(olds)}; the second {_names(news)}); give --name and --name-b to compare two of them")
+    records = derive(args, [t for pair in pairs for t in pair])
+    require_derived(records, "nothing was compared")
+    compared = [(a, b, compare(a, b)) for a, b in zip(records[0::2], records[1::2])]
+    emit(format_diff_set(compared, only_old, only_new, args.format), args.output)
+    return 0 if all(d.same for _, _, d in compared) and not only_old and not only_new else 1
+
+
+def _names(templates: list) -> str:
+    return ", ".join(t.name for t in templates[:6]) + (", ..." if len(templates) > 6 else "")

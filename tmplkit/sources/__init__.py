@@ -8,6 +8,8 @@
 from .templates import (
     COMMON_SPECIAL_TOKENS,
     ChatTemplate,
+    choose_one,
+    default_of,
     family_special_tokens,
     load,
     load_dir,
@@ -20,5 +22,5 @@ from .templates import (
     select_named,
 )
 
-__all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "family_special_tokens", "load", "load_dir", "load_gguf", "load_hf",
+__all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "choose_one", "default_of", "family_special_tokens", "load", "load_dir", "load_gguf", "load_hf",
            "load_jinja", "load_json", "load_many", "load_one", "select_named"]

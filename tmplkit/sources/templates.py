@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,14 +172,25 @@ def load_one(source: str | os.PathLike, name: str | None = None) -> ChatTemplate
     "default", as transformers and llama.cpp pick it). A source of several templates and no
     default (a folder of templates, a list with no "default") is an error: picking one of them
     would be a guess (`diff old/ new/` compared the first file of each and said "no change")."""
-    templates = load(source)
+    return choose_one(load(source), source, name)
+
+
+def default_of(templates: Sequence[ChatTemplate]) -> ChatTemplate | None:
+    """The template the others of a source are named after (`load_one`'s default); None where
+    there is none, or it is alone."""
+    defaults = [t for t in templates if all(u is t or u.name.startswith(t.name + ":") for u in templates)]
+    return defaults[0] if len(defaults) == 1 else None
+
+
+def choose_one(templates: Sequence[ChatTemplate], source, name: str | None = None) -> ChatTemplate:
+    """`load_one` of templates already loaded from `source`."""
     if name is None and len(templates) > 1:
-        defaults = [t for t in templates if all(u is t or u.name.startswith(t.name + ":") for u in templates)]
-        if len(defaults) != 1:
+        default = default_of(templates)
+        if default is None:
             names = ", ".join(t.name for t in templates[:10]) + (", ..." if len(templates) > 10 else "")
             raise SourceError(f"{source}: holds {len(templates)} templates and none is the default ({names}); "
                               "give --name NAME for one of them, or that template's own file")
-        templates = defaults
+        templates = [default]
     for t in templates:
         if name is None or t.name == name or t.name.rsplit(":", 1)[-1] == name:
             if t.error:  # one template asked for: the file it could not read is the error
