@@ -14,7 +14,10 @@ Cases (each a fresh process per run, so neither tree warms the other's caches):
   ChatML template of ours;
 - chat-2000-qwen35: the same chat on the Qwen3.5-4B template (its history loop is heavier);
 - agent-90k-two-settings: agent-90k with the cost of llama-server's and tmplkit's settings only
-  (`--settings llama-server,tmplkit`: no divergence-aware setting, so no next renders to predict from).
+  (`--settings llama-server,tmplkit`: no divergence-aware setting, so no next renders to predict from);
+- agent-90k-ahead: agent-90k with the next renders made in a forked child on the second core
+  (`study_turns(..., ahead=True)`, what `tmplkit turns -j 2` does with one template); its renders
+  per request count this process's only.
 
 Both trees study the same sessions, written once by this tree into the temporary folder. Per case:
 the seconds of `study_turns` alone (templates and tokenizers loaded before the clock starts), per
@@ -54,17 +57,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 QWEN35 = ("corpus:llama.cpp", "Qwen3.5-4B")
 CHATML = (str(ROOT / "fixtures" / "turns" / "stable.jinja"), None)
-# case -> ((template source, name), tokenizer or None, switches, session file stem[, cost settings])
+# case -> ((template source, name), tokenizer or None, switches, session file stem[, study_turns options])
 CASES = {
     "agent-90k": (QWEN35, "vocab:qwen35", True, "agent"),
     "agent-90k-text": (QWEN35, None, False, "agent"),
     "chat-2000": (CHATML, None, True, "chat"),
     "chat-2000-qwen35": (QWEN35, None, True, "chat"),
     # `tmplkit turns --settings llama-server,tmplkit`: no divergence-aware setting, so no next renders
-    "agent-90k-two-settings": (QWEN35, "vocab:qwen35", True, "agent", ("llama-server", "tmplkit")),
+    "agent-90k-two-settings": (QWEN35, "vocab:qwen35", True, "agent", {"settings": ("llama-server", "tmplkit")}),
+    # `tmplkit turns -j 2` on one template: the next renders made in a forked child on the second core
+    "agent-90k-ahead": (QWEN35, "vocab:qwen35", True, "agent", {"ahead": True}),
 }
 DEFAULT_CASES = ("agent-90k", "agent-90k-text", "chat-2000")
-ALONE_CASES = DEFAULT_CASES + ("agent-90k-two-settings",)  # (a revision before --settings has no such case)
+# (a revision before --settings, or before the next renders were made ahead, has no such case)
+ALONE_CASES = DEFAULT_CASES + ("agent-90k-two-settings", "agent-90k-ahead")
 
 
 def plain_chat(n_messages: int) -> list[dict]:
@@ -113,11 +119,11 @@ def worker(case: str, session_file: str) -> dict:
     from tmplkit.sources import load_one
     from tmplkit.turns import study_turns
 
-    source, tok_spec, switches, _, *settings = CASES[case]
+    source, tok_spec, switches, _, *extra = CASES[case]
     template = load_one(*source)
     session = load_session(session_file)
     tok = load_tokenizer(tok_spec) if tok_spec else None
-    options = {"settings": settings[0]} if settings else {}  # (a revision before --settings runs no such case)
+    options = dict(extra[0]) if extra else {}  # (a revision before --settings runs no such case)
     start = time.perf_counter()
     report = study_turns(template, session, tokenizer=tok, switches=switches, **options)
     seconds = time.perf_counter() - start
@@ -135,11 +141,11 @@ def alone_worker(case: str, session_file: str, order: str) -> dict:
     from tmplkit.tokens.tokenizers import load_tokenizer
     from tmplkit.turns import study_turns
 
-    source, tok_spec, switches, _, *settings = CASES[case]
+    source, tok_spec, switches, _, *extra = CASES[case]
     template = load_one(*source)
     session = load_session(session_file)
     tok = load_tokenizer(tok_spec) if tok_spec else None
-    options = {"settings": settings[0]} if settings else {}
+    options = dict(extra[0]) if extra else {}
 
     def alone() -> int:
         conversation = for_server(template, session)
@@ -322,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--against", metavar="REV", required=False, help="the git revision to compare with (e.g. e95b580)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     p.add_argument("--cases", nargs="+", choices=sorted(CASES), help=f"default: {' '.join(DEFAULT_CASES)}; with --alone also "
-                   "agent-90k-two-settings")
+                   "agent-90k-two-settings and agent-90k-ahead")
     p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
     p.add_argument("--alone", action="store_true", help="time the study against its requests rendered alone (this tree only)")
     p.add_argument("--worker", nargs=2, metavar=("CASE", "SESSION"), help=argparse.SUPPRESS)

@@ -246,3 +246,22 @@ def test_a_memory_limit_in_turns_names_a_way_turns_has(capsys):
     assert main(["--no-config", "turns", str(hostile)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "study it from Python" in err and "raise --memory" not in err
+
+
+def test_one_template_on_two_workers_makes_its_next_renders_ahead_with_the_same_report(session_file, capsys, monkeypatch):
+    # `-j 2` and one template: the study's next renders are made in a forked child, beside it
+    # (turns.ahead); the report is the one `-j 1` writes, which makes them in the study itself
+    from tmplkit.cli import _turns
+
+    asked = []
+    work = _turns._contained_study
+    monkeypatch.setattr(_turns, "_contained_study", lambda t, s, timeout, options: asked.append(options["ahead"])
+                        or work(t, s, timeout, options))
+    argv = ["turns", str(FIX / "strict-alternation.jinja"), "--session", str(session_file), "--tokenizer", "vocab:qwen35",
+            "--format", "json", "--no-switches"]
+    reports = []
+    for jobs in ("1", "2"):
+        assert main([*argv, "-j", jobs]) == 0
+        reports.append(json.loads(capsys.readouterr().out))
+    assert asked == [False, True]
+    assert reports[0] == reports[1] and reports[0]["reports"][0]["cost"]

@@ -110,7 +110,9 @@ def _turns(args) -> int:
     if jobs > 1 and len(calls) > 1:
         reports = _contained_studies(calls, session, timeout, jobs)
     else:
-        reports = [_contained_study(t, session, timeout, options) for t, options in calls]
+        # One template on a machine of several workers: its next renders on the second core.
+        ahead = jobs > 1 and len(calls) == 1
+        reports = [_contained_study(t, session, timeout, {**options, "ahead": ahead}) for t, options in calls]
     failed = [r for r in reports if r.error]
     # The text report is for a person: a template that cannot render the session is an error line
     # (below) instead; the tables and the JSON keep its row, with the error, for a program.

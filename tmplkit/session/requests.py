@@ -63,7 +63,7 @@ from ..sandbox import PINNED_NOW
 from ..sources.templates import ChatTemplate
 from ._render import for_server
 
-__all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "iter_requests", "locate_turn",
+__all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "iter_requests", "locate_turn",
            "newest_only", "next_renders", "request_points", "session_requests", "turn_ending", "turn_header",
            "written_always"]
 
@@ -601,23 +601,22 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
     """
     conversation = for_server(template, session, kwargs)
     messages = list(conversation.messages)
-    out: list[tuple[str, ...]] = []
-    for r in requests:
-        if not r.generated:
-            out.append(())
+    return tuple(follow_up_renders(conversation, messages, r.turn, r.time) if r.generated else () for r in requests)
+
+
+def follow_up_renders(conversation, messages: list, turn: tuple[int, int], when: datetime) -> tuple[str, ...]:
+    """`next_renders` of one request: its generated turn `turn` (message indices), at time `when`."""
+    upto = messages[:turn[1]]
+    calls = [c for m in messages[turn[0]:turn[1]] for c in (m.get("tool_calls") or ())]
+    ask = {"role": "user", "content": "next request"}
+    follow = [[ask]]
+    if calls:
+        answered = [_tool_result(messages, c) for c in calls]
+        follow += [answered, answered + [{"role": "assistant", "content": "done"}, ask]]
+    texts: list[str] = []
+    for extra in follow:
+        try:
+            texts.append(conversation.render(upto + extra, clock=clock_at(when)))
+        except TmplkitError:  # a template may refuse a shape; that follow-up is then not predicted
             continue
-        upto = messages[:r.turn[1]]
-        calls = [c for m in messages[r.turn[0]:r.turn[1]] for c in (m.get("tool_calls") or ())]
-        ask = {"role": "user", "content": "next request"}
-        follow = [[ask]]
-        if calls:
-            answered = [_tool_result(messages, c) for c in calls]
-            follow += [answered, answered + [{"role": "assistant", "content": "done"}, ask]]
-        texts: list[str] = []
-        for extra in follow:
-            try:
-                texts.append(conversation.render(upto + extra, clock=clock_at(r.time)))
-            except TmplkitError:  # a template may refuse a shape; that follow-up is then not predicted
-                continue
-        out.append(tuple(texts))
-    return tuple(out)
+    return tuple(texts)

@@ -9,7 +9,7 @@ and what each costs.
   (simulation.py); `session_cost(...)`: tokens recomputed per request under four settings (cost.py);
 - `prepare_session(session, template, tokenizer)`: the session pipeline written once (requests,
   tokens, spans per delimiter set, predicted divergences) for the study, the replay and the
-  benchmarks (pipeline.py);
+  benchmarks (pipeline.py), the next renders made on a second core where asked (ahead.py);
 - `study_turns(template, session, tokenizer=...)`: all of it for one template (summary.py), and
   its reports as text, markdown, CSV or JSON (formats.py, `tmplkit turns`).
 

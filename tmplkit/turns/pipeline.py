@@ -28,6 +28,7 @@ from ..session.requests import DEFAULT_INTERVAL, Request, iter_requests, next_re
 from ..sources.templates import ChatTemplate
 from ..tokens.delimiter_ids import text_delimiters, token_delimiters
 from ..tokens.spans import SpanDetector
+from .ahead import NextRendersAhead
 from .cost import predicted_divergences
 from .divergence import TokenizedRequests, _without_bos, tokenize_requests
 
@@ -55,7 +56,7 @@ class PreparedSession:
 def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos: bool = False,
                     kwargs: Mapping | None = None, interval=DEFAULT_INTERVAL, budget=None,
                     server: Mapping | None = None, server_texts=None, inputs: str | None = None,
-                    predict: bool = True) -> PreparedSession:
+                    predict: bool = True, ahead: bool = False) -> PreparedSession:
     """`session` on `template`, through the pipeline of the module doc; without a tokenizer, the
     requests only. A template that cannot render the session raises its RenderError here.
     `budget` (a `Budget`): progress while rendering, and the requests up to its time limit.
@@ -66,23 +67,30 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
     spans are then those, the generated turns the same. `inputs`: whose message preparation
     ("server", the default, or "transformers": `session.given_messages`). `predict`: the predicted
     divergences too (the divergence-aware setting's input: the next renders, about three renders
-    a tool-calling request more; `predicted` is None without)."""
+    a tool-calling request more; `predicted` is None without). `ahead`: those next renders made in
+    a forked child on a second core meanwhile (`ahead.NextRendersAhead`; here where it cannot be),
+    the same result in less time where a core is free."""
     conversation = for_server(template, session, kwargs, inputs=inputs)  # prepared once, rendered for every request
-    requests = iter_requests(conversation, template, interval=interval)
-    if budget is None:
-        reqs = tuple(requests)
-    else:
-        reqs = budget.take(requests, len(request_points(list(conversation.messages))))
-    if tokenizer is None:
-        return PreparedSession(template, conversation, reqs)
-    tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos)
-    notes: list[str] = []
-    server_tokens = _server_tokens(reqs, server_texts, tokenizer, add_bos, notes)
-    spans = request_spans(template, tokenizer, reqs, tokens, notes, server, server_tokens)
-    predicted = None
-    if spans and predict:
-        predicted = predicted_divergences(tokens, next_renders(conversation, template, reqs), tokenizer, add_bos=add_bos,
-                                          texts=[r.text for r in reqs])
+    early = NextRendersAhead.start(conversation, interval=interval) if ahead and predict and tokenizer is not None else None
+    try:
+        requests = iter_requests(conversation, template, interval=interval)
+        if budget is None:
+            reqs = tuple(requests)
+        else:
+            reqs = budget.take(requests, len(request_points(list(conversation.messages))))
+        if tokenizer is None:
+            return PreparedSession(template, conversation, reqs)
+        tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos)
+        notes: list[str] = []
+        server_tokens = _server_tokens(reqs, server_texts, tokenizer, add_bos, notes)
+        spans = request_spans(template, tokenizer, reqs, tokens, notes, server, server_tokens)
+        predicted = None
+        if spans and predict:
+            texts = early.collect(reqs) if early is not None else next_renders(conversation, template, reqs)
+            predicted = predicted_divergences(tokens, texts, tokenizer, add_bos=add_bos, texts=[r.text for r in reqs])
+    finally:
+        if early is not None:
+            early.close()
     return PreparedSession(template, conversation, reqs, tokens, spans, predicted, tuple(notes), server_tokens)
 
 

@@ -98,7 +98,7 @@ class TurnsReport:
 def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: bool = False, memory=None,
                 prefill=None, kwargs=None, switches: bool = True, interval=DEFAULT_INTERVAL, timeout: float | None = None,
                 progress=None, server=None, server_texts=None, inputs: str = DEFAULT_INPUTS,
-                settings: Collection[str] | None = None) -> TurnsReport:
+                settings: Collection[str] | None = None, ahead: bool = False) -> TurnsReport:
     """Requests, divergences, thinking switches and (with a tokenizer) the cost of `session` on `template`.
 
     A template that cannot render the session gives a report with `error` set (a corpus table
@@ -111,6 +111,7 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     `apply_chat_template` does); the report says which. `settings`: which of `cost.CHOSEN` the cost
     simulates besides the full-attention bound (default: all); without "divergence-aware" the next
     renders it predicts from are not made (a long session's study then takes 0.5-0.6 of the time).
+    `ahead`: those renders made meanwhile in a forked child, on a second core (`prepare_session`).
     """
     check_inputs(inputs)
     settings = check_settings(settings)
@@ -120,7 +121,8 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     budget = Budget(timeout, progress, share=_share(tokenizer is not None, predict))
     try:
         prepared = prepare_session(session, template, tokenizer, add_bos=add_bos, kwargs=kwargs, interval=interval,
-                                   budget=budget, server=server, server_texts=server_texts, inputs=inputs, predict=predict)
+                                   budget=budget, server=server, server_texts=server_texts, inputs=inputs, predict=predict,
+                                   ahead=ahead)
     except RenderError as exc:  # (RenderLimitError too)
         return TurnsReport(template.name, 0, (), error=str(exc), inputs=inputs, limit=getattr(exc, "kind", ""))
     conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens

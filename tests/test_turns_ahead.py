@@ -1,0 +1,123 @@
+"""The next renders made ahead in a forked child (`tmplkit.turns.ahead`): the same renders as made in
+this process, from the child where it runs, and made here where the child stops early; nothing is
+printed, nothing is left running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tmplkit import load_one
+from tmplkit.session import for_server, generate_session
+from tmplkit.session.requests import next_renders, session_requests
+from tmplkit.turns import ahead as ahead_module
+from tmplkit.turns import study_turns
+from tmplkit.turns.ahead import NextRendersAhead, can_fork
+
+FIX = Path(__file__).parent.parent / "fixtures" / "turns"
+
+forking = pytest.mark.skipif(not can_fork(), reason="no fork here, or one core")
+
+
+@pytest.fixture(scope="module")
+def case():
+    # a template that rewrites the history (the next renders diverge) and one that keeps it
+    session = generate_session(12000, seed=3, style="agent", requests=3)
+    out = []
+    for name in ("strict-alternation", "drops-reasoning"):
+        template = load_one(str(FIX / f"{name}.jinja"))
+        conversation = for_server(template, session)
+        reqs = session_requests(conversation, template)
+        out.append((conversation, reqs, next_renders(conversation, template, reqs)))
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@forking
+def test_the_childs_renders_are_the_ones_made_here(case, monkeypatch):
+    for conversation, reqs, want in case:
+        ahead = NextRendersAhead.start(conversation)
+        assert ahead is not None
+        pid = ahead._pid
+        # from here on this process cannot make a follow-up: what comes back is the child's
+        monkeypatch.setattr(ahead_module, "follow_up_renders", lambda *a: pytest.fail("made here, not in the child"))
+        try:
+            assert ahead.collect(reqs) == want and any(want)
+        finally:
+            ahead.close()
+            monkeypatch.undo()
+        assert _gone(pid)
+
+
+@forking
+def test_a_child_stopped_early_leaves_the_rest_to_this_process_and_prints_nothing(case, capfd):
+    from tmplkit._interrupt import _interrupted
+
+    conversation, reqs, want = case[0]
+    for signum in (signal.SIGKILL, signal.SIGINT, signal.SIGTERM):  # (Ctrl-C to the process group reaches it too)
+        # the command's own Ctrl-C handler (one line, exit 130) is not the child's to run
+        old = signal.signal(signal.SIGINT, _interrupted)
+        try:
+            ahead = NextRendersAhead.start(conversation)
+        finally:
+            signal.signal(signal.SIGINT, old)
+        os.kill(ahead._pid, signum)
+        try:
+            assert ahead.collect(reqs) == want
+        finally:
+            ahead.close()
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+
+
+@forking
+def test_a_study_that_needs_fewer_requests_stops_the_child(case):
+    conversation, reqs, want = case[0]
+    with NextRendersAhead.start(conversation) as ahead:
+        pid = ahead._pid
+        assert ahead.collect(reqs[:1]) == want[:1]
+    assert _gone(pid) and not any(t.name == "tmplkit-next-renders" for t in threading.enumerate())
+
+
+@forking
+def test_a_child_that_sends_nothing_for_too_long_is_stopped_and_the_rest_made_here(case, monkeypatch):
+    # (a lock another thread held when the child was forked stays held in it: it would wait forever)
+    conversation, reqs, want = case[0]
+    me = os.getpid()
+    real = ahead_module.follow_up_renders
+
+    def stuck_in_the_child(*args):
+        if os.getpid() != me:
+            threading.Event().wait()
+        return real(*args)
+
+    monkeypatch.setattr(ahead_module, "follow_up_renders", stuck_in_the_child)
+    monkeypatch.setattr(ahead_module, "STALL", 0.5)
+    start = time.monotonic()
+    with NextRendersAhead.start(conversation) as ahead:
+        pid = ahead._pid
+        assert ahead.collect(reqs) == want
+    assert time.monotonic() - start < 30 and _gone(pid)
+
+
+@forking
+def test_the_study_made_ahead_is_the_study(qwen35):
+    template = load_one(str(FIX / "strict-alternation.jinja"))
+    session = generate_session(12000, seed=3, style="agent", requests=3)
+    here = study_turns(template, session, tokenizer=qwen35, switches=False)
+    start = time.monotonic()
+    ahead = study_turns(template, session, tokenizer=qwen35, switches=False, ahead=True)
+    assert time.monotonic() - start < 60
+    assert ahead.to_dict() == here.to_dict() and here.cost.requests["divergence-aware"]

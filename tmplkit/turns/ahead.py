@@ -1,0 +1,189 @@
+"""The next renders made ahead, on a second core: a forked child renders each request's follow-ups
+(`session.requests.follow_up_renders`, what the divergence-aware setting predicts from) while this
+process renders, tokenizes and splits the requests. On a long agent session those renders are about
+half of the study; they depend only on the conversation, each request's turn and its time, which
+are known before any request is rendered.
+
+The child sends one frame a request, in order, each render as the length it shares with the render
+sent before it and the rest (a request's follow-ups share all but their ends with each other and
+with the next request's), so a 90k-token session's renders cross the pipe as a few kilobytes each.
+Where the child cannot be made (no `fork`, one core) or stops early (killed, out of memory, or
+sending nothing for `STALL` seconds: a lock another thread held at the fork stays held in the
+child), the renders it did not send are made here: the result is the same either way.
+
+    >>> ahead = NextRendersAhead.start(conversation)              # doctest: +SKIP
+    >>> texts = ahead.collect(requests)                           # doctest: +SKIP
+    >>> ahead.close()                                             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import struct
+import threading
+
+from ..markup import lcp
+from ..sandbox import PINNED_NOW
+from ..session.requests import DEFAULT_INTERVAL, follow_up_renders, request_points
+
+__all__ = ["NextRendersAhead", "can_fork"]
+
+_LENGTH = struct.Struct(">Q")
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Seconds this process waits for the child's next frame before it makes the rest itself: a child that
+# sends nothing for that long is stuck (a lock another thread held when it was forked stays held in
+# it) or far slower than its parent would be.
+STALL = 30.0
+
+
+def can_fork() -> bool:
+    """Whether a forked child can render beside this process: `fork` exists and a second core is
+    there for it."""
+    if not hasattr(os, "fork"):
+        return False
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return cores >= 2
+
+
+class NextRendersAhead:
+    """The child rendering `conversation`'s follow-ups ahead, and what it has sent so far."""
+
+    def __init__(self, conversation, pid: int, fd: int) -> None:
+        self._conversation = conversation
+        self._messages = list(conversation.messages)
+        self._pid: int | None = pid
+        self._pipe = os.fdopen(fd, "rb")
+        self._bodies: list[bytes] = []  # the frames as sent, drained from the pipe by `_reader`
+        self._done = False  # the child has sent all it will
+        self._arrived = threading.Condition()
+        self._frames: list[tuple[str, ...]] = []  # the frames read, per request index
+        self._prev = ""
+        # (a thread here reads the pipe as the child writes: a pipe holds 64 KiB, and the child
+        # would wait on a full one while this process renders)
+        self._reader = threading.Thread(target=self._read, name="tmplkit-next-renders", daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def start(cls, conversation, *, start=PINNED_NOW, interval=DEFAULT_INTERVAL) -> NextRendersAhead | None:
+        """The child started on `conversation` (a `ServerConversation`, each request at `start` +
+        k * `interval`, as `iter_requests` times them); None where `can_fork` says no."""
+        if not can_fork():
+            return None
+        points = request_points(list(conversation.messages))
+        read, write = os.pipe()
+        # Ctrl-C and SIGTERM blocked across the fork: the child sets its own before it takes any,
+        # and this process gets those that came meanwhile once they are let through again.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child (its work is checked through what it sends)
+                os.close(read)
+                _child(write, conversation, points, start, interval, old)
+        except BaseException:
+            os.close(read)
+            os.close(write)
+            raise
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        os.close(write)
+        return cls(conversation, pid, read)
+
+    def collect(self, requests) -> tuple[tuple[str, ...], ...]:
+        """`next_renders(conversation, template, requests)`: the child's frames, and those it did
+        not send made here."""
+        out: list[tuple[str, ...]] = []
+        for r in requests:
+            if not r.generated:
+                out.append(())
+                continue
+            sent = self._frame(r.index)
+            out.append(sent if sent is not None else follow_up_renders(self._conversation, self._messages, r.turn, r.time))
+        return tuple(out)
+
+    def _read(self) -> None:
+        try:
+            while True:
+                head = self._pipe.read(_LENGTH.size)
+                size = _LENGTH.unpack(head)[0] if len(head) == _LENGTH.size else -1
+                body = self._pipe.read(size) if size > 0 else b""
+                if len(body) != size:
+                    break  # (the child ended, or was stopped mid-frame: the rest is made here)
+                with self._arrived:
+                    self._bodies.append(body)
+                    self._arrived.notify()
+        except (OSError, ValueError):  # (the pipe closed under it by `close`)
+            pass
+        finally:
+            with self._arrived:
+                self._done = True
+                self._arrived.notify()
+
+    def _frame(self, k: int) -> tuple[str, ...] | None:
+        while len(self._frames) <= k:
+            with self._arrived:
+                if not self._arrived.wait_for(lambda: len(self._bodies) > len(self._frames) or self._done, STALL):
+                    self._stop()  # (stuck: its pipe closes, the reader ends, the rest is made here)
+                    self._arrived.wait_for(lambda: self._done)
+                if len(self._bodies) <= len(self._frames):
+                    return None
+                body = self._bodies[len(self._frames)]
+            texts = []
+            for shared, rest in pickle.loads(body):
+                self._prev = self._prev[:shared] + rest
+                texts.append(self._prev)
+            self._frames.append(tuple(texts))
+        return self._frames[k]
+
+    def close(self) -> None:
+        """Stop the child (it may still be rendering what is no longer needed) and reap it."""
+        self._stop()
+        self._reader.join()  # (the child's end is closed with it: the reader meets the pipe's end)
+        self._pipe.close()
+
+    def _stop(self) -> None:
+        if self._pid is not None:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self._pid, 0)
+            self._pid = None
+
+    def __enter__(self) -> NextRendersAhead:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _child(fd: int, conversation, points, start, interval, mask) -> None:  # pragma: no cover - runs in the child
+    """Render each request's follow-ups and send them, a frame a request; never return (`os._exit`:
+    no `finally`, `atexit` or buffer of the parent's runs twice)."""
+    try:
+        for signum in _SIGNALS:  # (the parent's handlers would print its line and exit as it does)
+            signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        parent = os.getppid()
+        messages = list(conversation.messages)
+        prev = ""
+        with os.fdopen(fd, "wb") as pipe:
+            for k, (n, end) in enumerate(points):
+                if os.getppid() != parent:  # (the parent is gone: nobody reads)
+                    break
+                texts = follow_up_renders(conversation, messages, (n, end), start + k * interval) if end > n else ()
+                frame = []
+                for text in texts:
+                    shared = lcp(prev, text)
+                    frame.append((shared, text[shared:]))
+                    prev = text
+                body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
+                pipe.write(_LENGTH.pack(len(body)) + body)
+                pipe.flush()
+    except BaseException:  # noqa: BLE001 - whatever stops the child, the parent makes the rest
+        pass
+    os._exit(0)
