@@ -58,7 +58,8 @@ def add_turns(sub) -> None:
     p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
     p.add_argument("--jobs", "-j", type=int, default=None,
                    help="templates studied at once, each in its worker (default: the machine's cores, at most one "
-                        "per 2 GiB of available memory)")
+                        "per 2 GiB of available memory); one template and 2 or more: its next renders are made on a "
+                        "second core")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per template: study the requests rendered within SECONDS and say where it stopped; the template "
                         "renders in a worker stopped a grace after SECONDS (default: 60)")
