@@ -38,11 +38,16 @@ def case():
 
 
 def _gone(pid: int) -> bool:
+    """The process has ended (a zombie no one has reaped yet, as a container's first process may
+    leave an orphan, has ended too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 @forking
@@ -121,3 +126,42 @@ def test_the_study_made_ahead_is_the_study(qwen35):
     ahead = study_turns(template, session, tokenizer=qwen35, switches=False, ahead=True)
     assert time.monotonic() - start < 60
     assert ahead.to_dict() == here.to_dict() and here.cost.requests["divergence-aware"]
+
+
+@forking
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="the parent-death signal is Linux's")
+def test_a_child_ends_with_its_parent_even_in_the_middle_of_a_render(tmp_path):
+    # A worker killed at its time limit while its child is inside a template's long render: the
+    # child would have gone on rendering, unseen, long after the command ended.
+    import subprocess
+    import sys
+
+    script = f"""
+import os, sys, threading
+sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+from tmplkit import load_one
+from tmplkit.session import for_server, generate_session
+from tmplkit.turns import ahead
+me = os.getpid()
+real = ahead.follow_up_renders
+def stuck(*a):
+    if os.getpid() != me:
+        threading.Event().wait()
+    return real(*a)
+ahead.follow_up_renders = stuck
+t = load_one({str(FIX / "strict-alternation.jinja")!r})
+a = ahead.NextRendersAhead.start(for_server(t, generate_session(3000, seed=3, style="agent", requests=2)))
+print(a._pid, flush=True)
+threading.Event().wait()
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(proc.stdout.readline())
+        assert not _gone(child)
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while not _gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(child)

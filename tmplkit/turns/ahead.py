@@ -169,6 +169,7 @@ def _child(fd: int, conversation, points, start, interval, mask) -> None:  # pra
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         parent = os.getppid()
+        _die_with(parent)
         messages = list(conversation.messages)
         prev = ""
         with os.fdopen(fd, "wb") as pipe:
@@ -187,3 +188,17 @@ def _child(fd: int, conversation, points, start, interval, mask) -> None:  # pra
     except BaseException:  # noqa: BLE001 - whatever stops the child, the parent makes the rest
         pass
     os._exit(0)
+
+
+def _die_with(parent: int) -> None:  # pragma: no cover - runs in the child
+    """End this child when its parent ends, even in the middle of a render (a worker killed at its
+    time limit while the child is inside a template's long C call would leave it running): Linux's
+    parent-death signal, asked through the C library; elsewhere the child ends at its next frame."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError, TypeError):
+        pass
+    if os.getppid() != parent:  # (the parent ended before the signal was asked for)
+        os._exit(0)
