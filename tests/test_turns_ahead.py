@@ -165,3 +165,17 @@ threading.Event().wait()
     while not _gone(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(child)
+
+
+def test_no_child_where_none_can_be_made(case, monkeypatch, qwen35):
+    # (a process near its memory limit, or out of processes: fork fails, the renders are made here)
+    conversation, reqs, want = case[0]
+    template = load_one(str(FIX / "strict-alternation.jinja"))
+    here = study_turns(template, conversation.conversation, tokenizer=qwen35, switches=False)
+
+    def refuse():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", refuse)
+    assert NextRendersAhead.start(conversation) is None
+    assert study_turns(template, conversation.conversation, tokenizer=qwen35, switches=False, ahead=True).to_dict() == here.to_dict()

@@ -84,9 +84,11 @@ class NextRendersAhead:
             if pid == 0:  # pragma: no cover - the child (its work is checked through what it sends)
                 os.close(read)
                 _child(write, conversation, points, start, interval, old)
-        except BaseException:
+        except BaseException as exc:
             os.close(read)
             os.close(write)
+            if isinstance(exc, OSError):  # (no memory or process left for a child: the renders are made here)
+                return None
             raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
