@@ -151,9 +151,9 @@ class NextRendersAhead:
         if self._pid is not None:
             try:
                 os.kill(self._pid, signal.SIGKILL)
-            except ProcessLookupError:
+                os.waitpid(self._pid, 0)
+            except (ProcessLookupError, ChildProcessError):  # (reaped already: SIGCHLD ignored, say)
                 pass
-            os.waitpid(self._pid, 0)
             self._pid = None
 
     def __enter__(self) -> NextRendersAhead:
