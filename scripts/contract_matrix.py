@@ -233,6 +233,9 @@ def _early_kind(code: int, err: str) -> str:
         return "one line"
     if "Traceback" in err or "KeyboardInterrupt" in err:
         return "traceback"
+    if code == -signal.SIGINT and err.strip() == "tmplkit: interrupted":
+        # the line, then the signal's default action ended the process (a shell reports 130 alike)
+        return "one line, then the signal"
     if code == -signal.SIGINT:
         return "no output"  # the signal's default action: before Python installed its own handler
     return f"exit {code}"
