@@ -388,12 +388,11 @@ def main(argv=None) -> int:
     unknown = [c for c in commands if c not in COMMANDS] + [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         parser.error(f"unknown: {', '.join(unknown)}")
-    rows, window, earlier_minutes = [], None, 0.0
+    rows, window = [], None
     if args.merge:  # the rows of an earlier run, those run now replacing theirs
         earlier_run = json.loads(Path(args.out + ".json").read_text())
         rows = [r for r in earlier_run["rows"] if r["command"] not in commands or r["scenario"] not in scenarios]
         window = earlier_run.get("ctrl_c_window")
-        earlier_minutes = earlier_run.get("minutes", 0.0)  # (the table's minutes: the runs that made it)
     delays = [float(d) for d in args.early_delays.split(",") if d]
     with tempfile.TemporaryDirectory(prefix="tmplkit-contract-") as tmp:
         fx = _fixtures(Path(tmp))
@@ -405,7 +404,9 @@ def main(argv=None) -> int:
                 rows.append(row)
                 print(f"{command:<17} {scenario:<17} {row['outcome']:<9} {row.get('exit')!s:>4} {row.get('seconds', 0):>7}"
                       f"  {row.get('stderr', '')[:110]}", file=sys.stderr, flush=True)
-        minutes = round(earlier_minutes + (time.monotonic() - started) / 60, 1)
+        # the table's minutes: the runs that made its rows (a row run again replaces its seconds)
+        minutes = round(sum(r.get("seconds", 0) for r in rows) / 60, 1) if args.merge else \
+            round((time.monotonic() - started) / 60, 1)
         if delays:
             window = ctrl_c_window(fx, delays, args.early_repeat)
     order = {(c, s): i for i, (c, s) in enumerate((c, s) for c in COMMANDS for s in SCENARIOS)}
