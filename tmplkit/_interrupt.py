@@ -24,8 +24,8 @@ import _thread
 import os
 import sys
 
-__all__ = ["Terminated", "hold_interrupts", "hold_sigterm", "install_early_handler", "raise_lost_interrupts", "restore_default",
-           "unwind_on_sigterm"]
+__all__ = ["Terminated", "die_with_parent", "hold_interrupts", "hold_sigterm", "install_early_handler", "raise_lost_interrupts",
+           "restore_default", "unwind_on_sigterm"]
 
 EXIT_INTERRUPTED = 130
 
@@ -182,6 +182,20 @@ class raise_lost_interrupts:
 
     def __exit__(self, kind, exc, tb) -> None:
         sys.unraisablehook = self._old
+
+
+def die_with_parent() -> None:
+    """Have this process (a child of tmplkit's own) killed when its parent ends, even in the middle
+    of a long call: Linux's parent-death signal, asked through the C library; elsewhere nothing
+    (best effort: the caller also checks that its parent is still there)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(_signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except Exception:  # pragma: no cover - best effort
+        pass
 
 
 install_early_handler()

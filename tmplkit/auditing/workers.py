@@ -42,6 +42,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from .._interrupt import die_with_parent
 from ..errors import InputError
 
 __all__ = ["EXIT_MEMORY", "Lost", "check_options", "run_in_workers"]
@@ -82,18 +83,6 @@ class Lost:
 # --- the worker -----------------------------------------------------------------------------------
 
 UNREAD_TASK = -1  # the index a worker's message has for the item it was sent but could not read
-
-
-def _set_parent_death_signal() -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # pragma: no cover - best effort
-        pass
 
 
 def _release_forkserver() -> None:
@@ -198,7 +187,7 @@ def _worker(conn, work, prelude, memory_mb, setup, imports=()) -> None:
     loaded before the memory limit (`_preimport`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _release_forkserver()
-    _set_parent_death_signal()
+    die_with_parent()
     _silence_output()
     _preimport(imports)
     _limit_memory(memory_mb)

@@ -24,6 +24,7 @@ import signal
 import struct
 import threading
 
+from .._interrupt import die_with_parent
 from ..markup import lcp
 from ..sandbox import PINNED_NOW
 from ..session.requests import DEFAULT_INTERVAL, follow_up_renders, request_points
@@ -192,15 +193,10 @@ def _child(fd: int, conversation, points, start, interval, mask) -> None:  # pra
     os._exit(0)
 
 
+
 def _die_with(parent: int) -> None:  # pragma: no cover - runs in the child
     """End this child when its parent ends, even in the middle of a render (a worker killed at its
-    time limit while the child is inside a template's long C call would leave it running): Linux's
-    parent-death signal, asked through the C library; elsewhere the child ends at its next frame."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError, TypeError):
-        pass
+    time limit while the child is inside a template's long C call would leave it running)."""
+    die_with_parent()
     if os.getppid() != parent:  # (the parent ended before the signal was asked for)
         os._exit(0)
