@@ -24,8 +24,8 @@ import _thread
 import os
 import sys
 
-__all__ = ["Terminated", "die_with_parent", "hold_interrupts", "hold_sigterm", "install_early_handler", "raise_lost_interrupts",
-           "restore_default", "unwind_on_sigterm"]
+__all__ = ["Terminated", "die_with_parent", "forget_unhandled_interrupt", "hold_interrupts", "hold_sigterm",
+           "install_early_handler", "raise_lost_interrupts", "restore_default", "unwind_on_sigterm"]
 
 EXIT_INTERRUPTED = 130
 
@@ -182,6 +182,20 @@ class raise_lost_interrupts:
 
     def __exit__(self, kind, exc, tb) -> None:
         sys.unraisablehook = self._old
+
+
+def forget_unhandled_interrupt() -> None:
+    """Clear CPython's note that a Ctrl-C went unhandled, once the command has handled it. CPython
+    notes it where code run through its C API (`PyRun_String` and the like, which some imports do)
+    is interrupted, and the note stays when the exception is then caught: at its exit the process
+    killed itself with SIGINT (status -2, after the command's one line) instead of exiting 130.
+    Best effort: the note is a C global of CPython 3.11 (elsewhere, nothing is done)."""
+    try:
+        import ctypes
+
+        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
+    except (ImportError, ValueError, AttributeError, OSError):
+        pass
 
 
 def die_with_parent() -> None:

@@ -19,7 +19,7 @@ import os
 import sys
 from functools import partial
 
-from .._interrupt import install_early_handler, raise_lost_interrupts, restore_default
+from .._interrupt import forget_unhandled_interrupt, install_early_handler, raise_lost_interrupts, restore_default
 from .._version import __version__
 from ..errors import InputError, TmplkitError
 from ._once import StoreOnce
@@ -338,6 +338,7 @@ def _main(argv: list[str] | None) -> int:
         _say(f"tmplkit: error: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
+        forget_unhandled_interrupt()  # (handled here: the process exits 130, not by the signal)
         _say("tmplkit: interrupted")
         return 130
     except BrokenPipeError as exc:  # (a pipe other than standard output: standard output's is _Stdout's)
