@@ -186,9 +186,10 @@ class raise_lost_interrupts:
 
 def forget_unhandled_interrupt() -> None:
     """Clear CPython's note that a Ctrl-C went unhandled, once the command has handled it. CPython
-    notes it where code run through its C API (`PyRun_String` and the like) is interrupted, and the note stays when the exception is then caught: at its exit the process
-    killed itself with SIGINT (status -2, after the command's one line) instead of exiting 130.
-    Best effort: the note is a C global of CPython 3.11 (elsewhere, nothing is done)."""
+    notes it where code run through its C API (`PyRun_String` and the like) is interrupted, and
+    the note stays when the exception is then caught: at its exit the process killed itself with
+    SIGINT (status -2, after the command's one line) instead of exiting 130. Best effort: the
+    note is a C global of CPython 3.11 (elsewhere, nothing is done)."""
     try:
         import ctypes
 
