@@ -239,3 +239,13 @@ def test_a_corpus_folder_left_empty_is_not_a_fetched_corpus(tmp_path, monkeypatc
     (corpus.corpus_dir() / "vocab" / "ggml-vocab-x.gguf").write_bytes(b"GGUF")
     (corpus.hub_dir() / "templates" / "y.jinja").write_text("{{ 1 }}")
     assert corpus.is_fetched() and corpus.is_hub_fetched()
+
+
+def test_a_name_no_template_has_lists_twenty_of_a_large_source(tmp_path):
+    # (a folder of hundreds of templates listed every name on the one line)
+    for i in range(25):
+        (tmp_path / f"t{i:02d}.jinja").write_text("{{ messages[0].content }}")
+    with pytest.raises(SourceError) as info:
+        load_one(str(tmp_path), "nope")
+    message = str(info.value)
+    assert message.endswith("no template named 'nope'; it has: " + ", ".join(f"t{i:02d}" for i in range(20)) + ", ...")

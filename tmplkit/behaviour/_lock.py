@@ -15,6 +15,7 @@ from .._version import __version__
 from ..atomic import write_output
 from ..errors import InputError
 from ..jsonio import read_json
+from ..sources.templates import names_of
 from ._compare import compare
 from ._record import BehaviourRecord
 
@@ -104,8 +105,7 @@ def require_entries(lock: BehaviourLock, templates, lock_path) -> None:
     """InputError (one line) naming the templates (anything with .name and .source) the lock lacks."""
     missing = [t for t in templates if t.name not in lock.records]
     if missing:
-        names = ", ".join(t.name for t in missing[:5]) + (", ..." if len(missing) > 5 else "")
-        raise InputError(f"{lock_path}: no entry for {names}; add {'it' if len(missing) == 1 else 'them'} with "
+        raise InputError(f"{lock_path}: no entry for {names_of(missing, 5)}; add {'it' if len(missing) == 1 else 'them'} with "
                          f"`tmplkit lock {missing[0].source} --lock {lock_path}`")
 
 

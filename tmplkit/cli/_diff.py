@@ -79,6 +79,7 @@ def _diff_by_name(args, olds: list, news: list) -> int:
     every pair behaves the same and neither source has a name the other lacks."""
     from ..behaviour import compare, format_diff_set, pair_by_name, require_derived
     from ..errors import InputError, SourceError
+    from ..sources import names_of
 
     for t in (*olds, *news):
         if t.error:  # (a file of the folder that could not be read: as for one template asked for)
@@ -86,13 +87,10 @@ def _diff_by_name(args, olds: list, news: list) -> int:
     pairs, only_old, only_new = pair_by_name(olds, news)
     if not pairs:
         raise InputError(f"{args.old} and {args.new} have no template name in common (the first has "
-                         f"{_names(olds)}; the second {_names(news)}); give --name and --name-b to compare two of them")
+                         f"{names_of(olds, 6)}; the second {names_of(news, 6)}); give --name and --name-b to compare two of them")
     records = derive(args, [t for pair in pairs for t in pair])
     require_derived(records, "nothing was compared")
     compared = [(a, b, compare(a, b)) for a, b in zip(records[0::2], records[1::2])]
     emit(format_diff_set(compared, only_old, only_new, args.format), args.output)
     return 0 if all(d.same for _, _, d in compared) and not only_old and not only_new else 1
 
-
-def _names(templates: list) -> str:
-    return ", ".join(t.name for t in templates[:6]) + (", ..." if len(templates) > 6 else "")

@@ -19,8 +19,9 @@ from .templates import (
     load_json,
     load_many,
     load_one,
+    names_of,
     select_named,
 )
 
 __all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "choose_one", "default_of", "family_special_tokens", "load", "load_dir", "load_gguf", "load_hf",
-           "load_jinja", "load_json", "load_many", "load_one", "select_named"]
+           "load_jinja", "load_json", "load_many", "load_one", "names_of", "select_named"]

@@ -153,6 +153,11 @@ def load_many(sources) -> list[ChatTemplate]:
     return out
 
 
+def names_of(templates: Sequence, most: int = 10) -> str:
+    """The names of `templates` (anything with a .name) for a message: the first `most`, then an ellipsis."""
+    return ", ".join(t.name for t in templates[:most]) + (", ..." if len(templates) > most else "")
+
+
 def select_named(templates: list[ChatTemplate], name: str | None, sources=()) -> list[ChatTemplate]:
     """The templates named `name` (as `load_one` matches a name), all of them when `name` is None;
     SourceError listing the names there are when none is named so."""
@@ -161,8 +166,7 @@ def select_named(templates: list[ChatTemplate], name: str | None, sources=()) ->
     picked = [t for t in templates if t.name == name or t.name.rsplit(":", 1)[-1] == name]
     if not picked:
         where = ", ".join(str(s) for s in sources) or "the sources"
-        names = ", ".join(t.name for t in templates[:20]) + (", ..." if len(templates) > 20 else "")
-        raise SourceError(f"{where}: no template named '{name}'; there are: {names}")
+        raise SourceError(f"{where}: no template named '{name}'; there are: {names_of(templates, 20)}")
     return picked
 
 
@@ -187,8 +191,7 @@ def choose_one(templates: Sequence[ChatTemplate], source, name: str | None = Non
     if name is None and len(templates) > 1:
         default = default_of(templates)
         if default is None:
-            names = ", ".join(t.name for t in templates[:10]) + (", ..." if len(templates) > 10 else "")
-            raise SourceError(f"{source}: holds {len(templates)} templates and none is the default ({names}); "
+            raise SourceError(f"{source}: holds {len(templates)} templates and none is the default ({names_of(templates)}); "
                               "give --name NAME for one of them, or that template's own file")
         templates = [default]
     for t in templates:
@@ -196,7 +199,7 @@ def choose_one(templates: Sequence[ChatTemplate], source, name: str | None = Non
             if t.error:  # one template asked for: the file it could not read is the error
                 raise SourceError(t.error)
             return t
-    raise SourceError(f"{source}: no template named '{name}'; it has: {', '.join(t.name for t in templates)}")
+    raise SourceError(f"{source}: no template named '{name}'; it has: {names_of(templates, 20)}")
 
 
 def load_jinja(path: Path, name: str | None = None, bos: str | None = None, eos: str | None = None) -> ChatTemplate:
