@@ -246,6 +246,6 @@ def test_a_name_no_template_has_lists_twenty_of_a_large_source(tmp_path):
     for i in range(25):
         (tmp_path / f"t{i:02d}.jinja").write_text("{{ messages[0].content }}")
     with pytest.raises(SourceError) as info:
-        load_one(str(tmp_path), "nope")
+        sources.load_one(str(tmp_path), "nope")
     message = str(info.value)
     assert message.endswith("no template named 'nope'; it has: " + ", ".join(f"t{i:02d}" for i in range(20)) + ", ...")
