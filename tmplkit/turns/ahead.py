@@ -134,7 +134,7 @@ class NextRendersAhead:
                     self._arrived.wait_for(lambda: self._done)
                 if len(self._bodies) <= len(self._frames):
                     return None
-                body = self._bodies[len(self._frames)]
+                body, self._bodies[len(self._frames)] = self._bodies[len(self._frames)], b""  # (read once)
             texts = []
             for shared, rest in pickle.loads(body):
                 self._prev = self._prev[:shared] + rest
