@@ -411,3 +411,16 @@ atomic.write_outputs([(os.path.join(folder, n), "new " + n) for n in ("a.txt", "
     assert [(tmp_path / n).read_text(encoding="utf-8") for n in ("a.txt", "b.txt", "c.txt")] == \
         ["new a.txt", "new b.txt", "new c.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt", "c.txt"]
+
+
+def test_a_swap_whose_old_file_was_let_go_cannot_be_taken_back(tmp_path):
+    # `write_outputs` lets the old files go once every rename is done; an `undo` after that (its
+    # error path) removed the new file, having no old one to put back
+    target = tmp_path / "report.json"
+    target.write_text("old")
+    stage = atomic._Staged(target)
+    stage.write(b"new")
+    stage.swap()
+    stage.discard()
+    stage.undo()
+    assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]

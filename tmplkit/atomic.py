@@ -302,6 +302,9 @@ class _Staged:
         self.swapped = False
 
     def discard(self) -> None:
+        """Remove the temporary file and the old target kept for `undo`: a swap done is final then
+        (`undo` after it would remove the new target, having no old one to put back)."""
+        self.swapped = False
         if self.fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
