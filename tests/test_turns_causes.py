@@ -198,15 +198,17 @@ def test_a_turn_opener_written_before_an_always_written_prompt_is_the_next_turns
     assert study_turns(t, conversation, switches=False).stable
 
 
-def test_a_unit_that_ends_every_turn_stays_the_turns_before_an_always_written_prompt(tmp_path):
+@pytest.mark.parametrize("gap", ["", "\n", " \n"])
+def test_a_unit_that_ends_every_turn_stays_the_turns_before_an_always_written_prompt(tmp_path, gap):
     # the same shape without an opener: `<|end|>` ends the user's turn too, so the renders parting
-    # after it at the role's unit leave it the turn's (the model writes it)
+    # after it at the role's unit leave it the turn's (the model writes it); whitespace between a
+    # message and its `<|end|>` changes nothing (it was taken for the next turn's opener there)
     path = tmp_path / "end-unit.jinja"
-    path.write_text("{% for m in messages %}<|{{ m.role | upper }}|>{{ m.content }}<|end|>{% endfor %}<|ASSISTANT|>",
+    path.write_text("{% for m in messages %}<|{{ m.role | upper }}|>{{ m.content }}" + gap + "<|end|>{% endfor %}<|ASSISTANT|>",
                     encoding="utf-8")
     reqs = session_requests(load_conversation(MASKS / "plain.json"), load_one(str(path)))
     assert [r.generation_prompt for r in reqs] == ["<|ASSISTANT|>", "<|ASSISTANT|>"]
-    assert [r.generated for r in reqs] == ["Hello.<|end|>", "Goodbye.<|end|>"]
+    assert [r.generated for r in reqs] == [f"Hello.{gap}<|end|>", f"Goodbye.{gap}<|end|>"]
 
 
 @pytest.mark.corpus

@@ -346,15 +346,15 @@ def _opens_a_turn(head: str, last: str, j: int, k: int) -> bool:
     """Whether the unit last[j:k], after which the two renders part at a unit (Command R7B's
     `<|START_OF_TURN_TOKEN|>` + `<|CHATBOT_TOKEN|>` or `<|USER_TOKEN|>`), opens the next turn rather
     than ends this one: the turn's own header in `head` (the render before its content) writes it
-    followed by the same unit, and the probe's user message is not followed by it (a unit that
-    ends every turn is written there: `<|end|><|assistant|>` keeps its `<|end|>`)."""
+    followed by the same unit, and the probe's user message is not followed by it, whitespace
+    aside (a unit that ends every turn is written there: `<|end|><|assistant|>` keeps its `<|end|>`)."""
     role = UNIT.match(last, k)
     if role is None or not head:
         return False
     header = MARKUP_END.search(head[-1000:])  # (a header is short; the probe's system preamble may not be)
     ask = head.rfind(_HELLO)
     return (header is not None and last[j:role.end()] in header.group()
-            and ask >= 0 and not head.startswith(last[j:k], ask + len(_HELLO)))
+            and ask >= 0 and not head[ask + len(_HELLO):].lstrip().startswith(last[j:k]))
 
 
 def _markup_only(text: str) -> bool:
