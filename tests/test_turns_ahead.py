@@ -179,3 +179,103 @@ def test_no_child_where_none_can_be_made(case, monkeypatch, qwen35):
     monkeypatch.setattr(os, "fork", refuse)
     assert NextRendersAhead.start(conversation) is None
     assert study_turns(template, conversation.conversation, tokenizer=qwen35, switches=False, ahead=True).to_dict() == here.to_dict()
+
+
+@forking
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="the parent-death signal is Linux's")
+def test_a_child_run_late_still_ends_with_its_parent(tmp_path):
+    # The child's first lines run a second late, after its parent was killed: it read its parent's
+    # pid then (the reaper's by that time), missed that the parent was gone, and rendered on.
+    import subprocess
+    import sys
+
+    script = f"""
+import os, sys, threading, time
+sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+from tmplkit import load_one
+from tmplkit.session import for_server, generate_session
+from tmplkit.turns import ahead
+me = os.getpid()
+real_signal, real_render = ahead.signal.signal, ahead.follow_up_renders
+def late(*a):
+    if os.getpid() != me:
+        time.sleep(1.0)
+    return real_signal(*a)
+def stuck(*a):
+    if os.getpid() != me:
+        threading.Event().wait()
+    return real_render(*a)
+ahead.signal.signal, ahead.follow_up_renders = late, stuck
+t = load_one({str(FIX / "strict-alternation.jinja")!r})
+a = ahead.NextRendersAhead.start(for_server(t, generate_session(3000, seed=3, style="agent", requests=2)))
+print(a._pid, flush=True)
+os._exit(0)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while not _gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert _gone(child)
+    finally:
+        if not _gone(child):
+            os.kill(child, signal.SIGKILL)
+
+
+@forking
+def test_a_ctrl_c_during_the_fork_leaves_no_child_nor_socket(case, monkeypatch):
+    # Held across the fork, it is raised as it is let through: start() raised it before the object
+    # that stops the child existed, and the child and its socket were left to the process's end.
+    conversation = case[0][0]
+    real_fork, made = os.fork, []
+
+    def fork_then_ctrl_c():
+        pid = real_fork()
+        if pid:
+            made.append(pid)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # (held: blocked here)
+        return pid
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    fds = len(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").is_dir() else None
+    monkeypatch.setattr(os, "fork", fork_then_ctrl_c)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            NextRendersAhead.start(conversation)
+    finally:
+        signal.signal(signal.SIGINT, old)
+        monkeypatch.undo()
+    assert made and _gone(made[0])
+    assert not any(t.name == "tmplkit-next-renders" for t in threading.enumerate())
+    if fds is not None:
+        assert len(os.listdir("/proc/self/fd")) == fds
+
+
+@forking
+def test_close_does_not_wait_on_a_copy_of_the_childs_end_held_elsewhere(case, monkeypatch):
+    # Another thread's fork (multiprocessing's, say) between the socket's making and this process
+    # closing the child's end keeps a copy of it open: close() waited for that process to end.
+    import socket
+
+    conversation, reqs, want = case[0]
+    real, copies = socket.socketpair, []
+
+    def socketpair_with_a_copy():
+        ours, theirs = real()
+        copies.append(os.dup(theirs.fileno()))
+        return ours, theirs
+
+    monkeypatch.setattr(socket, "socketpair", socketpair_with_a_copy)
+    ahead = NextRendersAhead.start(conversation)
+    monkeypatch.undo()
+    try:
+        assert ahead.collect(reqs[:1]) == want[:1]
+        closing = threading.Thread(target=ahead.close)
+        closing.start()
+        closing.join(30)  # (a hang guard: close() takes milliseconds)
+        assert not closing.is_alive()
+    finally:
+        for fd in copies:
+            os.close(fd)

@@ -6,7 +6,7 @@ are known before any request is rendered.
 
 The child sends one frame a request, in order, each render as the length it shares with the render
 sent before it and the rest (a request's follow-ups share all but their ends with each other and
-with the next request's), so a 90k-token session's renders cross the pipe as a few kilobytes each.
+with the next request's), so a 90k-token session's renders cross to this process as a few kilobytes each.
 Where the child cannot be made (no `fork`, one core) or stops early (killed, out of memory, or
 sending nothing for `STALL` seconds: a lock another thread held at the fork stays held in the
 child), the renders it did not send are made here: the result is the same either way.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import socket
 import struct
 import threading
 
@@ -54,17 +55,20 @@ def can_fork() -> bool:
 class NextRendersAhead:
     """The child rendering `conversation`'s follow-ups ahead, and what it has sent so far."""
 
-    def __init__(self, conversation, pid: int, fd: int) -> None:
+    def __init__(self, conversation, pid: int, channel: socket.socket) -> None:
         self._conversation = conversation
         self._messages = list(conversation.messages)
         self._pid: int | None = pid
-        self._pipe = os.fdopen(fd, "rb")
-        self._bodies: list[bytes] = []  # the frames as sent, drained from the pipe by `_reader`
+        # (a socket, not a pipe: `_stop` wakes the reader by shutting it down, where a pipe's reader
+        # waits for every copy of its write end to close, one a fork elsewhere may hold on to)
+        self._channel = channel
+        self._stream = channel.makefile("rb")
+        self._bodies: list[bytes] = []  # the frames as sent, drained from the socket by `_reader`
         self._done = False  # the child has sent all it will
         self._arrived = threading.Condition()
         self._frames: list[tuple[str, ...]] = []  # the frames read, per request index
         self._prev = ""
-        # (a thread here reads the pipe as the child writes: a pipe holds 64 KiB, and the child
+        # (a thread here reads the socket as the child writes: its buffer is small, and the child
         # would wait on a full one while this process renders)
         self._reader = threading.Thread(target=self._read, name="tmplkit-next-renders", daemon=True)
         self._reader.start()
@@ -76,25 +80,34 @@ class NextRendersAhead:
         if not can_fork():
             return None
         points = request_points(list(conversation.messages))
-        read, write = os.pipe()
-        # Ctrl-C and SIGTERM blocked across the fork: the child sets its own before it takes any,
-        # and this process gets those that came meanwhile once they are let through again.
+        ours, theirs = socket.socketpair()
+        parent = os.getpid()  # (read here: a child run late may find its parent gone already)
+        # Ctrl-C and SIGTERM blocked across the fork and until this object exists, which can stop the
+        # child: the child sets its own before it takes any, and this process gets those that came
+        # meanwhile once they are let through again.
         old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        pid, ahead = None, None
         try:
             pid = os.fork()
             if pid == 0:  # pragma: no cover - the child (its work is checked through what it sends)
-                os.close(read)
-                _child(write, conversation, points, start, interval, old)
+                ours.close()
+                _child(theirs.detach(), conversation, points, start, interval, old, parent)
+            theirs.close()
+            ahead = cls(conversation, pid, ours)
         except BaseException as exc:
-            os.close(read)
-            os.close(write)
-            if isinstance(exc, OSError):  # (no memory or process left for a child: the renders are made here)
+            _abandon(pid, ours, theirs)
+            # (no memory, process or thread left for a child: the renders are made here)
+            if isinstance(exc, (OSError, RuntimeError)):
                 return None
             raise
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        os.close(write)
-        return cls(conversation, pid, read)
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            except BaseException:  # (a signal that came meanwhile, raised as it is let through)
+                if ahead is not None:
+                    ahead.close()
+                raise
+        return ahead
 
     def collect(self, requests) -> tuple[tuple[str, ...], ...]:
         """`next_renders(conversation, template, requests)`: the child's frames, and those it did
@@ -111,15 +124,15 @@ class NextRendersAhead:
     def _read(self) -> None:
         try:
             while True:
-                head = self._pipe.read(_LENGTH.size)
+                head = self._stream.read(_LENGTH.size)
                 size = _LENGTH.unpack(head)[0] if len(head) == _LENGTH.size else -1
-                body = self._pipe.read(size) if size > 0 else b""
+                body = self._stream.read(size) if size > 0 else b""
                 if len(body) != size:
                     break  # (the child ended, or was stopped mid-frame: the rest is made here)
                 with self._arrived:
                     self._bodies.append(body)
                     self._arrived.notify()
-        except (OSError, ValueError):  # (the pipe closed under it by `close`)
+        except (OSError, ValueError):  # (the stream closed under it by `close`)
             pass
         finally:
             with self._arrived:
@@ -130,7 +143,7 @@ class NextRendersAhead:
         while len(self._frames) <= k:
             with self._arrived:
                 if not self._arrived.wait_for(lambda: len(self._bodies) > len(self._frames) or self._done, STALL):
-                    self._stop()  # (stuck: its pipe closes, the reader ends, the rest is made here)
+                    self._stop()  # (stuck: the reader ends, the rest is made here)
                     self._arrived.wait_for(lambda: self._done)
                 if len(self._bodies) <= len(self._frames):
                     return None
@@ -145,17 +158,18 @@ class NextRendersAhead:
     def close(self) -> None:
         """Stop the child (it may still be rendering what is no longer needed) and reap it."""
         self._stop()
-        self._reader.join()  # (the child's end is closed with it: the reader meets the pipe's end)
-        self._pipe.close()
+        self._reader.join()
+        self._stream.close()
+        self._channel.close()
 
     def _stop(self) -> None:
-        if self._pid is not None:
-            try:
-                os.kill(self._pid, signal.SIGKILL)
-                os.waitpid(self._pid, 0)
-            except (ProcessLookupError, ChildProcessError):  # (reaped already: SIGCHLD ignored, say)
-                pass
-            self._pid = None
+        """Kill and reap the child, and end the reader (what it had not read is made here)."""
+        _reap(self._pid)
+        self._pid = None
+        try:
+            self._channel.shutdown(socket.SHUT_RDWR)  # (wakes the reader: it meets the end)
+        except OSError:  # (shut down already)
+            pass
 
     def __enter__(self) -> NextRendersAhead:
         return self
@@ -164,18 +178,34 @@ class NextRendersAhead:
         self.close()
 
 
-def _child(fd: int, conversation, points, start, interval, mask) -> None:  # pragma: no cover - runs in the child
-    """Render each request's follow-ups and send them, a frame a request; never return (`os._exit`:
-    no `finally`, `atexit` or buffer of the parent's runs twice)."""
+def _reap(pid: int | None) -> None:
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):  # (reaped already: SIGCHLD ignored, say)
+            pass
+
+
+def _abandon(pid: int | None, *channel: socket.socket) -> None:
+    """Undo a start that did not finish: the child, if made, killed and reaped; both ends closed."""
+    _reap(pid)
+    for end in channel:
+        end.close()
+
+
+def _child(fd: int, conversation, points, start, interval, mask, parent: int) -> None:  # pragma: no cover - runs in the child
+    """Render each request's follow-ups and send them, a frame a request, while `parent` (the pid
+    that forked it) is there to read them; never return (`os._exit`: no `finally`, `atexit` or
+    buffer of the parent's runs twice)."""
     try:
         for signum in _SIGNALS:  # (the parent's handlers would print its line and exit as it does)
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        parent = os.getppid()
         _die_with(parent)
         messages = list(conversation.messages)
         prev = ""
-        with os.fdopen(fd, "wb") as pipe:
+        with os.fdopen(fd, "wb") as channel:
             for k, (n, end) in enumerate(points):
                 if os.getppid() != parent:  # (the parent is gone: nobody reads)
                     break
@@ -186,8 +216,8 @@ def _child(fd: int, conversation, points, start, interval, mask) -> None:  # pra
                     frame.append((shared, text[shared:]))
                     prev = text
                 body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
-                pipe.write(_LENGTH.pack(len(body)) + body)
-                pipe.flush()
+                channel.write(_LENGTH.pack(len(body)) + body)
+                channel.flush()
     except BaseException:  # noqa: BLE001 - whatever stops the child, the parent makes the rest
         pass
     os._exit(0)
