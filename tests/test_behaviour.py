@@ -335,6 +335,24 @@ def test_diff_of_two_folders_that_behave_alike_exits_0_and_one_with_no_name_in_c
     assert "holds 2 templates and none is the default (a, b); give --name NAME" in err
 
 
+def test_diff_of_two_folders_pairs_a_file_named_whole_beside_another_of_its_stem(capsys, tmp_path):
+    # `date.j2` beside `date.jinja` names both by their whole file names; the other folder's one
+    # `date.jinja` is `date`: no name in common, so `date` was never compared (one removed, one added)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    for name, fixture in (("date.jinja", "tool-placement/a.jinja"), ("date.j2", "text-only/a.jinja"),
+                          ("same.jinja", "text-only/a.jinja")):
+        (tmp_path / "old" / name).write_text((PAIRS / fixture).read_text())
+    for name, fixture in (("date.jinja", "tool-placement/b.jinja"), ("same.jinja", "text-only/a.jinja")):
+        (tmp_path / "new" / name).write_text((PAIRS / fixture).read_text())
+    code, out, _ = run(capsys, "diff", "--in-process", str(tmp_path / "old"), str(tmp_path / "new"))
+    lines = out.splitlines()
+    assert code == 1 and any(line.endswith("date.jinja (date.jinja) -> " + str(tmp_path / "new" / "date.jinja") +
+                                           " (date): behaviour changed (2 changes)") for line in lines), out
+    assert "only in the first source (removed): date.j2" in lines
+    assert lines[-1] == "2 templates compared by name: 1 changed, 1 the same; 1 only in the first source (removed)"
+
+
 def test_pairing_by_name_refuses_a_source_with_two_templates_of_one_name():
     from tmplkit.behaviour import pair_by_name
 

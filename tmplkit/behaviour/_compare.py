@@ -13,8 +13,10 @@ import difflib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import InputError
+from ..sources.templates import FOLDER_SUFFIXES
 from ._probes import PROBE_NAMES, SETTINGS_DEFAULT
 from ._record import BehaviourRecord
 
@@ -286,8 +288,9 @@ def compare(old: BehaviourRecord, new: BehaviourRecord) -> BehaviourDiff:
 
 def pair_by_name(old: Sequence, new: Sequence) -> tuple[list[tuple], list[str], list[str]]:
     """Two sources' templates paired by name, in `old`'s order; the names only `old` has and those
-    only `new` has. InputError where a source holds two templates of one name (a folder's `a.jinja`
-    and `a.j2`): which to compare would be a guess."""
+    only `new` has. Of those, two template files of folders with one file name are a pair too (a
+    folder names its `a.jinja` so beside an `a.j2`, and `a` alone). InputError where a source holds
+    two templates of one name: which to compare would be a guess."""
     for templates, which in ((old, "first"), (new, "second")):
         seen: set = set()
         for t in templates:
@@ -298,4 +301,29 @@ def pair_by_name(old: Sequence, new: Sequence) -> tuple[list[tuple], list[str], 
     by_name = {t.name: t for t in new}
     pairs = [(t, by_name[t.name]) for t in old if t.name in by_name]
     olds = {t.name for t in old}
-    return pairs, [t.name for t in old if t.name not in by_name], [t.name for t in new if t.name not in olds]
+    only_old = [t for t in old if t.name not in by_name]
+    only_new = [t for t in new if t.name not in olds]
+    # A folder names a template by its file's whole name where two of its files share a stem
+    # (`date.j2`, `date.jinja`): the other folder's `date` is one of them, and the file names say which.
+    news_by_file = _by_file(only_new)
+    for file, t in _by_file(only_old).items():
+        match = news_by_file.get(file)
+        if match is not None:
+            pairs.append((t, match))
+            only_old.remove(t)
+            only_new.remove(match)
+    order = {id(t): i for i, t in enumerate(old)}
+    pairs.sort(key=lambda pair: order[id(pair[0])])
+    return pairs, [t.name for t in only_old], [t.name for t in only_new]
+
+
+def _file_name(t) -> str | None:
+    """The template file's name where `t` is one file of a folder's (`date.jinja`), else None."""
+    path = Path(t.source) if t.source else None
+    return path.name if path is not None and path.suffix in FOLDER_SUFFIXES else None
+
+
+def _by_file(templates) -> dict:
+    """File name -> template, for the templates whose file name is theirs alone among `templates`."""
+    names = [_file_name(t) for t in templates]
+    return {n: t for n, t in zip(names, templates) if n is not None and names.count(n) == 1}
