@@ -169,7 +169,9 @@ def write_outputs(outputs: list[tuple[str | os.PathLike, str | bytes]]) -> None:
     temporary file and synced first; then each is renamed over its target, with Ctrl-C and SIGTERM
     held until the last rename, and a failed rename puts back the targets renamed before it. So a
     later one failing (a full disk, a busy file) leaves every target as it was. A FIFO or device is
-    written into, which cannot be taken back: those come after the regular files.
+    written into, which cannot be taken back: those come after the regular files are written and
+    synced, before the renames (a device that refuses, `/dev/full`, leaves every target as it was;
+    a rename that fails then, after the checks made before any work, cannot take the write back).
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
