@@ -529,7 +529,12 @@ def test_arguments_are_named_as_the_help_shows_them(capsys, tmp_path):
     (["audit", CHATML, "--lock", "-"], "--lock -: a lock is a file the audit reads"),
     (["turns", CHATML, "--memory-model", "4096"], "--memory-model 4096: unknown memory model"),
     (["session", "generate", "--style", "nope"], "argument --style: invalid choice"),
-    (["corpus", "fetch", "nope"], "argument NAME: invalid choice")])
+    (["corpus", "fetch", "nope"], "argument NAME: invalid choice"),
+    # a positional given '' read as the current folder (`tmplkit audit "$DIR"`, DIR unset, audited it)
+    (["audit", ""], "SOURCE '': the argument is empty"),
+    (["audit", CHATML, ""], "SOURCE '': the argument is empty"),
+    (["diff", CHATML, ""], "B '': the argument is empty"),
+    (["server", "log", ""], "LOG '': the argument is empty")])
 def test_an_option_given_nothing_or_nonsense_is_named_as_typed(capsys, argv, words):
     try:
         code = main(argv)

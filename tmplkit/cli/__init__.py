@@ -243,6 +243,11 @@ def _refuse_contradictions(argv: list[str], args) -> None:
         if dest != "output" and (value == "" or isinstance(value, list) and "" in value):
             typed = [o for o in options[dest] if any(w == o or w.startswith(o + "=") for w in words)]
             raise InputError(f"{(typed or options[dest])[-1]} '': the value is empty; give one, or leave the option out")
+    # A positional given '' reads as the current folder (`tmplkit audit "$DIR"`, DIR unset, audited it)
+    for dest, shown in (getattr(args, "_positionals", None) or {}).items():
+        value = getattr(args, dest, None)
+        if value == "" or isinstance(value, list) and "" in value:
+            raise InputError(f"{shown} '': the argument is empty; give one")
 
 
 def _say(line: str) -> None:
