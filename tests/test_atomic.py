@@ -272,6 +272,18 @@ def test_cli_output_into_device_and_through_symlink(tmp_path):
         assert stat.S_ISCHR(dev.lstat().st_mode)
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/fd"), reason="/dev/stdout as Linux links it")
+@pytest.mark.parametrize("where", ["/dev/stdout", "/proc/self/fd/1"])
+def test_cli_output_into_its_own_standard_output_when_that_is_a_pipe(where):
+    # /dev/stdout -> /proc/self/fd/1 -> `pipe:[...]`, a link only the kernel follows: the output was
+    # taken for a new file in /proc/self/fd and failed after the work ("No such file or directory")
+    fixture = os.path.join(os.path.dirname(__file__), "..", "fixtures", "templates", "chatml.jinja")
+    run = subprocess.run([sys.executable, "-m", "tmplkit", "audit", fixture, "--format", "json", "-o", where],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert '"schema_version"' in run.stdout
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize("failing", ["/dev/full", "missing/c.txt"])
 def test_several_outputs_are_written_all_or_none(tmp_path, failing):

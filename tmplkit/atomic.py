@@ -109,7 +109,12 @@ def _resolve(path: str | os.PathLike) -> Path:
     """The path a shell's `>` would write: a symlink's final target (which may not exist yet)."""
     target = Path(path)
     if target.is_symlink():
-        return Path(os.path.realpath(target))
+        real = Path(os.path.realpath(target))
+        if not real.exists() and target.exists():
+            # A link only the kernel can follow (`/dev/stdout` -> /proc/self/fd/1 -> `pipe:[...]`):
+            # opened as named, it is the pipe or socket itself.
+            return target
+        return real
     return target
 
 
