@@ -111,6 +111,27 @@ def test_nan_or_infinity_in_a_tool_calls_arguments_is_refused(constant, tmp_path
                                                    f"{constant}, which is no JSON number"), err
 
 
+@pytest.mark.parametrize("number", ["1e999", "-1e400", "9" * 400])
+@pytest.mark.parametrize("where", ["tools", "arguments", "kwargs"])
+def test_a_number_no_double_holds_is_refused_as_llama_server_refuses_it(number, where, tmp_path, capsys):
+    # (Python read 1e999 as infinity: the prompt held `inf`, `Infinity`, where llama-server answers
+    # "number overflow" and renders nothing)
+    call = {"type": "function", "function": {"name": "f", "arguments": '{"n": 0}'}}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "maximum": 0}}}]
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": "ok"}, {"role": "user", "content": "thanks"}]
+    text = json.dumps({"messages": msgs, "tools": tools})
+    text = text.replace('"maximum": 0', f'"maximum": {number}') if where == "tools" else text.replace(
+        '{\\"n\\": 0}', f'{{\\"n\\": {number}}}')
+    (tmp_path / "c.json").write_text(text, encoding="utf-8")
+    kwargs = ["--template-kwargs", f'{{"x": {number}}}'] if where == "kwargs" else []
+    session = str(tmp_path / "c.json") if where != "kwargs" else CHAT
+    code, out, err = run(capsys, "--no-config", "turns", CHATML, "--session", session, *kwargs)
+    assert code == 2 and out == "" and one_line(err, "more than a double holds"), err
+    if where == "arguments":
+        assert "message [1]: the tool call's arguments" in err
+
+
 def test_a_server_log_with_a_batch_size_no_server_runs_with_is_refused(tmp_path, capsys):
     text = LOG.read_text(encoding="utf-8")
     damaged = re.sub(r"(llama_context: n_batch +=) 2048", r"\1 99999999999", text)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import re
 import stat
@@ -132,7 +133,10 @@ def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
     if text.startswith(_BOM):
         raise error(f"{where}: not valid JSON (it starts with a UTF-8 byte-order mark); save the file without one")
     try:
-        value = json.loads(text, parse_constant=_no_constant) if strict_numbers else json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_finite_int) if strict_numbers else json.loads(text)
+    except _Overflow as exc:
+        raise error(f"{where}: a number out of range ({exc} is more than a double holds, and llama-server refuses "
+                    "it); give a smaller number") from None
     except _Constant as exc:
         raise error(f"{where}: not valid JSON ({exc} is no JSON number, and llama-server refuses it); give a "
                     "number, or null") from None
@@ -154,13 +158,18 @@ class _Constant(Exception):
     """NaN, Infinity or -Infinity met where `strict_numbers` refuses them."""
 
 
+class _Overflow(_Constant):
+    """A number too large for a double (`1e999`), which Python reads as infinity."""
+
+
 class NotJsonNumber(ValueError):
     """NaN, Infinity or -Infinity in text `strict_loads` read."""
 
 
 def strict_loads(text: str):
     """`json.loads` as a client's JSON is read by llama-server: NaN, Infinity and -Infinity raise
-    ValueError ("NaN, which is no JSON number") where Python would take them.
+    ValueError ("NaN, which is no JSON number") where Python would take them, and so does a number
+    too large for a double (`1e999`, which Python reads as infinity).
 
     >>> strict_loads('[1, -Infinity]')
     Traceback (most recent call last):
@@ -168,13 +177,37 @@ def strict_loads(text: str):
     tmplkit.jsonio.NotJsonNumber: -Infinity, which is no JSON number
     """
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_finite_int)
+    except _Overflow as exc:
+        raise NotJsonNumber(f"{exc}, which is more than a double holds") from None
     except _Constant as exc:
         raise NotJsonNumber(f"{exc}, which is no JSON number") from None
 
 
 def _no_constant(name: str):
     raise _Constant(name)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _Overflow(_shown(text))
+    return value
+
+
+def _finite_int(text: str) -> int:
+    """An integer, refused where a double cannot hold it (llama-server reads one beyond 64 bits as a double)."""
+    value = int(text)
+    if len(text) > 300:
+        try:
+            float(value)
+        except OverflowError:
+            raise _Overflow(_shown(text)) from None
+    return value
+
+
+def _shown(number: str) -> str:
+    return number if len(number) <= 24 else f"{number[:12]}...{number[-6:]} ({len(number)} characters)"
 
 
 def stdin(what: str = "the input", error: type[TmplkitError] = InputError) -> IO:
