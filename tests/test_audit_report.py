@@ -68,6 +68,24 @@ def test_junit_is_valid_xml_with_failures_and_skips():
     assert cases[2].find("failure").get("type") == "unsupported" and "no system role" in cases[2].find("failure").get("message")
 
 
+def test_a_check_asked_for_that_did_not_run_is_skipped_in_junit_and_a_warning_on_github():
+    # Text, markdown, JSON and the summary said "not run"; JUnit gave a bare passing case and GitHub
+    # no annotation, so a CI's view showed the token round trip as passed.
+    why = "no tokenizer for it: --tokenizer auto knows none"
+    report = audit_mod.AuditReport((PASS, FAIL), token_checks=(None, None), token_skipped=(why, ""))
+    root = ET.fromstring(audit_mod.format_junit(report))
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("3", "1", "1")
+    case = root.findall("testcase")[-1]
+    assert case.get("name") == "qwen|like: token round trip"
+    assert case.find("skipped").get("message") == f"token round trip not run: {why}"
+    github = audit_mod.format_github(report).splitlines()
+    assert f"::warning file=x.jinja,title=tmplkit%3A qwen|like not checked::qwen|like: token round trip not run: {why}" in github
+    # where that fails the audit (--fail-on unchecked), the template's own case is the failure
+    strict = audit_mod.AuditReport((PASS,), token_checks=(None,), token_skipped=(why,), fail_on="unchecked")
+    root = ET.fromstring(audit_mod.format_junit(strict))
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("1", "1", "0")
+
+
 def test_table_csv_keeps_exact_strings_markdown_escapes():
     rows = list(csv.DictReader(io.StringIO(audit_mod.format_table([PASS], "csv"))))
     assert rows[0]["tool_response_start"] == "<|im_start|>user\n<tool_response>\n"

@@ -159,10 +159,11 @@ def format_junit(report: AuditReport) -> str:
     # A test case's time is its analysis and, when checked, its prefix-stability check.
     times = [a.seconds + getattr(report.prefix_check(i), "seconds", 0.0) for i, a in enumerate(report.results)]
     total = sum(times)
+    skipped = _skipped_checks(report)
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<testsuite name="tmplkit-audit" tests="{len(report.results) + len(report.checks)}" failures="{failures}" '
-        f'skipped="0" time="{total:.3f}">',
+        f'<testsuite name="tmplkit-audit" tests="{len(report.results) + len(report.checks) + len(skipped)}" '
+        f'failures="{failures}" skipped="{len(skipped)}" time="{total:.3f}">',
     ]
     quote = {chr(34): "&quot;"}
     for i, (a, (status, why, problems)) in enumerate(zip(report.results, verdicts)):
@@ -178,8 +179,21 @@ def format_junit(report: AuditReport) -> str:
     for kind, name, _, message in report.checks:  # a lock's or an upstream's check that failed: a case of its own
         out.append(f'  <testcase classname="tmplkit.{kind.lower()}" name="{xml_escape(name, quote)}" time="0.000">'
                    f'<failure type="{kind.lower()}" message="{xml_escape(message, quote)}"/></testcase>')
+    for name, check, why in skipped:  # a check asked for that did not run: skipped, never a silent pass
+        out.append(f'  <testcase classname="tmplkit.auditing" name="{xml_escape(f"{name}: {check}", quote)}" '
+                   f'time="0.000"><skipped message="{xml_escape(why, quote)}"/></testcase>')
     out.append("</testsuite>")
     return "\n".join(out) + "\n"
+
+
+def _skipped_checks(report: AuditReport) -> list[tuple[str, str, str]]:
+    """(template, check, why) for each check asked for that did not run on a template the audit
+    passes (where that fails the audit, `--fail-on unchecked`, the template's case says so)."""
+    out = []
+    for i, a in enumerate(report.results):
+        if not report.counts_against(i):
+            out += [(a.name, why.split(" not ", 1)[0], why) for why in report.unchecked(i)]
+    return out
 
 
 def junit_error(message: str) -> str:
@@ -227,7 +241,8 @@ def _annotation(kind: str, source: str, title: str, message: str) -> str:
 def format_github(report: AuditReport) -> str:
     """GitHub Actions workflow commands, one a line, then the summary: `::error` on the file of each
     template that fails the audit (its verdict and why), `::warning` for each warning of a template
-    that passes, `::notice` for a listed failure that now passes. The job log shows each line and
+    that passes and each check asked for that did not run on it, `::notice` for a listed failure
+    that now passes. The job log shows each line and
     the pull request shows them on the template files."""
     lines = []
     for i, a in enumerate(report.results):
@@ -236,6 +251,8 @@ def format_github(report: AuditReport) -> str:
             lines.append(_annotation("error", a.source, f"tmplkit: {a.name} {status}", f"{a.name}: {why or status}"))
         elif not report.failed(i):
             lines += [_annotation("warning", a.source, f"tmplkit: {a.name} warning", f"{a.name}: {w}") for w in a.warnings]
+            lines += [_annotation("warning", a.source, f"tmplkit: {a.name} not checked", f"{a.name}: {why}")
+                      for why in report.unchecked(i)]
     for a in [*report.unexpected_passes, *report.unexpected_stable]:
         lines.append(_annotation("notice", a.source, f"tmplkit: {a.name} listed", f"{a.name} is listed in the expected "
                                  "failures but does not fail that way; remove it from the list"))
