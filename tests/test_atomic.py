@@ -186,6 +186,19 @@ def test_check_writable_reports_early(tmp_path):
             check_writable(ro / "x.json")
 
 
+def test_check_writable_refuses_a_path_the_system_cannot_look_up(tmp_path):
+    # (a symlink loop, a name too long: the OSError reached the command's catch-all, whose line
+    # pointed at the cache folder)
+    from tmplkit.atomic import check_writable
+    from tmplkit.errors import InputError
+
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop.name)
+    for bad, why in ((loop, "Too many levels of symbolic links"), (tmp_path / ("a" * 300), "File name too long")):
+        with pytest.raises(InputError, match=f"cannot write the file here \\({why}\\); give a writable file path"):
+            check_writable(bad)
+
+
 def test_other_writers_are_this_one():
     from tmplkit.prefill import report
 

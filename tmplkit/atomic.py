@@ -332,8 +332,16 @@ def check_writable(path: str | os.PathLike) -> None:
     """Raise InputError now if `path` cannot be written later, judged as a shell's `>` would.
 
     A folder, a missing or read-only folder (for a file to be created or replaced atomically), a
-    read-only file, or a FIFO or device this user may not write into are refused.
+    read-only file, or a FIFO or device this user may not write into are refused; so is a path the
+    system cannot look up (a symlink loop, a name too long).
     """
+    try:
+        _check_writable(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write the file here ({exc.strerror or exc}); {_WRITABLE_HINT}") from None
+
+
+def _check_writable(path: str | os.PathLike) -> None:
     if _names_folder(path):
         raise InputError(f"{path}: cannot write the file here; the path names a folder (it ends in "
                          f"'{os.path.basename(os.fspath(path)) or '/'}'): {_WRITABLE_HINT}")
