@@ -271,6 +271,16 @@ def test_two_outputs_to_one_file_are_refused_but_dev_null_twice_is_fine(here, ca
     assert code == 0
 
 
+def test_an_output_named_twice_in_two_spellings_is_one_file(here, capsys):
+    # (`-o a.txt -o ./a.txt` was refused as given twice, where `--lock x.json -o ./x.json` was one)
+    (here / "link.txt").symlink_to(here / "a.txt")
+    for twice in (("-o", "a.txt", "-o", "./a.txt"), ("-o", "a.txt", "--output", "link.txt")):
+        code, _, err = run(capsys, "audit", "in.jinja", "--in-process", *twice)
+        assert code == 0 and "1 template: 1 pass" in (here / "a.txt").read_text(encoding="utf-8"), err
+    code, _, err = run(capsys, "audit", "in.jinja", "-o", "a.txt", "-o", "b.txt")
+    assert one_line_error(code, err, "given twice", "a.txt", "b.txt")
+
+
 def test_the_lock_named_twice_is_refused(here, capsys):
     code, _, err = run(capsys, "lock", "in.jinja", "--lock", "a.json", "-o", "b.json")
     assert one_line_error(code, err, "given twice", "a.json", "b.json")
