@@ -219,6 +219,21 @@ def test_empty_stdin_is_a_one_line_error(capsys, monkeypatch):
     assert code == 2 and err == "tmplkit: error: <stdin>: empty file; give a chat template\n"
 
 
+def test_a_json_list_on_stdin_is_refused_as_the_same_file_given_by_path_is(capsys, monkeypatch, tmp_path):
+    # (read as template text, it was "UNSUPPORTED stdin ... does not render", exit 1; a template that
+    # starts with `[`, `[INST]`, is still one)
+    conversation = json.dumps([{"role": "user", "content": "hi"}])
+    (tmp_path / "conv.json").write_text(conversation, encoding="utf-8")
+    _, _, by_path = run(capsys, "audit", "--in-process", str(tmp_path / "conv.json"))
+    _stdin(monkeypatch, conversation)
+    code, _, err = run(capsys, "audit", "--in-process", "-")
+    assert code == 2 and err == "tmplkit: error: <stdin>: expected a JSON object with 'chat_template', got a list\n"
+    assert by_path.endswith(": expected a JSON object with 'chat_template', got a list\n")
+    _stdin(monkeypatch, "[INST] {{ messages[0].content }} [/INST]")
+    code, out, _ = run(capsys, "audit", "--in-process", "--format", "json", "-")
+    assert json.loads(out)["results"][0]["name"] == "stdin"
+
+
 def test_conversation_from_stdin(monkeypatch):
     from tmplkit import load_conversation
 

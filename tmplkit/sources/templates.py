@@ -261,10 +261,23 @@ def _load_stdin() -> list[ChatTemplate]:
 
     where = "<stdin>"
     text = read_text(stdin("the chat template", SourceError), what="a chat template", where=where, error=SourceError)
-    if re.match(r'\s*\{\s*"', text):  # a JSON object; a Jinja template starts with text, {{ or {%
+    if re.match(r'\s*\{\s*"', text) or _a_json_list(text):  # a Jinja template starts with text, {{ or {%
         return _json_templates(parse_json(text, what="a tokenizer config", where=where, error=SourceError),
                                Path(where), "stdin")
     return [ChatTemplate(text, "stdin", where)]
+
+
+def _a_json_list(text: str) -> bool:
+    """Whether `text` is a JSON list (a conversation given where a template is read), not a
+    template that starts with `[` (`[INST]`)."""
+    import json
+
+    if not text.lstrip().startswith("["):
+        return False
+    try:
+        return isinstance(json.loads(text), list)
+    except ValueError:
+        return False
 
 
 def _json_templates(data, path: Path, base: str | None) -> list[ChatTemplate]:
