@@ -109,6 +109,8 @@ def test_turns_with_the_servers_delimiter_lists(session_file, tmp_path, capsys, 
     (["--memory-model", "swa:0"], "memory model 'swa:0': a window of 0 positions holds nothing"),
     (["--server-delimiters", "missing.json", "--tokenizer", "vocab:qwen35"], "missing.json: cannot read"),
     (["--settings", "tmplkit,fastest"], "unknown --settings fastest; give some of llama-server, tmplkit, divergence-aware"),
+    # (it said "unknown --settings (none)")
+    (["--settings", ","], "no --settings given (an empty list); give some of llama-server, tmplkit, divergence-aware"),
 ])
 def test_turns_errors_are_one_line(args, message, capsys):
     assert main(["turns", str(FIX / "stable.jinja")] + args) == 2

@@ -66,8 +66,10 @@ def check_settings(names: Collection[str] | None, known: Sequence[str] = CHOSEN,
         names = (names,)
     names = tuple(names)
     bad = [n for n in names if n not in known]
-    if bad or not names:
-        raise InputError(f"unknown {what} {', '.join(bad) or '(none)'}; give some of {', '.join(known)}")
+    if bad:
+        raise InputError(f"unknown {what} {', '.join(bad)}; give some of {', '.join(known)}")
+    if not names:
+        raise InputError(f"no {what} given (an empty list); give some of {', '.join(known)}")
     return names
 
 
