@@ -89,9 +89,10 @@ def _share(r, setting: str) -> str:
 def _text(r) -> str:
     if r.error:
         return f"{r.template}: cannot render the session: {r.error}\n"
-    verdict = {True: "stable", False: "NOT stable", None: "no divergence in the first"}[r.stable]
-    head = f"{r.template}: {verdict} over {r.n_requests} request{'' if r.n_requests == 1 else 's'}" + (
-        " (stopped before the session's end: not known beyond)" if r.stable is None else "")
+    requests = f"{r.n_requests} request{'' if r.n_requests == 1 else 's'}"
+    head = f"{r.template}: " + {True: f"stable over {requests}", False: f"NOT stable over {requests}",
+                                None: f"no divergence in the first {requests} (stopped before the session's end: "
+                                      "not known beyond)"}[r.stable]
     if r.one_request:
         head = f"{r.template}: not applicable: the session has one request, so nothing is resumed"
     lines = [head, f"  inputs: {r.inputs} ({inputs_note(r.inputs)})"]
