@@ -141,6 +141,11 @@ def test_a_missing_log_and_half_the_placing_options_are_usage_errors(tmp_path, c
     assert "log file not found" in capsys.readouterr().err
     assert main(["--no-config", "server", "log", str(LOGS / "0.3.36-cold-lv3.log"), "--template", "x.jinja"]) == 2
     assert "together" in capsys.readouterr().err
+    # what only the template rendering the session takes, without one: it did nothing, silently
+    for extra, says in ((["--name", "x"], "--name is for"), (["--timeout", "5", "--memory", "100"], "--timeout and --memory are for")):
+        assert main(["--no-config", "server", "log", str(LOGS / "0.3.36-cold-lv3.log"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err and "give --template, --session and --tokenizer with it" in err
 
 
 @pytest.mark.corpus

@@ -141,6 +141,12 @@ def _cmd_log(args) -> int:
     given = [x is not None for x in (args.template, args.session, args.tokenizer)]
     if any(given) and not all(given):
         raise InputError("give --template, --session and --tokenizer together (to place the breaks on messages), or none")
+    # (what renders the session: without one, these did nothing, silently)
+    idle = [o for dest, o in (("name", "--name"), ("timeout", "--timeout"), ("memory", "--memory"))
+            if dest in getattr(args, "_given", {})]
+    if idle and not any(given):
+        raise InputError(f"{' and '.join(idle)} {'is' if len(idle) == 1 else 'are'} for the template that renders the "
+                         "session; give --template, --session and --tokenizer with it, or leave it out")
     if all(given) and args.tokenizer != "auto":
         require_tokenizers([args.tokenizer], "tmplkit server log --tokenizer " + args.tokenizer)
     if args.log == "-":
