@@ -292,7 +292,7 @@ def test_cli_output_into_its_own_standard_output_when_that_is_a_pipe(where):
     # taken for a new file in /proc/self/fd and failed after the work ("No such file or directory")
     fixture = os.path.join(os.path.dirname(__file__), "..", "fixtures", "templates", "chatml.jinja")
     run = subprocess.run([sys.executable, "-m", "tmplkit", "audit", fixture, "--format", "json", "-o", where],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120)  # (standard output a pipe)
     assert run.returncode == 0, run.stderr
     assert '"schema_version"' in run.stdout
 
