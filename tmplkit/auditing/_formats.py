@@ -179,8 +179,8 @@ def format_junit(report: AuditReport) -> str:
     for kind, name, _, message in report.checks:  # a lock's or an upstream's check that failed: a case of its own
         out.append(f'  <testcase classname="tmplkit.{kind.lower()}" name="{xml_escape(name, quote)}" time="0.000">'
                    f'<failure type="{kind.lower()}" message="{xml_escape(message, quote)}"/></testcase>')
-    for name, check, why in skipped:  # a check asked for that did not run: skipped, never a silent pass
-        out.append(f'  <testcase classname="tmplkit.auditing" name="{xml_escape(f"{name}: {check}", quote)}" '
+    for name, what, why in skipped:  # a check asked for that did not run: skipped, never a silent pass
+        out.append(f'  <testcase classname="tmplkit.auditing" name="{xml_escape(f"{name}: {what}", quote)}" '
                    f'time="0.000"><skipped message="{xml_escape(why, quote)}"/></testcase>')
     out.append("</testsuite>")
     return "\n".join(out) + "\n"
