@@ -176,6 +176,18 @@ def test_a_turn_whose_content_the_template_does_not_print_is_refused_not_masked_
     assert text_mask(template("parts-only"), FIXTURES / "plain-parts.json").masked_text() == [" Hello.", " Goodbye."]
 
 
+def test_a_turn_that_would_mask_only_its_end_is_refused_where_its_content_is_not_rendered(tmp_path):
+    # A template that prints content only as a string, given text parts (as Qwen3-4B-Thinking-2507's
+    # does): each turn masked only its `<|end|>`, teaching the model to end at once, silently.
+    path = tmp_path / "strings-only.jinja"
+    path.write_text("{% for m in messages %}<|{{ m.role }}|>{% if m.content is string %}{{ m.content }}{% endif %}"
+                    "<|end|>\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}", encoding="utf-8")
+    strings_only = load_one(str(path))
+    assert text_mask(strings_only, FIXTURES / "plain.json").masked_text() == ["Hello.<|end|>", "Goodbye.<|end|>"]
+    with pytest.raises(MaskError, match=r"messages 2\.\.2 would mask nothing: .* none of its content 'Hello\.'"):
+        text_mask(strings_only, FIXTURES / "plain-parts.json")
+
+
 def test_the_mask_command_refuses_a_mask_that_learns_nothing_in_one_line(capsys):
     from tmplkit.cli import main
 

@@ -494,11 +494,12 @@ def _turn_at(text: str, start: int, req, others: Sequence[int], whole: bool = Fa
 
 
 def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ...]) -> tuple[MaskedTurn, ...]:
-    """`turns`, refused in one line where a turn found as generated ("exact") masks nothing though its
-    assistant message has content that the render does not hold (a template that prints only list
-    parts, BAAI Emu3, given a string): such a mask would teach nothing, silently."""
+    """`turns`, refused in one line where a turn found as generated ("exact") masks nothing but markup
+    (an end of turn) though its assistant message has content that the render does not hold (a
+    template that prints only list parts, BAAI Emu3, given a string): such a mask would teach the
+    model to end the turn at once, silently."""
     for k, t in enumerate(turns):
-        if t.end > t.start or t.rule != "exact":
+        if not _learns_nothing(text, t) or t.rule != "exact":
             continue
         # (held where the turn is written, up to the next turn: a user message that quotes the
         # answer, "Reply with yes", holds it elsewhere)
@@ -517,10 +518,17 @@ def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ..
     return turns
 
 
+def _learns_nothing(text: str, t: MaskedTurn) -> bool:
+    """Whether turn `t` masks nothing, or markup alone (`<|end|>`: the end of a turn whose text the
+    render does not hold)."""
+    return not UNIT.sub("", text[t.start:t.end]).strip()
+
+
 def _refuse_unwritten_calls(server: ServerConversation, turns: Sequence[MaskedTurn]) -> None:
     """A MaskError where a turn with tool calls masks nothing and the template writes it alike
     without them (a template without tool support, whose history runs the calls' turn on into the
-    answer after the results it skips): the mask would drop the turn silently."""
+    answer after the results it skips): the mask would drop the turn silently. (One that writes the
+    turn's end, `</s>`, masks that: what the template renders for it.)"""
     messages = server.messages
     for t in turns:
         if t.end > t.start:  # (most turns: nothing to look at)
