@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tmplkit import load_one
-from tmplkit.session import Session, for_server, load_conversation
+from tmplkit.session import Session, for_server, load_conversation, session_from_json
 from tmplkit.session.requests import written_always
 from tmplkit.turns import CAUSES, session_requests, study_turns
 
@@ -196,6 +196,18 @@ def test_a_turn_opener_written_before_an_always_written_prompt_is_the_next_turns
     assert all(r.generation_prompt == "<|START|><|ASSISTANT|>" for r in reqs)
     assert [r.generated for r in reqs if r.generated] == ['Let me list them.<|CALL|>ls {"path": "."}<|END|>', "a.txt<|END|>"]
     assert study_turns(t, conversation, switches=False).stable
+
+
+def test_a_system_message_a_request_adds_ahead_of_the_history_is_the_system_prompts_cause():
+    # hoists-system (ours, DeepSeek R1's shape) writes every system message first: the request adds
+    # one mid-chat, written where the held text has the first user message ("last user message")
+    t = load_one(str(FIX / "hoists-system.jinja"))
+    chat = [{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": "Hello."},
+            {"role": "system", "content": "Answer in French."}, {"role": "user", "content": "Say goodbye."},
+            {"role": "assistant", "content": "Au revoir."}]
+    first = study_turns(t, session_from_json(chat), switches=False).first
+    assert (first.request, first.position, first.cause) == (1, 0, "system prompt"), first
+    assert "new system message 2" in first.detail
 
 
 @pytest.mark.parametrize("gap", ["", "\n", " \n"])

@@ -255,6 +255,14 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
     system = next((_text(m.get("content")) for m in messages[:1] if m.get("role") == "system"), "")
     if system.strip() and _covers(held, system.strip(), pos, _NEAR):
         return "system prompt", "the divergence lies in the system message"
+    # A system message the request adds, which the template writes ahead of the history (it hoists
+    # every system message to the front): the request has it at the divergence, the held text not.
+    for i in range(prev.n_messages, cur.n_messages):
+        m = messages[i]
+        body = _text(m.get("content")).strip() if m.get("role") == "system" else ""
+        if body and _covers(text, body, pos, _NEAR) and not _covers(held, body, pos, _NEAR) and text.find(body) < len(held):
+            return "system prompt", (f"the request's new system message {i} is written at the divergence, ahead of the "
+                                     "history: the template moves system messages to the front")
     last = next((m for m in reversed(messages[:prev.n_messages]) if m.get("role") in ("user", "tool")), None)
     body = _text(last.get("content")).strip() if last is not None else ""
     # (an empty one, Bielik's empty tool result, is placed by where the generation prompt begins)
