@@ -188,6 +188,16 @@ def test_a_turn_that_would_mask_only_its_end_is_refused_where_its_content_is_not
         text_mask(strings_only, FIXTURES / "plain-parts.json")
 
 
+def test_instructions_the_template_writes_after_the_last_turn_are_not_the_turns():
+    # instructions-after-last (ours, Command R+ tool_use's shape): the last turn's mask took the
+    # system turn of instructions after it, and the first turn, not found as generated, masked nothing
+    m = text_mask(template("instructions-after-last"), FIXTURES / "plain.json")
+    assert m.masked_text() == ["Hello.<|END|>", "Goodbye.<|END|>"]
+    assert [t.rule for t in m.turns] == ["exact", "exact"]
+    reqs = session_requests(load_conversation(FIXTURES / "plain.json"), template("instructions-after-last"))
+    assert [r.generated for r in reqs] == ["Hello.<|END|>", "Goodbye.<|END|>"]
+
+
 def test_the_mask_command_refuses_a_mask_that_learns_nothing_in_one_line(capsys):
     from tmplkit.cli import main
 

@@ -235,7 +235,11 @@ def turn_ending(conversation, turn: dict) -> str:
     # (a tool-call turn whose text the template does not print; Apriel 1.5 writes a call's "id" only
     # where the call is followed, so the two part inside the call's JSON, `}]</tool_calls>...` of
     # which is the model's to write).
-    return ending if _markup_only(ending) or (not before.strip() and after_content) else ""
+    # A whole turn of another role the template writes only after the newest message, after the
+    # turn's own end (Command R+ tool_use's system instructions, `<|END_OF_TURN_TOKEN|>` then
+    # `<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>Write 'Action:'...`) is taken too: the model stops at its end.
+    after_end = bool(before.strip()) and not UNIT.sub("", before).strip() and UNIT.match(ending) is not None
+    return ending if _markup_only(ending) or (not before.strip() and after_content) or after_end else ""
 
 
 def newest_only(conversation, turn: dict) -> str:
@@ -352,8 +356,11 @@ def _opens_a_turn(head: str, last: str, j: int, k: int) -> bool:
     if role is None or not head:
         return False
     header = MARKUP_END.search(head[-1000:])  # (a header is short; the probe's system preamble may not be)
+    at = header.group().find(last[j:k]) if header is not None else -1
     ask = head.rfind(_HELLO)
-    return (header is not None and last[j:role.end()] in header.group()
+    # (the header writes the unit, then its role's: whichever role's the renders part at, a system
+    # turn written after the newest message, Command R+ tool_use's, or the user's)
+    return (at >= 0 and UNIT.match(header.group(), at + k - j) is not None
             and ask >= 0 and not head[ask + len(_HELLO):].lstrip().startswith(last[j:k]))
 
 
