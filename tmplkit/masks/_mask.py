@@ -519,9 +519,14 @@ def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ..
 
 
 def _learns_nothing(text: str, t: MaskedTurn) -> bool:
-    """Whether turn `t` masks nothing, or markup alone (`<|end|>`: the end of a turn whose text the
-    render does not hold)."""
-    return not UNIT.sub("", text[t.start:t.end]).strip()
+    """Whether turn `t` masks nothing, or tags alone (`<|end|>`: the end of a turn whose text the
+    render does not hold; a bracketed word, `[read_file(path=a.py)]`, may be a call the turn writes)."""
+    return not _TAG.sub("", text[t.start:t.end]).strip()
+
+
+# A markup unit in angle brackets (`<|end|>`, `</s>`, `<end_of_utterance>`): `markup.UNIT` less its
+# bracketed words.
+_TAG = re.compile(UNIT.pattern.replace(r"|\[[^\[\]\s]+\]", ""))
 
 
 def _refuse_unwritten_calls(server: ServerConversation, turns: Sequence[MaskedTurn]) -> None:
