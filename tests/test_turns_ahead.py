@@ -50,6 +50,30 @@ def _gone(pid: int) -> bool:
         return False
 
 
+def _parent_with_a_stuck_child(*, then: str, before: str = "") -> str:
+    """A script whose process starts the next renders' child, which gets stuck in its first render
+    (a template's long C call), prints the child's pid, then runs `then`; `before`: lines run
+    before the start."""
+    return f"""
+import os, sys, threading, time
+sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+from tmplkit import load_one
+from tmplkit.session import for_server, generate_session
+from tmplkit.turns import ahead
+me = os.getpid()
+real = ahead.follow_up_renders
+def stuck(*a):
+    if os.getpid() != me:
+        threading.Event().wait()
+    return real(*a)
+ahead.follow_up_renders = stuck
+{before}t = load_one({str(FIX / "strict-alternation.jinja")!r})
+a = ahead.NextRendersAhead.start(for_server(t, generate_session(3000, seed=3, style="agent", requests=2)))
+print(a._pid, flush=True)
+{then}
+"""
+
+
 @forking
 def test_the_childs_renders_are_the_ones_made_here(case, monkeypatch):
     for conversation, reqs, want in case:
@@ -136,24 +160,7 @@ def test_a_child_ends_with_its_parent_even_in_the_middle_of_a_render(tmp_path):
     import subprocess
     import sys
 
-    script = f"""
-import os, sys, threading
-sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
-from tmplkit import load_one
-from tmplkit.session import for_server, generate_session
-from tmplkit.turns import ahead
-me = os.getpid()
-real = ahead.follow_up_renders
-def stuck(*a):
-    if os.getpid() != me:
-        threading.Event().wait()
-    return real(*a)
-ahead.follow_up_renders = stuck
-t = load_one({str(FIX / "strict-alternation.jinja")!r})
-a = ahead.NextRendersAhead.start(for_server(t, generate_session(3000, seed=3, style="agent", requests=2)))
-print(a._pid, flush=True)
-threading.Event().wait()
-"""
+    script = _parent_with_a_stuck_child(then="threading.Event().wait()")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         child = int(proc.stdout.readline())
@@ -189,28 +196,14 @@ def test_a_child_run_late_still_ends_with_its_parent(tmp_path):
     import subprocess
     import sys
 
-    script = f"""
-import os, sys, threading, time
-sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
-from tmplkit import load_one
-from tmplkit.session import for_server, generate_session
-from tmplkit.turns import ahead
-me = os.getpid()
-real_signal, real_render = ahead.signal.signal, ahead.follow_up_renders
-def late(*a):
-    if os.getpid() != me:
-        time.sleep(1.0)
-    return real_signal(*a)
-def stuck(*a):
-    if os.getpid() != me:
-        threading.Event().wait()
-    return real_render(*a)
-ahead.signal.signal, ahead.follow_up_renders = late, stuck
-t = load_one({str(FIX / "strict-alternation.jinja")!r})
-a = ahead.NextRendersAhead.start(for_server(t, generate_session(3000, seed=3, style="agent", requests=2)))
-print(a._pid, flush=True)
-os._exit(0)
-"""
+    # (the child's first step, which sets its signals, a second late)
+    late = ("real_signal = ahead.signal.signal\n"
+            "def late(*a):\n"
+            "    if os.getpid() != me:\n"
+            "        time.sleep(1.0)\n"
+            "    return real_signal(*a)\n"
+            "ahead.signal.signal = late\n")
+    script = _parent_with_a_stuck_child(before=late, then="os._exit(0)")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     child = int(proc.stdout.readline())
     proc.wait()
