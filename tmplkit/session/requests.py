@@ -355,12 +355,13 @@ def _opens_a_turn(head: str, last: str, j: int, k: int) -> bool:
     role = UNIT.match(last, k)
     if role is None or not head:
         return False
-    header = MARKUP_END.search(head[-1000:])  # (a header is short; the probe's system preamble may not be)
-    at = header.group().find(last[j:k]) if header is not None else -1
+    found = MARKUP_END.search(head[-1000:])  # (a header is short; the probe's system preamble may not be)
+    header = found.group() if found is not None else ""
+    at = header.find(last[j:k])
     ask = head.rfind(_HELLO)
     # (the header writes the unit, then its role's: whichever role's the renders part at, a system
     # turn written after the newest message, Command R+ tool_use's, or the user's)
-    return (at >= 0 and UNIT.match(header.group(), at + k - j) is not None
+    return (at >= 0 and UNIT.match(header, at + k - j) is not None
             and ask >= 0 and not head[ask + len(_HELLO):].lstrip().startswith(last[j:k]))
 
 
