@@ -232,6 +232,10 @@ def test_a_json_list_on_stdin_is_refused_as_the_same_file_given_by_path_is(capsy
     _stdin(monkeypatch, "[INST] {{ messages[0].content }} [/INST]")
     code, out, _ = run(capsys, "audit", "--in-process", "--format", "json", "-")
     assert json.loads(out)["results"][0]["name"] == "stdin"
+    # nested past what Python's reader follows: no conversation, read as text (it raised RecursionError)
+    _stdin(monkeypatch, "[" * 100000 + "]" * 100000)
+    code, _, err = run(capsys, "audit", "--in-process", "-")
+    assert code == 1 and "Traceback" not in err
 
 
 def test_conversation_from_stdin(monkeypatch):

@@ -261,23 +261,27 @@ def _load_stdin() -> list[ChatTemplate]:
 
     where = "<stdin>"
     text = read_text(stdin("the chat template", SourceError), what="a chat template", where=where, error=SourceError)
-    if re.match(r'\s*\{\s*"', text) or _a_json_list(text):  # a Jinja template starts with text, {{ or {%
+    if re.match(r'\s*\{\s*"', text):  # a Jinja template starts with text, {{ or {%
         return _json_templates(parse_json(text, what="a tokenizer config", where=where, error=SourceError),
                                Path(where), "stdin")
+    listed = _json_list(text)
+    if listed is not None:  # (a conversation given where a template is read: refused as its file would be)
+        return _json_templates(listed, Path(where), "stdin")
     return [ChatTemplate(text, "stdin", where)]
 
 
-def _a_json_list(text: str) -> bool:
-    """Whether `text` is a JSON list (a conversation given where a template is read), not a
-    template that starts with `[` (`[INST]`)."""
+def _json_list(text: str) -> list | None:
+    """`text` read as a JSON list, or None where it is none (a template that starts with `[`:
+    `[INST]`; or one nested past what the reader follows, which is no conversation either)."""
     import json
 
     if not text.lstrip().startswith("["):
-        return False
+        return None
     try:
-        return isinstance(json.loads(text), list)
-    except ValueError:
-        return False
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, list) else None
 
 
 def _json_templates(data, path: Path, base: str | None) -> list[ChatTemplate]:
