@@ -14,11 +14,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["BOUNDARY", "MARKUP_END", "UNIT", "back_to_boundary", "distinctive", "from_first_unit", "lcp", "lcs",
+__all__ = ["BOUNDARY", "MARKUP_END", "TAG", "UNIT", "back_to_boundary", "distinctive", "from_first_unit", "lcp", "lcs",
            "unit_prefix", "unit_suffix"]
 
-# Markup units: special tokens and tags such as <|im_start|>, <｜User｜>, <start_of_turn>, [INST].
-UNIT = re.compile(r"<\|[^<>|\s]*\|>|<｜[^<>｜]*｜>|〈\|[^〈〉]*\|〉|<[^<>\s]+>|\[[^\[\]\s]+\]")
+# Markup units: special tokens and tags such as <|im_start|>, <｜User｜>, <start_of_turn>, [INST];
+# TAG, those in angle brackets alone (a bracketed word may be text: a pythonic call `[f(x=1)]`).
+TAG = re.compile(r"<\|[^<>|\s]*\|>|<｜[^<>｜]*｜>|〈\|[^〈〉]*\|〉|<[^<>\s]+>")
+UNIT = re.compile(TAG.pattern + r"|\[[^\[\]\s]+\]")
 # Markup (units and bare role words such as `system`) ending a text: `<|im_system|>system<|im_middle|>`.
 MARKUP_END = re.compile(r"(?:" + UNIT.pattern + r"|[A-Za-z_]+(?=<|\[|〈)|\s)+$")
 # A closer that is only partly rendered is cut after one of these.

@@ -39,7 +39,7 @@ from functools import lru_cache
 from ..analysis import Analysis, analyze
 from ..delimiters import TextSpan, split_text
 from ..errors import RenderError, TmplkitError
-from ..markup import UNIT, lcs
+from ..markup import TAG, UNIT, lcs
 from ..markup import lcp as common_prefix
 from ..sandbox import PINNED_NOW
 from ..session import Conversation, ServerConversation, for_server, load_conversation
@@ -521,12 +521,8 @@ def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ..
 def _learns_nothing(text: str, t: MaskedTurn) -> bool:
     """Whether turn `t` masks nothing, or tags alone (`<|end|>`: the end of a turn whose text the
     render does not hold; a bracketed word, `[read_file(path=a.py)]`, may be a call the turn writes)."""
-    return not _TAG.sub("", text[t.start:t.end]).strip()
+    return not TAG.sub("", text[t.start:t.end]).strip()
 
-
-# A markup unit in angle brackets (`<|end|>`, `</s>`, `<end_of_utterance>`): `markup.UNIT` less its
-# bracketed words.
-_TAG = re.compile(UNIT.pattern.replace(r"|\[[^\[\]\s]+\]", ""))
 
 
 def _refuse_unwritten_calls(server: ServerConversation, turns: Sequence[MaskedTurn]) -> None:
