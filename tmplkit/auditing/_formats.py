@@ -192,7 +192,7 @@ def _skipped_checks(report: AuditReport) -> list[tuple[str, str, str]]:
     out = []
     for i, a in enumerate(report.results):
         if not report.counts_against(i):
-            out += [(a.name, why.split(" not ", 1)[0], why) for why in report.unchecked(i)]
+            out += [(a.name, check, f"{check} {why}") for check, why in report.unchecked_checks(i)]
     return out
 
 

@@ -102,15 +102,19 @@ class AuditReport:
 
     def unchecked(self, i: int) -> tuple[str, ...]:
         """The checks asked for that did not run on passing result i, each with why: never a pass of theirs."""
+        return tuple(f"{check} {why}" for check, why in self.unchecked_checks(i))
+
+    def unchecked_checks(self, i: int) -> tuple[tuple[str, str], ...]:
+        """`unchecked` as (check, why) pairs: ("token round trip", "not run: no tokenizer ...")."""
         if self.results[i].status != "pass":
             return ()
         out = []
         skipped = self.token_skipped[i] if i < len(self.token_skipped) else ""
         if skipped:
-            out.append(f"token round trip not run: {skipped}")
+            out.append(("token round trip", f"not run: {skipped}"))
         check = self.prefix_check(i)
         if self.prefix_stability != "off" and check is not None and check.verdict == NOT_CHECKED:
-            out.append(f"prefix stability not checked: {check.detail}")
+            out.append(("prefix stability", f"not checked: {check.detail}"))
         return tuple(out)
 
     def unchecked_fails(self, i: int) -> bool:
