@@ -133,7 +133,7 @@ def parse_json(text: str, *, what: str = "a JSON file", where: str = "<json>",
     if text.startswith(_BOM):
         raise error(f"{where}: not valid JSON (it starts with a UTF-8 byte-order mark); save the file without one")
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_finite_int) if strict_numbers else json.loads(text)
+        value = _strict(text) if strict_numbers else json.loads(text)
     except _Overflow as exc:
         raise error(f"{where}: a number out of range ({exc} is more than a double holds, and llama-server refuses "
                     "it); give a smaller number") from None
@@ -177,11 +177,16 @@ def strict_loads(text: str):
     tmplkit.jsonio.NotJsonNumber: -Infinity, which is no JSON number
     """
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_finite_int)
+        return _strict(text)
     except _Overflow as exc:
         raise NotJsonNumber(f"{exc}, which is more than a double holds") from None
     except _Constant as exc:
         raise NotJsonNumber(f"{exc}, which is no JSON number") from None
+
+
+def _strict(text: str):
+    """`json.loads` raising _Constant for NaN and the infinities, _Overflow for a number no double holds."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_finite_int)
 
 
 def _no_constant(name: str):
