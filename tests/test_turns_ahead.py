@@ -263,6 +263,7 @@ def test_close_does_not_wait_on_a_copy_of_the_childs_end_held_elsewhere(case, mo
     monkeypatch.setattr(socket, "socketpair", socketpair_with_a_copy)
     ahead = NextRendersAhead.start(conversation)
     monkeypatch.undo()
+    assert copies  # (the child's channel is the socket pair this test holds a copy of)
     try:
         assert ahead.collect(reqs[:1]) == want[:1]
         closing = threading.Thread(target=ahead.close)
