@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -326,4 +327,5 @@ def _file_name(t) -> str | None:
 def _by_file(templates) -> dict:
     """File name -> template, for the templates whose file name is theirs alone among `templates`."""
     names = [_file_name(t) for t in templates]
-    return {n: t for n, t in zip(names, templates) if n is not None and names.count(n) == 1}
+    counts = Counter(names)
+    return {n: t for n, t in zip(names, templates) if n is not None and counts[n] == 1}
