@@ -109,3 +109,44 @@ def test_table_format():
     assert "| b | round trip | differs | fail | at 3: `x\\|\\ny` / `x'z` |" in table
     assert "| c | round trip | refused | - | bad template |" in table
     assert table.endswith("differs: 1, identical: 1, refused: 1; round trip holds on llama.cpp's render: 1 of 3\n")
+
+
+@pytest.mark.parametrize("name", ["message-keys", "no-system", "parts-only"])
+def test_the_server_setting_gives_messages_as_llama_server_does(server, tmp_path, name):
+    # The session of tests/test_inputs.py (keys the server's message struct does not hold, empty
+    # strings, object arguments, text parts, a system message): tmplkit's server setting renders it
+    # as llama-server's /apply-template does, byte for byte, on templates that read each way.
+    from test_inputs import KEYED
+
+    from tmplkit.server.parity import _SERVER_ARGS
+    from tmplkit.server.process import start_with_template
+    from tmplkit.session import render_conversation, session_from_json
+
+    path = FIXTURES / f"{name}.jinja"
+    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
+    try:
+        theirs = srv.post_for("/apply-template", {"messages": list(KEYED)}, "prompt", timeout=60)
+    finally:
+        srv.stop()
+    assert render_conversation(load_one(str(path)), session_from_json({"messages": list(KEYED)})) == theirs
+
+
+def test_the_server_setting_reads_templates_as_llama_servers_capability_check(server, tmp_path):
+    # llama-server decides its workarounds (content joined or made into parts, a system message
+    # folded) by its own check (/props: chat_template_caps); tmplkit's probe renders decide alike on
+    # templates that read content each way, or fail on a name the probe does not set
+    from tmplkit.server.parity import _SERVER_ARGS
+    from tmplkit.server.process import start_with_template
+    from tmplkit.session import content_reads
+
+    for name in ("Qwen3.5-4B", "google-gemma-2-2b-it", "LFM2-8B-A1B", "fireworks-ai-llama-3-firefunction-v2",
+                 "meta-llama-Llama-3.2-3B-Instruct"):
+        path = corpus.templates_dir() / f"{name}.jinja"
+        srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
+        try:
+            caps = srv.get("/props")["chat_template_caps"]
+        finally:
+            srv.stop()
+        reads = content_reads(load_one(str(path)))
+        assert (reads.string, reads.typed, reads.system) == (
+            caps["supports_string_content"], caps["supports_typed_content"], caps["supports_system_role"]), name

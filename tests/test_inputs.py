@@ -10,7 +10,7 @@ import pytest
 from tmplkit import load_one
 from tmplkit.cli import main
 from tmplkit.errors import InputError
-from tmplkit.session import Session, for_server, given_messages, messages_for, render_conversation
+from tmplkit.session import Session, for_server, given_messages, messages_for, render_conversation, session_from_json
 from tmplkit.turns import study_turns
 
 FIX = Path(__file__).parent.parent / "fixtures" / "turns"
@@ -81,3 +81,95 @@ def test_a_tool_call_without_arguments_is_the_sessions_fault_as_llama_server_say
     assert main(["turns", str(FIX / "content-concat.jinja"), "--session", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"tmplkit: error: {path}: message 1") and "llama-server refuses" in err and err.count("\n") == 1
+
+
+ENGINE = Path(__file__).parent.parent / "fixtures" / "engine"
+# A session as clients send it: keys llama-server's message struct does not hold (`extra`, `reasoning`,
+# `thinking`, a call's `other`), empty strings it leaves out, an object for arguments, text parts.
+KEYED = ({"role": "system", "content": "Be brief."},
+         {"role": "user", "content": [{"type": "text", "text": "List"}, {"type": "text", "text": "the files."}],
+          "extra": "x", "name": ""},
+         {"role": "assistant", "content": None, "reasoning": "r1", "thinking": "t1", "reasoning_content": "",
+          "tool_calls": [{"id": "c1", "type": "function", "other": 1,
+                          "function": {"name": "ls", "arguments": {"path": ".", "all": True}}}]},
+         {"role": "tool", "tool_call_id": "c1", "name": "ls", "content": "a.txt"},
+         {"role": "assistant", "content": "One file.", "reasoning_content": "Counted."},
+         {"role": "user", "content": "Thanks."})
+
+
+def _rendered(name: str, messages=KEYED, inputs: str = "server") -> str:
+    return render_conversation(load_one(str(ENGINE / f"{name}.jinja")), for_server(
+        load_one(str(ENGINE / f"{name}.jinja")), session_from_json({"messages": list(messages)}), inputs=inputs))
+
+
+def test_the_server_gives_only_what_its_message_struct_holds():
+    # (what llama-server 0.3.36's /apply-template renders for the same session: tests/test_engine_parity.py)
+    lines = _rendered("message-keys").splitlines()
+    assert lines[1] == "[user|content=List\nthe files.|reasoning_content=-|thinking=-|reasoning=-|extra=-|name=-|tool_call_id=-]" \
+        or lines[1:3] == ["[user|content=List", "the files.|reasoning_content=-|thinking=-|reasoning=-|extra=-|name=-|tool_call_id=-]"]
+    call = next(line for line in lines if "|call" in line)
+    assert call == ("[assistant|content=|reasoning_content=-|thinking=-|reasoning=-|extra=-|name=-|tool_call_id=-"
+                    "|call id=c1 type=function other=- ls({\"path\":\".\",\"all\":true})]")
+    assert "[tool|content=a.txt|reasoning_content=-|thinking=-|reasoning=-|extra=-|name=ls|tool_call_id=c1]" in lines
+    assert "[assistant|content=One file.|reasoning_content=Counted.|thinking=-|" in "\n".join(lines)
+    assert KEYED[2]["reasoning"] == "r1" and "extra" in KEYED[1]  # the caller's messages stay as they were
+
+
+def test_transformers_gives_every_key_and_the_reasoning_under_both_names():
+    text = _rendered("message-keys", inputs="transformers")
+    # apply_chat_template (transformers 5.24, `_alias_reasoning_fields`): the first reasoning that is
+    # not null (`""` is one) is copied to `reasoning_content`, and to `thinking` where that is unset
+    assert "|reasoning_content=|thinking=t1|reasoning=r1|extra=-" in text and "extra=x|name=|" in text
+    assert "call id=c1 type=function other=1 ls(an object)" in text
+    aliased = given_messages([{"role": "assistant", "content": "ok", "reasoning": "why", "thinking": None}], "transformers")
+    assert aliased[0]["reasoning_content"] == aliased[0]["thinking"] == "why"
+
+
+@pytest.mark.parametrize(("message", "refusal"), [
+    ({"role": "assistant", "content": "ok", "reasoning_content": None}, r"message 1 \(assistant\): 'reasoning_content' is null"),
+    ({"role": "tool", "content": "ok", "tool_call_id": 7}, r"'tool_call_id' is int, which llama-server refuses"),
+    ({"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "ls", "arguments": "{}"}}]},
+     r"tool_calls\[0\] has no 'type', which llama-server refuses"),
+    ({"role": "assistant", "content": "", "tool_calls": [{"name": "ls", "arguments": "{}"}]},
+     r"tool_calls\[0\] has no 'function'"),
+    ({"role": "assistant", "content": "", "tool_calls": [{"type": "function", "id": None,
+                                                          "function": {"name": "ls", "arguments": "{}"}}]},
+     r"tool_calls\[0\] \(ls\): 'id' is null"),
+    ({"role": "assistant", "reasoning_content": "thought"}, r"message 1 \(assistant\) has neither 'content' nor 'tool_calls'"),
+])
+def test_what_llama_server_refuses_to_read_is_refused_in_one_line(template, message, refusal):
+    # each of these is a 400 or 500 from llama-server 0.3.36's /apply-template ("type must be string",
+    # "Missing tool call type", "Assistant message must contain either 'content' or 'tool_calls'!")
+    messages = ({"role": "user", "content": "hi"}, message, {"role": "user", "content": "and?"})
+    with pytest.raises(InputError, match=refusal) as err:
+        for_server(template, Session(messages, ()))
+    assert "\n" not in str(err.value)
+    assert for_server(template, Session(messages, ()), inputs="transformers")  # a trainer takes them
+
+
+def test_a_template_without_a_system_role_gets_it_in_the_next_message_and_parts_joined():
+    text = _rendered("no-system")
+    assert text.startswith("<user>Be brief.\nList\nthe files.</user>\n<assistant></assistant>\n")
+    with pytest.raises(Exception, match="System role not supported"):
+        _rendered("no-system", inputs="transformers")
+
+
+def test_a_template_that_reads_parts_only_gets_a_string_as_one_part():
+    text = _rendered("parts-only")
+    assert "<system>(Be brief.)</system>" in text and "<tool>(a.txt)</tool>" in text and "<user>(List)(the files.)</user>" in text
+
+
+def test_gpt_oss_is_given_a_tool_call_turn_with_reasoning_without_its_content():
+    # llama-server's gpt-oss handler (common/parsers/gpt-oss.cpp) copies the reasoning to `thinking`
+    # and leaves out the content of such a turn: its template refuses both on a tool-call turn
+    from tmplkit.sources import ChatTemplate
+
+    src = ("{% for m in messages %}<|start|>{{ m.role }}{% if m.tool_calls is defined %}{% if m.content and m.thinking %}"
+           "{{ raise_exception('Cannot pass both content and thinking') }}{% endif %}<|channel|>analysis"
+           "<|message|>{{ m.thinking }}<|call|>{% else %}<|message|>{{ m.content }}<|end|>{% endif %}{% endfor %}")
+    t = ChatTemplate(src, "channels", "-")
+    turn = {"role": "assistant", "content": "Looking.", "reasoning_content": "Need ls.", "tool_calls": [CALL]}
+    messages = (MESSAGES[0], turn, MESSAGES[2])
+    assert "<|channel|>analysis<|message|>Need ls.<|call|>" in render_conversation(t, Session(messages, ()))
+    with pytest.raises(Exception, match="Cannot pass both"):  # transformers gives it both, as the client sent them
+        for_server(t, Session(messages, ()), inputs="transformers").render()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tmplkit import load_one
+from tmplkit.errors import InputError
 from tmplkit.session import Session, for_server, load_conversation, session_from_json
 from tmplkit.session.requests import written_always
 from tmplkit.turns import CAUSES, session_requests, study_turns
@@ -88,7 +89,8 @@ def test_an_empty_answer_the_history_drops_is_answer_dropped():
 
 
 def test_reasoning_under_another_key_is_found():
-    # the reasoning given as `thinking` (gpt-oss's key), kept by the template only in the newest turn
+    # the reasoning given as `thinking` (gpt-oss's key), kept by the template only in the newest turn;
+    # as a trainer gives it (llama-server refuses the null `reasoning_content` and drops `thinking`)
     messages = [{"role": "user", "content": "Is 91 prime?"},
                 {"role": "assistant", "thinking": "91 = 7 * 13.", "reasoning_content": None, "content": "No."},
                 {"role": "user", "content": "And 97?"}, {"role": "assistant", "content": "Yes."}]
@@ -97,8 +99,11 @@ def test_reasoning_under_another_key_is_found():
            "{% endfor %}{% if add_generation_prompt %}<|a|>{% endif %}")
     from tmplkit.sources import ChatTemplate
 
-    first = study_turns(ChatTemplate(src, "thinking-newest", "-"), Session(tuple(messages), ()), switches=False).first
+    template = ChatTemplate(src, "thinking-newest", "-")
+    first = study_turns(template, Session(tuple(messages), ()), switches=False, inputs="transformers").first
     assert first.cause == "reasoning dropped" and "reasoning of message 1" in first.detail
+    with pytest.raises(InputError, match="'reasoning_content' is null, which llama-server refuses"):
+        study_turns(template, Session(tuple(messages), ()), switches=False)
 
 
 def test_an_earlier_message_a_classifier_leaves_out_is_message_dropped():

@@ -49,8 +49,10 @@ def add_turns(sub) -> None:
                         "specialized handlers' hard-coded lists, its autoparser's logged starts, or none) for the "
                         "llama-server setting; default: the two ChatML or Gemma delimiters only")
     p.add_argument("--inputs", choices=("server", "transformers"), default="server",
-                   help="messages as llama-server gives them (server: a null content as \"\", the default) or as "
-                        "transformers' apply_chat_template does (transformers: null-valued keys dropped)")
+                   help="messages as llama-server gives them (server, the default: a null content as \"\", only the "
+                        "keys its message struct holds, its workarounds for what the template reads) or as "
+                        "transformers' apply_chat_template does (transformers: null-valued keys dropped, reasoning "
+                        "under reasoning_content and thinking)")
     p.add_argument("--template-kwargs", metavar="JSON", help="variables every render gets, a JSON object, e.g. "
                                                              "'{\"preserve_thinking\": true}' (default: none)")
     add_settings_option(p, CHOSEN, CHOSEN, "; without divergence-aware the next renders it predicts from are not "

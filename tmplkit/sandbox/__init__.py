@@ -4,7 +4,8 @@
 the same environment (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loop controls, a
 `{% generation %}` tag), the same `tojson` filter and `raise_exception`/`strftime_now`/`dict`/
 `namespace` globals, and the same preparation of the inputs (None-valued message keys dropped,
-reasoning fields aliased, everything reduced to plain JSON data, bos/eos passed as variables).
+everything reduced to plain JSON data, bos/eos passed as variables; a session's reasoning is
+aliased under transformers' names by `tmplkit.session.given_messages`).
 
 Two things differ on purpose:
 

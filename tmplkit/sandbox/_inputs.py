@@ -1,5 +1,6 @@
 """Input preparation, as transformers' `apply_chat_template` does it: messages, tools and
-documents reduced to plain JSON data, None-valued keys dropped, reasoning fields aliased.
+documents reduced to plain JSON data, None-valued keys dropped (a session's reasoning fields are
+aliased as transformers aliases them by `tmplkit.session.given_messages`).
 """
 
 from __future__ import annotations

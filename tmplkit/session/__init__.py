@@ -7,8 +7,12 @@ conversation for a server.
 - `generate_session()` / `next_user_turn()`: seeded coding-agent sessions (_generator);
 - `messages_for(template, messages)`: tool-call arguments as llama-server gives that template
   (_arguments);
-- `given_messages(messages, inputs)`: a null content as llama-server gives it ("server": `""`) or
-  as transformers does ("transformers": the key dropped) (_inputs);
+- `given_messages(messages, inputs)`: each message as llama-server reads and writes it again
+  ("server": a null content as `""`, only the keys its message struct holds) or as transformers
+  gives it ("transformers": null-valued keys dropped, reasoning under both names) (_inputs);
+- `as_server_prepares(template, messages)` and `as_server_renders(...)`: llama-server's workarounds
+  for what a template reads (content parts joined or made, StepFun's trim; a system message it
+  never reads folded, on each list rendered) (_workarounds);
 - `render_conversation(template, conversation)` and `for_server(...)`: the render every place that
   renders a conversation for a server shares (_render).
 
@@ -19,13 +23,14 @@ turns.
 from ._arguments import messages_for, object_arguments, reads_thinking, reasoning_for, template_messages
 from ._conversation import Conversation, Session, load_conversation, load_session, save_session, session_from_json
 from ._generator import STYLES, TOOLS, generate_session, next_user_turn
-from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, given_messages, inputs_note
+from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, given_messages, inputs_note, server_refuses
 from ._render import SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables
+from ._workarounds import ContentReads, as_server_prepares, as_server_renders, content_reads
 
 __all__ = [
-    "DEFAULT_INPUTS", "INPUTS", "SESSION_LIMITS", "STYLES", "TOOLS", "Conversation", "ServerConversation", "Session",
-    "check_inputs", "for_server", "generate_session", "given_messages", "inputs_note",
-    "load_conversation", "load_session", "messages_for", "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for",
-    "render_conversation",
-    "render_variables", "save_session", "session_from_json", "template_messages",
+    "ContentReads", "Conversation", "DEFAULT_INPUTS", "INPUTS", "SESSION_LIMITS", "STYLES", "ServerConversation",
+    "Session", "TOOLS", "as_server_prepares", "as_server_renders", "check_inputs", "content_reads", "for_server",
+    "generate_session", "given_messages", "inputs_note", "load_conversation", "load_session", "messages_for",
+    "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for", "render_conversation",
+    "render_variables", "save_session", "server_refuses", "session_from_json", "template_messages",
 ]

@@ -19,7 +19,8 @@ from ..errors import InputError, TmplkitError
 from ..jsonio import NotJsonNumber, number_problem, strict_loads
 from ..sandbox import render
 from ..sources.templates import ChatTemplate, family_special_tokens
-from ._inputs import DEFAULT_INPUTS, given_messages
+from ._inputs import DEFAULT_INPUTS, given_messages, server_refuses
+from ._workarounds import as_server_prepares
 
 __all__ = ["messages_for", "object_arguments", "reads_thinking", "reasoning_for", "template_messages"]
 
@@ -68,12 +69,19 @@ def _shows_arguments(template: ChatTemplate, arguments) -> bool | None:
 
 
 def messages_for(template: ChatTemplate, messages, inputs: str = DEFAULT_INPUTS) -> list[dict]:
-    """`messages` as `template` is given them by llama-server: tool-call arguments parsed into
-    objects where it reads them as objects, else left as the client sent them; an assistant's
-    `reasoning_content` also under `thinking` where llama-server gives it so (`reasoning_for`);
-    a null content as `""` (`inputs` "server"), or left null for the sandbox to drop as
-    transformers does ("transformers": `session._inputs`). Every other key stays as the client sent it."""
-    given = given_messages(messages, inputs)
+    """`messages` as `template` is given them by the `inputs` engine (`session._inputs`): tool-call
+    arguments parsed into objects where the template reads them as objects, else left as the engine
+    gives them. "server": as llama-server reads and writes them again, a null content as `""`, its
+    workarounds for what the template reads (`_workarounds`), and an assistant's `reasoning_content`
+    also under `thinking` where llama-server gives it so (`reasoning_for`); a request llama-server
+    refuses is refused here in one line. "transformers": null contents left for the sandbox to drop
+    and reasoning under both names, as transformers gives them."""
+    messages = list(messages)
+    if inputs != "server":
+        return template_messages(given_messages(messages, inputs), parse_arguments=object_arguments(template))
+    if (why := server_refuses(messages)) is not None:
+        raise InputError(why)
+    given = as_server_prepares(template, given_messages(messages, inputs))
     return reasoning_for(template, template_messages(given, parse_arguments=object_arguments(template)))
 
 
@@ -84,16 +92,30 @@ def reads_thinking(template: ChatTemplate) -> bool:
     `<|tool_list_start|>` with `<|tool_list_end|>`, or `List of tools: [` without them)."""
     src = template.text
     lfm2 = "<|tool_list_start|>" in src and "<|tool_list_end|>" in src
-    return "<|channel|>" in src or lfm2 or ("List of tools: [" in src and "<|tool_list_start|>" not in src)
+    return _gpt_oss(template) or lfm2 or ("List of tools: [" in src and "<|tool_list_start|>" not in src)
+
+
+def _gpt_oss(template: ChatTemplate) -> bool:
+    return "<|channel|>" in template.text
 
 
 def reasoning_for(template: ChatTemplate, messages: list[dict]) -> list[dict]:
     """`messages` with each message's `reasoning_content` copied to `thinking` where llama-server
     does that for the template (`reads_thinking`; common/parsers/gpt-oss.cpp:7-11, lfm2.cpp:27-31:
-    "Copy reasoning to the 'thinking' field the template expects"); unchanged elsewhere."""
+    "Copy reasoning to the 'thinking' field the template expects"), and, for gpt-oss, the content
+    of such a message with tool calls left out (gpt-oss.cpp:12-14: its template refuses a tool-call
+    turn with both); unchanged elsewhere."""
     if not reads_thinking(template):
         return messages
-    return [{**m, "thinking": m["reasoning_content"]} if isinstance(m.get("reasoning_content"), str) else m for m in messages]
+    erase = _gpt_oss(template)
+    out = []
+    for m in messages:
+        if isinstance(m.get("reasoning_content"), str):
+            m = {**m, "thinking": m["reasoning_content"]}
+            if erase and m.get("tool_calls"):
+                del m["content"]
+        out.append(m)
+    return out
 
 
 def template_messages(messages: Iterable[dict], *, parse_arguments: bool = True) -> list[dict]:

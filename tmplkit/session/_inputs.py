@@ -1,30 +1,45 @@
 """Which engine's message preparation a render follows: llama-server's or transformers'.
 
-The two engines give a template the same conversation in two ways where a message has no content:
+The two engines give a template the same conversation in two ways:
 
-- "server" (llama-server): every message reaches the template with a `content`; a null or missing
-  one becomes `""` (the vendored common/chat.cpp, `common_chat_msg::to_json_oaicompat`: `else
-  { jmsg["content"] = ""; }`), so a tool-call turn an OpenAI-style client sends with
-  `content: null` renders with an empty content, as `m.content` and `m['content'] | length` read it;
+- "server" (llama-server): each message is read into the server's own message struct and written
+  out again for the template (the vendored common/chat.cpp, `common_chat_msgs_parse_oaicompat`,
+  then `common_chat_msg::to_json_oaicompat`). So every message has a `content`, `""` where the
+  client sent `null` or none (a tool-call turn an OpenAI-style client sends with `content: null`
+  renders with an empty content, as `m.content` and `m['content'] | length` read it); only `role`,
+  `content`, `reasoning_content`, `name`, `tool_call_id` and `tool_calls` reach the template, the
+  last four only where they are not empty (a `reasoning` or `thinking` key, or any other, is left
+  out); a text part keeps only its `type` and `text`; a tool call is rebuilt as `{"type": "function",
+  "function": {"name", "arguments"}, "id"}` (its other keys left out; `arguments` a JSON string, an
+  object the client sent written out compactly, `_arguments` parses them back for a template that
+  reads objects). What the server refuses to read (a null or non-string `reasoning_content`, `name`,
+  `tool_call_id` or call `id`; a call without `type: "function"`, `function`, a name or
+  `arguments`) is refused here in one line, naming the message.
 - "transformers" (`apply_chat_template`): null-valued keys are dropped (`_normalize_chat_messages`),
-  so `content: null` reaches the template as no `content` key at all, where `m.content` is undefined.
+  so `content: null` reaches the template as no `content` key at all, where `m.content` is
+  undefined; every other key is kept; a message's reasoning, under any of `reasoning_content`,
+  `thinking` or `reasoning`, is given as `reasoning_content` and as `thinking` too
+  (`_alias_reasoning_fields`, transformers 5.24), so a gpt-oss template reads it.
 
 The turns study, the replay, the resume check and the request bodies render as a server does
 ("server", the default); training masks render as a trainer does ("transformers").
 
     >>> given_messages([{"role": "assistant", "content": None, "tool_calls": []}], "server")
-    [{'role': 'assistant', 'content': '', 'tool_calls': []}]
+    [{'role': 'assistant', 'content': ''}]
     >>> given_messages([{"role": "assistant", "content": None}], "transformers")
     [{'role': 'assistant', 'content': None}]
+    >>> given_messages([{"role": "assistant", "content": "ok", "reasoning": "r"}], "transformers")
+    [{'thinking': 'r', 'role': 'assistant', 'content': 'ok', 'reasoning': 'r', 'reasoning_content': 'r'}]
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from ..errors import InputError
 
-__all__ = ["DEFAULT_INPUTS", "INPUTS", "check_inputs", "given_messages", "inputs_note"]
+__all__ = ["DEFAULT_INPUTS", "INPUTS", "check_inputs", "given_messages", "inputs_note", "server_refuses"]
 
 INPUTS = ("server", "transformers")
 DEFAULT_INPUTS = "server"
@@ -34,7 +49,8 @@ def check_inputs(inputs: str) -> str:
     """`inputs` when it names a preparation, else a one-line InputError."""
     if inputs not in INPUTS:
         raise InputError(f"unknown inputs {inputs!r}: give 'server' (as llama-server gives messages: a null content "
-                         "as \"\") or 'transformers' (as apply_chat_template: null-valued keys dropped)")
+                         "as \"\", only the keys it holds) or 'transformers' (as apply_chat_template: null-valued keys "
+                         "dropped)")
     return inputs
 
 
@@ -42,28 +58,109 @@ def given_messages(messages: Iterable[dict], inputs: str) -> list[dict]:
     """`messages` as the `inputs` engine gives them to a template, before the sandbox's own
     preparation (which drops the null-valued keys that remain, as both engines leave them out)."""
     check_inputs(inputs)
-    if inputs == "transformers":
-        return list(messages)
     messages = list(messages)
-    _server_reads_arguments(messages)
-    return [{**m, "content": ""} if m.get("content") is None else m for m in messages]
-
-
-def _server_reads_arguments(messages: list[dict]) -> None:
-    """llama-server refuses a request whose tool call has no `arguments` (the vendored
-    common/chat.cpp, `common_chat_msgs_parse_oaicompat`: `fc.at("arguments")`): the session is
-    refused so, not the template that would then fail on it."""
+    if inputs == "transformers":
+        return [_reasoning_aliased(m) for m in messages]
     for i, m in enumerate(messages):
-        for j, call in enumerate(m.get("tool_calls") or ()):
-            fn = call.get("function", call) if isinstance(call, dict) else None
-            if isinstance(fn, dict) and "arguments" not in fn:
-                raise InputError(f"message {i} ({m.get('role')}): tool_calls[{j}] ({fn.get('name')}) has no 'arguments', "
-                                 "which llama-server refuses (it reads function.arguments); give them, {} where the "
-                                 "function takes none")
+        _server_reads(m, i)
+    return [_as_server_writes(m) for m in messages]
+
+
+# The keys a message is read into (common_chat_msg), in the order the server writes them, with the
+# key the server reads each from: a string that is written only where it is not empty.
+_SERVER_STRINGS = ("reasoning_content", "name", "tool_call_id")
+# Where a message's reasoning may be, in the order transformers looks (its `_REASONING_FIELDS`).
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
+def _reasoning_aliased(m: dict) -> dict:
+    """`m` with its reasoning (the first of `_REASONING_FIELDS` that is not null) also under
+    `reasoning_content` and under `thinking` where that has none, as transformers gives it."""
+    reasoning = next((m[k] for k in _REASONING_FIELDS if m.get(k) is not None), None)
+    if reasoning is None:
+        return m
+    out = {"thinking": reasoning, **m, "reasoning_content": reasoning}
+    if out["thinking"] is None:  # (transformers drops the null before it aliases)
+        out["thinking"] = reasoning
+    return out
+
+
+def _as_server_writes(m: dict) -> dict:
+    """One message as llama-server writes it for the template (`to_json_oaicompat`)."""
+    content = m.get("content")
+    if isinstance(content, list):
+        content = [{"type": p.get("type"), "text": p.get("text")} for p in content]
+    out = {"role": m.get("role"), "content": "" if content is None else content}
+    out.update((key, m[key]) for key in _SERVER_STRINGS if m.get(key))
+    calls = m.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [_call_as_server_writes(c) for c in calls]
+    return out
+
+
+def _call_as_server_writes(call: dict) -> dict:
+    fn = call["function"]
+    args = fn["arguments"]
+    written = {"type": "function", "function": {"name": fn["name"], "arguments": args if isinstance(args, str) else
+                                                _compact(args)}}
+    if call.get("id"):
+        written["id"] = call["id"]
+    return written
+
+
+def _compact(value) -> str:
+    """`value` written as the server's JSON library writes it (no spaces, keys in the given order,
+    characters unescaped): an object the client sent for `arguments`, which the server keeps as text."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _server_reads(m: dict, i: int) -> None:
+    """A one-line InputError for what llama-server refuses to read in message `i`
+    (`common_chat_msgs_parse_oaicompat`: a key it reads into a string, a tool call's shape)."""
+    role = m.get("role")
+    for key in _SERVER_STRINGS:
+        if key in m and not isinstance(m[key], str):
+            got = "null" if m[key] is None else type(m[key]).__name__
+            raise InputError(f"message {i} ({role}): '{key}' is {got}, which llama-server refuses (it reads a string: "
+                             f"\"type must be string\"); leave the key out or give a string")
+    for j, call in enumerate(m.get("tool_calls") or ()):
+        _server_reads_call(call, f"message {i} ({role}): tool_calls[{j}]")
+
+
+def _server_reads_call(call, at: str) -> None:
+    """llama-server refuses a tool call that is not `{"type": "function", "function": {"name",
+    "arguments"}}` (the vendored common/chat.cpp, `common_chat_msgs_parse_oaicompat`: `fc.at("arguments")`
+    among them): the session is refused so, not the template that would then fail on it."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or call.get("type") != "function":
+        shape = "has no 'function'" if not isinstance(fn, dict) else (
+            "has no 'type'" if "type" not in call else f"has type {call.get('type')!r}")
+        raise InputError(f"{at} {shape}, which llama-server refuses (it reads {{\"type\": \"function\", \"function\": "
+                         "{\"name\": ..., \"arguments\": ...}}); give the call in that shape")
+    if "arguments" not in fn:
+        raise InputError(f"{at} ({fn.get('name')}) has no 'arguments', which llama-server refuses (it reads "
+                         "function.arguments); give them, {} where the function takes none")
+    if "id" in call and not isinstance(call["id"], str):
+        got = "null" if call["id"] is None else type(call["id"]).__name__
+        raise InputError(f"{at} ({fn.get('name')}): 'id' is {got}, which llama-server refuses (it reads a string); "
+                         "leave the key out or give a string")
+
+
+def server_refuses(messages) -> str | None:
+    """Why llama-server refuses a request of `messages` before it reads them (server-common.cpp,
+    `oaicompat_chat_params_parse`), or None: an assistant message with neither `content` nor
+    `tool_calls` (the session's loader refuses the other roles' missing content already)."""
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant" and "content" not in m and "tool_calls" not in m:
+            return (f"message {i} (assistant) has neither 'content' nor 'tool_calls', which llama-server refuses "
+                    "(\"Assistant message must contain either 'content' or 'tool_calls'!\"); give its content")
+    return None
 
 
 def inputs_note(inputs: str) -> str:
     """What the `inputs` preparation does, in words for a report."""
     if check_inputs(inputs) == "server":
-        return "messages as llama-server gives them: a null or missing content as \"\""
-    return "messages as transformers' apply_chat_template gives them: null-valued keys dropped"
+        return ("messages as llama-server gives them: a null or missing content as \"\", only the keys its message "
+                "struct holds")
+    return ("messages as transformers' apply_chat_template gives them: null-valued keys dropped, reasoning also "
+            "under reasoning_content and thinking")

@@ -30,6 +30,7 @@ from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation
 from ._inputs import DEFAULT_INPUTS, check_inputs
+from ._workarounds import as_server_renders
 
 __all__ = ["SESSION_LIMITS", "ServerConversation", "for_server", "render_conversation", "render_variables"]
 
@@ -67,7 +68,7 @@ class ServerConversation:
         messages are prepared for the sandbox once (every request renders them again)."""
         given = self.messages if messages is None else messages
         ready = self._prepared
-        prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in given)
+        prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(given))
         return render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
                       limits=SESSION_LIMITS, clock=clock, **self.variables)
 
@@ -75,9 +76,14 @@ class ServerConversation:
         """`render(messages)` with the generation prompt and without it, in one pass where the
         template allows (`sandbox.render_with_prompt`): each request of a session needs both."""
         ready = self._prepared
-        prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in messages)
+        prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(messages))
         return render_with_prompt(self.template, prepared, tools=self._prepared_tools, limits=SESSION_LIMITS, clock=clock,
                                   **self.variables)
+
+    def _as_rendered(self, messages):
+        """The list a server renders for `messages` (a system message folded where the template
+        never reads one: `as_server_renders`); as it is under transformers' preparation."""
+        return as_server_renders(self.template, messages) if self.inputs == "server" else messages
 
     @cached_property
     def _prepared_tools(self) -> Prepared | None:

@@ -1,0 +1,82 @@
+#!/usr/bin/env python
+"""How tmplkit's server setting reads a template (`tmplkit.session.content_reads`: string content,
+typed content, the system role) against llama-server's own capability check (`/props`,
+`chat_template_caps`), template by template: the decisions behind the workarounds the server
+setting applies (content parts joined or made, a system message folded).
+
+    python scripts/server_caps.py --corpus llama.cpp --json scripts/results/server-caps-llama.cpp.json
+    python scripts/server_caps.py --corpus hub --json scripts/results/server-caps-hub.json
+
+Needs the llama-server scripts/build_llama_server.sh builds; one server per template, on the tiny
+Qwen3.5-vocab model. A template the server refuses at start is counted apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tmplkit.errors import TmplkitError  # noqa: E402
+from tmplkit.prefill import tiny_model_path  # noqa: E402
+from tmplkit.server.process import LlamaServer, llama_server_binary  # noqa: E402
+from tmplkit.session import content_reads  # noqa: E402
+from tmplkit.sources import load_many  # noqa: E402
+
+_CAPS = ("supports_string_content", "supports_typed_content", "supports_system_role")
+_ARGS = ["--jinja", "-c", "512", "-np", "1", "-t", "1", "--no-warmup"]
+
+
+def compare(template, binary, model, log: Path) -> dict:
+    """One row: our reading, the server's (None where it refuses the template), whether they agree."""
+    reads = content_reads(template)
+    ours = [reads.string, reads.typed, reads.system]
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False, encoding="utf-8") as f:
+        f.write(template.text)
+    try:
+        server = LlamaServer(binary, model, [*_ARGS, "--chat-template-file", f.name], log=log, startup_s=60, keep_log=False)
+    except TmplkitError as exc:
+        return {"template": template.name, "ours": ours, "theirs": None, "agree": None, "error": str(exc)[:200]}
+    finally:
+        Path(f.name).unlink()
+    try:
+        caps = server.get("/props")["chat_template_caps"]
+    finally:
+        server.stop()
+    theirs = [bool(caps[k]) for k in _CAPS]
+    return {"template": template.name, "ours": ours, "theirs": theirs, "agree": ours == theirs}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", choices=("llama.cpp", "hub"), default="llama.cpp")
+    p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
+    args = p.parse_args()
+    binary = llama_server_binary()
+    if binary is None:
+        print("llama-server is not built: run `bash scripts/build_llama_server.sh`", file=sys.stderr)
+        return 2
+    model = tiny_model_path("qwen35")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="server-caps-") as tmp:
+        for t in load_many([f"corpus:{args.corpus}"]):
+            rows.append(compare(t, binary, model, Path(tmp) / "server.log"))
+            if rows[-1]["agree"] is False:
+                print(f"differs: {t.name}: ours {rows[-1]['ours']}, llama-server's {rows[-1]['theirs']}")
+    checked = [r for r in rows if r["agree"] is not None]
+    res = {"corpus": args.corpus, "caps": list(_CAPS), "templates": len(rows), "checked": len(checked),
+           "agree": sum(r["agree"] for r in checked), "refused_by_server": len(rows) - len(checked),
+           "differs": [r for r in checked if not r["agree"]], "rows": rows}
+    print(f"{args.corpus}: {res['agree']} of {res['checked']} templates read alike "
+          f"({res['refused_by_server']} refused by llama-server at start)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""What llama-server does to a conversation for a template before rendering it, once it has read
+each message (`_inputs`): the workarounds of the vendored common/chat.cpp
+(`common_chat_templates_apply_jinja`), chosen by what the template reads as its own Jinja engine
+finds out (common/jinja/caps.cpp), found here the same way, by probe renders:
+
+- content: a template that reads a message's content only as a string is given a list of text
+  parts joined by newlines; one that reads it only as a list of parts is given a string as one
+  text part (`messages_inp_normalizer`); one that reads both gets what the client sent;
+- a template that never reads the content of a leading system message (it raises on the role,
+  or leaves it out) is given that content at the start of the next message, after it and a
+  newline, or nothing where the system message is the only one (`system_message_not_supported`);
+- StepFun's templates (`You have access to the following functions in JSONSchema format`): every
+  content, text part and reasoning trimmed of whitespace at both ends (llama.cpp issue 24181).
+
+    >>> from tmplkit.sources import ChatTemplate
+    >>> t = ChatTemplate("{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system') }}"
+    ...                  "{% endif %}[{{ m.content }}]{% endfor %}", "t", "-")
+    >>> as_server_renders(t, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}])
+    [{'role': 'user', 'content': 'Be brief.\\nhi'}]
+
+The first and the last change each message and are made once (`as_server_prepares`, on the
+conversation); the fold changes the list, so it is made on each list rendered
+(`as_server_renders`): message indices stay the session's.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from types import FrameType
+
+from ..errors import TmplkitError
+from ..sandbox import Prepared, render
+from ..sources.templates import ChatTemplate
+
+__all__ = ["ContentReads", "as_server_prepares", "as_server_renders", "content_reads"]
+
+# (C's isspace, which llama.cpp trims with, in ASCII)
+_SPACE = " \t\n\v\f\r"
+_STEPFUN = "You have access to the following functions in JSONSchema format"
+_MARKER = "STRING_MARKER"
+_SYSTEM = "System message"
+
+
+@dataclass(frozen=True)
+class ContentReads:
+    """How a template reads what it is given, as llama.cpp's capability check finds it: a message's
+    content as a string (`string`), as a list of parts (`typed`), and a leading system message's
+    content at all (`system`)."""
+
+    string: bool = True
+    typed: bool = False
+    system: bool = True
+
+
+def content_reads(template: ChatTemplate) -> ContentReads:
+    """`ContentReads` of `template`, by three probe renders (cached by the template's text)."""
+    return _content_reads(template.text, template.bos_token, template.eos_token)
+
+
+def as_server_prepares(template: ChatTemplate, messages: list[dict]) -> list[dict]:
+    """`messages` (as llama-server reads and writes them: `_inputs.given_messages`) after the
+    workarounds of the module doc that change each message (StepFun's trim, the content's form);
+    the caller's messages stay as they were."""
+    if _STEPFUN in template.text:
+        messages = [_trimmed(m) for m in messages]
+    reads = content_reads(template)
+    if reads.string != reads.typed:
+        messages = [_content_as(m, typed=reads.typed) for m in messages]
+    return messages
+
+
+def as_server_renders(template: ChatTemplate, messages):
+    """The list of `messages` (prepared: `as_server_prepares`) llama-server renders: a leading system
+    message folded into the next where the template never reads it; `messages` itself elsewhere."""
+    if messages and messages[0].get("role") == "system" and not content_reads(template).system:
+        return _system_folded(list(messages))
+    return messages
+
+
+def _trimmed(m: dict) -> dict:
+    out = dict(m)
+    content = m.get("content")
+    if isinstance(content, str):
+        out["content"] = content.strip(_SPACE)
+    elif isinstance(content, list):
+        out["content"] = [{**p, "text": p["text"].strip(_SPACE)} if p.get("type") == "text" else p for p in content]
+    if isinstance(m.get("reasoning_content"), str):
+        trimmed = m["reasoning_content"].strip(_SPACE)
+        if trimmed:
+            out["reasoning_content"] = trimmed
+        else:  # (the server writes an empty reasoning not at all)
+            del out["reasoning_content"]
+    return out
+
+
+def _content_as(m: dict, *, typed: bool) -> dict:
+    content = m.get("content")
+    if typed and isinstance(content, str):
+        return {**m, "content": [{"type": "text", "text": content}]}
+    if not typed and isinstance(content, list):
+        return {**m, "content": _joined(content)}
+    return m
+
+
+def _joined(parts: list) -> str:
+    """Text parts joined as the server joins them: a newline before each after the first text."""
+    text = ""
+    for part in parts:
+        if part.get("type") != "text":
+            continue
+        if text:
+            text += "\n"
+        text += part.get("text") or ""
+    return text
+
+
+def _system_folded(messages: list[dict]) -> list[dict]:
+    first, rest = messages[0], messages[1:]
+    if not rest:
+        return []
+    before, after = first.get("content"), rest[0].get("content")
+    if not (isinstance(before, str) and isinstance(after, str)):
+        return messages  # (the server fails such a request: the engine's render shows it)
+    return [{**rest[0], "content": before + "\n" + after}, *rest[1:]]
+
+
+class _Watched(str):
+    """A probe's content: a string that notes whether the template read it at all (`used`) and
+    whether it read it as a list (`as_list`: iterated or indexed by a number), as the C++ engine's
+    statistics note it. Iterating it fails, as the C++ engine's for loop fails on a string."""
+
+    def __new__(cls, text: str):
+        obj = super().__new__(cls, text)
+        obj.used = obj.as_list = False
+        return obj
+
+    def __iter__(self):
+        self.used = True
+        if not _by_loop_or_selectattr():
+            return str.__iter__(self)
+        self.as_list = True
+        raise TypeError("a string is not a list of parts")
+
+    def __getitem__(self, key):
+        self.used = True
+        if isinstance(key, int):
+            self.as_list = True
+        return str.__getitem__(self, key)
+
+    def __getattribute__(self, name):
+        if not name.startswith("_") and name not in ("used", "as_list"):
+            str.__setattr__(self, "used", True)  # (a method called on it: strip, split, startswith...)
+        return str.__getattribute__(self, name)
+
+    def __str__(self):
+        self.used = True
+        return str.__str__(self)
+
+    def _note(self):
+        self.used = True
+
+    def __contains__(self, item):
+        self._note()
+        return str.__contains__(self, item)
+
+    def __len__(self):
+        self._note()
+        return str.__len__(self)
+
+    def __eq__(self, other):
+        self._note()
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+    def __add__(self, other):
+        self._note()
+        return str.__add__(self, other)
+
+
+class _Message(dict):
+    """A probe's message: reading its content (`m.content`, `m['content']`, `m.get('content')`)
+    counts as reading the content, as the C++ engine counts a value read when it is looked up,
+    printed or not (a template that sets `content = message['content']` for every role reads the
+    system message's)."""
+
+    def __getitem__(self, key):
+        value = dict.__getitem__(self, key)
+        if key == "content" and isinstance(value, _Watched):
+            value._note()
+        return value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
+class _WatchedList(list):
+    """An empty list of parts that notes whether the template read it as a list."""
+
+    as_list = False
+
+    def __iter__(self):
+        self.as_list = self.as_list or _by_loop_or_selectattr()
+        return list.__iter__(self)
+
+    def __getitem__(self, key):
+        if isinstance(key, int):
+            self.as_list = True
+        return list.__getitem__(self, key)
+
+
+def _by_loop_or_selectattr() -> bool:
+    """Whether the value being iterated is iterated by the template's own for loop or by
+    `selectattr` (which the C++ engine notes as reading it as a list), not by another filter (`tojson`,
+    `join`: the C++ engine notes only the filter's name). Read off the frames above: the sandbox's
+    loop guard and Jinja's loop context are passed over, then the template's own code, or the filter's."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return False
+        code = frame.f_code
+        if code.co_filename == "<template>" or code.co_name == "select_or_reject":
+            return True
+        if not code.co_filename.endswith(("runtime.py", "_limits.py")):
+            return False
+        frame = frame.f_back
+    return False
+
+
+def _probe(template: ChatTemplate, messages: list[dict]) -> str | None:
+    """The render of the probe `messages` as the C++ check renders it (no tools, empty BOS/EOS, the
+    generation prompt); None where the template fails on it; `_UNKNOWN` where it fails on a name or
+    key it reads that the probe does not set (the C++ engine goes on with an undefined value where
+    Python's raises, so the failure tells nothing of the check)."""
+    try:
+        return render(template, Prepared(_Message(m) for m in messages), tools=[], add_generation_prompt=True,
+                      bos_token="", eos_token="")
+    except TmplkitError as exc:
+        # (an undefined name, or a key the probe's messages lack: `message['title']`)
+        return _UNKNOWN if "is undefined" in str(exc) or "has no attribute" in str(exc) else None
+
+
+_UNKNOWN = "\0unknown"
+
+
+@lru_cache(maxsize=256)
+def _content_reads(text: str, bos: str | None, eos: str | None) -> ContentReads:
+    template = ChatTemplate(text, "content probe", "-", bos, eos)
+    content = _Watched(_MARKER)
+    out = _probe(template, [{"role": "user", "content": content}])
+    typed = content.as_list
+    string = out is not None and not (content.as_list and _MARKER not in out)
+    if not typed and ("is string" in text or "is not string" in text):
+        # (the C++ check tries a list only where the template tests whether the content is a string)
+        parts = _WatchedList()
+        typed = _probe(template, [{"role": "user", "content": parts}]) not in (None, _UNKNOWN) and parts.as_list
+    system = _Watched(_SYSTEM)
+    shown = _probe(template, [{"role": "system", "content": system}, {"role": "user", "content": "User message"}])
+    return ContentReads(string, typed, system.used or shown == _UNKNOWN or (shown is not None and _SYSTEM in shown))
