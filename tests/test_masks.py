@@ -176,6 +176,24 @@ def test_a_turn_whose_content_the_template_does_not_print_is_refused_not_masked_
     assert text_mask(template("parts-only"), FIXTURES / "plain-parts.json").masked_text() == [" Hello.", " Goodbye."]
 
 
+def test_a_conversation_without_an_assistant_message_masks_nothing_and_the_command_says_so(tmp_path, capsys):
+    # its mask is all zeros (as transformers gives it); the command said nothing of it, exit 0
+    from tmplkit.cli import main
+
+    path = tmp_path / "asks.json"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "Hi."}, {"role": "user", "content": "Hello?"}]}))
+    assert text_mask(template("reasoning-kept"), path).ranges == ()
+    out = tmp_path / "mask.json"
+    assert main(["mask", str(FIXTURES / "reasoning-kept.jinja"), "--session", str(path), "--tokenizer", "vocab:qwen35",
+                 "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no assistant message: nothing is masked" in err
+    assert json.loads(out.read_text())["n_masked"] == 0
+    assert main(["mask", str(FIXTURES / "reasoning-kept.jinja"), "--session", str(FIXTURES / "plain.json"),
+                 "--tokenizer", "vocab:qwen35", "-o", str(out)]) == 0
+    assert "nothing is masked" not in capsys.readouterr().err
+
+
 def test_a_turn_that_would_mask_only_its_end_is_refused_where_its_content_is_not_rendered(tmp_path):
     # A template that prints content only as a string, given text parts (as Qwen3-4B-Thinking-2507's
     # does): each turn masked only its `<|end|>`, teaching the model to end at once, silently.

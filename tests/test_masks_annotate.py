@@ -43,7 +43,7 @@ def test_annotated_copy_renders_the_same_and_transformers_masks_what_tmplkit_mas
         except Exception:
             continue
         theirs, ranges = transformers_mask(annotated.text, server)
-        assert theirs == ours.text == for_server(copy, c).render(add_generation_prompt=False)
+        assert theirs == ours.text == for_server(copy, c, inputs="transformers").render(add_generation_prompt=False)
         assert [r for r in ranges if r[1] > r[0]] == list(ours.ranges)
         checked += 1
     assert checked >= 2
@@ -66,7 +66,7 @@ def test_each_way_of_placing_the_tags_gives_transformers_the_expected_mask(name,
     annotated = annotate_template(t)
     assert telltale in annotated.text and annotated.checked == len(check_conversations())
     for conv, expected in EXPECTED[name].items():
-        server = for_server(t, load_conversation(FIXTURES / conv))
+        server = for_server(t, load_conversation(FIXTURES / conv), inputs="transformers")  # (as a trainer renders)
         theirs, ranges = transformers_mask(annotated.text, server)
         assert theirs == server.render(add_generation_prompt=False)
         assert [theirs[a:b] for a, b in ranges if b > a] == [text for text, _ in expected]

@@ -59,6 +59,10 @@ def _cmd_mask(args) -> int:
     else:
         color = not args.output and use_color(args, sys.stdout)
         emit(format_mask(result, color), args.output)
+    if not any(m.get("role") == "assistant" for m in conversation.messages):
+        # (an all-zero mask is right for it, as transformers gives it, but teaches nothing)
+        print("tmplkit: note: the conversation has no assistant message: nothing is masked, so it teaches the "
+              "model nothing", file=sys.stderr)
     return 0
 
 

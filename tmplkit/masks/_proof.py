@@ -53,6 +53,7 @@ def transformers_mask(text: str, server: ServerConversation) -> tuple[str, list[
     with quiet_transformers():
         from transformers.utils.chat_template_utils import render_jinja_template
 
+    server = for_server(server.template, server, inputs="transformers")  # (the messages as a trainer gives them)
     variables = {k: v for k, v in server.variables.items() if k not in ("messages", "tools")}
     _pin_clock(text)
     result: Any = render_jinja_template(
