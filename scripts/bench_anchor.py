@@ -115,12 +115,16 @@ def _renders(template, shape, prepare, tools_none: bool = False) -> list:
 
 def inputs_reason(template, shape) -> str | None:
     """Which of tmplkit's inputs makes chatlint's own renderer render the shape otherwise: a null
-    content given as "" (the other null keys left out), then the messages as llama-server gives them;
-    None where neither does."""
-    from tmplkit.session import given_messages, messages_for
+    content given as "" (the other null keys left out), then the messages as llama-server gives them
+    (`session.messages_for`, and a system message folded where the template never reads one:
+    `session.as_server_renders`); None where neither does."""
+    from tmplkit.session import as_server_renders, messages_for
+
+    def no_nulls(messages):
+        return [{k: v for k, v in m.items() if v is not None} for m in messages]
 
     def dropped(messages):
-        return [{k: v for k, v in m.items() if v is not None} for m in given_messages(messages, "server")]
+        return no_nulls({**m, "content": ""} if m.get("content") is None else m for m in messages)
 
     raw = _renders(template, shape, lambda m: m)
     without_nulls = _renders(template, shape, dropped)
@@ -129,7 +133,9 @@ def inputs_reason(template, shape) -> str | None:
     no_tools = _renders(template, shape, dropped, tools_none=True)
     if without_nulls != no_tools:
         return "tools given as none"
-    if no_tools != _renders(template, shape, lambda m: dropped(messages_for(template, m)), tools_none=True):
+    as_server = _renders(template, shape, lambda m: no_nulls(as_server_renders(template, messages_for(template, m))),
+                         tools_none=True)
+    if no_tools != as_server:
         return "inputs as a server gives them"
     return None
 

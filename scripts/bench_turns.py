@@ -166,7 +166,8 @@ def _engine_differs(args) -> set[str]:
     if args.no_server_render or llama_server_binary() is None:
         print("llama-server's own renders not used (--no-server-render, or no binary)", file=sys.stderr)
         return set()
-    rows = json.loads((ROOT / "scripts" / "results" / "engine-parity.json").read_text())
+    saved = json.loads((ROOT / "scripts" / "results" / "engine-parity.json").read_text())
+    rows = saved["rows"] if isinstance(saved, dict) else saved  # (the report, or its rows as older runs wrote them)
     return {r["template"] for r in rows if r["status"] == "differs" and not held_out(r["template"])}
 
 

@@ -66,8 +66,8 @@ def given_messages(messages: Iterable[dict], inputs: str) -> list[dict]:
     return [_as_server_writes(m) for m in messages]
 
 
-# The keys a message is read into (common_chat_msg), in the order the server writes them, with the
-# key the server reads each from: a string that is written only where it is not empty.
+# The string keys of the server's message struct (common_chat_msg) besides its role and content, in
+# the order it writes them: each read as a string, and written only where it is not empty.
 _SERVER_STRINGS = ("reasoning_content", "name", "tool_call_id")
 # Where a message's reasoning may be, in the order transformers looks (its `_REASONING_FIELDS`).
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -89,13 +89,20 @@ def _as_server_writes(m: dict) -> dict:
     """One message as llama-server writes it for the template (`to_json_oaicompat`)."""
     content = m.get("content")
     if isinstance(content, list):
-        content = [{"type": p.get("type"), "text": p.get("text")} for p in content]
+        # (an image or audio part the server turns into its media marker, or refuses without a
+        # model that reads it: left as the client sent it)
+        content = [{"type": "text", "text": p["text"]} if text_part(p) else p for p in content]
     out = {"role": m.get("role"), "content": "" if content is None else content}
     out.update((key, m[key]) for key in _SERVER_STRINGS if m.get(key))
     calls = m.get("tool_calls")
     if calls:
         out["tool_calls"] = [_call_as_server_writes(c) for c in calls]
     return out
+
+
+def text_part(part) -> bool:
+    """Whether `part` is a text part of a message's content (`{"type": "text", "text": "..."}`)."""
+    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
 
 
 def _call_as_server_writes(call: dict) -> dict:

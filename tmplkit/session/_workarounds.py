@@ -33,6 +33,7 @@ from types import FrameType
 from ..errors import TmplkitError
 from ..sandbox import Prepared, render
 from ..sources.templates import ChatTemplate
+from ._inputs import text_part
 
 __all__ = ["ContentReads", "as_server_prepares", "as_server_renders", "content_reads"]
 
@@ -85,7 +86,7 @@ def _trimmed(m: dict) -> dict:
     if isinstance(content, str):
         out["content"] = content.strip(_SPACE)
     elif isinstance(content, list):
-        out["content"] = [{**p, "text": p["text"].strip(_SPACE)} if p.get("type") == "text" else p for p in content]
+        out["content"] = [{**p, "text": p["text"].strip(_SPACE)} if text_part(p) else p for p in content]
     if isinstance(m.get("reasoning_content"), str):
         trimmed = m["reasoning_content"].strip(_SPACE)
         if trimmed:
@@ -108,7 +109,7 @@ def _joined(parts: list) -> str:
     """Text parts joined as the server joins them: a newline before each after the first text."""
     text = ""
     for part in parts:
-        if part.get("type") != "text":
+        if not text_part(part):
             continue
         if text:
             text += "\n"
