@@ -194,6 +194,22 @@ def test_a_conversation_without_an_assistant_message_masks_nothing_and_the_comma
     assert "nothing is masked" not in capsys.readouterr().err
 
 
+def test_a_system_message_after_tool_results_that_the_template_hoists_keeps_the_calls_in_the_mask(tmp_path):
+    # hoists-system-calls (ours, DeepSeek R1 Distill's shape): the template writes every system
+    # message first, so the first request's short history is no longer whole in the render; the
+    # tool-call turn's header was not found and its mask was its `<|end|>` alone (rule "history")
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": {"path": "."}}}
+    messages = [{"role": "user", "content": "List the files."}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}, {"role": "system", "content": "Be brief."},
+                {"role": "assistant", "content": "One file."}]
+    path = tmp_path / "late-system.json"
+    path.write_text(json.dumps({"messages": messages}))
+    m = text_mask(template("hoists-system-calls"), path)
+    assert m.text.startswith("<s>Be brief.\n<|user|>List the files.")
+    assert [(t.rule, m.text[t.start:t.end]) for t in m.turns] == [
+        ("exact", '<call>ls {"path": "."}</call><|end|>'), ("exact", "One file.<|end|>")]
+
+
 def test_a_turn_that_would_mask_only_its_end_is_refused_where_its_content_is_not_rendered(tmp_path):
     # A template that prints content only as a string, given text parts (as Qwen3-4B-Thinking-2507's
     # does): each turn masked only its `<|end|>`, teaching the model to end at once, silently.

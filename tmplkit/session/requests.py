@@ -515,7 +515,9 @@ def _best_header(full: str, history: str, lead: str, limit: int) -> tuple[int, i
     """Of the places before `limit` that open with `lead`, the one whose preceding text agrees
     longest with `history`, and how long that is ((-1, 0): none ends with the history's last
     characters)."""
-    tail = history[-_TAIL:]
+    # (half of a history shorter than that: its start may be written otherwise once more messages
+    # follow, a system prompt the template hoists ahead of it: DeepSeek R1's)
+    tail = history[-min(_TAIL, max(len(history) // 2, 1)):]
     best, score = -1, 0
     at = full.find(lead, 0, limit)
     while at >= 0:
