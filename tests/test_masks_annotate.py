@@ -212,6 +212,31 @@ def test_the_mask_command_says_which_turns_learn_nothing():
     assert f"nothing learned in {len(dropped)} turn(s)" in summary and f"{dropped[0][0]}..{dropped[0][1] - 1}" in summary
 
 
+@pytest.mark.corpus
+def test_the_summary_names_the_turns_learned_only_in_part():
+    # Gemma 4, a turn with text and a tool call: the history moves the text after the tool
+    # response, so the turn learns its call only (rule "history"); the summary was silent about it
+    from tmplkit.cli._mask import format_mask
+    from tmplkit.masks import text_mask
+    from tmplkit.sources.corpus import templates_dir
+
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": {"path": "."}}}
+    conv = [{"role": "user", "content": "List the files."},
+            {"role": "assistant", "content": "Let me look.", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}, {"role": "assistant", "content": "One file."}]
+    t = load_one(str(templates_dir() / "google-gemma-4-31B-it.jinja"))
+    masked = text_mask(t, conv)
+    partial = [x.messages for x in masked.turns if x.rule == "history"]
+    assert partial == [(1, 2)] and "Let me look." not in "".join(masked.masked_text())
+
+    class Result:  # (format_mask reads the text mask, its turns and the token mask)
+        text, text_mask, turns, mask = masked.text, masked, masked.turns, [1]
+
+    summary = format_mask(Result, color=False).splitlines()[-1]
+    assert "1 turn(s) learned as the history writes them, which leaves out part of what the model generated there " \
+           "(messages 1..1)" in summary
+
+
 def test_a_template_without_proven_boundaries_is_refused():
     t = ChatTemplate("{% for m in messages %}{{ m.content }}\n{% endfor %}", "roleless", "-")
     with pytest.raises(AnnotationError, match="roleless"):

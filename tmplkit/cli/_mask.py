@@ -81,5 +81,14 @@ def format_mask(result, color: bool) -> str:
     if dropped:
         # (a turn the history does not write as generated learns nothing: say so, never silently)
         summary += (f"; nothing learned in {len(dropped)} turn(s) whose generated text the render does not hold in one "
-                    f"piece (messages {', '.join(f'{a}..{b - 1}' for a, b in dropped)})")
+                    f"piece (messages {_ranges(dropped)})")
+    partial = [t.messages for t in result.turns if t.rule == "history"]
+    if partial:
+        # (reasoning a later message drops, text Gemma 4 writes after the tool results: not learned)
+        summary += (f"; {len(partial)} turn(s) learned as the history writes them, which leaves out part of what the "
+                    f"model generated there (messages {_ranges(partial)})")
     return "".join(out) + summary + "\n"
+
+
+def _ranges(turns) -> str:
+    return ", ".join(f"{a}..{b - 1}" for a, b in turns)
