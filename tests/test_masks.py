@@ -210,6 +210,26 @@ def test_a_system_message_after_tool_results_that_the_template_hoists_keeps_the_
         ("exact", '<call>ls {"path": "."}</call><|end|>'), ("exact", "One file.<|end|>")]
 
 
+def test_a_tool_call_turn_the_template_writes_as_its_end_alone_is_named(tmp_path, capsys):
+    # string-built (ours) writes no tool calls: chat.json's tool-call turn masks its `<|end|>` alone,
+    # as transformers' tags would; the command said nothing of the model learning to end at once
+    from tmplkit.cli import main
+    from tmplkit.masks import markup_only_turns
+    from tmplkit.session import load_conversation
+
+    conv = load_conversation(FIXTURES / "chat.json")
+    m = text_mask(template("string-built"), conv)
+    assert [(t.messages, m.text[t.start:t.end]) for t in markup_only_turns(m, conv.messages)] == [((4, 5), "<|end|>")]
+    out = tmp_path / "mask.json"
+    assert main(["mask", str(FIXTURES / "string-built.jinja"), "--session", str(FIXTURES / "chat.json"),
+                 "--tokenizer", "vocab:qwen35", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "1 turn(s) learn their end marker alone" in err and "(messages 4..4)" in err
+    # an answer that is a quoted tag is learned as such, not named
+    quoted = load_conversation(FIXTURES / "quoted-delimiter-at-end.json")
+    assert markup_only_turns(text_mask(template("no-end-of-turn"), quoted), quoted.messages) == ()
+
+
 def test_a_turn_that_would_mask_only_its_end_is_refused_where_its_content_is_not_rendered(tmp_path):
     # A template that prints content only as a string, given text parts (as Qwen3-4B-Thinking-2507's
     # does): each turn masked only its `<|end|>`, teaching the model to end at once, silently.

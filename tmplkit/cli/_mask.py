@@ -43,7 +43,7 @@ def add_mask(sub) -> None:
 
 def _cmd_mask(args) -> int:
     from ..auditing.contained import run_contained
-    from ..masks import assistant_mask
+    from ..masks import assistant_mask, markup_only_turns
 
     limits = contained_limits(args)  # (a bad limit is refused before any work)
     template, conversation, tokenizer = template_conversation_tokenizer(args, "mask")
@@ -63,6 +63,11 @@ def _cmd_mask(args) -> int:
         # (an all-zero mask is right for it, as transformers gives it, but teaches nothing)
         print("tmplkit: note: the conversation has no assistant message: nothing is masked, so it teaches the "
               "model nothing", file=sys.stderr)
+    ends = markup_only_turns(result.text_mask, conversation.messages)
+    if ends:
+        print(f"tmplkit: note: {len(ends)} turn(s) learn their end marker alone, as the template writes them: it writes "
+              f"none of their tool calls or content there (messages {_ranges(t.messages for t in ends)}); the model "
+              "learns to end those turns at once", file=sys.stderr)
     return 0
 
 

@@ -19,6 +19,7 @@ from ._mask import (
     TextMask,
     assistant_mask,
     assistant_masks,
+    markup_only_turns,
     text_mask,
     text_masks,
     tokenize_mask,
@@ -27,4 +28,4 @@ from ._proof import AnnotationError, check_conversations, transformers_mask
 
 __all__ = ["MASK_SCHEMA_VERSION", "AnnotationError", "Annotated", "annotate_template", "check_conversations",
            "transformers_mask", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
-           "assistant_masks", "text_mask", "text_masks", "tokenize_mask"]
+           "assistant_masks", "markup_only_turns", "text_mask", "text_masks", "tokenize_mask"]

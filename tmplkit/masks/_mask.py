@@ -50,7 +50,7 @@ from ..tokens.tokenizers import Tokenizer
 from ._onepass import one_render_turns, trusted
 
 __all__ = ["MASK_SCHEMA_VERSION", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
-           "assistant_masks", "text_mask", "text_masks", "tokenize_mask"]
+           "assistant_masks", "markup_only_turns", "text_mask", "text_masks", "tokenize_mask"]
 
 MASK_SCHEMA_VERSION = 1
 _LEADING_MARKUP = re.compile(r"(?:" + UNIT.pattern + r"|\s)*")
@@ -506,9 +506,7 @@ def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ..
         where = text[t.start:turns[k + 1].start if k + 1 < len(turns) else len(text)]
         for i in range(*t.messages):
             m = server.messages[i]
-            content = m.get("content")
-            body = content if isinstance(content, str) else "".join(
-                p.get("text", "") for p in content or () if isinstance(p, dict) and isinstance(p.get("text"), str))
+            body = _body(m)
             if m.get("role") == "assistant" and body.strip() and body.strip() not in where:
                 raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
                                 f"{t.messages[1] - 1} would mask nothing: where the turn is written the render holds none of its content "
@@ -516,6 +514,29 @@ def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ..
                                 "of text parts)")
     _refuse_unwritten_calls(server, turns)
     return turns
+
+
+def markup_only_turns(masked: TextMask, messages: Sequence[dict]) -> tuple[MaskedTurn, ...]:
+    """The turns of `masked` (a mask of the conversation of `messages`) that learn their end marker
+    alone although their messages have tool calls, or content the mask does not hold: the template
+    writes neither where the turn is (a tool-call turn on a template without tool support masks
+    `</s>`), so the model learns to end the turn at once. The mask is what the template renders
+    (transformers' tags give the same); a caller says so."""
+    out = []
+    for t in masked.turns:
+        if t.end <= t.start or not _learns_nothing(masked.text, t):
+            continue
+        held = masked.text[t.start:t.end]
+        turn = [m for m in messages[t.messages[0]:t.messages[1]] if m.get("role") == "assistant"]
+        if any(m.get("tool_calls") or (_body(m).strip() and _body(m).strip() not in held) for m in turn):
+            out.append(t)
+    return tuple(out)
+
+
+def _body(m: dict) -> str:
+    content = m.get("content")
+    return content if isinstance(content, str) else "".join(
+        p.get("text", "") for p in content or () if isinstance(p, dict) and isinstance(p.get("text"), str))
 
 
 def _learns_nothing(text: str, t: MaskedTurn) -> bool:
