@@ -142,6 +142,29 @@ def test_a_child_that_sends_nothing_for_too_long_is_stopped_and_the_rest_made_he
 
 
 @forking
+def test_a_child_silent_since_the_fork_costs_no_wait_once_the_requests_are_made(case, monkeypatch):
+    # the silence is counted from the child's last frame: one stuck since the fork, asked after the
+    # parent's own rendering took longer than STALL, was waited for a whole STALL more (the turns
+    # worker is stopped a grace of a tenth of its time limit after it)
+    conversation, reqs, want = case[0]
+    me = os.getpid()
+    real = ahead_module.follow_up_renders
+
+    def stuck_in_the_child(*args):
+        if os.getpid() != me:
+            threading.Event().wait()
+        return real(*args)
+
+    monkeypatch.setattr(ahead_module, "follow_up_renders", stuck_in_the_child)
+    monkeypatch.setattr(ahead_module, "STALL", 3.0)
+    with NextRendersAhead.start(conversation) as ahead:
+        time.sleep(3.5)  # (the parent renders its requests meanwhile)
+        asked = time.monotonic()
+        assert ahead.collect(reqs) == want
+        assert time.monotonic() - asked < 2.0  # (not another STALL: the child was stopped at once)
+
+
+@forking
 def test_the_study_made_ahead_is_the_study(qwen35):
     template = load_one(str(FIX / "strict-alternation.jinja"))
     session = generate_session(12000, seed=3, style="agent", requests=3)

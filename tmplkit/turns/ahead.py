@@ -24,6 +24,7 @@ import signal
 import socket
 import struct
 import threading
+import time
 
 from .._interrupt import die_with_parent
 from ..markup import lcp
@@ -34,9 +35,11 @@ __all__ = ["NextRendersAhead", "can_fork"]
 
 _LENGTH = struct.Struct(">Q")
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-# Seconds this process waits for the child's next frame before it makes the rest itself: a child that
-# sends nothing for that long is stuck (a lock another thread held when it was forked stays held in
-# it) or far slower than its parent would be.
+# Seconds of silence from the child (since its last frame, or since it started) after which this
+# process makes the rest itself: a child that sends nothing for that long is stuck (a lock another
+# thread held when it was forked stays held in it) or far slower than its parent would be. Counted
+# from the child's last frame, not from when this process asks: a child stuck since the fork costs no
+# wait after the requests are rendered (the study's worker is stopped a short grace after them).
 STALL = 30.0
 
 
@@ -65,6 +68,7 @@ class NextRendersAhead:
         self._stream = channel.makefile("rb")
         self._bodies: list[bytes] = []  # the frames as sent, drained from the socket by `_reader`
         self._done = False  # the child has sent all it will
+        self._heard = time.monotonic()  # when the child last sent a frame (or started)
         self._arrived = threading.Condition()
         self._frames: list[tuple[str, ...]] = []  # the frames read, per request index
         self._prev = ""
@@ -131,6 +135,7 @@ class NextRendersAhead:
                     break  # (the child ended, or was stopped mid-frame: the rest is made here)
                 with self._arrived:
                     self._bodies.append(body)
+                    self._heard = time.monotonic()
                     self._arrived.notify()
         except (OSError, ValueError):  # (the stream closed under it by `close`)
             pass
@@ -142,7 +147,7 @@ class NextRendersAhead:
     def _frame(self, k: int) -> tuple[str, ...] | None:
         while len(self._frames) <= k:
             with self._arrived:
-                if not self._arrived.wait_for(lambda: len(self._bodies) > len(self._frames) or self._done, STALL):
+                if not self._wait_for_frame():
                     self._stop()  # (stuck: the reader ends, the rest is made here)
                     self._arrived.wait_for(lambda: self._done)
                 if len(self._bodies) <= len(self._frames):
@@ -154,6 +159,16 @@ class NextRendersAhead:
                 texts.append(self._prev)
             self._frames.append(tuple(texts))
         return self._frames[k]
+
+    def _wait_for_frame(self) -> bool:
+        """Whether a frame not yet read came, or the child is done, before it was silent for `STALL`
+        seconds (held: `_arrived`)."""
+        while not (len(self._bodies) > len(self._frames) or self._done):
+            left = self._heard + STALL - time.monotonic()
+            if left <= 0:
+                return False
+            self._arrived.wait(left)
+        return True
 
     def close(self) -> None:
         """Stop the child (it may still be rendering what is no longer needed) and reap it."""
