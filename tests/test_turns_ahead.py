@@ -120,10 +120,9 @@ def test_a_study_that_needs_fewer_requests_stops_the_child(case):
     assert _gone(pid) and not any(t.name == "tmplkit-next-renders" for t in threading.enumerate())
 
 
-@forking
-def test_a_child_that_sends_nothing_for_too_long_is_stopped_and_the_rest_made_here(case, monkeypatch):
-    # (a lock another thread held when the child was forked stays held in it: it would wait forever)
-    conversation, reqs, want = case[0]
+def _stuck_child(monkeypatch, stall: float) -> None:
+    """The next child made to wait forever at its first render (a lock another thread held when it
+    was forked stays held in it), this process's own renders as before; STALL set to `stall`."""
     me = os.getpid()
     real = ahead_module.follow_up_renders
 
@@ -133,7 +132,13 @@ def test_a_child_that_sends_nothing_for_too_long_is_stopped_and_the_rest_made_he
         return real(*args)
 
     monkeypatch.setattr(ahead_module, "follow_up_renders", stuck_in_the_child)
-    monkeypatch.setattr(ahead_module, "STALL", 0.5)
+    monkeypatch.setattr(ahead_module, "STALL", stall)
+
+
+@forking
+def test_a_child_that_sends_nothing_for_too_long_is_stopped_and_the_rest_made_here(case, monkeypatch):
+    conversation, reqs, want = case[0]
+    _stuck_child(monkeypatch, 0.5)
     start = time.monotonic()
     with NextRendersAhead.start(conversation) as ahead:
         pid = ahead._pid
@@ -147,16 +152,7 @@ def test_a_child_silent_since_the_fork_costs_no_wait_once_the_requests_are_made(
     # parent's own rendering took longer than STALL, was waited for a whole STALL more (the turns
     # worker is stopped a grace of a tenth of its time limit after it)
     conversation, reqs, want = case[0]
-    me = os.getpid()
-    real = ahead_module.follow_up_renders
-
-    def stuck_in_the_child(*args):
-        if os.getpid() != me:
-            threading.Event().wait()
-        return real(*args)
-
-    monkeypatch.setattr(ahead_module, "follow_up_renders", stuck_in_the_child)
-    monkeypatch.setattr(ahead_module, "STALL", 3.0)
+    _stuck_child(monkeypatch, 3.0)
     with NextRendersAhead.start(conversation) as ahead:
         time.sleep(3.5)  # (the parent renders its requests meanwhile)
         asked = time.monotonic()

@@ -42,7 +42,7 @@ from ..errors import RenderError, TmplkitError
 from ..markup import TAG, UNIT, lcs
 from ..markup import lcp as common_prefix
 from ..sandbox import PINNED_NOW
-from ..session import Conversation, ServerConversation, for_server, load_conversation
+from ..session import Conversation, ServerConversation, content_text, for_server, load_conversation
 from ..session.requests import NEEDLE, TurnEndings, clock_at, iter_requests, locate_turn, request_points, written_always
 from ..sources.templates import ChatTemplate
 from ..tokens.delimiter_ids import token_delimiters
@@ -506,8 +506,8 @@ def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ..
         where = text[t.start:turns[k + 1].start if k + 1 < len(turns) else len(text)]
         for i in range(*t.messages):
             m = server.messages[i]
-            body = _body(m)
-            if m.get("role") == "assistant" and body.strip() and body.strip() not in where:
+            body = content_text(m.get("content"))
+            if m.get("role") == "assistant" and _not_held(body, where):
                 raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
                                 f"{t.messages[1] - 1} would mask nothing: where the turn is written the render holds none of its content "
                                 f"{body.strip()[:40]!r}; give the content as the template reads it (a string or a list "
@@ -528,22 +528,19 @@ def markup_only_turns(masked: TextMask, messages: Sequence[dict]) -> tuple[Maske
             continue
         held = masked.text[t.start:t.end]
         turn = [m for m in messages[t.messages[0]:t.messages[1]] if m.get("role") == "assistant"]
-        if any(m.get("tool_calls") or (_body(m).strip() and _body(m).strip() not in held) for m in turn):
+        if any(m.get("tool_calls") or _not_held(content_text(m.get("content")), held) for m in turn):
             out.append(t)
     return tuple(out)
 
 
-def _body(m: dict) -> str:
-    content = m.get("content")
-    return content if isinstance(content, str) else "".join(
-        p.get("text", "") for p in content or () if isinstance(p, dict) and isinstance(p.get("text"), str))
+def _not_held(body: str, held: str) -> bool:
+    return bool(body.strip()) and body.strip() not in held
 
 
 def _learns_nothing(text: str, t: MaskedTurn) -> bool:
     """Whether turn `t` masks nothing, or tags alone (`<|end|>`: the end of a turn whose text the
     render does not hold; a bracketed word, `[read_file(path=a.py)]`, may be a call the turn writes)."""
     return not TAG.sub("", text[t.start:t.end]).strip()
-
 
 
 def _refuse_unwritten_calls(server: ServerConversation, turns: Sequence[MaskedTurn]) -> None:

@@ -39,7 +39,7 @@ from collections.abc import Iterable
 
 from ..errors import InputError
 
-__all__ = ["DEFAULT_INPUTS", "INPUTS", "check_inputs", "given_messages", "inputs_note", "server_refuses"]
+__all__ = ["DEFAULT_INPUTS", "INPUTS", "check_inputs", "content_text", "given_messages", "inputs_note", "server_refuses"]
 
 INPUTS = ("server", "transformers")
 DEFAULT_INPUTS = "server"
@@ -103,6 +103,14 @@ def _as_server_writes(m: dict) -> dict:
 def text_part(part) -> bool:
     """Whether `part` is a text part of a message's content (`{"type": "text", "text": "..."}`)."""
     return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+
+
+def content_text(content) -> str:
+    """A message's content as text: a string as it is, a list's text parts joined (other parts and
+    anything else: nothing)."""
+    if isinstance(content, str):
+        return content
+    return "".join(p["text"] for p in content if text_part(p)) if isinstance(content, list) else ""
 
 
 def _call_as_server_writes(call: dict) -> dict:

@@ -56,8 +56,9 @@ class ContentReads:
 
 
 def content_reads(template: ChatTemplate) -> ContentReads:
-    """`ContentReads` of `template`, by three probe renders (cached by the template's text)."""
-    return _content_reads(template.text, template.bos_token, template.eos_token)
+    """`ContentReads` of `template`, by three probe renders (cached by the template's text: the probes
+    set BOS and EOS empty, as the C++ check does)."""
+    return _content_reads(template.text)
 
 
 def as_server_prepares(template: ChatTemplate, messages: list[dict]) -> list[dict]:
@@ -247,8 +248,8 @@ _UNKNOWN = "\0unknown"
 
 
 @lru_cache(maxsize=256)
-def _content_reads(text: str, bos: str | None, eos: str | None) -> ContentReads:
-    template = ChatTemplate(text, "content probe", "-", bos, eos)
+def _content_reads(text: str) -> ContentReads:
+    template = ChatTemplate(text, "content probe", "-")
     content = _Watched(_MARKER)
     out = _probe(template, [{"role": "user", "content": content}])
     typed = content.as_list

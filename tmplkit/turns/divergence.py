@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from ..markup import UNIT
 from ..sandbox import REASONING_KEYS
+from ..session import content_text
 from ..session.requests import Request, common_prefix
 from ..tokens.tokenizers import common_byte_prefix
 
@@ -209,12 +210,6 @@ def divergences(requests, messages, tools=(), *, redraw=None, tokens: TokenizedR
     return tuple(out)
 
 
-def _text(content) -> str:
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content if isinstance(content, str) else ""
-
-
 def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tuple[str, str]:
     held, text = prev.held, cur.text
     if redraw is not None:
@@ -224,7 +219,7 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
                                     f"({cur.time:%H:%M:%S} vs {prev.time:%H:%M:%S})")
     for i, m in enumerate(messages[:prev.turn[1]]):
         # (reasoning under any key a template reads it from: gpt-oss's `thinking`, Laguna's `reasoning`)
-        r = next((_text(m.get(k)).strip() for k in REASONING_KEYS if _text(m.get(k)).strip()), "") \
+        r = next((content_text(m.get(k)).strip() for k in REASONING_KEYS if content_text(m.get(k)).strip()), "") \
             if m.get("role") == "assistant" else ""
         if r and _covers(held, r, pos, slack=_NEAR) and text.count(r) < held.count(r):
             return "reasoning dropped", f"the reasoning of message {i} is in the held text at the divergence and not in the request"
@@ -252,19 +247,19 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
         s = fn.get("description")  # a tool's name also appears in every call of it; its description does not
         if isinstance(s, str) and s and (_covers(held, s, pos, _NEAR) or _covers(text, s, pos, _NEAR)):
             return "tool list", f"tool '{fn.get('name')}' is defined at the divergence: the tool list moved or changed"
-    system = next((_text(m.get("content")) for m in messages[:1] if m.get("role") == "system"), "")
+    system = next((content_text(m.get("content")) for m in messages[:1] if m.get("role") == "system"), "")
     if system.strip() and _covers(held, system.strip(), pos, _NEAR):
         return "system prompt", "the divergence lies in the system message"
     # A system message the request adds, which the template writes ahead of the history (it hoists
     # every system message to the front): the request has it at the divergence, the held text not.
     for i in range(prev.n_messages, cur.n_messages):
         m = messages[i]
-        body = _text(m.get("content")).strip() if m.get("role") == "system" else ""
+        body = content_text(m.get("content")).strip() if m.get("role") == "system" else ""
         if body and _covers(text, body, pos, _NEAR) and not _covers(held, body, pos, _NEAR) and text.find(body) < len(held):
             return "system prompt", (f"the request's new system message {i} is written at the divergence, ahead of the "
                                      "history: the template moves system messages to the front")
     last = next((m for m in reversed(messages[:prev.n_messages]) if m.get("role") in ("user", "tool")), None)
-    body = _text(last.get("content")).strip() if last is not None else ""
+    body = content_text(last.get("content")).strip() if last is not None else ""
     # (an empty one, Bielik's empty tool result, is placed by where the generation prompt begins)
     near_end = not body and prev.n_messages > 0 and messages[prev.n_messages - 1] is last and g0 - _NEAR // 4 <= pos < g0
     if last is not None and (body and _covers(held[:len(prev.text)], body, pos, _NEAR) or near_end):
@@ -289,7 +284,7 @@ def _turn_cause(prev: Request, text: str, pos: int, messages) -> tuple[str, str]
                                             "the turn the model generated (the template renders the newest turn's calls "
                                             "in another form)")
     for i, m in enumerate(messages[:prev.turn[1]]):
-        body = _text(m.get("content")).strip()
+        body = content_text(m.get("content")).strip()
         if body and _covers(held, body, pos, slack=_NEAR) and text.count(body) < held.count(body):
             if m.get("role") == "assistant":
                 return "answer dropped", (f"the answer of message {i} is in the held text at the divergence and not in the "
@@ -297,7 +292,7 @@ def _turn_cause(prev: Request, text: str, pos: int, messages) -> tuple[str, str]
             return "message dropped", (f"message {i} ({m.get('role')}) is in the held text at the divergence and not in the "
                                        "request: the template renders only the newest messages (a classifier's prompt)")
     rest = held[pos:]
-    if pos >= len(prev.text) and turn.get("role") == "assistant" and not _text(turn.get("content")).strip() \
+    if pos >= len(prev.text) and turn.get("role") == "assistant" and not content_text(turn.get("content")).strip() \
             and rest.strip() and not _BARE_WORD.sub("", UNIT.sub(" ", rest)).strip():
         return "answer dropped", (f"the empty answer the generated turn ends with ({rest.strip()!r}) is not in the request: "
                                   f"the template drops message {prev.turn[1] - 1}'s empty answer from the history")
