@@ -4,14 +4,20 @@ figures and named tests come from the development half only. Each is listed by t
 digits of its name's sha256, so that no file here spells the names out.
 
 Runs over the whole llama.cpp corpus (the audit's 70 templates, the round-trip check, the delimiter
-and engine-parity tables) count every template: that corpus is a measure of its own.
+table) count every template: that corpus is a measure of its own. The engine-parity table and the
+server's capability check leave them out too; `python scripts/_held_out.py` prints the paths of
+the corpus templates that stay in, for a command that takes templates one by one:
+
+    tmplkit --no-config engine-parity $(python scripts/_held_out.py) --format json -o scripts/results/engine-parity.json
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
+from pathlib import Path
 
-__all__ = ["HELD_OUT_NAMES", "held_out"]
+__all__ = ["HELD_OUT_NAMES", "held_out", "kept_paths"]
 
 HELD_OUT_NAMES = frozenset({
     "83a71793eb2e7597",
@@ -47,3 +53,15 @@ HELD_OUT_NAMES = frozenset({
 def held_out(name: str) -> bool:
     """Whether the corpus template `name` (its file stem) stays out of the figures."""
     return hashlib.sha256(name.encode()).hexdigest()[:16] in HELD_OUT_NAMES
+
+
+def kept_paths() -> list[Path]:
+    """The llama.cpp corpus's template files whose names are not held out, by name."""
+    from tmplkit.sources import corpus
+
+    return sorted(p for p in corpus.templates_dir().glob("*.jinja") if not held_out(p.stem))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    print("\n".join(str(p) for p in kept_paths()))

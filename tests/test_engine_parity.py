@@ -131,17 +131,51 @@ def test_the_server_setting_gives_messages_as_llama_server_does(server, tmp_path
     assert render_conversation(load_one(str(path)), session_from_json({"messages": list(KEYED)})) == theirs
 
 
+_CALL = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"path\": \".\"}"}}
+# Sessions for the server's handler-specific edits: StepFun's trim (whitespace around contents, text
+# parts and reasoning) and gpt-oss's (a tool-call turn's content left out beside its reasoning).
+_HANDLED = {
+    "trims": {"messages": [{"role": "system", "content": "  Be brief.\n"},
+                           {"role": "user", "content": [{"type": "text", "text": " List "}, {"type": "text", "text": "them.\n"}]},
+                           {"role": "assistant", "content": "\n One file. ", "reasoning_content": "  counted \n"},
+                           {"role": "user", "content": "\tThanks "}],
+              "tools": [{"type": "function", "function": {"name": "ls", "description": "List",
+                                                          "parameters": {"type": "object", "properties": {}}}}]},
+    "channels": {"messages": [{"role": "user", "content": "List it."},
+                              {"role": "assistant", "content": "Looking.", "reasoning_content": "Need ls.", "tool_calls": [_CALL]},
+                              {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(_HANDLED))
+def test_the_server_setting_makes_the_servers_edits_for_a_family(server, tmp_path, name):
+    from tmplkit.server.parity import _SERVER_ARGS
+    from tmplkit.server.process import start_with_template
+    from tmplkit.session import render_conversation, session_from_json
+
+    path, body = FIXTURES / f"{name}.jinja", _HANDLED[name]
+    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
+    try:
+        theirs = srv.post_for("/apply-template", body, "prompt", timeout=60)
+    finally:
+        srv.stop()
+    assert render_conversation(load_one(str(path)), session_from_json(body)) == theirs
+
+
 def test_the_server_setting_reads_templates_as_llama_servers_capability_check(server, tmp_path):
     # llama-server decides its workarounds (content joined or made into parts, a system message
     # folded) by its own check (/props: chat_template_caps); tmplkit's probe renders decide alike on
-    # templates that read content each way, or fail on a name the probe does not set
+    # templates that read content each way, never read a system message, or fail on a name the
+    # probe does not set (ours: the last three)
     from tmplkit.server.parity import _SERVER_ARGS
     from tmplkit.server.process import start_with_template
     from tmplkit.session import content_reads
 
-    for name in ("Qwen3.5-4B", "google-gemma-2-2b-it", "LFM2-8B-A1B", "fireworks-ai-llama-3-firefunction-v2",
-                 "meta-llama-Llama-3.2-3B-Instruct"):
-        path = corpus.templates_dir() / f"{name}.jinja"
+    names = ("Qwen3.5-4B", "LFM2-8B-A1B", "meta-llama-Llama-3.2-3B-Instruct")
+    paths = [corpus.templates_dir() / f"{n}.jinja" for n in names] + [
+        FIXTURES / f"{n}.jinja" for n in ("no-system", "parts-only", "undefined-name")]
+    for path in paths:
+        name = path.stem
         srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
         try:
             caps = srv.get("/props")["chat_template_caps"]

@@ -105,8 +105,8 @@ def _rendered(name: str, messages=KEYED, inputs: str = "server") -> str:
 def test_the_server_gives_only_what_its_message_struct_holds():
     # (what llama-server 0.3.36's /apply-template renders for the same session: tests/test_engine_parity.py)
     lines = _rendered("message-keys").splitlines()
-    assert lines[1] == "[user|content=List\nthe files.|reasoning_content=-|thinking=-|reasoning=-|extra=-|name=-|tool_call_id=-]" \
-        or lines[1:3] == ["[user|content=List", "the files.|reasoning_content=-|thinking=-|reasoning=-|extra=-|name=-|tool_call_id=-]"]
+    # (the text parts joined by a newline, which splits the line)
+    assert lines[1:3] == ["[user|content=List", "the files.|reasoning_content=-|thinking=-|reasoning=-|extra=-|name=-|tool_call_id=-]"]
     call = next(line for line in lines if "|call" in line)
     assert call == ("[assistant|content=|reasoning_content=-|thinking=-|reasoning=-|extra=-|name=-|tool_call_id=-"
                     "|call id=c1 type=function other=- ls({\"path\":\".\",\"all\":true})]")
@@ -173,3 +173,14 @@ def test_gpt_oss_is_given_a_tool_call_turn_with_reasoning_without_its_content():
     assert "<|channel|>analysis<|message|>Need ls.<|call|>" in render_conversation(t, Session(messages, ()))
     with pytest.raises(Exception, match="Cannot pass both"):  # transformers gives it both, as the client sent them
         for_server(t, Session(messages, ()), inputs="transformers").render()
+
+
+def test_a_stepfun_template_is_given_its_contents_trimmed():
+    # llama-server trims every content, text part and reasoning for a template with StepFun's tool
+    # sentence (issue 24181; held against the server in tests/test_engine_parity.py)
+    messages = [{"role": "user", "content": [{"type": "text", "text": " List "}, {"type": "text", "text": "them.\n"}]},
+                {"role": "assistant", "content": "\n One file. ", "reasoning_content": "  counted \n"},
+                {"role": "user", "content": "\tThanks "}]
+    text = _rendered("trims", messages)
+    assert "<user>[List\nthem.]</user>\n<assistant>[One file.](counted)</assistant>\n<user>[Thanks]</user>" in text
+    assert "[\tThanks ]" in _rendered("trims", messages, inputs="transformers")
