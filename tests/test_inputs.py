@@ -184,3 +184,24 @@ def test_a_stepfun_template_is_given_its_contents_trimmed():
     text = _rendered("trims", messages)
     assert "<user>[List\nthem.]</user>\n<assistant>[One file.](counted)</assistant>\n<user>[Thanks]</user>" in text
     assert "[\tThanks ]" in _rendered("trims", messages, inputs="transformers")
+
+
+def test_a_probe_past_its_limits_stops_there_and_names_the_template(monkeypatch):
+    # a template past its time or memory on a probe was tried on every probe in turn, each failure
+    # taken for "does not read that" (a memory bomb ran out of memory six times, past the worker's
+    # time limit); it now raises the template's own limit error at the first
+    from tmplkit.errors import RenderLimitError
+    from tmplkit.session import _workarounds, content_reads, object_arguments
+    from tmplkit.sources import ChatTemplate
+
+    renders = []
+    real = _workarounds.render
+    monkeypatch.setattr(_workarounds, "render", lambda *a, **k: renders.append(1) or real(*a, **k))
+    bomb = ChatTemplate("{{ 'x' * 60000000 }}{% for m in messages %}{{ m.content }}{% endfor %}", "bomb", "-")
+    with pytest.raises(RenderLimitError, match="template 'bomb' multiplied"):
+        content_reads(bomb)
+    assert renders == [1]
+    with pytest.raises(RenderLimitError, match="template 'bomb' multiplied"):
+        object_arguments(bomb)
+    with pytest.raises(RenderLimitError, match="template 'bomb'"):
+        for_server(bomb, Session(MESSAGES, ()))

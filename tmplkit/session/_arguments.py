@@ -15,11 +15,11 @@ import json
 from collections.abc import Iterable
 from functools import lru_cache
 
-from ..errors import InputError, TmplkitError
+from ..errors import InputError, RenderLimitError, TmplkitError
 from ..jsonio import NotJsonNumber, number_problem, strict_loads
 from ..sandbox import render
 from ..sources.templates import ChatTemplate, family_special_tokens
-from ._inputs import DEFAULT_INPUTS, given_messages, server_refuses
+from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, given_messages, server_refuses
 from ._workarounds import as_server_prepares
 
 __all__ = ["messages_for", "object_arguments", "reads_thinking", "reasoning_for", "template_messages"]
@@ -39,12 +39,12 @@ def object_arguments(template: ChatTemplate) -> bool:
     ...                               "{{ '>>>' + c.function.arguments }}{% endfor %}{% endfor %}", "t", "-"))
     False
     """
-    return _object_arguments(template.text, template.bos_token, template.eos_token)
+    return _object_arguments(template.text, template.bos_token, template.eos_token, template.name)
 
 
 @lru_cache(maxsize=256)
-def _object_arguments(text: str, bos: str | None, eos: str | None) -> bool:
-    template = ChatTemplate(text, "arguments probe", "-", bos, eos)
+def _object_arguments(text: str, bos: str | None, eos: str | None, name: str) -> bool:
+    template = ChatTemplate(text, name, "-", bos, eos)  # (named as the caller's: a limit error names it)
     if _shows_arguments(template, {"arg": _NEEDLE}):
         return True
     # Objects are not read. Strings are kept only where a template takes them: one that refuses the
@@ -62,7 +62,10 @@ def _shows_arguments(template: ChatTemplate, arguments) -> bool | None:
                                                "parameters": {"type": "object", "properties": {"arg": {"type": "string"}},
                                                               "required": ["arg"]}}}]
     try:
-        out = render(template, messages, tools=tools, add_generation_prompt=True, **family_special_tokens(template))
+        out = render(template, messages, tools=tools, add_generation_prompt=True, limits=SESSION_LIMITS,
+                     **family_special_tokens(template))
+    except RenderLimitError:
+        raise  # (past the session's time or memory on a probe: its renders would be; not tried again)
     except TmplkitError:
         return None
     return _NEEDLE in out

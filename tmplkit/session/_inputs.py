@@ -38,11 +38,17 @@ import json
 from collections.abc import Iterable
 
 from ..errors import InputError
+from ..sandbox import Limits
 
 __all__ = ["DEFAULT_INPUTS", "INPUTS", "check_inputs", "content_text", "given_messages", "inputs_note", "server_refuses"]
 
 INPUTS = ("server", "transformers")
 DEFAULT_INPUTS = "server"
+# A session render is a whole agent session (tens of thousands of tokens, hundreds of messages):
+# more time and output than one probe render's defaults. The probes of what a template reads for
+# those renders (`_workarounds`, `_arguments`) run under the same, so a probe meets a limit only
+# where the session's renders would (here, below both: `_render` gives it out).
+SESSION_LIMITS = Limits(seconds=60, max_output_chars=50_000_000)
 
 
 def check_inputs(inputs: str) -> str:

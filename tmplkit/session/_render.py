@@ -25,18 +25,15 @@ from datetime import datetime
 from functools import cached_property
 
 from ..errors import InputError
-from ..sandbox import Limits, Prepared, prepare_message, prepare_tools, render, render_with_prompt
+from ..sandbox import Prepared, prepare_message, prepare_tools, render, render_with_prompt
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation
-from ._inputs import DEFAULT_INPUTS, check_inputs
+from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, check_inputs
 from ._workarounds import as_server_renders
 
 __all__ = ["SESSION_LIMITS", "ServerConversation", "for_server", "render_conversation", "render_variables"]
 
-# A session render is a whole agent session (tens of thousands of tokens, hundreds of messages):
-# more time and output than one probe render's defaults.
-SESSION_LIMITS = Limits(seconds=60, max_output_chars=50_000_000)
 
 
 def render_variables(template: ChatTemplate, kwargs: Mapping | None = None) -> dict:

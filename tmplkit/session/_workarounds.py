@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from types import FrameType
 
-from ..errors import TmplkitError
+from ..errors import RenderLimitError, TmplkitError
 from ..sandbox import Prepared, render
 from ..sources.templates import ChatTemplate
-from ._inputs import text_part
+from ._inputs import SESSION_LIMITS, text_part
 
 __all__ = ["ContentReads", "as_server_prepares", "as_server_renders", "content_reads"]
 
@@ -56,9 +56,10 @@ class ContentReads:
 
 
 def content_reads(template: ChatTemplate) -> ContentReads:
-    """`ContentReads` of `template`, by three probe renders (cached by the template's text: the probes
-    set BOS and EOS empty, as the C++ check does)."""
-    return _content_reads(template.text)
+    """`ContentReads` of `template`, by three probe renders (cached by the template's text and name: the
+    probes set BOS and EOS empty, as the C++ check does). A probe past its time or memory raises
+    the template's RenderLimitError (every render of it would)."""
+    return _content_reads(template.text, template.name)
 
 
 def as_server_prepares(template: ChatTemplate, messages: list[dict]) -> list[dict]:
@@ -238,7 +239,9 @@ def _probe(template: ChatTemplate, messages: list[dict]) -> str | None:
     Python's raises, so the failure tells nothing of the check)."""
     try:
         return render(template, Prepared(_Message(m) for m in messages), tools=[], add_generation_prompt=True,
-                      bos_token="", eos_token="")
+                      limits=SESSION_LIMITS, bos_token="", eos_token="")
+    except RenderLimitError:
+        raise  # (past the session's time or memory on a probe: its renders would be; not tried again)
     except TmplkitError as exc:
         # (an undefined name, or a key the probe's messages lack: `message['title']`)
         return _UNKNOWN if "is undefined" in str(exc) or "has no attribute" in str(exc) else None
@@ -248,8 +251,8 @@ _UNKNOWN = "\0unknown"
 
 
 @lru_cache(maxsize=256)
-def _content_reads(text: str) -> ContentReads:
-    template = ChatTemplate(text, "content probe", "-")
+def _content_reads(text: str, name: str) -> ContentReads:
+    template = ChatTemplate(text, name, "-")  # (named as the caller's: a limit error names it)
     content = _Watched(_MARKER)
     out = _probe(template, [{"role": "user", "content": content}])
     typed = content.as_list
