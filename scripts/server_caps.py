@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """How tmplkit's server setting reads a template (`tmplkit.session.content_reads`: string content,
-typed content, the system role; `object_arguments`: tool-call arguments as objects) against
+typed content, the system role; `server_object_arguments`: tool-call arguments as objects) against
 llama-server's own capability check (`/props`, `chat_template_caps`), template by template: the
 decisions behind what the server setting gives a template (content parts joined or made, a system
 message folded, arguments parsed).
@@ -29,7 +29,7 @@ from _held_out import held_out  # noqa: E402  (scripts/, beside this file)
 from tmplkit.errors import TmplkitError  # noqa: E402
 from tmplkit.prefill import tiny_model_path  # noqa: E402
 from tmplkit.server.process import LlamaServer, llama_server_binary  # noqa: E402
-from tmplkit.session import content_reads, object_arguments  # noqa: E402
+from tmplkit.session import content_reads, server_object_arguments  # noqa: E402
 from tmplkit.sources import load_many  # noqa: E402
 
 _CAPS = ("supports_string_content", "supports_typed_content", "supports_system_role", "supports_object_arguments")
@@ -39,7 +39,7 @@ _ARGS = ["--jinja", "-c", "512", "-np", "1", "-t", "1", "--no-warmup"]
 def compare(template, binary, model, log: Path) -> dict:
     """One row: our reading, the server's (None where it refuses the template), whether they agree."""
     reads = content_reads(template)
-    ours = [reads.string, reads.typed, reads.system, object_arguments(template)]
+    ours = [reads.string, reads.typed, reads.system, server_object_arguments(template)]
     with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False, encoding="utf-8") as f:
         f.write(template.text)
     try:

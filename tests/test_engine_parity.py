@@ -162,6 +162,30 @@ def test_the_server_setting_makes_the_servers_edits_for_a_family(server, tmp_pat
     assert render_conversation(load_one(str(path)), session_from_json(body)) == theirs
 
 
+def test_the_server_setting_gives_arguments_as_llama_server_decides(server, tmp_path):
+    # A template that renders only a conversation ending with a user message and concatenates the
+    # arguments: llama-server gives it the client's string (its check's probe ends with a user
+    # message); tmplkit's server setting renders the same prompt.
+    from tmplkit.server.parity import _SERVER_ARGS
+    from tmplkit.server.process import start_with_template
+    from tmplkit.session import render_conversation, session_from_json
+
+    body = {"messages": [{"role": "user", "content": "List it."},
+                         {"role": "assistant", "content": None, "tool_calls": [_CALL]},
+                         {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
+                         {"role": "user", "content": "Thanks."}]}
+    path = FIXTURES / "user-last-concat.jinja"
+    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
+    try:
+        theirs = srv.post_for("/apply-template", body, "prompt", timeout=60)
+        caps = srv.get("/props")["chat_template_caps"]
+    finally:
+        srv.stop()
+    assert caps["supports_object_arguments"] is False
+    assert render_conversation(load_one(str(path)), session_from_json(body)) == theirs
+    assert '<call>ls {"path": "."}</call>' in theirs
+
+
 def test_the_server_setting_reads_templates_as_llama_servers_capability_check(server, tmp_path):
     # llama-server decides its workarounds (content joined or made into parts, a system message
     # folded) by its own check (/props: chat_template_caps); tmplkit's probe renders decide alike on
@@ -169,7 +193,7 @@ def test_the_server_setting_reads_templates_as_llama_servers_capability_check(se
     # probe does not set (ours: the last three)
     from tmplkit.server.parity import _SERVER_ARGS
     from tmplkit.server.process import start_with_template
-    from tmplkit.session import content_reads
+    from tmplkit.session import content_reads, server_object_arguments
 
     names = ("Qwen3.5-4B", "LFM2-8B-A1B", "meta-llama-Llama-3.2-3B-Instruct")
     paths = [corpus.templates_dir() / f"{n}.jinja" for n in names] + [
@@ -181,6 +205,8 @@ def test_the_server_setting_reads_templates_as_llama_servers_capability_check(se
             caps = srv.get("/props")["chat_template_caps"]
         finally:
             srv.stop()
-        reads = content_reads(load_one(str(path)))
-        assert (reads.string, reads.typed, reads.system) == (
-            caps["supports_string_content"], caps["supports_typed_content"], caps["supports_system_role"]), name
+        template = load_one(str(path))
+        reads = content_reads(template)
+        assert (reads.string, reads.typed, reads.system, server_object_arguments(template)) == (
+            caps["supports_string_content"], caps["supports_typed_content"], caps["supports_system_role"],
+            caps["supports_object_arguments"]), name

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tmplkit.session import generate_session, messages_for, object_arguments
+from pathlib import Path
+
+from tmplkit.session import generate_session, messages_for, object_arguments, server_object_arguments
 from tmplkit.sources import ChatTemplate
 from tmplkit.turns import session_requests
 
@@ -63,3 +65,37 @@ def test_parsing_arguments_leaves_the_callers_messages_as_they_were():
     assert given == before  # (the call and its function are copied where they change)
     call = out["tool_calls"][0]
     assert call["function"]["arguments"] == {"a": [1, 2]} and call["extra"] == {"k": [1]} and call["id"] == "c1"
+
+
+USER_LAST_CONCAT = ChatTemplate((Path(__file__).parent.parent / "fixtures" / "engine" / "user-last-concat.jinja").read_text(),
+                                "user-last-concat", "-")
+
+
+def test_the_server_setting_decides_on_llama_cpps_own_probe():
+    # The template renders only a conversation that ends with a user message and concatenates the
+    # arguments: llama.cpp's check (a call, its result, an answer, a user message) finds strings;
+    # the one-call probe ending with the result fails either way, so the transformers setting keeps
+    # the parsed form. The server setting gives the string, and the request renders as the server's.
+    assert not server_object_arguments(USER_LAST_CONCAT) and object_arguments(USER_LAST_CONCAT)
+    msgs = [{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
+                                                                    "function": {"name": "f", "arguments": '{"a": 1}'}}]},
+            {"role": "tool", "tool_call_id": "1", "content": "ok"}, {"role": "user", "content": "and?"}]
+    assert messages_for(USER_LAST_CONCAT, msgs, "server")[1]["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
+    assert messages_for(USER_LAST_CONCAT, msgs, "transformers")[1]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+
+
+def test_the_server_setting_gives_strings_where_llama_cpps_probe_fails():
+    # The C++ check's default: a template that fails its probe for a reason of its own gets strings.
+    needs_system = ChatTemplate("{% if messages[0].role != 'system' %}{{ raise_exception('system first') }}{% endif %}"
+                                + ITEMS.text, "needs-system", "-")
+    assert not server_object_arguments(needs_system)
+    assert server_object_arguments(ITEMS) and server_object_arguments(EITHER)
+    assert not server_object_arguments(CONCAT) and not server_object_arguments(IGNORES)
+
+
+def test_a_probe_failing_on_what_only_pythons_engine_refuses_keeps_the_parsed_form():
+    # `append` on a list: the sandbox refuses it, llama.cpp's engine renders on (Kimi K2's shape).
+    appends = ChatTemplate("{% set seen = [] %}{% for m in messages %}{% set _ = seen.append(m.role) %}{% endfor %}"
+                           + ITEMS.text, "appends", "-")
+    assert server_object_arguments(appends)

@@ -6,7 +6,7 @@ conversation for a server.
   path), written by `save_session` (_conversation);
 - `generate_session()` / `next_user_turn()`: seeded coding-agent sessions (_generator);
 - `messages_for(template, messages)`: tool-call arguments as llama-server gives that template
-  (_arguments);
+  (objects where its capability check finds them read: `server_object_arguments`) (_arguments);
 - `given_messages(messages, inputs)`: each message as llama-server reads and writes it again
   ("server": a null content as `""`, only the keys its message struct holds) or as transformers
   gives it ("transformers": null-valued keys dropped, reasoning under both names) (_inputs);
@@ -20,7 +20,7 @@ Below it lie the sources, the sandbox and the analysis; above it the server's ru
 turns.
 """
 
-from ._arguments import messages_for, object_arguments, reads_thinking, reasoning_for, template_messages
+from ._arguments import messages_for, object_arguments, reads_thinking, reasoning_for, server_object_arguments, template_messages
 from ._conversation import Conversation, Session, load_conversation, load_session, save_session, session_from_json
 from ._generator import STYLES, TOOLS, generate_session, next_user_turn
 from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, content_text, given_messages, inputs_note, server_refuses
@@ -32,5 +32,6 @@ __all__ = [
     "Session", "TOOLS", "as_server_prepares", "as_server_renders", "check_inputs", "content_reads", "content_text", "for_server",
     "generate_session", "given_messages", "inputs_note", "load_conversation", "load_session", "messages_for",
     "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for", "render_conversation",
-    "render_variables", "save_session", "server_refuses", "session_from_json", "template_messages",
+    "render_variables", "save_session", "server_object_arguments", "server_refuses", "session_from_json",
+    "template_messages",
 ]

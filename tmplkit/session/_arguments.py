@@ -6,7 +6,9 @@ capability `supports_object_arguments`, vendored `common/jinja/caps.cpp`: render
 `arguments.arg`, `tojson` included, then `func_args_not_string` in `common/chat.cpp`). Qwen3.5
 iterates `arguments|items` and needs objects; functionary v3.2 concatenates `arguments` to a string
 and fails on one. tmplkit renders what llama-server renders, so it decides the same way, once per
-template.
+template: the server setting on the C++ check's own probe (`server_object_arguments`), the
+transformers setting on a one-call conversation, keeping objects where that does not render
+(`object_arguments`: transformers passes what the trainer gives, objects in its documentation).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from ..sources.templates import ChatTemplate, family_special_tokens
 from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, given_messages, server_refuses
 from ._workarounds import as_server_prepares
 
-__all__ = ["messages_for", "object_arguments", "reads_thinking", "reasoning_for", "template_messages"]
+__all__ = ["messages_for", "object_arguments", "reads_thinking", "reasoning_for", "server_object_arguments",
+           "template_messages"]
 
 _NEEDLE = "tmplkit-argument-7f3a"
 
@@ -52,17 +55,65 @@ def _object_arguments(text: str, bos: str | None, eos: str | None, name: str) ->
     return _shows_arguments(template, json.dumps({"arg": _NEEDLE})) is None
 
 
+def server_object_arguments(template: ChatTemplate) -> bool:
+    """Whether llama-server gives `template` tool-call arguments as objects: its capability check
+    (caps.cpp, "single tool with object arguments support") renders a conversation of a call, its
+    result, an answer and a user message with empty BOS and EOS, and says yes only where that
+    succeeds and reads the argument. Where the render fails on what only Python's engine refuses
+    (a list's `append`, which the sandbox forbids; a generator given to `tojson`), the C++ render
+    would go on: the transformers setting's decision is kept. Cached by template text.
+
+    >>> server_object_arguments(ChatTemplate("{% if messages[-1].role != 'user' %}{{ raise_exception('x') }}{% endif %}"
+    ...     "{% for m in messages %}{% for c in m.tool_calls | default([]) %}{{ c.function.arguments | tojson }}"
+    ...     "{% endfor %}{% endfor %}", "t", "-"))
+    True
+    """
+    return _server_object_arguments(template.text, template.bos_token, template.eos_token, template.name)
+
+
+# What only Python's engine refuses, where the C++ engine renders on.
+_PYTHON_ONLY = ("is unsafe", "is not JSON serializable")
+
+
+@lru_cache(maxsize=256)
+def _server_object_arguments(text: str, bos: str | None, eos: str | None, name: str) -> bool:
+    template = ChatTemplate(text, name, "-")  # (BOS and EOS empty, as the C++ check renders)
+    messages = [{"role": "user", "content": "User message"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "call00001", "type": "function", "function": {"name": "tool1", "arguments": {"arg": _NEEDLE}}}]},
+                {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
+                {"role": "assistant", "content": "The tool response was 'tool response'"},
+                {"role": "user", "content": "User message"}]
+    try:
+        out = render(template, messages, tools=_CHECK_TOOLS, add_generation_prompt=True, limits=SESSION_LIMITS,
+                     bos_token="", eos_token="")
+    except RenderLimitError:
+        raise  # (past the session's time or memory on a probe: its renders would be)
+    except TmplkitError as exc:
+        if any(why in str(exc) for why in _PYTHON_ONLY):
+            return _object_arguments(text, bos, eos, name)
+        return False  # (the C++ check's default where its render fails)
+    return _NEEDLE in out
+
+
+# The C++ check's tool, as it writes it (a template may print any of its fields).
+_CHECK_TOOLS = [{"name": "tool", "type": "function", "function": {
+    "name": "tool1", "description": "Tool description",
+    "parameters": {"type": "object", "properties": {"arg": {"type": "string", "description": "Arg description"}},
+                   "required": ["arg"]}}}]
+_TOOLS = [{"type": "function", "function": {"name": "tool1", "description": "Tool 1",
+                                            "parameters": {"type": "object", "properties": {"arg": {"type": "string"}},
+                                                           "required": ["arg"]}}}]
+
+
 def _shows_arguments(template: ChatTemplate, arguments) -> bool | None:
     """Whether a one-call conversation with `arguments` renders the needle; None where it does not render."""
     messages = [{"role": "user", "content": "User message"},
                 {"role": "assistant", "content": "", "tool_calls": [
                     {"id": "call00001", "type": "function", "function": {"name": "tool1", "arguments": arguments}}]},
                 {"role": "tool", "tool_call_id": "call00001", "content": "Tool response"}]
-    tools = [{"type": "function", "function": {"name": "tool1", "description": "Tool 1",
-                                               "parameters": {"type": "object", "properties": {"arg": {"type": "string"}},
-                                                              "required": ["arg"]}}}]
     try:
-        out = render(template, messages, tools=tools, add_generation_prompt=True, limits=SESSION_LIMITS,
+        out = render(template, messages, tools=_TOOLS, add_generation_prompt=True, limits=SESSION_LIMITS,
                      **family_special_tokens(template))
     except RenderLimitError:
         raise  # (past the session's time or memory on a probe: its renders would be; not tried again)
@@ -85,7 +136,7 @@ def messages_for(template: ChatTemplate, messages, inputs: str = DEFAULT_INPUTS)
     if (why := server_refuses(messages)) is not None:
         raise InputError(why)
     given = as_server_prepares(template, given_messages(messages, inputs))
-    return reasoning_for(template, template_messages(given, parse_arguments=object_arguments(template)))
+    return reasoning_for(template, template_messages(given, parse_arguments=server_object_arguments(template)))
 
 
 def reads_thinking(template: ChatTemplate) -> bool:
