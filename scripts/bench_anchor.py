@@ -21,8 +21,9 @@ Where the two differ, the difference is put down to what the renders show:
   chatlint leaves the variable undefined (`tools is none` differs);
 - `inputs as a server gives them`: tmplkit renders what llama-server gives the template (tool-call
   arguments as the client's JSON strings where the template does not read them as objects; the
-  reasoning also under `thinking` for gpt-oss and LFM2), and chatlint's renderer, given those
-  messages, renders otherwise than from the shape's;
+  reasoning also under `thinking` for gpt-oss and LFM2; the switches that keep earlier reasoning,
+  which the server sets by default), and chatlint's renderer, given those messages and switches,
+  renders otherwise than from the shape's;
 - anything else is `unexplained`, printed in full: the goal is none.
 
     python scripts/bench_anchor.py -o scripts/results/anchor.json
@@ -95,15 +96,17 @@ def tmplkit_verdict(template: ChatTemplate, shape) -> dict:
             "in_generated_turn": in_turn, **out}
 
 
-def _renders(template, shape, prepare, tools_none: bool = False) -> list:
+def _renders(template, shape, prepare, tools_none: bool = False, variables=None) -> list:
     """chatlint's render of each snapshot with the generation prompt, its messages prepared by
     `prepare` and, with `tools_none`, `tools` given as none where the shape has none (chatlint
-    leaves the variable undefined; transformers and tmplkit pass None); a failure is its error's type."""
+    leaves the variable undefined; transformers and tmplkit pass None), and `variables`; a failure
+    is its error's type."""
     from chatlint.render import _compile
 
     compiled, out = _compile(template.text), []
     for snap in shape.snapshots:
-        ctx = {"messages": prepare(snap), "add_generation_prompt": True, "bos_token": BOS, "eos_token": EOS}
+        ctx = {**(variables or {}), "messages": prepare(snap), "add_generation_prompt": True, "bos_token": BOS,
+               "eos_token": EOS}
         if shape.tools is not None or tools_none:
             ctx["tools"] = shape.tools
         try:
@@ -117,8 +120,9 @@ def inputs_reason(template, shape) -> str | None:
     """Which of tmplkit's inputs makes chatlint's own renderer render the shape otherwise: a null
     content given as "" (the other null keys left out), then the messages as llama-server gives them
     (`session.messages_for`, and a system message folded where the template never reads one:
-    `session.as_server_renders`); None where neither does."""
-    from tmplkit.session import as_server_renders, messages_for
+    `session.as_server_renders`) with the reasoning switches it sets (`session.SERVER_VARIABLES`);
+    None where neither does."""
+    from tmplkit.session import SERVER_VARIABLES, as_server_renders, messages_for
 
     def no_nulls(messages):
         return [{k: v for k, v in m.items() if v is not None} for m in messages]
@@ -134,7 +138,7 @@ def inputs_reason(template, shape) -> str | None:
     if without_nulls != no_tools:
         return "tools given as none"
     as_server = _renders(template, shape, lambda m: no_nulls(as_server_renders(template, messages_for(template, m))),
-                         tools_none=True)
+                         tools_none=True, variables=SERVER_VARIABLES)
     if no_tools != as_server:
         return "inputs as a server gives them"
     return None

@@ -162,6 +162,30 @@ def test_the_server_setting_makes_the_servers_edits_for_a_family(server, tmp_pat
     assert render_conversation(load_one(str(path)), session_from_json(body)) == theirs
 
 
+_REASONED = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello.", "reasoning_content": "Greet."},
+             {"role": "user", "content": "Bye."}]
+
+
+@pytest.mark.parametrize("kwargs", [None, {"preserve_reasoning": False}, {"preserve_reasoning": False, "preserve_thinking": True}])
+def test_the_server_setting_sets_the_servers_reasoning_switches(server, tmp_path, kwargs):
+    # The pinned server sets preserve_reasoning by default, and with it the four switches templates
+    # read to keep earlier reasoning; a request's own variables win. tmplkit renders alike.
+    from tmplkit.server.parity import _SERVER_ARGS
+    from tmplkit.server.process import start_with_template
+    from tmplkit.session import render_conversation, session_from_json
+
+    path, body = FIXTURES / "reasoning-switches.jinja", {"messages": _REASONED}
+    if kwargs:
+        body["chat_template_kwargs"] = kwargs
+    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
+    try:
+        theirs = srv.post_for("/apply-template", body, "prompt", timeout=60)
+    finally:
+        srv.stop()
+    assert render_conversation(load_one(str(path)), session_from_json({"messages": _REASONED}), kwargs=kwargs) == theirs
+    assert ("<think>Greet.</think>" in theirs) == (kwargs != {"preserve_reasoning": False})
+
+
 def test_the_server_setting_gives_arguments_as_llama_server_decides(server, tmp_path):
     # A template that renders only a conversation ending with a user message and concatenates the
     # arguments: llama-server gives it the client's string (its check's probe ends with a user

@@ -114,16 +114,17 @@ def test_hybrid_loads_reports_hybrid_and_replay_equals_prediction():
 
 def test_turns_template_kwargs(tmp_path, capsys, corpus_template):
     """--template-kwargs reaches every render: a Qwen3.6 template of the Hub dev half that drops the
-    reasoning of earlier turns keeps it with preserve_thinking, and its prefix is then stable."""
+    reasoning of earlier turns (as llama-server renders with --no-reasoning-preserve) keeps it with
+    preserve_thinking, and its prefix is then stable."""
     from tmplkit.session import generate_session, save_session
 
     template = corpus_template("lordx64-Qwen3.6-35B-A3B-Claude-4.7-Opus-Reasoning-Distilled")
     path = tmp_path / "s.json"
     save_session(generate_session(1500, seed=3, style="agent", requests=2), path)
     base = ["turns", str(template.source), "--session", str(path), "--no-switches", "--format", "json"]
-    assert main(base) == 0
+    assert main(base + ["--template-kwargs", '{"preserve_reasoning": false}']) == 0
     assert json.loads(capsys.readouterr().out)["reports"][0]["stable"] is False
-    assert main(base + ["--template-kwargs", '{"preserve_thinking": true}']) == 0
+    assert main(base + ["--template-kwargs", '{"preserve_reasoning": false, "preserve_thinking": true}']) == 0
     assert json.loads(capsys.readouterr().out)["reports"][0]["stable"] is True
     for bad, message in (("[1]", "give a JSON object"), ("{", "not valid JSON")):
         assert main(base + ["--template-kwargs", bad]) == 2

@@ -9,7 +9,7 @@ import pytest
 
 from tmplkit import load_one
 from tmplkit.errors import InputError
-from tmplkit.session import Session, generate_session, load_session
+from tmplkit.session import Session, for_server, generate_session, load_session
 from tmplkit.turns import CAUSES, common_prefix, request_points, session_requests, study_turns
 from tmplkit.turns.formats import format_turns
 
@@ -87,7 +87,21 @@ def test_dropped_reasoning_is_found_and_the_switch_that_keeps_it(session):
     # it diverges when the second user message comes, not on tool results
     user_at = [i for i, m in enumerate(session.messages) if m["role"] == "user"][1]
     assert r.first.request == next(k for k, (n, _) in enumerate(request_points(session.messages)) if n == user_at + 1)
-    assert r.stable_with == ("preserve_thinking=True",)
+    assert r.stable_with == ("keep_reasoning=True",)
+
+
+def test_llama_server_keeps_earlier_reasoning_by_default(session):
+    # The pinned llama-server sets `preserve_reasoning` unless told otherwise, and with it
+    # `preserve_thinking` (common/arg.cpp, caps_apply_preserve_reasoning): the server setting's
+    # renders keep the reasoning, so the session is stable there, and turning it off breaks it;
+    # transformers sets no switch, and the study names the one that keeps it.
+    r = study_turns(tmpl("preserve-switch"), session)
+    assert r.stable and r.switches == (("preserve_thinking=False", False),)
+    for off in (study_turns(tmpl("preserve-switch"), session, kwargs={"preserve_reasoning": False}),
+                study_turns(tmpl("preserve-switch"), session, inputs="transformers")):
+        assert not off.stable and off.first.cause == "reasoning dropped" and off.stable_with == ("preserve_thinking=True",)
+    held = for_server(tmpl("preserve-switch"), session).render()
+    assert held.count("<think>") == sum(1 for m in session.messages if m.get("reasoning_content"))
 
 
 def test_generation_prompt_that_differs_from_the_rendered_turn(session):
@@ -208,11 +222,13 @@ def test_a_bare_template_that_writes_eos_after_each_reply_renders_the_session(se
             "{% elif m.role == 'assistant' %}{{ m.content or '' }}{% for c in m.tool_calls | default([]) %}"
             "[TOOL_CALLS]{{ c.function.arguments | tojson }}{% endfor %}{{ eos_token }}"
             "{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% endif %}{% endfor %}")
-    from tmplkit.session import render_variables
+    from tmplkit.session import SERVER_VARIABLES, render_variables
     from tmplkit.sources import ChatTemplate
 
     t = ChatTemplate(text=text, name="bare-mistral", source="-")
-    assert render_variables(t) == {"bos_token": "<s>", "eos_token": "</s>"}
+    assert render_variables(t, inputs="transformers") == {"bos_token": "<s>", "eos_token": "</s>"}
+    assert render_variables(t) == {"bos_token": "<s>", "eos_token": "</s>", **SERVER_VARIABLES}  # llama-server's own
+    assert render_variables(t, {"preserve_reasoning": False})["truncate_history_thinking"] is True
     assert render_variables(t, {"eos_token": "<end>"})["eos_token"] == "<end>"  # the caller's win
     reqs = session_requests(session, t)
     assert len(reqs) == len(request_points(session.messages))

@@ -41,7 +41,7 @@ def test_a_reasoning_switch_that_keeps_the_session_stable_is_named():
                 {"role": "assistant", "reasoning_content": "91 = 7 * 13.", "content": "No."},
                 {"role": "user", "content": "And 97?"}, {"role": "assistant", "content": "Yes."}]
     first = _study("drops-reasoning", messages).first
-    assert first.cause == "reasoning dropped" and first.detail.endswith("; stable with preserve_thinking=True")
+    assert first.cause == "reasoning dropped" and first.detail.endswith("; stable with keep_reasoning=True")
 
 
 def test_an_earlier_answer_dropped_is_named():

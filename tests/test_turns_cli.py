@@ -43,7 +43,7 @@ def test_turns_text_and_csv(session_file, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "stable: stable over" in out and "drops-reasoning: NOT stable" in out
-    assert "reasoning dropped" in out and "stable with: preserve_thinking=True" in out
+    assert "reasoning dropped" in out and "stable with: keep_reasoning=True" in out
     assert main(args + ["--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [(r["template"], r["stable"], r["cause"]) for r in rows] == [

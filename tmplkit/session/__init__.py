@@ -24,11 +24,11 @@ from ._arguments import messages_for, object_arguments, reads_thinking, reasonin
 from ._conversation import Conversation, Session, load_conversation, load_session, save_session, session_from_json
 from ._generator import STYLES, TOOLS, generate_session, next_user_turn
 from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, content_text, given_messages, inputs_note, server_refuses
-from ._render import SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables
+from ._render import SERVER_VARIABLES, SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables
 from ._workarounds import ContentReads, as_server_prepares, as_server_renders, content_reads
 
 __all__ = [
-    "ContentReads", "Conversation", "DEFAULT_INPUTS", "INPUTS", "SESSION_LIMITS", "STYLES", "ServerConversation",
+    "ContentReads", "Conversation", "DEFAULT_INPUTS", "INPUTS", "SERVER_VARIABLES", "SESSION_LIMITS", "STYLES", "ServerConversation",
     "Session", "TOOLS", "as_server_prepares", "as_server_renders", "check_inputs", "content_reads", "content_text", "for_server",
     "generate_session", "given_messages", "inputs_note", "load_conversation", "load_session", "messages_for",
     "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for", "render_conversation",

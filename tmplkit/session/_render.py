@@ -5,8 +5,9 @@ engine parity) renders through.
 A server gives a template the conversation with tool-call arguments as it gives them
 (`messages_for`: JSON strings, or objects where the template reads objects), the tools only when
 there are any, the family's common BOS/EOS where the template reads them and its source gives none
-(`sources.family_special_tokens`, as the analysis proves its delimiters), and the caller's extra
-variables; a session render may be long, so it runs under `SESSION_LIMITS`.
+(`sources.family_special_tokens`, as the analysis proves its delimiters), llama-server's default
+reasoning switches (`SERVER_VARIABLES`; the server setting only), and the caller's extra variables;
+a session render may be long, so it runs under `SESSION_LIMITS`.
 
     >>> from tmplkit.sources import ChatTemplate
     >>> t = ChatTemplate("{{ bos_token }}{% for m in messages %}[INST]{{ m.content }}{% endfor %}", "bare", "-")
@@ -32,16 +33,31 @@ from ._conversation import Conversation
 from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, check_inputs
 from ._workarounds import as_server_renders
 
-__all__ = ["SESSION_LIMITS", "ServerConversation", "for_server", "render_conversation", "render_variables"]
+__all__ = ["SERVER_VARIABLES", "SESSION_LIMITS", "ServerConversation", "for_server", "render_conversation",
+           "render_variables"]
+
+# What llama-server sets in every render unless told otherwise: `preserve_reasoning` is on by default
+# (common/arg.cpp, `--no-reasoning-preserve` turns it off) and reaches the template as itself and as
+# the four switches templates read to keep earlier turns' reasoning (common/chat.cpp applies
+# caps.cpp `caps_apply_preserve_reasoning`); a request's own variables set after them win.
+SERVER_VARIABLES = {"preserve_reasoning": True, "preserve_thinking": True, "clear_thinking": False,
+                    "truncate_history_thinking": False, "drop_thinking": False}
 
 
 
-def render_variables(template: ChatTemplate, kwargs: Mapping | None = None) -> dict:
+def render_variables(template: ChatTemplate, kwargs: Mapping | None = None, inputs: str = DEFAULT_INPUTS) -> dict:
     """The variables of every render of a conversation for a server: the family's common BOS/EOS
     strings where the template reads them and its source gives none (as the analysis renders, so a
-    bare .jinja of a Mistral-style template that writes `eos_token` after each reply renders), then
-    `kwargs`."""
-    return {**family_special_tokens(template), **dict(kwargs or {})}
+    bare .jinja of a Mistral-style template that writes `eos_token` after each reply renders), for
+    the server setting llama-server's reasoning switches (`SERVER_VARIABLES`: a `preserve_reasoning`
+    of `kwargs` sets all four, as the server's does), then `kwargs`."""
+    kwargs = dict(kwargs or {})
+    server: dict = {}
+    if inputs == "server":
+        preserve = kwargs.get("preserve_reasoning", True)
+        if isinstance(preserve, bool):  # (the server applies only a boolean; the request's is passed as given)
+            server = {name: value == preserve for name, value in SERVER_VARIABLES.items()}
+    return {**family_special_tokens(template), **server, **kwargs}
 
 
 @dataclass(frozen=True)
@@ -104,7 +120,7 @@ def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = No
         if conversation.template == template and conversation.inputs == inputs:  # its messages stay as they are
             if kwargs is None:
                 return conversation
-            return replace(conversation, kwargs=dict(kwargs), variables=render_variables(template, kwargs))
+            return replace(conversation, kwargs=dict(kwargs), variables=render_variables(template, kwargs, inputs))
         kwargs = conversation.kwargs if kwargs is None else kwargs
         conversation = conversation.conversation
     inputs = check_inputs(inputs or DEFAULT_INPUTS)
@@ -113,7 +129,7 @@ def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = No
     except InputError as exc:  # (the session's fault: named by its file)
         raise InputError(f"{conversation.source}: {exc}" if conversation.source else str(exc)) from None
     return ServerConversation(template, conversation, messages,
-                              tuple(conversation.tools or ()) or None, dict(kwargs or {}), render_variables(template, kwargs),
+                              tuple(conversation.tools or ()) or None, dict(kwargs or {}), render_variables(template, kwargs, inputs),
                               inputs)
 
 
