@@ -54,9 +54,19 @@ def test_a_difference_is_located(server):
     assert r.round_trip  # the delimiters hold on both renders
 
 
-def test_round_trip_fails_where_llama_cpp_renders_a_tool_turn_otherwise(server):
-    rows = _rows(server, "google-gemma-4-31B-it-interleaved")
+def test_round_trip_fails_where_llama_cpp_renders_the_turns_otherwise(server):
+    # The turns' opening tags are joined from a `|safe` string: transformers' Jinja writes their
+    # closing quote as an entity, llama.cpp's plainly, so tmplkit's delimiters do not split its render.
+    rows = _rows(server, str(FIXTURES / "safe-plus-role.jinja"))
     assert rows["round trip"].status == "differs" and rows["round trip"].round_trip is False
+    assert "&#34;" in rows["round trip"].ours and "&#34;" not in rows["round trip"].theirs
+
+
+def test_gemma_4s_older_template_renders_as_llama_server_renders_it(server):
+    # It rendered tool results as turns of their own, where llama-server's Gemma 4 handler gives
+    # them to the model turn (`tool_responses`): the delimiters did not hold on the server's render.
+    rows = _rows(server, "google-gemma-4-31B-it-interleaved")
+    assert all(r.status == "identical" and r.round_trip for r in rows.values()), rows
 
 
 def test_engine_parity_cli(server, tmp_path, capsys):
@@ -184,6 +194,68 @@ def test_the_server_setting_sets_the_servers_reasoning_switches(server, tmp_path
         srv.stop()
     assert render_conversation(load_one(str(path)), session_from_json({"messages": _REASONED}), kwargs=kwargs) == theirs
     assert ("<think>Greet.</think>" in theirs) == (kwargs != {"preserve_reasoning": False})
+
+
+_CALL2 = {"id": "c2", "type": "function", "function": {"name": "cat", "arguments": "{\"path\": \"a.txt\"}"}}
+# A tool-call turn with text, two results (one JSON, one text), an answer, then a turn of calls alone.
+_MODEL_TURNS = {"messages": [{"role": "user", "content": "List it."},
+                             {"role": "assistant", "content": "Looking.", "tool_calls": [_CALL, _CALL2]},
+                             {"role": "tool", "tool_call_id": "c1", "content": "{\"count\": 1}"},
+                             {"role": "tool", "tool_call_id": "c2", "content": "hello"},
+                             {"role": "assistant", "content": "One file, a.txt."},
+                             {"role": "user", "content": "Thanks."},
+                             {"role": "assistant", "content": "", "tool_calls": [_CALL]}]}
+
+
+def test_the_server_setting_gives_gemma_4s_older_templates_their_model_turns(server, tmp_path):
+    # llama-server's Gemma 4 handler makes a call, its results and the answer after them one model
+    # turn with `tool_responses`, and starts the model's turn after a prompt ending with a closed
+    # one; tmplkit's server setting renders the prompt alike, with and without a generation prompt.
+    from tmplkit.server.parity import _SERVER_ARGS
+    from tmplkit.server.process import start_with_template
+    from tmplkit.session import render_conversation, session_from_json
+
+    path = FIXTURES / "tool-responses.jinja"
+    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
+    try:
+        theirs = [srv.post_for("/apply-template", {**_MODEL_TURNS, "add_generation_prompt": gp}, "prompt", timeout=60)
+                  for gp in (True, False)]
+    finally:
+        srv.stop()
+    ours = [render_conversation(load_one(str(path)), session_from_json(_MODEL_TURNS), add_generation_prompt=gp)
+            for gp in (True, False)]
+    assert ours == theirs
+    assert "<|tool_response>response:ls{count:1}<tool_response|>" in theirs[0] and theirs[0].endswith("<turn|>\n<|turn>model\n")
+
+
+def test_gemma_4s_requests_render_as_llama_servers_prompts(server, tmp_path):
+    # The official Gemma 4 template writes a turn's text after its tool results and closes the
+    # turn: the request then ends with `<turn|>\n`, and the server's handler starts the model's
+    # turn. Requests of the generated agent session, byte for byte (the server's BOS/EOS and date).
+    from datetime import datetime
+
+    from tmplkit.server.parity import _SERVER_ARGS, _llama_context
+    from tmplkit.server.process import start_with_template
+    from tmplkit.session import Conversation, generate_session, render_conversation
+    from tmplkit.sources.templates import ChatTemplate, gguf_special_tokens
+
+    path = corpus.templates_dir() / "google-gemma-4-31B-it.jinja"
+    loaded, (bos, eos) = load_one(str(path)), gguf_special_tokens(server[1])
+    template = ChatTemplate(loaded.text, loaded.name, loaded.source, bos, eos)
+    session = generate_session(40000, seed=0, style="agent")
+    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
+    prompts = []
+    try:
+        for n in (4, 6, 9):
+            messages, tools = list(session.messages[:n]), list(session.tools or ())
+            theirs = srv.post_for("/apply-template", {"messages": messages, "tools": tools}, "prompt", timeout=60)
+            ours = render_conversation(template, Conversation(tuple(messages), tuple(tools)),
+                                       kwargs=_llama_context(datetime.now()))
+            assert ours == theirs, n
+            prompts.append(ours)
+    finally:
+        srv.stop()
+    assert prompts[0].endswith("<turn|>\n<|turn>model\n") and prompts[2].endswith("<|tool_response>")
 
 
 def test_the_server_setting_gives_arguments_as_llama_server_decides(server, tmp_path):

@@ -205,3 +205,19 @@ def test_a_probe_past_its_limits_stops_there_and_names_the_template(monkeypatch)
         object_arguments(bomb)
     with pytest.raises(RenderLimitError, match="template 'bomb'"):
         for_server(bomb, Session(MESSAGES, ()))
+
+
+def test_gemma_4s_older_templates_get_their_model_turns_whole_from_the_server():
+    # The server's Gemma 4 handler makes a call, its results and the answer after them one model
+    # turn (`tool_responses`), per list rendered: a request ending with the results keeps them in
+    # the turn; the transformers setting gives the messages as they are.
+    template = load_one(str(FIX.parent / "engine" / "tool-responses.jinja"))
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    body = {"messages": [{"role": "user", "content": "List it."}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": "c1", "content": "{\"count\": 1}"}]}
+    server = render_conversation(template, session_from_json(body))
+    assert "<|tool_response>response:ls{count:1}<tool_response|><turn|>\n<|turn>model\n" in server
+    assert "<|turn>tool" not in server
+    assert "<|turn>tool\n{\"count\": 1}<turn|>" in for_server(template, session_from_json(body), inputs="transformers").render()
+    answered = {"messages": [*body["messages"], {"role": "assistant", "content": "One."}]}
+    assert render_conversation(template, session_from_json(answered), add_generation_prompt=False).count("<|turn>model") == 1

@@ -10,9 +10,10 @@ conversation for a server.
 - `given_messages(messages, inputs)`: each message as llama-server reads and writes it again
   ("server": a null content as `""`, only the keys its message struct holds) or as transformers
   gives it ("transformers": null-valued keys dropped, reasoning under both names) (_inputs);
-- `as_server_prepares(template, messages)` and `as_server_renders(...)`: llama-server's workarounds
-  for what a template reads (content parts joined or made, StepFun's trim; a system message it
-  never reads folded, on each list rendered) (_workarounds);
+- `as_server_prepares(template, messages)`, `as_server_renders(...)` and `as_server_finishes(...)`:
+  llama-server's workarounds for what a template reads (content parts joined or made, StepFun's
+  trim; on each list rendered, a system message it never reads folded and Gemma 4's older
+  templates given whole model turns; the Gemma 4 handler's start of the model's turn) (_workarounds);
 - `render_conversation(template, conversation)` and `for_server(...)`: the render every place that
   renders a conversation for a server shares (_render).
 
@@ -25,11 +26,12 @@ from ._conversation import Conversation, Session, load_conversation, load_sessio
 from ._generator import STYLES, TOOLS, generate_session, next_user_turn
 from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, content_text, given_messages, inputs_note, server_refuses
 from ._render import SERVER_VARIABLES, SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables
-from ._workarounds import ContentReads, as_server_prepares, as_server_renders, content_reads
+from ._workarounds import ContentReads, as_server_finishes, as_server_prepares, as_server_renders, content_reads
 
 __all__ = [
     "ContentReads", "Conversation", "DEFAULT_INPUTS", "INPUTS", "SERVER_VARIABLES", "SESSION_LIMITS", "STYLES", "ServerConversation",
-    "Session", "TOOLS", "as_server_prepares", "as_server_renders", "check_inputs", "content_reads", "content_text", "for_server",
+    "Session", "TOOLS", "as_server_finishes", "as_server_prepares", "as_server_renders", "check_inputs",
+    "content_reads", "content_text", "for_server",
     "generate_session", "given_messages", "inputs_note", "load_conversation", "load_session", "messages_for",
     "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for", "render_conversation",
     "render_variables", "save_session", "server_object_arguments", "server_refuses", "session_from_json",

@@ -31,7 +31,7 @@ from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation
 from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, check_inputs
-from ._workarounds import as_server_renders
+from ._workarounds import as_server_finishes, as_server_renders
 
 __all__ = ["SERVER_VARIABLES", "SESSION_LIMITS", "ServerConversation", "for_server", "render_conversation",
            "render_variables"]
@@ -82,21 +82,28 @@ class ServerConversation:
         given = self.messages if messages is None else messages
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(given))
-        return render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
+        text = render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
                       limits=SESSION_LIMITS, clock=clock, **self.variables)
+        return self._finished(text, add_generation_prompt)
 
     def render_with_prompt(self, messages: Sequence[dict], *, clock: Callable[[], datetime] | None = None) -> tuple[str, str]:
         """`render(messages)` with the generation prompt and without it, in one pass where the
         template allows (`sandbox.render_with_prompt`): each request of a session needs both."""
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(messages))
-        return render_with_prompt(self.template, prepared, tools=self._prepared_tools, limits=SESSION_LIMITS, clock=clock,
-                                  **self.variables)
+        with_prompt, without = render_with_prompt(self.template, prepared, tools=self._prepared_tools,
+                                                  limits=SESSION_LIMITS, clock=clock, **self.variables)
+        return self._finished(with_prompt, True), without
 
     def _as_rendered(self, messages):
         """The list a server renders for `messages` (a system message folded where the template
-        never reads one: `as_server_renders`); as it is under transformers' preparation."""
+        never reads one, Gemma 4's model turns: `as_server_renders`); as it is under transformers'
+        preparation."""
         return as_server_renders(self.template, messages) if self.inputs == "server" else messages
+
+    def _finished(self, text: str, add_generation_prompt: bool) -> str:
+        """The render as the server's prompt (`as_server_finishes`); as it is under transformers'."""
+        return as_server_finishes(self.template, text, add_generation_prompt) if self.inputs == "server" else text
 
     @cached_property
     def _prepared_tools(self) -> Prepared | None:

@@ -10,7 +10,12 @@ finds out (common/jinja/caps.cpp), found here the same way, by probe renders:
   or leaves it out) is given that content at the start of the next message, after it and a
   newline, or nothing where the system message is the only one (`system_message_not_supported`);
 - StepFun's templates (`You have access to the following functions in JSONSchema format`): every
-  content, text part and reasoning trimmed of whitespace at both ends (llama.cpp issue 24181).
+  content, text part and reasoning trimmed of whitespace at both ends (llama.cpp issue 24181);
+- Gemma 4's older templates (`'<|tool_call>call:'` without the official template's
+  `{#- OpenAI Chat Completions:` note): a tool-call turn, the tool results after it and an answer
+  right after them made one model turn holding `tool_responses` (common/parsers/gemma4.cpp,
+  `convert_tool_responses_gemma4`); the Gemma 4 handler also writes `<|turn>model\n` after a
+  prompt that asks for a generation and ends with `<turn|>\n` (`as_server_finishes`).
 
     >>> from tmplkit.sources import ChatTemplate
     >>> t = ChatTemplate("{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system') }}"
@@ -18,9 +23,9 @@ finds out (common/jinja/caps.cpp), found here the same way, by probe renders:
     >>> as_server_renders(t, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}])
     [{'role': 'user', 'content': 'Be brief.\\nhi'}]
 
-The first and the last change each message and are made once (`as_server_prepares`, on the
-conversation); the fold changes the list, so it is made on each list rendered
-(`as_server_renders`): message indices stay the session's.
+The content's form and the trim change each message and are made once (`as_server_prepares`, on
+the conversation); the fold and Gemma 4's turns change the list, so they are made on each list
+rendered (`as_server_renders`): message indices stay the session's.
 """
 
 from __future__ import annotations
@@ -31,16 +36,19 @@ from functools import lru_cache
 from types import FrameType
 
 from ..errors import RenderLimitError, TmplkitError
+from ..jsonio import strict_loads
 from ..sandbox import Prepared, render
 from ..sources.templates import ChatTemplate
 from ._inputs import SESSION_LIMITS, text_part
 
-__all__ = ["ContentReads", "as_server_prepares", "as_server_renders", "content_reads"]
+__all__ = ["ContentReads", "as_server_finishes", "as_server_prepares", "as_server_renders", "content_reads"]
 
 # (C's isspace, which llama.cpp trims with, in ASCII)
 _SPACE = " \t\n\v\f\r"
 _STEPFUN = "You have access to the following functions in JSONSchema format"
 _MARKER = "STRING_MARKER"
+_GEMMA4 = "'<|tool_call>call:'"
+_GEMMA4_OFFICIAL = "{#- OpenAI Chat Completions:"
 _SYSTEM = "System message"
 
 
@@ -76,10 +84,67 @@ def as_server_prepares(template: ChatTemplate, messages: list[dict]) -> list[dic
 
 def as_server_renders(template: ChatTemplate, messages):
     """The list of `messages` (prepared: `as_server_prepares`) llama-server renders: a leading system
-    message folded into the next where the template never reads it; `messages` itself elsewhere."""
+    message folded into the next where the template never reads it, and Gemma 4's older templates
+    given their model turns whole (`_model_turns`); `messages` itself elsewhere."""
     if messages and messages[0].get("role") == "system" and not content_reads(template).system:
-        return _system_folded(list(messages))
+        messages = _system_folded(list(messages))
+    if _GEMMA4 in template.text and _GEMMA4_OFFICIAL not in template.text:
+        messages = _model_turns(list(messages))
     return messages
+
+
+def as_server_finishes(template: ChatTemplate, text: str, add_generation_prompt: bool) -> str:
+    """`text` (a render of `template`) as llama-server's prompt: the Gemma 4 handler starts the
+    model's turn after a prompt that asks for a generation and ends with a closed turn (the
+    template wrote none after a turn of text and calls), common/parsers/gemma4.cpp."""
+    if add_generation_prompt and _GEMMA4 in template.text and text.endswith("<turn|>\n"):
+        return text + "<|turn>model\n"
+    return text
+
+
+def _model_turns(messages: list[dict]) -> list[dict]:
+    """Each assistant message with tool calls, the tool messages right after it and an assistant
+    message of content alone right after those made one message: the calls, `tool_responses`
+    (`{name, response}`: the call's name by position, else the result's `tool_call_id`; a result
+    that reads as JSON given as what it reads), that answer's content, the first message's
+    reasoning; as `convert_tool_responses_gemma4` builds it (the first message's content is not
+    kept)."""
+    out, i = [], 0
+    while i < len(messages):
+        m = messages[i]
+        if m.get("role") != "assistant" or not isinstance(m.get("tool_calls"), list) or not m["tool_calls"]:
+            out.append(m)
+            i += 1
+            continue
+        calls, responses = list(m["tool_calls"]), list[dict]()
+        i += 1
+        while i < len(messages) and messages[i].get("role") == "tool":
+            responses.append(_tool_response(messages[i], calls, len(responses)))
+            i += 1
+        turn: dict = {"role": "assistant", "tool_calls": calls}
+        if responses:
+            turn["tool_responses"] = responses
+        if i < len(messages) and messages[i].get("role") == "assistant" and not messages[i].get("tool_calls") \
+                and messages[i].get("content") not in (None, "", []):
+            turn["content"] = messages[i]["content"]
+            i += 1
+        if isinstance(m.get("reasoning_content"), str):
+            turn["reasoning_content"] = m["reasoning_content"]
+        out.append(turn)
+    return out
+
+
+def _tool_response(m: dict, calls: list, k: int) -> dict:
+    content = m.get("content")
+    response = content
+    if isinstance(content, str):
+        try:
+            response = strict_loads(content)
+        except (ValueError, RecursionError):  # (not JSON: the text itself)
+            response = content
+    fn = calls[k].get("function") if k < len(calls) and isinstance(calls[k], dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    return {"name": name or m.get("tool_call_id") or "", "response": response}
 
 
 def _trimmed(m: dict) -> dict:
