@@ -258,6 +258,27 @@ def test_gemma_4s_requests_render_as_llama_servers_prompts(server, tmp_path):
     assert prompts[0].endswith("<turn|>\n<|turn>model\n") and prompts[2].endswith("<|tool_response>")
 
 
+def test_the_server_setting_writes_the_servers_date(server, tmp_path):
+    # llama-server sets `date_string` (and `datetime`) to the day of each request; the server
+    # setting renders a request at its own time with the same (here: now, as the server renders).
+    from datetime import datetime
+
+    from tmplkit.server.parity import _SERVER_ARGS
+    from tmplkit.server.process import start_with_template
+    from tmplkit.session import for_server, session_from_json
+
+    path = Path(__file__).parent.parent / "fixtures" / "turns" / "date-string.jinja"
+    body = {"messages": [{"role": "user", "content": "What day is it?"}]}
+    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
+    try:
+        theirs = srv.post_for("/apply-template", body, "prompt", timeout=60)
+    finally:
+        srv.stop()
+    now = datetime.now()
+    assert for_server(load_one(str(path)), session_from_json(body)).render(clock=lambda: now) == theirs
+    assert f"Today Date: {now:%d %b %Y}" in theirs
+
+
 def test_the_server_setting_gives_arguments_as_llama_server_decides(server, tmp_path):
     # A template that renders only a conversation ending with a user message and concatenates the
     # arguments: llama-server gives it the client's string (its check's probe ends with a user

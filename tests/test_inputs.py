@@ -221,3 +221,35 @@ def test_gemma_4s_older_templates_get_their_model_turns_whole_from_the_server():
     assert "<|turn>tool\n{\"count\": 1}<turn|>" in for_server(template, session_from_json(body), inputs="transformers").render()
     answered = {"messages": [*body["messages"], {"role": "assistant", "content": "One."}]}
     assert render_conversation(template, session_from_json(answered), add_generation_prompt=False).count("<|turn>model") == 1
+
+
+def test_the_server_gives_its_date_variables_at_the_renders_time():
+    # llama-server sets `datetime` and `date_string` in every render (common_chat_extra_context), at
+    # the request's time; the request's own variables win; transformers sets neither.
+    from datetime import datetime
+
+    from tmplkit.sources import ChatTemplate
+
+    t = ChatTemplate("{{ datetime | default('-') }}|{{ date_string | default('26 Jul 2024') }}|{{ messages[0].content }}",
+                     "dates", "-")
+    conv = session_from_json({"messages": [{"role": "user", "content": "hi"}]})
+    at = datetime(2026, 12, 6, 23, 59)
+    assert for_server(t, conv).render(clock=lambda: at) == "Dec 06 2026|06 Dec 2026|hi"
+    assert for_server(t, conv).render() == "Jan 01 2025|01 Jan 2025|hi"  # (the sandbox's pinned time)
+    assert for_server(t, conv, {"date_string": "today"}).render(clock=lambda: at) == "Dec 06 2026|today|hi"
+    assert for_server(t, conv, inputs="transformers").render(clock=lambda: at) == "-|26 Jul 2024|hi"
+
+
+def test_a_session_past_midnight_diverges_at_the_date_the_server_writes():
+    # Requests six hours apart: the server's `date_string` moves to the next day, so the system
+    # turn the server holds is rewritten (a `date or time` divergence); transformers' render keeps
+    # the template's own date, and the session is stable there.
+    from datetime import timedelta
+
+    from tmplkit.session import generate_session
+
+    template = load_one(str(FIX / "date-string.jinja"))
+    session = generate_session(3000, seed=0, style="agent", requests=4)
+    server = study_turns(template, session, interval=timedelta(hours=6))
+    assert not server.stable and server.first.cause == "date or time"
+    assert study_turns(template, session, interval=timedelta(hours=6), inputs="transformers").stable

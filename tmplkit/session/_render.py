@@ -6,8 +6,9 @@ A server gives a template the conversation with tool-call arguments as it gives 
 (`messages_for`: JSON strings, or objects where the template reads objects), the tools only when
 there are any, the family's common BOS/EOS where the template reads them and its source gives none
 (`sources.family_special_tokens`, as the analysis proves its delimiters), llama-server's default
-reasoning switches (`SERVER_VARIABLES`; the server setting only), and the caller's extra variables;
-a session render may be long, so it runs under `SESSION_LIMITS`.
+reasoning switches (`SERVER_VARIABLES`) and its date variables at the render's time (the server
+setting only), and the caller's extra variables; a session render may be long, so it runs under
+`SESSION_LIMITS`.
 
     >>> from tmplkit.sources import ChatTemplate
     >>> t = ChatTemplate("{{ bos_token }}{% for m in messages %}[INST]{{ m.content }}{% endfor %}", "bare", "-")
@@ -26,7 +27,7 @@ from datetime import datetime
 from functools import cached_property
 
 from ..errors import InputError
-from ..sandbox import Prepared, prepare_message, prepare_tools, render, render_with_prompt
+from ..sandbox import PINNED_NOW, Prepared, prepare_message, prepare_tools, reads_clock, render, render_with_prompt
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation
@@ -43,6 +44,12 @@ __all__ = ["SERVER_VARIABLES", "SESSION_LIMITS", "ServerConversation", "for_serv
 SERVER_VARIABLES = {"preserve_reasoning": True, "preserve_thinking": True, "clear_thinking": False,
                     "truncate_history_thinking": False, "drop_thinking": False}
 
+# The date variables llama-server sets in every render, and their formats (common/chat.cpp).
+_DATE_FORMATS = {"datetime": "%b %d %Y", "date_string": "%d %b %Y"}
+
+
+def _pinned() -> datetime:
+    return PINNED_NOW
 
 
 def render_variables(template: ChatTemplate, kwargs: Mapping | None = None, inputs: str = DEFAULT_INPUTS) -> dict:
@@ -83,7 +90,7 @@ class ServerConversation:
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(given))
         text = render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
-                      limits=SESSION_LIMITS, clock=clock, **self.variables)
+                      limits=SESSION_LIMITS, clock=clock, **self.variables, **self._dates(clock))
         return self._finished(text, add_generation_prompt)
 
     def render_with_prompt(self, messages: Sequence[dict], *, clock: Callable[[], datetime] | None = None) -> tuple[str, str]:
@@ -92,8 +99,31 @@ class ServerConversation:
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(messages))
         with_prompt, without = render_with_prompt(self.template, prepared, tools=self._prepared_tools,
-                                                  limits=SESSION_LIMITS, clock=clock, **self.variables)
+                                                  limits=SESSION_LIMITS, clock=clock, **self.variables,
+                                                  **self._dates(clock))
         return self._finished(with_prompt, True), without
+
+    @property
+    def reads_clock(self) -> bool:
+        """Whether two renders of the same messages at other times can differ: the template reads
+        the clock (`sandbox.reads_clock`), or, as llama-server gives it, the date variables."""
+        return reads_clock(self.template.text) or bool(self._date_names)
+
+    def _dates(self, clock: Callable[[], datetime] | None) -> dict:
+        """llama-server's date variables for a render at `clock`'s time (default: the sandbox's
+        pinned time), as common/chat.cpp's `common_chat_extra_context` writes them in every render
+        (`datetime` "Jan 01 2025", `date_string` "01 Jan 2025"), where the template names them and
+        the request's variables do not set them; none under transformers' preparation."""
+        if not self._date_names:
+            return {}
+        now = (clock or _pinned)()
+        return {name: now.strftime(_DATE_FORMATS[name]) for name in self._date_names}
+
+    @cached_property
+    def _date_names(self) -> tuple[str, ...]:
+        if self.inputs != "server":
+            return ()
+        return tuple(n for n in _DATE_FORMATS if n in self.template.text and n not in self.kwargs)
 
     def _as_rendered(self, messages):
         """The list a server renders for `messages` (a system message folded where the template

@@ -14,7 +14,6 @@ from datetime import datetime
 
 from ..analysis.probes import THINKING_FLAGS
 from ..errors import RenderError, TmplkitError
-from ..sandbox import reads_clock
 from ..session import DEFAULT_INPUTS, check_inputs, for_server, inputs_note
 from ..session.requests import DEFAULT_INTERVAL, clock_at, iter_requests
 from ..sources.templates import ChatTemplate
@@ -158,9 +157,9 @@ def _name_switches(divs: tuple[Divergence, ...], tried) -> tuple[Divergence, ...
 
 def _redraw(conversation, reqs):
     """request k rendered at another time (for the date check); None where the template cannot read
-    the clock (`sandbox.reads_clock`): the render would be the request itself, which moves no
-    divergence later."""
-    if not reads_clock(conversation.template.text):
+    the clock (`ServerConversation.reads_clock`): the render would be the request itself, which
+    moves no divergence later."""
+    if not conversation.reads_clock:
         return None
 
     def redraw(k: int, at: datetime) -> str:
