@@ -87,7 +87,7 @@ def test_study_is_the_same_without_the_shortcuts(name, monkeypatch):
     session = generate_session(6000, seed=2, style="agent", requests=3)
     fast = study_turns(template, session)
     monkeypatch.setattr("tmplkit.sandbox._rendering._compile_split", lambda text: None)
-    monkeypatch.setattr("tmplkit.turns.summary.reads_clock", lambda text: True)
+    monkeypatch.setattr("tmplkit.session._render.reads_clock", lambda text: True)  # (ServerConversation.reads_clock)
     assert study_turns(template, session).to_dict() == fast.to_dict()
 
 
@@ -97,5 +97,5 @@ def test_study_is_the_same_without_the_shortcuts_on_qwen35(monkeypatch, corpus_t
     session = generate_session(8000, seed=1, style="agent", requests=4)
     fast = study_turns(template, session, tokenizer=qwen35)
     monkeypatch.setattr("tmplkit.sandbox._rendering._compile_split", lambda text: None)
-    monkeypatch.setattr("tmplkit.turns.summary.reads_clock", lambda text: True)
+    monkeypatch.setattr("tmplkit.session._render.reads_clock", lambda text: True)  # (ServerConversation.reads_clock)
     assert study_turns(template, session, tokenizer=qwen35).to_dict() == fast.to_dict()

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tmplkit import load_one
 from tmplkit.session import Session, as_server_renders, for_server, generate_session
-from tmplkit.session.requests import turn_ending
+from tmplkit.session.requests import clock_at, turn_ending
 from tmplkit.turns import session_requests, study_turns
 
 FIX = Path(__file__).parent.parent / "fixtures" / "turns"
@@ -118,7 +118,7 @@ def test_every_request_is_what_transformers_renders_of_the_same_messages(name, s
         messages = ctu._normalize_chat_messages([dict(m) for m in given])
         tools = [dict(x) for x in conversation.tools] if conversation.tools else None
         rendered, _ = ctu.render_jinja_template([messages], tools=tools, chat_template=t.text, add_generation_prompt=True,
-                                                **conversation.variables)
+                                                **conversation.variables_at(clock_at(r.time)))
         if "strftime_now" not in t.text:  # (a dated template is rendered at each request's own time)
             assert rendered[0] == r.text
 

@@ -90,7 +90,7 @@ class ServerConversation:
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(given))
         text = render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
-                      limits=SESSION_LIMITS, clock=clock, **self.variables, **self._dates(clock))
+                      limits=SESSION_LIMITS, clock=clock, **self.variables_at(clock))
         return self._finished(text, add_generation_prompt)
 
     def render_with_prompt(self, messages: Sequence[dict], *, clock: Callable[[], datetime] | None = None) -> tuple[str, str]:
@@ -99,8 +99,7 @@ class ServerConversation:
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(messages))
         with_prompt, without = render_with_prompt(self.template, prepared, tools=self._prepared_tools,
-                                                  limits=SESSION_LIMITS, clock=clock, **self.variables,
-                                                  **self._dates(clock))
+                                                  limits=SESSION_LIMITS, clock=clock, **self.variables_at(clock))
         return self._finished(with_prompt, True), without
 
     @property
@@ -109,15 +108,16 @@ class ServerConversation:
         the clock (`sandbox.reads_clock`), or, as llama-server gives it, the date variables."""
         return reads_clock(self.template.text) or bool(self._date_names)
 
-    def _dates(self, clock: Callable[[], datetime] | None) -> dict:
-        """llama-server's date variables for a render at `clock`'s time (default: the sandbox's
-        pinned time), as common/chat.cpp's `common_chat_extra_context` writes them in every render
-        (`datetime` "Jan 01 2025", `date_string` "01 Jan 2025"), where the template names them and
-        the request's variables do not set them; none under transformers' preparation."""
+    def variables_at(self, clock: Callable[[], datetime] | None = None) -> dict:
+        """The variables of a render at `clock`'s time (default: the sandbox's pinned time):
+        `variables`, and llama-server's date variables as common/chat.cpp's
+        `common_chat_extra_context` writes them in every render (`datetime` "Jan 01 2025",
+        `date_string` "01 Jan 2025") where the template names them and the request's variables do
+        not set them; none of those under transformers' preparation."""
         if not self._date_names:
-            return {}
+            return self.variables
         now = (clock or _pinned)()
-        return {name: now.strftime(_DATE_FORMATS[name]) for name in self._date_names}
+        return {**self.variables, **{name: now.strftime(_DATE_FORMATS[name]) for name in self._date_names}}
 
     @cached_property
     def _date_names(self) -> tuple[str, ...]:
