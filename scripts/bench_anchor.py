@@ -120,9 +120,10 @@ def inputs_reason(template, shape) -> str | None:
     """Which of tmplkit's inputs makes chatlint's own renderer render the shape otherwise: a null
     content given as "" (the other null keys left out), then the messages as llama-server gives them
     (`session.messages_for`, and a system message folded where the template never reads one:
-    `session.as_server_renders`) with the reasoning switches it sets (`session.SERVER_VARIABLES`);
+    `session.as_server_renders`) with the variables it sets (`session.server_variables`: its reasoning
+    switches and `enable_thinking`);
     None where neither does."""
-    from tmplkit.session import SERVER_VARIABLES, as_server_renders, messages_for
+    from tmplkit.session import as_server_renders, messages_for, server_variables
 
     def no_nulls(messages):
         return [{k: v for k, v in m.items() if v is not None} for m in messages]
@@ -138,7 +139,7 @@ def inputs_reason(template, shape) -> str | None:
     if without_nulls != no_tools:
         return "tools given as none"
     as_server = _renders(template, shape, lambda m: no_nulls(as_server_renders(template, messages_for(template, m))),
-                         tools_none=True, variables=SERVER_VARIABLES)
+                         tools_none=True, variables=server_variables(template))
     if no_tools != as_server:
         return "inputs as a server gives them"
     return None

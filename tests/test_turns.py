@@ -122,8 +122,10 @@ MASKS = Path(__file__).parent.parent / "fixtures" / "masks"
 def test_a_turn_that_reasons_then_calls_tools_is_generated_from_after_the_prompt():
     # The prompt closes an empty reasoning block; the history prints the turn's reasoning inside it,
     # then the calls, then the text: the model writes the calls and the text, not the text alone.
+    # (llama-server passes this template enable_thinking true, its reasoning on tool-call turns
+    # found; the request asks for none, as a client's `enable_thinking: false` does)
     t = load_one(str(MASKS / "calls-before-text.jinja"))
-    reqs = session_requests(load_session(MASKS / "agent.json"), t)
+    reqs = session_requests(load_session(MASKS / "agent.json"), t, kwargs={"enable_thinking": False})
     assert reqs[0].rule == "newest-turn" and reqs[0].generation_prompt.endswith("<think>\n</think>\n")
     assert reqs[0].generated == ('<tool_call>{"name": "ls", "arguments": {"path": "."}}</tool_call>\n'
                                  "Let me list them.<|im_end|>\n")

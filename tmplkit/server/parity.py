@@ -6,8 +6,8 @@ where the template has no system role, tool-call arguments parsed for templates 
 objects), so a template may render differently there. For each template this sends the analysis's
 round-trip conversation, without and with the generation prompt, to llama-server's
 `/apply-template` (started with `--jinja --chat-template-file`, on any small model: the
-template's BOS/EOS are then that model's, and tmplkit's side renders with the same, and with the
-variables llama.cpp adds: `enable_thinking` and the date), compares
+template's BOS/EOS are then that model's, and tmplkit's side renders with the same, in its server
+setting: llama.cpp's `enable_thinking` as tmplkit decides it, `session.server_thinking`), compares
 the two texts byte for byte, and splits llama.cpp's render with tmplkit's delimiters: the round
 trip holds there when it passed on tmplkit's render and the spans' roles are the same on both.
 
@@ -137,11 +137,10 @@ def _compare(server, template, analysis, add_generation_prompt: bool, request_s:
 
 
 def _llama_context(now: datetime) -> dict:
-    """What llama-server adds to every render's context (common/chat.cpp: `enable_thinking`,
-    true unless the request or --reasoning off says otherwise, and the date variables of
-    common_chat_extra_context); tmplkit's side gets the same, so that what differs is the
-    engine and its message handling, not the variables."""
-    return {"enable_thinking": True, "datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
+    """The date variables llama-server adds to every render's context (common_chat_extra_context),
+    at the time of the request; its `enable_thinking` is left to tmplkit's server setting
+    (`session.server_thinking`), which this comparison checks with the rest."""
+    return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
 
 
 def _round_trip_holds(theirs: str, ours: str, analysis) -> bool:

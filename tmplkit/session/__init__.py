@@ -14,8 +14,11 @@ conversation for a server.
   llama-server's workarounds for what a template reads (content parts joined or made, StepFun's
   trim; on each list rendered, a system message it never reads folded and Gemma 4's older
   templates given whole model turns; the Gemma 4 handler's start of the model's turn) (_workarounds);
+- `server_thinking(template)`: the `enable_thinking` llama-server passes the template, found by its
+  handlers' markers and its autoparser's probes (_thinking);
 - `render_conversation(template, conversation)` and `for_server(...)`: the render every place that
-  renders a conversation for a server shares (_render).
+  renders a conversation for a server shares, with the variables the server sets
+  (`server_variables`) (_render).
 
 Below it lie the sources, the sandbox and the analysis; above it the server's rules, prefill and
 turns.
@@ -25,7 +28,8 @@ from ._arguments import messages_for, object_arguments, reads_thinking, reasonin
 from ._conversation import Conversation, Session, load_conversation, load_session, save_session, session_from_json
 from ._generator import STYLES, TOOLS, generate_session, next_user_turn
 from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, content_text, given_messages, inputs_note, server_refuses
-from ._render import SERVER_VARIABLES, SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables
+from ._render import SERVER_VARIABLES, SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables, server_variables
+from ._thinking import server_thinking
 from ._workarounds import ContentReads, as_server_finishes, as_server_prepares, as_server_renders, content_reads
 
 __all__ = [
@@ -34,6 +38,7 @@ __all__ = [
     "content_reads", "content_text", "for_server",
     "generate_session", "given_messages", "inputs_note", "load_conversation", "load_session", "messages_for",
     "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for", "render_conversation",
-    "render_variables", "save_session", "server_object_arguments", "server_refuses", "session_from_json",
+    "render_variables", "save_session", "server_object_arguments", "server_refuses", "server_thinking", "server_variables",
+    "session_from_json",
     "template_messages",
 ]

@@ -6,9 +6,9 @@ A server gives a template the conversation with tool-call arguments as it gives 
 (`messages_for`: JSON strings, or objects where the template reads objects), the tools only when
 there are any, the family's common BOS/EOS where the template reads them and its source gives none
 (`sources.family_special_tokens`, as the analysis proves its delimiters), llama-server's default
-reasoning switches (`SERVER_VARIABLES`) and its date variables at the render's time (the server
-setting only), and the caller's extra variables; a session render may be long, so it runs under
-`SESSION_LIMITS`.
+reasoning switches (`SERVER_VARIABLES`), its `enable_thinking` (`_thinking.server_thinking`) and
+its date variables at the render's time (the server setting only), and the caller's extra
+variables; a session render may be long, so it runs under `SESSION_LIMITS`.
 
     >>> from tmplkit.sources import ChatTemplate
     >>> t = ChatTemplate("{{ bos_token }}{% for m in messages %}[INST]{{ m.content }}{% endfor %}", "bare", "-")
@@ -32,10 +32,11 @@ from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation
 from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, check_inputs
+from ._thinking import server_thinking
 from ._workarounds import as_server_finishes, as_server_renders
 
 __all__ = ["SERVER_VARIABLES", "SESSION_LIMITS", "ServerConversation", "for_server", "render_conversation",
-           "render_variables"]
+           "render_variables", "server_variables"]
 
 # What llama-server sets in every render unless told otherwise: `preserve_reasoning` is on by default
 # (common/arg.cpp, `--no-reasoning-preserve` turns it off) and reaches the template as itself and as
@@ -56,15 +57,24 @@ def render_variables(template: ChatTemplate, kwargs: Mapping | None = None, inpu
     """The variables of every render of a conversation for a server: the family's common BOS/EOS
     strings where the template reads them and its source gives none (as the analysis renders, so a
     bare .jinja of a Mistral-style template that writes `eos_token` after each reply renders), for
-    the server setting llama-server's reasoning switches (`SERVER_VARIABLES`: a `preserve_reasoning`
-    of `kwargs` sets all four, as the server's does), then `kwargs`."""
+    the server setting llama-server's own (`server_variables`), then `kwargs`."""
     kwargs = dict(kwargs or {})
-    server: dict = {}
-    if inputs == "server":
-        preserve = kwargs.get("preserve_reasoning", True)
-        if isinstance(preserve, bool):  # (the server applies only a boolean; the request's is passed as given)
-            server = {name: value == preserve for name, value in SERVER_VARIABLES.items()}
+    server = server_variables(template, kwargs) if inputs == "server" else {}
     return {**family_special_tokens(template), **server, **kwargs}
+
+
+def server_variables(template: ChatTemplate, kwargs: Mapping | None = None) -> dict:
+    """What llama-server sets in every render of `template` before a request's own variables:
+    its reasoning switches (`SERVER_VARIABLES`; a `preserve_reasoning` of `kwargs` sets all four,
+    as the server's does) and, where the template names it, `enable_thinking` (`server_thinking`:
+    true where the server finds the template reasons)."""
+    out: dict = {}
+    preserve = (kwargs or {}).get("preserve_reasoning", True)
+    if isinstance(preserve, bool):  # (the server applies only a boolean; the request's is passed as given)
+        out = {name: value == preserve for name, value in SERVER_VARIABLES.items()}
+    if "enable_thinking" in template.text:  # (passed to every template; only one that names it reads it)
+        out["enable_thinking"] = server_thinking(template)
+    return out
 
 
 @dataclass(frozen=True)
