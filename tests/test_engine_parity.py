@@ -143,7 +143,8 @@ def test_the_server_setting_gives_messages_as_llama_server_does(server, tmp_path
 
 _CALL = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"path\": \".\"}"}}
 # Sessions for the server's handler-specific edits: StepFun's trim (whitespace around contents, text
-# parts and reasoning) and gpt-oss's (a tool-call turn's content left out beside its reasoning).
+# parts and reasoning), gpt-oss's (a tool-call turn's content left out beside its reasoning) and
+# Ministral 3's (contents made blocks).
 _HANDLED = {
     "trims": {"messages": [{"role": "system", "content": "  Be brief.\n"},
                            {"role": "user", "content": [{"type": "text", "text": " List "}, {"type": "text", "text": "them.\n"}]},
@@ -154,6 +155,14 @@ _HANDLED = {
     "channels": {"messages": [{"role": "user", "content": "List it."},
                               {"role": "assistant", "content": "Looking.", "reasoning_content": "Need ls.", "tool_calls": [_CALL]},
                               {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]},
+    # Ministral 3's blocks: reasoning as a thinking block before the text, on assistant messages
+    # (one with calls and no content) and the system message, not on user or tool messages
+    "thinking-blocks": {"messages": [{"role": "system", "content": "Be brief."},
+                                     {"role": "user", "content": "List it."},
+                                     {"role": "assistant", "content": None, "reasoning_content": "Need ls.", "tool_calls": [_CALL]},
+                                     {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
+                                     {"role": "assistant", "content": "One file.", "reasoning_content": "Counted."},
+                                     {"role": "user", "content": "Thanks."}]},
 }
 
 
@@ -327,3 +336,25 @@ def test_the_server_setting_reads_templates_as_llama_servers_capability_check(se
         assert (reads.string, reads.typed, reads.system, server_object_arguments(template)) == (
             caps["supports_string_content"], caps["supports_typed_content"], caps["supports_system_role"],
             caps["supports_object_arguments"]), name
+
+
+@pytest.mark.parametrize("name, thinks", [("thinking-on", True), ("thinking-off", False)])
+def test_the_server_setting_passes_enable_thinking_as_llama_server_does(server, tmp_path, name, thinks):
+    # llama-server passes enable_thinking in every render: true where it finds the template reasons
+    # (its differential autoparser, here by the reasoning a reply renders between tags), false
+    # elsewhere. Ours: one reads an unset switch as false where the server passes true, one asks for
+    # no reasoning where the server passes false; tmplkit's server setting renders both prompts alike.
+    from tmplkit.server.parity import _SERVER_ARGS
+    from tmplkit.server.process import start_with_template
+    from tmplkit.session import render_conversation, server_thinking, session_from_json
+
+    path = FIXTURES / f"{name}.jinja"
+    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
+    try:
+        theirs = srv.post_for("/apply-template", {"messages": _REASONED}, "prompt", timeout=60)
+    finally:
+        srv.stop()
+    template = load_one(str(path))
+    assert server_thinking(template) is thinks
+    assert render_conversation(template, session_from_json({"messages": _REASONED})) == theirs
+    assert theirs.endswith("<|im_start|>assistant\n<think>\n") is thinks and ("/no_think" in theirs) is not thinks

@@ -11,6 +11,10 @@ finds out (common/jinja/caps.cpp), found here the same way, by probe renders:
   newline, or nothing where the system message is the only one (`system_message_not_supported`);
 - StepFun's templates (`You have access to the following functions in JSONSchema format`): every
   content, text part and reasoning trimmed of whitespace at both ends (llama.cpp issue 24181);
+- the templates its Ministral / Magistral 3 handler takes (`ministral3`): a system or assistant
+  message's content made a list of blocks, its reasoning a `thinking` block before the `text`
+  one (a template that prints `content[0].text`, as Devstral's does, then prints no answer after
+  reasoning: the server's render);
 - Gemma 4's older templates (`'<|tool_call>call:'` without the official template's
   `{#- OpenAI Chat Completions:` note): a tool-call turn, the tool results after it and an answer
   right after them made one model turn holding `tool_responses` (common/parsers/gemma4.cpp,
@@ -23,7 +27,7 @@ finds out (common/jinja/caps.cpp), found here the same way, by probe renders:
     >>> as_server_renders(t, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}])
     [{'role': 'user', 'content': 'Be brief.\\nhi'}]
 
-The content's form and the trim change each message and are made once (`as_server_prepares`, on
+The content's form, the trim and the blocks change each message and are made once (`as_server_prepares`, on
 the conversation); the fold and Gemma 4's turns change the list, so they are made on each list
 rendered (`as_server_renders`): message indices stay the session's.
 """
@@ -72,8 +76,11 @@ def content_reads(template: ChatTemplate) -> ContentReads:
 
 def as_server_prepares(template: ChatTemplate, messages: list[dict]) -> list[dict]:
     """`messages` (as llama-server reads and writes them: `_inputs.given_messages`) after the
-    workarounds of the module doc that change each message (StepFun's trim, the content's form);
-    the caller's messages stay as they were."""
+    workarounds of the module doc that change each message (StepFun's trim, the content's form,
+    Ministral 3's blocks); the caller's messages stay as they were."""
+    if ministral3(template):
+        # (the handler renders its blocks as they are: the content's form is not changed after it)
+        return [_blocks(m) if m.get("role") in ("system", "assistant") else m for m in messages]
     if _STEPFUN in template.text:
         messages = [_trimmed(m) for m in messages]
     reads = content_reads(template)
@@ -145,6 +152,30 @@ def _tool_response(m: dict, calls: list, k: int) -> dict:
     fn = calls[k].get("function") if k < len(calls) and isinstance(calls[k], dict) else None
     name = fn.get("name") if isinstance(fn, dict) else None
     return {"name": name or m.get("tool_call_id") or "", "response": response}
+
+
+def ministral3(template: ChatTemplate) -> bool:
+    """Whether llama-server's Ministral / Magistral 3 handler takes `template` (common/chat.cpp:
+    `[SYSTEM_PROMPT]`, `[TOOL_CALLS]` and `[ARGS]` in the source, no `[CALL_ID]`)."""
+    src = template.text
+    return all(m in src for m in ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")) and "[CALL_ID]" not in src
+
+
+def _blocks(m: dict) -> dict:
+    """A system or assistant message as the Ministral 3 handler gives it (parsers/ministral3.cpp):
+    its content a list of blocks, a `thinking` block of its reasoning first, then a `text` block of
+    its content (or the content's own parts); its `reasoning_content` key gone."""
+    blocks: list = []
+    if isinstance(m.get("reasoning_content"), str):
+        blocks.append({"type": "thinking", "thinking": m["reasoning_content"]})
+    content = m.get("content")
+    if isinstance(content, str):
+        blocks.append({"type": "text", "text": content})
+    elif isinstance(content, list):
+        blocks.extend(content)
+    out = {k: v for k, v in m.items() if k != "reasoning_content"}
+    out["content"] = blocks
+    return out
 
 
 def _trimmed(m: dict) -> dict:
