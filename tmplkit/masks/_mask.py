@@ -355,7 +355,7 @@ def _fast_turns(server: ServerConversation, text: str, spans: Sequence[TextSpan]
 def _one_pass_agrees(server: ServerConversation, conversation) -> bool | None:
     """Whether the one-render path finds on `conversation` (rendered as `server` is) the turns the
     proving path finds (None: the template refuses it, or either path does not apply)."""
-    probe = for_server(server.template, conversation, server.kwargs)
+    probe = for_server(server.template, conversation, server.kwargs, inputs=server.inputs)  # (as the mask renders)
     try:
         text = probe.render(add_generation_prompt=False)
         spans = split_text(text, _proven(server.template, None).delimiters)

@@ -210,9 +210,9 @@ def trusted(server: ServerConversation, agree: Callable[[object], bool | None]) 
     """Whether the one-render path may serve `server`'s template (with its extra variables):
     `agree(conversation)` says, for each probe conversation, whether the one-render path found what
     the proving path finds (None: either did not apply); true where none disagrees and one agrees.
-    Read once per template and variables (kept for the process)."""
+    Read once per template, message preparation and variables (kept for the process)."""
     try:
-        key = (server.template, json.dumps(server.kwargs, sort_keys=True, default=repr))
+        key = (server.template, server.inputs, json.dumps(server.kwargs, sort_keys=True, default=repr))
         hash(key)
     except TypeError:  # a template or variables that cannot be a key: checked each time
         key = None
