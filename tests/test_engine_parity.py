@@ -142,9 +142,10 @@ def test_the_server_setting_gives_messages_as_llama_server_does(server, tmp_path
 
 
 _CALL = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"path\": \".\"}"}}
+_CALL2 = {"id": "c2", "type": "function", "function": {"name": "cat", "arguments": "{\"path\": \"a.txt\"}"}}
 # Sessions for the server's handler-specific edits: StepFun's trim (whitespace around contents, text
-# parts and reasoning), gpt-oss's (a tool-call turn's content left out beside its reasoning) and
-# Ministral 3's (contents made blocks).
+# parts and reasoning), gpt-oss's (a tool-call turn's content left out beside its reasoning),
+# Ministral 3's (contents made blocks) and DeepSeek V4's (tool results in the order of the calls).
 _HANDLED = {
     "trims": {"messages": [{"role": "system", "content": "  Be brief.\n"},
                            {"role": "user", "content": [{"type": "text", "text": " List "}, {"type": "text", "text": "them.\n"}]},
@@ -163,6 +164,17 @@ _HANDLED = {
                                      {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
                                      {"role": "assistant", "content": "One file.", "reasoning_content": "Counted."},
                                      {"role": "user", "content": "Thanks."}]},
+    # DeepSeek V4's order: results answered out of order, a user message among them, then a
+    # result for an id no call has; the next tool-call turn's order applies after it
+    "ordered-results": {"messages": [{"role": "user", "content": "List both."},
+                                     {"role": "assistant", "content": "", "tool_calls": [_CALL, _CALL2]},
+                                     {"role": "tool", "tool_call_id": "c2", "content": "second"},
+                                     {"role": "user", "content": "And?"},
+                                     {"role": "tool", "tool_call_id": "c1", "content": "first"},
+                                     {"role": "tool", "tool_call_id": "none", "content": "stray"},
+                                     {"role": "assistant", "content": "", "tool_calls": [_CALL2, _CALL]},
+                                     {"role": "tool", "tool_call_id": "c1", "content": "first again"},
+                                     {"role": "tool", "tool_call_id": "c2", "content": "second again"}]},
 }
 
 
@@ -205,7 +217,6 @@ def test_the_server_setting_sets_the_servers_reasoning_switches(server, tmp_path
     assert ("<think>Greet.</think>" in theirs) == (kwargs != {"preserve_reasoning": False})
 
 
-_CALL2 = {"id": "c2", "type": "function", "function": {"name": "cat", "arguments": "{\"path\": \"a.txt\"}"}}
 # A tool-call turn with text, two results (one JSON, one text), an answer, then a turn of calls alone.
 _MODEL_TURNS = {"messages": [{"role": "user", "content": "List it."},
                              {"role": "assistant", "content": "Looking.", "tool_calls": [_CALL, _CALL2]},

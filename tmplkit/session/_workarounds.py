@@ -15,6 +15,8 @@ finds out (common/jinja/caps.cpp), found here the same way, by probe renders:
   message's content made a list of blocks, its reasoning a `thinking` block before the `text`
   one (a template that prints `content[0].text`, as Devstral's does, then prints no answer after
   reasoning: the server's render);
+- DeepSeek V4's templates (`deepseek_v4`): the tool results after a tool-call turn in the order of
+  its calls, as its reference renders them;
 - Gemma 4's older templates (`'<|tool_call>call:'` without the official template's
   `{#- OpenAI Chat Completions:` note): a tool-call turn, the tool results after it and an answer
   right after them made one model turn holding `tool_responses` (common/parsers/gemma4.cpp,
@@ -78,14 +80,13 @@ def as_server_prepares(template: ChatTemplate, messages: list[dict]) -> list[dic
     """`messages` (as llama-server reads and writes them: `_inputs.given_messages`) after the
     workarounds of the module doc that change each message (StepFun's trim, the content's form,
     Ministral 3's blocks); the caller's messages stay as they were."""
-    if ministral3(template):
-        # (the handler renders its blocks as they are: the content's form is not changed after it)
-        return [_blocks(m) if m.get("role") in ("system", "assistant") else m for m in messages]
     if _STEPFUN in template.text:
         messages = [_trimmed(m) for m in messages]
     reads = content_reads(template)
     if reads.string != reads.typed:
         messages = [_content_as(m, typed=reads.typed) for m in messages]
+    if ministral3(template):  # (its handler makes the blocks of the contents in their form)
+        messages = [_blocks(m) if m.get("role") in ("system", "assistant") else m for m in messages]
     return messages
 
 
@@ -97,6 +98,8 @@ def as_server_renders(template: ChatTemplate, messages):
         messages = _system_folded(list(messages))
     if _GEMMA4 in template.text and _GEMMA4_OFFICIAL not in template.text:
         messages = _model_turns(list(messages))
+    if deepseek_v4(template):
+        messages = _results_in_call_order(list(messages))
     return messages
 
 
@@ -176,6 +179,42 @@ def _blocks(m: dict) -> dict:
     out = {k: v for k, v in m.items() if k != "reasoning_content"}
     out["content"] = blocks
     return out
+
+
+def deepseek_v4(template: ChatTemplate) -> bool:
+    """Whether llama-server's DeepSeek V3.2 handler takes `template` as V4's (common/chat.cpp:
+    `dsml_token` and `DSML` in the source with `tool_calls`; parsers/deepseek.cpp: no
+    `function_calls`, V3.2's name for the block)."""
+    src = template.text
+    return "dsml_token" in src and "DSML" in src and "tool_calls" in src and "function_calls" not in src
+
+
+def _results_in_call_order(messages: list[dict]) -> list[dict]:
+    """The tool results of each run of user and tool messages in the order of the calls they
+    answer, by `tool_call_id` (one that answers no call first, the rest as they came), as DeepSeek
+    V4's reference renders them in one user block (parsers/deepseek.cpp,
+    `deepseek_v4_sort_tool_results`); the order of the calls is the latest tool-call turn's."""
+    order: dict = {}
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        if m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list) and m["tool_calls"]:
+            order = {c["id"]: k for k, c in enumerate(m["tool_calls"]) if isinstance(c, dict) and c.get("id")}
+            i += 1
+            continue
+        if m.get("role") not in ("user", "tool"):
+            i += 1
+            continue
+        end = i
+        while end < len(messages) and messages[end].get("role") in ("user", "tool"):
+            end += 1
+        at = [j for j in range(i, end) if messages[j].get("role") == "tool"]
+        if len(at) > 1 and order:
+            ranked = sorted((messages[j] for j in at), key=lambda r: order.get(r.get("tool_call_id") or "", 0))
+            for j, r in zip(at, ranked):
+                messages[j] = r
+        i = end
+    return messages
 
 
 def _trimmed(m: dict) -> dict:
