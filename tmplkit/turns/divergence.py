@@ -219,7 +219,7 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
                                     f"({cur.time:%H:%M:%S} vs {prev.time:%H:%M:%S})")
     for i, m in enumerate(messages[:prev.turn[1]]):
         # (reasoning under any key a template reads it from: gpt-oss's `thinking`, Laguna's `reasoning`)
-        r = next((content_text(m.get(k)).strip() for k in REASONING_KEYS if content_text(m.get(k)).strip()), "") \
+        r = next(filter(None, (content_text(m.get(k)).strip() for k in REASONING_KEYS)), "") \
             if m.get("role") == "assistant" else ""
         if r and _covers(held, r, pos, slack=_NEAR) and text.count(r) < held.count(r):
             return "reasoning dropped", f"the reasoning of message {i} is in the held text at the divergence and not in the request"
