@@ -182,6 +182,6 @@ def inputs_note(inputs: str) -> str:
     """What the `inputs` preparation does, in words for a report."""
     if check_inputs(inputs) == "server":
         return ("messages as llama-server gives them: a null or missing content as \"\", only the keys its message "
-                "struct holds; its default switches that keep earlier reasoning")
+                "struct holds; its default switches that keep earlier reasoning and its enable_thinking")
     return ("messages as transformers' apply_chat_template gives them: null-valued keys dropped, reasoning also "
             "under reasoning_content and thinking")
