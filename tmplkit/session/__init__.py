@@ -12,8 +12,9 @@ conversation for a server.
   gives it ("transformers": null-valued keys dropped, reasoning under both names) (_inputs);
 - `as_server_prepares(template, messages)`, `as_server_renders(...)` and `as_server_finishes(...)`:
   llama-server's workarounds for what a template reads (content parts joined or made, StepFun's
-  trim; on each list rendered, a system message it never reads folded and Gemma 4's older
-  templates given whole model turns; the Gemma 4 handler's start of the model's turn) (_workarounds);
+  trim, Ministral 3's content blocks; on each list rendered, a system message it never reads
+  folded, Gemma 4's older templates given whole model turns and DeepSeek V4's tool results in the
+  order of the calls; the Gemma 4 handler's start of the model's turn) (_workarounds);
 - `server_thinking(template)`: the `enable_thinking` llama-server passes the template, found by its
   handlers' markers and its autoparser's probes (_thinking);
 - `render_conversation(template, conversation)` and `for_server(...)`: the render every place that

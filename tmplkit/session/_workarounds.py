@@ -29,9 +29,10 @@ finds out (common/jinja/caps.cpp), found here the same way, by probe renders:
     >>> as_server_renders(t, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}])
     [{'role': 'user', 'content': 'Be brief.\\nhi'}]
 
-The content's form, the trim and the blocks change each message and are made once (`as_server_prepares`, on
-the conversation); the fold and Gemma 4's turns change the list, so they are made on each list
-rendered (`as_server_renders`): message indices stay the session's.
+The content's form, the trim and the blocks change each message and are made once
+(`as_server_prepares`, on the conversation); the fold, Gemma 4's turns and DeepSeek V4's order
+change the list, so they are made on each list rendered (`as_server_renders`): message indices
+stay the session's.
 """
 
 from __future__ import annotations
@@ -92,8 +93,9 @@ def as_server_prepares(template: ChatTemplate, messages: list[dict]) -> list[dic
 
 def as_server_renders(template: ChatTemplate, messages):
     """The list of `messages` (prepared: `as_server_prepares`) llama-server renders: a leading system
-    message folded into the next where the template never reads it, and Gemma 4's older templates
-    given their model turns whole (`_model_turns`); `messages` itself elsewhere."""
+    message folded into the next where the template never reads it, Gemma 4's older templates
+    given their model turns whole (`_model_turns`), DeepSeek V4's tool results in the order of the
+    calls (`_results_in_call_order`); `messages` itself elsewhere."""
     if messages and messages[0].get("role") == "system" and not content_reads(template).system:
         messages = _system_folded(list(messages))
     if _GEMMA4 in template.text and _GEMMA4_OFFICIAL not in template.text:
