@@ -254,7 +254,7 @@ def test_gemma_4s_requests_render_as_llama_servers_prompts(server, tmp_path):
     # turn. Requests of the generated agent session, byte for byte (the server's BOS/EOS and date).
     from datetime import datetime
 
-    from tmplkit.server.parity import _SERVER_ARGS, _llama_context
+    from tmplkit.server.parity import _SERVER_ARGS
     from tmplkit.server.process import start_with_template
     from tmplkit.session import Conversation, generate_session, render_conversation
     from tmplkit.sources.templates import ChatTemplate, gguf_special_tokens
@@ -269,8 +269,7 @@ def test_gemma_4s_requests_render_as_llama_servers_prompts(server, tmp_path):
         for n in (4, 6, 9):
             messages, tools = list(session.messages[:n]), list(session.tools or ())
             theirs = srv.post_for("/apply-template", {"messages": messages, "tools": tools}, "prompt", timeout=60)
-            ours = render_conversation(template, Conversation(tuple(messages), tuple(tools)),
-                                       kwargs=_llama_context(datetime.now()))
+            ours = render_conversation(template, Conversation(tuple(messages), tuple(tools)), clock=datetime.now)
             assert ours == theirs, n
             prompts.append(ours)
     finally:

@@ -115,7 +115,7 @@ def _compare(server, template, analysis, add_generation_prompt: bool, request_s:
     try:
         conversation = Conversation(tuple(rt.messages), tuple(tools) if tools else None)
         ours = render_conversation(template, conversation, add_generation_prompt=add_generation_prompt,
-                                   kwargs={**_llama_context(now), **kwargs}, clock=lambda: now)
+                                   kwargs=kwargs, clock=lambda: now)  # (its date variables at `now`)
     except TmplkitError as exc:
         return replace(row, status="unrendered", error=str(exc))
     body = {"messages": list(rt.messages), "add_generation_prompt": add_generation_prompt}
@@ -134,13 +134,6 @@ def _compare(server, template, analysis, add_generation_prompt: bool, request_s:
     at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
     lo = max(0, at - _EXCERPT)
     return replace(row, status="differs", at=at, ours=ours[lo:at + _EXCERPT], theirs=theirs[lo:at + _EXCERPT])
-
-
-def _llama_context(now: datetime) -> dict:
-    """The date variables llama-server adds to every render's context (common_chat_extra_context),
-    at the time of the request; its `enable_thinking` is left to tmplkit's server setting
-    (`session.server_thinking`), which this comparison checks with the rest."""
-    return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
 
 
 def _round_trip_holds(theirs: str, ours: str, analysis) -> bool:
