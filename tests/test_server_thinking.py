@@ -61,3 +61,16 @@ def test_the_server_setting_passes_enable_thinking_only_to_a_template_that_names
     assert render_variables(named, {"enable_thinking": False})["enable_thinking"] is False  # the request's own wins
     assert "enable_thinking" not in render_variables(named, inputs="transformers")  # transformers passes none
     assert "enable_thinking" not in render_variables(_t(_CHATML))
+
+
+def test_one_handler_takes_a_template_as_on_the_server():
+    # The server tries its handlers in order and the first whose markers the source holds takes the
+    # template: one with Ministral 3's markers and Gemma 4's call marker gets Ministral's treatment
+    # only (no Gemma 4 turn opened after a closed one), where each family's check on its own gave both.
+    from tmplkit.session import as_server_finishes, server_handler
+
+    both = _t("[SYSTEM_PROMPT][TOOL_CALLS][ARGS]{{ \"'<|tool_call>call:'\" }}")
+    gemma = _t("{{ \"'<|tool_call>call:'\" }}")
+    assert server_handler(both) == "Ministral/Magistral Large 3" and server_handler(gemma) == "Gemma 4"
+    assert as_server_finishes(both, "x<turn|>\n", True) == "x<turn|>\n"
+    assert as_server_finishes(gemma, "x<turn|>\n", True) == "x<turn|>\n<|turn>model\n"

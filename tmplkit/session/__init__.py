@@ -15,8 +15,10 @@ conversation for a server.
   trim, Ministral 3's content blocks; on each list rendered, a system message it never reads
   folded, Gemma 4's older templates given whole model turns and DeepSeek V4's tool results in the
   order of the calls; the Gemma 4 handler's start of the model's turn) (_workarounds);
-- `server_thinking(template)`: the `enable_thinking` llama-server passes the template, found by its
-  handlers' markers and its autoparser's probes (_thinking);
+- `server_handler(template)`: which of llama-server's specialized handlers takes the template, in
+  its order (_handlers); every decision above that follows the handler asks it;
+- `server_thinking(template)`: the `enable_thinking` llama-server passes the template, by its
+  handler or its autoparser's probes (_thinking);
 - `render_conversation(template, conversation)` and `for_server(...)`: the render every place that
   renders a conversation for a server shares, with the variables the server sets
   (`server_variables`) (_render).
@@ -28,6 +30,7 @@ turns.
 from ._arguments import messages_for, object_arguments, reads_thinking, reasoning_for, server_object_arguments, template_messages
 from ._conversation import Conversation, Session, load_conversation, load_session, save_session, session_from_json
 from ._generator import STYLES, TOOLS, generate_session, next_user_turn
+from ._handlers import server_handler
 from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, content_text, given_messages, inputs_note, server_refuses
 from ._render import SERVER_VARIABLES, SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables, server_variables
 from ._thinking import server_thinking
@@ -39,7 +42,7 @@ __all__ = [
     "content_reads", "content_text", "for_server",
     "generate_session", "given_messages", "inputs_note", "load_conversation", "load_session", "messages_for",
     "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for", "render_conversation",
-    "render_variables", "save_session", "server_object_arguments", "server_refuses", "server_thinking", "server_variables",
+    "render_variables", "save_session", "server_object_arguments", "server_handler", "server_refuses", "server_thinking", "server_variables",
     "session_from_json",
     "template_messages",
 ]

@@ -21,6 +21,7 @@ from ..errors import InputError, RenderLimitError, TmplkitError
 from ..jsonio import NotJsonNumber, number_problem, strict_loads
 from ..sandbox import render
 from ..sources.templates import ChatTemplate, family_special_tokens
+from ._handlers import server_handler
 from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, given_messages, server_refuses
 from ._workarounds import as_server_prepares
 
@@ -141,16 +142,12 @@ def messages_for(template: ChatTemplate, messages, inputs: str = DEFAULT_INPUTS)
 
 def reads_thinking(template: ChatTemplate) -> bool:
     """Whether llama-server gives `template` an assistant's reasoning under `thinking` as well: the
-    templates its gpt-oss and LFM2 / LFM2.5 handlers take, told as the vendored common/chat.cpp tells
-    them (lines 1102-1105: `<|channel|>` in the source; 1153-1162 and parsers/lfm2.cpp:5-8:
-    `<|tool_list_start|>` with `<|tool_list_end|>`, or `List of tools: [` without them)."""
-    src = template.text
-    lfm2 = "<|tool_list_start|>" in src and "<|tool_list_end|>" in src
-    return _gpt_oss(template) or lfm2 or ("List of tools: [" in src and "<|tool_list_start|>" not in src)
+    templates its gpt-oss and LFM2 / LFM2.5 handlers take (`server_handler`)."""
+    return server_handler(template) in ("GPT-OSS", "LFM2", "LFM2.5")
 
 
 def _gpt_oss(template: ChatTemplate) -> bool:
-    return "<|channel|>" in template.text
+    return server_handler(template) == "GPT-OSS"
 
 
 def reasoning_for(template: ChatTemplate, messages: list[dict]) -> list[dict]:

@@ -38,6 +38,7 @@ from ..errors import RenderLimitError, TmplkitError
 from ..markup import lcp
 from ..sandbox import render
 from ..sources.templates import ChatTemplate, family_special_tokens
+from ._handlers import server_handler
 from ._inputs import SESSION_LIMITS
 from ._workarounds import content_reads
 
@@ -73,43 +74,28 @@ def server_thinking(template: ChatTemplate) -> bool:
 
 @lru_cache(maxsize=256)
 def _server_thinking(text: str, name: str, bos: str | None, eos: str | None) -> bool:
-    handled = _specialized(text)
+    template = ChatTemplate(text, name, "-", bos, eos)
+    handled = _specialized(template)
     if handled is not None:
         return handled
-    template = ChatTemplate(text, name, "-", bos, eos)
     found = _presence(template) or _switch(template) or _scope(template)
     return found or _patched(text)
 
 
-def _specialized(src: str) -> bool | None:
-    """What the handler that takes `src` says, in `common_chat_try_specialized_template`'s order
-    (chat.cpp); None where none takes it and the autoparser decides."""
-    def has(*parts: str) -> bool:
-        return all(p in src for p in parts)
+# The handlers that say the template does not reason (`supports_thinking` false); every other says
+# it does, Qwen3-Coder's where the source names `<think>` (parsers/qwen3-coder.cpp).
+_NO_THINKING = ("Functionary v3.2", "GigaChatV3")
 
-    if has("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]") and "[CALL_ID]" not in src:
-        return True  # Ministral / Magistral Large 3
-    if has("<|channel|>") or has("<atem:function_calls>", "<|eom|>"):
-        return True  # gpt-oss, Muse Glimmer
-    if has(">>>all", ">>>${recipient}"):
-        return False  # Functionary v3.2
-    if has("<|tool_calls_section_begin|>", "<|tool_call_begin|>") or has("<|open|>", "<|close|>", "<|end_of_msg|>"):
-        return True  # Kimi K2, Kimi K3
-    if has("<role>ASSISTANT</role>", "<arg_key>") or has("<|START_TEXT|>", "<|START_ACTION|>"):
-        return True  # Ling 3, Cohere2 MoE
-    if has("<|tool_list_start|>", "<|tool_list_end|>") or ("List of tools: [" in src and "<|tool_list_start|>" not in src):
-        return True  # LFM2, LFM2.5
-    if has("<|role_sep|>", "<|message_sep|>") and "<|function_call|>" not in src:
-        return False  # GigaChat V3
-    if has("]<]minimax[>[", "<tool_call>", "<invoke name="):
-        return True  # MiniMax-M3
-    if has("dsml_token", "DSML") and ("function_calls" in src or "tool_calls" in src):
-        return True  # DeepSeek V3.2 / V4
-    if has("'<|tool_call>call:'") or has("Tool usage guidelines:", "<function name=\"", "<param name=\""):
-        return True  # Gemma 4, MiniCPM5
-    if has("<tool_call>", "<function=", "<parameter=") and "'<tool_call><function=' ~ tool_call.name ~ '>'" not in src:
-        return "<think>" in src  # Qwen3-Coder, Qwen3.5, Nemotron Nano 3
-    return None
+
+def _specialized(template: ChatTemplate) -> bool | None:
+    """What the handler that takes `template` says (`server_handler`); None where none takes it
+    and the autoparser decides."""
+    handler = server_handler(template)
+    if handler is None:
+        return None
+    if handler == "Qwen3-Coder":
+        return "<think>" in template.text
+    return handler not in _NO_THINKING
 
 
 def _patched(src: str) -> bool:
@@ -125,7 +111,8 @@ def _render(template: ChatTemplate, messages: list[dict], *, add_generation_prom
             enable_thinking: bool = True, tools: list | None = None) -> str | None:
     """One probe as the autoparser renders it (`apply_template`: the template's BOS/EOS, the
     switch, the content in the form the template reads); None where it does not render."""
-    if content_reads(template).typed and not content_reads(template).string:
+    reads = content_reads(template)
+    if reads.typed and not reads.string:
         messages = [{**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m.get("content"), str) else m
                     for m in messages]
     try:

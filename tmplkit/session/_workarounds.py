@@ -46,6 +46,7 @@ from ..errors import RenderLimitError, TmplkitError
 from ..jsonio import strict_loads
 from ..sandbox import Prepared, render
 from ..sources.templates import ChatTemplate
+from ._handlers import server_handler
 from ._inputs import SESSION_LIMITS, text_part
 
 __all__ = ["ContentReads", "as_server_finishes", "as_server_prepares", "as_server_renders", "content_reads"]
@@ -54,7 +55,6 @@ __all__ = ["ContentReads", "as_server_finishes", "as_server_prepares", "as_serve
 _SPACE = " \t\n\v\f\r"
 _STEPFUN = "You have access to the following functions in JSONSchema format"
 _MARKER = "STRING_MARKER"
-_GEMMA4 = "'<|tool_call>call:'"
 _GEMMA4_OFFICIAL = "{#- OpenAI Chat Completions:"
 _SYSTEM = "System message"
 
@@ -98,7 +98,7 @@ def as_server_renders(template: ChatTemplate, messages):
     calls (`_results_in_call_order`); `messages` itself elsewhere."""
     if messages and messages[0].get("role") == "system" and not content_reads(template).system:
         messages = _system_folded(list(messages))
-    if _GEMMA4 in template.text and _GEMMA4_OFFICIAL not in template.text:
+    if server_handler(template) == "Gemma 4" and _GEMMA4_OFFICIAL not in template.text:
         messages = _model_turns(list(messages))
     if deepseek_v4(template):
         messages = _results_in_call_order(list(messages))
@@ -109,7 +109,7 @@ def as_server_finishes(template: ChatTemplate, text: str, add_generation_prompt:
     """`text` (a render of `template`) as llama-server's prompt: the Gemma 4 handler starts the
     model's turn after a prompt that asks for a generation and ends with a closed turn (the
     template wrote none after a turn of text and calls), common/parsers/gemma4.cpp."""
-    if add_generation_prompt and _GEMMA4 in template.text and text.endswith("<turn|>\n"):
+    if add_generation_prompt and text.endswith("<turn|>\n") and server_handler(template) == "Gemma 4":
         return text + "<|turn>model\n"
     return text
 
@@ -160,10 +160,8 @@ def _tool_response(m: dict, calls: list, k: int) -> dict:
 
 
 def ministral3(template: ChatTemplate) -> bool:
-    """Whether llama-server's Ministral / Magistral 3 handler takes `template` (common/chat.cpp:
-    `[SYSTEM_PROMPT]`, `[TOOL_CALLS]` and `[ARGS]` in the source, no `[CALL_ID]`)."""
-    src = template.text
-    return all(m in src for m in ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")) and "[CALL_ID]" not in src
+    """Whether llama-server's Ministral / Magistral 3 handler takes `template` (`server_handler`)."""
+    return server_handler(template) == "Ministral/Magistral Large 3"
 
 
 def _blocks(m: dict) -> dict:
@@ -184,11 +182,9 @@ def _blocks(m: dict) -> dict:
 
 
 def deepseek_v4(template: ChatTemplate) -> bool:
-    """Whether llama-server's DeepSeek V3.2 handler takes `template` as V4's (common/chat.cpp:
-    `dsml_token` and `DSML` in the source with `tool_calls`; parsers/deepseek.cpp: no
-    `function_calls`, V3.2's name for the block)."""
-    src = template.text
-    return "dsml_token" in src and "DSML" in src and "tool_calls" in src and "function_calls" not in src
+    """Whether llama-server's DeepSeek V3.2 handler takes `template` (`server_handler`) as V4's
+    (parsers/deepseek.cpp: no `function_calls`, V3.2's name for the block)."""
+    return server_handler(template) == "DeepSeek V3.2/V4" and "function_calls" not in template.text
 
 
 def _results_in_call_order(messages: list[dict]) -> list[dict]:
