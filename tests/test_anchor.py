@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # One template per kind of difference seen over the dev half (scripts/results/anchor.json).
 TEMPLATES = {
     "unsloth-gpt-oss-20b": "inputs as a server gives them",
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use": "enable_thinking as the server passes it",
     "Qwen-Qwen3-0.6B@a55ee1": "generated reasoning",
     "allenai-Olmo-3-7B-Instruct": "tools given as none",
     "BAAI-BGE-VL-MLLM-S1": 'null content as ""',
