@@ -1,4 +1,5 @@
-"""The whole llama.cpp corpus: every template passes the round trip or is a listed expected failure.
+"""The llama.cpp corpus (the templates the tests use, `_kept`): every template passes the round trip
+or is a listed expected failure.
 
 The list (tests/corpus_expected_failures.json, name -> reason) must stay true: a listed template
 that starts to pass fails the test too.
@@ -10,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _kept import held_out, kept_paths
 
 from tmplkit.analysis import analyze
 from tmplkit.delimiters import Delimiter, split_text
@@ -26,7 +28,7 @@ def _analyze_corpus(with_tokens: bool) -> dict:
     if not corpus.is_fetched():
         pytest.skip("llama.cpp corpus not in the cache; run `tmplkit corpus fetch`")
     out = {}
-    for path in sorted(corpus.templates_dir().glob("*.jinja")):
+    for path in kept_paths():
         tokens = TOKENS.get(path.stem, {}) if with_tokens else {}
         t = ChatTemplate(text=path.read_text(encoding="utf-8"), name=path.stem, source=str(path),
                          bos_token=tokens.get("bos_token"), eos_token=tokens.get("eos_token"))
@@ -46,8 +48,9 @@ def bare_analyses() -> dict:
 
 
 def test_corpus_is_complete(analyses):
-    assert len(analyses) == 70
-    assert set(EXPECTED_FAILURES) <= set(analyses), "the expected-failures list names templates not in the corpus"
+    assert len(analyses) == 43  # (70 in the corpus, 27 held out)
+    kept = {n for n in EXPECTED_FAILURES if not held_out(n)}
+    assert kept <= set(analyses), "the expected-failures list names templates not in the corpus"
 
 
 def test_every_template_passes_or_is_an_expected_failure(analyses):
@@ -57,13 +60,13 @@ def test_every_template_passes_or_is_an_expected_failure(analyses):
 
 
 def test_expected_failures_still_fail(analyses):
-    now_passing = [n for n in EXPECTED_FAILURES if analyses[n].status == "pass"]
+    now_passing = [n for n in EXPECTED_FAILURES if n in analyses and analyses[n].status == "pass"]
     assert not now_passing, f"listed as expected failures but passing now; remove them from the list: {now_passing}"
     assert all(reason.strip() for reason in EXPECTED_FAILURES.values())
 
 
-def test_at_least_65_of_70_pass(analyses):
-    assert sum(a.status == "pass" for a in analyses.values()) >= 65
+def test_at_most_5_fail(analyses):
+    assert sum(a.status == "pass" for a in analyses.values()) >= len(analyses) - 5
 
 
 def test_tool_start_derived_wherever_tool_messages_render(analyses):
