@@ -40,7 +40,7 @@ from ..sandbox import render
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._handlers import server_handler
 from ._inputs import SESSION_LIMITS
-from ._workarounds import content_reads
+from ._workarounds import _SPACE, in_content_form
 
 __all__ = ["server_thinking"]
 
@@ -58,8 +58,6 @@ _TOOLS = [{"type": "function", "function": {"name": _FUN, "description": "Test f
 _CALL = {"id": "call00001", "type": "function",
          "function": {"name": _FUN, "arguments": {"AA_ARG_FST_AA": "VVVV", "BB_ARG_SND_BB": "XXXX"}}}
 
-# (C's isspace, which llama.cpp trims with)
-_SPACE = " \t\n\v\f\r"
 # A marker as the autoparser's PEG builder reads one (`marker()`: "<" until ">", or "[" until "]")
 _MARKER = r"(?:<[^>]*>|\[[^\]]*\])"
 _WRAPPED = re.compile(_MARKER + f"[{_SPACE}]*" + re.escape(_REASONING) + f"[{_SPACE}]*" + _MARKER)
@@ -111,12 +109,8 @@ def _render(template: ChatTemplate, messages: list[dict], *, add_generation_prom
             enable_thinking: bool = True, tools: list | None = None) -> str | None:
     """One probe as the autoparser renders it (`apply_template`: the template's BOS/EOS, the
     switch, the content in the form the template reads); None where it does not render."""
-    reads = content_reads(template)
-    if reads.typed and not reads.string:
-        messages = [{**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m.get("content"), str) else m
-                    for m in messages]
     try:
-        return render(template, messages, tools=tools, add_generation_prompt=add_generation_prompt,
+        return render(template, in_content_form(template, messages), tools=tools, add_generation_prompt=add_generation_prompt,
                       limits=SESSION_LIMITS, enable_thinking=enable_thinking, **family_special_tokens(template))
     except RenderLimitError:
         raise

@@ -83,12 +83,20 @@ def as_server_prepares(template: ChatTemplate, messages: list[dict]) -> list[dic
     Ministral 3's blocks); the caller's messages stay as they were."""
     if _STEPFUN in template.text:
         messages = [_trimmed(m) for m in messages]
-    reads = content_reads(template)
-    if reads.string != reads.typed:
-        messages = [_content_as(m, typed=reads.typed) for m in messages]
+    messages = in_content_form(template, messages)
     if ministral3(template):  # (its handler makes the blocks of the contents in their form)
         messages = [_blocks(m) if m.get("role") in ("system", "assistant") else m for m in messages]
     return messages
+
+
+def in_content_form(template: ChatTemplate, messages: list[dict]) -> list[dict]:
+    """`messages` with their contents in the form `template` reads, as the server gives them
+    (`messages_inp_normalizer`): text parts joined for a template that reads only strings, a
+    string made one text part for one that reads only parts; as they are where it reads both."""
+    reads = content_reads(template)
+    if reads.string == reads.typed:
+        return messages
+    return [_content_as(m, typed=reads.typed) for m in messages]
 
 
 def as_server_renders(template: ChatTemplate, messages):
