@@ -50,6 +50,12 @@ def test_python_objects_and_files():
     assert load_conversation(c).messages == c.messages
 
 
+def test_a_developer_message_is_taken_as_the_client_sent_it():
+    # (what each engine then gives the template: tests/test_inputs.py)
+    c = load_conversation([{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}])
+    assert c.messages[0] == {"role": "developer", "content": "Be brief."}
+
+
 def test_bom_is_accepted(tmp_path):
     p = tmp_path / "bom.json"
     p.write_bytes(b"\xef\xbb\xbf" + json.dumps(MSGS[:2]).encode())
@@ -88,7 +94,7 @@ BAD = [
     ("sharegpt message", [{"from": "human", "value": "x"}], "ShareGPT 'from'/'value'"),
     ("role not string", [{"role": 1, "content": "x"}], "[0].role must be a string, got a number"),
     ("unknown role", [{"role": "narrator", "content": "x"}], "[0].role is 'narrator'; known roles: system, user, assistant, tool"),
-    ("developer role", [{"role": "developer", "content": "x"}], "use 'system'"),
+    ("function role", [{"role": "function", "content": "x"}], "use 'tool'"),
     ("role with newline", [{"role": "us\ner", "content": "x"}], "'us\\ner'"),
     ("no content", [{"role": "user"}], "[0] (user) has no 'content'"),
     ("null content", [{"role": "tool", "content": None}], "[0] (tool) has content null"),

@@ -37,6 +37,18 @@ def _rows(server, name):
     return {r.variant: r for r in engine_parity(load_one(str(path)), *server)}
 
 
+def _server_prompt(server, tmp_path, path, body) -> str:
+    """The prompt the pinned llama-server's /apply-template renders of `body` with the template at `path`."""
+    from tmplkit.server.parity import _SERVER_ARGS
+    from tmplkit.server.process import start_with_template
+
+    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
+    try:
+        return srv.post_for("/apply-template", body, "prompt", timeout=60)
+    finally:
+        srv.stop()
+
+
 def test_identical_renders(server):
     for name in ("Qwen3.5-4B", "meta-llama-Llama-3.2-3B-Instruct"):  # the latter prints today's date
         rows = _rows(server, name)
@@ -128,17 +140,24 @@ def test_the_server_setting_gives_messages_as_llama_server_does(server, tmp_path
     # as llama-server's /apply-template does, byte for byte, on templates that read each way.
     from test_inputs import KEYED
 
-    from tmplkit.server.parity import _SERVER_ARGS
-    from tmplkit.server.process import start_with_template
     from tmplkit.session import render_conversation, session_from_json
 
     path = FIXTURES / f"{name}.jinja"
-    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
-    try:
-        theirs = srv.post_for("/apply-template", {"messages": list(KEYED)}, "prompt", timeout=60)
-    finally:
-        srv.stop()
+    theirs = _server_prompt(server, tmp_path, path, {"messages": list(KEYED)})
     assert render_conversation(load_one(str(path)), session_from_json({"messages": list(KEYED)})) == theirs
+
+
+@pytest.mark.parametrize("name,n", [("message-keys", 5), ("no-system", 3), ("channels", 3)])
+def test_the_server_setting_gives_a_developer_message_as_llama_server_does(server, tmp_path, name, n):
+    # As system (before the fold of a leading one, where the template has no system role), but to
+    # gpt-oss's template (`<|channel|>`), which is given it as it is
+    from test_inputs import DEVELOPER
+
+    from tmplkit.session import render_conversation, session_from_json
+
+    path, body = FIXTURES / f"{name}.jinja", {"messages": list(DEVELOPER[:n])}
+    theirs = _server_prompt(server, tmp_path, path, body)
+    assert render_conversation(load_one(str(path)), session_from_json(body)) == theirs
 
 
 _CALL = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"path\": \".\"}"}}
@@ -180,16 +199,10 @@ _HANDLED = {
 
 @pytest.mark.parametrize("name", sorted(_HANDLED))
 def test_the_server_setting_makes_the_servers_edits_for_a_family(server, tmp_path, name):
-    from tmplkit.server.parity import _SERVER_ARGS
-    from tmplkit.server.process import start_with_template
     from tmplkit.session import render_conversation, session_from_json
 
     path, body = FIXTURES / f"{name}.jinja", _HANDLED[name]
-    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
-    try:
-        theirs = srv.post_for("/apply-template", body, "prompt", timeout=60)
-    finally:
-        srv.stop()
+    theirs = _server_prompt(server, tmp_path, path, body)
     assert render_conversation(load_one(str(path)), session_from_json(body)) == theirs
 
 
@@ -201,18 +214,12 @@ _REASONED = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content"
 def test_the_server_setting_sets_the_servers_reasoning_switches(server, tmp_path, kwargs):
     # The pinned server sets preserve_reasoning by default, and with it the four switches templates
     # read to keep earlier reasoning; a request's own variables win. tmplkit renders alike.
-    from tmplkit.server.parity import _SERVER_ARGS
-    from tmplkit.server.process import start_with_template
     from tmplkit.session import render_conversation, session_from_json
 
     path, body = FIXTURES / "reasoning-switches.jinja", {"messages": _REASONED}
     if kwargs:
         body["chat_template_kwargs"] = kwargs
-    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
-    try:
-        theirs = srv.post_for("/apply-template", body, "prompt", timeout=60)
-    finally:
-        srv.stop()
+    theirs = _server_prompt(server, tmp_path, path, body)
     assert render_conversation(load_one(str(path)), session_from_json({"messages": _REASONED}), kwargs=kwargs) == theirs
     assert ("<think>Greet.</think>" in theirs) == (kwargs != {"preserve_reasoning": False})
 
@@ -282,17 +289,11 @@ def test_the_server_setting_writes_the_servers_date(server, tmp_path):
     # setting renders a request at its own time with the same (here: now, as the server renders).
     from datetime import datetime
 
-    from tmplkit.server.parity import _SERVER_ARGS
-    from tmplkit.server.process import start_with_template
     from tmplkit.session import for_server, session_from_json
 
     path = Path(__file__).parent.parent / "fixtures" / "turns" / "date-string.jinja"
     body = {"messages": [{"role": "user", "content": "What day is it?"}]}
-    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
-    try:
-        theirs = srv.post_for("/apply-template", body, "prompt", timeout=60)
-    finally:
-        srv.stop()
+    theirs = _server_prompt(server, tmp_path, path, body)
     now = datetime.now()
     assert for_server(load_one(str(path)), session_from_json(body)).render(clock=lambda: now) == theirs
     assert f"Today Date: {now:%d %b %Y}" in theirs
@@ -354,16 +355,10 @@ def test_the_server_setting_passes_enable_thinking_as_llama_server_does(server, 
     # (its differential autoparser, here by the reasoning a reply renders between tags), false
     # elsewhere. Ours: one reads an unset switch as false where the server passes true, one asks for
     # no reasoning where the server passes false; tmplkit's server setting renders both prompts alike.
-    from tmplkit.server.parity import _SERVER_ARGS
-    from tmplkit.server.process import start_with_template
     from tmplkit.session import render_conversation, server_thinking, session_from_json
 
     path = FIXTURES / f"{name}.jinja"
-    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
-    try:
-        theirs = srv.post_for("/apply-template", {"messages": _REASONED}, "prompt", timeout=60)
-    finally:
-        srv.stop()
+    theirs = _server_prompt(server, tmp_path, path, {"messages": _REASONED})
     template = load_one(str(path))
     assert server_thinking(template) is thinks
     assert render_conversation(template, session_from_json({"messages": _REASONED})) == theirs

@@ -154,6 +154,26 @@ def test_a_template_without_a_system_role_gets_it_in_the_next_message_and_parts_
         _rendered("no-system", inputs="transformers")
 
 
+# An OpenAI-style client's instructions: a `developer` message first and one later in the session.
+DEVELOPER = ({"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi."},
+             {"role": "assistant", "content": "Hello."}, {"role": "developer", "content": "Use tools."},
+             {"role": "user", "content": "Bye."})
+
+
+def test_the_server_gives_a_developer_message_as_system_but_to_gpt_oss():
+    # llama-server maps developer to system for every template without gpt-oss's `<|channel|>`
+    # (common/chat.cpp, map_developer_role_to_system; held against its /apply-template in
+    # tests/test_engine_parity.py); transformers gives the role as the client sent it
+    roles = [line.split("|")[0] for line in _rendered("message-keys", DEVELOPER).splitlines() if line.startswith("[")]
+    assert roles == ["[system", "[user", "[assistant", "[system", "[user"]
+    roles = [line.split("|")[0] for line in _rendered("message-keys", DEVELOPER, "transformers").splitlines()
+             if line.startswith("[")]
+    assert roles == ["[developer", "[user", "[assistant", "[developer", "[user"]
+    assert _rendered("channels", DEVELOPER[:3]).startswith("<|start|>developer<|message|>Be brief.<|end|>")
+    # (mapped before the fold: a template without a system role gets the instructions in the next message)
+    assert _rendered("no-system", DEVELOPER[:3]).startswith("<user>Be brief.\nHi.</user>")
+
+
 def test_a_template_that_reads_parts_only_gets_a_string_as_one_part():
     text = _rendered("parts-only")
     assert "<system>(Be brief.)</system>" in text and "<tool>(a.txt)</tool>" in text and "<user>(List)(the files.)</user>" in text

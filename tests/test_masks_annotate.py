@@ -148,9 +148,9 @@ def test_mask_command_text_highlights_only_with_colour(capsys, tokenizer_json, m
 
 def test_mask_command_bad_input_is_one_line(capsys, tmp_path, tokenizer_json):
     bad = tmp_path / "bad.json"
-    bad.write_text('[{"role": "developer", "content": "x"}]')
+    bad.write_text('[{"role": "narrator", "content": "x"}]')
     code, out, err = run(capsys, "mask", str(FIXTURES / "reasoning-kept.jinja"), "--session", str(bad), "--tokenizer", tokenizer_json)
-    assert code == 2 and out == "" and err.count("\n") == 1 and "developer" in err
+    assert code == 2 and out == "" and err.count("\n") == 1 and "narrator" in err
     code, _, err = run(capsys, "mask", str(tmp_path / "nope.jinja"), "--session", str(FIXTURES / "plain.json"),
                        "--tokenizer", tokenizer_json)
     assert code == 2 and err.count("\n") == 1

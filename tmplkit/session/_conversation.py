@@ -8,7 +8,9 @@ A conversation is either a list of messages, or an object `{"messages": [...], "
 (other keys of the object, e.g. session metadata, are ignored). Messages follow the chat format
 transformers' `apply_chat_template` takes:
 
-- `role` is one of system, user, assistant, tool;
+- `role` is one of system, user, assistant, tool, or developer (instructions, as OpenAI-style
+  clients send them: given to a template as they are under transformers' preparation, as a
+  system message under llama-server's but for gpt-oss, `session._workarounds`);
 - `content` is a string, or a list of OpenAI-style text parts `[{"type": "text", "text": ...}]`
   (passed to the template as is, as transformers does; `Conversation.flattened()` joins them
   for templates that only take strings). Other part types (images, audio, files) are refused;
@@ -16,7 +18,7 @@ transformers' `apply_chat_template` takes:
   (`reasoning_content`, `tool_call_id`, `name`, ...) are kept and passed through.
 
 Every problem is reported as an InputError naming the file and the JSON path, e.g.
-`session.json: messages[3].role is 'developer'; ...`.
+`session.json: messages[3].role is 'function'; ...`.
 
 >>> c = load_conversation([{"role": "user", "content": "hi"}])
 >>> c.messages[0]["content"], c.tools
@@ -38,9 +40,11 @@ from ..jsonio import json_kind, lone_surrogate, lone_surrogate_problem, read_jso
 
 __all__ = ["Conversation", "Session", "load_conversation", "load_session", "save_session", "session_from_json"]
 
+# The roles a message may have: the delimiters' roles, and the instructions' role of OpenAI-style
+# clients, which both engines take (see the module doc).
+MESSAGE_ROLES = ROLES + ("developer",)
 # Roles other chat formats use, and what to write instead.
 _ROLE_HINTS = {
-    "developer": "system",
     "function": "tool",
     "ipython": "tool",
     "tool_result": "tool",
@@ -191,9 +195,9 @@ def _check_message(m, at: str, where: str) -> dict:
     role = m["role"]
     if not isinstance(role, str):
         raise InputError(f"{where}: {at}.role must be a string, got {json_kind(role)}")
-    if role not in ROLES:
+    if role not in MESSAGE_ROLES:
         hint = f"; use '{_ROLE_HINTS[role]}'" if role in _ROLE_HINTS else ""
-        raise InputError(f"{where}: {at}.role is {_short(role)}; known roles: {', '.join(ROLES)}{hint}")
+        raise InputError(f"{where}: {at}.role is {_short(role)}; known roles: {', '.join(MESSAGE_ROLES)}{hint}")
     for key in m:
         if not isinstance(key, str):
             raise InputError(f"{where}: {at} has a non-string key {_short(key)}")

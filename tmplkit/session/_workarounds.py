@@ -3,6 +3,9 @@ each message (`_inputs`): the workarounds of the vendored common/chat.cpp
 (`common_chat_templates_apply_jinja`), chosen by what the template reads as its own Jinja engine
 finds out (common/jinja/caps.cpp), found here the same way, by probe renders:
 
+- roles: a `developer` message (what OpenAI-style clients send for instructions) is given as a
+  `system` one, for every template but gpt-oss's (the server keeps it where the template holds
+  `<|channel|>`), before the fold below (`map_developer_role_to_system`);
 - content: a template that reads a message's content only as a string is given a list of text
   parts joined by newlines; one that reads it only as a list of parts is given a string as one
   text part (`messages_inp_normalizer`); one that reads both gets what the client sent;
@@ -29,7 +32,7 @@ finds out (common/jinja/caps.cpp), found here the same way, by probe renders:
     >>> as_server_renders(t, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}])
     [{'role': 'user', 'content': 'Be brief.\\nhi'}]
 
-The content's form, the trim and the blocks change each message and are made once
+The role, the content's form, the trim and the blocks change each message and are made once
 (`as_server_prepares`, on the conversation); the fold, Gemma 4's turns and DeepSeek V4's order
 change the list, so they are made on each list rendered (`as_server_renders`): message indices
 stay the session's.
@@ -56,6 +59,8 @@ _SPACE = " \t\n\v\f\r"
 _STEPFUN = "You have access to the following functions in JSONSchema format"
 _MARKER = "STRING_MARKER"
 _GEMMA4_OFFICIAL = "{#- OpenAI Chat Completions:"
+# (the marker by which llama-server leaves a `developer` message to gpt-oss's template)
+_HARMONY = "<|channel|>"
 _SYSTEM = "System message"
 
 
@@ -79,8 +84,10 @@ def content_reads(template: ChatTemplate) -> ContentReads:
 
 def as_server_prepares(template: ChatTemplate, messages: list[dict]) -> list[dict]:
     """`messages` (as llama-server reads and writes them: `_inputs.given_messages`) after the
-    workarounds of the module doc that change each message (StepFun's trim, the content's form,
-    Ministral 3's blocks); the caller's messages stay as they were."""
+    workarounds of the module doc that change each message (a developer message as system,
+    StepFun's trim, the content's form, Ministral 3's blocks); the caller's messages stay as they were."""
+    if _HARMONY not in template.text:
+        messages = [{**m, "role": "system"} if m.get("role") == "developer" else m for m in messages]
     if _STEPFUN in template.text:
         messages = [_trimmed(m) for m in messages]
     messages = in_content_form(template, messages)
