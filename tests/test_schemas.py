@@ -168,6 +168,12 @@ def test_spans_json(capsys, matches_schema, tiny_hf, conversation, tmp_path):
                                     {"role": "user", "content": "hello"}]))
     data = run_json(capsys, "spans", str(thinking), "--template", str(FIXTURES / "reasoning.jinja"), "--tokenizer", tiny_hf)
     assert "reasoning_end" in {s["role"] for s in data["spans"]} and matches_schema("spans", data)
+    # A developer message is the client's role (the template is given it as system)
+    developer = tmp_path / "developer.json"
+    developer.write_text(json.dumps([{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hello"}]))
+    data = run_json(capsys, "spans", str(developer), "--template", CHATML, "--tokenizer", tiny_hf)
+    assert data["message_roles"] == ["developer", "user"] and matches_schema("spans", data)
+    assert matches_schema("session", {"messages": json.loads(developer.read_text())})
 
 
 def test_request_json(capsys, matches_schema, tiny_hf, conversation):
