@@ -728,3 +728,26 @@ def test_a_stretch_put_in_a_turn_does_not_run_across_the_next_header():
     assert m.masked_text() == ['<calls>[{"name": "ls", "arguments": {"path": "."}', 'I called {"path": "."}}]</calls>',
                                "Bye."], m.masked_text()
     assert all(a.end <= b.start for a, b in zip(m.turns, m.turns[1:]))
+
+
+# An OpenAI-style client's instructions, a tool result the template writes as JSON (quotes escaped,
+# so its text is not in the render as sent), and the rest of a chat.
+_LEFT_OUT = [{"role": "developer", "content": "Answer in French."}, {"role": "user", "content": "List it."},
+             {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                                                                  "function": {"name": "ls", "arguments": "{}"}}]},
+             {"role": "tool", "tool_call_id": "c1", "content": "a \"quoted\" name"},
+             {"role": "assistant", "content": "Un fichier."}]
+
+
+def test_the_mask_names_the_messages_the_render_leaves_out():
+    # transformers gives the developer message as it is; a template that prints only the roles it
+    # names leaves it out, so the example teaches an answer without it: the mask says so (the tool
+    # result written otherwise, as JSON, is in the render: a needle in its place is)
+    conv = load_conversation(_LEFT_OUT)
+    masked = text_mask(template("named-roles"), conv)
+    assert masked.left_out == (0,) and "Answer in French." not in masked.text
+    assert '"a \\"quoted\\" name"' in masked.text and masked.to_dict()["left_out"] == [0]
+    assert assistant_mask(template("named-roles"), CharTokenizer(), conv).to_dict()["left_out"] == [0]
+    # a template that prints every role leaves nothing out
+    assert text_mask(template("reasoning-kept"), conv).left_out == ()
+

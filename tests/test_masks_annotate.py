@@ -241,3 +241,15 @@ def test_a_template_without_proven_boundaries_is_refused():
     t = ChatTemplate("{% for m in messages %}{{ m.content }}\n{% endfor %}", "roleless", "-")
     with pytest.raises(AnnotationError, match="roleless"):
         annotate_template(t)
+
+
+def test_mask_cli_notes_the_messages_the_render_leaves_out(capsys, tmp_path, tokenizer_json):
+    # (the library's side: tests/test_masks.py)
+    from test_masks import _LEFT_OUT
+
+    session = tmp_path / "developer.json"
+    session.write_text(json.dumps(_LEFT_OUT), encoding="utf-8")
+    code, out, err = run(capsys, "mask", str(FIXTURES / "named-roles.jinja"), "--session", str(session),
+                         "--tokenizer", tokenizer_json, "--format", "json")
+    assert code == 0 and json.loads(out)["left_out"] == [0]
+    assert "leaves out message 0 (developer)" in err and "as system" in err and err.count("\n") == 1

@@ -68,7 +68,20 @@ def _cmd_mask(args) -> int:
         print(f"tmplkit: note: {len(ends)} turn(s) learn their end marker alone, as the template writes them: it writes "
               f"none of their tool calls or content there (messages {_ranges(t.messages for t in ends)}); the model "
               "learns to end those turns at once", file=sys.stderr)
+    if result.text_mask.left_out:
+        print(f"tmplkit: note: {_left_out(result.text_mask.left_out, conversation.messages)}", file=sys.stderr)
     return 0
+
+
+def _left_out(indices, messages) -> str:
+    """The note for the messages the render leaves out (`masks._dropped`)."""
+    named = ", ".join(f"{i} ({messages[i].get('role')})" for i in indices)
+    many = len(indices) > 1
+    note = (f"the render leaves out message{'s' if many else ''} {named}: the template prints none of "
+            f"{'their' if many else 'its'} content, so a model trained on it never sees {'them' if many else 'it'}")
+    if any(messages[i].get("role") == "developer" for i in indices):
+        note += "; as system (as llama-server gives a developer message) the template may print it"
+    return note
 
 
 def format_mask(result, color: bool) -> str:

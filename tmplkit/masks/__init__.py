@@ -1,5 +1,6 @@
 """Training masks from proven boundaries: which tokens of a rendered conversation the model learns
-(`assistant_mask`, `assistant_masks`, `text_mask`: _mask), and a copy of a template with
+(`assistant_mask`, `assistant_masks`, `text_mask`: _mask; the messages a render leaves out,
+`left_out`: _dropped), and a copy of a template with
 `{% generation %}` tags that makes transformers' `return_assistant_tokens_mask` return the same
 mask (`annotate_template`: _annotate).
 
@@ -11,6 +12,7 @@ conversation, its requests and what the model generates for a turn, `locate_turn
 """
 
 from ._annotate import Annotated, annotate_template
+from ._dropped import left_out
 from ._mask import (
     MASK_SCHEMA_VERSION,
     AssistantMask,
@@ -28,4 +30,4 @@ from ._proof import AnnotationError, check_conversations, transformers_mask
 
 __all__ = ["MASK_SCHEMA_VERSION", "AnnotationError", "Annotated", "annotate_template", "check_conversations",
            "transformers_mask", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
-           "assistant_masks", "markup_only_turns", "text_mask", "text_masks", "tokenize_mask"]
+           "assistant_masks", "left_out", "markup_only_turns", "text_mask", "text_masks", "tokenize_mask"]

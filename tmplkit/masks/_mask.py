@@ -47,6 +47,7 @@ from ..session.requests import NEEDLE, TurnEndings, clock_at, iter_requests, loc
 from ..sources.templates import ChatTemplate
 from ..tokens.delimiter_ids import token_delimiters
 from ..tokens.tokenizers import Tokenizer
+from ._dropped import left_out
 from ._onepass import one_render_turns, trusted
 
 __all__ = ["MASK_SCHEMA_VERSION", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
@@ -88,13 +89,15 @@ class MaskedTurn:
 
 @dataclass(frozen=True)
 class TextMask:
-    """The render of a conversation (`text`), its role spans from the proven delimiters, and the
-    masked turns."""
+    """The render of a conversation (`text`), its role spans from the proven delimiters, the
+    masked turns, and the messages the render leaves out (`left_out`: message indices, other
+    roles than the assistant's; `masks._dropped`)."""
 
     template: str
     text: str = field(repr=False)
     spans: tuple[TextSpan, ...] = field(repr=False)
     turns: tuple[MaskedTurn, ...]
+    left_out: tuple[int, ...] = ()
 
     @property
     def ranges(self) -> tuple[tuple[int, int], ...]:
@@ -114,7 +117,7 @@ class TextMask:
     def to_dict(self) -> dict:
         return {"schema_version": MASK_SCHEMA_VERSION, "template": self.template, "text": self.text,
                 "n_chars": len(self.text), "turns": [t.to_dict() for t in self.turns],
-                "spans": [s.to_dict() for s in self.spans]}
+                "spans": [s.to_dict() for s in self.spans], "left_out": list(self.left_out)}
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ class AssistantMask:
                 "tokenizer": self.tokenizer, "n_tokens": len(self.input_ids), "n_masked": sum(self.mask),
                 "input_ids": list(self.input_ids), "assistant_masks": [int(m) for m in self.mask],
                 "labels": list(self.labels), "offsets": [list(o) for o in self.offsets],
-                "turns": [t.to_dict() for t in self.turns], "text": self.text}
+                "turns": [t.to_dict() for t in self.turns], "left_out": list(self.text_mask.left_out), "text": self.text}
 
 
 # ---- the library calls ----------------------------------------------------------------------------
@@ -162,7 +165,7 @@ def text_mask(template: ChatTemplate, conversation, *, kwargs: Mapping | None = 
     headers = tuple(d.text for d in analysis.delimiters if d.role == "assistant" and d.text.strip())
     openers = tuple(d.text for d in analysis.delimiters if d.role not in _TURN_ROLES)
     turns = _learning(server, text, tuple(_turns(server, text, spans, headers, openers)))
-    return TextMask(template.name, text, _message_spans(spans, turns), turns)
+    return TextMask(template.name, text, _message_spans(spans, turns), turns, left_out(server, text))
 
 
 def text_masks(template: ChatTemplate, conversations: Iterable, *, kwargs: Mapping | None = None) -> tuple[TextMask, ...]:
@@ -210,7 +213,7 @@ def tokenize_mask(masked: TextMask, tokenizer: Tokenizer) -> AssistantMask:
             mask[a:b] = [True] * (b - a)
         turns.append(MaskedTurn(t.messages, t.start, t.end, t.rule, a, b))
     labels = _labels(masked.spans, offsets)
-    tm = TextMask(masked.template, masked.text, masked.spans, tuple(turns))
+    tm = TextMask(masked.template, masked.text, masked.spans, tuple(turns), masked.left_out)
     return AssistantMask(tm, getattr(tokenizer, "name", ""), tuple(ids), tuple(map(tuple, offsets)),  # type: ignore[arg-type]
                          tuple(mask), labels)
 
