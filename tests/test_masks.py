@@ -751,3 +751,17 @@ def test_the_mask_names_the_messages_the_render_leaves_out():
     # a template that prints every role leaves nothing out
     assert text_mask(template("reasoning-kept"), conv).left_out == ()
 
+
+
+def test_the_messages_left_out_cost_one_render_more(monkeypatch):
+    # however many a long session holds (a template that drops every tool result)
+    from tmplkit.masks import left_out
+
+    asks = [m for k in range(5) for m in ({"role": "developer", "content": f"Rule {k}."}, {"role": "user", "content": f"Q{k}"},
+                                         {"role": "assistant", "content": f"A{k}"})]
+    server = for_server(template("named-roles"), load_conversation(asks), inputs="transformers")
+    text = server.render(add_generation_prompt=False)
+    calls = []
+    real = type(server).render
+    monkeypatch.setattr(type(server), "render", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    assert left_out(server, text) == (0, 3, 6, 9, 12) and len(calls) == 1

@@ -8,9 +8,8 @@ the mask says which messages were left out.
 
 A message is left out when its content is not in the render and a render with that content
 replaced by a needle holds no needle either: a template that writes the content otherwise
-(escaped, trimmed, as JSON) writes the needle. One render with every such message's needle finds
-the candidates; each is then proved by a render of its own (the needles together may change what
-the template does).
+(escaped, trimmed, as JSON) writes the needle. One render holds every such message's needle (a
+template that drops every tool result of a long session costs one render more, not one a result).
 """
 
 from __future__ import annotations
@@ -46,11 +45,10 @@ def left_out(server: ServerConversation, text: str) -> tuple[int, ...]:
             at = found + len(content)
     if not unseen:
         return ()
-    together = _needled(server, messages, unseen)
-    if together is None:
+    needled = _needled(server, messages, unseen)
+    if needled is None:
         return ()
-    candidates = [i for i in unseen if _needle(i) not in together]
-    return tuple(i for i in candidates if (alone := _needled(server, messages, [i])) is not None and _needle(i) not in alone)
+    return tuple(i for i in unseen if _needle(i) not in needled)
 
 
 def _find(text: str, content: str, at: int) -> int:
