@@ -12,6 +12,10 @@ gpt-oss's templates). Per template, on a developer message and a user message:
     python scripts/developer_roles.py --corpus hub --json scripts/results/developer-roles-hub.json
     python scripts/developer_roles.py --corpus llama.cpp --json scripts/results/developer-roles-llama.cpp.json
 
+And the analysis's own finding (`capabilities['developer']`, on its probe conversation) against
+the transformers column: `analysis_agrees` counts the templates where the two say the same, and
+`analysis_differs` names the others.
+
 The llama.cpp corpus templates whose names the Hub corpus has outside its development half are left
 out (scripts/_held_out.py); `corpus:hub` is that half. Counts only: no timing.
 """
@@ -28,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _held_out import held_out  # noqa: E402  (scripts/, beside this file)
 from _machine import emit_results  # noqa: E402
 
+from tmplkit.analysis import analyze  # noqa: E402
 from tmplkit.errors import TmplkitError  # noqa: E402
 from tmplkit.masks import left_out  # noqa: E402
 from tmplkit.session import for_server, session_from_json  # noqa: E402
@@ -65,17 +70,24 @@ def server_outcome(template) -> str:
     return "left out" if left_out(server, text) else "printed"
 
 
+# The analysis's words for the transformers column's.
+_AS_ANALYSIS = {"left out": "dropped", "raises": "rejected", "as system": "as_system", "own form": "own"}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus", choices=("hub", "llama.cpp"), default="hub")
     p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
     args = p.parse_args(argv)
     templates = [t for t in load_many([f"corpus:{args.corpus}"]) if args.corpus == "hub" or not held_out(t.name)]
-    rows = {t.name: {"transformers": transformers_outcome(t), "llama-server": server_outcome(t)} for t in templates}
+    rows = {t.name: {"transformers": transformers_outcome(t), "llama-server": server_outcome(t),
+                     "analysis": analyze(t).capabilities.get("developer")} for t in templates}
+    differs = sorted(name for name, r in rows.items() if r["analysis"] != _AS_ANALYSIS[r["transformers"]])
     results = {"command": " ".join(["python scripts/developer_roles.py", *(argv if argv is not None else sys.argv[1:])]),
                "corpus": args.corpus, "templates": len(rows),
                "transformers": dict(Counter(r["transformers"] for r in rows.values()).most_common()),
                "llama-server": dict(Counter(r["llama-server"] for r in rows.values()).most_common()),
+               "analysis_agrees": len(rows) - len(differs), "analysis_differs": differs,
                "rows": rows}
     emit_results(results, args.json)
     return 0

@@ -351,3 +351,22 @@ def test_delimiters_hold_with_every_value_of_a_thinking_switch():
     b = analyze(T(other))
     assert b.status == "fail"
     assert any(p.startswith("with thinking=True: ") for p in b.round_trip.problems)
+
+
+@pytest.mark.parametrize("body,mode", [
+    # ChatML prints every role by name: the developer message in a turn of its own
+    ("<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n", "own"),
+    # a template that takes a developer message as its system message
+    ("<|im_start|>{{ 'system' if m.role == 'developer' else m.role }}\n{{ m.content }}<|im_end|>\n", "as_system"),
+    # one that prints only the roles it names: the instructions vanish without a word
+    ("{% if m.role in ['system', 'user', 'assistant', 'tool'] %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}",
+     "dropped"),
+    # one that raises on a role it does not know
+    ("{% if m.role not in ['system', 'user', 'assistant', 'tool'] %}{{ raise_exception('Unexpected message role.') }}"
+     "{% endif %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n", "rejected"),
+])
+def test_what_a_template_does_with_a_developer_message(body, mode):
+    # as transformers gives it (llama-server gives it as system: tests/test_engine_parity.py)
+    src = "{% for m in messages %}" + body + "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    a = analyze(T(src))
+    assert a.status == "pass" and a.capabilities["developer"] == mode

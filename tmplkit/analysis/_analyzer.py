@@ -14,7 +14,7 @@ from ._probing import Prober
 from ._proofs import indistinguishable
 from ._reasoning import ReasoningFindings, probe_reasoning, switch_renders, switched_renders, thinking_flags, without_reasoning
 from ._result import Analysis, RoundTrip, failed_analysis, one_line, status_of
-from ._system import SystemFindings, probe_system, refine_system_start
+from ._system import SystemFindings, probe_developer, probe_system, refine_system_start
 from ._text import distinctive, from_first_unit
 from ._tools import ToolFindings, ToolProbe, probe_tools, tool_delimiters
 from ._verdict import (
@@ -86,6 +86,7 @@ class _Stages:
         self.prober, self.chat = prober, chat
         self.chat_probed = chat_delimiters(prober, chat)
         self.system: SystemFindings = probe_system(prober, chat, self.chat_probed)
+        self.developer = probe_developer(prober, self.system.builder)
         self.tool_probe: ToolProbe = probe_tools(prober, self.system.builder)
         self.tools_probed = self._tool_delimiters(self.chat_probed)
         self.switches = switch_renders(prober, chat)
@@ -153,6 +154,7 @@ class _Stages:
             # Rendered exactly as user turns, like a system 'as_user': each is one user start more.
             caps["tool"] = "as_user"
         caps["system_supported"] = self.system.mode != "rejected"
+        caps["developer"] = self.developer
         # The template renders no chat without a system message: every probe starts with one.
         caps["system_required"] = self.chat.builder.shape.system_first
         caps["tools_supported"] = bool(caps.get("tools")) or caps.get("tool_calls") not in (None, "rejected")

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..delimiters import Delimiter, split_text
-from ..errors import RenderError
+from ..errors import RenderError, RenderLimitError
 from ._chat import ChatDelimiters, ChatFindings
 from ._probing import Prober, Seen
 from ._text import BOUNDARY, MARKUP_END, UNIT, Note, back_to_boundary, distinctive, lcp, lcs, template_message, unit_prefix, unit_suffix
 from .probes import ProbeBuilder
 
-__all__ = ["SystemFindings", "probe_system", "refine_system_start"]
+__all__ = ["SystemFindings", "probe_developer", "probe_system", "refine_system_start"]
 
 # A second clock: text that differs between renders at two dates is no fixed marker.
 _OTHER_NOW = datetime(2031, 11, 23, 17, 45, 0)
@@ -71,6 +71,28 @@ def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> 
             pass
     candidate = candidate if candidate.strip() else ""
     return SystemFindings(candidate, "own_turn" if candidate else "preamble", builder)
+
+
+def probe_developer(prober: Prober, builder: ProbeBuilder) -> str:
+    """What the template does with a `developer` message (an OpenAI-style client's instructions) first,
+    as transformers gives it (llama-server gives it as `system`): "as_system" (rendered as the same
+    system message is), "own" (otherwise, its content printed), "dropped" (its content nowhere: a
+    model trained on the render never sees it) or "rejected" (the template raises)."""
+    probe = builder.build("S1 U1")
+    try:
+        as_system = prober.render(probe)
+    except RenderError:  # (a limit too: the system probe met none on this conversation)
+        as_system = None
+    probe.messages[0] = {**probe.messages[0], "role": "developer"}
+    try:
+        text = prober.render(probe)
+    except RenderLimitError:
+        raise
+    except RenderError:
+        return "rejected"
+    if probe.needles[0][0] not in text:  # (first: a template that drops a system message renders both alike)
+        return "dropped"
+    return "as_system" if text == as_system else "own"
 
 
 def refine_system_start(start: str, renders: list[Seen], index: int, chat: ChatFindings, delims: ChatDelimiters,
