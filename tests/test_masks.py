@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from tmplkit.errors import TmplkitError
-from tmplkit.masks import MASK_SCHEMA_VERSION, MaskError, assistant_mask, assistant_masks, text_mask, text_masks
+from tmplkit.masks import (
+    MASK_SCHEMA_VERSION,
+    MaskError,
+    assistant_mask,
+    assistant_masks,
+    left_out,
+    text_mask,
+    text_masks,
+)
 from tmplkit.session import for_server, load_conversation
 from tmplkit.sources import ChatTemplate, load_one
 from tmplkit.turns import session_requests
@@ -748,15 +756,17 @@ def test_the_mask_names_the_messages_the_render_leaves_out():
     assert masked.left_out == (0,) and "Answer in French." not in masked.text
     assert '"a \\"quoted\\" name"' in masked.text and masked.to_dict()["left_out"] == [0]
     assert assistant_mask(template("named-roles"), CharTokenizer(), conv).to_dict()["left_out"] == [0]
-    # a template that prints every role leaves nothing out
+    # a template that prints every role leaves nothing out, nor one that writes it in capitals
     assert text_mask(template("reasoning-kept"), conv).left_out == ()
-
+    shouted = ChatTemplate(template("reasoning-kept").text.replace("{{ m.content }}<|im_end|>", "{{ m.content | upper }}<|im_end|>"),
+                           "shouted", "-")
+    server = for_server(shouted, conv, inputs="transformers")  # (the analysis proves no such template: asked directly)
+    text = server.render(add_generation_prompt=False)
+    assert "ANSWER IN FRENCH." in text and left_out(server, text) == ()
 
 
 def test_the_messages_left_out_cost_one_render_more(monkeypatch):
     # however many a long session holds (a template that drops every tool result)
-    from tmplkit.masks import left_out
-
     asks = [m for k in range(5) for m in ({"role": "developer", "content": f"Rule {k}."}, {"role": "user", "content": f"Q{k}"},
                                          {"role": "assistant", "content": f"A{k}"})]
     server = for_server(template("named-roles"), load_conversation(asks), inputs="transformers")

@@ -48,7 +48,8 @@ def left_out(server: ServerConversation, text: str) -> tuple[int, ...]:
     needled = _needled(server, messages, unseen)
     if needled is None:
         return ()
-    return tuple(i for i in unseen if _needle(i) not in needled)
+    needled = needled.lower()  # (a template that writes the content in capitals writes the needle so)
+    return tuple(i for i in unseen if _needle(i).lower() not in needled)
 
 
 def _find(text: str, content: str, at: int) -> int:
