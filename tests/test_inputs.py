@@ -174,6 +174,24 @@ def test_the_server_gives_a_developer_message_as_system_but_to_gpt_oss():
     assert _rendered("no-system", DEVELOPER[:3]).startswith("<user>Be brief.\nHi.</user>")
 
 
+def test_a_refusal_of_a_developer_message_given_as_system_says_so():
+    # Qwen3.5's rule: one system message, first. A client's developer message after its system
+    # prompt is a second one as the server gives it: the template's refusal names the message
+    from tmplkit.sources import ChatTemplate
+
+    t = ChatTemplate("{% for m in messages %}{% if m.role == 'system' and not loop.first %}"
+                     "{{ raise_exception('System message must be at the beginning.') }}{% endif %}"
+                     "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}", "first-system", "-")
+    messages = [{"role": "system", "content": "You code."}, *DEVELOPER[:2]]
+    with pytest.raises(Exception, match=r"at the beginning\. \(message 1 is a developer message, which llama-server "
+                                        r"gives as system\)$"):
+        render_conversation(t, session_from_json({"messages": messages}))
+    # (a refusal of the other messages says nothing of them; transformers gives the role as it is)
+    with pytest.raises(Exception, match=r"at the beginning\.$"):
+        render_conversation(t, session_from_json({"messages": [messages[0], {"role": "system", "content": "Two."}]}))
+    assert "<|im_start|>developer" in for_server(t, session_from_json({"messages": messages}), inputs="transformers").render()
+
+
 def test_a_template_that_reads_parts_only_gets_a_string_as_one_part():
     text = _rendered("parts-only")
     assert "<system>(Be brief.)</system>" in text and "<tool>(a.txt)</tool>" in text and "<user>(List)(the files.)</user>" in text

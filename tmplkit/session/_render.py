@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 
-from ..errors import InputError
+from ..errors import InputError, RenderError
 from ..sandbox import PINNED_NOW, Prepared, prepare_message, prepare_tools, reads_clock, render, render_with_prompt
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
@@ -99,8 +99,11 @@ class ServerConversation:
         given = self.messages if messages is None else messages
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(given))
-        text = render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
-                      limits=SESSION_LIMITS, clock=clock, **self.variables_at(clock))
+        try:
+            text = render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
+                          limits=SESSION_LIMITS, clock=clock, **self.variables_at(clock))
+        except RenderError as exc:
+            raise self._refusal(exc, given) from exc.__cause__
         return self._finished(text, add_generation_prompt)
 
     def render_with_prompt(self, messages: Sequence[dict], *, clock: Callable[[], datetime] | None = None) -> tuple[str, str]:
@@ -108,9 +111,31 @@ class ServerConversation:
         template allows (`sandbox.render_with_prompt`): each request of a session needs both."""
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(messages))
-        with_prompt, without = render_with_prompt(self.template, prepared, tools=self._prepared_tools,
-                                                  limits=SESSION_LIMITS, clock=clock, **self.variables_at(clock))
+        try:
+            with_prompt, without = render_with_prompt(self.template, prepared, tools=self._prepared_tools,
+                                                      limits=SESSION_LIMITS, clock=clock, **self.variables_at(clock))
+        except RenderError as exc:
+            raise self._refusal(exc, messages) from exc.__cause__
         return self._finished(with_prompt, True), without
+
+    def _refusal(self, exc: RenderError, messages) -> RenderError:
+        """`exc` (the template refused `messages`), saying which of them are the client's developer
+        messages given as system (a template that takes one system message first refuses the
+        session for a developer message that comes after it, as it does on the server)."""
+        mapped = [i for i, m in enumerate(self.messages) if id(m) in self._developers]
+        if type(exc) is not RenderError or not mapped or not any(id(m) in self._developers for m in messages):
+            return exc
+        which, many = ", ".join(map(str, mapped)), len(mapped) > 1
+        return RenderError(f"{exc} (message{'s' if many else ''} {which} {'are developer messages' if many else 'is a developer message'}"
+                           ", which llama-server gives as system)", template_message=exc.template_message,
+                           template_raised=exc.template_raised)
+
+    @cached_property
+    def _developers(self) -> frozenset[int]:
+        """The identities of the messages the client sent as developer and the server setting gives as system."""
+        sent = self.conversation.messages
+        return frozenset(id(m) for m, c in zip(self.messages, sent)
+                         if m.get("role") == "system" and c.get("role") == "developer")
 
     @property
     def reads_clock(self) -> bool:
