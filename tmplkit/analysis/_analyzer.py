@@ -86,7 +86,7 @@ class _Stages:
         self.prober, self.chat = prober, chat
         self.chat_probed = chat_delimiters(prober, chat)
         self.system: SystemFindings = probe_system(prober, chat, self.chat_probed)
-        self.developer = probe_developer(prober, self.system.builder)
+        self.developer = probe_developer(prober, self.system)
         self.tool_probe: ToolProbe = probe_tools(prober, self.system.builder)
         self.tools_probed = self._tool_delimiters(self.chat_probed)
         self.switches = switch_renders(prober, chat)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from ..delimiters import Delimiter, split_text
@@ -11,7 +11,7 @@ from ..errors import RenderError, RenderLimitError
 from ._chat import ChatDelimiters, ChatFindings
 from ._probing import Prober, Seen
 from ._text import BOUNDARY, MARKUP_END, UNIT, Note, back_to_boundary, distinctive, lcp, lcs, template_message, unit_prefix, unit_suffix
-from .probes import ProbeBuilder
+from .probes import Probe, ProbeBuilder
 
 __all__ = ["SystemFindings", "probe_developer", "probe_system", "refine_system_start"]
 
@@ -31,6 +31,8 @@ class SystemFindings:
     mode: str
     builder: ProbeBuilder  # the chat shape, adapted with any variable the system probe needed
     notes: tuple[Note, ...] = ()
+    # The system probe ("S1 U1") and its render, where the template rendered it (`probe_developer` reads them)
+    rendered: tuple[Probe, str] | None = field(default=None, repr=False, compare=False)
 
 
 def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> SystemFindings:
@@ -41,7 +43,7 @@ def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> 
     seen = prober.seen(text, probe)
     first = seen.bounds[0]
     if first is None:  # not seen.found(0)
-        return SystemFindings("", "dropped", builder)
+        return SystemFindings("", "dropped", builder, rendered=(probe, text))
     chat_delims = [Delimiter("user", delims.user_start or ""), Delimiter("assistant", delims.assistant_start or "")]
     at = first[0]
     inside = next((s for s in split_text(text, chat_delims) if s.start <= at < s.end), None)
@@ -56,9 +58,10 @@ def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> 
             # with more than a user start (`<|im_start|>user\n[SYSTEM] `): that is the system start.
             own = prober.clean(text[inside.start:at])
             if own.startswith(delims.user_start) and own[len(delims.user_start):].strip():
-                return SystemFindings(own, "own_turn", builder)
-            return SystemFindings("", "as_user", builder)
-        return SystemFindings("", "inside_user" if inside.role == "user" else "inside_assistant", builder)
+                return SystemFindings(own, "own_turn", builder, rendered=(probe, text))
+            return SystemFindings("", "as_user", builder, rendered=(probe, text))
+        return SystemFindings("", "inside_user" if inside.role == "user" else "inside_assistant", builder,
+                              rendered=(probe, text))
     candidate = system_candidate(seen.head(0), chat, delims, prober.clean)
     if candidate and "strftime_now" in prober.template.text:
         # Text that depends on today's date is no fixed marker (the date reaches a template only
@@ -70,20 +73,16 @@ def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> 
         except RenderError:
             pass
     candidate = candidate if candidate.strip() else ""
-    return SystemFindings(candidate, "own_turn" if candidate else "preamble", builder)
+    return SystemFindings(candidate, "own_turn" if candidate else "preamble", builder, rendered=(probe, text))
 
 
-def probe_developer(prober: Prober, builder: ProbeBuilder) -> str:
+def probe_developer(prober: Prober, system: SystemFindings) -> str:
     """What the template does with a `developer` message (an OpenAI-style client's instructions) first,
-    as transformers gives it (llama-server gives it as `system`): "as_system" (rendered as the same
-    system message is), "own" (otherwise, its content printed), "dropped" (its content nowhere: a
+    as transformers gives it (llama-server gives it as `system`): "as_system" (rendered as the system
+    probe's message is), "own" (otherwise, its content printed), "dropped" (its content nowhere: a
     model trained on the render never sees it) or "rejected" (the template raises)."""
-    probe = builder.build("S1 U1")
-    try:
-        as_system = prober.render(probe)
-    except RenderError:  # (a limit too: the system probe met none on this conversation)
-        as_system = None
-    probe.messages[0] = {**probe.messages[0], "role": "developer"}
+    probe, as_system = system.rendered if system.rendered else (system.builder.build("S1 U1"), None)
+    probe = replace(probe, messages=[{**probe.messages[0], "role": "developer"}, *probe.messages[1:]])
     try:
         text = prober.render(probe)
     except RenderLimitError:

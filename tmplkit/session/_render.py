@@ -103,7 +103,7 @@ class ServerConversation:
             text = render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
                           limits=SESSION_LIMITS, clock=clock, **self.variables_at(clock))
         except RenderError as exc:
-            raise self._refusal(exc, given) from exc.__cause__
+            raise self._refusal(exc, given) from exc
         return self._finished(text, add_generation_prompt)
 
     def render_with_prompt(self, messages: Sequence[dict], *, clock: Callable[[], datetime] | None = None) -> tuple[str, str]:
@@ -115,7 +115,7 @@ class ServerConversation:
             with_prompt, without = render_with_prompt(self.template, prepared, tools=self._prepared_tools,
                                                       limits=SESSION_LIMITS, clock=clock, **self.variables_at(clock))
         except RenderError as exc:
-            raise self._refusal(exc, messages) from exc.__cause__
+            raise self._refusal(exc, messages) from exc
         return self._finished(with_prompt, True), without
 
     def _refusal(self, exc: RenderError, messages) -> RenderError:
