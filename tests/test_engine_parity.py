@@ -11,7 +11,7 @@ import pytest
 
 from tmplkit.cli import main
 from tmplkit.errors import ModelError
-from tmplkit.server.parity import engine_parity, format_parity_table
+from tmplkit.server.parity import EngineComparison, engine_parity, format_parity_table, parity_failures
 from tmplkit.server.process import llama_server_binary
 from tmplkit.sources import corpus, load_one
 
@@ -93,6 +93,30 @@ def test_engine_parity_cli(server, tmp_path, capsys):
     out = tmp_path / "parity.md"
     assert main(["engine-parity", src, "--server", str(binary), "--model", str(model), "-o", str(out)]) == 0
     assert out.read_text().endswith("identical: 2; round trip holds on llama.cpp's render: 2 of 2\n")
+
+
+def test_the_gate_fails_a_difference_then_what_was_not_compared(server, tmp_path, capsys):
+    binary, model = server
+    run = ["--no-config", "engine-parity", "--server", str(binary), "--model", str(model), "--format", "json"]
+    differs = str(FIXTURES / "safe-plus-tojson.jinja")
+    assert main([*run, differs]) == 0  # a report by default
+    capsys.readouterr()
+    assert main([*run, differs, "--fail-on", "differs"]) == 1
+    assert json.loads(capsys.readouterr().out)["rows"][0]["status"] == "differs"  # the report all the same
+    refused = tmp_path / "wordcount.jinja"  # (llama.cpp's engine has no `wordcount`: not compared)
+    refused.write_text("{%- for m in messages -%}{{ m.content | wordcount }}{{ m.content }}\n{% endfor -%}")
+    assert main([*run, str(refused), "--fail-on", "differs"]) == 0
+    assert main([*run, str(refused), "--fail-on", "unchecked"]) == 1
+    identical = str(corpus.templates_dir() / "Qwen3.5-4B.jinja")
+    assert main([*run, identical, "--fail-on", "unchecked"]) == 0
+
+
+def test_the_gates_rows():
+    rows = [EngineComparison("a", "round trip", "identical", round_trip=True),
+            EngineComparison("b", "round trip", "differs", at=3), EngineComparison("c", "round trip", "refused"),
+            EngineComparison("d", "round trip", "unrendered")]
+    assert [r.template for r in parity_failures(rows, "differs")] == ["b"]
+    assert [r.template for r in parity_failures(rows, "unchecked")] == ["b", "c", "d"]
 
 
 def test_a_template_llama_cpp_refuses_is_a_row_a_model_it_cannot_serve_is_an_error(server, tmp_path, capsys):

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from tmplkit import analyze, load_one
+from tmplkit.errors import InputError
 from tmplkit.server.delimiter_comparison import (
     VERDICTS,
     ComparisonReport,
     compare_delimiters,
+    comparison_failures,
     format_comparison_table,
     verdict_counts,
 )
@@ -130,6 +132,12 @@ def test_the_verdicts(qwen_like, matches_schema):
     assert d["verdicts"] == ["tool results taken for user messages"] and d["server"]["route"] == "autoparser"
     assert d["extra"][0]["role"] == "tool" and "prompt" not in d["server"]
     assert matches_schema("server-delimiters", ComparisonReport(tuple(rows), "0.3.36").to_dict())
+    # the gate (--fail-on): what differs, then also what was not compared
+    assert comparison_failures(rows, "differs") == (tools, missed, none)
+    assert comparison_failures(rows, "unchecked") == (tools, missed, none, refused)
+    assert comparison_failures([same], "unchecked") == ()
+    with pytest.raises(InputError, match="fail_on must be one of differs, unchecked"):
+        comparison_failures(rows, "fail")
 
 
 def test_the_servers_reason_for_refusing_a_template(tmp_path):

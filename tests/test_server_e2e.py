@@ -106,3 +106,17 @@ def test_the_command_prints_the_comparison_as_json(binary, tmp_path, capsys):
     (row,) = out["results"]
     assert row["server"]["route"] == "autoparser" and row["verdicts"] == ["agree"]
     assert [d["delimiter"] for d in row["server"]["delimiters"]] == ["<start_of_turn>model", "<start_of_turn>user"]
+
+
+def test_the_command_fails_on_a_difference_where_asked(binary, tmp_path, capsys):
+    from tmplkit.cli import main
+
+    run = ["--no-config", "server", "delimiters", "--server", str(binary), "--format", "json"]
+    agrees = str(corpus.templates_dir() / "meta-llama-Llama-3.2-3B-Instruct.jinja")
+    differs = str(corpus.templates_dir() / "Qwen-Qwen3-0.6B.jinja")  # tool results taken for user messages
+    assert main([*run, agrees, differs]) == 0  # a report by default
+    capsys.readouterr()
+    assert main([*run, agrees, differs, "--fail-on", "differs"]) == 1
+    out = json.loads(capsys.readouterr().out)  # the comparison all the same
+    assert out["counts"]["agree"] == 1 and out["counts"]["tool results taken for user messages"] == 1
+    assert main([*run, agrees, "--fail-on", "unchecked"]) == 0

@@ -90,8 +90,16 @@ def add_engine_parity(sub) -> None:
     add_name(p, many=True)
     add_format(p, ("markdown", "json"), "markdown", "the comparison", aliases={"table": "markdown"})
     add_server_run_options(p, request_timeout=PARITY_REQUEST_S)
+    add_gate(p, ("differs", "unchecked"), "differs (a render llama-server writes otherwise than tmplkit) or "
+             "unchecked (also a render not compared: refused by llama-server, or not rendered by tmplkit)")
     add_output(p, "the comparison")
     p.set_defaults(func=_cmd_engine_parity)
+
+
+def add_gate(p, choices, what: str) -> None:
+    """--fail-on for a command that reports by default (exit 0 whatever it finds)."""
+    p.add_argument("--fail-on", choices=choices, default=None,
+                   help=f"exit 1 where a template's row is {what}; default: report only (exit 0)")
 
 
 # How long llama-server may take to answer one request: a render (/apply-template), and in `server
@@ -152,7 +160,7 @@ def _cmd_engine_parity(args) -> int:
     import json
 
     from .._interrupt import unwind_on_sigterm
-    from ..server.parity import engine_parity, format_parity_table, parity_report
+    from ..server.parity import engine_parity, format_parity_table, parity_failures, parity_report
     from ..server.process import check_server_model
 
     binary = server_run(args)
@@ -177,4 +185,4 @@ def _cmd_engine_parity(args) -> int:
         emit(json.dumps(parity_report(rows), ensure_ascii=False, indent=2) + "\n", args.output)
     else:
         emit(format_parity_table(rows), args.output)
-    return 0
+    return 1 if args.fail_on and parity_failures(rows, args.fail_on) else 0

@@ -26,7 +26,7 @@ from ._common import (
     worker_tokenizer,
 )
 from ._limits import DEFAULT_MEMORY_MB, SESSION_TIMEOUT, contained_limits
-from ._serve import DELIMITERS_REQUEST_S, add_server_run_options, server_run
+from ._serve import DELIMITERS_REQUEST_S, add_gate, add_server_run_options, server_run
 from ._terminal import ProgressLine, wanted
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -58,6 +58,9 @@ def add_server(sub) -> None:
     add_name(d, many=True)
     add_format(d, ("markdown", "json"), "markdown", "the comparison", aliases={"table": "markdown"})
     add_server_run_options(d, request_timeout=DELIMITERS_REQUEST_S)
+    add_gate(d, ("differs", "unchecked"), "differs (llama-server starts user messages elsewhere than tmplkit, or has "
+             "no delimiters) or unchecked (also a template not compared: refused by llama-server, or no delimiters "
+             "from tmplkit)")
     add_output(d, "the comparison")
     d.set_defaults(func=_cmd_delimiters)
 
@@ -93,7 +96,7 @@ def _cmd_delimiters(args) -> int:
     import json
 
     from .._interrupt import unwind_on_sigterm
-    from ..server.delimiter_comparison import ComparisonReport, compare_delimiters, format_comparison_table
+    from ..server.delimiter_comparison import ComparisonReport, compare_delimiters, comparison_failures, format_comparison_table
     from ..server.delimiters import server_delimiters
     from ..server.process import check_server_model
     from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION
@@ -126,7 +129,7 @@ def _cmd_delimiters(args) -> int:
         emit(json.dumps(report.to_dict(), ensure_ascii=False, indent=1) + "\n", args.output)
     else:
         emit(format_comparison_table(rows), args.output)
-    return 0
+    return 1 if args.fail_on and comparison_failures(rows, args.fail_on) else 0
 
 
 def _cmd_log(args) -> int:

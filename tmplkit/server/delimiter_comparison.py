@@ -9,10 +9,12 @@ from dataclasses import dataclass
 
 from .._version import __version__
 from ..delimiters import split_text
+from ..errors import InputError
 from .delimiters import ServerDelimiters, message_opener
 
-__all__ = ["COMPARISON_SCHEMA_VERSION", "HANDLERS_WITHOUT_DELIMITERS", "VERDICTS", "ComparisonReport",
-           "DelimiterComparison", "compare_delimiters", "format_comparison_table", "verdict_counts"]
+__all__ = ["COMPARISON_FAIL_ON", "COMPARISON_SCHEMA_VERSION", "HANDLERS_WITHOUT_DELIMITERS", "VERDICTS", "ComparisonReport",
+           "DelimiterComparison", "compare_delimiters", "comparison_failures", "format_comparison_table",
+           "verdict_counts"]
 
 
 COMPARISON_SCHEMA_VERSION = 1
@@ -171,6 +173,21 @@ def format_comparison_table(rows: Sequence[DelimiterComparison]) -> str:
     lines.append("")
     lines.append(", ".join(f"{k}: {v}" for k, v in verdict_counts(rows).items() if v))
     return "\n".join(lines) + "\n"
+
+
+# What `server delimiters --fail-on` fails on: "differs" (llama-server starts user messages
+# elsewhere than tmplkit, or has no delimiters); "unchecked" also a template not compared (refused by
+# llama-server, or no delimiters from tmplkit to compare).
+COMPARISON_FAIL_ON = ("differs", "unchecked")
+_UNCHECKED = ("refused by llama-server", "not compared")
+
+
+def comparison_failures(rows: Sequence[DelimiterComparison], fail_on: str) -> tuple[DelimiterComparison, ...]:
+    """The rows that fail a gate on `fail_on` (one of COMPARISON_FAIL_ON), in order."""
+    if fail_on not in COMPARISON_FAIL_ON:
+        raise InputError(f"fail_on must be one of {', '.join(COMPARISON_FAIL_ON)}, got {fail_on!r}")
+    return tuple(r for r in rows if r.verdicts != ("agree",)
+                 and (fail_on == "unchecked" or not set(r.verdicts) & set(_UNCHECKED)))
 
 
 def verdict_counts(rows: Sequence[DelimiterComparison]) -> dict[str, int]:

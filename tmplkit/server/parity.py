@@ -26,12 +26,13 @@ from pathlib import Path
 from .._version import __version__
 from ..analysis import analyze
 from ..delimiters import ROLES, split_text
-from ..errors import TmplkitError
+from ..errors import InputError, TmplkitError
 from ..session import Conversation, render_conversation
 from ..sources.templates import ChatTemplate, gguf_special_tokens
 from .process import ServerRefused, TemplateRefused, check_server_model, start_with_template
 
-__all__ = ["PARITY_SCHEMA_VERSION", "EngineComparison", "engine_parity", "format_parity_table", "parity_report"]
+__all__ = ["PARITY_FAIL_ON", "PARITY_SCHEMA_VERSION", "EngineComparison", "engine_parity", "format_parity_table",
+           "parity_failures", "parity_report"]
 
 # The JSON's layout (tmplkit/schemas/engine-parity.schema.json).
 PARITY_SCHEMA_VERSION = 1
@@ -62,6 +63,23 @@ class EngineComparison:
     def to_dict(self) -> dict:
         return {"template": self.template, "variant": self.variant, "status": self.status, "at": self.at,
                 "ours": self.ours, "theirs": self.theirs, "error": self.error, "round_trip": self.round_trip}
+
+
+# What `engine-parity --fail-on` fails on: "differs" (a render llama-server writes otherwise);
+# "unchecked" also a render not compared (refused by llama-server, or not rendered by tmplkit).
+PARITY_FAIL_ON = ("differs", "unchecked")
+
+
+def parity_failures(rows, fail_on: str) -> tuple[EngineComparison, ...]:
+    """The rows that fail a gate on `fail_on` (one of PARITY_FAIL_ON), in order.
+
+        >>> [r.status for r in parity_failures(rows, "unchecked")]   # doctest: +SKIP
+        ['differs', 'refused']
+    """
+    if fail_on not in PARITY_FAIL_ON:
+        raise InputError(f"fail_on must be one of {', '.join(PARITY_FAIL_ON)}, got {fail_on!r}")
+    failing = ("differs",) if fail_on == "differs" else ("differs", "refused", "unrendered")
+    return tuple(r for r in rows if r.status in failing)
 
 
 def parity_report(rows) -> dict:
