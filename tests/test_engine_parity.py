@@ -11,7 +11,7 @@ import pytest
 
 from tmplkit.cli import main
 from tmplkit.errors import ModelError
-from tmplkit.server.parity import EngineComparison, engine_parity, format_parity_table, parity_failures
+from tmplkit.server.parity import _SERVER_ARGS, EngineComparison, engine_parity, format_parity_table, parity_failures
 from tmplkit.server.process import llama_server_binary
 from tmplkit.sources import corpus, load_one
 
@@ -39,7 +39,6 @@ def _rows(server, name):
 
 def _server_prompt(server, tmp_path, path, body) -> str:
     """The prompt the pinned llama-server's /apply-template renders of `body` with the template at `path`."""
-    from tmplkit.server.parity import _SERVER_ARGS
     from tmplkit.server.process import start_with_template
 
     srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
@@ -158,6 +157,59 @@ def test_table_format():
 
 
 @pytest.mark.parametrize("name", ["message-keys", "no-system", "parts-only"])
+def _given(text: str) -> list:
+    """The messages and tools the `messages-dump` fixture was given, read off its error's text."""
+    decoder = json.JSONDecoder()
+    messages, end = decoder.raw_decode(text, text.rfind("MESSAGES=[") + len("MESSAGES="))
+    tools, _ = decoder.raw_decode(text, text.index(" TOOLS=", end) + len(" TOOLS="))
+    return [messages, tools]
+
+
+@pytest.mark.parametrize("session, endpoint", [("responses-api.json", "/v1/responses"),
+                                               ("anthropic-messages.json", "/v1/messages"),
+                                               (None, "/v1/chat/completions")])
+def test_an_agents_body_reaches_the_template_as_llama_server_gives_it(server, tmp_path, session, endpoint):
+    # Codex's Responses body and Claude Code's Messages body as the server converts them, and a chat
+    # body's tools as it rewrites them (an OpenAI client's `strict` left out, a description added)
+    import copy
+    import urllib.error
+    import urllib.request
+
+    from tmplkit.errors import RenderError
+    from tmplkit.server.process import start_with_template
+    from tmplkit.session import for_server, session_from_json
+
+    if session is None:
+        body = {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}],
+                "tools": [{"type": "function", "function": {"name": "f", "strict": True,
+                                                            "parameters": {"type": "object", "properties": {}}}}]}
+    else:
+        body = json.loads((FIXTURES.parent / "sessions" / session).read_text(encoding="utf-8"))
+    marked = copy.deepcopy(body)  # (the template tells its dump by a system message holding DUMP)
+    if "input" in marked:
+        marked["instructions"] = "DUMP " + marked["instructions"]
+    elif "system" in marked:
+        marked["system"] = [{"type": "text", "text": "DUMP "}, *marked["system"]]
+    else:
+        marked["messages"][0]["content"] = "DUMP " + marked["messages"][0]["content"]
+    path = FIXTURES / "messages-dump.jinja"
+    srv = start_with_template(*server, _SERVER_ARGS, path, log=tmp_path / "server.log")
+    try:  # (read whole: the library's refusal keeps the first 500 characters of the server's reason)
+        request = urllib.request.Request(srv.url + endpoint, data=json.dumps({**marked, "max_tokens": 1}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        reason = json.loads(refused.value.read())["error"]["message"]
+    finally:
+        srv.stop()
+    conversation = for_server(load_one(str(path)), session_from_json(marked))
+    with pytest.raises(RenderError) as ours:
+        conversation.render(list(conversation.messages), add_generation_prompt=True)
+    theirs, mine = _given(reason), _given(str(ours.value))
+    assert json.dumps(mine) == json.dumps(theirs)  # the same values, keys in the same order
+    assert len(theirs[0]) > (12 if session else 1)
+
+
 def test_the_server_setting_gives_messages_as_llama_server_does(server, tmp_path, name):
     # The session of tests/test_inputs.py (keys the server's message struct does not hold, empty
     # strings, object arguments, text parts, a system message): tmplkit's server setting renders it

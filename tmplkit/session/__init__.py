@@ -3,13 +3,15 @@ conversation for a server.
 
 - `Conversation` (also named `Session`): messages and tools, read and checked by
   `load_conversation` / `load_session` / `session_from_json` (one-line InputErrors naming the JSON
-  path), written by `save_session` (_conversation);
+  path), written by `save_session` (_conversation); a Responses API or Anthropic Messages request
+  body read as llama-server converts it (`chat_body`, `body_format`) (_client_formats);
 - `generate_session()` / `next_user_turn()`: seeded coding-agent sessions (_generator);
 - `messages_for(template, messages)`: tool-call arguments as llama-server gives that template
   (objects where its capability check finds them read: `server_object_arguments`) (_arguments);
 - `given_messages(messages, inputs)`: each message as llama-server reads and writes it again
   ("server": a null content as `""`, only the keys its message struct holds) or as transformers
-  gives it ("transformers": null-valued keys dropped, reasoning under both names) (_inputs);
+  gives it ("transformers": null-valued keys dropped, reasoning under both names), and the tools
+  likewise (`given_tools`) (_inputs);
 - `as_server_prepares(template, messages)`, `as_server_renders(...)` and `as_server_finishes(...)`:
   llama-server's workarounds for what a template reads (content parts joined or made, StepFun's
   trim, Ministral 3's content blocks; on each list rendered, a system message it never reads
@@ -28,15 +30,17 @@ turns.
 """
 
 from ._arguments import messages_for, object_arguments, reads_thinking, reasoning_for, server_object_arguments, template_messages
+from ._client_formats import BODY_FORMATS, body_format, chat_body
 from ._conversation import Conversation, Session, load_conversation, load_session, save_session, session_from_json
 from ._generator import STYLES, TOOLS, generate_session, next_user_turn
 from ._handlers import server_handler
-from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, content_text, given_messages, inputs_note, server_refuses
+from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, content_text, given_messages, given_tools, inputs_note, server_refuses
 from ._render import SERVER_VARIABLES, SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables, server_variables
 from ._thinking import server_thinking
 from ._workarounds import ContentReads, as_server_finishes, as_server_prepares, as_server_renders, content_reads
 
 __all__ = [
+    "BODY_FORMATS", "body_format", "chat_body", "given_tools",
     "ContentReads", "Conversation", "DEFAULT_INPUTS", "INPUTS", "SERVER_VARIABLES", "SESSION_LIMITS", "STYLES", "ServerConversation",
     "Session", "TOOLS", "as_server_finishes", "as_server_prepares", "as_server_renders", "check_inputs",
     "content_reads", "content_text", "for_server",

@@ -37,6 +37,7 @@ from ..atomic import write_output
 from ..delimiters import ROLES
 from ..errors import InputError
 from ..jsonio import json_kind, lone_surrogate, lone_surrogate_problem, read_json, source_name, stdin
+from ._client_formats import BODY_FORMATS, body_format, chat_body
 
 __all__ = ["Conversation", "Session", "load_conversation", "load_session", "save_session", "session_from_json"]
 
@@ -118,6 +119,8 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
     if isinstance(data, (list, tuple)):
         messages_value, tools_value, prefix = data, None, ""
     elif isinstance(data, dict):
+        fmt = body_format(data)
+        data = chat_body(data, where)
         if "messages" not in data:
             hint = ""
             if "conversations" in data:
@@ -126,7 +129,8 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
                 f"{where}: expected a list of messages or an object with 'messages'; "
                 f"the object has keys {_keys(data)}{hint}"
             )
-        messages_value, tools_value, prefix = data["messages"], data.get("tools"), "messages"
+        messages_value, tools_value = data["messages"], data.get("tools")
+        prefix = "messages" if fmt == "chat" else f"{BODY_FORMATS[fmt]}, as llama-server converts it: messages"
     else:
         raise InputError(
             f"{where}: expected a list of messages or an object with 'messages', got {json_kind(data)}"

@@ -40,7 +40,8 @@ from collections.abc import Iterable
 from ..errors import InputError
 from ..sandbox import Limits
 
-__all__ = ["DEFAULT_INPUTS", "INPUTS", "check_inputs", "content_text", "given_messages", "inputs_note", "server_refuses"]
+__all__ = ["DEFAULT_INPUTS", "INPUTS", "check_inputs", "content_text", "given_messages", "given_tools", "inputs_note",
+           "server_refuses"]
 
 INPUTS = ("server", "transformers")
 DEFAULT_INPUTS = "server"
@@ -70,6 +71,26 @@ def given_messages(messages: Iterable[dict], inputs: str) -> list[dict]:
     for i, m in enumerate(messages):
         _server_reads(m, i)
     return [_as_server_writes(m) for m in messages]
+
+
+def given_tools(tools, inputs: str) -> tuple[dict, ...] | None:
+    """`tools` as the `inputs` engine gives them to a template: None for none. llama-server reads each
+    into its tool struct and writes it out again (common/chat.cpp, `common_chat_tools_parse_oaicompat`
+    then `common_chat_tools_to_json_oaicompat`): `{"type": "function", "function": {"name",
+    "description", "parameters"}}`, a missing description "" and missing parameters {}, any other
+    key (an OpenAI client's `"strict": true`) left out; transformers gives them as they are."""
+    if not tools:
+        return None
+    if check_inputs(inputs) == "transformers":
+        return tuple(tools)
+    out = []
+    for tool in tools:
+        fn = tool.get("function", tool)
+        description = fn.get("description")
+        out.append({"type": "function", "function": {
+            "name": fn["name"], "description": description if isinstance(description, str) else "",
+            "parameters": fn["parameters"] if "parameters" in fn else {}}})
+    return tuple(out)
 
 
 # The string keys of the server's message struct (common_chat_msg) besides its role and content, in

@@ -31,7 +31,7 @@ from ..sandbox import PINNED_NOW, Prepared, prepare_message, prepare_tools, read
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation
-from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, check_inputs
+from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, check_inputs, given_tools
 from ._thinking import server_thinking
 from ._workarounds import as_server_finishes, as_server_renders
 
@@ -201,7 +201,7 @@ def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = No
     except InputError as exc:  # (the session's fault: named by its file)
         raise InputError(f"{conversation.source}: {exc}" if conversation.source else str(exc)) from None
     return ServerConversation(template, conversation, messages,
-                              tuple(conversation.tools or ()) or None, dict(kwargs or {}), render_variables(template, kwargs, inputs),
+                              given_tools(conversation.tools, inputs), dict(kwargs or {}), render_variables(template, kwargs, inputs),
                               inputs)
 
 

@@ -1,0 +1,304 @@
+"""Request bodies of the two other APIs llama-server serves, read as it reads them.
+
+Coding agents talk to llama-server through its OpenAI Responses endpoint (`/v1/responses`: Codex)
+or its Anthropic Messages endpoint (`/v1/messages`: Claude Code). The server turns either body into
+a chat-completions body before anything else (the pinned tools/server/server-chat.cpp,
+`server_chat_convert_responses_to_chatcmpl` and `server_chat_convert_anthropic_to_oai`), so a
+session saved as the agent sent it is the chat session those functions write. This module writes
+it the same way, for every command that takes a conversation:
+
+- Responses: `instructions` becomes a first system message, a string `input` one user message;
+  input messages (user, system, developer) keep their text parts; an assistant output message
+  (`"type": "message"`), a `function_call` and a `reasoning` item join the assistant message before
+  them where there is one (its content, its tool calls, its `reasoning_content`), else open one;
+  a `function_call_output` is a tool message; only function tools are kept (`strict` true unless
+  given).
+- Anthropic: `system` (a string, or its text blocks joined) becomes a first system message, with
+  Claude Code's per-request `cch=` stamp written as `fffff` as the server writes it (it would end
+  every prefix); a message's `thinking` blocks become its `reasoning_content`, its `tool_use`
+  blocks its tool calls (the input written compactly, keys in the given order), its `tool_result`
+  blocks tool messages after it; other blocks are dropped as the server drops them.
+
+What the server refuses in them is refused here in one line, naming the item; images, which only
+a multimodal model takes, are refused as in any conversation.
+
+    >>> chat_body({"instructions": "Be brief.", "input": "hi"}, "s.json")["messages"]
+    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'hi'}]
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import InputError
+
+__all__ = ["BODY_FORMATS", "body_format", "chat_body"]
+
+# Each body's name in a message.
+BODY_FORMATS = {"responses": "a Responses API body", "anthropic": "an Anthropic Messages body", "chat": "a chat body"}
+
+# The content blocks only an Anthropic Messages body has (a chat body's parts are text or image_url).
+_ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document"})
+_IMAGE_HINT = "only text is supported (an image needs a multimodal model); leave it out"
+
+
+def body_format(data: dict) -> str:
+    """"responses", "anthropic" or "chat": which API's request body `data` is."""
+    if "input" in data and "messages" not in data:
+        return "responses"
+    if "messages" not in data:
+        return "chat"
+    if "system" in data or any(isinstance(t, dict) and "input_schema" in t for t in _list(data.get("tools"))):
+        return "anthropic"
+    for m in _list(data.get("messages")):
+        blocks = m.get("content") if isinstance(m, dict) else None
+        if any(isinstance(b, dict) and b.get("type") in _ANTHROPIC_BLOCKS for b in _list(blocks)):
+            return "anthropic"
+    return "chat"
+
+
+def chat_body(data: dict, where: str) -> dict:
+    """`data` (a Responses or Anthropic Messages request body) as the chat body {"messages", "tools"}
+    llama-server makes of it; a chat body as it is."""
+    fmt = body_format(data)
+    if fmt == "responses":
+        return _from_responses(data, where)
+    if fmt == "anthropic":
+        return _from_anthropic(data, where)
+    return data
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _refused(where: str, at: str, what: str, hint: str) -> InputError:
+    return InputError(f"{where}: {at}: {what}, which llama-server refuses; {hint}")
+
+
+# --- the Responses API (server_chat_convert_responses_to_chatcmpl) ---------------------------------
+
+
+def _from_responses(body: dict, where: str) -> dict:
+    if isinstance(body.get("previous_response_id"), str) and body["previous_response_id"]:
+        raise _refused(where, "previous_response_id", "the body continues a stored response",
+                       "give the whole conversation in 'input' (llama.cpp stores no responses)")
+    messages: list[dict] = []
+    if "instructions" in body:  # (a value that is not a string is read as "", as the server reads it)
+        messages.append({"role": "system", "content": _str_or(body["instructions"])})
+    given = body["input"]
+    if isinstance(given, str):
+        messages.append({"role": "user", "content": given})
+    elif isinstance(given, list):
+        for i, item in enumerate(given):
+            _response_item(messages, item, where, f"input[{i}]")
+    else:
+        raise _refused(where, "input", "it is neither a string nor a list of items", "give the conversation's items")
+    out = {"messages": messages}
+    if "tools" in body:
+        tools = _response_tools(body["tools"], where)
+        if tools:
+            out["tools"] = tools
+    return out
+
+
+def _response_item(messages: list[dict], item, where: str, at: str) -> None:
+    """Item `at` of a Responses body's input, added to `messages` as the server adds it."""
+    if not isinstance(item, dict):
+        raise _refused(where, at, "it is not an object", "give each input item as an object")
+    item = dict(item)
+    after_assistant = bool(messages) and messages[-1].get("role") == "assistant"
+    if isinstance(item.get("content"), str):  # (an input message's text, as the server rewrites it first)
+        item["content"] = [{"text": item["content"], "type": "input_text"}]
+    kind, role = item.get("type"), item.get("role")
+    if isinstance(item.get("content"), list) and role in ("user", "system", "developer"):
+        item.pop("type", None)
+        item.pop("status", None)
+        item["content"] = [_input_part(p, where, f"{at}.content[{j}]") for j, p in enumerate(item["content"])]
+        messages.append(item)
+    elif role == "assistant" and kind == "message":
+        parts = [_output_part(p, where, f"{at}.content[{j}]") for j, p in enumerate(_list(item.get("content")))]
+        if after_assistant:
+            prev = messages[-1]
+            prev["content"] = [*_list(prev.get("content")), *parts]
+        else:
+            item.pop("status", None)
+            item.pop("type", None)
+            messages.append({**item, "content": parts})
+    elif kind == "function_call" and all(isinstance(item.get(k), str) for k in ("arguments", "call_id", "name")):
+        call = {"function": {"arguments": item["arguments"], "name": item["name"]}, "id": item["call_id"],
+                "type": "function"}
+        if after_assistant:
+            messages[-1]["tool_calls"] = [*_list(messages[-1].get("tool_calls")), call]
+        else:
+            messages.append({"role": "assistant", "tool_calls": [call]})
+    elif kind == "function_call_output" and isinstance(item.get("call_id"), str) and isinstance(item.get("output"), (str, list)):
+        output = item["output"]
+        if isinstance(output, list):
+            output = [_output_item(p, where, f"{at}.output[{j}]") for j, p in enumerate(output)]
+        messages.append({"content": output, "role": "tool", "tool_call_id": item["call_id"]})
+    elif kind == "reasoning" and isinstance(item.get("summary"), list):
+        text = _reasoning_text(item, where, at)
+        if after_assistant:
+            messages[-1]["reasoning_content"] = text
+        else:
+            messages.append({"role": "assistant", "content": [], "reasoning_content": text})
+    else:
+        raise _refused(where, at, "its type cannot be told ('Cannot determine type of item')",
+                       "give an input message, an assistant message with \"type\": \"message\", a function_call, "
+                       "a function_call_output or a reasoning item")
+
+
+def _input_part(part, where: str, at: str) -> dict:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind == "input_text":
+        if "text" not in part:
+            raise _refused(where, at, "an input_text part without 'text'", "give its text")
+        return {"text": part["text"], "type": "text"}
+    if kind == "input_image":
+        raise InputError(f"{where}: {at} is an image; {_IMAGE_HINT}")
+    if kind == "input_file":
+        raise _refused(where, at, "a file part (\"'input_file' is not supported\")", "give its text instead")
+    raise _refused(where, at, f"a part of type {kind!r}", "give input_text parts")
+
+
+def _output_part(part, where: str, at: str) -> dict:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind in ("output_text", "input_text") and isinstance(part.get("text"), str):
+        return {"text": part["text"], "type": "text"}
+    if kind == "refusal":  # (the server converts it, then refuses the part it made)
+        raise _refused(where, at, "a refusal part (\"Unsupported content part type\")", "give the refusal as output_text")
+    raise _refused(where, at, f"a part of type {kind!r} (or without text)", "give output_text parts")
+
+
+def _output_item(part, where: str, at: str) -> dict:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind == "input_text":
+        return {**part, "type": "text"}
+    if kind == "input_image":
+        raise InputError(f"{where}: {at} is an image; {_IMAGE_HINT}")
+    raise _refused(where, at, f"a tool output part of type {kind!r}", "give input_text parts")
+
+
+def _reasoning_text(item: dict, where: str, at: str) -> str:
+    content = item.get("content")
+    if not isinstance(content, list) or not content:
+        raise _refused(where, f"{at}.content", "a reasoning item without its text (\"item['content'] is not an array\" "
+                       "or is empty)", "give its content as [{\"type\": \"reasoning_text\", \"text\": ...}], or leave "
+                       "the item out (a summary or encrypted_content alone is not read)")
+    text = content[0].get("text") if isinstance(content[0], dict) else None
+    if not isinstance(text, str):
+        raise _refused(where, f"{at}.content[0]", "a reasoning text that is not a string", "give its text")
+    return text
+
+
+def _response_tools(tools, where: str) -> list[dict]:
+    if not isinstance(tools, list):
+        raise _refused(where, "tools", "it is not a list", "give the tools as a list of objects")
+    out = []
+    for tool in tools:
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            continue  # (web search and other built-in tools: the server skips them)
+        fn = {k: v for k, v in tool.items() if k != "type"}
+        fn.setdefault("strict", True)
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+# --- the Anthropic Messages API (server_chat_convert_anthropic_to_oai) -----------------------------
+
+_BILLING = "x-anthropic-billing-header:"
+
+
+def _stamp_normalized(text: str) -> str:
+    """Claude Code's system prompt with its per-request `cch=` stamp as `fffff`, as the server writes it
+    (`normalize_anthropic_billing_header`): otherwise no two requests would share a prefix."""
+    if not text.startswith(_BILLING):
+        return text
+    at = text.find("cch=", len(_BILLING))
+    if at < 0:
+        return text
+    at += 4
+    if at + 5 < len(text) and text[at + 5] == ";":
+        return text[:at] + "fffff" + text[at + 5:]
+    return text
+
+
+def _from_anthropic(body: dict, where: str) -> dict:
+    messages: list[dict] = []
+    system = body.get("system")
+    if system is not None:
+        if isinstance(system, str):
+            text = _stamp_normalized(system)
+        else:
+            text = "".join(_stamp_normalized(b.get("text", "") if isinstance(b.get("text"), str) else "")
+                           for b in _list(system) if isinstance(b, dict) and b.get("type") == "text")
+        messages.append({"role": "system", "content": text})
+    given = body["messages"]
+    if not isinstance(given, list):
+        raise _refused(where, "messages", "it is not a list", "give the conversation's messages")
+    for i, m in enumerate(given):
+        _anthropic_message(messages, m, where, f"messages[{i}]")
+    out = {"messages": messages}
+    if isinstance(body.get("tools"), list):
+        out["tools"] = [_anthropic_tool(t) for t in body["tools"]]
+    return out
+
+
+def _anthropic_message(messages: list[dict], m, where: str, at: str) -> None:
+    if not isinstance(m, dict) or not isinstance(m.get("content"), list):
+        if not (isinstance(m, dict) and "content" not in m and m.get("role") == "assistant"):
+            messages.append(m)  # (as it is: the conversation's own check then reads it)
+        return
+    content, calls, results, reasoning = [], [], [], ""
+    for j, block in enumerate(m["content"]):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            content.append(block)
+        elif kind == "thinking":
+            reasoning += block.get("thinking") if isinstance(block.get("thinking"), str) else ""
+        elif kind == "image":
+            raise InputError(f"{where}: {at}.content[{j}] is an image; {_IMAGE_HINT}")
+        elif kind == "tool_use":
+            args = block.get("input")
+            calls.append({"id": _str_or(block.get("id")), "type": "function",
+                          "function": {"name": _str_or(block.get("name")),
+                                       "arguments": json.dumps({} if args is None else args, separators=(",", ":"),
+                                                               ensure_ascii=False)}})
+        elif kind == "tool_result":
+            results.append({"role": "tool", "tool_call_id": _str_or(block.get("tool_use_id")),
+                            "content": _result_text(block.get("content"), where, f"{at}.content[{j}]")})
+    if content or calls or reasoning:
+        out: dict = {"role": _str_or(m.get("role"))}
+        if content:
+            out["content"] = content
+        else:
+            out["content"] = ""
+        if calls:
+            out["tool_calls"] = calls
+        if reasoning:
+            out["reasoning_content"] = reasoning
+        messages.append(out)
+    messages.extend(results)  # (after the message that holds them, as the server puts them)
+
+
+def _str_or(value, default: str = "") -> str:
+    return value if isinstance(value, str) else default
+
+
+def _result_text(content, where: str, at: str) -> str:
+    """A tool_result's content as the server gives it: a string, or its text blocks joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        if any(isinstance(c, dict) and c.get("type") == "image" for c in content):
+            raise InputError(f"{where}: {at} holds an image; {_IMAGE_HINT}")
+        return "".join(_str_or(c.get("text")) for c in content if isinstance(c, dict) and c.get("type") == "text")
+    return ""
+
+
+def _anthropic_tool(tool) -> dict:
+    tool = tool if isinstance(tool, dict) else {}
+    return {"type": "function", "function": {"name": _str_or(tool.get("name")),
+                                             "description": _str_or(tool.get("description")),
+                                             "parameters": tool.get("input_schema", {})}}
