@@ -156,7 +156,6 @@ def test_table_format():
     assert table.endswith("differs: 1, identical: 1, refused: 1; round trip holds on llama.cpp's render: 1 of 3\n")
 
 
-@pytest.mark.parametrize("name", ["message-keys", "no-system", "parts-only"])
 def _given(text: str) -> list:
     """The messages and tools the `messages-dump` fixture was given, read off its error's text."""
     decoder = json.JSONDecoder()
@@ -210,6 +209,7 @@ def test_an_agents_body_reaches_the_template_as_llama_server_gives_it(server, tm
     assert len(theirs[0]) > (12 if session else 1)
 
 
+@pytest.mark.parametrize("name", ["message-keys", "no-system", "parts-only"])
 def test_the_server_setting_gives_messages_as_llama_server_does(server, tmp_path, name):
     # The session of tests/test_inputs.py (keys the server's message struct does not hold, empty
     # strings, object arguments, text parts, a system message): tmplkit's server setting renders it
