@@ -93,6 +93,8 @@ def test_tmplkit_toml_first_and_a_pyproject_without_the_table_is_no_config(proje
     ("[limits]\ntimeout = 1\nthreads = 2\n", "unknown key 'limits.threads' in [limits]"),
     ("fail-on = 'sometimes'\n", "'fail-on' must be one of fail, unchecked, warning, got 'sometimes'"),
     ("sources = 'templates'\n", "'sources' must be a list of strings, got 'templates'"),
+    ("sources = 5\n", "'sources' must be a list of strings, got 5"),  # (it raised a TypeError)
+    ("sources = true\n", "'sources' must be a list of strings, got True"),
     ("[limits]\ntimeout = -1\n", "'limits.timeout' must be a positive number, got -1"),
     ("[limits]\ntimeout = nan\n", "'limits.timeout' must be a positive number, got nan"),
     ("[limits]\njobs = 1.5\n", "'limits.jobs' must be a positive whole number, got 1.5"),

@@ -184,7 +184,8 @@ def parse_config(data: dict[str, Any], path: Path) -> Config:
 def _no_standard_input(data: dict, path: Path) -> None:
     """A file setting may not be `-`: the configuration is read by every command, and each would
     wait on standard input for it (`show` and `diff`, which use no expected failures, too)."""
-    named = [("sources", v) for v in data.get("sources", []) if isinstance(data.get("sources"), list)]
+    sources = data.get("sources")
+    named = [("sources", v) for v in sources] if isinstance(sources, list) else []  # (other shapes: said below)
     named += [(key, data.get(key)) for key in ("expected-failures", "lock", "tokenizer")]
     for table in ("upstream", "tokenizers"):
         value = data.get(table)
