@@ -332,6 +332,28 @@ def test_messages_name_the_flags(capsys):
         prefill_settings(args)
 
 
+def test_prefill_refuses_a_huge_repeat_and_checkpoints_shaped_and_off(capsys, tmp_path):
+    # (both ran: a billion runs until killed; -ctxcp ignored under --checkpoints off, exit 0)
+    from tmplkit.cli._common import prefill_settings
+
+    session = tmp_path / "s.json"
+    session.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    pytest.importorskip("llama_cpp")  # (prefill asks for the llama extra first)
+    code, _, err = run(capsys, "prefill", "tiny:qwen35", "--session", str(session), "--repeat", "1000000000")
+    assert code == 2 and one_line_error(err, "--repeat must be at most 1000, got 1000000000")
+    parse = build_parser().parse_args
+    for given, said in ((["-ctxcp", "5"], "-ctxcp shapes"), (["-ctxcp", "5", "-cms", "9"], "-ctxcp and -cms shape")):
+        with pytest.raises(Exception, match=f"^{said} the checkpoints, and --checkpoints off takes none"):
+            prefill_settings(parse(["prefill", "gemma", "--session", "s.json", "--checkpoints", "off", *given]))
+    # given with checkpoints on, or left out: what was given, else the defaults
+    on = prefill_settings(parse(["prefill", "gemma", "--session", "s.json", "--checkpoints", "on", "-cms", "9"]))
+    off = prefill_settings(parse(["prefill", "gemma", "--session", "s.json", "--checkpoints", "off"]))
+    assert (on.max_checkpoints, on.checkpoint_min_step) == (32, 9) and off.checkpoints is False
+    assert (off.max_checkpoints, off.checkpoint_min_step) == (32, 8192)
+    replay = prefill_settings(parse(["replay", "gemma", "--session", "s.json", "-ctxcp", "4"]))
+    assert replay.max_checkpoints == 4
+
+
 def test_no_llama_server_points_at_what_an_installed_package_can_do(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("TMPLKIT_LLAMA_SERVER", str(tmp_path / "none"))
     monkeypatch.setenv("TMPLKIT_CACHE", str(tmp_path / "cache"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import InputError
 from ._common import (
     add_format,
     add_llama_options,
@@ -20,6 +21,10 @@ from ._common import (
 from ._limits import check_template_isolated
 from ._terminal import ProgressLine, wanted
 
+# Runs per policy at most: each prefills the whole session once per policy (a count past this is
+# a typo, and would run for days).
+MAX_REPEAT = 1000
+
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 
@@ -35,7 +40,8 @@ def add_prefill(sub) -> None:
     p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: its default one)")
     p.add_argument("--policy", default="all", choices=[*POLICIES, "all"],
                    help="; ".join(f"{name}: {pol.description}" for name, pol in POLICIES.items()) + "; all: each of them")
-    p.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per policy, interleaved; figures are medians")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help=f"runs per policy, interleaved, 1 to {MAX_REPEAT}; figures are medians")
     add_format(p, ("markdown", "json"), "markdown", "the comparison")
     add_output(p, "the comparison")
     add_report_option(p, ("json", "markdown"), old_json=True)
@@ -54,6 +60,9 @@ def _cmd_prefill(args) -> int:
     session_of(args, "prefill")
     reports = model_run_outputs(args)
     at_least(args.repeat, 1, "--repeat")
+    if args.repeat > MAX_REPEAT:
+        raise InputError(f"--repeat must be at most {MAX_REPEAT}, got {args.repeat}: each run prefills the whole "
+                         "session once per policy; give fewer runs")
     settings = prefill_settings(args)
     # A bar redrawn in place: a terminal only, and not a dumb one (TERM=dumb, CI logs).
     line = ProgressLine(wanted(), steps=False)
