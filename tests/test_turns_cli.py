@@ -245,11 +245,29 @@ def test_options_that_count_tokens_without_a_tokenizer_are_refused_not_ignored(c
 
 
 def test_a_memory_limit_in_turns_names_a_way_turns_has(capsys):
-    # (it said "raise --memory", which turns reads as the deprecated memory model)
+    # turns takes --memory MB as the other commands do (it was the memory model's old spelling, and
+    # the limit was fixed: a long session with token ids ran out of it, the message blaming the template)
     hostile = Path(__file__).resolve().parent.parent / "fixtures" / "hostile" / "bomb_held_values.jinja"
     assert main(["--no-config", "turns", str(hostile)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "study it from Python" in err and "raise --memory" not in err
+    assert err.count("\n") == 1 and "raise --memory" in err
+
+
+def test_turns_memory_is_mib_and_the_old_memory_model_spelling_still_works(session_file, capsys):
+    from tmplkit.cli import build_parser
+
+    args = build_parser().parse_args(["turns", str(FIX / "stable.jinja"), "--memory", "4096"])
+    assert args.memory_mb == 4096 and args.memory is None and capsys.readouterr().err == ""
+    old = build_parser().parse_args(["turns", str(FIX / "stable.jinja"), "--memory", "swa:64"])
+    assert old.memory == "swa:64" and old.memory_mb is None and "--memory-model" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as bad:  # (argparse's own refusal: one line, exit 2)
+        main(["--no-config", "turns", str(FIX / "stable.jinja"), "--memory", "1.5"])
+    assert bad.value.code == 2 and "'1.5' is not a whole number of MiB" in capsys.readouterr().err
+    assert main(["--no-config", "turns", str(FIX / "stable.jinja"), "--memory", "0"]) == 2
+    assert "--memory" in capsys.readouterr().err
+    # the limit reaches the worker: the study of a session held in too little memory stops there
+    assert main(["--no-config", "turns", str(FIX / "stable.jinja"), "--session", str(session_file), "-j", "1",
+                 "--memory", "4096"]) == 0
 
 
 def test_one_template_on_two_workers_makes_its_next_renders_ahead_with_the_same_report(session_file, capsys, monkeypatch):
@@ -259,8 +277,8 @@ def test_one_template_on_two_workers_makes_its_next_renders_ahead_with_the_same_
 
     asked = []
     work = _turns._contained_study
-    monkeypatch.setattr(_turns, "_contained_study", lambda t, s, timeout, options: asked.append(options["ahead"])
-                        or work(t, s, timeout, options))
+    monkeypatch.setattr(_turns, "_contained_study", lambda t, s, timeout, mb, options: asked.append(options["ahead"])
+                        or work(t, s, timeout, mb, options))
     argv = ["turns", str(FIX / "strict-alternation.jinja"), "--session", str(session_file), "--tokenizer", "vocab:qwen35",
             "--format", "json", "--no-switches"]
     reports = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import os
@@ -13,9 +14,10 @@ from ._common import (
     add_output,
     add_settings_option,
     add_tokenizer,
-    deprecated,
+    deprecation_note,
     emit,
     load_templates,
+    memory_mb,
     positive,
     require_tokenizers,
     settings_of,
@@ -40,7 +42,9 @@ def add_turns(sub) -> None:
     p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request")
     p.add_argument("--memory-model", dest="memory", default=None, metavar="swa:N|recurrent",
                    help="the checkpointing model's memory: swa:N, recurrent (default: --model's, else swa:512)")
-    deprecated(p, "--memory", new="--memory-model (in the other commands --memory is MiB a worker may allocate)", dest="memory")
+    p.add_argument("--memory", type=mb_or_old_model, metavar="MB", action=_MemoryOption, dest="memory_mb",
+                   help=f"MiB a template's worker may allocate beyond its start-up footprint (default {MEMORY_MB}): "
+                        "a long session's requests and their token ids are held at once")
     p.add_argument("--model", metavar="MODEL", help="take the memory from this model's GGUF metadata (full, a sliding "
                                                     "window, recurrent or hybrid): a .gguf, `gemma`, `tiny:VOCAB` or "
                                                     "`tiny:VOCAB-hybrid`")
@@ -60,7 +64,7 @@ def add_turns(sub) -> None:
     p.add_argument("--no-switches", action="store_true", help="do not try the template's thinking switches")
     p.add_argument("--jobs", "-j", type=int, default=None,
                    help="templates studied at once, each in its worker (default: the machine's cores, at most one "
-                        "per 2 GiB of available memory); one template and 2 or more: its next renders are made on a "
+                        "per --memory MiB of available memory); one template and 2 or more: its next renders are made on a "
                         "second core")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per template: study the requests rendered within SECONDS and say where it stopped; the template "
@@ -68,6 +72,40 @@ def add_turns(sub) -> None:
     add_format(p, FORMATS, "text", "the report")
     add_output(p, "the report")
     p.set_defaults(func=_cmd_turns)
+
+
+class OldMemoryModel(str):
+    """A memory model given the old way, `--memory swa:N` (now --memory-model)."""
+
+
+def mb_or_old_model(value: str):
+    """--memory MB; until 0.4 a memory model given the old way too (a value that is no number)."""
+    try:
+        return int(value)
+    except ValueError:
+        try:
+            float(value)
+        except ValueError:
+            return OldMemoryModel(value)
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of MiB") from None
+
+
+class _MemoryOption(argparse.Action):
+    """--memory MB, as every command that runs templates in workers takes it; a memory model given
+    the old way goes to --memory-model, with the deprecation note."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from ._once import remember_value
+
+        if isinstance(values, OldMemoryModel):
+            deprecation_note(option_string or "--memory", "--memory-model (--memory is MiB a worker may allocate, as "
+                                                          "in the other commands)")
+            model = parser._option_string_actions["--memory-model"]
+            remember_value(model, namespace, str(values), option_string)
+            namespace.memory = str(values)
+        else:
+            remember_value(self, namespace, values, option_string)
+            namespace.memory_mb = values
 
 
 def _cmd_turns(args) -> int:
@@ -83,6 +121,7 @@ def _turns(args) -> int:
     from ..turns.formats import format_turns
 
     memory = _memory(args)  # refuse a bad option before any work
+    worker_mb = memory_mb(args.memory_mb) or MEMORY_MB
     _need_tokenizer(args)
     settings = settings_of(args, CHOSEN)
     kwargs = _template_kwargs(args.template_kwargs)
@@ -102,7 +141,7 @@ def _turns(args) -> int:
         from ..tokens.tokenizers import load_tokenizer
 
         tokenizer = portable_tokenizer(load_tokenizer(args.tokenizer), args.tokenizer)
-    jobs = positive(args.jobs, "--jobs") or _default_jobs()
+    jobs = positive(args.jobs, "--jobs") or _default_jobs(worker_mb)
     calls = []
     for t in templates:
         if args.tokenizer == "auto":
@@ -111,11 +150,11 @@ def _turns(args) -> int:
                    "server": server, "inputs": args.inputs, "kwargs": kwargs, "settings": settings}
         calls.append((t, options))
     if jobs > 1 and len(calls) > 1:
-        reports = _contained_studies(calls, session, timeout, jobs)
+        reports = _contained_studies(calls, session, timeout, jobs, worker_mb)
     else:
         # One template on a machine of several workers: its next renders on the second core.
         ahead = jobs > 1 and len(calls) == 1
-        reports = [_contained_study(t, session, timeout, {**options, "ahead": ahead}) for t, options in calls]
+        reports = [_contained_study(t, session, timeout, worker_mb, {**options, "ahead": ahead}) for t, options in calls]
     failed = [r for r in reports if r.error]
     # The text report is for a person: a template that cannot render the session is an error line
     # (below) instead; the tables and the JSON keep its row, with the error, for a program.
@@ -127,16 +166,16 @@ def _turns(args) -> int:
     return 2 if failed else 0
 
 
-def _contained_study(template, session, timeout: float | None, options: dict):
+def _contained_study(template, session, timeout: float | None, worker_mb: int, options: dict):
     """`study_turns` of one template in a worker under the audit's limits (tmplkit.auditing.contained): the
     study stops rendering at `timeout` seconds (default DEFAULT_TIMEOUT) and studies what it rendered;
-    the worker is killed a grace later (a render that never checks the clock) or past MEMORY_MB MiB,
+    the worker is killed a grace later (a render that never checks the clock) or past `worker_mb` MiB,
     and a worker stopped becomes the template's error, as a template that cannot render the session is."""
     from ..auditing.contained import run_contained
     from ..errors import RenderError
     from ..turns import TurnsReport
 
-    work, limits = _worker_limits(timeout)
+    work, limits = _worker_limits(timeout, worker_mb)
     try:
         with _progress(template.name) as progress:  # drawn here, from what the worker sends
             return run_contained(work, template, session, what=f"turns of '{template.name}'", progress=progress,
@@ -145,26 +184,28 @@ def _contained_study(template, session, timeout: float | None, options: dict):
         return TurnsReport(template.name, 0, (), error=str(exc))
 
 
-def _worker_limits(timeout: float | None):
+def _worker_limits(timeout: float | None, worker_mb: int):
     """The study a worker runs (it stops rendering at `timeout`, default DEFAULT_TIMEOUT) and the
-    limits the worker runs under (killed a grace later, or past MEMORY_MB MiB): one template at a
+    limits the worker runs under (killed a grace later, or past `worker_mb` MiB): one template at a
     time or several at once alike."""
     from ..turns import study_turns
 
     limit = timeout if timeout is not None else DEFAULT_TIMEOUT
     return (functools.partial(study_turns, timeout=limit),
-            {"timeout": limit + max(1.0, 0.1 * limit), "memory_mb": MEMORY_MB,
-             "advice": "; if it is legitimately slow, raise --timeout"})
+            {"timeout": limit + max(1.0, 0.1 * limit), "memory_mb": worker_mb,
+             "advice": "; if it is legitimately slow, raise --timeout",
+             "memory_advice": "; a long session's requests and their token ids are held at once: if the session is "
+                              "meant to be this long, raise --memory"})
 
 
-def _contained_studies(calls, session, timeout: float | None, jobs: int) -> list:
+def _contained_studies(calls, session, timeout: float | None, jobs: int, worker_mb: int) -> list:
     """`_contained_study` of each (template, options), `jobs` workers at once (a corpus of templates
     on every core); the progress line counts the templates done, not one template's requests."""
     from ..auditing.contained import run_contained_each
     from ..errors import RenderError
     from ..turns import TurnsReport
 
-    work, limits = _worker_limits(timeout)
+    work, limits = _worker_limits(timeout, worker_mb)
     with ProgressLine(wanted(), interval=0.1, steps=False) as line:
         results = run_contained_each([(work, (t, session), options, f"turns of '{t.name}'") for t, options in calls],
                                      jobs=jobs, **limits,
@@ -180,12 +221,13 @@ def _contained_studies(calls, session, timeout: float | None, jobs: int) -> list
     return out
 
 
-def _default_jobs() -> int:
-    """The machine's cores, at most one worker per MEMORY_MB of the memory available now (a worker
-    may use that much on a long session: many cores and little memory must not run out of it)."""
+def _default_jobs(worker_mb: int = 0) -> int:
+    """The machine's cores, at most one worker per `worker_mb` (default MEMORY_MB) of the memory
+    available now (a worker may use that much on a long session: many cores and little memory must
+    not run out of it)."""
     cores = os.cpu_count() or 1
     available = _available_memory()
-    return cores if available is None else max(1, min(cores, available // (MEMORY_MB * 2**20)))
+    return cores if available is None else max(1, min(cores, available // ((worker_mb or MEMORY_MB) * 2**20)))
 
 
 def _available_memory(meminfo: str = "/proc/meminfo") -> int | None:

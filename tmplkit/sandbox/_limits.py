@@ -87,10 +87,8 @@ _HINTS = {
         "memory_mb": "raise --memory",
     },
 }
-# `tmplkit turns`: its --memory is still the deprecated memory model (until 0.4); its workers' MiB
-# are fixed, so the way to more memory is the library.
-_HINTS["turns"] = {**_HINTS["cli"], "memory_mb": "study it from Python (tmplkit.turns.study_turns in a process "
-                                                 "of your own: the memory of turns' workers is fixed)"}
+# `tmplkit turns`: its workers hold a whole session's requests and their token ids.
+_HINTS["turns"] = {**_HINTS["cli"], "memory_mb": "raise --memory (MiB per template's worker)"}
 _HINT_PLACE: ContextVar[str] = ContextVar("tmplkit_hint_place", default="library")
 
 
