@@ -93,6 +93,24 @@ def test_an_output_that_the_configuration_names_is_refused_and_left_as_it_was(he
     assert {p: p.read_bytes() for p in here.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.parametrize("argv", [
+    ("schema", "audit", "-o", "tmplkit.toml"), ("session", "generate", "-o", "./tmplkit.toml"),
+    ("turns", str(CHATML), "-o", "tmplkit.toml"), ("annotate", str(CHATML), "-o", "tmplkit.toml"),
+    ("spans", str(CHATML), "--session", "c.json", "--tokenizer", "vocab:qwen35", "-o", "sub/../tmplkit.toml"),
+])
+def test_the_configuration_found_is_no_output_of_a_command_that_does_not_read_it(here, capsys, argv):
+    # (these commands wrote over it: they read no setting, yet it is the project's)
+    (here / "sub").mkdir()
+    (here / "tmplkit.toml").write_text('fail-on = "warning"\n', encoding="utf-8")
+    (here / "c.json").write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8")
+    code = main(list(argv))
+    assert one_line_error(code, capsys.readouterr().err, "tmplkit.toml: it is also what the command reads")
+    assert (here / "tmplkit.toml").read_text(encoding="utf-8") == 'fail-on = "warning"\n'
+    # a file of that name where no configuration is found, or with --no-config, is any output
+    assert main(["schema", "audit", "-o", "sub/tmplkit.toml"]) == 0
+    assert main(["--no-config", "schema", "audit", "-o", "tmplkit.toml"]) == 0
+
+
 def test_standard_input_in_the_configuration_is_refused_not_waited_on(here, capsys):
     # (every command read it at once: `show` waited on standard input for expected failures)
     (here / "tmplkit.toml").write_text('expected-failures = "-"\n', encoding="utf-8")

@@ -23,7 +23,7 @@ from .._interrupt import forget_unhandled_interrupt, install_early_handler, rais
 from .._version import __version__
 from ..errors import InputError, TmplkitError
 from ._once import StoreOnce
-from ._outputs import check_outputs, error_line, printable, refuse_loaded_outputs
+from ._outputs import check_outputs, error_line, printable, refuse_found_configuration, refuse_loaded_outputs
 
 __all__ = ["build_parser", "main"]
 
@@ -324,6 +324,7 @@ def _main(argv: list[str] | None) -> int:
         args = build_parser(lazy=True).parse_args(argv)
         _refuse_contradictions(sys.argv[1:] if argv is None else argv, args)
         check_outputs(args)  # a path that cannot be written is refused before the work, not after it
+        refuse_found_configuration(args)  # (the project's settings, whether this command reads them or not)
         if getattr(args, "config", None) is not None:
             # A file the user named is read by every command, whichever of its settings it uses:
             # a missing or broken one is an error here too, never ignored.

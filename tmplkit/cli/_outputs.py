@@ -13,8 +13,8 @@ from pathlib import Path
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
-__all__ = ["check_outputs", "error_line", "output_paths", "printable", "refuse_loaded_outputs",
-           "refuse_reading_outputs"]
+__all__ = ["check_outputs", "error_line", "output_paths", "printable", "refuse_found_configuration",
+           "refuse_loaded_outputs", "refuse_reading_outputs"]
 
 # The options whose value is a file the command writes (argparse's dest names); `lock` where the
 # command writes the lock (set_defaults(_writes_lock=True)), else it is read.
@@ -108,6 +108,27 @@ def refuse_reading_outputs(args, reads, tokenizers=()) -> None:
             if isinstance(path, str) and path and path != "-" and _reads(path, out, key, tokenizer=tokenizer):
                 raise InputError(f"{out}: it is also what the command reads ({what}: {path}); writing it would "
                                  "replace it: give another path for the output")
+
+
+def refuse_found_configuration(args) -> None:
+    """`refuse_reading_outputs` for the configuration found from the current folder, whichever
+    command runs (one that does not read it would still replace the project's settings with its
+    output). Looked for only where an output is named like one (a broken pyproject.toml elsewhere
+    is no concern of a command that writes a report), unless --no-config."""
+    import contextlib
+
+    from ..errors import TmplkitError
+    from .config import find_config
+
+    if getattr(args, "no_config", False) or getattr(args, "config", None) is not None:
+        return  # (a --config FILE given is read, and refused as an output, by config_of)
+    if not any(os.path.basename(out) in ("tmplkit.toml", "pyproject.toml") for out in output_paths(args)):
+        return
+    found = None
+    with contextlib.suppress(TmplkitError, OSError):
+        found = find_config()
+    if found is not None:
+        refuse_reading_outputs(args, [("the configuration", str(found))])
 
 
 def refuse_loaded_outputs(args, source: str, templates) -> None:
