@@ -186,6 +186,27 @@ def test_check_writable_reports_early(tmp_path):
             check_writable(ro / "x.json")
 
 
+def test_check_writable_tries_the_folder_where_permission_bits_do_not_tell(tmp_path, monkeypatch):
+    # (root passes every access check, so /sys/kernel/x was found unwritable only after the work)
+    import errno
+
+    from tmplkit import atomic
+    from tmplkit.errors import InputError
+
+    def read_only(**_):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", read_only)
+    with pytest.raises(InputError, match=r"x.json: cannot write the file here \(Read-only file system\)"):
+        atomic.check_writable(tmp_path / "x.json")
+    monkeypatch.undo()
+    if os.geteuid() == 0 and os.path.isdir("/sys/kernel"):
+        with pytest.raises(InputError, match="cannot write the file here"):
+            atomic.check_writable("/sys/kernel/tmplkit-probe.json")
+    atomic.check_writable(tmp_path / "x.json")
+    assert list(tmp_path.iterdir()) == []  # (the file tried is gone)
+
+
 def test_check_writable_refuses_a_path_the_system_cannot_look_up(tmp_path):
     # (a symlink loop, a name too long: the OSError reached the command's catch-all, whose line
     # pointed at the cache folder)

@@ -358,3 +358,8 @@ def _check_writable(path: str | os.PathLike) -> None:
     folder = target.parent
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"{path}: cannot write the file here; {_WRITABLE_HINT}")
+    # Permission bits do not tell all (root may write anywhere by them, yet not into /sys or a
+    # read-only mount): the file the write will go through is made now, and removed.
+    fd, name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    os.unlink(name)
