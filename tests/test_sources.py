@@ -112,6 +112,8 @@ def test_missing_and_unknown_sources(tmp_path):
         sources.load(odd)
     with pytest.raises(SourceError, match="unknown corpus"):
         sources.load("corpus:nothing")
+    with pytest.raises(SourceError, match="corpus:: no corpus named; give corpus:llama.cpp"):  # (it loaded llama.cpp's)
+        sources.load("corpus:")
 
 
 def test_jinja_file_and_folder_of_templates(tmp_path):

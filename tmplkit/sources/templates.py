@@ -487,6 +487,7 @@ def _load_corpus(name: str) -> list[ChatTemplate]:
         # (the listed half only: a cache extracted from a longer list keeps files the list has left)
         listed = set(corpus.hub_dev_names())
         return [t for t in load_dir(corpus.hub_templates_dir()) if t.name in listed]
-    if name not in ("llama.cpp", "llama-cpp", ""):
-        raise SourceError(f"corpus:{name}: unknown corpus; give corpus:llama.cpp or corpus:hub")
+    if name not in ("llama.cpp", "llama-cpp"):
+        what = "no corpus named" if not name else "unknown corpus"
+        raise SourceError(f"corpus:{name}: {what}; give corpus:llama.cpp or corpus:hub")
     return load_dir(corpus.templates_dir())
