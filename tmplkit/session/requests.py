@@ -63,9 +63,11 @@ from ..sandbox import PINNED_NOW
 from ..sources.templates import ChatTemplate
 from ._render import for_server
 
-__all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "iter_next_renders", "iter_requests", "locate_turn",
-           "newest_only", "next_renders", "request_points", "session_requests", "turn_ending", "turn_header",
-           "written_always"]
+__all__ = [
+    "NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders",
+    "iter_next_renders", "iter_requests", "locate_turn", "newest_only", "next_renders", "request_points",
+    "session_requests", "turn_ending", "turn_header", "written_always",
+]
 
 # The content that marks where a message's own text lies in a render (the turns study's generated
 # turn, the masks' turn in a whole render): invisible separators around a word no template writes.
