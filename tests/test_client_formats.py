@@ -66,6 +66,13 @@ def test_an_anthropic_body_is_read_as_the_server_converts_it():
                                                            "parameters": _body("anthropic-messages.json")["tools"][0]["input_schema"]}}
 
 
+def test_an_anthropic_bodys_messages_saved_alone_are_read_as_the_body_would_be():
+    body = _body("anthropic-messages.json")
+    alone = load_conversation(body["messages"])
+    whole = load_conversation({"messages": body["messages"]})
+    assert alone.messages == whole.messages and alone.roles[:3] == ("user", "assistant", "tool")
+
+
 def test_a_chat_body_is_taken_as_it_is():
     chat = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "model": "m"}
     assert body_format(chat) == "chat"

@@ -116,6 +116,8 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
     where = str(where)
     if isinstance(data, Conversation):
         data = data.to_dict()
+    if isinstance(data, (list, tuple)) and body_format({"messages": list(data)}) == "anthropic":
+        data = {"messages": list(data)}  # (an Anthropic body's messages saved alone: read as the body's)
     if isinstance(data, (list, tuple)):
         messages_value, tools_value, prefix = data, None, ""
     elif isinstance(data, dict):
