@@ -98,11 +98,18 @@ def test_a_chat_body_is_taken_as_it_is():
     ({"input": "hi", "tools": {}}, r"tools: it is not a list"),
     ({"system": "s", "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]}]},
      r"messages\[0\]\.content\[0\] is an image"),
-    ({"system": "s", "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "1",
-                                                                "content": [{"type": "image"}]}]}]},
-     r"messages\[0\]\.content\[0\] holds an image"),
-    ({"system": "s", "messages": [{"role": "human", "content": "hi"}]},
-     r"an Anthropic Messages body, as llama-server converts it: messages\[1\]\.role is 'human'"),
+    ({"system": "s", "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "1", "content": [
+        {"type": "image", "source": {"type": "base64", "data": ""}}]}]}]}, r"messages\[0\]\.content\[0\] holds an image"),
+    # named by the user's own place in the body (the list made has the system message first)
+    ({"system": "s", "messages": [{"role": "human", "content": "hi"}]}, r"session.json: messages\[0\]\.role is 'human'"),
+    ({"system": "s", "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "1"}]},
+                                  {"role": 5, "content": [{"type": "text", "text": "x"}]}]},
+     r"messages\[1\]\.role must be a string"),
+    ({"input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]}, r"input\[0\]\.content\[0\]\.text must be"),
+    ({"input": "x", "tools": [{"type": "web_search"}, {"type": "function", "description": "no name"}]},
+     r"tools\[1\]: a function tool without a name, which llama-server refuses; give \{\"type\": \"function\", \"name\""),
+    ({"system": "s", "messages": [], "tools": [{"description": "d", "input_schema": {}}]},
+     r"tools\[0\] has no name; give \{\"name\": ..., \"description\""),
 ])
 def test_what_the_server_refuses_is_one_line_naming_the_item(tmp_path, body, match):
     path = tmp_path / "session.json"
@@ -110,6 +117,23 @@ def test_what_the_server_refuses_is_one_line_naming_the_item(tmp_path, body, mat
     with pytest.raises(InputError, match=match) as info:
         load_session(path)
     assert "\n" not in str(info.value) and str(info.value).startswith(str(path))
+
+
+def test_what_the_server_drops_or_writes_its_own_way():
+    # an image of a source the server does not read is dropped (the results' text then as parts);
+    # a tool_use input in the server's JSON (an integer past 64 bits, a float from 1e15: exponents);
+    # the stamp replaced on the UTF-8 bytes, as the server does
+    s = load_conversation({"system": "x-anthropic-billing-header: cch=\u00e9123;rest", "messages": [
+        {"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}},
+                                     {"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f",
+                                           "input": {"b": 1e15, "n": 18446744073709551616, "u": 18446744073709551615}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+            {"type": "text", "text": "a"}, {"type": "image", "source": {"type": "file"}}]}]}]})
+    assert s.messages[0]["content"] == "x-anthropic-billing-header: cch=fffff;rest"
+    assert s.messages[1]["content"] == [{"type": "text", "text": "hi"}]
+    assert s.messages[2]["tool_calls"][0]["function"]["arguments"] == '{"b":1e+15,"n":1.8446744073709552e+19,"u":18446744073709551615}'
+    assert s.messages[3]["content"] == [{"type": "text", "text": "a"}]
 
 
 def test_tools_as_each_engine_gives_them():

@@ -166,6 +166,9 @@ def _given(text: str) -> list:
 
 @pytest.mark.parametrize("session, endpoint", [("responses-api.json", "/v1/responses"),
                                                ("anthropic-messages.json", "/v1/messages"),
+                                               # numbers the server writes its own way, a stamp in
+                                               # UTF-8, images of a source it drops
+                                               ("anthropic-edges.json", "/v1/messages"),
                                                (None, "/v1/chat/completions")])
 def test_an_agents_body_reaches_the_template_as_llama_server_gives_it(server, tmp_path, session, endpoint):
     # Codex's Responses body and Claude Code's Messages body as the server converts them, and a chat
@@ -206,7 +209,7 @@ def test_an_agents_body_reaches_the_template_as_llama_server_gives_it(server, tm
         conversation.render(list(conversation.messages), add_generation_prompt=True)
     theirs, mine = _given(reason), _given(str(ours.value))
     assert json.dumps(mine) == json.dumps(theirs)  # the same values, keys in the same order
-    assert len(theirs[0]) > (12 if session else 1)
+    assert len(theirs[0]) >= (4 if session else 2)
 
 
 @pytest.mark.parametrize("name", ["message-keys", "no-system", "parts-only"])

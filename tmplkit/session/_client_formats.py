@@ -28,9 +28,8 @@ a multimodal model takes, are refused as in any conversation.
 
 from __future__ import annotations
 
-import json
-
 from ..errors import InputError
+from ._inputs import server_json
 
 __all__ = ["BODY_FORMATS", "body_format", "chat_body"]
 
@@ -60,16 +59,33 @@ def body_format(data: dict) -> str:
 def chat_body(data: dict, where: str) -> dict:
     """`data` (a Responses or Anthropic Messages request body) as the chat body {"messages", "tools"}
     llama-server makes of it; a chat body as it is."""
+    return converted(data, where)[0]
+
+
+def converted(data: dict, where: str) -> tuple[dict, list[str] | None]:
+    """`chat_body`, and where in `data` each of its messages came from (None for a chat body)."""
     fmt = body_format(data)
-    if fmt == "responses":
-        return _from_responses(data, where)
-    if fmt == "anthropic":
-        return _from_anthropic(data, where)
-    return data
+    if fmt == "chat":
+        return data, None
+    body = _from_responses(data, where) if fmt == "responses" else _from_anthropic(data, where)
+    return body, body["messages"].origins
 
 
 def _list(value) -> list:
     return value if isinstance(value, list) else []
+
+
+class _Messages(list):
+    """The chat messages made so far, with the place in the body each came from (`origins`: what
+    a message's problem is named by, the user's own `input[3]`, not its place in the list made)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.origins: list[str] = []
+
+    def add(self, message, origin: str) -> None:
+        self.append(message)
+        self.origins.append(origin)
 
 
 def _refused(where: str, at: str, what: str, hint: str) -> InputError:
@@ -83,12 +99,12 @@ def _from_responses(body: dict, where: str) -> dict:
     if isinstance(body.get("previous_response_id"), str) and body["previous_response_id"]:
         raise _refused(where, "previous_response_id", "the body continues a stored response",
                        "give the whole conversation in 'input' (llama.cpp stores no responses)")
-    messages: list[dict] = []
+    messages = _Messages()
     if "instructions" in body:  # (a value that is not a string is read as "", as the server reads it)
-        messages.append({"role": "system", "content": _str_or(body["instructions"])})
+        messages.add({"role": "system", "content": _str_or(body["instructions"])}, "instructions")
     given = body["input"]
     if isinstance(given, str):
-        messages.append({"role": "user", "content": given})
+        messages.add({"role": "user", "content": given}, "input")
     elif isinstance(given, list):
         for i, item in enumerate(given):
             _response_item(messages, item, where, f"input[{i}]")
@@ -102,7 +118,7 @@ def _from_responses(body: dict, where: str) -> dict:
     return out
 
 
-def _response_item(messages: list[dict], item, where: str, at: str) -> None:
+def _response_item(messages: _Messages, item, where: str, at: str) -> None:
     """Item `at` of a Responses body's input, added to `messages` as the server adds it."""
     if not isinstance(item, dict):
         raise _refused(where, at, "it is not an object", "give each input item as an object")
@@ -115,7 +131,7 @@ def _response_item(messages: list[dict], item, where: str, at: str) -> None:
         item.pop("type", None)
         item.pop("status", None)
         item["content"] = [_input_part(p, where, f"{at}.content[{j}]") for j, p in enumerate(item["content"])]
-        messages.append(item)
+        messages.add(item, at)
     elif role == "assistant" and kind == "message":
         parts = [_output_part(p, where, f"{at}.content[{j}]") for j, p in enumerate(_list(item.get("content")))]
         if after_assistant:
@@ -124,25 +140,25 @@ def _response_item(messages: list[dict], item, where: str, at: str) -> None:
         else:
             item.pop("status", None)
             item.pop("type", None)
-            messages.append({**item, "content": parts})
+            messages.add({**item, "content": parts}, at)
     elif kind == "function_call" and all(isinstance(item.get(k), str) for k in ("arguments", "call_id", "name")):
         call = {"function": {"arguments": item["arguments"], "name": item["name"]}, "id": item["call_id"],
                 "type": "function"}
         if after_assistant:
             messages[-1]["tool_calls"] = [*_list(messages[-1].get("tool_calls")), call]
         else:
-            messages.append({"role": "assistant", "tool_calls": [call]})
+            messages.add({"role": "assistant", "tool_calls": [call]}, at)
     elif kind == "function_call_output" and isinstance(item.get("call_id"), str) and isinstance(item.get("output"), (str, list)):
         output = item["output"]
         if isinstance(output, list):
             output = [_output_item(p, where, f"{at}.output[{j}]") for j, p in enumerate(output)]
-        messages.append({"content": output, "role": "tool", "tool_call_id": item["call_id"]})
+        messages.add({"content": output, "role": "tool", "tool_call_id": item["call_id"]}, at)
     elif kind == "reasoning" and isinstance(item.get("summary"), list):
         text = _reasoning_text(item, where, at)
         if after_assistant:
             messages[-1]["reasoning_content"] = text
         else:
-            messages.append({"role": "assistant", "content": [], "reasoning_content": text})
+            messages.add({"role": "assistant", "content": [], "reasoning_content": text}, at)
     else:
         raise _refused(where, at, "its type cannot be told ('Cannot determine type of item')",
                        "give an input message, an assistant message with \"type\": \"message\", a function_call, "
@@ -196,9 +212,12 @@ def _response_tools(tools, where: str) -> list[dict]:
     if not isinstance(tools, list):
         raise _refused(where, "tools", "it is not a list", "give the tools as a list of objects")
     out = []
-    for tool in tools:
+    for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type") != "function":
             continue  # (web search and other built-in tools: the server skips them)
+        if not isinstance(tool.get("name"), str) or not tool["name"]:
+            raise _refused(where, f"tools[{i}]", "a function tool without a name",
+                           'give {"type": "function", "name": ..., "parameters": ...}')
         fn = {k: v for k, v in tool.items() if k != "type"}
         fn.setdefault("strict", True)
         out.append({"type": "function", "function": fn})
@@ -212,20 +231,22 @@ _BILLING = "x-anthropic-billing-header:"
 
 def _stamp_normalized(text: str) -> str:
     """Claude Code's system prompt with its per-request `cch=` stamp as `fffff`, as the server writes it
-    (`normalize_anthropic_billing_header`): otherwise no two requests would share a prefix."""
+    (`normalize_anthropic_billing_header`, on the UTF-8 bytes): otherwise no two requests would
+    share a prefix."""
     if not text.startswith(_BILLING):
         return text
-    at = text.find("cch=", len(_BILLING))
+    data = text.encode("utf-8")
+    at = data.find(b"cch=", len(_BILLING))
     if at < 0:
         return text
     at += 4
-    if at + 5 < len(text) and text[at + 5] == ";":
-        return text[:at] + "fffff" + text[at + 5:]
+    if at + 5 < len(data) and data[at + 5:at + 6] == b";":
+        return (data[:at] + b"fffff" + data[at + 5:]).decode("utf-8", errors="replace")
     return text
 
 
 def _from_anthropic(body: dict, where: str) -> dict:
-    messages: list[dict] = []
+    messages = _Messages()
     system = body.get("system")
     if system is not None:
         if isinstance(system, str):
@@ -233,7 +254,7 @@ def _from_anthropic(body: dict, where: str) -> dict:
         else:
             text = "".join(_stamp_normalized(b.get("text", "") if isinstance(b.get("text"), str) else "")
                            for b in _list(system) if isinstance(b, dict) and b.get("type") == "text")
-        messages.append({"role": "system", "content": text})
+        messages.add({"role": "system", "content": text}, "system")
     given = body["messages"]
     if not isinstance(given, list):
         raise _refused(where, "messages", "it is not a list", "give the conversation's messages")
@@ -241,14 +262,14 @@ def _from_anthropic(body: dict, where: str) -> dict:
         _anthropic_message(messages, m, where, f"messages[{i}]")
     out = {"messages": messages}
     if isinstance(body.get("tools"), list):
-        out["tools"] = [_anthropic_tool(t) for t in body["tools"]]
+        out["tools"] = [_anthropic_tool(t, where, f"tools[{i}]") for i, t in enumerate(body["tools"])]
     return out
 
 
-def _anthropic_message(messages: list[dict], m, where: str, at: str) -> None:
+def _anthropic_message(messages: _Messages, m, where: str, at: str) -> None:
     if not isinstance(m, dict) or not isinstance(m.get("content"), list):
         if not (isinstance(m, dict) and "content" not in m and m.get("role") == "assistant"):
-            messages.append(m)  # (as it is: the conversation's own check then reads it)
+            messages.add(m, at)  # (as it is: the conversation's own check then reads it)
         return
     content, calls, results, reasoning = [], [], [], ""
     for j, block in enumerate(m["content"]):
@@ -257,19 +278,19 @@ def _anthropic_message(messages: list[dict], m, where: str, at: str) -> None:
             content.append(block)
         elif kind == "thinking":
             reasoning += block.get("thinking") if isinstance(block.get("thinking"), str) else ""
-        elif kind == "image":
+        elif kind == "image" and _image_source(block):
             raise InputError(f"{where}: {at}.content[{j}] is an image; {_IMAGE_HINT}")
         elif kind == "tool_use":
             args = block.get("input")
             calls.append({"id": _str_or(block.get("id")), "type": "function",
                           "function": {"name": _str_or(block.get("name")),
-                                       "arguments": json.dumps({} if args is None else args, separators=(",", ":"),
-                                                               ensure_ascii=False)}})
+                                       "arguments": server_json({} if args is None else args)}})
         elif kind == "tool_result":
-            results.append({"role": "tool", "tool_call_id": _str_or(block.get("tool_use_id")),
-                            "content": _result_text(block.get("content"), where, f"{at}.content[{j}]")})
+            results.append(({"role": "tool", "tool_call_id": _str_or(block.get("tool_use_id")),
+                             "content": _result_content(block.get("content"), where, f"{at}.content[{j}]")},
+                            f"{at}.content[{j}]"))
     if content or calls or reasoning:
-        out: dict = {"role": _str_or(m.get("role"))}
+        out: dict = {"role": m.get("role")}  # (as given: a role that is no string is refused as such)
         if content:
             out["content"] = content
         else:
@@ -278,27 +299,41 @@ def _anthropic_message(messages: list[dict], m, where: str, at: str) -> None:
             out["tool_calls"] = calls
         if reasoning:
             out["reasoning_content"] = reasoning
-        messages.append(out)
-    messages.extend(results)  # (after the message that holds them, as the server puts them)
+        messages.add(out, at)
+    for result, origin in results:  # (after the message that holds them, as the server puts them)
+        messages.add(result, origin)
 
 
 def _str_or(value, default: str = "") -> str:
     return value if isinstance(value, str) else default
 
 
-def _result_text(content, where: str, at: str) -> str:
-    """A tool_result's content as the server gives it: a string, or its text blocks joined."""
+def _image_source(block: dict) -> bool:
+    """Whether an image block has a source the server reads (base64 or url; another it drops)."""
+    source = block.get("source")
+    return isinstance(source, dict) and source.get("type") in ("base64", "url")
+
+
+def _result_content(content, where: str, at: str) -> str | list:
+    """A tool_result's content as the server gives it: a string, or its text blocks joined; with an
+    image block among them, the text blocks as parts."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        if any(isinstance(c, dict) and c.get("type") == "image" for c in content):
-            raise InputError(f"{where}: {at} holds an image; {_IMAGE_HINT}")
-        return "".join(_str_or(c.get("text")) for c in content if isinstance(c, dict) and c.get("type") == "text")
-    return ""
+    if not isinstance(content, list):
+        return ""
+    blocks = [c for c in content if isinstance(c, dict)]
+    if any(c.get("type") == "image" and _image_source(c) for c in blocks):
+        raise InputError(f"{where}: {at} holds an image; {_IMAGE_HINT}")
+    texts = [_str_or(c.get("text")) for c in blocks if c.get("type") == "text"]
+    if any(c.get("type") == "image" for c in blocks):  # (an image of no source it reads: dropped, the text as parts)
+        return [{"type": "text", "text": t} for t in texts]
+    return "".join(texts)
 
 
-def _anthropic_tool(tool) -> dict:
-    tool = tool if isinstance(tool, dict) else {}
+def _anthropic_tool(tool, where: str, at: str) -> dict:
+    # (the server writes a nameless tool with the name "": refused, as a chat body's is)
+    if not isinstance(tool, dict) or not isinstance(tool.get("name"), str) or not tool["name"]:
+        raise InputError(f"{where}: {at} has no name; give {{\"name\": ..., \"description\": ..., \"input_schema\": ...}}")
     return {"type": "function", "function": {"name": _str_or(tool.get("name")),
                                              "description": _str_or(tool.get("description")),
                                              "parameters": tool.get("input_schema", {})}}

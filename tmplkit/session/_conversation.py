@@ -37,7 +37,7 @@ from ..atomic import write_output
 from ..delimiters import ROLES
 from ..errors import InputError
 from ..jsonio import json_kind, lone_surrogate, lone_surrogate_problem, read_json, source_name, stdin
-from ._client_formats import BODY_FORMATS, body_format, chat_body
+from ._client_formats import body_format, converted
 
 __all__ = ["Conversation", "Session", "load_conversation", "load_session", "save_session", "session_from_json"]
 
@@ -102,6 +102,7 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
     ...                    "tools": []}).flattened().messages[0]["content"]
     'hi'
     """
+    origins: list[str] | None = None
     if isinstance(path_or_obj, str) and path_or_obj == "-":  # standard input, as command-line tools read it
         path_or_obj, source = stdin("the conversation"), source or "<stdin>"
     if isinstance(path_or_obj, (str, os.PathLike)) or hasattr(path_or_obj, "read"):
@@ -121,8 +122,7 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
     if isinstance(data, (list, tuple)):
         messages_value, tools_value, prefix = data, None, ""
     elif isinstance(data, dict):
-        fmt = body_format(data)
-        data = chat_body(data, where)
+        data, origins = converted(data, where)
         if "messages" not in data:
             hint = ""
             if "conversations" in data:
@@ -131,8 +131,7 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
                 f"{where}: expected a list of messages or an object with 'messages'; "
                 f"the object has keys {_keys(data)}{hint}"
             )
-        messages_value, tools_value = data["messages"], data.get("tools")
-        prefix = "messages" if fmt == "chat" else f"{BODY_FORMATS[fmt]}, as llama-server converts it: messages"
+        messages_value, tools_value, prefix = data["messages"], data.get("tools"), "messages"
     else:
         raise InputError(
             f"{where}: expected a list of messages or an object with 'messages', got {json_kind(data)}"
@@ -141,7 +140,8 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
         raise InputError(f"{where}: 'messages' must be a list of messages, got {json_kind(messages_value)}")
     if not messages_value:
         raise InputError(f"{where}: the conversation has no messages; give at least one")
-    messages = tuple(_check_message(m, f"{prefix}[{i}]", where) for i, m in enumerate(messages_value))
+    # (a converted body's message is named by where it came from in the body, the user's own place)
+    messages = tuple(_check_message(m, origins[i] if origins else f"{prefix}[{i}]", where) for i, m in enumerate(messages_value))
     tools = None if tools_value is None else _check_tools(tools_value, where)
     return Conversation(messages, tools, where)
 

@@ -41,7 +41,7 @@ from ..errors import InputError
 from ..sandbox import Limits
 
 __all__ = ["DEFAULT_INPUTS", "INPUTS", "check_inputs", "content_text", "given_messages", "given_tools", "inputs_note",
-           "server_refuses"]
+           "server_json", "server_refuses"]
 
 INPUTS = ("server", "transformers")
 DEFAULT_INPUTS = "server"
@@ -144,16 +144,59 @@ def _call_as_server_writes(call: dict) -> dict:
     fn = call["function"]
     args = fn["arguments"]
     written = {"type": "function", "function": {"name": fn["name"], "arguments": args if isinstance(args, str) else
-                                                _compact(args)}}
+                                                server_json(args)}}
     if call.get("id"):
         written["id"] = call["id"]
     return written
 
 
-def _compact(value) -> str:
-    """`value` written as the server's JSON library writes it (no spaces, keys in the given order,
-    characters unescaped): an object the client sent for `arguments`, which the server keeps as text."""
+def server_json(value) -> str:
+    """`value` written as the server's JSON library (nlohmann's ordered_json) writes it: no spaces,
+    keys in the given order, characters unescaped, and its numbers: an integer past 64 bits as a
+    float, a float from 1e15 up in exponent form (Python's from 1e16): an object the client sent for
+    `arguments` (or an Anthropic `tool_use` input), which the server keeps as text."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_string(str(k))}:{server_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(server_json(v) for v in value) + "]"
+    if isinstance(value, str):
+        return _string(value)
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, int) and -2**63 <= value < 2**64:
+        return str(value)
+    if isinstance(value, (int, float)):
+        return _server_float(float(value))
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _server_float(x: float) -> str:
+    """A float as nlohmann's writer puts it (its shortest digits, then `format_buffer` with a
+    decimal point from 1e-4 up to below 1e15, else an exponent of two digits at least)."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return "null"
+    if x == 0:
+        return "-0.0" if str(x).startswith("-") else "0.0"
+    sign = "-" if x < 0 else ""
+    mantissa, _, exp = repr(abs(x)).partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits, e = (whole + frac).lstrip("0"), int(exp or 0) - len(frac)
+    stripped = digits.rstrip("0")
+    e += len(digits) - len(stripped)
+    digits, k = stripped, len(stripped)
+    n = k + e  # where the decimal point goes
+    if k <= n <= 15:
+        return f"{sign}{digits}{'0' * (n - k)}.0"
+    if 0 < n <= 15:
+        return f"{sign}{digits[:n]}.{digits[n:]}"
+    if -4 < n <= 0:
+        return f"{sign}0.{'0' * -n}{digits}"
+    shown = digits if k == 1 else f"{digits[0]}.{digits[1:]}"
+    return f"{sign}{shown}e{'+' if n - 1 >= 0 else '-'}{abs(n - 1):02d}"
 
 
 def _server_reads(m: dict, i: int) -> None:
