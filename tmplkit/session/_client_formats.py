@@ -110,7 +110,7 @@ def _from_responses(body: dict, where: str) -> dict:
             _response_item(messages, item, where, f"input[{i}]")
     else:
         raise _refused(where, "input", "it is neither a string nor a list of items", "give the conversation's items")
-    out = {"messages": messages}
+    out: dict = {"messages": messages}
     if "tools" in body:
         tools = _response_tools(body["tools"], where)
         if tools:
@@ -260,7 +260,7 @@ def _from_anthropic(body: dict, where: str) -> dict:
         raise _refused(where, "messages", "it is not a list", "give the conversation's messages")
     for i, m in enumerate(given):
         _anthropic_message(messages, m, where, f"messages[{i}]")
-    out = {"messages": messages}
+    out: dict = {"messages": messages}
     if isinstance(body.get("tools"), list):
         out["tools"] = [_anthropic_tool(t, where, f"tools[{i}]") for i, t in enumerate(body["tools"])]
     return out
