@@ -5,6 +5,7 @@ message (llama.cpp issue 25213), 0.3.36 only where it checkpoints. No server run
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -337,3 +338,52 @@ def test_a_log_cut_inside_a_later_task_says_so_and_one_cut_as_it_began_is_said_t
     assert [t.ended for t in log.tasks] == [True, False] and any("ends before task 49 does" in n for n in log.notes)
     with pytest.raises(InputError, match="a log cut right after its task began"):
         read_server_log("".join(text[:8]), "cut.log")
+
+
+def _fold(text: str, width: int) -> str:
+    """`text` as `fold -w WIDTH` (a terminal, a mail client) breaks its lines."""
+    return "".join("\n".join(ln[i:i + width] for i in range(0, max(len(ln), 1), width)) + "\n" for ln in text.splitlines())
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_a_log_wrapped_at_a_width_is_refused_not_misread(width):
+    # (read with exit 0 as "no breaks" at 80 columns, "None tokens" at 120: the regression hidden)
+    text = (LOGS / "0.3.33-cold-lv4.log").read_text(encoding="utf-8")
+    with pytest.raises(InputError, match=f"w.log: the log's lines look broken at {width} characters .* give the log as "
+                                         "llama-server wrote it"):
+        read_server_log(_fold(text, width), "w.log")
+    # lines of one length that the server wrote so (its progress lines) are no wrapping
+    assert read_server_log(text).tasks[0].pattern == "fragmented"
+
+
+def test_another_servers_wording_of_its_batches_is_refused_not_read_as_no_breaks():
+    # (a newer server's words: read as 0 decode calls and no break, exit 0)
+    text = (LOGS / "0.3.33-cold-lv4.log").read_text(encoding="utf-8")
+    newer = re.sub(r"prompt processing, n_tokens = +(\d+), progress = ([\d.]+), t = .*",
+                   r"prompt processing progress, n_tokens = \1, batch.n_tokens = 512, progress = \2",
+                   text.replace("cached n_tokens = ", "n_tokens = "))
+    with pytest.raises(InputError, match="task 0 processed 24416 tokens, but no line of the log says its prompt batches"):
+        read_server_log(newer, "n.log")
+    # a short task at the default verbosity prints no batch line: no refusal
+    assert read("0.3.36-session-lv4.log").tasks
+
+
+def test_a_routers_log_with_a_collectors_prefix_and_tabs_reads_as_the_log_itself():
+    # (docker's timestamp before the port: the port and the router's options were lost, the breaks
+    # miscounted; tabs where the server wrote spaces: "no task in it")
+    want = read("0.3.33-router-lv3-cut.log").to_dict()
+    text = (LOGS / "0.3.33-router-lv3-cut.log").read_text(encoding="utf-8")
+    prefixed = "".join(f"2025-06-01T12:00:00.000000000Z {ln}" for ln in text.splitlines(keepends=True))
+    assert read_server_log(prefixed, want["source"]).to_dict() == want
+    tabbed = (LOGS / "0.3.36-cold-lv4.log").read_text(encoding="utf-8").replace("  ", "\t")
+    assert read_server_log(tabbed).summary() == read("0.3.36-cold-lv4.log").summary()
+
+
+def test_a_log_cut_before_its_end_sums_to_unknown_not_zero(capsys, tmp_path):
+    # (the task said "? processed" and the summary "0 tokens processed", the JSON 0 decode calls)
+    text = "".join((LOGS / "0.3.33-cold-lv4.log").read_text(encoding="utf-8").splitlines(keepends=True)[:60])
+    s = read_server_log(text, "c.log").summary()
+    assert s["tokens_processed"] is None and s["decode_calls"] is None and s["tokens_reused"] == 0
+    (tmp_path / "c.log").write_text(text, encoding="utf-8")
+    assert main(["--no-config", "server", "log", str(tmp_path / "c.log")]) == 0
+    assert "; ? tokens processed, 0 reused," in capsys.readouterr().out

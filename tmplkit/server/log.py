@@ -57,7 +57,7 @@ from ..errors import InputError
 __all__ = ["ANSI", "FAR_BACK_TOKENS", "LOG_MAX_BYTES", "LOG_SCHEMA_VERSION", "ServerLog", "TaskPrefill", "decode_log", "format_server_log",
            "read_server_log"]
 
-LOG_SCHEMA_VERSION = 1
+LOG_SCHEMA_VERSION = 2
 # The most of a log read at once (its lines take a few times that in memory): far above a session's
 # lines at -lv 4; a bigger file is a server's weeks of output, or no log (a model given by mistake).
 LOG_MAX_BYTES = 1 << 30
@@ -76,7 +76,10 @@ _N_UBATCH = re.compile(r"llama_context: n_ubatch\s+= (\d+)")
 _CKPT_CONFIG = re.compile(r"context checkpoints enabled, max = (\d+), min spacing = (\d+)")
 _CKPT_OFF = re.compile(r"context checkpoints disabled")
 _VERBOSITY = re.compile(r"verbosity = (\d+) \(adjust with")
-_INSTANCE = re.compile(r"^\[ *(\d+)\] ?")  # a router's prefix: the spawned server's port
+# A router's prefix: the spawned server's port, at the line's start or after a prefix a log
+# collector adds (docker's or journald's timestamp), within the line's first characters.
+_INSTANCE = re.compile(r"(?:^|\s)\[ *(\d+)\] ?")
+_INSTANCE_WITHIN = 80
 _SPAWN = re.compile(r"spawning server instance with name=\S* on port (\d+)")
 _LOAD_ARG = re.compile(r"srv +load: {3}(\S.*?)\s*$")  # one option of the spawned server's command line
 _OPTION_OF = {"-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch", "--ubatch-size": "n_ubatch"}
@@ -273,6 +276,12 @@ class TaskPrefill:
                 "findings": self.findings()}
 
 
+def _total(counts) -> int | None:
+    """The sum of `counts`, or None where one of them is not known."""
+    counts = list(counts)
+    return None if any(c is None for c in counts) else sum(counts)
+
+
 def _list_or_none(x):
     return None if x is None else list(x)
 
@@ -298,9 +307,11 @@ class ServerLog:
         for t in self.tasks:
             patterns[t.pattern] = patterns.get(t.pattern, 0) + 1
         return {"tasks": len(self.tasks), "patterns": patterns,
-                "decode_calls": sum(t.decode_calls or 0 for t in self.tasks) if all(t.batches_complete for t in self.tasks) else None,
-                "tokens_processed": sum(t.n_processed or 0 for t in self.tasks),
-                "tokens_reused": sum(t.n_reused or 0 for t in self.tasks),
+                "decode_calls": (_total(t.decode_calls for t in self.tasks)
+                                 if all(t.batches_complete for t in self.tasks) else None),
+                # (None where a task's count is not known: a log cut before its end)
+                "tokens_processed": _total(t.n_processed for t in self.tasks),
+                "tokens_reused": _total(t.n_reused for t in self.tasks),
                 "mid_breaks": sum(len(t.mid_breaks) for t in self.tasks),
                 "checkpoints_created": (sum(len(t.checkpoints_created or ()) for t in self.tasks)
                                         if all(t.checkpoints_created is not None for t in self.tasks) else None),
@@ -401,10 +412,12 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     """
     # llama-server writes no NUL: a run of them is a log emptied while the server wrote on into it
     # (`: > server.log`, logrotate's copytruncate), left out; a binary file is no log below.
-    lines = [ANSI.sub("", ln) for ln in text.replace("\x00", "").splitlines()]
+    # (a tab where the server wrote spaces, as an editor or a paste makes them: read as a space)
+    lines = [ANSI.sub("", ln).replace("\t", " ") for ln in text.replace("\x00", "").splitlines()]
     if not any(ln.strip() for ln in lines):
         raise InputError(f"{source}: the log is empty; give the output of llama-server itself (its stderr, or "
                          "--log-file) once it has served a request")
+    _refuse_wrapped(lines, source)
     _refuse_older_format(lines, source)
     if not any(_SERVER_MARKS.search(ln) for ln in lines):
         raise InputError(f"{source}: not a llama-server log (no 'srv ...:' or 'slot ...: id N | task N |' line); "
@@ -430,6 +443,7 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
                          "the log up to the task's 'prompt eval time' line), or a log format tmplkit does not read")
     _refuse_implausible(tasks, source)
     _refuse_implausible_settings(servers, source)
+    _refuse_unread_batches(tasks, servers, order, source)
     out = tuple(_finish(tasks[k], servers[k[0]], k[0]) for k in order)
     first = servers[order[0][0]]
     notes = _notes(first)
@@ -454,7 +468,7 @@ def _read_lines(lines: list[str], servers: dict, tasks: dict, runs: dict, spawni
     """Every line into `servers` and `tasks` (see `read_server_log`); the tasks' keys in the log's order."""
     order: list[tuple[int | None, int, int]] = []
     for raw in lines:
-        g = _INSTANCE.match(raw)
+        g = _INSTANCE.search(raw, 0, _INSTANCE_WITHIN)
         inst, ln = (_int(g.group(1)), raw[g.end():]) if g is not None else (None, raw)
         srv = servers.setdefault(inst, _Server())
         m = _SLOT.search(ln)
@@ -550,6 +564,50 @@ def _refuse_implausible_settings(servers: dict, source: str) -> None:
 
 def _has_facts(t: _Task) -> bool:
     return bool(t.cached or t.do_ckpt or t.progress or t.prompt_eval or t.stop is not None or t.n_prompt_trace is not None)
+
+
+def _refuse_wrapped(lines: list[str], source: str) -> None:
+    """A log whose long lines were broken at a width (a terminal's, `fold`, a mail client's): its
+    lines would be read in pieces, the batches missed, and the report wrong. Told by many lines of
+    exactly the longest length each followed by a piece of a line (no timestamp, no server prefix,
+    no `name:` opening), which a log as the server wrote it does not have (its progress lines,
+    all of one length, are followed by the server's next line)."""
+    shown = [ln for ln in lines if ln.strip()]
+    width = max(len(ln) for ln in shown)
+    if not 40 <= width <= 250:
+        return
+    pieces = sum(1 for ln, nxt in zip(shown, shown[1:]) if len(ln) == width and not _LINE_START.search(nxt))
+    if pieces >= max(5, len(shown) // 10):
+        raise InputError(f"{source}: the log's lines look broken at {width} characters ({pieces} lines of exactly "
+                         "that length, none longer, each followed by the rest of a line): a terminal or an editor "
+                         "wrapped them; give the log as llama-server wrote it (its stderr redirected to a file, "
+                         "or --log-file)")
+
+
+# How a line the server wrote begins (after any prefix a log collector adds): its timestamp, or a
+# task's or the server's prefix, or a `name:` opening (llama_context:, print_info:, main:, ...).
+_LINE_START = re.compile(r"\d+\.\d\d\.\d\d\d\.\d\d\d [A-Z] |slot +\S+: id +\d+ \||srv +\S+:|^\s*\[ *\d+\] |^[A-Za-z_][\w.]*:")
+
+
+def _refuse_unread_batches(tasks: dict, servers: dict, order: list, source: str) -> None:
+    """A task that processed tokens (its 'prompt eval time' line says so) with no prompt batch line
+    read where the server writes them (at -lv 4 a 'cached n_tokens' line a batch; at any verbosity
+    a 'prompt processing' line a batch once the prompt has taken 3 s): its wording is one this
+    reader does not know (a newer or older server), and a report would say no batch ended early."""
+    for k in order:
+        t, srv = tasks[k], servers[k[0]]
+        if not t.prompt_eval or t.prompt_eval[1] <= 0 or t.progress or t.cached:
+            continue
+        if (srv.verbosity or 0) >= 4 or t.prompt_eval[0] > _PROGRESS_AFTER_MS:
+            raise InputError(f"{source}: task {t.task} processed {t.prompt_eval[1]} tokens, but no line of the log "
+                             "says its prompt batches in the wording tmplkit reads ('prompt processing, n_tokens = "
+                             "...', at -lv 4 'cached n_tokens = ...': llama.cpp as llama-cpp-python 0.3.33 to 0.3.36 "
+                             "pin it): a server of another version; give a log of one of those")
+
+
+# The server prints a prompt's 'prompt processing' lines once it has taken 3 s (print_timings_pp);
+# a task past this surely printed one.
+_PROGRESS_AFTER_MS = 3500.0
 
 
 def _refuse_older_format(lines: list[str], source: str) -> None:
@@ -658,8 +716,13 @@ def format_server_log(log: ServerLog) -> str:
             lines.append(f"  - {f}")
     s = log.summary()
     lines.append("summary: " + ", ".join(f"{k}: {v}" for k, v in sorted(s["patterns"].items()))
-                 + f"; {s['tokens_processed']} tokens processed, {s['tokens_reused']} reused, {s['mid_breaks']} mid-prompt breaks")
+                 + f"; {_known(s['tokens_processed'])} tokens processed, {_known(s['tokens_reused'])} reused, "
+                 f"{s['mid_breaks']} mid-prompt breaks")
     return "\n".join(lines) + "\n"
+
+
+def _known(count: int | None) -> str:
+    return "?" if count is None else str(count)
 
 
 def _short(xs: Sequence[int], n: int = 12) -> str:
