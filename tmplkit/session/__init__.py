@@ -30,17 +30,17 @@ turns.
 """
 
 from ._arguments import messages_for, object_arguments, reads_thinking, reasoning_for, server_object_arguments, template_messages
-from ._client_formats import BODY_FORMATS, body_format, chat_body
+from ._client_formats import body_format, chat_body, converted
 from ._conversation import Conversation, Session, load_conversation, load_session, save_session, session_from_json
 from ._generator import STYLES, TOOLS, generate_session, next_user_turn
 from ._handlers import server_handler
-from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, content_text, given_messages, given_tools, inputs_note, server_refuses
+from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, content_text, given_messages, given_tools, inputs_note, server_json, server_refuses
 from ._render import SERVER_VARIABLES, SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables, server_variables
 from ._thinking import server_thinking
 from ._workarounds import ContentReads, as_server_finishes, as_server_prepares, as_server_renders, content_reads
 
 __all__ = [
-    "BODY_FORMATS", "body_format", "chat_body", "given_tools",
+    "body_format", "chat_body", "converted", "given_tools", "server_json",
     "ContentReads", "Conversation", "DEFAULT_INPUTS", "INPUTS", "SERVER_VARIABLES", "SESSION_LIMITS", "STYLES", "ServerConversation",
     "Session", "TOOLS", "as_server_finishes", "as_server_prepares", "as_server_renders", "check_inputs",
     "content_reads", "content_text", "for_server",

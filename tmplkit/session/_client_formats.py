@@ -19,8 +19,10 @@ it the same way, for every command that takes a conversation:
   blocks its tool calls (the input written compactly, keys in the given order), its `tool_result`
   blocks tool messages after it; other blocks are dropped as the server drops them.
 
-What the server refuses in them is refused here in one line, naming the item; images, which only
-a multimodal model takes, are refused as in any conversation.
+What the server refuses in them is refused here in one line, naming the item in the user's body
+(`input[3]`, `messages[4]`: `converted` says where each message came from); images, which only a
+multimodal model takes, are refused as in any conversation (one of a source the server does not
+read is dropped, as it drops it).
 
     >>> chat_body({"instructions": "Be brief.", "input": "hi"}, "s.json")["messages"]
     [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'hi'}]
@@ -31,10 +33,7 @@ from __future__ import annotations
 from ..errors import InputError
 from ._inputs import server_json
 
-__all__ = ["BODY_FORMATS", "body_format", "chat_body"]
-
-# Each body's name in a message.
-BODY_FORMATS = {"responses": "a Responses API body", "anthropic": "an Anthropic Messages body", "chat": "a chat body"}
+__all__ = ["body_format", "chat_body", "converted"]
 
 # The content blocks only an Anthropic Messages body has (a chat body's parts are text or image_url).
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document"})
