@@ -295,8 +295,8 @@ _LLAMA_OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
                                                                                     "least (default {default}); not with "
                                                                                     "--checkpoints off"}),
 }
-# The options that shape checkpoints: told apart from their defaults (None until given), so that
-# one given with --checkpoints off, which takes none, is refused rather than ignored.
+# The options that shape checkpoints: one given with --checkpoints off, which takes none, is
+# refused rather than ignored.
 _CHECKPOINT_SHAPE = ("max_checkpoints", "checkpoint_min_step")
 
 
@@ -321,10 +321,7 @@ def add_llama_options(parser, names=None, **defaults) -> None:
             kwargs["choices"] = list(FLASH_ATTN)
         if "help" in kwargs:
             kwargs["help"] = kwargs["help"].format(default=default)
-        if name in _CHECKPOINT_SHAPE:
-            default = None  # (None until given: prefill_settings puts the default in)
         group.add_argument(*flags, default=default, **({"dest": name} | kwargs))
-    parser.set_defaults(_checkpoint_defaults={n: defaults.get(n, own[n]) for n in _CHECKPOINT_SHAPE})
     parser.set_defaults(_llama_options=tuple(names or _LLAMA_OPTIONS))
 
 
@@ -337,14 +334,12 @@ def prefill_settings(args):
     given = {name: getattr(args, name) for name in args._llama_options if name != "repack"}
     if "checkpoints" in given:
         given["checkpoints"] = _CHECKPOINTS[given["checkpoints"]]
-        shaped = [name for name in _CHECKPOINT_SHAPE if given.get(name) is not None]
+        typed = getattr(args, "_given", {})  # (the options on the command line: _once.remember_value)
+        shaped = [name for name in _CHECKPOINT_SHAPE if name in given and name in typed]
         if given["checkpoints"] is False and shaped:
             flags = " and ".join(_LLAMA_OPTIONS[n][0][0] for n in shaped)
             raise InputError(f"{flags} shape{'s' if len(shaped) == 1 else ''} the checkpoints, and --checkpoints off "
                              f"takes none; leave {'it' if len(shaped) == 1 else 'them'} out or drop --checkpoints off")
-    for name in _CHECKPOINT_SHAPE:
-        if name in given and given[name] is None:
-            given[name] = args._checkpoint_defaults[name]
     if "repack" in args._llama_options:
         given["repack"] = False if args.no_repack else None  # -nr: off; else the settings' rule (off on AMX CPUs)
     try:
