@@ -361,8 +361,9 @@ VOCABULARY: dict[str, tuple[str, str]] = {
                            "hf:org/name[@rev], corpus:NAME or -; the positional SOURCE where templates are what the "
                            "command reads, --template SOURCE where it reads a model or a log (prefill, replay, server log)"),
     "name": ("--name NAME", "which template of a source (a GGUF's 'tool_use', ...)"),
-    "session": ("--session FILE", "the conversation or agent session: messages JSON (a list, or {messages, tools}), "
-                                  "- for standard input"),
+    "session": ("--session FILE", "the conversation or agent session: messages JSON (a list, or {messages, tools}; "
+                                  "or the Responses API or Anthropic Messages body an agent sends), - for standard "
+                                  "input"),
     "tokenizer": ("--tokenizer PATH|auto", "a .gguf (vocab-only is enough), tokenizer.json or its folder, vocab:NAME "
                                            "or hf:org/name; auto: the template's own GGUF or the corpus vocabulary "
                                            "paired with its name"),
@@ -440,7 +441,9 @@ def add_session_option(parser, *, required: bool = False, what: str = "the conve
     """--session FILE; `old_positional` (a metavar): the command used to take it positionally,
     which still works with a note."""
     parser.add_argument("--session", metavar="FILE", default=None,
-                        help=f"{what}: messages JSON (a list, or {{messages, tools}}), - for standard input"
+                        help=f"{what}: messages JSON (a list, or {{messages, tools}}; or the Responses API or "
+                             "Anthropic Messages body an agent sends, read as llama-server converts it), - for "
+                             "standard input"
                              + ("" if required or old_positional else "; optional"))
     if old_positional:
         parser.add_argument("old_session", metavar=old_positional, nargs="?", help=_suppress())

@@ -37,7 +37,9 @@ def add_turns(sub) -> None:
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="templates: .gguf, .jinja, tokenizer_config.json, folder or hf:org/name")
     add_name(p, many=True)
     p.add_argument("--session", metavar="FILE", help="a session JSON (messages with reasoning_content, tool calls, "
-                                                     "tool results), or - (standard input); default: a generated agent session")
+                                                     "tool results; or the Responses API or Anthropic Messages body "
+                                                     "an agent sends, read as llama-server converts it), or - "
+                                                     "(standard input); default: a generated agent session")
     add_tokenizer(p, what="compare token ids and count tokens recomputed with")
     p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request")
     p.add_argument("--memory-model", dest="memory", default=None, metavar="swa:N|recurrent",
