@@ -191,6 +191,22 @@ def test_show_a_template_that_cannot_render(capsys):
     assert one_line_error(err, "always-raises: cannot render the probe conversation", "documents=")
 
 
+def test_a_templates_refusal_of_the_users_conversation_says_what_to_do(capsys, tmp_path):
+    # (it said what the template said and stopped: "... raised (line 79): No user query found in messages.")
+    template = tmp_path / "needs-user.jinja"
+    template.write_text("{%- if not (messages | selectattr('role', 'equalto', 'user') | list) %}"
+                        "{{ raise_exception('No user query found in messages.') }}{% endif %}" + Path(CHATML).read_text())
+    chat = tmp_path / "c.json"
+    chat.write_text('[{"role": "system", "content": "s"}, {"role": "assistant", "content": "hi"}]')
+    for command in ("spans", "mask", "request"):
+        code, out, err = run(capsys, command, str(template), "--session", str(chat), "--tokenizer", "vocab:qwen35")
+        assert code == 2 and out == "" and one_line_error(
+            err, "No user query found in messages (the template's own check refuses this conversation: give one "
+                 "it takes)"), err
+    code, out, err = run(capsys, "show", RAISES)  # (its own probe, no conversation of the user's: no such advice)
+    assert "give one it takes" not in err
+
+
 def test_turns_on_a_template_that_cannot_render(capsys):
     code, out, err = run(capsys, "turns", RAISES)
     assert code == 2 and out == "" and one_line_error(err, "always-raises: cannot render the session")

@@ -314,8 +314,20 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
 
 
+def _with_advice(exc: TmplkitError, args) -> str:
+    """`exc`'s message, and what to do where it says only what the template said: a template's own
+    refusal (its raise_exception) of the user's conversation."""
+    from ..errors import RenderError
+
+    if isinstance(exc, RenderError) and exc.template_raised and getattr(args, "session", None):
+        return (f"{str(exc).rstrip('.')} (the template's own check refuses this conversation: give one it "
+                "takes)")
+    return str(exc)
+
+
 def _main(argv: list[str] | None) -> int:
     stdout = sys.stdout
+    args = None
     if sys.stderr is None:  # closed (2>&-): progress and errors go nowhere, the work and its exit code stand
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the rest of the process
     try:  # the parser too: a Ctrl-C while it is built is still one line
@@ -341,7 +353,7 @@ def _main(argv: list[str] | None) -> int:
         sys.stdout.flush()  # a standard output that cannot be written is told here, not at Python's exit
         return code
     except TmplkitError as exc:
-        _say(f"tmplkit: error: {exc}")
+        _say(f"tmplkit: error: {_with_advice(exc, args)}")
         return exc.exit_code
     except KeyboardInterrupt:
         forget_unhandled_interrupt()  # (handled here: the process exits 130, not by the signal)
