@@ -136,6 +136,31 @@ def test_what_the_server_drops_or_writes_its_own_way():
     assert s.messages[3]["content"] == [{"type": "text", "text": "a"}]
 
 
+def test_what_the_server_refuses_in_tools_and_numbers_is_one_line(tmp_path):
+    # (a number past a double raised OverflowError; a tool not in the server's shape, or with a
+    # description that is no string, rendered where the server refuses it)
+    from tmplkit.session import for_server
+    from tmplkit.sources import load_one
+
+    chatml = load_one(str(SESSIONS.parent / "templates" / "chatml.jinja"))
+    huge = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": {"a": 10**400}}}]}]}
+    with pytest.raises(InputError, match=r"s.json: message 1 \(assistant\): its tool call's arguments hold a number of "
+                                         r"401 digits, more than llama-server's JSON reader takes"):
+        for_server(chatml, load_conversation(huge, source="s.json"))
+    with pytest.raises(InputError, match=r"a.json: messages\[0\].content\[0\].input: a number of 401 digits"):
+        load_conversation({"messages": [{"role": "assistant", "content": [
+            {"type": "tool_use", "id": "1", "name": "f", "input": {"a": 10**400}}]}]}, source="a.json")
+    hi = [{"role": "user", "content": "hi"}]
+    for tools, said in (([{"name": "f", "parameters": {}}], r"tools\[0\] is not \{\"type\": \"function\""),
+                        ([{"type": "function", "function": {"name": "f", "description": None}}],
+                         r"tools\[0\] \(f\): its description is not a string, which llama-server refuses")):
+        conversation = load_conversation({"messages": hi, "tools": tools}, source="t.json")
+        with pytest.raises(InputError, match=said):
+            for_server(chatml, conversation)
+        assert for_server(chatml, conversation, inputs="transformers").tools == tuple(tools)  # (as given there)
+
+
 def test_tools_as_each_engine_gives_them():
     tools = ({"type": "function", "function": {"name": "f", "parameters": {"type": "object", "b": 1, "a": 2},
                                                "strict": True}},)

@@ -364,8 +364,14 @@ def test_another_servers_wording_of_its_batches_is_refused_not_read_as_no_breaks
                    text.replace("cached n_tokens = ", "n_tokens = "))
     with pytest.raises(InputError, match="task 0 processed 24416 tokens, but no line of the log says its prompt batches"):
         read_server_log(newer, "n.log")
-    # a short task at the default verbosity prints no batch line: no refusal
+    # a short task prints no batch line; nor, at the default verbosity, does a slow prompt of one
+    # batch (its progress lines come only before a batch that starts 3 s in): no refusal
     assert read("0.3.36-session-lv4.log").tasks
+    slow = re.sub(r"prompt eval time = +[\d.]+ ms / +\d+ tokens", "prompt eval time =    5080.34 ms /  2000 tokens",
+                  "".join(ln for ln in (LOGS / "0.3.36-cold-lv3.log").read_text(encoding="utf-8").splitlines(True)
+                          if "prompt processing, n_tokens" not in ln))
+    (task,) = read_server_log(slow, "slow.log").tasks
+    assert task.n_processed == 2000 and not task.mid_breaks
 
 
 def test_a_routers_log_with_a_collectors_prefix_and_tabs_reads_as_the_log_itself():
@@ -375,6 +381,10 @@ def test_a_routers_log_with_a_collectors_prefix_and_tabs_reads_as_the_log_itself
     text = (LOGS / "0.3.33-router-lv3-cut.log").read_text(encoding="utf-8")
     prefixed = "".join(f"2025-06-01T12:00:00.000000000Z {ln}" for ln in text.splitlines(keepends=True))
     assert read_server_log(prefixed, want["source"]).to_dict() == want
+    # a bracketed number further into a line is no router's port
+    plain = (LOGS / "0.3.36-cold-lv4.log").read_text(encoding="utf-8")
+    marked = plain.replace("load_model: context checkpoints enabled", "load_model: [ 12] context checkpoints enabled")
+    assert marked != plain and read_server_log(marked).to_dict() == read_server_log(plain).to_dict()
     tabbed = (LOGS / "0.3.36-cold-lv4.log").read_text(encoding="utf-8").replace("  ", "\t")
     assert read_server_log(tabbed).summary() == read("0.3.36-cold-lv4.log").summary()
 

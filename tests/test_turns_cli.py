@@ -265,9 +265,18 @@ def test_turns_memory_is_mib_and_the_old_memory_model_spelling_still_works(sessi
     assert bad.value.code == 2 and "'1.5' is not a whole number of MiB" in capsys.readouterr().err
     assert main(["--no-config", "turns", str(FIX / "stable.jinja"), "--memory", "0"]) == 2
     assert "--memory" in capsys.readouterr().err
-    # the limit reaches the worker: the study of a session held in too little memory stops there
-    assert main(["--no-config", "turns", str(FIX / "stable.jinja"), "--session", str(session_file), "-j", "1",
-                 "--memory", "4096"]) == 0
+    # the limit is the worker's: what the command gives the study's worker, and its limits
+    from tmplkit.cli import _turns
+
+    given = []
+    work = _turns._contained_study
+    for argv, want in (([], _turns.MEMORY_MB), (["--memory", "4096"], 4096)):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_turns, "_contained_study", lambda t, s, timeout, mb, options: given.append(mb)
+                       or work(t, s, timeout, mb, options))
+            assert main(["--no-config", "turns", str(FIX / "stable.jinja"), "--session", str(session_file), "-j", "1",
+                         *argv]) == 0
+        assert given[-1] == want and _turns._worker_limits(None, want)[1]["memory_mb"] == want
 
 
 def test_one_template_on_two_workers_makes_its_next_renders_ahead_with_the_same_report(session_file, capsys, monkeypatch):

@@ -321,6 +321,8 @@ def add_llama_options(parser, names=None, **defaults) -> None:
             kwargs["choices"] = list(FLASH_ATTN)
         if "help" in kwargs:
             kwargs["help"] = kwargs["help"].format(default=default)
+        if name in _CHECKPOINT_SHAPE and "checkpoints" not in (names or _LLAMA_OPTIONS):  # (replay: no such option)
+            kwargs["help"] = kwargs["help"].replace("; not with --checkpoints off", "")
         group.add_argument(*flags, default=default, **({"dest": name} | kwargs))
     parser.set_defaults(_llama_options=tuple(names or _LLAMA_OPTIONS))
 

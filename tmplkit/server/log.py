@@ -80,6 +80,8 @@ _VERBOSITY = re.compile(r"verbosity = (\d+) \(adjust with")
 # collector adds (docker's or journald's timestamp), within the line's first characters.
 _INSTANCE = re.compile(r"(?:^|\s)\[ *(\d+)\] ?")
 _INSTANCE_WITHIN = 80
+# What follows a router's prefix: the spawned server's line (its timestamp, or its own prefix).
+_CHILD_LINE = re.compile(r"\d+\.\d\d\.\d\d\d\.\d\d\d [A-Z] |slot |srv |[A-Za-z_][\w.]*:")
 _SPAWN = re.compile(r"spawning server instance with name=\S* on port (\d+)")
 _LOAD_ARG = re.compile(r"srv +load: {3}(\S.*?)\s*$")  # one option of the spawned server's command line
 _OPTION_OF = {"-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch", "--ubatch-size": "n_ubatch"}
@@ -469,6 +471,8 @@ def _read_lines(lines: list[str], servers: dict, tasks: dict, runs: dict, spawni
     order: list[tuple[int | None, int, int]] = []
     for raw in lines:
         g = _INSTANCE.search(raw, 0, _INSTANCE_WITHIN)
+        if g is not None and g.start() > 0 and not _CHILD_LINE.match(raw, g.end()):
+            g = None  # (a bracketed number inside a line, not a router's prefix after a collector's)
         inst, ln = (_int(g.group(1)), raw[g.end():]) if g is not None else (None, raw)
         srv = servers.setdefault(inst, _Server())
         m = _SLOT.search(ln)
@@ -590,24 +594,18 @@ _LINE_START = re.compile(r"\d+\.\d\d\.\d\d\d\.\d\d\d [A-Z] |slot +\S+: id +\d+ \
 
 
 def _refuse_unread_batches(tasks: dict, servers: dict, order: list, source: str) -> None:
-    """A task that processed tokens (its 'prompt eval time' line says so) with no prompt batch line
-    read where the server writes them (at -lv 4 a 'cached n_tokens' line a batch; at any verbosity
-    a 'prompt processing' line a batch once the prompt has taken 3 s): its wording is one this
-    reader does not know (a newer or older server), and a report would say no batch ended early."""
+    """A task at -lv 4 that processed tokens (its 'prompt eval time' line says so) with no batch
+    line read: at that verbosity the server writes a 'cached n_tokens' line before every batch, so
+    its wording is one this reader does not know (a newer or older server), and a report would say
+    no batch ended early. (At the default verbosity a prompt may print no batch line at all: its
+    'prompt processing' lines come only before a batch that starts 3 s into it.)"""
     for k in order:
         t, srv = tasks[k], servers[k[0]]
-        if not t.prompt_eval or t.prompt_eval[1] <= 0 or t.progress or t.cached:
-            continue
-        if (srv.verbosity or 0) >= 4 or t.prompt_eval[0] > _PROGRESS_AFTER_MS:
+        if (srv.verbosity or 0) >= 4 and t.prompt_eval and t.prompt_eval[1] > 0 and not (t.progress or t.cached):
             raise InputError(f"{source}: task {t.task} processed {t.prompt_eval[1]} tokens, but no line of the log "
-                             "says its prompt batches in the wording tmplkit reads ('prompt processing, n_tokens = "
-                             "...', at -lv 4 'cached n_tokens = ...': llama.cpp as llama-cpp-python 0.3.33 to 0.3.36 "
-                             "pin it): a server of another version; give a log of one of those")
-
-
-# The server prints a prompt's 'prompt processing' lines once it has taken 3 s (print_timings_pp);
-# a task past this surely printed one.
-_PROGRESS_AFTER_MS = 3500.0
+                             "says its prompt batches in the wording tmplkit reads (at -lv 4, 'cached n_tokens = "
+                             "...' before each batch: llama.cpp as llama-cpp-python 0.3.33 to 0.3.36 pin it): a "
+                             "server of another version; give a log of one of those")
 
 
 def _refuse_older_format(lines: list[str], source: str) -> None:

@@ -281,9 +281,12 @@ def _anthropic_message(messages: _Messages, m, where: str, at: str) -> None:
             raise InputError(f"{where}: {at}.content[{j}] is an image; {_IMAGE_HINT}")
         elif kind == "tool_use":
             args = block.get("input")
+            try:
+                written = server_json({} if args is None else args)
+            except InputError as exc:
+                raise InputError(f"{where}: {at}.content[{j}].input: {exc}") from None
             calls.append({"id": _str_or(block.get("id")), "type": "function",
-                          "function": {"name": _str_or(block.get("name")),
-                                       "arguments": server_json({} if args is None else args)}})
+                          "function": {"name": _str_or(block.get("name")), "arguments": written}})
         elif kind == "tool_result":
             results.append(({"role": "tool", "tool_call_id": _str_or(block.get("tool_use_id")),
                              "content": _result_content(block.get("content"), where, f"{at}.content[{j}]")},

@@ -68,9 +68,14 @@ def given_messages(messages: Iterable[dict], inputs: str) -> list[dict]:
     messages = list(messages)
     if inputs == "transformers":
         return [_reasoning_aliased(m) for m in messages]
+    out = []
     for i, m in enumerate(messages):
         _server_reads(m, i)
-    return [_as_server_writes(m) for m in messages]
+        try:
+            out.append(_as_server_writes(m))
+        except InputError as exc:  # (a number in its call's arguments past what the server reads)
+            raise InputError(f"message {i} ({m.get('role')}): its tool call's arguments hold {exc}") from None
+    return out
 
 
 def given_tools(tools, inputs: str) -> tuple[dict, ...] | None:
@@ -78,17 +83,23 @@ def given_tools(tools, inputs: str) -> tuple[dict, ...] | None:
     into its tool struct and writes it out again (common/chat.cpp, `common_chat_tools_parse_oaicompat`
     then `common_chat_tools_to_json_oaicompat`): `{"type": "function", "function": {"name",
     "description", "parameters"}}`, a missing description "" and missing parameters {}, any other
-    key (an OpenAI client's `"strict": true`) left out; transformers gives them as they are."""
+    key (an OpenAI client's `"strict": true`) left out; a tool it refuses (not in that shape, a
+    description that is no string) is refused here in one line. Transformers gives them as they are."""
     if not tools:
         return None
     if check_inputs(inputs) == "transformers":
         return tuple(tools)
     out = []
-    for tool in tools:
-        fn = tool.get("function", tool)
-        description = fn.get("description")
+    for i, tool in enumerate(tools):
+        fn = tool.get("function")
+        if tool.get("type") != "function" or not isinstance(fn, dict):
+            raise InputError(f"tools[{i}] is not {{\"type\": \"function\", \"function\": {{...}}}}, which llama-server "
+                             "refuses (\"Missing tool type\" or \"function\"); give the tool in that shape")
+        if "description" in fn and not isinstance(fn["description"], str):
+            raise InputError(f"tools[{i}] ({fn['name']}): its description is not a string, which llama-server refuses "
+                             "(\"type must be string\"); give a string or leave it out")
         out.append({"type": "function", "function": {
-            "name": fn["name"], "description": description if isinstance(description, str) else "",
+            "name": fn["name"], "description": fn.get("description", ""),
             "parameters": fn["parameters"] if "parameters" in fn else {}}})
     return tuple(out)
 
@@ -166,7 +177,11 @@ def server_json(value) -> str:
     if isinstance(value, int) and -2**63 <= value < 2**64:
         return str(value)
     if isinstance(value, (int, float)):
-        return _server_float(float(value))
+        try:
+            return _server_float(float(value))
+        except OverflowError:  # (an integer past what a double holds: the server's reader refuses it)
+            raise InputError(f"a number of {len(str(value))} digits, more than llama-server's JSON reader takes (a "
+                             "double); give a smaller one") from None
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 

@@ -198,11 +198,11 @@ def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = No
     inputs = check_inputs(inputs or DEFAULT_INPUTS)
     try:
         messages = tuple(messages_for(template, conversation.messages, inputs))
+        tools = given_tools(conversation.tools, inputs)
     except InputError as exc:  # (the session's fault: named by its file)
         raise InputError(f"{conversation.source}: {exc}" if conversation.source else str(exc)) from None
-    return ServerConversation(template, conversation, messages,
-                              given_tools(conversation.tools, inputs), dict(kwargs or {}), render_variables(template, kwargs, inputs),
-                              inputs)
+    return ServerConversation(template, conversation, messages, tools, dict(kwargs or {}),
+                              render_variables(template, kwargs, inputs), inputs)
 
 
 # What every render sets from the conversation and the request: template variables may not replace it.
