@@ -201,8 +201,8 @@ def test_a_templates_refusal_of_the_users_conversation_says_what_to_do(capsys, t
     for command in ("spans", "mask", "request"):
         code, out, err = run(capsys, command, str(template), "--session", str(chat), "--tokenizer", "vocab:qwen35")
         assert code == 2 and out == "" and one_line_error(
-            err, "No user query found in messages (the template's own check refuses this conversation: give one "
-                 "it takes)"), err
+            err, "tmplkit: error: the template's own check refuses this conversation (give one it takes): template "
+                 "'needs-user' raised (line 1): No user query found in messages."), err
     code, out, err = run(capsys, "show", RAISES)  # (its own probe, no conversation of the user's: no such advice)
     assert "give one it takes" not in err
 

@@ -320,8 +320,8 @@ def _with_advice(exc: TmplkitError, args) -> str:
     from ..errors import RenderError
 
     if isinstance(exc, RenderError) and exc.template_raised and getattr(args, "session", None):
-        return (f"{str(exc).rstrip('.')} (the template's own check refuses this conversation: give one it "
-                "takes)")
+        # (before the template's words, which end the line as they do in every other error)
+        return f"the template's own check refuses this conversation (give one it takes): {exc}"
     return str(exc)
 
 
