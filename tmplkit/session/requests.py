@@ -63,11 +63,9 @@ from ..sandbox import PINNED_NOW
 from ..sources.templates import ChatTemplate
 from ._render import for_server
 
-__all__ = [
-    "NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders",
-    "iter_next_renders", "iter_requests", "locate_turn", "newest_only", "next_renders", "request_points",
-    "session_requests", "turn_ending", "turn_header", "written_always",
-]
+__all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "iter_requests", "locate_turn",
+           "newest_only", "next_renders", "request_points", "session_requests", "turn_ending", "turn_header",
+           "written_always"]
 
 # The content that marks where a message's own text lies in a render (the turns study's generated
 # turn, the masks' turn in a whole render): invisible separators around a word no template writes.
@@ -611,15 +609,9 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
     only now, requests before the user speaks again. Only the template and the conversation so far
     are used, never the session's later messages.
     """
-    return tuple(iter_next_renders(session, template, requests, kwargs=kwargs))
-
-
-def iter_next_renders(session, template: ChatTemplate, requests: Sequence[Request], *, kwargs: Mapping | None = None):
-    """`next_renders` one request's at a time (a long session's are not all held at once)."""
     conversation = for_server(template, session, kwargs)
     messages = list(conversation.messages)
-    for r in requests:
-        yield follow_up_renders(conversation, messages, r.turn, r.time) if r.generated else ()
+    return tuple(follow_up_renders(conversation, messages, r.turn, r.time) if r.generated else () for r in requests)
 
 
 def follow_up_renders(conversation, messages: list, turn: tuple[int, int], when: datetime) -> tuple[str, ...]:

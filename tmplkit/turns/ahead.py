@@ -70,8 +70,7 @@ class NextRendersAhead:
         self._done = False  # the child has sent all it will
         self._heard = time.monotonic()  # when the child last sent a frame (or started)
         self._arrived = threading.Condition()
-        self._read_frames = 0  # frames read so far, one per request index (each kept until the next)
-        self._frame_read: tuple[str, ...] = ()
+        self._frames: list[tuple[str, ...]] = []  # the frames read, per request index
         self._prev = ""
         # (a thread here reads the socket as the child writes: its buffer is small, and the child
         # would wait on a full one while this process renders)
@@ -117,17 +116,14 @@ class NextRendersAhead:
     def collect(self, requests) -> tuple[tuple[str, ...], ...]:
         """`next_renders(conversation, template, requests)`: the child's frames, and those it did
         not send made here."""
-        return tuple(self.iter_collect(requests))
-
-    def iter_collect(self, requests):
-        """`collect` one request's at a time, in order (on a long session those texts all at once
-        are the largest thing the study would hold)."""
+        out: list[tuple[str, ...]] = []
         for r in requests:
             if not r.generated:
-                yield ()
+                out.append(())
                 continue
             sent = self._frame(r.index)
-            yield sent if sent is not None else follow_up_renders(self._conversation, self._messages, r.turn, r.time)
+            out.append(sent if sent is not None else follow_up_renders(self._conversation, self._messages, r.turn, r.time))
+        return tuple(out)
 
     def _read(self) -> None:
         try:
@@ -149,27 +145,25 @@ class NextRendersAhead:
                 self._arrived.notify()
 
     def _frame(self, k: int) -> tuple[str, ...] | None:
-        """Request `k`'s frame (asked for in order: each read once, from the one before it)."""
-        while self._read_frames <= k:
+        while len(self._frames) <= k:
             with self._arrived:
                 if not self._wait_for_frame():
                     self._stop()  # (stuck: the reader ends, the rest is made here)
                     self._arrived.wait_for(lambda: self._done)
-                if len(self._bodies) <= self._read_frames:
+                if len(self._bodies) <= len(self._frames):
                     return None
-                body, self._bodies[self._read_frames] = self._bodies[self._read_frames], b""  # (read once)
+                body, self._bodies[len(self._frames)] = self._bodies[len(self._frames)], b""  # (read once)
             texts = []
             for shared, rest in pickle.loads(body):
                 self._prev = self._prev[:shared] + rest
                 texts.append(self._prev)
-            self._frame_read = tuple(texts)
-            self._read_frames += 1
-        return self._frame_read
+            self._frames.append(tuple(texts))
+        return self._frames[k]
 
     def _wait_for_frame(self) -> bool:
         """Whether a frame not yet read came, or the child is done, before it was silent for `STALL`
         seconds (held: `_arrived`)."""
-        while not (len(self._bodies) > self._read_frames or self._done):
+        while not (len(self._bodies) > len(self._frames) or self._done):
             left = self._heard + STALL - time.monotonic()
             if left <= 0:
                 return False
