@@ -111,13 +111,6 @@ class _MemoryOption(argparse.Action):
 
 
 def _cmd_turns(args) -> int:
-    from ..sandbox import hints_for
-
-    with hints_for("turns"):  # (a memory limit's hint: turns has no --memory MB yet)
-        return _turns(args)
-
-
-def _turns(args) -> int:
     from ..session import generate_session, load_session
     from ..turns.cost import CHOSEN
     from ..turns.formats import format_turns

@@ -87,8 +87,6 @@ _HINTS = {
         "memory_mb": "raise --memory",
     },
 }
-# `tmplkit turns`: its workers hold a whole session's requests and their token ids.
-_HINTS["turns"] = {**_HINTS["cli"], "memory_mb": "raise --memory (MiB per template's worker)"}
 _HINT_PLACE: ContextVar[str] = ContextVar("tmplkit_hint_place", default="library")
 
 
@@ -105,13 +103,13 @@ def hint(limit: str) -> str:
 
 
 def hint_place() -> str:
-    """Where limit hints are worded for now: 'library' (the default), 'cli' or 'turns'."""
+    """Where limit hints are worded for now: 'library' (the default) or 'cli'."""
     return _HINT_PLACE.get()
 
 
 @contextlib.contextmanager
 def hints_for(place: str) -> Iterator[None]:
-    """Word limit hints for `place` ('library', 'cli' or 'turns') inside the `with` block."""
+    """Word limit hints for `place` ('library' or 'cli') inside the `with` block."""
     if place not in _HINTS:
         raise ValueError(f"hint place must be one of {', '.join(_HINTS)}, not {place!r}")
     token = _HINT_PLACE.set(place)
