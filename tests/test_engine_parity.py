@@ -116,6 +116,12 @@ def test_the_gates_rows():
             EngineComparison("d", "round trip", "unrendered")]
     assert [r.template for r in parity_failures(rows, "differs")] == ["b"]
     assert [r.template for r in parity_failures(rows, "unchecked")] == ["b", "c", "d"]
+    # the command offers what the library takes (named there so that its parser loads neither module)
+    from tmplkit.cli._serve import GATE_CHOICES
+    from tmplkit.server.delimiter_comparison import COMPARISON_FAIL_ON
+    from tmplkit.server.parity import PARITY_FAIL_ON
+
+    assert GATE_CHOICES == PARITY_FAIL_ON == COMPARISON_FAIL_ON
 
 
 def test_a_template_llama_cpp_refuses_is_a_row_a_model_it_cannot_serve_is_an_error(server, tmp_path, capsys):

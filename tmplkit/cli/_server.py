@@ -58,7 +58,7 @@ def add_server(sub) -> None:
     add_name(d, many=True)
     add_format(d, ("markdown", "json"), "markdown", "the comparison", aliases={"table": "markdown"})
     add_server_run_options(d, request_timeout=DELIMITERS_REQUEST_S)
-    add_gate(d, ("differs", "unchecked"), "differs (llama-server starts user messages elsewhere than tmplkit, or has "
+    add_gate(d, "differs (llama-server starts user messages elsewhere than tmplkit, or has "
              "no delimiters) or unchecked (also a template not compared: refused by llama-server, or no delimiters "
              "from tmplkit)")
     add_output(d, "the comparison")

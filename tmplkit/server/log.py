@@ -81,7 +81,8 @@ _VERBOSITY = re.compile(r"verbosity = (\d+) \(adjust with")
 _INSTANCE = re.compile(r"(?:^|\s)\[ *(\d+)\] ?")
 _INSTANCE_WITHIN = 80
 # What follows a router's prefix: the spawned server's line (its timestamp, or its own prefix).
-_CHILD_LINE = re.compile(r"\d+\.\d\d\.\d\d\d\.\d\d\d [A-Z] |slot |srv |[A-Za-z_][\w.]*:")
+_TIMESTAMP = r"\d+\.\d\d\.\d\d\d\.\d\d\d [A-Z] "  # llama.cpp's log timestamp and level: 0.00.920.495 I
+_CHILD_LINE = re.compile(rf"{_TIMESTAMP}|slot |srv |[A-Za-z_][\w.]*:")
 _SPAWN = re.compile(r"spawning server instance with name=\S* on port (\d+)")
 _LOAD_ARG = re.compile(r"srv +load: {3}(\S.*?)\s*$")  # one option of the spawned server's command line
 _OPTION_OF = {"-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch", "--ubatch-size": "n_ubatch"}
@@ -590,7 +591,7 @@ def _refuse_wrapped(lines: list[str], source: str) -> None:
 
 # How a line the server wrote begins (after any prefix a log collector adds): its timestamp, or a
 # task's or the server's prefix, or a `name:` opening (llama_context:, print_info:, main:, ...).
-_LINE_START = re.compile(r"\d+\.\d\d\.\d\d\d\.\d\d\d [A-Z] |slot +\S+: id +\d+ \||srv +\S+:|^\s*\[ *\d+\] |^[A-Za-z_][\w.]*:")
+_LINE_START = re.compile(rf"{_TIMESTAMP}|slot +\S+: id +\d+ \||srv +\S+:|^\s*\[ *\d+\] |^[A-Za-z_][\w.]*:")
 
 
 def _refuse_unread_batches(tasks: dict, servers: dict, order: list, source: str) -> None:
