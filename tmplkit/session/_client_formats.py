@@ -251,7 +251,7 @@ def _from_anthropic(body: dict, where: str) -> dict:
         if isinstance(system, str):
             text = _stamp_normalized(system)
         else:
-            text = "".join(_stamp_normalized(b.get("text", "") if isinstance(b.get("text"), str) else "")
+            text = "".join(_stamp_normalized(_str_or(b.get("text")))
                            for b in _list(system) if isinstance(b, dict) and b.get("type") == "text")
         messages.add({"role": "system", "content": text}, "system")
     given = body["messages"]
@@ -292,11 +292,8 @@ def _anthropic_message(messages: _Messages, m, where: str, at: str) -> None:
                              "content": _result_content(block.get("content"), where, f"{at}.content[{j}]")},
                             f"{at}.content[{j}]"))
     if content or calls or reasoning:
-        out: dict = {"role": m.get("role")}  # (as given: a role that is no string is refused as such)
-        if content:
-            out["content"] = content
-        else:
-            out["content"] = ""
+        # (the role as given: one that is no string is refused as such)
+        out: dict = {"role": m.get("role"), "content": content or ""}
         if calls:
             out["tool_calls"] = calls
         if reasoning:
@@ -336,6 +333,6 @@ def _anthropic_tool(tool, where: str, at: str) -> dict:
     # (the server writes a nameless tool with the name "": refused, as a chat body's is)
     if not isinstance(tool, dict) or not isinstance(tool.get("name"), str) or not tool["name"]:
         raise InputError(f"{where}: {at} has no name; give {{\"name\": ..., \"description\": ..., \"input_schema\": ...}}")
-    return {"type": "function", "function": {"name": _str_or(tool.get("name")),
+    return {"type": "function", "function": {"name": tool["name"],
                                              "description": _str_or(tool.get("description")),
                                              "parameters": tool.get("input_schema", {})}}
