@@ -263,6 +263,11 @@ def test_turns_memory_is_mib_and_the_old_memory_model_spelling_still_works(sessi
     with pytest.raises(SystemExit) as bad:  # (argparse's own refusal: one line, exit 2)
         main(["--no-config", "turns", str(FIX / "stable.jinja"), "--memory", "1.5"])
     assert bad.value.code == 2 and "'1.5' is not a whole number of MiB" in capsys.readouterr().err
+    for typo in ("", "0x10"):  # (taken for the old memory model: a deprecation note, then its error)
+        with pytest.raises(SystemExit) as bad:
+            main(["--no-config", "turns", str(FIX / "stable.jinja"), "--memory", typo])
+        err = capsys.readouterr().err
+        assert bad.value.code == 2 and err.count("\n") == 1 and "is not a whole number of MiB" in err, err
     assert main(["--no-config", "turns", str(FIX / "stable.jinja"), "--memory", "0"]) == 2
     assert "--memory" in capsys.readouterr().err
     # the limit is the worker's: what the command gives the study's worker, and its limits

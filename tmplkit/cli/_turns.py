@@ -81,13 +81,12 @@ class OldMemoryModel(str):
 
 
 def mb_or_old_model(value: str):
-    """--memory MB; until 0.4 a memory model given the old way too (a value that is no number)."""
+    """--memory MB; until 0.4 a memory model given the old way too (a value that opens with a letter,
+    as swa:N, recurrent and full do: anything else is a mistyped MiB, said so)."""
     try:
         return int(value)
     except ValueError:
-        try:
-            float(value)
-        except ValueError:
+        if value[:1].isascii() and value[:1].isalpha():
             return OldMemoryModel(value)
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of MiB") from None
 
