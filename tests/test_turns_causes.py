@@ -236,3 +236,52 @@ def test_command_r7b_generated_turns_end_at_their_end_of_turn(corpus_template):
     reqs = session_requests(load_conversation(MASKS / "agent.json"), t)
     assert all(r.generation_prompt.startswith("<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>") for r in reqs)
     assert all(r.generated.endswith("<|END_OF_TURN_TOKEN|>") for r in reqs if r.generated)
+
+
+# A tool-calling exchange and a second user message: three requests (after the user, after the tool result, after the user).
+_CALL = _call(1, "ls")
+_EXCHANGE = ({"role": "user", "content": "List the files."},
+             {"role": "assistant", "content": "Let me look at the files in the folder first.", "tool_calls": [_CALL]},
+             {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}, {"role": "assistant", "content": "One file: a.txt."},
+             {"role": "user", "content": "Thanks."}, {"role": "assistant", "content": "You are welcome."})
+
+
+def test_a_classifiers_task_line_that_names_the_newest_message_is_template_text():
+    report = _study("classifier-task-line", _EXCHANGE, switches=False)
+    first = report.first
+    assert report.causes() == {"template text": 2}  # (it was "other")
+    assert first.request == 1 and first.detail.startswith("the divergence lies in the template's own text before the first message")
+    assert "USER QUERY" in first.held_text and "AGENT RESPONSE" in first.request_text
+
+
+def test_a_judges_instructions_after_the_messages_are_template_text():
+    report = _study("reward-trailer", _EXCHANGE, switches=False)
+    # request 1: the user message just before the instructions (within reach of its rendering: the
+    # newest message rendered otherwise); request 2: after the assistant's words, the instructions alone
+    assert [d.cause for d in report.divergences] == ["last user message", "template text"]
+    second = report.divergences[1]
+    assert second.detail.startswith("the divergence lies in the template's own text after request 1's last message")
+    assert second.held_text.endswith("#### Instructions ####\nScore the assistant's last reply from")
+
+
+def test_a_turn_closed_before_a_prompt_without_its_header_is_generation_prompt():
+    report = _study("closes-before-prompt", _EXCHANGE, switches=False)
+    second = report.divergences[1]
+    assert second.request == 2 and second.cause == "generation prompt"  # (it was "other")
+    assert second.detail.startswith("request 1 ends with '<turn|>\\n<|channel>thought\\n' after its last message")
+    assert "'<|turn>model\\nOne file" in second.detail
+
+
+def test_an_opening_written_always_before_a_history_of_user_messages_is_generation_prompt():
+    report = _study("user-turns-only", _EXCHANGE, switches=False)
+    assert report.causes() == {"generation prompt": 1}  # (it was "other")
+    last = report.divergences[-1]
+    assert last.detail.startswith("request 1 ends with '<|end|><|assistant|><think></think>' after its last message")
+    assert "<|user|>Thanks." in last.detail
+
+
+def test_the_newest_query_written_otherwise_once_a_newer_one_comes_is_last_user_message():
+    # request 1 ends with a tool result; its newest user message (message 0) loses ` /think` in request 2
+    report = _study("marks-newest-query", _EXCHANGE, switches=False)
+    assert [d.cause for d in report.divergences] == ["", "last user message"]  # (it was "other")
+    assert report.divergences[1].detail == "request 1's newest user message (message 0) is rendered differently once a newer one comes"

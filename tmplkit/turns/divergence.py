@@ -15,12 +15,18 @@ this order:
   history writes otherwise (Apriel 1.5 adds each call's id);
 - "system prompt": the divergence lies in the system message;
 - "last user message" / "last tool result": it lies at request k's last message (the template
-  renders the newest message otherwise once the model has answered it);
+  renders the newest message otherwise once the model has answered it), or in its newest user
+  message as written, tool results after it (the newest query's mark, lost once a newer one comes);
 - "answer dropped": the held text has the answer (content) of an earlier assistant turn at the
   divergence and the request no longer has it (a template that keeps an earlier turn's reasoning
   and drops its answer), or the empty answer the generated turn ends with;
 - "message dropped": the same for an earlier message of another role (a classifier's template that
   renders only the newest exchange);
+- "generation prompt" also where it lies in the markup request k ends with after its last message
+  (the turn's close before a prompt, an opening the template always writes), inside no message;
+- "template text": it lies in the template's own words before the first message or after request
+  k's last, inside no message (a classifier's task line that names the newest message's role, a
+  reward model's instructions after the conversation);
 - "other": none of these; `held_text` and `request_text` show both texts around it.
 
 With a tokenizer the token ids are compared too, as a server compares them: request k tokenized
@@ -44,7 +50,7 @@ from ..tokens.tokenizers import common_byte_prefix
 __all__ = ["CAUSES", "Divergence", "divergences", "TokenizedRequests", "tokenize_requests"]
 
 CAUSES = ("date or time", "reasoning dropped", "generation prompt", "tool list", "system prompt",
-          "last user message", "last tool result", "tool calls rewritten", "answer dropped", "message dropped", "other",
+          "last user message", "last tool result", "tool calls rewritten", "answer dropped", "message dropped", "template text", "other",
           "token ids")  # (the last: the text matches and the ids do not, set where the token divergence is read)
 # Words that name reasoning markup (as the analysis reads them: tmplkit.analysis._reasoning).
 _REASONING_WORDS = ("think", "reason", "thought", "analysis")
@@ -258,6 +264,9 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
         if body and _covers(text, body, pos, _NEAR) and not _covers(held, body, pos, _NEAR) and text.find(body) < len(held):
             return "system prompt", (f"the request's new system message {i} is written at the divergence, ahead of the "
                                      "history: the template moves system messages to the front")
+    newest = _newest_user(prev, pos, messages)
+    if newest is not None:
+        return newest
     last = next((m for m in reversed(messages[:prev.n_messages]) if m.get("role") in ("user", "tool")), None)
     body = content_text(last.get("content")).strip() if last is not None else ""
     # (an empty one, Bielik's empty tool result, is placed by where the generation prompt begins)
@@ -266,7 +275,27 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
         role = last["role"]
         return ("last user message" if role == "user" else "last tool result",
                 f"request {prev.index}'s last message ({role}) is rendered differently once the model has answered it")
-    return _turn_cause(prev, text, pos, messages) or ("other", "see held_text and request_text")
+    return (_turn_cause(prev, text, pos, messages) or _outside_messages(prev, text, pos, messages)
+            or ("other", "see held_text and request_text"))
+
+
+# A line's end or the opening of a markup unit (whole or cut at the divergence: `<｜hy_`).
+_LINE_OR_MARKUP = re.compile(r"[\n<\[〈]")
+
+
+def _newest_user(prev: Request, pos: int, messages) -> tuple[str, str] | None:
+    """"last user message" where the divergence lies in request k's newest user message as written:
+    in its text or after it on its line, before any markup (Nemotron Cascade marks the newest query
+    ` /think`, which it writes ` /no_think` once a newer query comes, after tool results too)."""
+    i = next((i for i in range(prev.n_messages - 1, -1, -1) if messages[i].get("role") == "user"), None)
+    body = content_text(messages[i].get("content")).strip() if i is not None else ""
+    start = prev.text.rfind(body, 0, pos + len(body)) if body else -1
+    end = start + len(body)
+    gap = prev.text[end:pos] if start >= 0 and end <= pos <= end + _SHOW else "\n"  # (on its line, before its markup)
+    if start >= 0 and (start < pos < end or not _LINE_OR_MARKUP.search(gap)):
+        when = "once the model has answered it" if i == prev.n_messages - 1 else "once a newer one comes"
+        return "last user message", f"request {prev.index}'s newest user message (message {i}) is rendered differently {when}"
+    return None
 
 
 def _turn_cause(prev: Request, text: str, pos: int, messages) -> tuple[str, str] | None:
@@ -297,6 +326,51 @@ def _turn_cause(prev: Request, text: str, pos: int, messages) -> tuple[str, str]
         return "answer dropped", (f"the empty answer the generated turn ends with ({rest.strip()!r}) is not in the request: "
                                   f"the template drops message {prev.turn[1] - 1}'s empty answer from the history")
     return None
+
+
+def _outside_messages(prev: Request, text: str, pos: int, messages) -> tuple[str, str] | None:
+    """The cause where the divergence lies in request k's own text and inside no message's: in the
+    markup it ends with after its last message (the turn's close and the prompt the model generated
+    after, "generation prompt": a template that closes the turn before a prompt without its header,
+    one that writes the assistant's opening always and drops the turn from the history), or in the
+    template's own words before the first message or after the last ("template text": a classifier's
+    task line that names the newest message's role, a reward model's instructions that follow the
+    conversation). None where a message's text spans it, or it lies between two messages."""
+    written = prev.text
+    texts = _message_texts(messages[:prev.n_messages])
+    # (each search bounded: a long session's "other" divergences are read without scanning it whole each time)
+    if pos >= len(written) or any(0 <= written.find(t, max(0, pos - len(t) + 1), pos + len(t)) < pos for t in texts):
+        return None
+    tail = _CLOSING.search(written, max(0, len(written) - 2048))  # (the markup a request ends with is short)
+    if prev.turn[1] > prev.turn[0] and tail is not None and tail.start() <= pos and UNIT.search(tail.group(0)):
+        return "generation prompt", (f"request {prev.index} ends with {tail.group(0)!r} after its last message (the turn's "
+                                     "close and the prompt the model generated after), which the history writes otherwise: "
+                                     f"{text[tail.start():tail.end() + 20]!r}")
+    if not texts:
+        return None
+    if all(written.find(t, 0, pos) < 0 for t in texts):
+        where = "before the first message"
+    elif all(written.find(t, pos) < 0 for t in reversed(texts)):
+        where = f"after request {prev.index}'s last message"
+    else:
+        return None
+    return "template text", (f"the divergence lies in the template's own text {where}, no message's: the template "
+                             "writes it otherwise as the conversation grows (a classifier's or a reward model's "
+                             "instructions about the newest message)")
+
+
+# The markup a text ends with: units, whitespace, and bare words next to a unit (`<|channel>thought\n`).
+_CLOSING = re.compile(r"(?:" + UNIT.pattern + r"|(?<=[>\]])[A-Za-z_]+|[A-Za-z_]+(?=<|\[|〈)|\s)+$")
+
+
+def _message_texts(messages) -> list[str]:
+    """The texts of `messages` a render holds as they are: contents, reasoning, tool-call names."""
+    out = []
+    for m in messages:
+        out.append(content_text(m.get("content")).strip())
+        out += [content_text(m.get(k)).strip() for k in REASONING_KEYS if m.get("role") == "assistant"]
+        out += [c.get("function", c).get("name") for c in m.get("tool_calls") or () if isinstance(c, dict)]
+    return [t for t in out if isinstance(t, str) and t]
 
 
 def _reasoning_block(held: str, text: str, pos: int) -> str:
