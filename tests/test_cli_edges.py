@@ -203,6 +203,18 @@ def test_a_templates_refusal_of_the_users_conversation_says_what_to_do(capsys, t
         assert code == 2 and out == "" and one_line_error(
             err, "tmplkit: error: the template's own check refuses this conversation (give one it takes): template "
                  "'needs-user' raised (line 1): No user query found in messages."), err
+    # turns says so too, in its own line (it was the template's words alone), one worker or several
+    template = tmp_path / "no-tools.jinja"
+    template.write_text("{%- if messages | selectattr('role', 'equalto', 'tool') | list %}"
+                        "{{ raise_exception('Tool messages are not supported.') }}{% endif %}" + Path(CHATML).read_text())
+    chat.write_text('[{"role": "user", "content": "ls"}, {"role": "assistant", "tool_calls": [{"id": "c1", "type": '
+                    '"function", "function": {"name": "ls", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c1", '
+                    '"content": "a.txt"}, {"role": "assistant", "content": "One file."}]')
+    for jobs in ("1", "2"):
+        code, out, err = run(capsys, "turns", str(template), str(template), "--session", str(chat), "-j", jobs)
+        assert code == 2 and out == "" and err.count(
+            "tmplkit: error: no-tools: cannot render the session: the template's own check refuses this conversation "
+            "(give one it takes): template 'no-tools' raised (line 1): Tool messages are not supported.") == 2, err
     code, out, err = run(capsys, "show", RAISES)  # (its own probe, no conversation of the user's: no such advice)
     assert "give one it takes" not in err
 

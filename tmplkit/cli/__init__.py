@@ -23,7 +23,7 @@ from .._interrupt import forget_unhandled_interrupt, install_early_handler, rais
 from .._version import __version__
 from ..errors import InputError, TmplkitError
 from ._once import StoreOnce
-from ._outputs import check_outputs, error_line, printable, refuse_found_configuration, refuse_loaded_outputs
+from ._outputs import REFUSED, check_outputs, error_line, printable, refuse_found_configuration, refuse_loaded_outputs
 
 __all__ = ["build_parser", "main"]
 
@@ -321,7 +321,7 @@ def _with_advice(exc: TmplkitError, args) -> str:
 
     if isinstance(exc, RenderError) and exc.template_raised and getattr(args, "session", None):
         # (before the template's words, which end the line as they do in every other error)
-        return f"the template's own check refuses this conversation (give one it takes): {exc}"
+        return f"{REFUSED}: {exc}"
     return str(exc)
 
 

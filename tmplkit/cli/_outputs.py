@@ -301,6 +301,11 @@ def printable(text: str) -> str:
 _LINE_HEAD, _LINE_TAIL = 1500, 500  # characters of an error line kept before and after a cut
 
 
+# What to do where an error says only what the template said: its own check (raise_exception)
+# refused the user's conversation.
+REFUSED = "the template's own check refuses this conversation (give one it takes)"
+
+
 def error_line(text: str) -> str:
     r"""`text` as one line of a terminal: line breaks escaped, and a message longer than about 2,000
     characters (a template's `raise_exception` of megabytes) cut in the middle, its end kept (where

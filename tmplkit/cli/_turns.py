@@ -23,7 +23,7 @@ from ._common import (
     settings_of,
     tokenizer_spec,
 )
-from ._outputs import error_line
+from ._outputs import REFUSED, error_line
 from ._terminal import ProgressLine, wanted
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -156,7 +156,8 @@ def _cmd_turns(args) -> int:
     if shown:
         emit(format_turns(shown, args.format), args.output)
     for r in failed:
-        print(error_line(f"tmplkit: error: {r.template}: cannot render the session: {r.error}"), file=sys.stderr)
+        why = f"{REFUSED}: {r.error}" if r.refused else r.error
+        print(error_line(f"tmplkit: error: {r.template}: cannot render the session: {why}"), file=sys.stderr)
     return 2 if failed else 0
 
 

@@ -50,6 +50,9 @@ class TurnsReport:
     # The render limit the error is ("timeout", "memory", "size", "unsafe"; "": none): the session was
     # not studied, which says nothing of the template (not in to_dict: the error says it).
     limit: str = field(default="", compare=False)
+    # Whether the error is the template's own refusal of the session (its raise_exception): the
+    # session is to change, not the template (not in to_dict either).
+    refused: bool = field(default=False, compare=False)
 
     @property
     def stable(self) -> bool | None:
@@ -123,7 +126,8 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
                                    budget=budget, server=server, server_texts=server_texts, inputs=inputs, predict=predict,
                                    ahead=ahead)
     except RenderError as exc:  # (RenderLimitError too)
-        return TurnsReport(template.name, 0, (), error=str(exc), inputs=inputs, limit=getattr(exc, "kind", ""))
+        return TurnsReport(template.name, 0, (), error=str(exc), inputs=inputs, limit=getattr(exc, "kind", ""),
+                           refused=exc.template_raised)
     conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens
     divs = divergences(reqs, conversation.messages, conversation.conversation.tools, redraw=_redraw(conversation, reqs),
                        tokens=tokens, tokenizer=tokenizer)
