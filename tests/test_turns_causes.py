@@ -252,6 +252,10 @@ def test_a_classifiers_task_line_that_names_the_newest_message_is_template_text(
     assert report.causes() == {"template text": 2}  # (it was "other")
     assert first.request == 1 and first.detail.startswith("the divergence lies in the template's own text before the first message")
     assert "USER QUERY" in first.held_text and "AGENT RESPONSE" in first.request_text
+    from tmplkit.turns.formats import format_turns
+
+    text = format_turns([report], "text")  # (both texts shown, as for other causes read off them)
+    assert f"    held:    {first.held_text!r}\n    request: {first.request_text!r}" in text
 
 
 def test_a_judges_instructions_after_the_messages_are_template_text():

@@ -101,7 +101,7 @@ def _text(r) -> str:
         tok = "" if first.token_position is None else f" (token {first.token_position} of {first.n_held_tokens})"
         lines.append(f"  first divergence: request {first.request}, character {first.position} of {first.n_held} held{tok}: "
                      f"{first.cause}" + (f" ({first.detail})" if first.detail else ""))
-        if first.cause in ("other", "generation prompt", "tool calls rewritten"):
+        if first.cause in ("other", "generation prompt", "tool calls rewritten", "template text"):
             lines.append(f"    held:    {first.held_text!r}")
             lines.append(f"    request: {first.request_text!r}")
         if first.token_note:
