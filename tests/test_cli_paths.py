@@ -299,6 +299,28 @@ def test_an_output_named_twice_in_two_spellings_is_one_file(here, capsys):
     assert one_line_error(code, err, "given twice", "a.txt", "b.txt")
 
 
+def test_an_input_file_named_twice_in_two_spellings_is_one_file(here, capsys):
+    # (`--session conv.json --session ./conv.json` was refused as given twice, as were --lock and
+    # --config so, where -o took them as one; --memory-model swa:512 and swa:0512 are one model too)
+    (here / "link.json").symlink_to(here / "conv.json")
+    for twice in (("--session", "conv.json", "--session", "./conv.json"), ("--session", "conv.json", "--session", "link.json")):
+        code, out, err = run(capsys, "spans", "in.jinja", *twice, "--tokenizer", "vocab:qwen35")
+        assert code == 0 and json.loads(out)["n_tokens"] > 0, err
+    (here / "tmplkit.toml").write_text('sources = ["in.jinja"]\n', encoding="utf-8")
+    code = main(["--config", "tmplkit.toml", "show", "in.jinja", "--config", "./tmplkit.toml"])
+    out, err = capsys.readouterr()
+    assert code == 0 and out.startswith("# in:"), err
+    code, _, err = run(capsys, "turns", "in.jinja", "--session", "conv.json", "--memory-model", "swa:512",
+                       "--memory-model", "swa:0512", "--tokenizer", "vocab:qwen35", "--no-switches")
+    assert code == 0, err
+    # two files, or two models, are still two values
+    (here / "other.json").write_text(json.dumps(CHAT), encoding="utf-8")
+    code, _, err = run(capsys, "spans", "in.jinja", "--session", "conv.json", "--session", "other.json", "--tokenizer", "vocab:qwen35")
+    assert one_line_error(code, err, "given twice", "conv.json", "other.json")
+    code, _, err = run(capsys, "turns", "in.jinja", "--memory-model", "swa:512", "--memory-model", "swa:256")
+    assert one_line_error(code, err, "given twice", "swa:512", "swa:256")
+
+
 def test_the_lock_named_twice_is_refused(here, capsys):
     code, _, err = run(capsys, "lock", "in.jinja", "--lock", "a.json", "-o", "b.json")
     assert one_line_error(code, err, "given twice", "a.json", "b.json")

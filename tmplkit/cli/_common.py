@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 
 from ..environment import no_color, terminal_is_dumb
-from ._once import BooleanOnce, StoreOnce
+from ._once import BooleanOnce, StoreOnce, one_path
 from ._outputs import printable
 from ._terminal import ProgressLine
 
@@ -58,14 +57,8 @@ def add_format(parser, choices, default: str | None, what: str = "the output", *
 def add_output(parser, what: str = "the output") -> None:
     """-o/--output FILE, written atomically."""
     # (`-o a.txt -o ./a.txt` names one file, as does a link to it: one value, as the lock's are)
-    parser.add_argument("-o", "--output", metavar="FILE", action=StoreOnce, meaning=_one_path,
+    parser.add_argument("-o", "--output", metavar="FILE", action=StoreOnce, meaning=one_path,
                         help=f"write {what} to FILE (atomically) instead of stdout")
-
-
-def _one_path(value: str) -> str:
-    """A path as `-o` given twice compares it: `a.txt`, `./a.txt` and a link to it are one file ('-'
-    and '' as given)."""
-    return os.path.realpath(value) if value not in ("", "-") else value
 
 
 def add_name(parser, many: bool = False) -> None:

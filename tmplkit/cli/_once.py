@@ -4,6 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+
+# The metavars of options that name a file or folder: two spellings of one (`a.json`, `./a.json`, a
+# link to it) are one value, as `-o`'s are.
+PATH_METAVARS = frozenset({"FILE", "DIR"})
 
 
 class StoreOnce(argparse._StoreAction):
@@ -35,8 +40,8 @@ def remember_value(action: argparse.Action, namespace, values, option_string, *,
     a value); an ArgumentError where it was given another value before (under any of its
     spellings: an old one shares the new one's dest), compared as the option means it
     (`StoreOnce.meaning`)."""
-    meaning = getattr(action, "meaning", None)
-    meant = meaning(values) if meaning is not None else values
+    meaning = getattr(action, "meaning", None) or (one_path if action.metavar in PATH_METAVARS else None)
+    meant = meaning(values) if meaning is not None and isinstance(values, str) else values
     shown = option_string if flag else f"{option_string} {values}"
     given = namespace.__dict__.setdefault("_given", {})
     if action.dest in given and given[action.dest][2] != meant:
@@ -45,3 +50,12 @@ def remember_value(action: argparse.Action, namespace, values, option_string, *,
             raise argparse.ArgumentError(None, f"{before} and {shown} contradict each other; give one")
         raise argparse.ArgumentError(action, f"given twice ({before} and {shown}); give it once")
     given[action.dest] = (option_string, shown, meant)
+
+
+def one_path(value: str) -> str:
+    """A path as an option given twice compares it: `a.txt`, `./a.txt` and a link to it are one file
+    ('-' and '' as given)."""
+    try:
+        return os.path.realpath(value) if value not in ("", "-") else value
+    except (OSError, ValueError):  # (a NUL in a path: refused in one line where it is used)
+        return value

@@ -42,7 +42,7 @@ def add_turns(sub) -> None:
                                                      "(standard input); default: a generated agent session")
     add_tokenizer(p, what="compare token ids and count tokens recomputed with")
     p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request")
-    p.add_argument("--memory-model", dest="memory", default=None, metavar="swa:N|recurrent",
+    p.add_argument("--memory-model", dest="memory", default=None, metavar="swa:N|recurrent", meaning=_model_meaning,
                    help="the checkpointing model's memory: swa:N, recurrent (default: --model's, else swa:512)")
     p.add_argument("--memory", type=mb_or_old_model, metavar="MB", action=_MemoryOption, dest="memory_mb",
                    help=f"MiB a template's worker may allocate beyond its start-up footprint (default {MEMORY_MB}): "
@@ -89,6 +89,17 @@ def mb_or_old_model(value: str):
         if value[:1].isascii() and value[:1].isalpha():
             return OldMemoryModel(value)
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of MiB") from None
+
+
+def _model_meaning(value: str):
+    """A memory model as --memory-model given twice compares it (`swa:512` and `swa:0512` are one)."""
+    from ..errors import InputError
+    from ..turns import MemoryModel
+
+    try:
+        return MemoryModel.parse(value)
+    except InputError:  # (refused in one line where it is used)
+        return value
 
 
 class _MemoryOption(argparse.Action):
