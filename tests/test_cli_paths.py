@@ -205,6 +205,21 @@ def test_annotate_may_add_a_template_to_the_folder_it_reads_but_not_replace_one(
     assert one_line_error(code, err, "also what the command reads")
 
 
+@pytest.mark.parametrize("argv", [
+    ("annotate", "d/chatml.jinja", "-o", "d/chat_template.jinja"),  # (one file of the folder given, not the folder)
+    ("audit", "in.jinja", "--format", "json", "-o", "d/tokenizer_config.json"),
+    ("session", "generate", "--tokens", "300", "-o", "d/chat_template.json"),
+])
+def test_no_command_makes_a_folder_of_templates_one_models_folder(folders, capsys, argv):
+    # (annotate wrote d/chat_template.jinja: the next `tmplkit audit d` read that one file, and passed)
+    shutil.copy(CHATML, folders / "d" / "other.jinja")
+    code, _, err = run(capsys, *argv)
+    assert one_line_error(code, err, "would make it one model's folder", "2 templates (chatml.jinja, other.jinja)"), err
+    assert sorted(p.name for p in (folders / "d").iterdir()) == ["chatml.jinja", "other.jinja"]
+    code, out, err = run(capsys, "audit", "d")
+    assert code == 0 and "2 templates" in out + err
+
+
 @pytest.mark.parametrize("source", ["hf", "hf/tokenizer_config.json"])
 @pytest.mark.parametrize("name", [None, "hf:tool_use"])
 def test_annotate_does_not_put_a_chat_template_jinja_in_place_of_a_model_folders_named_templates(folders, capsys, name,

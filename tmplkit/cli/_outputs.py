@@ -89,6 +89,31 @@ def _refuse_clashes(args, outputs: list[str]) -> None:
                                  "would replace it: give another path for the output")
             if option in _TEMPLATE_SOURCES:
                 _refuse_read_later(args, f"{_flag(option, args)} {value}", value, out)
+        _refuse_making_model_folder(out)
+
+
+def _refuse_making_model_folder(out: str) -> None:
+    """Raise InputError where `out`, a new file named as a model folder's own (chat_template.jinja),
+    would be written into a folder of templates: the folder would become one model's folder, read
+    for that file alone by every later run over it (an audit's configured sources, CI's), its
+    templates no more, whether this command reads the folder or one file of it."""
+    from ..errors import InputError
+    from ..sources.templates import FOLDER_SUFFIXES, MODEL_FILES, is_model_folder
+
+    name = os.path.basename(out)
+    folder = os.path.dirname(os.path.abspath(out))
+    try:
+        if name not in MODEL_FILES or os.path.exists(out) or is_model_folder(folder):
+            return
+        templates = sorted(e for e in os.listdir(folder) if os.path.splitext(e)[1].lower() in FOLDER_SUFFIXES)
+    except (OSError, ValueError):  # (a folder that cannot be listed is check_writable's; a NUL in the path too)
+        return
+    if templates:
+        some = ", ".join(templates[:3]) + (", ..." if len(templates) > 3 else "")
+        raise InputError(f"{out}: a {name} in {folder}, a folder of {len(templates)} template"
+                         f"{'s' if len(templates) > 1 else ''} ({some}), would make it one model's folder: a run over "
+                         "the folder would read that file alone, its templates no more; give the output another name, "
+                         "or a path outside that folder")
 
 
 def refuse_reading_outputs(args, reads, tokenizers=()) -> None:

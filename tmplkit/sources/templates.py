@@ -79,8 +79,9 @@ def family_special_tokens(template: ChatTemplate) -> dict:
     return {"bos_token": bos, "eos_token": eos}
 
 
-_HF_FILES = ("tokenizer_config.json", "chat_template.json", "chat_template.jinja")
-_HF_PATTERNS = [*_HF_FILES, "additional_chat_templates/*.jinja", "special_tokens_map.json"]
+# A model folder's own files: one of them in a folder makes it one model's folder (`is_model_folder`).
+MODEL_FILES = ("tokenizer_config.json", "chat_template.json", "chat_template.jinja")
+_HF_PATTERNS = [*MODEL_FILES, "additional_chat_templates/*.jinja", "special_tokens_map.json"]
 
 
 # Callbacks that see every source loaded, with its templates (`watching_loads`).
@@ -289,7 +290,7 @@ def _json_templates(data, path: Path, base: str | None) -> list[ChatTemplate]:
         raise SourceError(f"{path}: expected a JSON object with 'chat_template', got {json_kind(data)}")
     if "chat_template" not in data:
         raise SourceError(f"{path}: no 'chat_template' key; this model ships its template elsewhere (try the folder or the GGUF)")
-    base = base or (path.parent.name if path.name in _HF_FILES else path.stem) or path.stem
+    base = base or (path.parent.name if path.name in MODEL_FILES else path.stem) or path.stem
     bos = _token_str(data.get("bos_token"), path, "bos_token")
     eos = _token_str(data.get("eos_token"), path, "eos_token")
     return _templates_from_value(data["chat_template"], path, base, bos, eos)
@@ -315,7 +316,7 @@ FOLDER_SUFFIXES = (".jinja", ".j2", ".jinja2")
 
 def is_model_folder(folder: str | os.PathLike) -> bool:
     """Whether `load_dir(folder)` reads it as a model folder (one of its own files is there)."""
-    return any((Path(folder) / f).is_file() for f in _HF_FILES)
+    return any((Path(folder) / f).is_file() for f in MODEL_FILES)
 
 
 def folder_reads(folder: str | os.PathLike, path: str | os.PathLike) -> bool:
@@ -332,7 +333,7 @@ def folder_reads(folder: str | os.PathLike, path: str | os.PathLike) -> bool:
     where, name = Path(os.path.realpath(os.path.dirname(os.path.abspath(path)))), Path(path).name
     model = is_model_folder(folder)
     if where == folder:
-        return name in _HF_FILES or (not model and Path(name).suffix.lower() in FOLDER_SUFFIXES)
+        return name in MODEL_FILES or (not model and Path(name).suffix.lower() in FOLDER_SUFFIXES)
     return model and where == folder / "additional_chat_templates" and Path(name).suffix == ".jinja"
 
 
