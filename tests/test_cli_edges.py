@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 from tmplkit._interrupt import Terminated, unwind_on_sigterm
 from tmplkit.cli import build_parser, main
 from tmplkit.cli._common import progress_printer
+from tmplkit.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "templates"
@@ -380,6 +382,24 @@ def test_prefill_refuses_a_huge_repeat_and_checkpoints_shaped_and_off(capsys, tm
     assert (off.max_checkpoints, off.checkpoint_min_step) == (32, 8192)
     replay = prefill_settings(parse(["replay", "gemma", "--session", "s.json", "-ctxcp", "4"]))
     assert replay.max_checkpoints == 4
+
+
+def test_ctx_checkpoints_zero_means_none_as_llama_server_reads_it_and_both_take_32_bits():
+    # (-ctxcp 0 was "must be at least 1", with no word of what to do: llama-server takes it for no
+    # checkpoints; -ctxcp 99999999999 and -cms 2147483648, which its int parsing refuses, ran)
+    from tmplkit.cli._common import prefill_settings
+
+    parse = build_parser().parse_args
+    none = prefill_settings(parse(["prefill", "gemma", "--session", "s.json", "-ctxcp", "0"]))
+    assert none.checkpoints is False and none == prefill_settings(parse(["prefill", "gemma", "--session", "s.json",
+                                                                         "--checkpoints", "off"]))
+    assert prefill_settings(parse(["prefill", "gemma", "--session", "s.json", "-ctxcp", "0", "--checkpoints", "off"])) == none
+    for argv, said in ((["prefill", "-ctxcp", "0", "--checkpoints", "on"], "-ctxcp 0 takes no checkpoints and --checkpoints on"),
+                       (["replay", "-ctxcp", "0"], "-ctxcp/--ctx-checkpoints 0 takes no checkpoints (llama-server's meaning)"),
+                       (["replay", "-ctxcp", "99999999999"], "-ctxcp/--ctx-checkpoints must be at most 2147483647"),
+                       (["prefill", "-cms", "2147483648"], "-cms/--checkpoint-min-step must be at most 2147483647")):
+        with pytest.raises(InputError, match=re.escape(said)):
+            prefill_settings(parse([argv[0], "gemma", "--session", "s.json", *argv[1:]]))
 
 
 def test_no_llama_server_points_at_what_an_installed_package_can_do(capsys, tmp_path, monkeypatch):

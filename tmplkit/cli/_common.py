@@ -282,10 +282,12 @@ _LLAMA_OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
                                         "help": "do not repack weights (default: repack unless the CPU has AMX)"}),
     "poll": (("--poll",), {"type": int, "help": "threadpool polling level 0-100, as llama-server's (default {default})"}),
     "checkpoints": (("--checkpoints",), {"choices": list(_CHECKPOINTS), "help": "auto: exactly when the model cannot roll its memory back"}),
-    "max_checkpoints": (("-ctxcp", "--ctx-checkpoints"), {"type": int, "help": "checkpoints kept at most (default "
+    "max_checkpoints": (("-ctxcp", "--ctx-checkpoints"), {"type": int, "help": "checkpoints kept at most, 0 to 2147483647 "
+                                                                              "(0: none, --checkpoints off) (default "
                                                                               "{default}); not with --checkpoints off"}),
     "checkpoint_min_step": (("-cms", "--checkpoint-min-step"), {"type": int, "help": "tokens between two checkpoints at "
-                                                                                    "least (default {default}); not with "
+                                                                                    "least, 0 to 2147483647 (default "
+                                                                                    "{default}); not with "
                                                                                     "--checkpoints off"}),
 }
 # The options that shape checkpoints: one given with --checkpoints off, which takes none, is
@@ -315,7 +317,8 @@ def add_llama_options(parser, names=None, **defaults) -> None:
         if "help" in kwargs:
             kwargs["help"] = kwargs["help"].format(default=default)
         if name in _CHECKPOINT_SHAPE and "checkpoints" not in (names or _LLAMA_OPTIONS):  # (replay: no such option)
-            kwargs["help"] = kwargs["help"].replace("; not with --checkpoints off", "")
+            kwargs["help"] = (kwargs["help"].replace("; not with --checkpoints off", "")
+                              .replace("0 to 2147483647 (0: none, --checkpoints off)", "1 to 2147483647"))
         group.add_argument(*flags, default=default, **({"dest": name} | kwargs))
     parser.set_defaults(_llama_options=tuple(names or _LLAMA_OPTIONS))
 
@@ -327,10 +330,18 @@ def prefill_settings(args):
     from ..server_rules import PrefillSettings
 
     given = {name: getattr(args, name) for name in args._llama_options if name != "repack"}
+    typed = getattr(args, "_given", {})  # (the options on the command line: _once.remember_value)
+    none = given.get("max_checkpoints") == 0  # llama-server's -ctxcp 0: no checkpoints
+    if none and "checkpoints" not in given:
+        raise InputError("-ctxcp/--ctx-checkpoints 0 takes no checkpoints (llama-server's meaning), and replay compares "
+                         "where its settings take them; give at least 1")
     if "checkpoints" in given:
         given["checkpoints"] = _CHECKPOINTS[given["checkpoints"]]
-        typed = getattr(args, "_given", {})  # (the options on the command line: _once.remember_value)
-        shaped = [name for name in _CHECKPOINT_SHAPE if name in given and name in typed]
+        if none:
+            if given["checkpoints"] is True:
+                raise InputError("-ctxcp 0 takes no checkpoints and --checkpoints on takes them; give one of the two")
+            given["checkpoints"], given["max_checkpoints"] = False, PrefillSettings.max_checkpoints
+        shaped = [name for name in _CHECKPOINT_SHAPE if name in given and name in typed and not (none and name == "max_checkpoints")]
         if given["checkpoints"] is False and shaped:
             flags = " and ".join(_LLAMA_OPTIONS[n][0][0] for n in shaped)
             raise InputError(f"{flags} shape{'s' if len(shaped) == 1 else ''} the checkpoints, and --checkpoints off "

@@ -61,7 +61,8 @@ class PrefillSettings:
         for name in ("n_ctx", "n_batch", "n_ubatch", "max_checkpoints"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("n_ctx", "n_batch", "n_ubatch"):  # llama.cpp's 32-bit fields: a larger value would wrap
+        # llama.cpp's 32-bit fields (llama-server's int options too): a larger value would wrap
+        for name in ("n_ctx", "n_batch", "n_ubatch", "max_checkpoints", "checkpoint_min_step"):
             if getattr(self, name) > INT32_MAX:
                 raise InputError(f"{name} must be at most {INT32_MAX} (a 32-bit field of llama.cpp's), got {getattr(self, name)}")
         for name in ("n_threads", "n_threads_batch"):
