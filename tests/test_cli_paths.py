@@ -314,6 +314,30 @@ def test_an_output_named_twice_in_two_spellings_is_one_file(here, capsys):
     assert one_line_error(code, err, "given twice", "a.txt", "b.txt")
 
 
+@pytest.mark.corpus
+def test_a_cached_tokenizer_named_or_chosen_by_auto_is_not_replaced_by_the_output(here, capsys, monkeypatch):
+    # (`--tokenizer vocab:qwen35 -o <its cached GGUF>` wrote the JSON over the corpus's vocabulary,
+    # as did `--tokenizer auto` where it chose that file): a private copy of the corpus, so that a
+    # failure here spoils no other test's cache
+    from tmplkit.sources import corpus
+
+    cache = here / "cache"
+    own = cache / corpus.corpus_dir().name
+    (own / "vocab").mkdir(parents=True)
+    (own / "templates").mkdir()
+    shutil.copy(corpus.vocab_path("qwen35"), own / "vocab")
+    shutil.copy(corpus.templates_dir() / "Qwen3.5-4B.jinja", own / "templates")
+    monkeypatch.setenv("TMPLKIT_CACHE", str(cache))
+    gguf = own / "vocab" / "ggml-vocab-qwen35.gguf"
+    before = gguf.read_bytes()
+    for argv in (("spans", "in.jinja", "--tokenizer", "vocab:qwen35"),
+                 ("spans", "corpus:llama.cpp", "--name", "Qwen3.5-4B", "--tokenizer", "auto"),
+                 ("audit", "corpus:llama.cpp", "--tokenizer", "auto")):
+        code, _, err = run(capsys, *argv, *(("--session", "conv.json") if argv[0] == "spans" else ()), "-o", str(gguf))
+        assert one_line_error(code, err, "it is also what the command reads", "vocab:qwen35"), err
+        assert gguf.read_bytes() == before
+
+
 def test_an_input_file_named_twice_in_two_spellings_is_one_file(here, capsys):
     # (`--session conv.json --session ./conv.json` was refused as given twice, as were --lock and
     # --config so, where -o took them as one; --memory-model swa:512 and swa:0512 are one model too)

@@ -34,6 +34,7 @@ from ._common import (
 )
 from ._limits import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT
 from ._lock import lock_for, precheck, print_checks, run_checks, upstreams_for
+from ._outputs import refuse_reading_outputs
 from .config import FAIL_ON, PREFIX_STABILITY, from_config, load_expected_failures
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -166,6 +167,8 @@ def _run_audit(args):
     tokenizers = dict(cfg.tokenizers)
     if tokenizer == "auto":  # which tokenizers 'auto' opens depends on the templates: still before any analysis
         tokenizers |= _auto_without_extras(templates, tokenizers, quiet)
+        chosen = {audit_mod.tokenizer_for(t.name, t.source, "auto", tokenizers) for t in templates}
+        refuse_reading_outputs(args, [], tokenizers=[("the tokenizer --tokenizer auto chose", s) for s in sorted(chosen - {None})])
     progress = progress_printer(sys.stderr.isatty() and not quiet)
     # In process: jobs=1 and no worker limits (audit's in-process path).
     limits = {"jobs": 1} if args.in_process else {"jobs": jobs, "timeout": timeout, "memory_mb": memory}

@@ -550,6 +550,10 @@ def tokenizer_spec(spec: str, template, args=None) -> str:
         raise InputError(f"--tokenizer auto: no tokenizer known for template '{template.name}' (it is not from a .gguf "
                          "and no corpus vocabulary is paired with its name); give --tokenizer PATH, or pair it under "
                          "[tokenizers] in the configuration")
+    if args is not None:  # (the file auto chose is an input the output must not replace, as a named one)
+        from ._outputs import refuse_reading_outputs
+
+        refuse_reading_outputs(args, [], tokenizers=[("the tokenizer --tokenizer auto chose", found)])
     return found
 
 
