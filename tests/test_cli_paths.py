@@ -421,6 +421,11 @@ def test_template_variables_a_render_sets_are_refused(here, capsys):
     ("[" * 100000 + "]" * 100000, "nested"),
     ('{"results": [{"template": "a", "server": {"status": "ok", "route": "autoparser", "delimiters": [1]}}]}',
      "template 'a' is not as the command writes it"),
+    # (a delimiter edited into a number ended `turns` in "failed in its worker: AttributeError", blaming the template)
+    ('{"results": [{"template": "a", "server": {"status": "ok", "route": "autoparser", "delimiters": '
+     '[{"role": "user", "delimiter": 5}]}}]}', "template 'a' is not as the command writes it (each delimiter a role and a string)"),
+    ('{"results": [{"template": "a", "server": {"status": "ok", "route": "autoparser", "delimiters": '
+     '[{"role": null, "delimiter": "<u>"}]}}]}', "template 'a' is not as the command writes it"),
 ])
 def test_a_saved_server_delimiters_file_of_another_shape_is_one_line(tmp_path, content, words):
     from tmplkit.server_rules import load_server_delimiters

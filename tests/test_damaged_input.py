@@ -236,6 +236,9 @@ def test_a_number_given_twice_in_two_spellings_is_one_value(capsys):
     (lambda r: r["rendered"].__setitem__("assistant", "no"), "'rendered'"),
     (lambda r: r["starts"].__setitem__("bogus", "x"), "'bogus'"),
     (lambda r: r["prefix_stability"].__setitem__("request", "x"), "'prefix_stability'"),
+    # (a delimiter edited into numbers was read as a changed behaviour, exit 1; an empty record was "KeyError: 'name'")
+    (lambda r: r.__setitem__("delimiters", [{"role": 5, "text": None}]), "a delimiter in 'delimiters' is not an object"),
+    (lambda r: r.clear(), "'name' is missing"),
 ])
 def test_a_lock_record_damaged_inside_is_refused_by_audit_and_lock_and_left_as_it_was(damage, words, tmp_path, capsys):
     good = tmp_path / "good.json"

@@ -110,11 +110,19 @@ class BehaviourRecord:
                              f"{fix}") from None
 
 
+# The keys every record has (lock.schema.json's required; `reason` may be left out).
+_RECORD_KEYS = ("name", "source", "text_sha256", "verdict", "starts", "delimiters", "generation", "rendered", "system",
+                "default_system", "tool_placement", "earlier_reasoning", "prefix_stability", "renders")
+
+
 def _record_problem(d: dict) -> str:
     """What is wrong with the types of a lock's record (as lock.schema.json gives them), or "": a
     hand-edited or corrupt field is a malformed lock, not a change in behaviour."""
     def bad(key: str, want: str) -> str:
         return f"'{key}' is {d.get(key)!r}, not {want}"
+
+    if missing := [k for k in _RECORD_KEYS if k not in d]:
+        return f"'{missing[0]}' is missing"
 
     scalars = (("name", str, "a string"), ("source", str, "a string"), ("reason", str, "a string"),
                ("system", _STR_OR_NONE, "a string or null"), ("earlier_reasoning", _STR_OR_NONE, "a string or null"))
@@ -133,6 +141,9 @@ def _record_problem(d: dict) -> str:
             return bad(key, "an object")
     if "delimiters" in d and not isinstance(d["delimiters"], list):
         return bad("delimiters", "a list")
+    if any(not (isinstance(x, dict) and isinstance(x.get("role"), str) and isinstance(x.get("text"), str))
+           for x in d.get("delimiters") or ()):
+        return "a delimiter in 'delimiters' is not an object of a role and a text (strings)"
     if any(not isinstance(v, _STR_OR_NONE) for v in (d.get("starts") or {}).values()):
         return "a role's start in 'starts' is not a string or null"
     if any(not isinstance(v, str) for v in (d.get("renders") or {}).values()):

@@ -112,9 +112,11 @@ def load_server_delimiters(path: str | Path) -> dict[str, Delims]:
     for row in rows:
         try:
             delims = delimiters_of_row(row)
-        except (AttributeError, KeyError, TypeError):
-            raise InputError(f"{path}: the result of template '{row['template']}' is not as the command writes it; "
-                             f"{write}") from None
+            if delims is not None and not all(isinstance(r, str) and isinstance(d, str) for r, d in delims):
+                raise TypeError  # (a role or a delimiter that is no string: as the command never writes it)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise InputError(f"{path}: the result of template '{row['template']}' is not as the command writes it "
+                             f"(each delimiter a role and a string); {write}") from None
         if delims is not None:
             out[row["template"]] = delims
     return out
