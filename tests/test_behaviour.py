@@ -391,6 +391,11 @@ def test_a_gguf_against_its_upstream_from_the_local_cache(tmp_path, write_gguf):
     proc = _offline(tmp_path, "diff", "--in-process", "hf:acme/other", str(drifted))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "HF_HUB_OFFLINE" in proc.stderr
     assert "Traceback" not in proc.stderr
+    # (a name the Hub cannot have said the library's words, "could not fetch (HFValidationError: ...)")
+    proc = _offline(tmp_path, "show", "hf:acme/chat 7b")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("tmplkit: error: hf:acme/chat 7b: not a Hub repository name (")
+    assert proc.stderr.rstrip().endswith("; give hf:org/name[@revision]")
 
 
 def test_the_audit_reports_drift_from_a_declared_upstream(tmp_path, write_gguf):

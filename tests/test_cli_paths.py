@@ -410,6 +410,26 @@ def test_a_configuration_that_is_not_utf8_is_one_line(here, capsys):
     assert one_line_error(code, err, "tmplkit.toml", "not UTF-8")
 
 
+def test_a_configuration_saved_with_a_byte_order_mark_says_so(here, capsys):
+    # (it was "not valid TOML (Invalid statement (at line 1, column 1))", where nothing is to see)
+    (here / "tmplkit.toml").write_bytes(b'\xef\xbb\xbfsources = ["in.jinja"]\n')
+    code = main(["audit", "in.jinja"])
+    err = capsys.readouterr().err
+    assert one_line_error(code, err, "tmplkit.toml: starts with a byte order mark (BOM)", "save it as UTF-8 without one")
+
+
+def test_a_lock_named_onto_a_file_that_is_no_json_says_to_give_it_its_own_path(here, capsys):
+    # (`lock in.jinja -o in.jinja`-like slips onto another template said "fix the JSON")
+    shutil.copy(CHATML, here / "other.jinja")
+    before = (here / "other.jinja").read_bytes()
+    code, _, err = run(capsys, "lock", "in.jinja", "-o", "other.jinja")
+    assert one_line_error(code, err, "other.jinja: not a behaviour lock (not JSON)", "a path of its own")
+    assert "fix the JSON" not in err and (here / "other.jinja").read_bytes() == before
+    (here / "broken.json").write_text("{", encoding="utf-8")  # (a lock's own JSON broken: fix it)
+    code, _, err = run(capsys, "lock", "in.jinja", "-o", "broken.json")
+    assert one_line_error(code, err, "broken.json: not valid JSON", "fix the JSON")
+
+
 def test_template_variables_a_render_sets_are_refused(here, capsys):
     code, _, err = run(capsys, "turns", "in.jinja", "--template-kwargs", '{"messages": 1}')
     assert one_line_error(code, err, "template variables messages", "leave them out")

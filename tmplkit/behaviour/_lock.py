@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .._version import __version__
 from ..atomic import write_output
@@ -50,7 +51,14 @@ class BehaviourLock:
 def read_lock(path, *, updating: bool = False) -> BehaviourLock:
     """The lock in `path`; one-line InputErrors for a missing, corrupt or other-version lock.
     `updating`: read by `tmplkit lock` to update it (a file that is no lock is replaced with --fresh)."""
-    data = read_json(path, what="a behaviour lock (written by `tmplkit lock`)")
+    try:
+        data = read_json(path, what="a behaviour lock (written by `tmplkit lock`)")
+    except InputError as exc:
+        # (`lock -o template.jinja`: "fix the JSON" would be wrong; a broken .json lock is to fix)
+        if updating and "not valid JSON" in str(exc) and Path(path).suffix.lower() != ".json":
+            raise InputError(f"{path}: not a behaviour lock (not JSON); `tmplkit lock` would write the lock over it: "
+                             "give the lock a path of its own (a new .json file)") from None
+        raise
     if not isinstance(data, dict) or not isinstance(data.get("templates"), dict):
         fix = f"--lock {path}" + (" --fresh" if updating else "")
         raise InputError(f"{path}: not a behaviour lock (no 'templates' object); write it with `tmplkit lock SOURCE... {fix}`")

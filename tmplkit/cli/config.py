@@ -229,6 +229,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(data.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
+        if data.startswith(b"\xef\xbb\xbf"):  # (Windows editors save one; TOML allows none)
+            raise InputError(f"{path}: starts with a byte order mark (BOM), which TOML does not allow; save it as UTF-8 "
+                             "without one") from None
         raise InputError(f"{path}: not valid TOML ({exc}); fix the file") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save the configuration as UTF-8") from None

@@ -413,6 +413,9 @@ def load_hf(spec: str) -> list[ChatTemplate]:
                               "download it once online or unset HF_HUB_OFFLINE") from None
         raise SourceError(f"hf:{spec}: the Hub could not be reached and the repository is not in the local cache; "
                           "check the network (or a proxy), or download it once online") from None
+    except getattr(hf_errors, "HFValidationError", ()) as exc:  # (a name the Hub cannot have: `hf:a/b c`)
+        raise SourceError(f"hf:{spec}: not a Hub repository name ({str(exc).splitlines()[0] if str(exc) else ''}); "
+                          "give hf:org/name[@revision]") from None
     except (hf_errors.HfHubHTTPError, OSError, ValueError) as exc:
         raise SourceError(f"hf:{spec}: could not fetch from the Hub ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
     templates = _load_model_dir(Path(folder), repo.split("/")[1])
