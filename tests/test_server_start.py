@@ -287,6 +287,18 @@ def test_a_log_dir_that_cannot_hold_the_logs_is_refused_before_any_work(command,
     assert out == "" and "TMPLKIT_CACHE" not in err
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_output_named_as_a_log_in_the_log_dir_is_refused_before_any_work(command, model, tmp_path, capsys):
+    # (`--log-dir . -o llama-server-c.log` kept the report alone: llama-server's log was lost, exit 0)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    out_file = logs / "llama-server-chatml.log"
+    code, out, err = _run(capsys, command, "--server", TRUE, "--model", str(model), "--log-dir", str(logs),
+                          "-o", str(out_file))
+    _one_line(code, err, f"{out_file}: --log-dir {logs} keeps llama-server's logs under such names", "another name")
+    assert out == "" and not out_file.exists()
+
+
 def test_the_library_says_where_a_kept_log_is_and_quotes_a_removed_one(model, tmp_path):
     with pytest.raises(ModelError) as e:
         LlamaServer(TRUE, model, log=tmp_path / "kept.log", startup_s=10)

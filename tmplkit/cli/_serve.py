@@ -19,6 +19,7 @@ from ._common import (
     template_conversation_tokenizer,
 )
 from ._limits import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, contained_limits
+from ._outputs import output_paths
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -139,13 +140,15 @@ def server_run(args):
         raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
     positive(args.start_timeout, "--start-timeout")
     positive(args.request_timeout, "--request-timeout")
-    _check_log_dir(args.log_dir)
+    _check_log_dir(args.log_dir, output_paths(args))
     return binary
 
 
-def _check_log_dir(log_dir: str | None) -> None:
+def _check_log_dir(log_dir: str | None, outputs=()) -> None:
     """--log-dir, refused in one line before any work where llama-server's logs cannot be written
-    there (a file, a missing or read-only folder): it was found only when the first server started."""
+    there (a file, a missing or read-only folder): it was found only when the first server started;
+    and where one of `outputs` is a log's name there (`llama-server-NAME.log`): the report and a
+    log would be one file, one of them lost."""
     import os
 
     from ..errors import InputError
@@ -159,6 +162,12 @@ def _check_log_dir(log_dir: str | None) -> None:
     if not os.access(log_dir, os.W_OK | os.X_OK):
         raise InputError(f"--log-dir {log_dir}: the folder cannot be written; give a writable folder for "
                          "llama-server's logs, or leave --log-dir out")
+    for out in outputs:
+        name = os.path.basename(out)
+        if name.startswith("llama-server-") and name.endswith(".log") and \
+                os.path.realpath(os.path.dirname(os.path.abspath(out))) == os.path.realpath(log_dir):
+            raise InputError(f"{out}: --log-dir {log_dir} keeps llama-server's logs under such names, and one would "
+                             "replace the other; give the output another name")
 
 
 def _cmd_engine_parity(args) -> int:
