@@ -270,6 +270,30 @@ def test_prefix_stability_stopped_by_a_render_limit_is_not_checked(monkeypatch):
     assert prefix_stability_of(load_one(CHATML)).verdict == "not applicable"
 
 
+def test_prefix_stability_on_the_users_own_session_that_the_template_refuses_is_not_checked(tmp_path, capsys):
+    # (it was "not applicable", which the gate passes even with --fail-on unchecked: the session the
+    # user asked about was never checked; the default session refused stays "not applicable")
+    from tmplkit.auditing import default_turns_session
+    from tmplkit.cli import main
+    from tmplkit.session import Session, save_session
+
+    template = tmp_path / "late-raise.jinja"
+    template.write_text("{%- if messages | length > 20 %}{{ raise_exception('context too long for this template') }}"
+                        "{% endif %}" + Path(CHATML).read_text(), encoding="utf-8")
+    session = default_turns_session()
+    own = prefix_stability_of(load_one(str(template)), session=Session(session.messages + session.messages[1:], ()))
+    assert own.verdict == NOT_CHECKED and own.detail.startswith("the template cannot render the session: ")
+    assert prefix_stability_of(load_one(str(template))).verdict == "not applicable"
+    assert prefix_stability_of(load_one(str(template)), session=default_turns_session()).verdict == "not applicable"
+    path = tmp_path / "s.json"
+    save_session(Session(session.messages + session.messages[1:], ()), path)
+    argv = ["--no-config", "audit", str(template), "--prefix-stability", "fail", "--session", str(path), "--in-process"]
+    assert main(argv) == 0 and "prefix: 1 not checked -> ok" in capsys.readouterr().out
+    assert main([*argv, "--fail-on", "unchecked"]) == 1
+    out = capsys.readouterr().out
+    assert "UNCHECKED" in out and "context too long for this template" in out
+
+
 def _report_with_unchecked_prefix(fail_on: str):
     from tmplkit.auditing import AuditReport, PrefixStability
 

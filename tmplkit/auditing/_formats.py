@@ -16,6 +16,7 @@ from ..analysis import Analysis
 from ..delimiters import split_text
 from ._choices import AUDIT_FORMAT_NAMES
 from ._gate import AuditReport, first_reason, is_failure, verdict_of
+from ._prefix import NOT_APPLICABLE
 from ._summary import format_summary
 
 __all__ = ["AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_SCHEMA_VERSION", "format_json", "format_junit", "format_markdown", "format_show",
@@ -90,6 +91,8 @@ def _text_rows(report: AuditReport, i: int, width: int, color: bool, verbosity: 
         rows += [f"{pad}warning: {w}" for w in a.warnings]
     if status != "unchecked":  # a check that did not run is said on every pass it leaves unproved
         rows += [f"{pad}not checked: {r}" for r in report.unchecked(i)]
+    if check is not None and check.verdict == NOT_APPLICABLE and check.detail and verbosity <= 0:
+        rows.append(f"{pad}prefix stability not applicable: {check.detail}")  # (why, where it is no verdict)
     if verbosity > 0:
         rows += [f"{pad}problem: {p}" for p in problems[1:]]
         if check is not None and (check.detail or check.verdict == "unstable"):

@@ -25,9 +25,10 @@ _LIMIT_STATUSES = frozenset({"timeout", "memory", "unsafe"})
 class PrefixStability:
     """Whether each request of a resumed agent session extends what the server holds (tmplkit.turns).
 
-    `verdict`: "stable", "unstable", "not applicable" (the template cannot render the session, or
-    the session has a single request; `detail` says why) or "not checked" (the time limit came
-    before a divergence, or the worker gave no result: nothing was proved; `detail` says where). When unstable: the first divergence's
+    `verdict`: "stable", "unstable", "not applicable" (the template cannot render the default
+    session, or the session has a single request; `detail` says why) or "not checked" (the time
+    limit came before a divergence, the worker gave no result, or the template cannot render the
+    session the user gave: nothing was proved; `detail` says where or why). When unstable: the first divergence's
     `cause` (one of tmplkit.turns.CAUSES), the `request` it happens at and its character `position`.
     `seconds`: the time the check took (not compared: it differs from run to run).
 
@@ -87,9 +88,15 @@ def prefix_stability_of(template: ChatTemplate, session=None, timeout: float | N
     report = study_turns(template, session if session is not None else default_turns_session(), switches=False,
                          timeout=timeout)
     took = time.perf_counter() - start
-    if report.error:  # a render limit stopped the study: not checked; a template that refuses the session: n/a
-        verdict = NOT_CHECKED if report.limit in ("timeout", "memory", "size") else NOT_APPLICABLE
-        return PrefixStability(verdict, n_requests=report.n_requests, detail=_bounded(report.error), seconds=took)
+    if report.error:
+        # A render limit stopped the study: not checked. A template that refuses the session: the
+        # default one does not apply to it (the tools it calls, parallel calls); the user's own was
+        # not checked, and a gate must not pass it (a server would refuse those requests too).
+        limited = report.limit in ("timeout", "memory", "size")
+        own = session is not None and session != default_turns_session()  # (the default, made anew where it was passed)
+        verdict = NOT_CHECKED if limited or own else NOT_APPLICABLE
+        why = report.error if limited else f"the template cannot render the session: {report.error}"
+        return PrefixStability(verdict, n_requests=report.n_requests, detail=_bounded(why), seconds=took)
     first = report.first
     if first is None and report.stopped:  # (before the count: a time limit after one request is not a one-request session)
         return PrefixStability(NOT_CHECKED, n_requests=report.n_requests, seconds=took,
