@@ -485,3 +485,31 @@ def test_a_lock_field_of_the_wrong_type_is_a_malformed_lock_not_a_change(capsys,
     data["schema_version"] = True  # (equal to 1 in Python)
     (tmp_path / "l.json").write_text(json.dumps(data))
     assert "a lock of layout True" in _one_line_error(capsys, "lock", "--in-process", str(chat), "--lock", "l.json")
+
+
+def test_a_record_whose_agent_session_check_was_cut_short_is_no_behaviour(tmp_path, monkeypatch):
+    # (`lock --timeout 5` locked {"verdict": "not checked"} with exit 0, and `audit --lock` then
+    # compared it with another cut check as "no change"; `diff` called two such templates the same)
+    import tmplkit.behaviour._derive as derive_mod
+    from tmplkit.auditing import NOT_CHECKED, PrefixStability, analyze_with_prefix_stability
+    from tmplkit.behaviour import check_lock, require_derived
+
+    cut = PrefixStability(NOT_CHECKED, n_requests=32, detail="stopped at the time limit (1 s) after 9 of 32 requests")
+
+    def derive(template, session=None, timeout=None):
+        analysis, _ = analyze_with_prefix_stability(template, session, timeout)
+        return analysis, cut, {}
+
+    monkeypatch.setattr(derive_mod, "derive_behaviour", derive)
+    template = load_one(str(PAIRS / "delimiter-moved" / "a.jinja"))
+    record = derive_records([template], in_process=True)[0]
+    assert record.verdict == "pass" and not record.derived
+    assert record.reason.startswith("its agent-session check did not run to the end (stopped at the time limit")
+    with pytest.raises(InputError, match="was not derived: its agent-session check did not run to the end .* nothing was"):
+        require_derived([record], "nothing was compared")
+    locked = derive_records([template], in_process=True, session=None)  # (still cut: the stand-in)
+    monkeypatch.undo()
+    good = derive_records([template], in_process=True)[0]
+    assert good.derived and good.prefix_stability["verdict"] != NOT_CHECKED
+    check = check_lock(BehaviourLock({template.name: good}, "0"), locked, "l.json")
+    assert not check.ok and check.unchecked and not check.diffs

@@ -69,8 +69,10 @@ class BehaviourRecord:
     @property
     def derived(self) -> bool:
         """Whether this is the template's behaviour: False where a run's limit stopped its
-        derivation or the worker died (`UNCHECKED_VERDICTS`, `completed`)."""
-        return self.completed and self.verdict not in UNCHECKED_VERDICTS
+        derivation, its agent-session check included ("not checked": the time limit came before
+        the session's end), or the worker died (`UNCHECKED_VERDICTS`, `completed`)."""
+        return (self.completed and self.verdict not in UNCHECKED_VERDICTS
+                and self.prefix_stability.get("verdict") != NOT_CHECKED)
 
     def behaviour(self) -> dict:
         """The record less its name, source, text digest and reason: what two templates compare on."""
@@ -221,6 +223,8 @@ def record_of(template, analysis: Analysis, prefix: PrefixStability | None, rend
     reason = ""
     if analysis.status != "pass":
         reason = analysis.why_not or analysis.status
+    elif prefix is not None and prefix.verdict == NOT_CHECKED:  # (`derived`: not the template's behaviour)
+        reason = f"its agent-session check did not run to the end ({prefix.detail}); raise --timeout"
     return BehaviourRecord(
         name=template.name, source=template.source, text_sha256=sha256_of(template.text), verdict=analysis.status,
         reason=reason, starts={role: getattr(analysis, attr) for role, attr in START_ROLES},
