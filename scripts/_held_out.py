@@ -19,7 +19,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-__all__ = ["HELD_OUT_NAMES", "held_out", "kept_paths"]
+__all__ = ["HELD_OUT_NAMES", "corpus_arguments", "corpus_templates", "held_out", "kept_paths"]
 
 HELD_OUT_NAMES = frozenset({
     "83a71793eb2e7597",
@@ -55,6 +55,25 @@ HELD_OUT_NAMES = frozenset({
 def held_out(name: str) -> bool:
     """Whether the corpus template `name` (its file stem) stays out of the figures."""
     return hashlib.sha256(name.encode()).hexdigest()[:16] in HELD_OUT_NAMES
+
+
+def corpus_arguments(description: str, argv=None):
+    """`--corpus hub|llama.cpp` and `--json FILE`, the options of a script that counts over one
+    corpus; the parsed arguments."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--corpus", choices=("hub", "llama.cpp"), default="hub")
+    p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
+    return p.parse_args(argv)
+
+
+def corpus_templates(corpus: str) -> list:
+    """The templates of `corpus:NAME` ("hub" or "llama.cpp") a figure counts: the Hub corpus's
+    development half whole, the llama.cpp corpus less the held-out names."""
+    from tmplkit.sources import load_many
+
+    return [t for t in load_many([f"corpus:{corpus}"]) if corpus == "hub" or not held_out(t.name)]
 
 
 def kept_paths() -> list[Path]:

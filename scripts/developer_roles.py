@@ -22,21 +22,19 @@ out (scripts/_held_out.py); `corpus:hub` is that half. Counts only: no timing.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _held_out import held_out  # noqa: E402  (scripts/, beside this file)
+from _held_out import corpus_arguments, corpus_templates  # noqa: E402  (scripts/, beside this file)
 from _machine import emit_results  # noqa: E402
 
 from tmplkit.analysis import analyze  # noqa: E402
 from tmplkit.errors import TmplkitError  # noqa: E402
 from tmplkit.masks import left_out  # noqa: E402
 from tmplkit.session import for_server, session_from_json  # noqa: E402
-from tmplkit.sources import load_many  # noqa: E402
 
 _DEVELOPER = "Answer in French, in one sentence."
 _USER = "Which file holds the settings?"
@@ -75,11 +73,8 @@ _AS_ANALYSIS = {"left out": "dropped", "raises": "rejected", "as system": "as_sy
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--corpus", choices=("hub", "llama.cpp"), default="hub")
-    p.add_argument("--json", metavar="FILE", help="also write the results to FILE")
-    args = p.parse_args(argv)
-    templates = [t for t in load_many([f"corpus:{args.corpus}"]) if args.corpus == "hub" or not held_out(t.name)]
+    args = corpus_arguments(__doc__.splitlines()[0], argv)
+    templates = corpus_templates(args.corpus)
     rows = {t.name: {"transformers": transformers_outcome(t), "llama-server": server_outcome(t),
                      "analysis": analyze(t).capabilities.get("developer")} for t in templates}
     differs = sorted(name for name, r in rows.items() if r["analysis"] != _AS_ANALYSIS[r["transformers"]])

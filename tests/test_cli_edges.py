@@ -509,6 +509,32 @@ def test_spans_of_delimiters_not_proven_are_written_and_fail(tmp_path, capsys):
     assert code == 0
 
 
+def test_spans_and_requests_where_the_conversation_is_read_otherwise_than_the_probes_fail(tmp_path, capsys):
+    # (a tool result without tool_call_id, written as a user turn by a template its probes proved on
+    # tool turns: spans exited 0 with a user span per tool result, and `request` gave llama-server
+    # delimiters that end a batch at each of them)
+    template = str(ROOT / "fixtures" / "templates" / "tool-without-id-as-user.jinja")
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    chat = [{"role": "user", "content": "List the files."}, {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": "a.txt b.txt"}, {"role": "assistant", "content": "Two files."}]
+    (tmp_path / "c.json").write_text(json.dumps(chat))
+    out = tmp_path / "spans.json"
+    code, _, err = run(capsys, "spans", template, "--session", str(tmp_path / "c.json"), "--tokenizer", "vocab:qwen35",
+                       "-o", str(out))
+    written = json.loads(out.read_text())
+    assert code == 1 and written["misplaced"] == ["message 2 (tool) lies in a user span (character 104)"]
+    assert written["user_starts"] == [0, 24] and written["delimiters"]["passed"] is True
+    assert err.count("\n") == 1 and err.startswith("tmplkit: spans: on this conversation message 2 (tool) lies in a user span")
+    assert "cannot be trusted" in err  # (as spans of unproven delimiters: written, and exit 1)
+    code, out_text, err = run(capsys, "request", template, "--session", str(tmp_path / "c.json"), "--tokenizer", "vocab:qwen35")
+    assert code == 2 and out_text == "" and one_line_error(err, "message 2 (tool) lies in a user span", "llama-server")
+    chat[2]["tool_call_id"] = "c1"  # (as the probes send it: read right)
+    (tmp_path / "c.json").write_text(json.dumps(chat))
+    code, _, err = run(capsys, "spans", template, "--session", str(tmp_path / "c.json"), "--tokenizer", "vocab:qwen35",
+                       "-o", str(out))
+    assert code == 0 and json.loads(out.read_text())["misplaced"] == [], err
+
+
 @pytest.mark.parametrize("name,status", [("system-as-user", "impossible"), ("missing-call-marker", "fail")])
 def test_spans_and_requests_of_a_template_that_failed_its_analysis_fail(tmp_path, capsys, name, status):
     # (spans exited 0, and `request` gave llama-server a failed template's delimiters: their ids

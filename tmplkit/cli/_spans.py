@@ -54,4 +54,9 @@ def _cmd_spans(args) -> int:
         print(error_line(f"tmplkit: spans: the delimiters of '{template.name}' are {result.delimiters.why_unproven()}; "
                          "the spans cannot be trusted (`tmplkit audit` says why)"), file=sys.stderr)
         return 1
+    if result.misplaced:  # proven on the probes, misread on this conversation: written, and failed
+        more = f" (and {len(result.misplaced) - 1} more)" if len(result.misplaced) > 1 else ""
+        print(error_line(f"tmplkit: spans: on this conversation {result.misplaced[0]}{more}: '{template.name}' writes it "
+                         "otherwise than its probes, and the spans cannot be trusted there"), file=sys.stderr)
+        return 1
     return 0

@@ -153,7 +153,11 @@ def completion_request(template, tokenizer, conversation, *, analysis=None, add_
         analysis = analyze(template)
     delims = message_delimiters(template, tokenizer, analysis=analysis)
     prompt = render_conversation(template, conversation, add_generation_prompt=add_generation_prompt)
-    problem = _split_problem(prompt, analysis.delimiters, delims, tokenizer)
+    from ..session.token_spans import misplaced_messages
+
+    misplaced = misplaced_messages(prompt, conversation.messages, analysis.delimiters)
+    problem = (f"{misplaced[0]}, which llama-server would read so too (the template writes it otherwise than its probes)"
+               if misplaced else _split_problem(prompt, analysis.delimiters, delims, tokenizer))
     if problem:
         raise AnalysisError(f"template '{getattr(template, 'name', '')}': on this conversation {problem}")
     return CompletionRequest(prompt, delims, cache_prompt, n_predict)

@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..analysis import analyze
+from ..delimiters import split_text
 from ..tokens.delimiter_ids import TokenDelimiters, token_delimiters
 from ..tokens.spans import SpanDetector, Spans
 from ..tokens.tokenizers import Tokenizer
 from ._conversation import Conversation, load_conversation
 from ._render import render_conversation
 
-__all__ = ["SPANS_SCHEMA_VERSION", "ConversationSpans", "conversation_spans", "format_spans_text"]
+__all__ = ["SPANS_SCHEMA_VERSION", "ConversationSpans", "conversation_spans", "format_spans_text", "misplaced_messages"]
 
 # The spans JSON's layout (tmplkit/schemas/spans.schema.json): raised when a field is removed or changes meaning.
 SPANS_SCHEMA_VERSION = 1
@@ -36,6 +37,9 @@ class ConversationSpans:
     delimiters: TokenDelimiters
     spans: Spans
     roles: tuple[str, ...]
+    # Where a user or tool message of this conversation lies in another role's span (`misplaced_messages`):
+    # the delimiters, proven on the template's probes, do not read this conversation right.
+    misplaced: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         """What `tmplkit spans --format json` prints (tmplkit/schemas/spans.schema.json)."""
@@ -49,6 +53,7 @@ class ConversationSpans:
             "last_user_start": self.spans.last_user_start(),
             "spans": self.spans.to_dict()["spans"],
             "delimiters": self.delimiters.to_dict(),
+            "misplaced": list(self.misplaced),
         }
 
 
@@ -72,7 +77,40 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
     ids = tokenizer.tokenize(rendered)
     spans = SpanDetector(td).split(ids)
     return ConversationSpans(getattr(template, "name", ""), getattr(tokenizer, "name", ""), len(ids), td, spans,
-                             conversation.roles)
+                             conversation.roles, misplaced_messages(rendered, conversation.messages, analysis.delimiters))
+
+
+# The messages judged: a user message in another role's span (no user start where one is: no
+# checkpoint, no user turn), a tool result in a user span (a user start where none is: the batch
+# breaks of llama.cpp issue 25213).
+_CHECKED_ROLES = ("user", "tool")
+_SHORTEST = 4  # characters: a shorter content may be any text's
+
+
+def misplaced_messages(text: str, messages, delimiters) -> tuple[str, ...]:
+    """Each user message of `messages` whose content, found once in `text` (their render), lies in a
+    span of another role by `delimiters` (the text's), and each tool result in a user span: the template writes this
+    conversation otherwise than its probes (a tool result without `tool_call_id` as a user turn, a
+    late turn in another form), and a span detector or a server misreads it there. A content the
+    render does not hold as it is, or holds more than once, is not judged."""
+    spans = [s for s in split_text(text, delimiters) if s.role not in ("reasoning", "reasoning_end")]
+    out = []
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        body = m.get("content")
+        body = body.strip() if isinstance(body, str) else ""
+        if role not in _CHECKED_ROLES or len(body) < _SHORTEST:
+            continue
+        at = text.find(body)
+        if at < 0 or text.find(body, at + 1) >= 0:
+            continue
+        span = next((s for s in reversed(spans) if s.start <= at), None)
+        # (a tool result inside the model's turn, Gemma 4's, which the analysis takes as the turn
+        # continued, misleads neither: no user start moves)
+        if span is not None and span.role != role and "user" in (role, span.role):
+            out.append(f"message {i} ({role}) lies in {'an' if span.role[0] in 'aeio' else 'a'} {span.role} span "
+                       f"(character {span.start})")
+    return tuple(out)
 
 
 def format_spans_text(cs: ConversationSpans) -> str:
