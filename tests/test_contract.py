@@ -583,6 +583,22 @@ def test_table_fails_with_failing_rows_says_why_and_lists_no_unproven_delimiters
     assert tmplkit("table", str(tmp_path), "--jobs", "1", "--expected-failures", str(listed)).returncode == 0
 
 
+def test_an_expected_failure_never_excuses_a_limit_or_a_sandbox_escape(tmp_path):
+    # (a template listed for its impossible verdict that timed out, or one that reached for a sandbox
+    # escape, was "TIMEOUT (expected)" / "UNSAFE (expected)" and the gate passed: nothing was checked,
+    # or the template now does what no known failure covers)
+    (tmp_path / "sau.jinja").write_text((ROOT / "fixtures" / "templates" / "system-as-user.jinja").read_text())
+    (tmp_path / "escape.jinja").write_text((HOSTILE / "escape_mro_method.jinja").read_text())
+    listed = tmp_path / "expected.json"
+    listed.write_text(json.dumps({"sau": "impossible by design", "escape": "impossible by design"}))
+    proc = tmplkit("--no-config", "audit", str(tmp_path / "sau.jinja"), "--expected-failures", str(listed))
+    assert proc.returncode == 0 and "IMPOSSIBLE (expected)" in proc.stdout, proc.stdout + proc.stderr
+    proc = tmplkit("--no-config", "audit", str(tmp_path / "sau.jinja"), "--expected-failures", str(listed), "--timeout", "0.001")
+    assert proc.returncode == 1 and "TIMEOUT " in proc.stdout and "(expected)" not in proc.stdout, proc.stdout
+    proc = tmplkit("--no-config", "audit", str(tmp_path / "escape.jinja"), "--expected-failures", str(listed))
+    assert proc.returncode == 1 and "UNSAFE " in proc.stdout and "(expected)" not in proc.stdout, proc.stdout
+
+
 # --- (10) an internal attribute through |attr is unsafe, as the attribute itself is ----------------------
 
 

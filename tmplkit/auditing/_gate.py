@@ -23,6 +23,9 @@ __all__ = ["FAILING", "JSON_SCHEMA_VERSION", "REPORT_FAILURES", "AuditReport", "
 # (it raises on every one, or renders the same text whatever the messages): no chat can use it, so
 # a gate fails on it too, with the reason.
 FAILING = frozenset({"fail", "impossible", "unsupported", "error", "timeout", "memory", "unsafe"})
+# Statuses an expected-failures entry never excuses: a run's limit (the template was not checked)
+# and a sandbox escape the template tried (no known failure of its design keeps a gate green on that).
+NEVER_EXCUSED = frozenset({"timeout", "memory", "unsafe"})
 # The audit JSON's layout; raised when a field is removed or changes meaning (adding one does not).
 JSON_SCHEMA_VERSION = 1
 # The verdicts a report gives besides the analysis statuses, each a failure of the audit: a pass
@@ -88,7 +91,7 @@ class AuditReport:
     def counts_against(self, i: int) -> bool:
         """Result i fails the audit: it fails (or is unstable under the gate) and is not listed so."""
         name = self.results[i].name
-        return ((self.failed(i) and self.expected(name) is None)
+        return ((self.failed(i) and (self.expected(name) is None or self.results[i].status in NEVER_EXCUSED))
                 or (self.unstable(i) and self.expected(name, "unstable") is None))
 
     def excused(self, i: int) -> bool:
