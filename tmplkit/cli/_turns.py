@@ -167,7 +167,11 @@ def _cmd_turns(args) -> int:
     if shown:
         emit(format_turns(shown, args.format), args.output)
     for r in failed:
-        why = f"{REFUSED}: {r.error}" if r.refused else r.error
+        why = r.error
+        if r.refused:  # (what to do, before the template's words, which end the line as in every error)
+            why = (f"{REFUSED}: {r.error}" if args.session else
+                   f"the template's own check refuses the generated agent session (give --session FILE with a "
+                   f"conversation it takes): {r.error}")
         print(error_line(f"tmplkit: error: {r.template}: cannot render the session: {why}"), file=sys.stderr)
     return 2 if failed else 0
 
