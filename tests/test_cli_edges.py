@@ -217,6 +217,11 @@ def test_a_templates_refusal_of_the_users_conversation_says_what_to_do(capsys, t
         assert code == 2 and out == "" and err.count(
             "tmplkit: error: no-tools: cannot render the session: the template's own check refuses this conversation "
             "(give one it takes): template 'no-tools' raised (line 1): Tool messages are not supported.") == 2, err
+    # (without --session the session is the generated one, no conversation of the user's to change)
+    code, out, err = run(capsys, "turns", str(template))
+    assert code == 2 and one_line_error(err, "no-tools: cannot render the session: the template's own check refuses the "
+                                        "generated agent session (give --session FILE with a conversation it takes): "
+                                        "template 'no-tools' raised (line 1): Tool messages are not supported.")
     code, out, err = run(capsys, "show", RAISES)  # (its own probe, no conversation of the user's: no such advice)
     assert "give one it takes" not in err
 
@@ -397,7 +402,11 @@ def test_ctx_checkpoints_zero_means_none_as_llama_server_reads_it_and_both_take_
     for argv, said in ((["prefill", "-ctxcp", "0", "--checkpoints", "on"], "-ctxcp 0 takes no checkpoints and --checkpoints on"),
                        (["replay", "-ctxcp", "0"], "-ctxcp/--ctx-checkpoints 0 takes no checkpoints (llama-server's meaning)"),
                        (["replay", "-ctxcp", "99999999999"], "-ctxcp/--ctx-checkpoints must be at most 2147483647"),
-                       (["prefill", "-cms", "2147483648"], "-cms/--checkpoint-min-step must be at most 2147483647")):
+                       (["prefill", "-cms", "2147483648"], "-cms/--checkpoint-min-step must be at most 2147483647"),
+                       # (it said "must be at least 1" where 0 is taken, and "--checkpoints off" that was never typed)
+                       (["prefill", "-ctxcp", "-1"], "-ctxcp/--ctx-checkpoints must be at least 0 (0: no checkpoints), got -1"),
+                       (["prefill", "-ctxcp", "0", "-cms", "64"], "-cms shapes the checkpoints, and -ctxcp 0 takes none; "
+                                                                  "leave it out or drop -ctxcp 0")):
         with pytest.raises(InputError, match=re.escape(said)):
             prefill_settings(parse([argv[0], "gemma", "--session", "s.json", *argv[1:]]))
 

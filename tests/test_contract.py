@@ -292,14 +292,19 @@ def test_prefix_stability_on_the_users_own_session_that_the_template_refuses_is_
     assert main([*argv, "--fail-on", "unchecked"]) == 1
     out = capsys.readouterr().out
     assert "UNCHECKED" in out and "context too long for this template" in out
+    # the default session: not applicable, and the text says why (it was in the JSON only)
+    assert main(["--no-config", "audit", str(template), "--prefix-stability", "fail", "--in-process", "--fail-on",
+                 "unchecked"]) == 0
+    out = capsys.readouterr().out
+    assert "prefix stability not applicable: the template cannot render the session: template 'late-raise' raised" in out
 
 
-def _report_with_unchecked_prefix(fail_on: str):
+def _report_with_unchecked_prefix(fail_on: str, expected=None):
     from tmplkit.auditing import AuditReport, PrefixStability
 
     results = tuple(audit(load(str(CHATML))).results)
     check = PrefixStability(NOT_CHECKED, n_requests=3, detail="stopped at the time limit (1 s) after 1 of 3 requests")
-    return AuditReport(results, {}, (), fail_on, (check,), "fail")
+    return AuditReport(results, dict(expected or {}), (), fail_on, (check,), "fail")
 
 
 def test_gate_never_says_pass_for_a_prefix_check_that_did_not_run():
@@ -321,6 +326,9 @@ def test_fail_on_unchecked_fails_a_check_that_did_not_run():
     report = _report_with_unchecked_prefix("unchecked")
     assert not report.ok and verdict_of(report, 0)[0] == "unchecked"
     assert report.summary()["failures"] == ["chatml"]
+    # (an expected-failures entry excused it: a listed template that now passes, its check cut by a limit)
+    listed = _report_with_unchecked_prefix("unchecked", {"chatml": "failed once"})
+    assert not listed.ok and not listed.excused(0) and listed.summary()["expected_failures"] == []
 
 
 def test_tokenizer_auto_without_a_tokenizer_says_so_in_the_verdict_and_counts(tmp_path, matches_schema):
@@ -589,11 +597,14 @@ def test_an_expected_failure_never_excuses_a_limit_or_a_sandbox_escape(tmp_path)
     # or the template now does what no known failure covers)
     (tmp_path / "sau.jinja").write_text((ROOT / "fixtures" / "templates" / "system-as-user.jinja").read_text())
     (tmp_path / "escape.jinja").write_text((HOSTILE / "escape_mro_method.jinja").read_text())
+    # (a loop no machine ends within the limit: the listed template, changed so that it times out)
+    (tmp_path / "hang.jinja").write_text("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
     listed = tmp_path / "expected.json"
-    listed.write_text(json.dumps({"sau": "impossible by design", "escape": "impossible by design"}))
+    listed.write_text(json.dumps({"sau": "impossible by design", "escape": "impossible by design",
+                                  "hang": "impossible by design"}))
     proc = tmplkit("--no-config", "audit", str(tmp_path / "sau.jinja"), "--expected-failures", str(listed))
     assert proc.returncode == 0 and "IMPOSSIBLE (expected)" in proc.stdout, proc.stdout + proc.stderr
-    proc = tmplkit("--no-config", "audit", str(tmp_path / "sau.jinja"), "--expected-failures", str(listed), "--timeout", "0.001")
+    proc = tmplkit("--no-config", "audit", str(tmp_path / "hang.jinja"), "--expected-failures", str(listed), "--timeout", "1")
     assert proc.returncode == 1 and "TIMEOUT " in proc.stdout and "(expected)" not in proc.stdout, proc.stdout
     proc = tmplkit("--no-config", "audit", str(tmp_path / "escape.jinja"), "--expected-failures", str(listed))
     assert proc.returncode == 1 and "UNSAFE " in proc.stdout and "(expected)" not in proc.stdout, proc.stdout

@@ -25,7 +25,7 @@ template needs them), and the delimiters are the same as with the real tokens.
 """
 
 from ._analyzer import analyze
-from ._result import STATUSES, TOOL_PLACEMENTS, Analysis, RoundTrip, failed_analysis, failure_reason, one_line, status_of
+from ._result import LIMIT_STATUSES, STATUSES, TOOL_PLACEMENTS, Analysis, RoundTrip, failed_analysis, failure_reason, one_line, status_of
 
-__all__ = ["STATUSES", "TOOL_PLACEMENTS", "Analysis", "RoundTrip", "analyze", "failed_analysis", "failure_reason", "one_line",
+__all__ = ["LIMIT_STATUSES", "STATUSES", "TOOL_PLACEMENTS", "Analysis", "RoundTrip", "analyze", "failed_analysis", "failure_reason", "one_line",
            "status_of"]

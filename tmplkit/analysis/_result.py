@@ -18,6 +18,8 @@ TOOL_PLACEMENTS = ("own_role", "inside_user", "inside_assistant", "dropped", "re
 # exist (two roles render alike); 'unsupported' one that renders no chat at all. The last three come
 # from the isolation limits.
 STATUSES = ("pass", "fail", "impossible", "unsupported", "error", "timeout", "memory", "unsafe")
+# ... those last three: a sandbox limit stopped the analysis (no verdict on the template's design).
+LIMIT_STATUSES = frozenset({"timeout", "memory", "unsafe"})
 # A render limit's kind -> the status of an analysis it stopped. An output bomb stopped by the
 # size limit is a resource exhaustion, as in the workers.
 _LIMIT_STATUS = {"timeout": "timeout", "memory": "memory", "size": "memory", "unsafe": "unsafe"}

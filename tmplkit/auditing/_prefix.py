@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..analysis import Analysis, analyze
+from ..analysis import LIMIT_STATUSES, Analysis, analyze
 from ..errors import InputError
 from ..sources.templates import ChatTemplate
 
@@ -17,8 +17,6 @@ NOT_APPLICABLE = "not applicable"
 # The check did not run to the end (its time limit, or the template's worker gave no result): it
 # proves nothing, and the gate never counts it as passed (`--fail-on unchecked` fails it).
 NOT_CHECKED = "not checked"
-# Analysis statuses after which the check is not run: the template hit a sandbox limit.
-_LIMIT_STATUSES = frozenset({"timeout", "memory", "unsafe"})
 
 
 @dataclass(frozen=True)
@@ -127,7 +125,7 @@ def analyze_with_prefix_stability(template: ChatTemplate, session=None,
 
     start = time.monotonic()
     a = analyze(template)
-    if a.status in _LIMIT_STATUSES:
+    if a.status in LIMIT_STATUSES:  # (the template hit a sandbox limit: it would again)
         return a, None
     left = None if timeout is None else max(0.05, 0.8 * (timeout - (time.monotonic() - start)) - 0.5)
     return a, prefix_stability_of(template, session, timeout=left)

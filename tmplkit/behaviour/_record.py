@@ -15,7 +15,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from ..analysis import STATUSES, TOOL_PLACEMENTS, Analysis
+from ..analysis import LIMIT_STATUSES, STATUSES, TOOL_PLACEMENTS, Analysis
 from ..auditing import NOT_APPLICABLE, NOT_CHECKED, PrefixStability, analyze_with_prefix_stability
 from ..errors import InputError
 from ._probes import SETTINGS_DEFAULT, probe_renders, rendered_roles, switch_settings
@@ -112,7 +112,8 @@ class BehaviourRecord:
                              f"{fix}") from None
 
 
-# The keys every record has (lock.schema.json's required; `reason` may be left out).
+# The keys a record read back must have (lock.schema.json requires `reason` too; a record without
+# one is read as without a reason, as locks written before it was a field are).
 _RECORD_KEYS = ("name", "source", "text_sha256", "verdict", "starts", "delimiters", "generation", "rendered", "system",
                 "default_system", "tool_placement", "earlier_reasoning", "prefix_stability", "renders")
 
@@ -185,7 +186,7 @@ def derive_behaviour(template, session=None, timeout: float | None = None):
     """A worker target: (Analysis, PrefixStability or None, {probe: render}) of `template`, all
     rendered in this process under its limits."""
     analysis, prefix = analyze_with_prefix_stability(template, session, timeout)
-    if analysis.status in ("timeout", "memory", "unsafe"):
+    if analysis.status in LIMIT_STATUSES:
         return analysis, prefix, {}
     return analysis, prefix, probe_renders(template, analysis.capabilities.get("thinking_flags", ()))
 
@@ -224,7 +225,7 @@ def record_of(template, analysis: Analysis, prefix: PrefixStability | None, rend
     if analysis.status != "pass":
         reason = analysis.why_not or analysis.status
     elif prefix is not None and prefix.verdict == NOT_CHECKED:  # (`derived`: not the template's behaviour)
-        reason = f"its agent-session check did not run to the end ({prefix.detail}); raise --timeout"
+        reason = f"its agent-session check did not run to the end ({prefix.detail}); raise --timeout or --memory"
     return BehaviourRecord(
         name=template.name, source=template.source, text_sha256=sha256_of(template.text), verdict=analysis.status,
         reason=reason, starts={role: getattr(analysis, attr) for role, attr in START_ROLES},

@@ -41,6 +41,7 @@ def check_template_isolated(template, model, what: str, session=None, *, every_r
     rendered in this process. With `session` (a `Session`), the session's own renders too (the last
     request, or `every_request`), since a template can pass the probes and turn hostile on the
     session's content: the renders this process then repeats have ended within the limits once."""
+    from ..analysis import LIMIT_STATUSES
     from ..auditing.contained import run_contained
     from ..auditing.isolate import analyze_isolated
     from ..errors import RenderLimitError, TmplkitError
@@ -52,7 +53,7 @@ def check_template_isolated(template, model, what: str, session=None, *, every_r
         except TmplkitError:
             return  # the run's own loading says what is wrong with the model
     (analysis,) = analyze_isolated([template], jobs=1)
-    if analysis.status in ("timeout", "memory", "unsafe"):
+    if analysis.status in LIMIT_STATUSES:
         why = analysis.errors[0] if analysis.errors else analysis.status
         raise RenderLimitError(f"{what}: the template is refused before the model loads ({analysis.status}): {why}",
                                kind=analysis.status)
