@@ -323,6 +323,36 @@ def add_llama_options(parser, names=None, **defaults) -> None:
     parser.set_defaults(_llama_options=tuple(names or _LLAMA_OPTIONS))
 
 
+def _checkpoint_options(given: dict, typed) -> None:
+    """--checkpoints, -ctxcp and -cms as `PrefillSettings` takes them, in `given`: `-ctxcp 0` is no
+    checkpoints, as llama-server reads it (prefill's --checkpoints off; replay, which compares where
+    its settings take them, refuses it); a shape given where no checkpoints are taken is refused,
+    not ignored. `typed`: the options the command line gave."""
+    from ..errors import InputError
+    from ..server_rules import PrefillSettings
+
+    cap = given.get("max_checkpoints")
+    if "checkpoints" not in given:  # (replay)
+        if cap == 0:
+            raise InputError("-ctxcp/--ctx-checkpoints 0 takes no checkpoints (llama-server's meaning), and replay "
+                             "compares where its settings take them; give at least 1")
+        return
+    if cap is not None and cap < 0:
+        raise InputError(f"-ctxcp/--ctx-checkpoints must be at least 0 (0: no checkpoints), got {cap}")
+    given["checkpoints"] = _CHECKPOINTS[given["checkpoints"]]
+    off = "--checkpoints off"
+    if cap == 0:
+        if given["checkpoints"] is True:
+            raise InputError("-ctxcp 0 takes no checkpoints and --checkpoints on takes them; give one of the two")
+        off = "--checkpoints off" if given["checkpoints"] is False and "checkpoints" in typed else "-ctxcp 0"
+        given["checkpoints"], given["max_checkpoints"] = False, PrefillSettings.max_checkpoints
+    shaped = [name for name in _CHECKPOINT_SHAPE if name in given and name in typed and not (cap == 0 and name == "max_checkpoints")]
+    if given["checkpoints"] is False and shaped:
+        flags = " and ".join(_LLAMA_OPTIONS[n][0][0] for n in shaped)
+        raise InputError(f"{flags} shape{'s' if len(shaped) == 1 else ''} the checkpoints, and {off} takes none; leave "
+                         f"{'it' if len(shaped) == 1 else 'them'} out or drop {off}")
+
+
 def prefill_settings(args):
     """The `PrefillSettings` of the llama.cpp options `add_llama_options` added (the others: the
     settings' defaults)."""
@@ -330,22 +360,7 @@ def prefill_settings(args):
     from ..server_rules import PrefillSettings
 
     given = {name: getattr(args, name) for name in args._llama_options if name != "repack"}
-    typed = getattr(args, "_given", {})  # (the options on the command line: _once.remember_value)
-    none = given.get("max_checkpoints") == 0  # llama-server's -ctxcp 0: no checkpoints
-    if none and "checkpoints" not in given:
-        raise InputError("-ctxcp/--ctx-checkpoints 0 takes no checkpoints (llama-server's meaning), and replay compares "
-                         "where its settings take them; give at least 1")
-    if "checkpoints" in given:
-        given["checkpoints"] = _CHECKPOINTS[given["checkpoints"]]
-        if none:
-            if given["checkpoints"] is True:
-                raise InputError("-ctxcp 0 takes no checkpoints and --checkpoints on takes them; give one of the two")
-            given["checkpoints"], given["max_checkpoints"] = False, PrefillSettings.max_checkpoints
-        shaped = [name for name in _CHECKPOINT_SHAPE if name in given and name in typed and not (none and name == "max_checkpoints")]
-        if given["checkpoints"] is False and shaped:
-            flags = " and ".join(_LLAMA_OPTIONS[n][0][0] for n in shaped)
-            raise InputError(f"{flags} shape{'s' if len(shaped) == 1 else ''} the checkpoints, and --checkpoints off "
-                             f"takes none; leave {'it' if len(shaped) == 1 else 'them'} out or drop --checkpoints off")
+    _checkpoint_options(given, getattr(args, "_given", {}))  # (the options on the command line: _once.remember_value)
     if "repack" in args._llama_options:
         given["repack"] = False if args.no_repack else None  # -nr: off; else the settings' rule (off on AMX CPUs)
     try:
