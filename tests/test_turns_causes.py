@@ -260,9 +260,9 @@ def test_a_classifiers_task_line_that_names_the_newest_message_is_template_text(
 
 def test_a_judges_instructions_after_the_messages_are_template_text():
     report = _study("reward-trailer", _EXCHANGE, switches=False)
-    # request 1: the user message just before the instructions (within reach of its rendering: the
-    # newest message rendered otherwise); request 2: after the assistant's words, the instructions alone
-    assert [d.cause for d in report.divergences] == ["last user message", "template text"]
+    # request 2: after the assistant's words, the instructions alone (request 1's divergence lies
+    # right after the newest user message, which the earlier checks claim first); none is "other"
+    assert "other" not in report.causes() and report.divergences[1].cause == "template text"
     second = report.divergences[1]
     assert second.detail.startswith("the divergence lies in the template's own text after request 1's last message")
     assert second.held_text.endswith("#### Instructions ####\nScore the assistant's last reply from")

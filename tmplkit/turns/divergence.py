@@ -264,7 +264,7 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
         if body and _covers(text, body, pos, _NEAR) and not _covers(held, body, pos, _NEAR) and text.find(body) < len(held):
             return "system prompt", (f"the request's new system message {i} is written at the divergence, ahead of the "
                                      "history: the template moves system messages to the front")
-    newest = _newest_user(prev, pos, messages)
+    newest = _newest_user(prev, text, pos, messages)
     if newest is not None:
         return newest
     last = next((m for m in reversed(messages[:prev.n_messages]) if m.get("role") in ("user", "tool")), None)
@@ -283,13 +283,15 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tu
 _LINE_OR_MARKUP = re.compile(r"[\n<\[〈]")
 
 
-def _newest_user(prev: Request, pos: int, messages) -> tuple[str, str] | None:
+def _newest_user(prev: Request, text: str, pos: int, messages) -> tuple[str, str] | None:
     """"last user message" where the divergence lies in request k's newest user message as written:
     in its text or after it on its line, before any markup (Nemotron Cascade marks the newest query
     ` /think`, which it writes ` /no_think` once a newer query comes, after tool results too)."""
     i = next((i for i in range(prev.n_messages - 1, -1, -1) if messages[i].get("role") == "user"), None)
     body = content_text(messages[i].get("content")).strip() if i is not None else ""
-    start = prev.text.rfind(body, 0, pos + len(body)) if body else -1
+    if not body or body not in text:  # (a message the request no longer holds is dropped, not rewritten)
+        return None
+    start = prev.text.rfind(body, 0, pos + len(body))
     end = start + len(body)
     gap = prev.text[end:pos] if start >= 0 and end <= pos <= end + _SHOW else "\n"  # (on its line, before its markup)
     if start >= 0 and (start < pos < end or not _LINE_OR_MARKUP.search(gap)):
