@@ -7,6 +7,7 @@ with the tokens layer's span detector.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from ..analysis import analyze
@@ -88,26 +89,29 @@ _SHORTEST = 4  # characters: a shorter content may be any text's
 
 
 def misplaced_messages(text: str, messages, delimiters) -> tuple[str, ...]:
-    """Each user message of `messages` whose content, found once in `text` (their render), lies in a
-    span of another role by `delimiters` (the text's), and each tool result in a user span: the template writes this
-    conversation otherwise than its probes (a tool result without `tool_call_id` as a user turn, a
-    late turn in another form), and a span detector or a server misreads it there. A content the
-    render does not hold as it is, or holds more than once, is not judged."""
+    """Each user message of `messages` whose content lies in a span of another role by `delimiters`
+    (the text's), and each tool result in a user span: the template writes this conversation
+    otherwise than its probes (a tool result without `tool_call_id` as a user turn, a late turn in
+    another form), and a span detector or a server misreads it there. Each content is looked for
+    after the one before it (a render keeps the messages' order: one pass over the text); one the
+    render does not hold as it is, or a shorter one than `_SHORTEST`, is not judged."""
     spans = [s for s in split_text(text, delimiters) if s.role not in ("reasoning", "reasoning_end")]
-    out = []
+    starts = [s.start for s in spans]
+    out, cursor = [], 0
     for i, m in enumerate(messages):
-        role = m.get("role")
-        body = m.get("content")
+        role, body = m.get("role"), m.get("content")
         body = body.strip() if isinstance(body, str) else ""
-        if role not in _CHECKED_ROLES or len(body) < _SHORTEST:
+        if len(body) < _SHORTEST:
             continue
-        at = text.find(body)
-        if at < 0 or text.find(body, at + 1) >= 0:
+        at = text.find(body, cursor)
+        if at < 0:  # (written otherwise, or out of order: not judged, and the next is looked for from here)
             continue
-        span = next((s for s in reversed(spans) if s.start <= at), None)
+        cursor = at + len(body)
+        k = bisect.bisect_right(starts, at) - 1
+        span = spans[k] if k >= 0 else None
         # (a tool result inside the model's turn, Gemma 4's, which the analysis takes as the turn
         # continued, misleads neither: no user start moves)
-        if span is not None and span.role != role and "user" in (role, span.role):
+        if role in _CHECKED_ROLES and span is not None and span.role != role and "user" in (role, span.role):
             out.append(f"message {i} ({role}) lies in {'an' if span.role[0] in 'aeio' else 'a'} {span.role} span "
                        f"(character {span.start})")
     return tuple(out)
