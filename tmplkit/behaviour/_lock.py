@@ -53,9 +53,10 @@ def read_lock(path, *, updating: bool = False) -> BehaviourLock:
     `updating`: read by `tmplkit lock` to update it (a file that is no lock is replaced with --fresh)."""
     try:
         data = read_json(path, what="a behaviour lock (written by `tmplkit lock`)")
-    except InputError as exc:
-        # (`lock -o template.jinja`: "fix the JSON" would be wrong; a broken .json lock is to fix)
-        if updating and "not valid JSON" in str(exc) and Path(path).suffix.lower() != ".json":
+    except InputError:
+        # (`lock -o template.jinja` or onto any other file that is no JSON: "fix the JSON" or "save it
+        # as UTF-8" would be wrong; a broken .json lock is to fix)
+        if updating and Path(path).suffix.lower() != ".json" and Path(path).is_file():
             raise InputError(f"{path}: not a behaviour lock (not JSON); `tmplkit lock` would write the lock over it: "
                              "give the lock a path of its own (a new .json file)") from None
         raise
