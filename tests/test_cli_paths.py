@@ -338,6 +338,13 @@ def test_a_cached_tokenizer_named_or_chosen_by_auto_is_not_replaced_by_the_outpu
         assert gguf.read_bytes() == before
 
 
+def corpus_vocab_path():
+    from tmplkit.sources import corpus
+
+    return corpus.vocab_path("qwen35")
+
+
+@pytest.mark.corpus
 def test_an_input_file_named_twice_in_two_spellings_is_one_file(here, capsys):
     # (`--session conv.json --session ./conv.json` was refused as given twice, as were --lock and
     # --config so, where -o took them as one; --memory-model swa:512 and swa:0512 are one model too)
@@ -352,6 +359,13 @@ def test_an_input_file_named_twice_in_two_spellings_is_one_file(here, capsys):
     code, _, err = run(capsys, "turns", "in.jinja", "--session", "conv.json", "--memory-model", "swa:512",
                        "--memory-model", "swa:0512", "--tokenizer", "vocab:qwen35", "--no-switches")
     assert code == 0, err
+    # a tokenizer file in two spellings too; a spec that names no file there is compared as given
+    shutil.copy(corpus_vocab_path(), here / "q.gguf")
+    code, out, err = run(capsys, "spans", "in.jinja", "--session", "conv.json", "--tokenizer", "q.gguf", "--tokenizer", "./q.gguf")
+    assert code == 0, err
+    code, _, err = run(capsys, "spans", "in.jinja", "--session", "conv.json", "--tokenizer", "vocab:qwen35", "--tokenizer",
+                       "./vocab:qwen35")
+    assert one_line_error(code, err, "given twice")
     # two files, or two models, are still two values
     (here / "other.json").write_text(json.dumps(CHAT), encoding="utf-8")
     code, _, err = run(capsys, "spans", "in.jinja", "--session", "conv.json", "--session", "other.json", "--tokenizer", "vocab:qwen35")
@@ -425,6 +439,9 @@ def test_a_lock_named_onto_a_file_that_is_no_json_says_to_give_it_its_own_path(h
     code, _, err = run(capsys, "lock", "in.jinja", "-o", "other.jinja")
     assert one_line_error(code, err, "other.jinja: not a behaviour lock (not JSON)", "a path of its own")
     assert "fix the JSON" not in err and (here / "other.jinja").read_bytes() == before
+    (here / "data.bin").write_bytes(b"\xff\xfe\x00binary")  # (it said "save the file as UTF-8")
+    code, _, err = run(capsys, "lock", "in.jinja", "-o", "data.bin")
+    assert one_line_error(code, err, "data.bin: not a behaviour lock (not JSON)", "a path of its own"), err
     (here / "broken.json").write_text("{", encoding="utf-8")  # (a lock's own JSON broken: fix it)
     code, _, err = run(capsys, "lock", "in.jinja", "-o", "broken.json")
     assert one_line_error(code, err, "broken.json: not valid JSON", "fix the JSON")

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import os
 
-# The metavars of options that name a file or folder: two spellings of one (`a.json`, `./a.json`, a
-# link to it) are one value, as `-o`'s are.
-PATH_METAVARS = frozenset({"FILE", "DIR"})
+# The metavars of options whose value names a file or folder: two spellings of one (`a.json`,
+# `./a.json`, a link to it) are one value, as `-o`'s are (`path_meaning`). Of those that may also
+# name something else (`vocab:qwen35`, `gemma`, `corpus:hub`), only a value that is a path there.
+PATH_METAVARS = frozenset({"FILE", "DIR", "FILE.png", "PATH"})
+SPEC_METAVARS = frozenset({"PATH|auto", "SOURCE", "MODEL"})
 
 
 class StoreOnce(argparse._StoreAction):
@@ -40,7 +42,7 @@ def remember_value(action: argparse.Action, namespace, values, option_string, *,
     a value); an ArgumentError where it was given another value before (under any of its
     spellings: an old one shares the new one's dest), compared as the option means it
     (`StoreOnce.meaning`)."""
-    meaning = getattr(action, "meaning", None) or (one_path if action.metavar in PATH_METAVARS else None)
+    meaning = getattr(action, "meaning", None) or path_meaning(action.metavar)
     meant = meaning(values) if meaning is not None and isinstance(values, str) else values
     shown = option_string if flag else f"{option_string} {values}"
     given = namespace.__dict__.setdefault("_given", {})
@@ -59,3 +61,13 @@ def one_path(value: str) -> str:
         return os.path.realpath(value) if value not in ("", "-") else value
     except (OSError, ValueError):  # (a NUL in a path: refused in one line where it is used)
         return value
+
+
+def path_meaning(metavar):
+    """How an option with `metavar` compares two values (None: as given): `PATH_METAVARS` as paths,
+    `SPEC_METAVARS` as paths where they are one."""
+    if metavar in PATH_METAVARS:
+        return one_path
+    if metavar in SPEC_METAVARS:
+        return lambda value: one_path(value) if os.path.exists(value) else value
+    return None
