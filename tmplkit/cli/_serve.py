@@ -152,6 +152,7 @@ def _check_log_dir(log_dir: str | None, outputs=()) -> None:
     import os
 
     from ..errors import InputError
+    from ..server.process import LOG_PREFIX
 
     if log_dir is None:
         return
@@ -164,7 +165,7 @@ def _check_log_dir(log_dir: str | None, outputs=()) -> None:
                          "llama-server's logs, or leave --log-dir out")
     for out in outputs:
         name = os.path.basename(out)
-        if name.startswith("llama-server-") and name.endswith(".log") and \
+        if name.startswith(LOG_PREFIX) and name.endswith(".log") and \
                 os.path.realpath(os.path.dirname(os.path.abspath(out))) == os.path.realpath(log_dir):
             raise InputError(f"{out}: --log-dir {log_dir} keeps llama-server's logs under such names, and one would "
                              "replace the other; give the output another name")

@@ -64,6 +64,7 @@ from ..tokens.tokenizers import LlamaCppTokenizer
 from .chat_session import _task_lines
 from .log import ANSI, read_server_log
 from .process import MessageDelimiter, ServerRefused, TemplateRefused, check_server_model, start_with_template
+from .process import log_path as log_file
 
 __all__ = ["ServerDelimiters", "ServerStart", "message_opener", "probe_model", "server_delimiters"]
 
@@ -181,7 +182,7 @@ def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, a
     with tempfile.TemporaryDirectory(prefix="tmplkit-server-delims-") as tmp:
         path = Path(tmp) / "template.jinja"
         path.write_text(template.text, encoding="utf-8")
-        log_path = Path(log_dir or tmp) / f"llama-server-{_safe(name)}.log"
+        log_path = log_file(log_dir or tmp, name)
         try:
             server = start_with_template(binary, model, _SERVER_ARGS, path, log=log_path, startup_s=startup_s,
                                          keep_log=log_dir is not None)
@@ -312,7 +313,3 @@ def message_opener(text: str, messages: Sequence[dict]):
         return firsts[k][1] if k < len(firsts) else None
 
     return opener
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100] or "template"

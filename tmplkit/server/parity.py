@@ -29,7 +29,7 @@ from ..delimiters import ROLES, split_text
 from ..errors import InputError, TmplkitError
 from ..session import Conversation, render_conversation
 from ..sources.templates import ChatTemplate, gguf_special_tokens
-from .process import ServerRefused, TemplateRefused, check_server_model, start_with_template
+from .process import ServerRefused, TemplateRefused, check_server_model, log_path, start_with_template
 
 __all__ = ["PARITY_FAIL_ON", "PARITY_SCHEMA_VERSION", "EngineComparison", "engine_parity", "format_parity_table",
            "parity_failures", "parity_report"]
@@ -112,7 +112,7 @@ def engine_parity(template, binary, model, *, analysis=None, log_dir=None,
     with tempfile.TemporaryDirectory(prefix="tmplkit-parity-") as tmp:
         path = Path(tmp) / "template.jinja"
         path.write_text(template.text, encoding="utf-8")
-        log = Path(log_dir or tmp) / f"llama-server-{_safe(template.name)}.log"
+        log = log_path(log_dir or tmp, template.name)
         try:
             server = start_with_template(binary, model, _SERVER_ARGS, path, log=log, startup_s=startup_s,
                                          keep_log=log_dir is not None)
@@ -163,10 +163,6 @@ def _round_trip_holds(theirs: str, ours: str, analysis) -> bool:
         return tuple(s.role for s in split_text(text, analysis.delimiters) if s.role in ROLES)
 
     return analysis.round_trip.passed and roles(theirs) == roles(ours)
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100] or "template"
 
 
 def format_parity_table(rows) -> str:

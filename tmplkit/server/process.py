@@ -45,10 +45,21 @@ from ..errors import AnalysisError, InputError, ModelError, TokenizerError
 from ..sources.corpus import LLAMA_CPP_PYTHON_VERSION, cache_root
 from .log import ANSI
 
-__all__ = ["BUILD_HINT", "CompletionRequest", "LlamaServer", "MessageDelimiter", "PrefillLog", "ServerExited",
+__all__ = ["BUILD_HINT", "LOG_PREFIX", "CompletionRequest", "LlamaServer", "MessageDelimiter", "PrefillLog", "ServerExited",
            "ServerRefused", "ServerStartError", "TemplateRefused", "check_server_model", "completion_request",
-           "llama_server_binary", "message_delimiters", "read_prefill_log", "server_log_error", "server_message_starts",
+           "llama_server_binary", "log_path", "message_delimiters", "read_prefill_log", "server_log_error", "server_message_starts",
            "start_with_template"]
+
+
+# llama-server's log of the server started for one template is `llama-server-NAME.log` (`log_path`).
+LOG_PREFIX = "llama-server-"
+
+
+def log_path(folder, name: str) -> Path:
+    """The log file in `folder` (`--log-dir`, or a temporary one) of the server started for template
+    `name`, the name made fit for a file name."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100] or "template"
+    return Path(folder) / f"{LOG_PREFIX}{safe}.log"
 
 
 @dataclass(frozen=True)
