@@ -126,6 +126,17 @@ def test_the_old_template_option_and_positional_conversation_still_work(command,
     assert template_and_session(new, command) == (CHATML, "chat.json") and capsys.readouterr().err == ""
 
 
+def test_an_old_spelling_with_an_error_is_the_error_alone_and_its_note_comes_once_the_work_is_done(capsys):
+    # (the note, then the error: two lines for bad input; a note is said after the work, once)
+    code = main(["--no-config", "spans", "chat.json", "--template", CHATML, "--session", "chat.json", "--tokenizer", "t"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("tmplkit: error: give the template once"), err
+    chat = str(Path(CHATML).parent.parent / "masks" / "chat.json")
+    code = main(["--no-config", "spans", chat, "--template", CHATML, "--tokenizer", "vocab:qwen35", "-o", "/dev/null"])
+    err = capsys.readouterr().err
+    assert code == 0 and err.count("\n") == 1 and err.startswith("tmplkit: note: tmplkit spans --template SOURCE"), err
+
+
 @pytest.mark.parametrize("command", ["prefill", "replay"])
 def test_the_old_positional_session_still_works(command, capsys):
     args = build_parser().parse_args([command, "gemma", "s.json"])

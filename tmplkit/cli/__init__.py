@@ -22,6 +22,7 @@ from functools import partial
 from .._interrupt import forget_unhandled_interrupt, install_early_handler, raise_lost_interrupts, restore_default
 from .._version import __version__
 from ..errors import InputError, TmplkitError
+from ._common import hold_notes
 from ._once import StoreOnce
 from ._outputs import REFUSED, check_outputs, error_line, printable, refuse_found_configuration, refuse_loaded_outputs
 
@@ -330,6 +331,7 @@ def _main(argv: list[str] | None) -> int:
     args = None
     if sys.stderr is None:  # closed (2>&-): progress and errors go nowhere, the work and its exit code stand
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the rest of the process
+    hold_notes(True)  # (an old spelling's note is said once the work is done; an error is the one line)
     try:  # the parser too: a Ctrl-C while it is built is still one line
         restore_default()  # from here, Ctrl-C is a KeyboardInterrupt caught below (see tmplkit._interrupt)
         sys.stdout = _Stdout(stdout)
@@ -350,6 +352,8 @@ def _main(argv: list[str] | None) -> int:
         # source read, which only loading shows, is refused then (cli._outputs).
         with hints_for("cli"), watching_loads(partial(refuse_loaded_outputs, args)):
             code = int(args.func(args) or 0)
+        for note in hold_notes(False) if code in (0, 1) else ():  # (exit 2: its error is the one line)
+            _say(note)
         sys.stdout.flush()  # a standard output that cannot be written is told here, not at Python's exit
         return code
     except TmplkitError as exc:
@@ -368,5 +372,6 @@ def _main(argv: list[str] | None) -> int:
              "(the cache folder is $TMPLKIT_CACHE)")
         return 2
     finally:
+        hold_notes(False)  # (dropped where the command line was refused: the error is the one line)
         sys.stdout = stdout
         install_early_handler()  # a Ctrl-C while Python shuts down (its atexit work): one line, exit 130 too
