@@ -22,8 +22,7 @@ from functools import partial
 from .._interrupt import forget_unhandled_interrupt, install_early_handler, raise_lost_interrupts, restore_default
 from .._version import __version__
 from ..errors import InputError, TmplkitError
-from ._common import hold_notes
-from ._once import StoreOnce
+from ._once import StoreOnce, hold_notes
 from ._outputs import REFUSED, check_outputs, error_line, printable, refuse_found_configuration, refuse_loaded_outputs
 
 __all__ = ["build_parser", "main"]

@@ -8,7 +8,7 @@ import json
 import sys
 
 from ..environment import no_color, terminal_is_dumb
-from ._once import BooleanOnce, StoreOnce, one_path
+from ._once import BooleanOnce, StoreOnce, one_path, say_note
 from ._outputs import printable
 from ._terminal import ProgressLine
 
@@ -406,26 +406,10 @@ VOCABULARY: dict[str, tuple[str, str]] = {
 _REMOVED_IN = "0.4"
 
 
-# The notes `tmplkit` (cli.main) holds until its command has done its work (None: printed at once,
-# as a parser used on its own prints them): where the command line is refused, its error is then
-# the one line bad input gets, and a note said twice (`--json a --json b`) is said once.
-_held_notes: list[str] | None = None
-
-
 def deprecation_note(old: str, new: str) -> None:
-    """The one line on stderr an old spelling of an option prints."""
-    line = f"tmplkit: note: {old} is deprecated (it goes in {_REMOVED_IN}); use {new}"
-    if _held_notes is None:
-        print(line, file=sys.stderr)
-    elif line not in _held_notes:
-        _held_notes.append(line)
-
-
-def hold_notes(held: bool) -> list[str]:
-    """Start holding the deprecation notes (`held`), or stop; the notes held so far."""
-    global _held_notes
-    notes, _held_notes = _held_notes or [], ([] if held else None)
-    return notes
+    """The one line on stderr an old spelling of an option prints (said once the work is done where
+    `tmplkit` runs it: `_once.hold_notes`)."""
+    say_note(f"tmplkit: note: {old} is deprecated (it goes in {_REMOVED_IN}); use {new}")
 
 
 def deprecated(parser, *flags: str, new: str, dest: str, convert=None, append: bool = False, **kwargs) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 # The metavars of options whose value names a file or folder: two spellings of one (`a.json`,
 # `./a.json`, a link to it) are one value, as `-o`'s are (`path_meaning`). Of those that may also
@@ -71,3 +72,24 @@ def path_meaning(metavar):
     if metavar in SPEC_METAVARS:
         return lambda value: one_path(value) if os.path.exists(value) else value
     return None
+
+
+# The notes `tmplkit` (cli.main) holds until its command has done its work (None: printed at once,
+# as a parser used on its own prints them): where the command line is refused, its error is then
+# the one line bad input gets, and a note said twice (`--json a --json b`) is said once.
+_held_notes: list[str] | None = None
+
+
+def say_note(line: str) -> None:
+    """A note on stderr (an old spelling's), now or once the work is done (`hold_notes`)."""
+    if _held_notes is None:
+        print(line, file=sys.stderr)
+    elif line not in _held_notes:
+        _held_notes.append(line)
+
+
+def hold_notes(held: bool) -> list[str]:
+    """Start holding the notes (`held`), or stop; the notes held so far."""
+    global _held_notes
+    notes, _held_notes = _held_notes or [], ([] if held else None)
+    return notes
