@@ -20,6 +20,7 @@ from ._common import (
     refuse_worker_options_in_process,
     verbosity,
 )
+from ._once import one_path
 from ._outputs import check_outputs
 from .config import from_config
 
@@ -39,12 +40,11 @@ class _OneLock(argparse.Action):
 
 
 def _same_file(a: str, b: str) -> bool:
-    """Whether paths `a` and `b` name one file: the same resolved path, or the same file there."""
-    if a == b:
+    """Whether paths `a` and `b` name one file: one path as options compare them
+    (`_once.one_path`), or a hard link to the same file."""
+    if one_path(a) == one_path(b):
         return True
     try:
-        if os.path.realpath(a) == os.path.realpath(b):
-            return True
         return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
     except (OSError, ValueError):  # (a NUL in a path: check_outputs refuses it in one line)
         return False
