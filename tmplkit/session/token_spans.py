@@ -8,10 +8,11 @@ with the tokens layer's span detector.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..analysis import analyze
-from ..delimiters import split_text
+from ..delimiters import text_matches
 from ..tokens.delimiter_ids import TokenDelimiters, token_delimiters
 from ..tokens.spans import SpanDetector, Spans
 from ..tokens.tokenizers import Tokenizer
@@ -86,6 +87,7 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
 # breaks of llama.cpp issue 25213).
 _CHECKED_ROLES = ("user", "tool")
 _SHORTEST = 4  # characters: a shorter content may be any text's
+_REASONING = ("reasoning", "reasoning_end")  # (delimiter roles inside a message's span)
 
 
 def misplaced_messages(text: str, messages, delimiters) -> tuple[str, ...]:
@@ -93,28 +95,83 @@ def misplaced_messages(text: str, messages, delimiters) -> tuple[str, ...]:
     (the text's), and each tool result in a user span: the template writes this conversation
     otherwise than its probes (a tool result without `tool_call_id` as a user turn, a late turn in
     another form), and a span detector or a server misreads it there. Each content is looked for
-    after the one before it (a render keeps the messages' order: one pass over the text); one the
-    render does not hold as it is, or a shorter one than `_SHORTEST`, is not judged."""
-    spans = [s for s in split_text(text, delimiters) if s.role not in ("reasoning", "reasoning_end")]
-    starts = [s.start for s in spans]
+    after the one before it (a render keeps the messages' order: one pass over the text), never
+    inside a delimiter or a reasoning block (a user message "assistant" is not the assistant's
+    header); where the same words occur more than once there, the first in a span of its own side
+    is the message's, and it is misplaced only where none is. One the render does not hold as it
+    is, or a shorter one than `_SHORTEST`, is not judged."""
+    places = _Places(text, delimiters)
     out, cursor = [], 0
     for i, m in enumerate(messages):
         role, body = m.get("role"), m.get("content")
         body = body.strip() if isinstance(body, str) else ""
         if len(body) < _SHORTEST:
             continue
-        at = text.find(body, cursor)
-        if at < 0:  # (written otherwise, or out of order: not judged, and the next is looked for from here)
+        first = fit = None
+        for place in places.occurrences(body, cursor):
+            first = first or place
+            if not _misread(role, place[1]):
+                fit = place
+                break
+        if first is None:  # (written otherwise, or out of order: not judged, and the next is looked for from here)
             continue
+        at, span = fit or first
         cursor = at + len(body)
-        k = bisect.bisect_right(starts, at) - 1
-        span = spans[k] if k >= 0 else None
-        # (a tool result inside the model's turn, Gemma 4's, which the analysis takes as the turn
-        # continued, misleads neither: no user start moves)
-        if role in _CHECKED_ROLES and span is not None and span.role != role and "user" in (role, span.role):
-            out.append(f"message {i} ({role}) lies in {'an' if span.role[0] in 'aeio' else 'a'} {span.role} span "
-                       f"(character {span.start})")
+        if fit is None and span is not None:  # (_misread: a span of a role, always, where nothing fits)
+            out.append(f"message {i} ({role}) lies in {'an' if span[0] in 'aeio' else 'a'} {span} span "
+                       f"(character {places.start_of(at)})")
     return tuple(out)
+
+
+def _misread(role, span: str | None) -> bool:
+    """Whether a message of `role` in a span of role `span` is misread: a user message outside a
+    user span, or a tool result in one. (A tool result inside the model's turn, Gemma 4's, which
+    the analysis takes as the turn continued, misleads neither: no user start moves.)"""
+    return role in _CHECKED_ROLES and span is not None and span != role and "user" in (role, span)
+
+
+class _Places:
+    """A rendered text's spans by its delimiters, for finding where a message's words lie."""
+
+    def __init__(self, text: str, delimiters) -> None:
+        self.text = text
+        matches = text_matches(text, delimiters)
+        self.starts = [at for at, _ in matches]
+        self.ends = [at + len(d.text) for at, d in matches]  # (each delimiter's own text ends here)
+        # a message's span: from its delimiter to the next one's, reasoning blocks inside it
+        spans = [(at, d.role) for at, d in matches if d.role not in _REASONING]
+        self.span_starts, self.span_roles = [at for at, _ in spans], [r for _, r in spans]
+        self.blocks = self._blocks(matches, len(text))
+
+    @staticmethod
+    def _blocks(matches, n: int) -> list[tuple[int, int]]:
+        """The reasoning blocks: from a reasoning opener to its closer, or to the next delimiter."""
+        return [(at, matches[k + 1][0] if k + 1 < len(matches) else n)
+                for k, (at, d) in enumerate(matches) if d.role == "reasoning"]
+
+    def occurrences(self, body: str, cursor: int) -> Iterator[tuple[int, str | None]]:
+        """Where `body` occurs from `cursor` on as a message's words, in order, with the role of
+        the message span it lies in (None before the first delimiter): not overlapping a
+        delimiter's text, nor in a reasoning block."""
+        at = self.text.find(body, cursor)
+        while at >= 0:
+            if not self._in_markup(at, at + len(body)):
+                k = bisect.bisect_right(self.span_starts, at) - 1
+                yield at, self.span_roles[k] if k >= 0 else None
+            at = self.text.find(body, at + 1)
+
+    def _in_markup(self, begin: int, end: int) -> bool:
+        """Whether text[begin:end] overlaps a delimiter's own text or lies in a reasoning block."""
+        k = bisect.bisect_right(self.starts, end - 1) - 1  # (the last delimiter starting before its end)
+        if k >= 0 and (self.starts[k] >= begin or self.ends[k] > begin):
+            return True
+        b = bisect.bisect_right(self.blocks, (begin, len(self.text))) - 1
+        return b >= 0 and self.blocks[b][1] > begin
+
+    def start_of(self, at: int) -> int:
+        """The character where the message span holding `at` starts (its delimiter's)."""
+        k = bisect.bisect_right(self.span_starts, at) - 1
+        return self.span_starts[k] if k >= 0 else 0
 
 
 def format_spans_text(cs: ConversationSpans) -> str:
