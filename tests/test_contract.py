@@ -345,6 +345,22 @@ def test_tokenizer_auto_without_a_tokenizer_says_so_in_the_verdict_and_counts(tm
     assert not strict.ok
 
 
+def test_a_sandbox_escape_only_the_agent_session_reaches_fails_the_template(tmp_path, capsys):
+    # (the analysis's short probes passed; the escape on the session's long render was "not
+    # applicable" on the default session, and the gate passed it: an escape fails whatever happens)
+    from tmplkit.cli import main
+
+    template = tmp_path / "late-unsafe.jinja"
+    template.write_text("{%- if messages | length > 20 %}{{ ''.__class__.__mro__[1].__subclasses__() }}{% endif %}"
+                        + Path(CHATML).read_text(), encoding="utf-8")
+    assert main(["--no-config", "audit", str(template), "--in-process"]) == 0  # (without the check: its probes pass)
+    capsys.readouterr()
+    for fail_on in ([], ["--fail-on", "unchecked"]):
+        assert main(["--no-config", "audit", str(template), "--prefix-stability", "report", "--in-process", *fail_on]) == 1
+        out = capsys.readouterr().out
+        assert "UNSAFE" in out and "rendering the agent session: " in out and "1 unsafe" in out, out
+
+
 def test_cli_audit_counts_what_was_not_checked(tmp_path):
     folder = tmp_path / "ours"
     folder.mkdir()

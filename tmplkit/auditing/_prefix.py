@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..analysis import LIMIT_STATUSES, Analysis, analyze
+from ..analysis import LIMIT_STATUSES, Analysis, analyze, failed_analysis
 from ..errors import InputError
 from ..sources.templates import ChatTemplate
 
@@ -41,6 +41,7 @@ class PrefixStability:
     n_requests: int = 0
     detail: str = ""
     seconds: float = field(default=0.0, compare=False)
+    limit: str = ""  # the render limit that stopped the check (`RenderLimitError.KINDS`; "": none)
 
     @property
     def label(self) -> str:
@@ -90,11 +91,12 @@ def prefix_stability_of(template: ChatTemplate, session=None, timeout: float | N
         # A render limit stopped the study: not checked. A template that refuses the session: the
         # default one does not apply to it (the tools it calls, parallel calls); the user's own was
         # not checked, and a gate must not pass it (a server would refuse those requests too).
-        limited = report.limit in ("timeout", "memory", "size")
+        limited = bool(report.limit)  # (a time, memory or size limit, or a sandbox escape)
         own = session is not None and session != default_turns_session()  # (the default, made anew where it was passed)
         verdict = NOT_CHECKED if limited or own else NOT_APPLICABLE
         why = report.error if limited else f"the template cannot render the session: {report.error}"
-        return PrefixStability(verdict, n_requests=report.n_requests, detail=_bounded(why), seconds=took)
+        return PrefixStability(verdict, n_requests=report.n_requests, detail=_bounded(why), seconds=took,
+                               limit=report.limit)
     first = report.first
     if first is None and report.stopped:  # (before the count: a time limit after one request is not a one-request session)
         return PrefixStability(NOT_CHECKED, n_requests=report.n_requests, seconds=took,
@@ -128,7 +130,10 @@ def analyze_with_prefix_stability(template: ChatTemplate, session=None,
     if a.status in LIMIT_STATUSES:  # (the template hit a sandbox limit: it would again)
         return a, None
     left = None if timeout is None else max(0.05, 0.8 * (timeout - (time.monotonic() - start)) - 0.5)
-    return a, prefix_stability_of(template, session, timeout=left)
+    check = prefix_stability_of(template, session, timeout=left)
+    if check.limit == "unsafe":  # (an escape its probes did not reach: the template is unsafe, whatever the gate's options)
+        a = failed_analysis(template, "unsafe", (f"rendering the agent session: {check.detail}",), seconds=a.seconds)
+    return a, check
 
 
 def split_prefix_checks(results: Sequence) -> tuple[list[Analysis], tuple[PrefixStability, ...]]:
