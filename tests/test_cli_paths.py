@@ -338,6 +338,25 @@ def test_a_cached_tokenizer_named_or_chosen_by_auto_is_not_replaced_by_the_outpu
         assert gguf.read_bytes() == before
 
 
+def test_a_hub_tokenizer_named_without_hf_is_not_replaced_by_the_output(here, capsys, monkeypatch):
+    # (a bare ORG/NAME reads the Hub cache as hf:ORG/NAME does; only the hf: spelling was protected,
+    # and `spans --tokenizer org/name -o <its cached tokenizer.json>` wrote over it, exit 0)
+    pytest.importorskip("huggingface_hub")
+    cache = here / "hub"
+    snapshot = cache / "models--org--name" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (cache / "models--org--name" / "refs").mkdir()
+    (cache / "models--org--name" / "refs" / "main").write_text("abc123")
+    cached = snapshot / "tokenizer.json"
+    cached.write_text('{"model": {}}')
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    for spec in ("org/name", "hf:org/name"):
+        code, _, err = run(capsys, "spans", "in.jinja", "--session", "conv.json", "--tokenizer", spec, "-o", str(cached))
+        assert one_line_error(code, err, "it is also what the command reads"), err
+        assert cached.read_text() == '{"model": {}}'
+
+
 def corpus_vocab_path():
     from tmplkit.sources import corpus
 

@@ -280,10 +280,10 @@ def _reads(value: str, out: str, key, *, tokenizer: bool = False) -> bool:
 
 def _tokenizer_reads(spec: str, key) -> bool:
     """Whether the tokenizer `spec` loads the file whose `_file_key` is `key`, where it names a
-    folder, a path starting with ~, or a cached file (vocab:NAME, hf:org/name); a file spelled as
-    given is `_reads`' inode check."""
+    folder, a path starting with ~, or a cached file (vocab:NAME, hf:org/name, a bare org/name the
+    Hub cache holds); a file spelled as given is `_reads`' inode check."""
     try:
-        if not (spec.startswith(("~", "vocab:", "hf:")) or os.path.isdir(spec)):
+        if os.path.isfile(spec) and not spec.startswith("~"):
             return False
     except ValueError:  # (a NUL in the path)
         return False
