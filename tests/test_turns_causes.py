@@ -289,3 +289,18 @@ def test_the_newest_query_written_otherwise_once_a_newer_one_comes_is_last_user_
     report = _study("marks-newest-query", _EXCHANGE, switches=False)
     assert [d.cause for d in report.divergences] == ["", "last user message"]  # (it was "other")
     assert report.divergences[1].detail == "request 1's newest user message (message 0) is rendered differently once a newer one comes"
+
+
+def test_template_text_is_not_placed_where_no_message_is_found_as_it_is(tmp_path):
+    # a judge that writes the conversation as JSON: no message's text is in the render as it is
+    # (escaped), and the divergence was placed "before the first message" though it lies after the
+    # conversation; the messages are found as `tojson` writes them
+    path = tmp_path / "json-judge.jinja"
+    path.write_text("<|im_start|>user\nJudge this:\n{{ messages | tojson }}\nReply with a score.<|im_end|>\n"
+                    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}", encoding="utf-8")
+    messages = [{"role": "user", "content": 'List the files.\nAll of them, "please".'},
+                {"role": "assistant", "content": "Two files:\na.txt, b.txt."},
+                {"role": "user", "content": "Thanks.\nBye."}, {"role": "assistant", "content": "You are welcome.\nBye."}]
+    first = study_turns(load_one(str(path)), Session(tuple(messages), ()), switches=False).first
+    assert first.request == 1 and first.cause == "template text"
+    assert first.detail.startswith("the divergence lies in the template's own text after request 0's last message")

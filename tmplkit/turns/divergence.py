@@ -37,6 +37,7 @@ token the model emits where the template writes text): `token_note` says so.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -350,6 +351,7 @@ def _outside_messages(prev: Request, text: str, pos: int, messages) -> tuple[str
                                      f"{text[tail.start():tail.end() + 20]!r}")
     if not texts:
         return None
+    texts += [e for e in (json.dumps(t, ensure_ascii=False)[1:-1] for t in texts) if e not in texts]  # (as `tojson` writes them)
     if all(written.find(t, 0, pos) < 0 for t in texts):
         where = "before the first message"
     elif all(written.find(t, pos) < 0 for t in reversed(texts)):
