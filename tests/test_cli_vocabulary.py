@@ -137,6 +137,16 @@ def test_an_old_spelling_with_an_error_is_the_error_alone_and_its_note_comes_onc
     assert code == 0 and err.count("\n") == 1 and err.startswith("tmplkit: note: tmplkit spans --template SOURCE"), err
 
 
+def test_a_note_is_said_where_the_work_was_done_and_found_a_template_that_refuses(capsys):
+    # (`turns` exits 2 where a template refuses the session, after its report: the note was lost)
+    gemma = str(Path(CHATML).parent / "gemma.jinja")
+    code = main(["--no-config", "turns", CHATML, gemma, "--memory", "swa:512", "--tokenizer", "vocab:qwen35", "-j", "1"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "chatml: " in out, err
+    assert "tmplkit: error: gemma: cannot render the session" in err and err.count("\n") == 2
+    assert "tmplkit: note: " in err and "--memory-model" in err
+
+
 @pytest.mark.parametrize("command", ["prefill", "replay"])
 def test_the_old_positional_session_still_works(command, capsys):
     args = build_parser().parse_args([command, "gemma", "s.json"])

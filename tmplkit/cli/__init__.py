@@ -351,7 +351,7 @@ def _main(argv: list[str] | None) -> int:
         # source read, which only loading shows, is refused then (cli._outputs).
         with hints_for("cli"), watching_loads(partial(refuse_loaded_outputs, args)):
             code = int(args.func(args) or 0)
-        for note in hold_notes(False) if code in (0, 1) else ():  # (exit 2: its error is the one line)
+        for note in hold_notes(False):  # (the work was done, whatever it found: `turns` exits 2 where a template refuses)
             _say(note)
         sys.stdout.flush()  # a standard output that cannot be written is told here, not at Python's exit
         return code
