@@ -406,7 +406,11 @@ def test_ctx_checkpoints_zero_means_none_as_llama_server_reads_it_and_both_take_
                        # (it said "must be at least 1" where 0 is taken, and "--checkpoints off" that was never typed)
                        (["prefill", "-ctxcp", "-1"], "-ctxcp/--ctx-checkpoints must be at least 0 (0: no checkpoints), got -1"),
                        (["prefill", "-ctxcp", "0", "-cms", "64"], "-cms shapes the checkpoints, and -ctxcp 0 takes none; "
-                                                                  "leave it out or drop -ctxcp 0")):
+                                                                  "leave it out or drop -ctxcp 0"),
+                       # (it said "drop --checkpoints off", which left -ctxcp 0 taking none)
+                       (["prefill", "-ctxcp", "0", "--checkpoints", "off", "-cms", "64"],
+                        "-cms shapes the checkpoints, and -ctxcp 0 and --checkpoints off take none; leave it out or "
+                        "drop -ctxcp 0 and --checkpoints off")):
         with pytest.raises(InputError, match=re.escape(said)):
             prefill_settings(parse([argv[0], "gemma", "--session", "s.json", *argv[1:]]))
 

@@ -344,13 +344,15 @@ def _checkpoint_options(given: dict, typed) -> None:
     if cap == 0:
         if given["checkpoints"] is True:
             raise InputError("-ctxcp 0 takes no checkpoints and --checkpoints on takes them; give one of the two")
-        off = "--checkpoints off" if given["checkpoints"] is False and "checkpoints" in typed else "-ctxcp 0"
+        # (each option that takes none is named: dropping one of two would leave the other)
+        off = "-ctxcp 0 and --checkpoints off" if given["checkpoints"] is False and "checkpoints" in typed else "-ctxcp 0"
         given["checkpoints"], given["max_checkpoints"] = False, PrefillSettings.max_checkpoints
     shaped = [name for name in _CHECKPOINT_SHAPE if name in given and name in typed and not (cap == 0 and name == "max_checkpoints")]
     if given["checkpoints"] is False and shaped:
         flags = " and ".join(_LLAMA_OPTIONS[n][0][0] for n in shaped)
-        raise InputError(f"{flags} shape{'s' if len(shaped) == 1 else ''} the checkpoints, and {off} takes none; leave "
-                         f"{'it' if len(shaped) == 1 else 'them'} out or drop {off}")
+        raise InputError(f"{flags} shape{'s' if len(shaped) == 1 else ''} the checkpoints, and {off} "
+                         f"take{'' if ' and ' in off else 's'} none; leave {'it' if len(shaped) == 1 else 'them'} out "
+                         f"or drop {off}")
 
 
 def prefill_settings(args):
