@@ -390,6 +390,11 @@ def _load_model_dir(path: Path, base: str) -> list[ChatTemplate]:
     return templates
 
 
+def _first_line(exc: BaseException) -> str:
+    """An exception's first line (the Hub's errors run on with advice of their own)."""
+    return (str(exc).splitlines() or [""])[0]
+
+
 def load_hf(spec: str) -> list[ChatTemplate]:
     """`org/name[@revision]` from the Hugging Face Hub, or its local cache when HF_HUB_OFFLINE=1."""
     repo, _, revision = spec.partition("@")
@@ -414,10 +419,10 @@ def load_hf(spec: str) -> list[ChatTemplate]:
         raise SourceError(f"hf:{spec}: the Hub could not be reached and the repository is not in the local cache; "
                           "check the network (or a proxy), or download it once online") from None
     except getattr(hf_errors, "HFValidationError", ()) as exc:  # (a name the Hub cannot have: `hf:a/b c`)
-        raise SourceError(f"hf:{spec}: not a Hub repository name ({str(exc).splitlines()[0] if str(exc) else ''}); "
+        raise SourceError(f"hf:{spec}: not a Hub repository name ({_first_line(exc)}); "
                           "give hf:org/name[@revision]") from None
     except (hf_errors.HfHubHTTPError, OSError, ValueError) as exc:
-        raise SourceError(f"hf:{spec}: could not fetch from the Hub ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        raise SourceError(f"hf:{spec}: could not fetch from the Hub ({type(exc).__name__}: {_first_line(exc)})") from None
     templates = _load_model_dir(Path(folder), repo.split("/")[1])
     source = f"hf:{spec}"
     return [ChatTemplate(t.text, t.name, source, t.bos_token, t.eos_token) for t in templates]
