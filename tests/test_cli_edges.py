@@ -663,3 +663,16 @@ def test_sources_given_after_an_option_join_the_others(capsys):
     err = capsys.readouterr().err
     assert info.value.code == 2 and err.count("\n") == 1 and "unrecognized arguments" in err and "--bogus" in err
     assert "see tmplkit table --help" in err
+
+
+@pytest.mark.parametrize("session, said", [
+    ('[{"role": "user", "content": "hi", "reasoning_content": 7}]', "'reasoning_content' is int, which llama-server refuses"),
+    ('[{"role": "user", "content": "hi"}, {"role": "assistant", "content": null, "tool_calls": '
+     '[{"function": {"name": "f", "arguments": "{}"}}]}]', "tool_calls[0] has no 'type', which llama-server refuses"),
+])
+def test_audit_refuses_a_session_the_server_would_not_read_before_the_work(tmp_path, capsys, session, said):
+    # (it was each template's ERROR row and exit 1, as if the templates had failed; `turns` and
+    # `spans` refuse the same file in one line)
+    (tmp_path / "s.json").write_text(session)
+    code, out, err = run(capsys, "audit", CHATML, "--prefix-stability", "report", "--session", str(tmp_path / "s.json"))
+    assert code == 2 and out == "" and one_line_error(err, "s.json: message ", said), err

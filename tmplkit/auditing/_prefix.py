@@ -61,12 +61,21 @@ def default_turns_session():
 
 
 def check_session(session) -> None:
-    """Refuse a session without a request here, before the workers would make it every template's error."""
+    """Refuse a session without a request, or one llama-server would refuse to read (a message's key
+    it reads as a string, a tool call's shape: `session.given_messages`), here, before the workers
+    would make it every template's error."""
+    from ..session import given_messages, given_tools
     from ..turns import request_points  # numpy: only with --prefix-stability (keeps import tmplkit.auditing numpy-free)
 
+    source = getattr(session, "source", "") or "the session"
     if not request_points(list(session.messages)):
-        raise InputError(f"{getattr(session, 'source', '') or 'the session'}: no request in the session (the model "
-                         "speaks after a user message or tool results); add a user message")
+        raise InputError(f"{source}: no request in the session (the model speaks after a user message or tool "
+                         "results); add a user message")
+    try:  # (as the check reads it: the server setting, `study_turns`' default)
+        given_messages(session.messages, "server")
+        given_tools(session.tools, "server")
+    except InputError as exc:
+        raise InputError(f"{source}: {exc}") from None
 
 
 def prefix_stability_of(template: ChatTemplate, session=None, timeout: float | None = None) -> PrefixStability:
