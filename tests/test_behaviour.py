@@ -513,3 +513,18 @@ def test_a_record_whose_agent_session_check_was_cut_short_is_no_behaviour(tmp_pa
     assert good.derived and good.prefix_stability["verdict"] != NOT_CHECKED
     check = check_lock(BehaviourLock({template.name: good}, "0"), locked, "l.json")
     assert not check.ok and check.unchecked and not check.diffs
+
+
+def test_a_record_no_utf8_json_can_hold_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    # (a file name's byte that is no UTF-8, or a template writing half a UTF-16 pair: a traceback
+    # from the lock's writer, exit 1)
+    chatml = (Path(__file__).parent.parent / "fixtures" / "templates" / "chatml.jinja").read_text(encoding="utf-8")
+    (tmp_path / "x\udcff.jinja").write_text(chatml, encoding="utf-8", errors="surrogateescape")
+    (tmp_path / "half.jinja").write_text(chatml.replace("<|im_start|>", "<|im_start\\ud800|>"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for source, said in (("x\udcff.jinja", "the record of 'x\\udcff' cannot be locked: its name"),
+                         ("half.jinja", "the record of 'half' cannot be locked: its behaviour")):
+        code = main(["--no-config", "lock", source, "--in-process", "-o", "l.json"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and said in err and "Traceback" not in err, err
+        assert not (tmp_path / "l.json").exists()

@@ -304,3 +304,18 @@ def test_template_text_is_not_placed_where_no_message_is_found_as_it_is(tmp_path
     first = study_turns(load_one(str(path)), Session(tuple(messages), ()), switches=False).first
     assert first.request == 1 and first.cause == "template text"
     assert first.detail.startswith("the divergence lies in the template's own text after request 0's last message")
+
+
+def test_a_render_no_tokenizer_can_encode_is_the_templates_error_not_the_runs(tmp_path):
+    # (a lone surrogate the template writes: a worker's UnicodeEncodeError, which named no template
+    # and gave no advice)
+    from tmplkit.tokens.tokenizers import load_tokenizer
+
+    path = tmp_path / "half.jinja"
+    path.write_text("{% for m in messages %}{{ '<|' ~ m.role ~ '\\ud800|>' }}{{ m.content }}<|end|>{% endfor %}"
+                    "{% if add_generation_prompt %}<|assistant|>{% endif %}", encoding="utf-8")
+    messages = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": "Bye."}, {"role": "assistant", "content": "Bye."}]
+    report = study_turns(load_one(str(path)), Session(tuple(messages), ()), tokenizer=load_tokenizer("vocab:qwen35"),
+                         switches=False)
+    assert report.error.startswith("tokenizing its renders (the template writes the text): the text holds '\\ud800'")

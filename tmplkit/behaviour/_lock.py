@@ -78,8 +78,28 @@ def read_lock(path, *, updating: bool = False) -> BehaviourLock:
 
 
 def write_lock(path, lock: BehaviourLock) -> None:
-    """Write `lock` to `path` atomically, keys sorted."""
-    write_output(path, json.dumps(lock.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    """Write `lock` to `path` atomically, keys sorted; a record holding a lone surrogate (a file
+    name's byte that is no UTF-8, a template writing half a UTF-16 pair), which UTF-8 JSON cannot
+    hold as it is, is refused in one line, nothing written."""
+    text = json.dumps(lock.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        name = next(n for n, r in lock.records.items() if _not_utf8(json.dumps({n: r.to_dict()}, ensure_ascii=False)))
+        shown = name.encode("utf-8", "backslashreplace").decode("utf-8")
+        where, fix = (("its name (a file name's byte that is no UTF-8)", "rename the file") if _not_utf8(name) else
+                      ("its behaviour (a delimiter or a prompt the template writes)", "fix the template"))
+        raise InputError(f"{path}: the record of '{shown}' cannot be locked: {where} holds half of a UTF-16 pair, no "
+                         f"character, which a lock (UTF-8 JSON) cannot hold; {fix}") from None
+    write_output(path, text)
+
+
+def _not_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ from ._cuts import CHUNK, SpecialTexts, cuts
 from .gguf_vocab import byte_level_bytes, gguf_bpe_tokenizer, supports
 from .llama_model import LlamaModel, import_llama_cpp
 
-__all__ = ["GGUFBPETokenizer", "HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "load_tokenizer", "locate_tokenizer"]
+__all__ = ["GGUFBPETokenizer", "HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "load_tokenizer", "locate_tokenizer",
+           "utf8"]
 
 _GIVE = "give a .gguf (vocab-only is enough), a tokenizer.json or its folder, vocab:NAME or hf:org/name"
 
@@ -424,7 +425,7 @@ class LlamaCppTokenizer:
 
     def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
         """Token ids of `text`, special tokens parsed; BOS only when asked (here or at load)."""
-        return self._encode(_utf8(text), self.add_bos if add_bos is None else add_bos)
+        return self._encode(utf8(text), self.add_bos if add_bos is None else add_bos)
 
     def tokenize_after(self, text: str, base: tuple[bytes, Sequence[int]] | None) -> tuple[int, ...]:
         """`tokenize(text, add_bos=False)`, reusing the ids of `base` (the bytes of a text tokenized
@@ -437,7 +438,7 @@ class LlamaCppTokenizer:
         new ids (tests/test_tokenizers.py holds this against whole tokenization on the corpus's
         vocabularies). The ids come back as a tuple whose table (`_spelled`) is kept for the next call
         that starts from it: a session's requests chain, each the base of the next."""
-        data = _utf8(text)
+        data = utf8(text)
         point = self._resume_point(data, base)
         if point is None:
             return self._remember(tuple(self._encode(data, False)))
@@ -502,7 +503,7 @@ class LlamaCppTokenizer:
         special tokens ends the piece before it; tests/test_tokenizers.py holds the positions this
         gives against whole tokenization), not at the end of a long render. The control tokens are
         `_encode_pieces`' (none that strips the whitespace beside it)."""
-        data = _utf8(text)
+        data = utf8(text)
         point = self._resume_point(data, base)
         if point is None:
             return None
@@ -617,12 +618,12 @@ class LlamaCppTokenizer:
         return self.piece_bytes(token_id).decode("utf-8", "replace")
 
     def tokenize_with_offsets(self, text: str) -> tuple[list[int], Offsets]:
-        return self.offsets_of(text, self._encode(_utf8(text), False))
+        return self.offsets_of(text, self._encode(utf8(text), False))
 
     def offsets_of(self, text: str, ids: Sequence[int]) -> tuple[list[int], Offsets]:
         """`ids` (`text`'s tokens without BOS, tokenized before: the turns study has them) with each
         token's character offsets, read off their pieces, as `tokenize_with_offsets` gives them."""
-        data = _utf8(text)
+        data = utf8(text)
         ids = list(ids)
         return ids, _char_offsets(text, data, _align_pieces(data, [self.piece_bytes(i) for i in ids]))
 
@@ -739,7 +740,7 @@ def _memory_limited() -> bool:
     return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
 
 
-def _utf8(text: str) -> bytes:
+def utf8(text: str) -> bytes:
     """`text` as UTF-8; a lone surrogate (half of a UTF-16 pair, which a Python str can hold) is
     refused in one line, as a conversation file holding one is."""
     try:
@@ -751,11 +752,11 @@ def _utf8(text: str) -> bytes:
 
 def _hf_encode(tok, text: str, add_special_tokens: bool):
     """`tok.encode` of the `tokenizers` package, whose refusal of a lone surrogate (a TypeError) is
-    `_utf8`'s one line; nothing is checked before the call (a long render is read once)."""
+    `utf8`'s one line; nothing is checked before the call (a long render is read once)."""
     try:
         return tok.encode(text, add_special_tokens=add_special_tokens)
     except TypeError:
-        _utf8(text)
+        utf8(text)
         raise
 
 

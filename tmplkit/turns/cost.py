@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from ..errors import InputError
 from ..server_rules import DivergenceAware, EveryUserStart, Gated, NoBreaks, PrefillSettings, ServerGated
 from ..session.requests import common_prefix
-from ..tokens.tokenizers import common_byte_prefix
+from ..tokens.tokenizers import common_byte_prefix, utf8
 from .divergence import tokenize_texts
 from .simulation import MemoryModel, ServerSimulation, SimulatedRequest
 
@@ -188,7 +188,7 @@ class _EarlyStop:
 
     def __init__(self, held, text: str, request_ids, generated_ids, tokenizer, until, bos: tuple) -> None:
         self.held, self.until, self.bos = held, until, bos
-        self.data = text.encode("utf-8")
+        self.data = utf8(text)
         # the request's ids without the BOS `tokenize_texts` prepended (the text does not spell it)
         self.off = len(bos) if bos and tuple(request_ids[:len(bos)]) == bos and not self.data.startswith(
             b"".join(tokenizer.piece_bytes(i) for i in bos)) else 0
@@ -198,7 +198,7 @@ class _EarlyStop:
     def position(self, render: str) -> int | None:
         """The token position, or None where the tokenizer cannot stop early here (then the render
         is tokenized whole)."""
-        data = render.encode("utf-8")
+        data = utf8(render)
         got = self.until(render, self.base, common_byte_prefix(data, self.held_bytes))
         if got is None:
             return None

@@ -46,7 +46,7 @@ from ..markup import UNIT
 from ..sandbox import REASONING_KEYS
 from ..session import content_text
 from ..session.requests import Request, common_prefix
-from ..tokens.tokenizers import common_byte_prefix
+from ..tokens.tokenizers import common_byte_prefix, utf8
 
 __all__ = ["CAUSES", "Divergence", "divergences", "TokenizedRequests", "tokenize_requests"]
 
@@ -147,7 +147,7 @@ def tokenize_texts(texts, tokenizer, *, add_bos: bool = False, base: tuple[str, 
     ref = _base(base, bos)
     out = []
     for text in texts:
-        data = text.encode("utf-8")
+        data = utf8(text)
         start = _nearest(data, [ref, *pool]) if pool is not None and after is not None else ref
         ids = tuple(after(text, start)) if after is not None else tuple(tokenizer.tokenize(text, add_bos=False))
         if pool is not None:
@@ -178,7 +178,7 @@ def _base(base, bos) -> tuple[bytes, Sequence[int]] | None:
     if base is None:
         return None
     text, ids = base
-    return text.encode("utf-8"), tuple(ids[len(bos):] if bos and tuple(ids[:len(bos)]) == bos else ids)
+    return utf8(text), tuple(ids[len(bos):] if bos and tuple(ids[:len(bos)]) == bos else ids)
 
 
 def _emitted(tokenizer, ids) -> tuple[int, ...]:
@@ -439,7 +439,7 @@ def _token_end(tokenizer, text: str, ids: Sequence[int], j: int) -> int | None:
         return None
     pieces = getattr(tokenizer, "piece_bytes", None)
     if pieces is not None and j < len(ids):
-        data = text.encode("utf-8")
+        data = utf8(text)
         counted = getattr(tokenizer, "piece_lengths", None)  # (llama.cpp's: from its table, not a call a token)
         lengths = list(counted(ids)) if counted is not None else [len(pieces(i)) for i in ids]
         if sum(lengths) == len(data):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from ..analysis.probes import THINKING_FLAGS
-from ..errors import RenderError, TmplkitError
+from ..errors import RenderError, TmplkitError, TokenizerError
 from ..session import DEFAULT_INPUTS, check_inputs, for_server, inputs_note
 from ..session.requests import DEFAULT_INTERVAL, clock_at, iter_requests
 from ..sources.templates import ChatTemplate
@@ -128,6 +128,8 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
     except RenderError as exc:  # (RenderLimitError too)
         return TurnsReport(template.name, 0, (), error=str(exc), inputs=inputs, limit=getattr(exc, "kind", ""),
                            refused=exc.template_raised)
+    except TokenizerError as exc:  # (the session's own text is checked as it is read: the renders' text is the template's)
+        return TurnsReport(template.name, 0, (), error=f"tokenizing its renders (the template writes the text): {exc}", inputs=inputs)
     conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens
     divs = divergences(reqs, conversation.messages, conversation.conversation.tools, redraw=_redraw(conversation, reqs),
                        tokens=tokens, tokenizer=tokenizer)
