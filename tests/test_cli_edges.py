@@ -676,3 +676,21 @@ def test_audit_refuses_a_session_the_server_would_not_read_before_the_work(tmp_p
     (tmp_path / "s.json").write_text(session)
     code, out, err = run(capsys, "audit", CHATML, "--prefix-stability", "report", "--session", str(tmp_path / "s.json"))
     assert code == 2 and out == "" and one_line_error(err, "s.json: message ", said), err
+
+
+def test_a_templates_escape_sequences_reach_no_terminal(tmp_path, capsys):
+    # (its raise_exception text went raw into the report and the error line: ESC recolours, clears
+    # or retitles the reader's terminal)
+    template = tmp_path / "esc.jinja"
+    template.write_text("{{ raise_exception('bad \\x1b[2J\\x1b]0;title\\x07 and \\x01') }}", encoding="utf-8")
+    code, out, _ = run(capsys, "audit", str(template), "--in-process")
+    assert code == 1 and "bad \\x1b[2J\\x1b]0;title\\x07 and \\x01" in out and "\x1b" not in out and "\x01" not in out
+    code, _, err = run(capsys, "turns", str(template), "-j", "1")
+    assert code == 2 and one_line_error(err, "bad \\x1b[2J") and "\x1b" not in err and "\x07" not in err
+    # a delimiter that holds them: every report that shows delimiters or renders
+    template.write_text("{% for m in messages %}{{ '<|' ~ m.role ~ '|>\\x1b]0;title\\x07' }}{{ m.content }}<|end|>"
+                        "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}", encoding="utf-8")
+    for argv in (["audit", "-v"], ["table"], ["show"], ["show", "--color", "always"], ["diff", CHATML]):
+        code, out, err = run(capsys, *argv[:1], *(argv[1:] if argv[0] != "diff" else ()), str(template),
+                             *(argv[1:] if argv[0] == "diff" else ()))
+        assert "\\x1b]0;title\\x07" in out + err and "\x07" not in out + err, (argv, code, out, err)

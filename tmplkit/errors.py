@@ -7,6 +7,21 @@ catch it.
 
 from __future__ import annotations
 
+import re
+
+# Control characters a terminal acts on (ESC starts a sequence that can recolour, move or retitle),
+# but for the tab and the line breaks each caller handles: a template's own words are untrusted.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    r"""`text` with each control character a terminal would act on written as its escape.
+
+    >>> escape_controls("red \x1b[31m!")
+    'red \\x1b[31m!'
+    """
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
 
 class TmplkitError(Exception):
     """Base of every error tmplkit raises on bad input. The CLI prints it on one line."""

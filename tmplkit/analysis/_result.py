@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..delimiters import Delimiter
-from ..errors import RenderError, RenderLimitError, TmplkitError
+from ..errors import RenderError, RenderLimitError, TmplkitError, escape_controls
 
 __all__ = ["STATUSES", "TOOL_PLACEMENTS", "Analysis", "RoundTrip", "failed_analysis", "failure_reason", "one_line", "status_of"]
 
@@ -143,7 +143,7 @@ def one_line(text, limit: int = MAX_MESSAGE) -> str:
     >>> one_line("bad\\nline two")
     'bad line two'
     """
-    text = " ".join(str(text).split())
+    text = escape_controls(" ".join(str(text).split()))  # (a template's words: an escape sequence is shown, not run)
     if len(text) > limit:
         text = f"{text[:limit]}... ({len(text) - limit} more characters)"
     return text

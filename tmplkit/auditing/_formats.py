@@ -14,6 +14,7 @@ from xml.sax.saxutils import escape as _sax_escape
 from .._version import __version__
 from ..analysis import Analysis
 from ..delimiters import split_text
+from ..errors import escape_controls
 from ._choices import AUDIT_FORMAT_NAMES
 from ._gate import AuditReport, first_reason, is_failure, verdict_of
 from ._prefix import NOT_APPLICABLE
@@ -35,10 +36,11 @@ def xml_escape(text: str, entities: dict | None = None) -> str:
 
 
 def show(text: str | None) -> str:
-    """A delimiter as one readable line: newlines and tabs escaped, None as '-'."""
+    """A delimiter as one readable line: newlines and tabs escaped, and the control characters a
+    terminal would act on (a template's text is untrusted), None as '-'."""
     if text is None:
         return "-"
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    return escape_controls(text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t"))
 
 
 # ANSI SGR codes of the text report's marks (used with color=True only).
@@ -102,7 +104,8 @@ def _text_rows(report: AuditReport, i: int, width: int, color: bool, verbosity: 
             rows.append(f"{pad}prefix stability checked in {check.seconds:.3f} s")
         rows += [f"{pad}{d.role}: {show(d.text)}" for d in a.delimiters]
         rows.append(f"{pad}{a.seconds:.3f} s")
-    return rows
+    # (a template's words in any row: its control characters shown, not run; the mark's colour is this report's)
+    return [f"{mark} {escape_controls(rows[0][len(mark) + 1:])}"] + [escape_controls(r) for r in rows[1:]]
 
 
 def _mark_width(report: AuditReport) -> int:
@@ -141,7 +144,7 @@ def _md(text: str | None) -> str:
 
 def _name_cell(name: str) -> str:
     """A template's name in a markdown table: a `|` or a line break in it would end the row."""
-    return name.replace("|", "\\|").replace("\r", "\\r").replace("\n", "\\n")
+    return escape_controls(name.replace("|", "\\|").replace("\r", "\\r").replace("\n", "\\n"))
 
 
 def format_markdown(report: AuditReport) -> str:
@@ -356,7 +359,7 @@ def format_show(analysis: Analysis, color: bool = False) -> str:
     out = [f"# {analysis.name}: {len(spans)} spans, round trip {'passed' if rt.passed else 'FAILED'}"]
     if spans and spans[0].start > 0:
         out.append("--- (before the first delimiter: no span) ---")
-        out.append(text[: spans[0].start])
+        out.append(escape_controls(text[: spans[0].start]))
     for i, sp in enumerate(spans):
         body = text[sp.start:sp.end]
         delim = next((d for d in analysis.delimiters if body.startswith(d.text) and d.role == sp.role), None)
@@ -364,8 +367,11 @@ def format_show(analysis: Analysis, color: bool = False) -> str:
         if color:
             head = f"\x1b[1;{_COLORS.get(sp.role, '0')}m{head}\x1b[0m"
         out.append(head)
+        # (the template's text with its control characters shown, not run; then this report's own colours)
         if delim is not None and color:
-            body = f"\x1b[7m{delim.text}\x1b[0m" + body[len(delim.text):]
+            body = f"\x1b[7m{escape_controls(delim.text)}\x1b[0m" + escape_controls(body[len(delim.text):])
+        else:
+            body = escape_controls(body)
         out.append(body)
     for p in rt.problems:
         out.append(f"problem: {p}")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..auditing._formats import show
 from ..errors import InputError
 from ..sources.templates import FOLDER_SUFFIXES
 from ._probes import PROBE_NAMES, SETTINGS_DEFAULT
@@ -48,10 +49,7 @@ def shown(text: str | None) -> str:
     >>> print(shown("<|im_start|>user\\n"))
     `<|im_start|>user\\n`
     """
-    if text is None:
-        return "none"
-    escaped = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
-    return f"`{escaped}`"
+    return "none" if text is None else f"`{show(text)}`"
 
 
 @dataclass(frozen=True)

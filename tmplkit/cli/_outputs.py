@@ -11,6 +11,8 @@ import os
 import stat
 from pathlib import Path
 
+from ..errors import escape_controls
+
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
 __all__ = ["check_outputs", "error_line", "output_paths", "printable", "refuse_found_configuration",
@@ -337,10 +339,10 @@ def error_line(text: str) -> str:
     characters (a template's `raise_exception` of megabytes) cut in the middle, its end kept (where
     the hint is).
 
-    >>> error_line("a\nb"), len(error_line("x" * 10**6)) < 2100
-    ('a\\nb', True)
+    >>> error_line("a\nb"), error_line("\x1b[2J"), len(error_line("x" * 10**6)) < 2100
+    ('a\\nb', '\\x1b[2J', True)
     """
-    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    text = escape_controls(text.replace("\r", "\\r").replace("\n", "\\n"))  # (an escape sequence a template wrote is shown, not run)
     if len(text) <= _LINE_HEAD + _LINE_TAIL + 64:
         return text
     cut = len(text) - _LINE_HEAD - _LINE_TAIL

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .._version import __version__
 from ..delimiters import split_text
-from ..errors import InputError
+from ..errors import InputError, escape_controls
 from .delimiters import ServerDelimiters, message_opener
 
 __all__ = ["COMPARISON_FAIL_ON", "COMPARISON_SCHEMA_VERSION", "HANDLERS_WITHOUT_DELIMITERS", "VERDICTS", "ComparisonReport",
@@ -166,7 +166,7 @@ def format_comparison_table(rows: Sequence[DelimiterComparison]) -> str:
         elif d.route == "specialized":
             how = f"{d.handler or 'unnamed'} handler: hard-coded, not logged"
         elif d.route == "autoparser":
-            how = "autoparser: " + (", ".join(f"{x.role} `{_cell(x.delimiter)}`" for x in d.delimiters or ()) or "none")
+            how = "autoparser: " + (", ".join(f"{x.role} `{markdown_cell(x.delimiter)}`" for x in d.delimiters or ()) or "none")
         else:
             how = "-"
         lines.append(f"| {r.template} | {d.vocab} | {how} | {len(r.server)} / {len(r.tmplkit)} | {r.verdict} |")
@@ -199,5 +199,7 @@ def verdict_counts(rows: Sequence[DelimiterComparison]) -> dict[str, int]:
     return out
 
 
-def _cell(text: str) -> str:
-    return text.replace("\n", "\\n").replace("|", "\\|").replace("`", "'")
+def markdown_cell(text: str) -> str:
+    """A template's text in a markdown table's code cell: line breaks, pipes and backticks kept from
+    ending it, the control characters a terminal acts on shown, not run."""
+    return escape_controls(text.replace("\n", "\\n").replace("|", "\\|").replace("`", "'"))

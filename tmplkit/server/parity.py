@@ -29,6 +29,7 @@ from ..delimiters import ROLES, split_text
 from ..errors import InputError, TmplkitError
 from ..session import Conversation, render_conversation
 from ..sources.templates import ChatTemplate, gguf_special_tokens
+from .delimiter_comparison import markdown_cell
 from .process import ServerRefused, TemplateRefused, check_server_model, log_path, start_with_template
 
 __all__ = ["PARITY_FAIL_ON", "PARITY_SCHEMA_VERSION", "EngineComparison", "engine_parity", "format_parity_table",
@@ -171,7 +172,7 @@ def format_parity_table(rows) -> str:
              "|---|---|---|---|---|"]
     for r in rows:
         rt = {True: "pass", False: "fail", None: "-"}[r.round_trip]
-        detail = f"at {r.at}: `{_cell(r.ours)}` / `{_cell(r.theirs)}`" if r.status == "differs" else _cell(r.error or "")
+        detail = f"at {r.at}: `{markdown_cell(r.ours)}` / `{markdown_cell(r.theirs)}`" if r.status == "differs" else markdown_cell(r.error or "")
         lines.append(f"| {r.template} | {r.variant} | {r.status} | {rt} | {detail} |")
     counts: dict[str, int] = {}
     for r in rows:
@@ -181,6 +182,3 @@ def format_parity_table(rows) -> str:
     lines.append(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + f"; round trip holds on llama.cpp's render: {passed} of {len(rows)}")
     return "\n".join(lines) + "\n"
 
-
-def _cell(text: str) -> str:
-    return text.replace("\n", "\\n").replace("|", "\\|").replace("`", "'")
