@@ -482,6 +482,15 @@ def test_template_variables_a_render_sets_are_refused(here, capsys):
      '[{"role": "user", "delimiter": 5}]}}]}', "template 'a' is not as the command writes it (each delimiter a role and a string)"),
     ('{"results": [{"template": "a", "server": {"status": "ok", "route": "autoparser", "delimiters": '
      '[{"role": null, "delimiter": "<u>"}]}}]}', "template 'a' is not as the command writes it"),
+    # (each was taken, the template then left out as if the server had refused it, or kept with
+    # delimiters the command never writes)
+    ('{"schema_version": 2, "results": []}', "a saved result of layout 2, not this tmplkit's (1)"),
+    ('{"results": [{"template": "a", "server": {"status": "ok", "route": "bogus"}}]}',
+     "template 'a': the route 'bogus' is not known here"),
+    ('{"results": [{"template": "a", "server": {"status": "ok", "route": "specialized", "handler": "Nope"}}]}',
+     "template 'a': llama-server's handler 'Nope' is not known here"),
+    ('{"results": [{"template": "a", "server": {"status": "ok", "route": "specialized", "handler": "LFM2", '
+     '"delimiters": [{"role": 5, "delimiter": null}]}}]}', "template 'a' is not as the command writes it"),
 ])
 def test_a_saved_server_delimiters_file_of_another_shape_is_one_line(tmp_path, content, words):
     from tmplkit.server_rules import load_server_delimiters

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from .._version import __version__
 from ..delimiters import split_text
 from ..errors import InputError, escape_controls
+from ..server_rules import SAVED_SCHEMA_VERSION
 from .delimiters import ServerDelimiters, message_opener
 
 __all__ = ["COMPARISON_FAIL_ON", "COMPARISON_SCHEMA_VERSION", "HANDLERS_WITHOUT_DELIMITERS", "VERDICTS", "ComparisonReport",
@@ -17,7 +18,7 @@ __all__ = ["COMPARISON_FAIL_ON", "COMPARISON_SCHEMA_VERSION", "HANDLERS_WITHOUT_
            "verdict_counts"]
 
 
-COMPARISON_SCHEMA_VERSION = 1
+COMPARISON_SCHEMA_VERSION = SAVED_SCHEMA_VERSION  # (what `turns --server-delimiters` reads back)
 
 
 # The verdicts, in the order the table lists them.

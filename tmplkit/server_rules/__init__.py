@@ -14,6 +14,7 @@ model) and turns (which simulates them over a session's requests).
 from ._checkpoints import Checkpoint, CheckpointStore, checkpoint_due, near_end, near_end_breaks
 from ._delimiters import (
     HANDLER_DELIMITERS,
+    SAVED_SCHEMA_VERSION,
     SERVER_DELIMITERS,
     delimiters_of_row,
     load_server_delimiters,
@@ -39,7 +40,8 @@ from ._schedule import BatchSchedule, PlannedBatch
 from ._settings import CACHE_TYPES, FLASH_ATTN, PrefillSettings
 
 __all__ = [
-    "CACHE_TYPES", "FLASH_ATTN", "HANDLER_DELIMITERS", "POLICIES", "SERVER_DELIMITERS", "BatchPolicy", "BatchSchedule", "BreakContext",
+    "CACHE_TYPES", "FLASH_ATTN", "HANDLER_DELIMITERS", "POLICIES", "SAVED_SCHEMA_VERSION", "SERVER_DELIMITERS", "BatchPolicy",
+    "BatchSchedule", "BreakContext",
     "Checkpoint", "CheckpointStore", "DivergenceAware", "EveryUserStart", "FixedBreaks", "Gated", "NoBreaks",
     "PlannedBatch", "PolicyRegistry", "PrefillSettings", "ResumePlan", "ServerGated", "checkpoint_due", "delimiters_of_row", "get_policy",
     "last_user_start", "load_server_delimiters", "near_end", "near_end_breaks", "plan_resume", "server_delimiter_list",

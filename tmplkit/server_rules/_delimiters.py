@@ -29,10 +29,13 @@ from ..errors import InputError
 from ..sources.templates import ChatTemplate
 from ..tokens.spans import Spans
 
-__all__ = ["HANDLER_DELIMITERS", "SERVER_DELIMITERS", "delimiters_of_row", "load_server_delimiters",
+__all__ = ["HANDLER_DELIMITERS", "SAVED_SCHEMA_VERSION", "SERVER_DELIMITERS", "delimiters_of_row", "load_server_delimiters",
            "server_delimiter_list", "server_spans", "server_split"]
 
 Delims = tuple[tuple[str, str], ...]
+
+# The layout of a saved `tmplkit server delimiters --format json` (its `schema_version`).
+SAVED_SCHEMA_VERSION = 1
 
 # llama-server's delimiters (its autoparser's user_start / assistant_start, as pinned by the
 # vendored llama.cpp's tests/test-chat-auto-parser.cpp), by a marker of the template family:
@@ -83,15 +86,18 @@ HANDLER_DELIMITERS: dict[str | None, Delims] = {
 
 def delimiters_of_row(row: Mapping) -> Delims | None:
     """The server's list for one row of `tmplkit server delimiters --format json` (None: the
-    server did not take the template, or its route is not known here)."""
+    server did not take the template). A row the server took on a route or handler not known here
+    raises ValueError, saying which: its list cannot be told."""
     server = row.get("server", row)
     if server.get("status") != "ok":
         return None
     if server.get("route") == "autoparser":
         return tuple((d["role"], d["delimiter"]) for d in server.get("delimiters") or ())
     if server.get("route") == "specialized":
-        return HANDLER_DELIMITERS.get(server.get("handler"))
-    return None
+        if server.get("handler") not in HANDLER_DELIMITERS:
+            raise ValueError(f"llama-server's handler {server.get('handler')!r} is not known here")
+        return HANDLER_DELIMITERS[server.get("handler")]
+    raise ValueError(f"the route {server.get('route')!r} is not known here (autoparser, specialized)")
 
 
 def load_server_delimiters(path: str | Path) -> dict[str, Delims]:
@@ -108,18 +114,32 @@ def load_server_delimiters(path: str | Path) -> dict[str, Delims]:
     if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("template"), str) for r in rows):
         raise InputError(f"{path}: not a saved `tmplkit server delimiters --format json` (no list of results, each "
                          f"with its template); {write}")
+    if data.get("schema_version", SAVED_SCHEMA_VERSION) != SAVED_SCHEMA_VERSION:  # (the layout tmplkit writes, `server.delimiter_comparison`)
+        raise InputError(f"{path}: a saved result of layout {data.get('schema_version')!r}, not this tmplkit's "
+                         f"({SAVED_SCHEMA_VERSION}); {write}")
     out = {}
     for row in rows:
         try:
             delims = delimiters_of_row(row)
-            if delims is not None and not all(isinstance(r, str) and isinstance(d, str) for r, d in delims):
-                raise TypeError  # (a role or a delimiter that is no string: as the command never writes it)
-        except (AttributeError, KeyError, TypeError, ValueError):
+            _check_written(row.get("server", row).get("delimiters"))
+        except ValueError as exc:
+            raise InputError(f"{path}: the result of template '{row['template']}': {exc}; {write}") from None
+        except (AttributeError, KeyError, TypeError):
             raise InputError(f"{path}: the result of template '{row['template']}' is not as the command writes it "
                              f"(each delimiter a role and a string); {write}") from None
         if delims is not None:
             out[row["template"]] = delims
     return out
+
+
+def _check_written(delimiters) -> None:
+    """A row's `delimiters` as the command writes them: none, or a list of {role, delimiter} strings
+    (a TypeError otherwise, whatever the route: one edited by hand is not the server's)."""
+    if delimiters is None:
+        return
+    if not isinstance(delimiters, list) or not all(
+            isinstance(d, dict) and isinstance(d.get("role"), str) and isinstance(d.get("delimiter"), str) for d in delimiters):
+        raise TypeError
 
 
 def server_delimiter_list(template: ChatTemplate, known: Mapping[str, Delims] | None = None) -> Delims:
