@@ -635,6 +635,7 @@ def test_arguments_are_named_as_the_help_shows_them(capsys, tmp_path):
 @pytest.mark.parametrize("argv, words", [
     (["engine-parity", CHATML, "--server", ""], "--server '': the value is empty"),  # (ran the pinned server)
     (["turns", CHATML, "--memory-model="], "--memory-model '': the value is empty"),
+    (["lock", CHATML, "-o", ""], "-o '': the path is empty; give a file path"),  # (as every -o says it)
     (["audit", CHATML, "--lock", "-"], "--lock -: a lock is a file the audit reads"),
     (["turns", CHATML, "--memory-model", "4096"], "--memory-model 4096: unknown memory model"),
     (["session", "generate", "--style", "nope"], "argument --style: invalid choice"),

@@ -241,8 +241,9 @@ def _refuse_contradictions(argv: list[str], args) -> None:
     for dest in sorted(options):
         value = getattr(args, dest, None)
         if dest != "output" and (value == "" or isinstance(value, list) and "" in value):
-            typed = [o for o in options[dest] if any(w == o or w.startswith(o + "=") for w in words)]
-            raise InputError(f"{(typed or options[dest])[-1]} '': the value is empty; give one, or leave the option out")
+            flag = ([o for o in options[dest] if any(w == o or w.startswith(o + "=") for w in words)] or options[dest])[-1]
+            what = "the path is empty; give a file path" if flag in ("-o", "--output") else "the value is empty; give one"
+            raise InputError(f"{flag} '': {what}, or leave the option out")  # (lock's -o: its --lock)
     # A positional given '' reads as the current folder (`tmplkit audit "$DIR"`, DIR unset, audited it)
     for dest, shown in (getattr(args, "_positionals", None) or {}).items():
         value = getattr(args, dest, None)
