@@ -431,6 +431,7 @@ def test_an_upstream_declared_for_a_gguf_that_is_not_there_is_one_line(tmp_path,
     proc = subprocess.run([sys.executable, "-m", "tmplkit", "audit", "--in-process"], env=ENV, capture_output=True,
                           text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "modle.gguf, which is not a file" in proc.stderr
+    assert "(from 'upstream.modle.gguf' in " in proc.stderr  # (as every configured value's error names its file)
 
 
 def test_two_lock_runs_at_once_on_one_lock_keep_both_entries(tmp_path):

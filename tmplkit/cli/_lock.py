@@ -188,9 +188,10 @@ def upstreams_for(cfg, templates) -> list:
     if not cfg.upstream:
         return []
     declared = {Path(k).resolve(): v for k, v in cfg.upstream.items()}
-    for gguf in declared:
-        if not gguf.is_file():  # (a typo would leave that GGUF's drift unchecked, without a word)
-            raise InputError(f"[upstream] of the configuration names {gguf}, which is not a file; fix the path")
+    for key in cfg.upstream:
+        if not (gguf := Path(key).resolve()).is_file():  # (a typo would leave that GGUF's drift unchecked, without a word)
+            with from_config(cfg.path, f"upstream.{key}"):  # (named as every configured value's error is)
+                raise InputError(f"[upstream] names {gguf}, which is not a file; fix the path")
     pairs = []
     for t in templates:
         # (any template file: a GGUF's embedded template, or a .jinja kept beside its upstream; a
