@@ -189,6 +189,17 @@ def test_markdown_puts_policies_side_by_side():
     assert "| vs `none` | 1.000 | 0.800 |" in md
     assert "last user message 1" in md
     assert json.loads(json.dumps(comp.to_dict()))["results"][1]["policy"] == "gated"
+    assert "checkpoints on (max None, min step None);" in md
+
+
+def test_markdown_gives_no_checkpoint_shape_where_none_is_taken():
+    # (`prefill -ctxcp 0` said "checkpoints off (max 32, min step 8192)")
+    off = _report("none", 2.0, [DecodeCall(0, 1000, "end", 2.0)])
+    off = PrefillReport(**{**off.__dict__, "checkpointing": False})
+    comp = Comparison("m.gguf", "s.json", "t", 1000, {"max_checkpoints": 32, "checkpoint_min_step": 8192},
+                      (PolicyResult("none", (off,)),))
+    md = markdown_summary(comp)
+    assert "checkpoints off; user starts" in md and "max 32" not in md
 
 
 def test_write_atomic_leaves_no_temp_file(tmp_path):

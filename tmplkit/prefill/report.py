@@ -225,6 +225,13 @@ class Comparison:
         return markdown_summary(self)
 
 
+def _checkpoints(settings: dict, taken: bool) -> str:
+    """The checkpoints of a run in words: their shape only where they are taken (it says nothing else)."""
+    if not taken:
+        return "off"
+    return f"on (max {settings.get('max_checkpoints')}, min step {settings.get('checkpoint_min_step')})"
+
+
 def markdown_summary(comp: Comparison) -> str:
     """Policies side by side: one column per policy."""
     res = list(comp.results)
@@ -252,8 +259,7 @@ def markdown_summary(comp: Comparison) -> str:
         f"prefill of {comp.n_prompt} tokens: model `{Path(comp.model).name}`, session `{Path(comp.session).name}`, "
         f"template `{comp.template}`",
         f"n_ctx {s.get('n_ctx')}, n_batch {s.get('n_batch')}, n_ubatch {s.get('n_ubatch')}, threads {s.get('n_threads')}, "
-        f"gpu layers {s.get('n_gpu_layers')}, checkpoints {'on' if res and res[0].first.checkpointing else 'off'} "
-        f"(max {s.get('max_checkpoints')}, min step {s.get('checkpoint_min_step')}); "
+        f"gpu layers {s.get('n_gpu_layers')}, checkpoints {_checkpoints(s, bool(res and res[0].first.checkpointing))}; "
         f"user starts in the prompt: {len(res[0].first.user_starts) if res else 0}",
         "",
         "| " + " | ".join(head) + " |",
