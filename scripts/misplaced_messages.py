@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             except TmplkitError:  # (a template that refuses the session: spans and request say so themselves)
                 continue
             rendered += 1
-            found = misplaced_messages(text, session.messages, a.delimiters)
+            found = misplaced_messages(text, session.messages, a.delimiters, drops_tools=a.tool_placement == "dropped")
             if found:
                 flagged.setdefault(t.name, {})[name] = list(found)
     emit_results({"corpus": args.corpus, "templates": len(templates), "passing": passing, "sessions": list(sessions),

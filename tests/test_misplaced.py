@@ -4,6 +4,8 @@ a conversation every delimiter read right)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tmplkit.delimiters import Delimiter
 from tmplkit.session.token_spans import misplaced_messages
 
@@ -50,3 +52,60 @@ def test_a_tool_result_in_a_user_turn_is_still_found():
     text = chatml(*turns)
     assert misplaced_messages(text, messages, CHATML) == (
         f"message 2 (tool) lies in a user span (character {text.rindex('<|im_start|>user')})",)
+
+
+def test_a_tool_result_the_assistant_echoes_later_is_still_found_misplaced():
+    # (the first place on the message's own side was taken however far ahead: the assistant's echo
+    # in its own turn excused the tool result written as a user turn)
+    turns = (("user", "Weather in Paris?"), ("assistant", "calling it"), ("user", "sunny, 22 degrees"),
+             ("assistant", "sunny, 22 degrees"))
+    messages = msgs(("user", "Weather in Paris?"), ("assistant", "calling it"), ("tool", "sunny, 22 degrees"),
+                    ("assistant", "sunny, 22 degrees"))
+    text = chatml(*turns)
+    assert misplaced_messages(text, messages, CHATML) == (
+        f"message 2 (tool) lies in a user span (character {text.index('<|im_start|>user', 1)})",)
+
+
+def test_a_user_message_said_again_later_is_each_judged_where_it_lies():
+    turns = (("user", "Weather in Paris?"), ("assistant", "calling it"), ("tool", "sunny\nGo on please"),
+             ("assistant", "It is sunny."), ("user", "Go on please"))
+    messages = msgs(("user", "Weather in Paris?"), ("assistant", "calling it"), ("tool", "sunny"),
+                    ("user", "Go on please"), ("assistant", "It is sunny."), ("user", "Go on please"))
+    text = chatml(*turns)
+    assert misplaced_messages(text, messages, CHATML) == (
+        f"message 3 (user) lies in a tool span (character {text.index('<|im_start|>tool')})",)
+
+
+def test_a_system_prompt_written_into_the_last_user_turn_is_out_of_order_not_a_move():
+    # (Mistral's: found there, it moved the search past every message before it, unjudged)
+    turns = (("user", "First question here"), ("assistant", "calling it"), ("user", "a result"),
+             ("assistant", "fine then"), ("user", "Be brief.\n\nSecond question"))
+    messages = msgs(("system", "Be brief."), ("user", "First question here"), ("assistant", "calling it"),
+                    ("tool", "a result"), ("assistant", "fine then"), ("user", "Second question"))
+    text = chatml(*turns)
+    assert misplaced_messages(text, messages, CHATML) == (
+        f"message 3 (tool) lies in a user span (character {text.index('<|im_start|>user', 1)})",)
+
+
+def test_a_template_that_drops_tool_results_has_none_to_misplace(tmp_path, capsys):
+    # (the user quoting a tool's output was taken for the tool result, in a user span: `spans`
+    # exit 1 on a template the analysis says drops tool results, and the user's words are theirs)
+    import json
+
+    from tmplkit.cli import main
+
+    text = chatml(("user", "Weather in Paris?"), ("assistant", "It is sunny."), ("user", "you said sunny, 22 degrees?"))
+    messages = msgs(("user", "Weather in Paris?"), ("assistant", ""), ("tool", "sunny, 22 degrees"),
+                    ("assistant", "It is sunny."), ("user", "you said sunny, 22 degrees?"))
+    assert misplaced_messages(text, messages, CHATML, drops_tools=True) == ()
+    session = tmp_path / "s.json"
+    session.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                                                             "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny, 22 degrees"},
+        {"role": "assistant", "content": "It is sunny."}, {"role": "user", "content": "you said sunny, 22 degrees?"}]}))
+    template = str(Path(__file__).parent.parent / "fixtures" / "templates" / "no-tool-support.jinja")
+    code = main(["--no-config", "spans", template, "--session", str(session), "--tokenizer", "vocab:qwen35", "-o",
+                 str(tmp_path / "o.json")])
+    assert code == 0 and json.loads((tmp_path / "o.json").read_text())["misplaced"] == [], capsys.readouterr().err

@@ -79,7 +79,8 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
     ids = tokenizer.tokenize(rendered)
     spans = SpanDetector(td).split(ids)
     return ConversationSpans(getattr(template, "name", ""), getattr(tokenizer, "name", ""), len(ids), td, spans,
-                             conversation.roles, misplaced_messages(rendered, conversation.messages, analysis.delimiters))
+                             conversation.roles, misplaced_messages(rendered, conversation.messages, analysis.delimiters,
+                                                                    drops_tools=analysis.tool_placement == "dropped"))
 
 
 # The messages judged: a user message in another role's span (no user start where one is: no
@@ -90,37 +91,75 @@ _SHORTEST = 4  # characters: a shorter content may be any text's
 _REASONING = ("reasoning", "reasoning_end")  # (delimiter roles inside a message's span)
 
 
-def misplaced_messages(text: str, messages, delimiters) -> tuple[str, ...]:
+def misplaced_messages(text: str, messages, delimiters, *, drops_tools: bool = False) -> tuple[str, ...]:
     """Each user message of `messages` whose content lies in a span of another role by `delimiters`
     (the text's), and each tool result in a user span: the template writes this conversation
     otherwise than its probes (a tool result without `tool_call_id` as a user turn, a late turn in
-    another form), and a span detector or a server misreads it there. Each content is looked for
-    after the one before it (a render keeps the messages' order: one pass over the text), never
+    another form), and a span detector or a server misreads it there.
+
+    Each content is looked for after the one before it (a render keeps the messages' order), never
     inside a delimiter or a reasoning block (a user message "assistant" is not the assistant's
-    header); where the same words occur more than once there, the first in a span of its own side
-    is the message's, and it is misplaced only where none is. One the render does not hold as it
-    is, or a shorter one than `_SHORTEST`, is not judged."""
+    header). A place after the next message's is out of order: not judged there. Where the first place lies on the wrong side, the
+    first on the message's own side after it is taken instead if the next messages still have
+    as many places after it (words said before the message, in a tool list or a call's arguments,
+    are not the message; the assistant echoing a tool result later is not the tool result). One
+    the render does not hold as it is, or a shorter one than `_SHORTEST`, is not judged; neither are
+    system messages (a template moves them: into the last user turn, after the tools) nor, where
+    the template `drops_tools` (the analysis's tool placement), tool results: words found for
+    them are another message's."""
     places = _Places(text, delimiters)
+    skipped = ("system", "tool") if drops_tools else ("system",)
+    bodies = [(i, m.get("role"), _body(m)) for i, m in enumerate(messages) if m.get("role") not in skipped]
+    bodies = [b for b in bodies if len(b[2]) >= _SHORTEST]
     out, cursor = [], 0
-    for i, m in enumerate(messages):
-        role, body = m.get("role"), m.get("content")
-        body = body.strip() if isinstance(body, str) else ""
-        if len(body) < _SHORTEST:
+    for k, (i, role, body) in enumerate(bodies):
+        found = places.first(body, cursor)
+        if found is None:  # (written otherwise: not judged, and the next is looked for from here)
             continue
-        first = fit = None
-        for place in places.occurrences(body, cursor):
-            first = first or place
-            if not _misread(role, place[1]):
-                fit = place
-                break
-        if first is None:  # (written otherwise, or out of order: not judged, and the next is looked for from here)
+        at, span = found
+        following = [b for _, _, b in bodies[k + 1:k + 1 + _LOOKAHEAD]]
+        if any(places.first(b, cursor, at) is not None for b in following):  # (out of order)
             continue
-        at, span = fit or first
+        if _misread(role, span):
+            at, span = _own_side(places, role, body, at, following) or (at, span)
         cursor = at + len(body)
-        if fit is None and span is not None:  # (_misread: a span of a role, always, where nothing fits)
+        if _misread(role, span) and span is not None:  # (_misread: a span of a role, always)
             out.append(f"message {i} ({role}) lies in {'an' if span[0] in 'aeio' else 'a'} {span} span "
                        f"(character {places.start_of(at)})")
     return tuple(out)
+
+
+_LOOKAHEAD = 3  # the messages after one whose places say whether a later place can be its own
+_TRIES = 256  # occurrences of a message's words looked at for one on its own side
+
+
+def _body(message) -> str:
+    body = message.get("content")
+    return body.strip() if isinstance(body, str) else ""
+
+
+def _own_side(places, role, body: str, at: int, following) -> tuple[int, str | None] | None:
+    """The first place of `body` after `at` on its own side (`_misread` false), where the messages
+    `following` it still have as many places after that one as after `at`; else None. Looked for
+    only up to where those messages lie (a place past them would leave them none)."""
+    count, end = _placed(places, following, at + len(body))
+    for n, (place, span) in enumerate(places.occurrences(body, at + 1, end if count else None)):
+        if n >= _TRIES:
+            return None
+        if not _misread(role, span):
+            return (place, span) if _placed(places, following, place + len(body))[0] >= count else None
+    return None
+
+
+def _placed(places, bodies, start: int) -> tuple[int, int]:
+    """How many of `bodies` are found in order from `start` (each from where the one before ends),
+    and where the last found ends."""
+    count, at = 0, start
+    for body in bodies:
+        found = places.first(body, at)
+        if found is not None:
+            count, at = count + 1, found[0] + len(body)
+    return count, at
 
 
 def _misread(role, span: str | None) -> bool:
@@ -149,16 +188,20 @@ class _Places:
         return [(at, matches[k + 1][0] if k + 1 < len(matches) else n)
                 for k, (at, d) in enumerate(matches) if d.role == "reasoning"]
 
-    def occurrences(self, body: str, cursor: int) -> Iterator[tuple[int, str | None]]:
-        """Where `body` occurs from `cursor` on as a message's words, in order, with the role of
-        the message span it lies in (None before the first delimiter): not overlapping a
-        delimiter's text, nor in a reasoning block."""
-        at = self.text.find(body, cursor)
+    def occurrences(self, body: str, start: int, end: int | None = None) -> Iterator[tuple[int, str | None]]:
+        """Where `body` occurs from `start` on (ending by `end`), in order, as a message's words: not
+        overlapping a delimiter's text, nor in a reasoning block; with the role of the message
+        span it lies in (None before the first delimiter)."""
+        at = self.text.find(body, start, end)
         while at >= 0:
             if not self._in_markup(at, at + len(body)):
                 k = bisect.bisect_right(self.span_starts, at) - 1
                 yield at, self.span_roles[k] if k >= 0 else None
-            at = self.text.find(body, at + 1)
+            at = self.text.find(body, at + 1, end)
+
+    def first(self, body: str, start: int, end: int | None = None) -> tuple[int, str | None] | None:
+        """The first of `occurrences`, or None."""
+        return next(self.occurrences(body, start, end), None)
 
     def _in_markup(self, begin: int, end: int) -> bool:
         """Whether text[begin:end] overlaps a delimiter's own text or lies in a reasoning block."""
