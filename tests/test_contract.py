@@ -359,6 +359,9 @@ def test_a_sandbox_escape_only_the_agent_session_reaches_fails_the_template(tmp_
         assert main(["--no-config", "audit", str(template), "--prefix-stability", "report", "--in-process", *fail_on]) == 1
         out = capsys.readouterr().out
         assert "UNSAFE" in out and "rendering the agent session: " in out and "1 unsafe" in out, out
+    # lock records the verdict, as where the probes reach the escape (it was refused as a run's limit)
+    assert main(["--no-config", "lock", str(template), "--in-process", "-o", str(tmp_path / "l.json")]) == 0
+    assert json.loads((tmp_path / "l.json").read_text())["templates"]["late-unsafe"]["verdict"] == "unsafe"
 
 
 def test_cli_audit_counts_what_was_not_checked(tmp_path):
