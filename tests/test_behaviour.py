@@ -523,8 +523,11 @@ def test_a_record_no_utf8_json_can_hold_is_refused_in_one_line(tmp_path, capsys,
     (tmp_path / "x\udcff.jinja").write_text(chatml, encoding="utf-8", errors="surrogateescape")
     (tmp_path / "half.jinja").write_text(chatml.replace("<|im_start|>", "<|im_start\\ud800|>"), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "d\udcff").mkdir()
+    (tmp_path / "d\udcff" / "chat.jinja").write_text(chatml, encoding="utf-8")
     for source, said in (("x\udcff.jinja", "the record of 'x\\udcff' cannot be locked: its name"),
-                         ("half.jinja", "the record of 'half' cannot be locked: its behaviour")):
+                         ("half.jinja", "the record of 'half' cannot be locked: its behaviour"),
+                         ("d\udcff/chat.jinja", "the record of 'chat' cannot be locked: its source")):
         code = main(["--no-config", "lock", source, "--in-process", "-o", "l.json"])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and said in err and "Traceback" not in err, err

@@ -87,7 +87,10 @@ def write_lock(path, lock: BehaviourLock) -> None:
     except UnicodeEncodeError:
         name = next(n for n, r in lock.records.items() if _not_utf8(json.dumps({n: r.to_dict()}, ensure_ascii=False)))
         shown = name.encode("utf-8", "backslashreplace").decode("utf-8")
+        record = lock.records[name]
         where, fix = (("its name (a file name's byte that is no UTF-8)", "rename the file") if _not_utf8(name) else
+                      ("its source (a folder's or file's name with a byte that is no UTF-8)", "rename it")
+                      if _not_utf8(str(record.source)) else
                       ("its behaviour (a delimiter or a prompt the template writes)", "fix the template"))
         raise InputError(f"{path}: the record of '{shown}' cannot be locked: {where} holds half of a UTF-16 pair, no "
                          f"character, which a lock (UTF-8 JSON) cannot hold; {fix}") from None
