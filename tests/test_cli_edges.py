@@ -695,3 +695,6 @@ def test_a_templates_escape_sequences_reach_no_terminal(tmp_path, capsys):
         code, out, err = run(capsys, *argv[:1], *(argv[1:] if argv[0] != "diff" else ()), str(template),
                              *(argv[1:] if argv[0] == "diff" else ()))
         assert "\\x1b]0;title\\x07" in out + err and "\x07" not in out + err, (argv, code, out, err)
+    chat = str(FIXTURES.parent / "masks" / "chat.json")
+    code, out, err = run(capsys, "mask", str(template), "--session", chat, "--tokenizer", "vocab:qwen35", "--format", "text")
+    assert "\\x1b]0;title\\x07" in out and "\x07" not in out + err, (code, out, err)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from ..errors import escape_controls
 from ._common import (
     add_format,
     add_limits,
@@ -88,10 +89,10 @@ def format_mask(result, color: bool) -> str:
     """The render with the learned text highlighted (or in [[...]] without colour), and a summary."""
     text, out, at = result.text, [], 0
     on, off = (_ON, _OFF) if color else ("[[", "]]")
-    for a, b in result.text_mask.ranges:
-        out += [text[at:a], on, text[a:b], off]
+    for a, b in result.text_mask.ranges:  # (the render's control characters shown, not run; the marks are ours)
+        out += [escape_controls(text[at:a]), on, escape_controls(text[a:b]), off]
         at = b
-    out.append(text[at:])
+    out.append(escape_controls(text[at:]))
     n = sum(result.mask)
     turns = len(result.text_mask.ranges)
     summary = f"\n-- {n} of {len(result.mask)} tokens learned in {turns} turn{'' if turns == 1 else 's'}"
