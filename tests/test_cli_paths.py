@@ -485,6 +485,7 @@ def test_template_variables_a_render_sets_are_refused(here, capsys):
     # (each was taken, the template then left out as if the server had refused it, or kept with
     # delimiters the command never writes)
     ('{"schema_version": 2, "results": []}', "a saved result of layout 2, not this tmplkit's (1)"),
+    ('{"schema_version": true, "results": []}', "a saved result of layout True, not this tmplkit's (1)"),
     ('{"results": [{"template": "a", "server": {"status": "ok", "route": "bogus"}}]}',
      "template 'a': the route 'bogus' is not known here"),
     ('{"results": [{"template": "a", "server": {"status": "ok", "route": "specialized", "handler": "Nope"}}]}',

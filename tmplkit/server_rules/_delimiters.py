@@ -114,7 +114,8 @@ def load_server_delimiters(path: str | Path) -> dict[str, Delims]:
     if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("template"), str) for r in rows):
         raise InputError(f"{path}: not a saved `tmplkit server delimiters --format json` (no list of results, each "
                          f"with its template); {write}")
-    if data.get("schema_version", SAVED_SCHEMA_VERSION) != SAVED_SCHEMA_VERSION:  # (the layout tmplkit writes, `server.delimiter_comparison`)
+    layout = data.get("schema_version", SAVED_SCHEMA_VERSION)
+    if isinstance(layout, bool) or layout != SAVED_SCHEMA_VERSION:  # (true == 1 in Python, not in a layout)
         raise InputError(f"{path}: a saved result of layout {data.get('schema_version')!r}, not this tmplkit's "
                          f"({SAVED_SCHEMA_VERSION}); {write}")
     out = {}
