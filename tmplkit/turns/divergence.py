@@ -341,6 +341,7 @@ def _outside_messages(prev: Request, text: str, pos: int, messages) -> tuple[str
     conversation). None where a message's text spans it, or it lies between two messages."""
     written = prev.text
     texts = _message_texts(messages[:prev.n_messages])
+    texts += [e for e in (json.dumps(t, ensure_ascii=False)[1:-1] for t in texts) if e not in texts]  # (as `tojson` writes them)
     # (each search bounded: a long session's "other" divergences are read without scanning it whole each time)
     if pos >= len(written) or any(0 <= written.find(t, max(0, pos - len(t) + 1), pos + len(t)) < pos for t in texts):
         return None
@@ -351,7 +352,6 @@ def _outside_messages(prev: Request, text: str, pos: int, messages) -> tuple[str
                                      f"{text[tail.start():tail.end() + 20]!r}")
     if not texts:
         return None
-    texts += [e for e in (json.dumps(t, ensure_ascii=False)[1:-1] for t in texts) if e not in texts]  # (as `tojson` writes them)
     if all(written.find(t, 0, pos) < 0 for t in texts):
         where = "before the first message"
     elif all(written.find(t, pos) < 0 for t in reversed(texts)):
