@@ -156,6 +156,19 @@ def test_a_context_smaller_than_the_prompt_is_refused_before_decoding(command, c
 
 @pytest.mark.model
 @pytest.mark.corpus
+def test_a_quantized_k_cache_that_does_not_fit_the_heads_is_refused_with_flash_attention_off(conv):
+    # (llama.cpp checks it only with flash attention on or auto; with -fa off it aborted the
+    # process, exit 134 and a gdb dump: the tiny model's key heads are 8 wide, q8_0's blocks 32)
+    pytest.importorskip("llama_cpp")
+    for fa in ("off", "on"):
+        run = _tmplkit("prefill", "tiny:qwen35", "--session", conv, "--template", STABLE, "-ctk", "q8_0", "-fa", fa,
+                       "-t", "1")
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr[-2000:]
+        assert "K cache type q8_0 with block size 32 does not divide" in run.stderr, run.stderr[-2000:]
+
+
+@pytest.mark.model
+@pytest.mark.corpus
 def test_a_batch_of_one_token_and_a_batch_cut_to_the_context(conv, tmp_path):
     pytest.importorskip("llama_cpp")
     out = tmp_path / "r.json"

@@ -196,6 +196,7 @@ class Context:
 
     def __init__(self, llama_cpp, model: Model, settings: PrefillSettings, *, n_threads: int, name: str):
         self._lc = llama_cpp
+        _check_k_cache(llama_cpp, model, settings, name)
         self.ctx = llama_cpp.llama_init_from_model(model.model, _context_params(llama_cpp, settings, n_threads))
         if not self.ctx:
             raise ModelError(f"llama.cpp cannot create a context for {name} with n_ctx={settings.n_ctx}: "
@@ -315,6 +316,40 @@ def bytes_per_cell(llama_cpp, model: Model, settings: PrefillSettings) -> int:
     finally:
         ctx.free()
         clear_log()
+
+
+# ggml's block sizes of the quantized cache types (`ggml_blck_size`); the others hold one value a block.
+_CACHE_BLOCK = {"q4_0": 32, "q4_1": 32, "q5_0": 32, "q5_1": 32, "q8_0": 32, "iq4_nl": 32}
+
+
+def _check_k_cache(llama_cpp, model: Model, s: PrefillSettings, name: str) -> None:
+    """A quantized K cache whose block does not divide the model's key head: llama.cpp refuses it
+    with flash attention on or auto (llama_init_from_model's check), and with it off goes on to
+    abort the process (GGML_ASSERT in ggml_view_2d, building the cache); refused here alike."""
+    block = _CACHE_BLOCK.get(s.cache_type_k, 1)
+    if block == 1 or s.flash_attn != "off":  # (on or auto: llama.cpp's own check says it)
+        return
+    head = _key_head(llama_cpp, model)
+    if head and head % block:
+        raise ModelError(f"llama.cpp cannot create a context for {name}: K cache type {s.cache_type_k} with block size "
+                         f"{block} does not divide the model's key head of {head} (with -fa off llama.cpp would abort); "
+                         "give -ctk f16, or a model whose heads it divides")
+
+
+def _key_head(llama_cpp, model: Model) -> int:
+    """The model's key head size: its GGUF's `ARCH.attention.key_length`, else n_embd / n_head (0
+    where neither is known)."""
+    def meta(key: str) -> str:
+        buf = ctypes.create_string_buffer(128)
+        n = llama_cpp.llama_model_meta_val_str(model.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n > 0 else ""
+
+    arch = meta("general.architecture")
+    length = meta(f"{arch}.attention.key_length") if arch else ""
+    if length.isdigit():
+        return int(length)
+    n_head = int(llama_cpp.llama_model_n_head(model.model))
+    return int(llama_cpp.llama_model_n_embd(model.model)) // n_head if n_head > 0 else 0
 
 
 def _context_params(llama_cpp, s: PrefillSettings, n_threads: int):
