@@ -299,6 +299,19 @@ def test_an_output_named_as_a_log_in_the_log_dir_is_refused_before_any_work(comm
     assert out == "" and not out_file.exists()
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_model_named_as_a_log_in_the_log_dir_is_refused_before_any_work(command, model, tmp_path, capsys):
+    # (the server's log replaced the 25 MB model before the server read it)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    kept = logs / "llama-server-chatml.log"
+    shutil.copy(model, kept)
+    before = kept.read_bytes()
+    code, out, err = _run(capsys, command, "--server", TRUE, "--model", str(kept), "--log-dir", str(logs))
+    _one_line(code, err, f"{kept}: --log-dir {logs} keeps llama-server's logs under such names", "this file the command reads")
+    assert out == "" and kept.read_bytes() == before
+
+
 def test_the_library_says_where_a_kept_log_is_and_quotes_a_removed_one(model, tmp_path):
     with pytest.raises(ModelError) as e:
         LlamaServer(TRUE, model, log=tmp_path / "kept.log", startup_s=10)

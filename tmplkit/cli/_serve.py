@@ -140,15 +140,17 @@ def server_run(args):
         raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
     positive(args.start_timeout, "--start-timeout")
     positive(args.request_timeout, "--request-timeout")
-    _check_log_dir(args.log_dir, output_paths(args))
+    inputs = [binary, args.model, *(getattr(args, "sources", None) or ())]  # (files a log's name could be)
+    _check_log_dir(args.log_dir, output_paths(args), [p for p in inputs if isinstance(p, str) and os.path.isfile(p)])
     return binary
 
 
-def _check_log_dir(log_dir: str | None, outputs=()) -> None:
+def _check_log_dir(log_dir: str | None, outputs=(), inputs=()) -> None:
     """--log-dir, refused in one line before any work where llama-server's logs cannot be written
     there (a file, a missing or read-only folder): it was found only when the first server started;
     and where one of `outputs` is a log's name there (`llama-server-NAME.log`): the report and a
-    log would be one file, one of them lost."""
+    log would be one file, one of them lost; so where one of `inputs` is (the model, the server, a
+    template): a log would replace it before it is read."""
     import os
 
     from ..errors import InputError
@@ -163,12 +165,17 @@ def _check_log_dir(log_dir: str | None, outputs=()) -> None:
     if not os.access(log_dir, os.W_OK | os.X_OK):
         raise InputError(f"--log-dir {log_dir}: the folder cannot be written; give a writable folder for "
                          "llama-server's logs, or leave --log-dir out")
-    for out in outputs:
-        name = os.path.basename(out)
-        if name.startswith(LOG_PREFIX) and name.endswith(".log") and \
-                os.path.realpath(os.path.dirname(os.path.abspath(out))) == os.path.realpath(log_dir):
-            raise InputError(f"{out}: --log-dir {log_dir} keeps llama-server's logs under such names, and one would "
-                             "replace the other; give the output another name")
+    def a_log(path: str) -> bool:
+        name = os.path.basename(path)
+        return name.startswith(LOG_PREFIX) and name.endswith(".log") and \
+            os.path.realpath(os.path.dirname(os.path.abspath(path))) == os.path.realpath(log_dir)
+
+    for out in filter(a_log, outputs):
+        raise InputError(f"{out}: --log-dir {log_dir} keeps llama-server's logs under such names, and one would "
+                         "replace the other; give the output another name")
+    for given in filter(a_log, inputs):
+        raise InputError(f"{given}: --log-dir {log_dir} keeps llama-server's logs under such names, and one would "
+                         "replace this file the command reads; move it, or give another --log-dir")
 
 
 def _cmd_engine_parity(args) -> int:
