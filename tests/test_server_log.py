@@ -374,6 +374,18 @@ def test_another_servers_wording_of_its_batches_is_refused_not_read_as_no_breaks
     assert task.n_processed == 2000 and not task.mid_breaks
 
 
+@pytest.mark.parametrize("log, old, new", [
+    ("0.3.33-cold-lv4.log", "memory_seq_rm [", "mem_seq_rm ["),  # (its progress lines kept: 0 decode calls, "none")
+    ("0.3.33-cold-lv3.log", "prompt processing, n_tokens =", "prompt processing, n_tok ="),  # (0 breaks seen, "none")
+])
+def test_a_counted_line_in_other_words_is_refused_not_read_as_fewer_batches(log, old, new):
+    text = (LOGS / log).read_text(encoding="utf-8")
+    assert read_server_log(text, log).tasks[0].pattern == "fragmented"
+    with pytest.raises(InputError, match=r"task 0 has a line tmplkit cannot read \('.*" + re.escape(new)) as e:
+        read_server_log(text.replace(old, new), log)
+    assert "another version), or damaged" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_a_routers_log_with_a_collectors_prefix_and_tabs_reads_as_the_log_itself():
     # (docker's timestamp before the port: the port and the router's options were lost, the breaks
     # miscounted; tabs where the server wrote spaces: "no task in it")

@@ -346,6 +346,13 @@ class _Task:
     prompt_eval: tuple[float, int, float] | None = None
     n_gen: int | None = None
     stop: int | None = None
+    unread: list[str] = field(default_factory=list)  # (lines opening as one of `_OPENINGS` that did not match)
+
+
+# How the task lines this reader counts on open: one that opens so and does not match its pattern
+# is another version's wording, or damaged, and the count it stands for would be short without a word.
+_OPENINGS = ("cached n_tokens", "prompt processing", "created context checkpoint", "restored context checkpoint",
+             "erasing old context checkpoint", "prompt eval time", "stop processing")
 
 
 def _read_task_line(t: _Task, msg: str) -> None:
@@ -372,6 +379,8 @@ def _read_task_line(t: _Task, msg: str) -> None:
         t.n_gen = _int(g.group(1))
     elif (g := _TASK_LINES["stop"].search(msg)) is not None:
         t.stop = _int(g.group(1))
+    elif msg.lstrip().startswith(_OPENINGS):
+        t.unread.append(msg.strip())
 
 
 def decode_log(data: bytes, source: str = "<log>") -> str:
@@ -447,6 +456,7 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     _refuse_implausible(tasks, source)
     _refuse_implausible_settings(servers, source)
     _refuse_unread_batches(tasks, servers, order, source)
+    _refuse_unread_lines(tasks, order, source)
     out = tuple(_finish(tasks[k], servers[k[0]], k[0]) for k in order)
     first = servers[order[0][0]]
     notes = _notes(first)
@@ -607,6 +617,18 @@ def _refuse_unread_batches(tasks: dict, servers: dict, order: list, source: str)
                              "says its prompt batches in the wording tmplkit reads (at -lv 4, 'cached n_tokens = "
                              "...' before each batch: llama.cpp as llama-cpp-python 0.3.33 to 0.3.36 pin it): a "
                              "server of another version; give a log of one of those")
+
+
+def _refuse_unread_lines(tasks: dict, order: list, source: str) -> None:
+    """A task line that opens as one this reader counts on (a batch, a checkpoint, the timings) and
+    says it otherwise: its batches or checkpoints would be counted short, the report read as sound
+    (a fragmented prompt read as one without a break)."""
+    for k in order:
+        if tasks[k].unread:
+            line = tasks[k].unread[0]
+            raise InputError(f"{source}: task {tasks[k].task} has a line tmplkit cannot read ({line[:120]!r}): written "
+                             "otherwise than by llama.cpp as llama-cpp-python 0.3.33 to 0.3.36 pin it (another version), "
+                             "or damaged; give the log as one of those servers wrote it")
 
 
 def _refuse_older_format(lines: list[str], source: str) -> None:
