@@ -331,6 +331,14 @@ def test_fail_on_unchecked_fails_a_check_that_did_not_run():
     assert not listed.ok and not listed.excused(0) and listed.summary()["expected_failures"] == []
 
 
+def test_a_template_paired_with_an_empty_tokenizer_is_not_checked_never_passed():
+    # (the library's `tokenizers={"chatml": ""}` skipped the round trip and passed under
+    # fail_on="unchecked"; None was said so: "" is no tokenizer either)
+    for none in ("", None):
+        report = audit([load_one(CHATML)], tokenizer="vocab:qwen35", tokenizers={"chatml": none}, fail_on="unchecked")
+        assert not report.ok and report.unchecked(0)[0].startswith("token round trip not run"), none
+
+
 def test_tokenizer_auto_without_a_tokenizer_says_so_in_the_verdict_and_counts(tmp_path, matches_schema):
     folder = tmp_path / "ours"
     folder.mkdir()

@@ -108,7 +108,7 @@ def tokenizer_for(name: str, source: str, tokenizer: str | None, tokenizers: Map
     ('vocab:qwen35', 'm.gguf')
     """
     if tokenizers and name in tokenizers:
-        return tokenizers[name]
+        return tokenizers[name] or None  # ("": no tokenizer, as None: a round trip not run is said so, never passed)
     if tokenizer != "auto":
         return tokenizer
     if source.lower().endswith(".gguf"):
