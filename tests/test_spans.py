@@ -180,3 +180,31 @@ def test_last_user_start_before(tokens, before):
 
 def test_spans_is_the_public_result_type():
     assert isinstance(SpanDetector([("user", [1])]).split([1]), Spans)
+
+
+def test_the_librarys_own_delimiter_dicts_are_read_and_other_shapes_refused():
+    # (a `message_delimiters()` or `id_lists()` dict was unpacked as a pair: role 'role', text
+    # 'delimiter', a silently wrong split)
+    want = [("user", 2, 4), ("assistant", 6, 3), ("tool", 9, 4), ("user", 13, 3)]
+    toks = [9, 9, 1, 2, 5, 5, 1, 3, 6, 1, 2, 4, 7, 1, 2, 8]
+    as_ids = [{"role": "user", "ids": USER}, {"role": "assistant", "ids": ASSIST}, {"role": "tool", "ids": TOOL}]
+    assert [(s.role, s.pos, s.len) for s in SpanDetector(as_ids).split(toks)] == want
+    texts = {"<u>": USER, "<a>": ASSIST, "<t>": TOOL}
+
+    class Tok:
+        def tokenize(self, text):
+            return texts[text]
+
+    as_text = [{"role": "user", "delimiter": "<u>"}, {"role": "assistant", "delimiter": "<a>"},
+               {"role": "tool", "delimiter": "<t>"}]
+    assert [(s.role, s.pos, s.len) for s in SpanDetector(as_text, Tok()).split(toks)] == want
+    for bad in ([{"name": "user"}], ["user"], [("user",)]):
+        with pytest.raises(InputError, match="a delimiter given as"):
+            SpanDetector(bad)
+
+
+@pytest.mark.parametrize("ids", [[10**12], [float("nan")], [1.5], ["1"], [[1, 2]]])
+def test_token_ids_that_are_no_32_bit_integers_are_one_line(ids):
+    # (an OverflowError or a ValueError from numpy; 1.5 and "1" were read as 1)
+    with pytest.raises(InputError, match="token ids must be"):
+        SpanDetector([("user", USER)]).split(ids)

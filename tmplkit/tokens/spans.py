@@ -8,6 +8,7 @@ delimiter always wins at a position.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,6 +139,36 @@ def _normalize_skips(skips, n: int) -> list[tuple[int, int]]:
     return out
 
 
+def _pair(d) -> tuple:
+    """A delimiter given as a (role, ids or text) pair, or as a dict of the library's own forms
+    (`TokenDelimiters.message_delimiters`: role and delimiter; `id_lists`: role and ids)."""
+    if isinstance(d, Mapping):
+        for key in ("delimiter", "ids", "text"):
+            if "role" in d and key in d:
+                return d["role"], d[key]
+        raise InputError(f"a delimiter given as {dict(d)!r}: give {{'role', 'delimiter'}} or {{'role', 'ids'}}, or a "
+                         "(role, ids) pair")
+    if isinstance(d, (str, bytes)) or not isinstance(d, Sequence) or len(d) != 2:
+        raise InputError(f"a delimiter given as {d!r}: give a (role, ids) or (role, text) pair")
+    return d[0], d[1]
+
+
+def _token_array(tokens) -> np.ndarray:
+    """`tokens` as int32 ids, in one line where they are not (a float, a string, an id past int32)."""
+    try:
+        arr = np.asarray(tokens)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"token ids must be a list of integers ({exc})") from None
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int32)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise InputError(f"token ids must be a flat list of integers, got {arr.dtype} values")
+    low, high = np.iinfo(np.int32).min, np.iinfo(np.int32).max  # (a placeholder id may be negative: llama.cpp's -1)
+    if int(arr.min()) < low or int(arr.max()) > high:
+        raise InputError(f"token ids must be 32-bit integers, got {int(arr.min())}..{int(arr.max())}")
+    return arr.astype(np.int32, copy=False)
+
+
 class SpanDetector:
     """Splits token lists into message spans by role delimiters given as token ids.
 
@@ -161,7 +192,7 @@ class SpanDetector:
             elif isinstance(d, Delimiter):
                 role, seq = d.role, d.text
             else:
-                role, seq = d
+                role, seq = _pair(d)
             if isinstance(seq, str):
                 if tokenizer is None:
                     raise InputError(f"delimiter {seq!r} is text; give a tokenizer, or token ids")
@@ -194,10 +225,7 @@ class SpanDetector:
         without matching and counts inside the surrounding span. A delimiter never matches
         across a skipped region.
         """
-        if isinstance(tokens, np.ndarray):
-            tok = tokens
-        else:
-            tok = np.fromiter(tokens, dtype=np.int32, count=len(tokens))
+        tok = tokens if isinstance(tokens, np.ndarray) else _token_array(tokens)
         n = len(tok)
         empty = Spans(n, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int8), self.roles)
         if n == 0 or not self.delimiters:
