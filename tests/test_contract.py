@@ -647,3 +647,23 @@ def test_attr_filter_to_an_internal_attribute_is_unsafe(padding):
 
     text = " " * padding + "{% set x = ''|attr('__class__') %}" + CHATML.read_text()
     assert analyze(ChatTemplate(text, "t", "-")).status == "unsafe"
+
+
+def test_the_librarys_session_functions_take_what_their_siblings_take_and_refuse_bad_shapes_in_one_line(tmp_path):
+    # (study_turns and session_requests raised AttributeError on a list or a path that text_mask and
+    # conversation_spans take; template variables or expected failures of another shape raised a
+    # ValueError or a TypeError from inside)
+    from tmplkit.turns import session_requests, study_turns
+
+    template = load_one(CHATML)
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+            {"role": "user", "content": "more"}, {"role": "assistant", "content": "ok"}]
+    (tmp_path / "c.json").write_text(json.dumps(chat))
+    assert study_turns(template, chat, switches=False).n_requests == 2
+    assert len(session_requests(chat, template)) == len(session_requests(str(tmp_path / "c.json"), template)) == 2
+    for kwargs in (["a"], 5, {1: 2}):
+        with pytest.raises(InputError, match="template variables must be a mapping of name -> value"):
+            session_requests(chat, template, kwargs=kwargs)
+    for listed in (["chatml"], 5, {"chatml": 5}):
+        with pytest.raises(InputError, match="expected_failures must map template names to a reason"):
+            audit([template], expected_failures=listed)

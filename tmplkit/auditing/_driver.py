@@ -9,7 +9,9 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 
 from ..analysis import Analysis, analyze
+from ..errors import InputError
 from ..sources.templates import ChatTemplate
+from ._choices import EXPECTED_KINDS, is_expected_failures
 from ._gate import AuditReport, check_modes
 from ._prefix import PrefixStability, analyze_with_prefix_stability, check_session, default_turns_session, split_prefix_checks
 from .isolate import add_scan_warnings, analyze_isolated
@@ -45,6 +47,9 @@ def audit(
     >>> audit(load("fixtures/templates/chatml.jinja")).ok
     True
     """
+    if expected_failures is not None and not is_expected_failures(expected_failures):
+        raise InputError(f"expected_failures must map template names to a reason, or to {{kind: reason}} with kinds "
+                         f"{', '.join(EXPECTED_KINDS)}; got {type(expected_failures).__name__}")
     check_modes(fail_on, prefix_stability)  # before any work
     target = None
     if prefix_stability != "off":

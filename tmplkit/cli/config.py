@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..auditing._choices import FAIL_ON, PREFIX_STABILITY
+from ..auditing._choices import EXPECTED_KINDS, FAIL_ON, PREFIX_STABILITY, is_expected_failures
 from ..errors import InputError, TmplkitError
 from ..jsonio import number_problem, read_json, stdin
 
@@ -44,9 +44,6 @@ from ..jsonio import number_problem, read_json, stdin
 
 __all__ = ["EXPECTED_KINDS", "FAIL_ON", "PREFIX_STABILITY", "Config", "find_config", "from_config", "is_expected_failures",
            "load_config", "load_expected_failures", "parse_config"]
-
-# What an expected-failures entry may excuse: {name: reason} is {name: {"fail": reason}}.
-EXPECTED_KINDS = ("fail", "unstable")
 
 _TOP_KEYS = ("sources", "fail-on", "tokenizer", "expected-failures", "prefix-stability", "limits", "tokenizers", "lock",
              "upstream")
@@ -289,20 +286,6 @@ def _tokenizer_spec(spec: str, base: Path) -> str:
     from ..tokens.tokenizers import TokenizerSpec
 
     return _resolve(spec, base) if spec != "auto" and TokenizerSpec.parse(spec).is_path else spec
-
-
-def is_expected_failures(data: object) -> bool:
-    """Whether `data` is an expected-failures mapping: template name -> reason (the template fails),
-    or template name -> {kind: reason} with kinds from EXPECTED_KINDS ("unstable": its prefix is).
-
-    >>> is_expected_failures({"a": "why", "b": {"unstable": "drops reasoning"}}), is_expected_failures({"a": {}})
-    (True, False)
-    """
-    def entry(v: object) -> bool:
-        return isinstance(v, str) or (isinstance(v, dict) and bool(v) and all(
-            k in EXPECTED_KINDS and isinstance(r, str) for k, r in v.items()))
-
-    return isinstance(data, dict) and all(isinstance(k, str) and entry(v) for k, v in data.items())
 
 
 def load_expected_failures(path) -> dict:

@@ -30,7 +30,7 @@ from ..errors import InputError, RenderError
 from ..sandbox import PINNED_NOW, Prepared, prepare_message, prepare_tools, reads_clock, render, render_with_prompt
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
-from ._conversation import Conversation
+from ._conversation import Conversation, load_conversation
 from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, check_inputs, given_tools
 from ._thinking import server_thinking
 from ._workarounds import as_server_finishes, as_server_renders
@@ -187,6 +187,8 @@ def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = No
     whose message preparation ("server", the default, or "transformers": `session._inputs`; None
     keeps a prepared conversation's own)."""
     _check_kwargs(kwargs)
+    if not isinstance(conversation, (Conversation, ServerConversation)):  # (a list, parsed JSON or a path, as its siblings take)
+        conversation = load_conversation(conversation)
     if isinstance(conversation, ServerConversation):
         inputs = conversation.inputs if inputs is None else inputs
         if conversation.template == template and conversation.inputs == inputs:  # its messages stay as they are
@@ -210,6 +212,8 @@ _RENDER_SETS = ("messages", "tools", "documents", "add_generation_prompt", "limi
 
 
 def _check_kwargs(kwargs: Mapping | None) -> None:
+    if kwargs is not None and not (isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)):
+        raise InputError(f"template variables must be a mapping of name -> value, got {type(kwargs).__name__}")
     taken = sorted(set(kwargs or ()) & set(_RENDER_SETS))
     if taken:
         raise InputError(f"template variables {', '.join(taken)}: set by each render from the conversation and the "
