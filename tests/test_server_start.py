@@ -401,3 +401,12 @@ def test_an_answer_that_is_no_llama_servers_is_one_line(answer, model, fake, cap
     # (a KeyError or TypeError traceback)
     code, _, err = _run(capsys, ("engine-parity",), "--server", str(fake("answer:" + answer)), "--model", str(model))
     _one_line(code, err, "llama-server's answer to /apply-template", "is ")
+
+
+def test_two_templates_of_one_name_keep_two_logs(tmp_path):
+    # (engine-parity over two folders' `chat` templates: the second server's log replaced the first's)
+    from tmplkit.server.process import log_path
+
+    first, second, other = log_path(tmp_path, "chat"), log_path(tmp_path, "chat"), log_path(tmp_path, "c h")
+    assert first.name == "llama-server-chat.log" and second.name == "llama-server-chat-2.log"
+    assert log_path(tmp_path, "c_h").name == "llama-server-c_h-2.log" and other.name == "llama-server-c_h.log"

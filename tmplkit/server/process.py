@@ -57,9 +57,19 @@ LOG_PREFIX = "llama-server-"
 
 def log_path(folder, name: str) -> Path:
     """The log file in `folder` (`--log-dir`, or a temporary one) of the server started for template
-    `name`, the name made fit for a file name."""
+    `name`, the name made fit for a file name; a name this process gave already (two templates of
+    one name, from two folders, or two names made alike) gets `-2`, `-3`...: one log never replaces
+    another of the same run."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100] or "template"
-    return Path(folder) / f"{LOG_PREFIX}{safe}.log"
+    path, n = Path(folder) / f"{LOG_PREFIX}{safe}.log", 1
+    while path.resolve() in _GIVEN_LOGS:
+        n += 1
+        path = Path(folder) / f"{LOG_PREFIX}{safe}-{n}.log"
+    _GIVEN_LOGS.add(path.resolve())
+    return path
+
+
+_GIVEN_LOGS: set[Path] = set()  # (the log paths `log_path` gave in this process)
 
 
 @dataclass(frozen=True)
