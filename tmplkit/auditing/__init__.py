@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 # Where each name lives: module (relative to this package) -> names.
 _LAZY: dict[str, tuple[str, ...]] = {
-    "._choices": ("AUDIT_FORMAT_NAMES", "FAIL_ON", "PREFIX_STABILITY", "TABLE_FORMATS"),
+    "._choices": ("AUDIT_FORMAT_NAMES", "EXPECTED_KINDS", "FAIL_ON", "PREFIX_STABILITY", "TABLE_FORMATS", "is_expected_failures"),
     "._driver": ("audit", "token_checks", "token_skips", "tokenizer_for"),
     "._formats": ("AUDIT_FORMATS", "TABLE_COLUMNS", "TABLE_SCHEMA_VERSION", "format_github", "format_json", "format_junit",
                   "format_markdown", "format_show", "format_table", "format_text", "junit_error", "show", "summary_line",
@@ -42,11 +42,12 @@ _LAZY: dict[str, tuple[str, ...]] = {
 _WHERE = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
-    "AUDIT_FORMATS", "AUDIT_FORMAT_NAMES", "AuditReport", "FAILING", "FAIL_ON", "JSON_SCHEMA_VERSION",
+    "AUDIT_FORMATS", "AUDIT_FORMAT_NAMES", "AuditReport", "EXPECTED_KINDS", "FAILING", "FAIL_ON", "JSON_SCHEMA_VERSION",
     "NOT_APPLICABLE", "NOT_CHECKED", "PREFIX_STABILITY", "PrefixStability", "REPORT_FAILURES", "TABLE_COLUMNS",
     "TABLE_FORMATS", "TABLE_SCHEMA_VERSION", "analyze_with_prefix_stability", "audit", "default_turns_session",
     "format_github", "format_json", "format_junit", "format_markdown", "format_show", "format_summary",
-    "format_table", "format_text", "is_failure", "junit_error", "prefix_stability_of", "show", "summary_line",
+    "format_table", "format_text", "is_expected_failures", "is_failure", "junit_error", "prefix_stability_of", "show",
+    "summary_line",
     "table_rows", "token_checks", "token_skips", "tokenizer_for", "unrendered_reason", "verdict_of",
 ]
 
@@ -65,7 +66,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers see: the same names, imported eagerly
-    from ._choices import AUDIT_FORMAT_NAMES, FAIL_ON, PREFIX_STABILITY, TABLE_FORMATS
+    from ._choices import AUDIT_FORMAT_NAMES, EXPECTED_KINDS, FAIL_ON, PREFIX_STABILITY, TABLE_FORMATS, is_expected_failures
     from ._driver import audit, token_checks, token_skips, tokenizer_for
     from ._formats import (
         AUDIT_FORMATS,
