@@ -367,9 +367,17 @@ def test_a_sandbox_escape_only_the_agent_session_reaches_fails_the_template(tmp_
         assert main(["--no-config", "audit", str(template), "--prefix-stability", "report", "--in-process", *fail_on]) == 1
         out = capsys.readouterr().out
         assert "UNSAFE" in out and "rendering the agent session: " in out and "1 unsafe" in out, out
-    # lock records the verdict, as where the probes reach the escape (it was refused as a run's limit)
-    assert main(["--no-config", "lock", str(template), "--in-process", "-o", str(tmp_path / "l.json")]) == 0
-    assert json.loads((tmp_path / "l.json").read_text())["templates"]["late-unsafe"]["verdict"] == "unsafe"
+    # lock: no behaviour to record, whichever render reached the escape (nothing rendered: two
+    # unsafe templates compared as "no change" on their empty renders), and diff compares nothing
+    capsys.readouterr()
+    assert main(["--no-config", "lock", str(template), "--in-process", "-o", str(tmp_path / "l.json")]) == 2
+    err = capsys.readouterr().err
+    assert "the behaviour of 'late-unsafe'" in err and "sandbox forbids" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "l.json").exists()
+    other = tmp_path / "other-unsafe.jinja"
+    other.write_text(template.read_text(encoding="utf-8").replace("<|im_start|>", "<|start|>"), encoding="utf-8")
+    assert main(["--no-config", "diff", str(template), str(other), "-j", "1"]) == 2
+    assert "nothing was compared" in capsys.readouterr().err
 
 
 def test_cli_audit_counts_what_was_not_checked(tmp_path):

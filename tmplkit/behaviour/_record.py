@@ -28,9 +28,11 @@ START_ROLES = (("system", "system_start"), ("user", "user_start"), ("assistant",
                ("reasoning", "reasoning_start"), ("reasoning_end", "reasoning_end"))
 
 
-# Verdicts of a run's limits, not of the template: its behaviour was not derived (a longer
-# --timeout, a larger --memory, another machine may derive it), so nothing can be compared with it.
-UNCHECKED_VERDICTS = ("timeout", "memory")
+# Verdicts with no behaviour behind them, so nothing can be compared with them: a run's limit (a
+# longer --timeout, a larger --memory, another machine may derive it), or a sandbox escape the
+# template tried (the sandbox stopped it: no probe rendered, and two such records would compare
+# alike on their empty renders).
+UNCHECKED_VERDICTS = ("timeout", "memory", "unsafe")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _STR_OR_NONE = (str, type(None))
 
@@ -68,8 +70,8 @@ class BehaviourRecord:
 
     @property
     def derived(self) -> bool:
-        """Whether this is the template's behaviour: False where a run's limit stopped its
-        derivation, its agent-session check included ("not checked": the time limit came before
+        """Whether this is the template's behaviour: False where a run's limit or the sandbox stopped
+        its derivation, its agent-session check included ("not checked": the time limit came before
         the session's end), or the worker died (`UNCHECKED_VERDICTS`, `completed`)."""
         return (self.completed and self.verdict not in UNCHECKED_VERDICTS
                 and self.prefix_stability.get("verdict") != NOT_CHECKED)

@@ -115,7 +115,7 @@ def _cmd_lock(args) -> int:
     old = read_lock(path, updating=True) if keeps else BehaviourLock()  # a bad lock: before any work
     check_writable(path)
     records = derive(args, configured_templates(args, cfg), cfg)
-    require_derived(records, f"{path} was not written (a lock holds behaviour, not a run's limit)")
+    require_derived(records, f"{path} was not written (a lock holds behaviour, not where a limit or the sandbox stopped it)")
     with _folder_held(path):  # another lock run on the same file keeps its entries: read again, merge, write
         if keeps and os.path.isfile(path):
             old = read_lock(path, updating=True)
