@@ -192,12 +192,24 @@ def test_action_installs_pinned_and_fetches_the_corpus_when_needed(action, tmp_p
     proc = _run_action(action, tmp_path, {"PATH": path}, paths="'a b.jinja'\nc.jinja", args="--tokenizer auto")
     assert proc.returncode == 0, proc.stderr
     calls = [c.strip("\n").split("\n") for c in log.read_text().split("--\n") if c]
-    assert calls[0] == ["corpus", "fetch"]
+    assert calls[0] == ["corpus", "fetch", "llama.cpp"]
     assert calls[1] == ["audit", "--format", "github", "--fail-on", "fail", "--report", "junit:tmplkit-audit.xml",
                         "--tokenizer", "auto", "a b.jinja", "c.jinja"]
     log.unlink()
     assert _run_action(action, tmp_path, {"PATH": path}, paths="c.jinja").returncode == 0
     assert [c.split("\n")[0] for c in log.read_text().split("--\n") if c] == ["audit"]  # no fetch when not needed
+
+    def fetched(**inputs) -> list:
+        log.unlink(missing_ok=True)
+        assert _run_action(action, tmp_path, {"PATH": path}, **inputs).returncode == 0
+        return [c.split("\n")[2] for c in log.read_text().split("--\n") if c.startswith("corpus")]
+
+    assert fetched(paths="c.jinja", args="--tokenizer vocab:qwen35") == ["llama.cpp"]  # (a corpus vocabulary)
+    assert fetched(paths="c.jinja", args="--color auto") == []  # (auto of another option)
+    # the configuration the audit reads: its sources and its tokenizers (the step read only its inputs)
+    (tmp_path / "tmplkit.toml").write_text('sources = ["corpus:hub"]\ntokenizer = "auto"\n')
+    assert fetched() == ["llama.cpp", "hub"]
+    assert fetched(paths="c.jinja") == ["llama.cpp"]  # (paths given: the configuration's sources are not read)
 
 
 def test_action_fail_on_warning(action, tmp_path):
