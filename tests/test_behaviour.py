@@ -532,3 +532,20 @@ def test_a_record_no_utf8_json_can_hold_is_refused_in_one_line(tmp_path, capsys,
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and said in err and "Traceback" not in err, err
         assert not (tmp_path / "l.json").exists()
+
+
+def test_a_lock_reads_the_same_from_whichever_folder_it_is_written(tmp_path, monkeypatch):
+    # (written from a subfolder, the configuration's sources were absolute paths in the lock: a
+    # committed lock changed with the folder and the machine it was written on)
+    chatml = (Path(__file__).parent.parent / "fixtures" / "templates" / "chatml.jinja").read_text(encoding="utf-8")
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "templates" / "chat.jinja").write_text(chatml, encoding="utf-8")
+    (tmp_path / "tmplkit.toml").write_text('sources = ["templates"]\nlock = "my.lock.json"\n')
+    written = []
+    for where in (tmp_path / "sub", tmp_path):
+        monkeypatch.chdir(where)
+        assert main(["lock", "--in-process"]) == 0
+        written.append((tmp_path / "my.lock.json").read_bytes())
+    assert written[0] == written[1]
+    assert json.loads(written[0])["templates"]["chat"]["source"] == "templates/chat.jinja"

@@ -9,7 +9,8 @@ layout, a corrupt one and a record that is not one, each on one line saying what
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .._version import __version__
@@ -81,6 +82,7 @@ def write_lock(path, lock: BehaviourLock) -> None:
     """Write `lock` to `path` atomically, keys sorted; a record holding a lone surrogate (a file
     name's byte that is no UTF-8, a template writing half a UTF-16 pair), which UTF-8 JSON cannot
     hold as it is, is refused in one line, nothing written."""
+    lock = replace(lock, records={n: replace(r, source=_beside(path, r.source)) for n, r in lock.records.items()})
     text = json.dumps(lock.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     try:
         text.encode("utf-8")
@@ -95,6 +97,20 @@ def write_lock(path, lock: BehaviourLock) -> None:
         raise InputError(f"{path}: the record of '{shown}' cannot be locked: {where} holds half of a UTF-16 pair, no "
                          f"character, which a lock (UTF-8 JSON) cannot hold; {fix}") from None
     write_output(path, text)
+
+
+def _beside(lock_path, source: str) -> str:
+    """A record's source as the lock holds it: a file or folder under the lock's folder as a path
+    from there (the lock reads the same from any folder it is written in, on any machine), any
+    other source as it was given."""
+    try:
+        if source.startswith(("hf:", "corpus:")) or source in ("", "-") or not os.path.exists(source):
+            return source
+        base = os.path.dirname(os.path.abspath(lock_path))
+        found = os.path.abspath(source)
+        return os.path.relpath(found, base) if os.path.commonpath([base, found]) == base else source
+    except (OSError, ValueError):  # (a NUL, or two drives: as given)
+        return source
 
 
 def _not_utf8(text: str) -> bool:
