@@ -210,8 +210,15 @@ def test_the_lock_keeps_other_entries_unless_fresh(capsys, tmp_path):
     assert run(capsys, "lock", "--in-process", str(chat), str(other), "--lock", "l.json")[0] == 0
     assert run(capsys, "lock", "--in-process", str(chat), "--lock", "l.json")[0] == 0
     assert sorted(read_lock(tmp_path / "l.json").records) == ["chat", "other"]
-    assert run(capsys, "lock", "--in-process", str(chat), "--lock", "l.json", "--fresh")[0] == 0
-    assert sorted(read_lock(tmp_path / "l.json").records) == ["chat"]
+    capsys.readouterr()
+    code, _, err = run(capsys, "lock", "--in-process", str(chat), "--lock", "l.json", "--fresh")
+    assert code == 0 and sorted(read_lock(tmp_path / "l.json").records) == ["chat"]
+    # (the summary said "1 new": --fresh compared with nothing, and named no entry it dropped)
+    assert "(0 new, 0 changed behaviour, 1 dropped: other); 1 in the lock" in err, err
+    changed = tmp_path / "templates" / "chat.jinja"
+    changed.write_text((PAIRS / "tool-placement" / "b.jinja").read_text())
+    code, _, err = run(capsys, "lock", "--in-process", str(changed), "--lock", "l.json", "--fresh")
+    assert code == 0 and "(0 new, 1 changed behaviour: chat)" in err, err
 
 
 # ---- bad input: one line, an exit code ----------------------------------------------------------------

@@ -119,20 +119,38 @@ def _cmd_lock(args) -> int:
     with _folder_held(path):  # another lock run on the same file keeps its entries: read again, merge, write
         if keeps and os.path.isfile(path):
             old = read_lock(path, updating=True)
+        before = _replaced(path) if args.fresh else old  # (what the summary compares with: --fresh too)
         lock = old.updated(records, fresh=args.fresh)
         write_lock(path, lock)
-    new = [r for r in records if r.name not in old.records]
-    diffs = {r.name: compare(old.records[r.name], r) for r in records if r.name in old.records}
+    new = [r for r in records if r.name not in before.records]
+    diffs = {r.name: compare(before.records[r.name], r) for r in records if r.name in before.records}
     changed = [name for name, d in diffs.items() if not d.same]
     text_only = [name for name, d in diffs.items() if d.same and d.text_change]
+    dropped = sorted(set(before.records) - set(lock.records))
     if verbosity(args) >= 0:
         n = len(records)
         said = f"{len(new)} new, {len(changed)} changed behaviour" + (f": {', '.join(changed)}" if changed else "")
         if text_only:
             said += f", {len(text_only)} text only: {', '.join(text_only)}"
+        if dropped:
+            said += f", {len(dropped)} dropped: {', '.join(dropped[:5])}{', ...' if len(dropped) > 5 else ''}"
         print(f"tmplkit: wrote {path}: {n} template{'s' if n != 1 else ''} locked ({said}); {len(lock.records)} in the lock",
               file=sys.stderr)
     return 0
+
+
+def _replaced(path: str):
+    """The lock `lock --fresh` writes over, for its summary to compare with (an empty one where the
+    file is no lock, or is not there: --fresh replaces it whatever it holds)."""
+    from ..behaviour import BehaviourLock, read_lock
+    from ..errors import InputError
+
+    if not os.path.isfile(path):
+        return BehaviourLock()
+    try:
+        return read_lock(path, updating=True)
+    except InputError:
+        return BehaviourLock()
 
 
 @contextlib.contextmanager
