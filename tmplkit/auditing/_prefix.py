@@ -141,7 +141,7 @@ def analyze_with_prefix_stability(template: ChatTemplate, session=None,
     left = None if timeout is None else max(0.05, 0.8 * (timeout - (time.monotonic() - start)) - 0.5)
     check = prefix_stability_of(template, session, timeout=left)
     if check.limit == "unsafe":  # (an escape its probes did not reach: unsafe, whatever the gate's options,
-        # as where the probes reach it: no check after a sandbox limit, and a lock records the verdict)
+        # as where the probes reach it: no check after a sandbox limit, and no behaviour to lock)
         return failed_analysis(template, "unsafe", (f"rendering the agent session: {check.detail}",), seconds=a.seconds), None
     return a, check
 

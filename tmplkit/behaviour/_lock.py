@@ -16,7 +16,7 @@ from pathlib import Path
 from .._version import __version__
 from ..atomic import write_output
 from ..errors import InputError
-from ..jsonio import read_json
+from ..jsonio import lone_surrogate, read_json
 from ..sources.templates import names_of
 from ._compare import compare
 from ._record import BehaviourRecord
@@ -87,12 +87,11 @@ def write_lock(path, lock: BehaviourLock) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        name = next(n for n, r in lock.records.items() if _not_utf8(json.dumps({n: r.to_dict()}, ensure_ascii=False)))
+        name = next(n for n, r in lock.records.items() if lone_surrogate([n, r.to_dict()]) is not None)
         shown = name.encode("utf-8", "backslashreplace").decode("utf-8")
-        record = lock.records[name]
-        where, fix = (("its name (a file name's byte that is no UTF-8)", "rename the file") if _not_utf8(name) else
+        where, fix = (("its name (a file name's byte that is no UTF-8)", "rename the file") if lone_surrogate(name) else
                       ("its source (a folder's or file's name with a byte that is no UTF-8)", "rename it")
-                      if _not_utf8(str(record.source)) else
+                      if lone_surrogate(str(lock.records[name].source)) else
                       ("its behaviour (a delimiter or a prompt the template writes)", "fix the template"))
         raise InputError(f"{path}: the record of '{shown}' cannot be locked: {where} holds half of a UTF-16 pair, no "
                          f"character, which a lock (UTF-8 JSON) cannot hold; {fix}") from None
@@ -111,14 +110,6 @@ def _beside(lock_path, source: str) -> str:
         return os.path.relpath(found, base) if os.path.commonpath([base, found]) == base else source
     except (OSError, ValueError):  # (a NUL, or two drives: as given)
         return source
-
-
-def _not_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 @dataclass(frozen=True)

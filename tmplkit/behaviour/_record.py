@@ -32,7 +32,7 @@ START_ROLES = (("system", "system_start"), ("user", "user_start"), ("assistant",
 # longer --timeout, a larger --memory, another machine may derive it), or a sandbox escape the
 # template tried (the sandbox stopped it: no probe rendered, and two such records would compare
 # alike on their empty renders).
-UNCHECKED_VERDICTS = ("timeout", "memory", "unsafe")
+UNCHECKED_VERDICTS = LIMIT_STATUSES
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _STR_OR_NONE = (str, type(None))
 
