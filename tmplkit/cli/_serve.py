@@ -170,10 +170,10 @@ def _check_log_dir(log_dir: str | None, outputs=(), inputs=()) -> None:
         return name.startswith(LOG_PREFIX) and name.endswith(".log") and \
             os.path.realpath(os.path.dirname(os.path.abspath(path))) == os.path.realpath(log_dir)
 
-    for out in filter(a_log, outputs):
+    if (out := next(filter(a_log, outputs), None)) is not None:
         raise InputError(f"{out}: --log-dir {log_dir} keeps llama-server's logs under such names, and one would "
                          "replace the other; give the output another name")
-    for given in filter(a_log, inputs):
+    if (given := next(filter(a_log, inputs), None)) is not None:
         raise InputError(f"{given}: --log-dir {log_dir} keeps llama-server's logs under such names, and one would "
                          "replace this file the command reads; move it, or give another --log-dir")
 

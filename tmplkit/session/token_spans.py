@@ -99,14 +99,14 @@ def misplaced_messages(text: str, messages, delimiters, *, drops_tools: bool = F
 
     Each content is looked for after the one before it (a render keeps the messages' order), never
     inside a delimiter or a reasoning block (a user message "assistant" is not the assistant's
-    header). A place after the next message's is out of order: not judged there. Where the first place lies on the wrong side, the
-    first on the message's own side after it is taken instead if the next messages still have
-    as many places after it (words said before the message, in a tool list or a call's arguments,
-    are not the message; the assistant echoing a tool result later is not the tool result). One
-    the render does not hold as it is, or a shorter one than `_SHORTEST`, is not judged; neither are
-    system messages (a template moves them: into the last user turn, after the tools) nor, where
-    the template `drops_tools` (the analysis's tool placement), tool results: words found for
-    them are another message's."""
+    header). A place after the next message's is out of order: not judged there. Where the first
+    place lies on the wrong side, the first on the message's own side after it is taken instead if
+    the next messages still have as many places after it (words said before the message, in a tool
+    list or a call's arguments, are not the message; the assistant echoing a tool result later is
+    not the tool result). One the render does not hold as it is, or a shorter one than `_SHORTEST`,
+    is not judged; neither are system messages (a template moves them: into the last user turn,
+    after the tools) nor, where the template `drops_tools` (the analysis's tool placement), tool
+    results: words found for them are another message's."""
     places = _Places(text, delimiters)
     skipped = ("system", "tool") if drops_tools else ("system",)
     bodies = [(i, m.get("role"), _body(m)) for i, m in enumerate(messages) if m.get("role") not in skipped]
