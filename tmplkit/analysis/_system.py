@@ -8,6 +8,7 @@ from datetime import datetime
 
 from ..delimiters import Delimiter, split_text
 from ..errors import RenderError, RenderLimitError
+from ..sandbox import reads_clock
 from ._chat import ChatDelimiters, ChatFindings
 from ._probing import Prober, Seen
 from ._text import BOUNDARY, MARKUP_END, UNIT, Note, back_to_boundary, distinctive, lcp, lcs, template_message, unit_prefix, unit_suffix
@@ -63,13 +64,15 @@ def probe_system(prober: Prober, chat: ChatFindings, delims: ChatDelimiters) -> 
         return SystemFindings("", "inside_user" if inside.role == "user" else "inside_assistant", builder,
                               rendered=(probe, text))
     candidate = system_candidate(seen.head(0), chat, delims, prober.clean)
-    if candidate and "strftime_now" in prober.template.text:
-        # Text that depends on today's date is no fixed marker (the date reaches a template only
-        # through strftime_now).
+    if candidate and reads_clock(prober.template.text):
+        # Text that depends on today's date, or on a random draw (seeded by the render's time), is no
+        # fixed marker (the date reaches a template only through strftime_now); cut at a boundary,
+        # since two dates or draws can share a first character ("2025" and "2031", "Hi" and "Hey").
         try:
             other = Seen(prober.render(probe, clock=_other_clock), probe)
             if other.found(0):
-                candidate = candidate[: lcp(candidate, system_candidate(other.head(0), chat, delims, prober.clean))]
+                shared = lcp(candidate, system_candidate(other.head(0), chat, delims, prober.clean))
+                candidate = candidate[:shared if shared == len(candidate) else back_to_boundary(candidate, shared)]
         except RenderError:
             pass
     candidate = candidate if candidate.strip() else ""

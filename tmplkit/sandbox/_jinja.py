@@ -8,6 +8,7 @@ compiled-template cache in front of it.
 from __future__ import annotations
 
 import json
+import random
 import re
 import string
 import time
@@ -15,10 +16,12 @@ from functools import lru_cache
 
 import jinja2
 import jinja2.compiler
+import jinja2.constants
 import jinja2.ext
 import jinja2.nodes
 import jinja2.runtime
 import jinja2.utils
+import markupsafe
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, is_internal_attribute
 
@@ -42,11 +45,48 @@ def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-def _strftime_now(format):
+def _now():
     state = _STATE.get()
     clock = state.clock if state is not None and state.clock is not None else None
-    now = clock() if clock is not None else PINNED_NOW
-    return now.strftime(format)
+    return clock() if clock is not None else PINNED_NOW
+
+
+def _strftime_now(format):
+    return _now().strftime(format)
+
+
+def _draws() -> random.Random:
+    """The render's random draws, seeded by its time as `strftime_now` reads it: a render is a
+    function of its inputs and its time, as with the clock pinned. Two analyses of a template that
+    draws agree (a lock holds), and a session's requests, each at its own time, draw anew as they
+    do on a server."""
+    state = _STATE.get()
+    if state is None:
+        return random.Random(_now().isoformat())
+    if state.draws is None:
+        state.draws = random.Random(_now().isoformat())
+    return state.draws
+
+
+@jinja2.pass_context
+def _random(context, seq):
+    # Jinja's `random` filter, drawing from the render's draws (not the process's).
+    try:
+        return _draws().choice(seq)
+    except IndexError:
+        return context.environment.undefined("No random item, sequence was empty.")
+
+
+def _lipsum(n=5, html=True, min=20, max=100):
+    # Jinja's `lipsum` global in its shape (n paragraphs of min to max words), from the render's draws.
+    draws, words = _draws(), jinja2.constants.LOREM_IPSUM_WORDS.split()
+    paragraphs = []
+    for _ in range(n):
+        text = " ".join(draws.choice(words) for _ in range(draws.randrange(min, max)))
+        paragraphs.append(text[:1].upper() + text[1:] + ".")
+    if not html:
+        return "\n\n".join(paragraphs)
+    return markupsafe.Markup("\n".join(f"<p>{markupsafe.escape(p)}</p>" for p in paragraphs))
 
 
 class _TemplateDict:
@@ -373,17 +413,16 @@ class _Environment(ImmutableSandboxedEnvironment):
         for key, func in list(self.filters.items()):
             self.filters[key] = _checked_filter(func, key)
         self.filters["tojson"] = _checked_filter(_tojson, "tojson")
+        self.filters["random"] = _checked_filter(_random, "random")
         self.filters[_GUARD_FILTER] = _guard_iter
         self.globals["raise_exception"] = _raise_exception
         self.globals["strftime_now"] = _strftime_now
         self.globals["dict"] = _TemplateDict()
         self.globals["namespace"] = _TemplateNamespace
-        lipsum = self.globals["lipsum"]
-
         def bounded_lipsum(n=5, html=True, min=20, max=100):
             if isinstance(n, int) and isinstance(max, int):
                 _check_planned(n * max * 12, "asked lipsum for a text")
-            return lipsum(n, html, min, max)
+            return _lipsum(n, html, min, max)
 
         self.globals["lipsum"] = bounded_lipsum
 
@@ -576,13 +615,26 @@ def _prompt_block(tree) -> int | None:
 
 
 @lru_cache(maxsize=256)
-def reads_clock(text: str) -> bool:
-    """Whether two renders of the template with the same inputs can differ: it names `strftime_now`
-    (the one global that reads the clock), or draws at random (the `random` filter, `lipsum`); True
-    where it does not parse (nothing is proved)."""
+def _time_reads(text: str) -> tuple[bool, bool] | None:
+    """(names `strftime_now`, draws at random), or None where the template does not parse."""
     try:
         tree = _environment().parse(text)
     except (TemplateError, RecursionError):
-        return True
-    return any(n.name in ("strftime_now", "lipsum") for n in tree.find_all(jinja2.nodes.Name)) \
-        or any(f.name == "random" for f in tree.find_all(jinja2.nodes.Filter))
+        return None
+    names = {n.name for n in tree.find_all(jinja2.nodes.Name)}
+    return "strftime_now" in names, "lipsum" in names or any(f.name == "random" for f in tree.find_all(jinja2.nodes.Filter))
+
+
+def reads_clock(text: str) -> bool:
+    """Whether two renders of the template with the same inputs can differ: it names `strftime_now`
+    (the one global that reads the clock), or draws at random (the `random` filter, `lipsum`: the
+    draws are seeded by the render's time); True where it does not parse (nothing is proved)."""
+    reads = _time_reads(text)
+    return reads is None or any(reads)
+
+
+def draws_at_random(text: str) -> bool:
+    """Whether the template draws at random (the `random` filter, `lipsum`): a render differs from one
+    time to another as the draws do, not as a date does (the words a cause names)."""
+    reads = _time_reads(text)
+    return reads is not None and reads[1]

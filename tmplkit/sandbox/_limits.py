@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -54,7 +55,7 @@ DEFAULT_LIMITS = Limits()
 
 
 class _State:
-    __slots__ = ("deadline", "seconds", "max_chars", "clock", "name")
+    __slots__ = ("deadline", "seconds", "max_chars", "clock", "name", "draws")
 
     def __init__(self, limits: Limits, clock: Callable[[], datetime] | None, name: str):
         self.seconds = limits.seconds
@@ -62,6 +63,7 @@ class _State:
         self.max_chars = limits.max_output_chars
         self.clock = clock
         self.name = name
+        self.draws: random.Random | None = None  # the render's random draws, made at its first (_jinja._draws)
 
 
 _STATE: ContextVar[_State | None] = ContextVar("tmplkit_render_state", default=None)

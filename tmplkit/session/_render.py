@@ -27,7 +27,7 @@ from datetime import datetime
 from functools import cached_property
 
 from ..errors import InputError, RenderError
-from ..sandbox import PINNED_NOW, Prepared, prepare_message, prepare_tools, reads_clock, render, render_with_prompt
+from ..sandbox import PINNED_NOW, Prepared, draws_at_random, prepare_message, prepare_tools, reads_clock, render, render_with_prompt
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation, load_conversation
@@ -142,6 +142,12 @@ class ServerConversation:
         """Whether two renders of the same messages at other times can differ: the template reads
         the clock (`sandbox.reads_clock`), or, as llama-server gives it, the date variables."""
         return reads_clock(self.template.text) or bool(self._date_names)
+
+    @property
+    def draws_only(self) -> bool:
+        """Whether what changes between renders at other times is only the template's random draws
+        (`sandbox.draws_at_random`; it names no date: no `strftime_now`, no date variable)."""
+        return draws_at_random(self.template.text) and "strftime_now" not in self.template.text and not self._date_names
 
     def variables_at(self, clock: Callable[[], datetime] | None = None) -> dict:
         """The variables of a render at `clock`'s time (default: the sandbox's pinned time):

@@ -6,6 +6,8 @@ there at most. The cause is read off the renders, never off the template's name,
 this order:
 
 - "date or time": rendering request k+1 at request k's time moves the divergence later;
+  "random draw" where the template reads no date and draws at random (the `random` filter,
+  `lipsum`: tmplkit seeds a render's draws by its time, a server draws anew every render);
 - "reasoning dropped": the held text has the reasoning of an earlier assistant turn at the
   divergence and the request no longer has it;
 - "generation prompt": it lies in request k's generation prompt, i.e. the template renders an
@@ -50,7 +52,7 @@ from ..tokens.tokenizers import common_byte_prefix, utf8
 
 __all__ = ["CAUSES", "Divergence", "divergences", "TokenizedRequests", "tokenize_requests"]
 
-CAUSES = ("date or time", "reasoning dropped", "generation prompt", "tool list", "system prompt",
+CAUSES = ("date or time", "random draw", "reasoning dropped", "generation prompt", "tool list", "system prompt",
           "last user message", "last tool result", "tool calls rewritten", "answer dropped", "message dropped", "template text", "other",
           "token ids")  # (the last: the text matches and the ids do not, set where the token divergence is read)
 # Words that name reasoning markup (as the analysis reads them: tmplkit.analysis._reasoning).
@@ -195,11 +197,12 @@ def _emitted(tokenizer, ids) -> tuple[int, ...]:
 
 
 def divergences(requests, messages, tools=(), *, redraw=None, tokens: TokenizedRequests | None = None,
-                tokenizer=None) -> tuple[Divergence, ...]:
+                tokenizer=None, draws: bool = False) -> tuple[Divergence, ...]:
     """The divergence of every request after the first.
 
     `messages`/`tools`: the session's (for the causes); `redraw(k, at)`: request k rendered at the
-    time `at` (for the date check; None skips it); `tokens`/`tokenizer`: compare token ids too.
+    time `at` (for the date check; None skips it); `draws`: the time changes only the template's
+    random draws (the check's cause is "random draw"); `tokens`/`tokenizer`: compare token ids too.
     """
     out = []
     for k in range(1, len(requests)):
@@ -208,7 +211,7 @@ def divergences(requests, messages, tools=(), *, redraw=None, tokens: TokenizedR
         pos = common_prefix(held, cur.text)
         div = Divergence(k, pos, len(held))
         if pos < len(held):
-            cause, detail = _cause(prev, cur, pos, messages, tools, redraw)
+            cause, detail = _cause(prev, cur, pos, messages, tools, redraw, draws)
             div = Divergence(k, pos, len(held), cause, detail, held[max(0, pos - _SHOW):pos + _SHOW],
                              cur.text[max(0, pos - _SHOW):pos + _SHOW])
         if tokens is not None:
@@ -217,11 +220,14 @@ def divergences(requests, messages, tools=(), *, redraw=None, tokens: TokenizedR
     return tuple(out)
 
 
-def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw) -> tuple[str, str]:
+def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw, draws: bool = False) -> tuple[str, str]:
     held, text = prev.held, cur.text
     if redraw is not None:
         again = redraw(cur.index, prev.time)
         if common_prefix(held, again) > pos:
+            if draws:
+                return "random draw", (f"with request {prev.index}'s draws the request matches further: the template "
+                                       "draws at random (`random`, `lipsum`), anew in every render a server makes")
             return "date or time", (f"rendered at request {prev.index}'s time the request matches further "
                                     f"({cur.time:%H:%M:%S} vs {prev.time:%H:%M:%S})")
     for i, m in enumerate(messages[:prev.turn[1]]):

@@ -132,7 +132,7 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
         return TurnsReport(template.name, 0, (), error=f"tokenizing its renders (the template writes the text): {exc}", inputs=inputs)
     conversation, reqs, tokens = prepared.conversation, prepared.requests, prepared.tokens
     divs = divergences(reqs, conversation.messages, conversation.conversation.tools, redraw=_redraw(conversation, reqs),
-                       tokens=tokens, tokenizer=tokenizer)
+                       tokens=tokens, tokenizer=tokenizer, draws=conversation.draws_only)
     cost = None
     if tokens is not None and prepared.spans:
         cost = session_cost(tokens, prepared.spans, predicted=prepared.predicted, memory=memory, prefill=prefill,
