@@ -210,6 +210,11 @@ def test_the_lock_keeps_other_entries_unless_fresh(capsys, tmp_path):
     assert run(capsys, "lock", "--in-process", str(chat), str(other), "--lock", "l.json")[0] == 0
     assert run(capsys, "lock", "--in-process", str(chat), "--lock", "l.json")[0] == 0
     assert sorted(read_lock(tmp_path / "l.json").records) == ["chat", "other"]
+    # the audit of the rest passes and names the entry it did not audit (before: not a word of it)
+    code, out, _ = run(capsys, "audit", "--in-process", str(chat), "--lock", "l.json")
+    assert code == 0 and ("1 template checked, 0 changed behaviour -> ok; 1 entry of the lock not audited here, kept: "
+                          "other (of a template removed from the sources: `tmplkit lock SOURCE... --lock l.json --fresh` "
+                          "drops it)") in out, out
     capsys.readouterr()
     code, _, err = run(capsys, "lock", "--in-process", str(chat), "--lock", "l.json", "--fresh")
     assert code == 0 and sorted(read_lock(tmp_path / "l.json").records) == ["chat"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .._version import __version__
 from ..atomic import write_output
-from ..errors import InputError
+from ..errors import InputError, escape_controls
 from ..jsonio import lone_surrogate, read_json
 from ..sources.templates import names_of
 from ._compare import compare
@@ -119,6 +119,9 @@ class LockCheck:
     lock_path: str
     diffs: tuple = ()
     unchecked: tuple = ()  # (name, source, reason) of templates whose behaviour was not derived
+    # The lock's entries no template of this audit has (a subset audited, or a template removed from
+    # the sources: kept, not a failure; the summary names them so a stale entry does not go unseen)
+    unaudited: tuple = ()
 
     @property
     def changed(self) -> list:
@@ -137,7 +140,12 @@ class LockCheck:
             verdict = f"FAILED; after an intended change: tmplkit lock SOURCE... --lock {self.lock_path}"
         else:
             verdict = "ok"
-        return f"lock {self.lock_path}: {n} template{'s' if n != 1 else ''} checked, {bad} changed behaviour{lost} -> {verdict}"
+        line = f"lock {self.lock_path}: {n} template{'s' if n != 1 else ''} checked, {bad} changed behaviour{lost} -> {verdict}"
+        if self.unaudited:
+            k, names = len(self.unaudited), escape_controls(", ".join(self.unaudited[:5])) + (", ..." if len(self.unaudited) > 5 else "")
+            line += (f"; {k} entr{'y' if k == 1 else 'ies'} of the lock not audited here, kept: {names} (of a template "
+                     f"removed from the sources: `tmplkit lock SOURCE... --lock {self.lock_path} --fresh` drops {'it' if k == 1 else 'them'})")
+        return line
 
 
 def require_entries(lock: BehaviourLock, templates, lock_path) -> None:
@@ -153,4 +161,5 @@ def check_lock(lock: BehaviourLock, records, lock_path) -> LockCheck:
     require_entries(lock, records, lock_path)
     diffs = tuple((r.name, r.source, compare(lock.records[r.name], r)) for r in records if r.derived)
     unchecked = tuple((r.name, r.source, r.reason or r.verdict) for r in records if not r.derived)
-    return LockCheck(str(lock_path), diffs, unchecked)
+    unaudited = tuple(sorted(set(lock.records) - {r.name for r in records}))
+    return LockCheck(str(lock_path), diffs, unchecked, unaudited)
