@@ -232,6 +232,26 @@ def test_settings_refuse_a_poll_level_out_of_range():
     assert PrefillSettings(poll=None).poll is None and PrefillSettings(poll=0).poll == 0
 
 
+def test_settings_and_memory_built_by_hand_refuse_values_of_another_type():
+    # (before: a TypeError from inside a comparison, or the value kept: 4096.0, True, 1 for a switch)
+    import numpy as np
+
+    from tmplkit.server_rules import PrefillSettings
+    from tmplkit.turns import MemoryModel
+
+    for field, bad, want in (("n_ctx", "4096", "an integer"), ("n_ctx", 4096.0, "an integer"), ("n_batch", True, "an integer"),
+                             ("n_threads", "4", "an integer or None"), ("swa_full", 1, "true or false"),
+                             ("checkpoints", "yes", "true or false or None"), ("flash_attn", 1, "a string"), ("policy", None, "a string")):
+        with pytest.raises(InputError, match=rf"^PrefillSettings\.{field} must be {want}, got "):
+            PrefillSettings(**{field: bad})
+    assert PrefillSettings(n_ctx=np.int64(4096), poll=None, checkpoints=None).n_ctx == 4096  # (numpy's integers are integers)
+    with pytest.raises(InputError, match=r"^MemoryModel\.n_swa must be an integer, got '512'"):
+        MemoryModel("swa", "512", 1024)
+    with pytest.raises(InputError, match=r"^MemoryModel\.kind must be a string, got None"):
+        MemoryModel(None)
+    assert MemoryModel.swa(512).swa_cells == 1024
+
+
 # ---- the checkpoint rule and the schedule of one prompt ----------------------------------------------
 
 

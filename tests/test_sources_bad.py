@@ -175,6 +175,16 @@ def _cached_repo(root: Path, repo: str, files: dict[str, str], commit: str = "b"
         p.write_text(text)
 
 
+def test_an_empty_source_is_refused_not_the_current_folder(tmp_path, monkeypatch):
+    # (Path("") is "."; the library loaded every template of the current folder: an unset variable
+    # as a source audited whatever lay there; a Path given is taken as it reads)
+    (tmp_path / "a.jinja").write_text("{{ messages[0].content }}")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SourceError, match=r'is empty; give .*a folder \("\." for the current one\)'):
+        sources.load("")
+    assert [t.name for t in sources.load(".")] == ["a"]
+
+
 def test_hub_offline_with_an_empty_cache(tmp_path):
     """Several specs in one interpreter each: a missing repo, a missing revision, a bad spec."""
     hf_home = tmp_path / "hf"

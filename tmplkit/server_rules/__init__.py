@@ -37,13 +37,14 @@ from ._policies import (
 from ._registry import POLICIES, PolicyRegistry, get_policy
 from ._resume import ResumePlan, plan_resume
 from ._schedule import BatchSchedule, PlannedBatch
-from ._settings import CACHE_TYPES, FLASH_ATTN, PrefillSettings
+from ._settings import CACHE_TYPES, FLASH_ATTN, PrefillSettings, check_field_types
 
 __all__ = [
     "CACHE_TYPES", "FLASH_ATTN", "HANDLER_DELIMITERS", "POLICIES", "SAVED_SCHEMA_VERSION", "SERVER_DELIMITERS", "BatchPolicy",
     "BatchSchedule", "BreakContext",
     "Checkpoint", "CheckpointStore", "DivergenceAware", "EveryUserStart", "FixedBreaks", "Gated", "NoBreaks",
-    "PlannedBatch", "PolicyRegistry", "PrefillSettings", "ResumePlan", "ServerGated", "checkpoint_due", "delimiters_of_row", "get_policy",
+    "PlannedBatch", "PolicyRegistry", "PrefillSettings", "ResumePlan", "ServerGated", "check_field_types", "checkpoint_due",
+    "delimiters_of_row", "get_policy",
     "last_user_start", "load_server_delimiters", "near_end", "near_end_breaks", "plan_resume", "server_delimiter_list",
     "server_spans", "server_split", "user_starts",
 ]

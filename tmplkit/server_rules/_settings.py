@@ -6,18 +6,39 @@ and defaults apart from the runner that uses them, so the cost model reads them 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from numbers import Integral
 
 from ..errors import InputError
 from ._registry import get_policy
 
-__all__ = ["CACHE_TYPES", "FLASH_ATTN", "PrefillSettings"]
+__all__ = ["CACHE_TYPES", "FLASH_ATTN", "PrefillSettings", "check_field_types"]
 
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}  # llama_flash_attn_type
 # ggml_type ids of the KV cache types llama.cpp accepts (ggml.h).
 CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
 INT32_MAX = 2**31 - 1  # llama.cpp's sizes are 32-bit fields, its positions int32
 MAX_THREADS = 512  # GGML_MAX_N_THREADS (ggml.h): the most threads a ggml threadpool holds
+
+
+# A field's annotation -> the types its value may have (any integer, numpy's too; a bool is no int
+# here: `n_ctx=True` is a slip)
+_FIELD_TYPES = {"int": (Integral,), "int | None": (Integral, type(None)), "bool": (bool,), "bool | None": (bool, type(None)),
+                "str": (str,)}
+
+
+def check_field_types(obj) -> None:
+    """InputError (one line) where a field of the dataclass `obj` holds a value its annotation does not
+    allow (an int, an optional int, a bool, an optional bool or a str): built by hand from the library,
+    `PrefillSettings(n_ctx="4096")` raised a TypeError from a comparison, and `n_ctx=4096.0` passed on."""
+    for f in fields(obj):
+        allowed, value = _FIELD_TYPES.get(str(f.type)), getattr(obj, f.name)
+        if allowed is None:
+            continue
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            want = {"int": "an integer", "bool": "true or false", "str": "a string"}[str(f.type).split(" ")[0]]
+            none = " or None" if "None" in str(f.type) else ""
+            raise InputError(f"{type(obj).__name__}.{f.name} must be {want}{none}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -58,6 +79,7 @@ class PrefillSettings:
     policy: str = "gated"
 
     def __post_init__(self):
+        check_field_types(self)
         for name in ("n_ctx", "n_batch", "n_ubatch", "max_checkpoints"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -114,6 +114,9 @@ def load(source: str | os.PathLike) -> list[ChatTemplate]:
 
 def _load(source: str | os.PathLike) -> list[ChatTemplate]:
     text = str(source)
+    if not text:  # (Path("") is the current folder: an unset variable would load all of it)
+        raise SourceError(f"source {text!r} is empty; give a .gguf, .jinja, tokenizer_config.json, chat_template.json, "
+                          "a folder (\".\" for the current one), hf:org/name, corpus:llama.cpp or corpus:hub")
     if text == "-":
         return _load_stdin()
     if text.startswith("hf:"):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..server_rules import BatchSchedule, Checkpoint, CheckpointStore, PlannedBatch, get_policy, plan_resume
+from ..server_rules import BatchSchedule, Checkpoint, CheckpointStore, PlannedBatch, check_field_types, get_policy, plan_resume
 
 # The largest sliding window: llama.cpp counts positions in int32.
 _MAX_WINDOW = 2**31 - 1
@@ -41,6 +41,7 @@ class MemoryModel:
     swa_cells: int = 0
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         # (a kind it does not know would be simulated as full attention, silently)
         if self.kind not in ("full", "swa", "recurrent"):
             raise InputError(f"unknown memory kind {self.kind!r}; give full, swa or recurrent")
