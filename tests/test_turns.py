@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tmplkit import load_one
-from tmplkit.errors import InputError
+from tmplkit.errors import InputError, RenderLimitError
 from tmplkit.session import Session, for_server, generate_session, load_session
 from tmplkit.turns import CAUSES, common_prefix, request_points, session_requests, study_turns
 from tmplkit.turns.formats import format_turns
@@ -266,3 +266,28 @@ def test_switches_left_out_without_the_walk_are_those_the_walk_leaves_out(name, 
     quick = study_turns(template, session).switches
     monkeypatch.setattr(summary._SessionEnd, "same_with", lambda self, other: False)
     assert quick == study_turns(template, session).switches
+
+
+def test_a_session_render_s_limits_are_set_by_a_block_and_its_message_says_how(tmp_path):
+    # (the session functions rendered under SESSION_LIMITS alone, and a limit's message advised
+    # `Limits(seconds=...)`, which none of them takes)
+    from tmplkit.sandbox import Limits, hints_for
+    from tmplkit.session import SESSION_LIMITS, active_session_limits, session_limits
+
+    spin = tmp_path / "spin.jinja"
+    spin.write_text("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% if m.content == 'spin' %}"
+                    "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}{% endif %}\n{% endfor %}")
+    convo = Session(({"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "spin"}), ())
+    with session_limits(Limits(seconds=0.3)):
+        assert active_session_limits().seconds == 0.3
+        r = study_turns(load_one(str(spin)), convo)
+        with pytest.raises(RenderLimitError, match=r"took longer than 0\.3 s.*raise it around the call: "
+                                                   r"`with tmplkit\.session\.session_limits\(Limits\(seconds=\.\.\.\)\)`"):
+            session_requests(convo, load_one(str(spin)))
+        with hints_for("cli"), pytest.raises(RenderLimitError, match=r"not a command-line option"):  # (the CLI's words stay)
+            session_requests(convo, load_one(str(spin)))
+    assert r.error.startswith("rendering template 'spin' took longer than 0.3 s") and "session_limits" in r.error
+    assert active_session_limits() is SESSION_LIMITS
+    with pytest.raises(InputError, match="session_limits takes a Limits, got int"):
+        with session_limits(30):
+            pass

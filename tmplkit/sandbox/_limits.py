@@ -74,13 +74,18 @@ _STATE: ContextVar[_State | None] = ContextVar("tmplkit_render_state", default=N
 # A library caller raises a limit with `Limits(...)` or a function's argument, a command-line user
 # with a flag; the CLI runs its commands inside `hints_for("cli")`, and tmplkit.auditing.isolate carries the place
 # into its workers. The per-render limits have no flag: on the command line the hint says so.
+_LIBRARY_HINTS = {
+    "seconds": "raise Limits(seconds=...)",
+    "max_output_chars": "raise Limits(max_output_chars=...)",
+    "timeout": "raise the timeout argument (seconds per template)",
+    "memory_mb": "raise the memory_mb argument (MiB per worker)",
+}
 _HINTS = {
-    "library": {
-        "seconds": "raise Limits(seconds=...)",
-        "max_output_chars": "raise Limits(max_output_chars=...)",
-        "timeout": "raise the timeout argument (seconds per template)",
-        "memory_mb": "raise the memory_mb argument (MiB per worker)",
-    },
+    "library": _LIBRARY_HINTS,
+    # A session's render from Python (tmplkit.session): its functions take no `limits`, a block sets them
+    "session": {**_LIBRARY_HINTS,
+                "seconds": "raise it around the call: `with tmplkit.session.session_limits(Limits(seconds=...))`",
+                "max_output_chars": "raise it around the call: `with tmplkit.session.session_limits(Limits(max_output_chars=...))`"},
     "cli": {
         "seconds": "analyze it from Python with a larger Limits(seconds=...) (one render's limit is not a command-line option)",
         "max_output_chars": "analyze it from Python with a larger Limits(max_output_chars=...) "
@@ -105,13 +110,14 @@ def hint(limit: str) -> str:
 
 
 def hint_place() -> str:
-    """Where limit hints are worded for now: 'library' (the default) or 'cli'."""
+    """Where limit hints are worded for now: 'library' (the default), 'session' (a session's render from
+    Python) or 'cli'."""
     return _HINT_PLACE.get()
 
 
 @contextlib.contextmanager
 def hints_for(place: str) -> Iterator[None]:
-    """Word limit hints for `place` ('library' or 'cli') inside the `with` block."""
+    """Word limit hints for `place` ('library', 'session' or 'cli') inside the `with` block."""
     if place not in _HINTS:
         raise ValueError(f"hint place must be one of {', '.join(_HINTS)}, not {place!r}")
     token = _HINT_PLACE.set(place)

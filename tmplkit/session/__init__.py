@@ -34,7 +34,20 @@ from ._client_formats import body_format, chat_body, converted
 from ._conversation import Conversation, Session, load_conversation, load_session, save_session, session_from_json
 from ._generator import STYLES, TOOLS, generate_session, next_user_turn
 from ._handlers import server_handler
-from ._inputs import DEFAULT_INPUTS, INPUTS, check_inputs, content_text, given_messages, given_tools, inputs_note, server_json, server_refuses
+from ._inputs import (
+                      DEFAULT_INPUTS,
+                      INPUTS,
+                      active_session_limits,
+                      check_inputs,
+                      content_text,
+                      given_messages,
+                      given_tools,
+                      inputs_note,
+                      server_json,
+                      server_refuses,
+                      session_hints,
+                      session_limits,
+)
 from ._render import SERVER_VARIABLES, SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables, server_variables
 from ._thinking import server_thinking
 from ._workarounds import ContentReads, as_server_finishes, as_server_prepares, as_server_renders, content_reads
@@ -47,6 +60,6 @@ __all__ = [
     "generate_session", "given_messages", "inputs_note", "load_conversation", "load_session", "messages_for",
     "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for", "render_conversation",
     "render_variables", "save_session", "server_object_arguments", "server_handler", "server_refuses", "server_thinking", "server_variables",
-    "session_from_json",
+    "session_from_json", "active_session_limits", "session_hints", "session_limits",
     "template_messages",
 ]

@@ -34,14 +34,16 @@ The turns study, the replay, the resume check and the request bodies render as a
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 
 from ..errors import InputError
-from ..sandbox import Limits
+from ..sandbox import Limits, hint_place, hints_for
 
-__all__ = ["DEFAULT_INPUTS", "INPUTS", "check_inputs", "content_text", "given_messages", "given_tools", "inputs_note",
-           "server_json", "server_refuses"]
+__all__ = ["DEFAULT_INPUTS", "INPUTS", "active_session_limits", "check_inputs", "content_text", "given_messages", "given_tools",
+           "inputs_note", "server_json", "server_refuses", "session_hints", "session_limits"]
 
 INPUTS = ("server", "transformers")
 DEFAULT_INPUTS = "server"
@@ -50,6 +52,37 @@ DEFAULT_INPUTS = "server"
 # those renders (`_workarounds`, `_arguments`) run under the same, so a probe meets a limit only
 # where the session's renders would (here, below both: `_render` gives it out).
 SESSION_LIMITS = Limits(seconds=60, max_output_chars=50_000_000)
+_LIMITS: ContextVar[Limits] = ContextVar("tmplkit_session_limits", default=SESSION_LIMITS)
+
+
+def active_session_limits() -> Limits:
+    """The limits of a session's renders now: `SESSION_LIMITS`, or the innermost `session_limits` block's."""
+    return _LIMITS.get()
+
+
+@contextlib.contextmanager
+def session_limits(limits: Limits) -> Iterator[None]:
+    """Render sessions under `limits` inside the block: every library function that renders a
+    session in this process (`study_turns`, `session_requests`, masks, `check_resume`, a prefill's
+    prompt) takes them instead of `SESSION_LIMITS` (a worker process of `tmplkit turns` runs under
+    the command's `--timeout`).
+
+        >>> with session_limits(Limits(seconds=300)):                             # doctest: +SKIP
+        ...     report = study_turns(template, session)
+    """
+    if not isinstance(limits, Limits):
+        raise InputError(f"session_limits takes a Limits, got {type(limits).__name__}; e.g. Limits(seconds=300)")
+    token = _LIMITS.set(limits)
+    try:
+        yield
+    finally:
+        _LIMITS.reset(token)
+
+
+def session_hints() -> contextlib.AbstractContextManager:
+    """Limit hints worded for a session's render: from Python, the `session_limits` block (the session
+    functions take no `limits` argument); elsewhere (the command line) as they are."""
+    return hints_for("session") if hint_place() == "library" else contextlib.nullcontext()
 
 
 def check_inputs(inputs: str) -> str:

@@ -8,7 +8,7 @@ there are any, the family's common BOS/EOS where the template reads them and its
 (`sources.family_special_tokens`, as the analysis proves its delimiters), llama-server's default
 reasoning switches (`SERVER_VARIABLES`), its `enable_thinking` (`_thinking.server_thinking`) and
 its date variables at the render's time (the server setting only), and the caller's extra
-variables; a session render may be long, so it runs under `SESSION_LIMITS`.
+variables; a session render may be long, so it runs under `SESSION_LIMITS` (or a `session_limits` block's).
 
     >>> from tmplkit.sources import ChatTemplate
     >>> t = ChatTemplate("{{ bos_token }}{% for m in messages %}[INST]{{ m.content }}{% endfor %}", "bare", "-")
@@ -31,7 +31,7 @@ from ..sandbox import PINNED_NOW, Prepared, draws_at_random, prepare_message, pr
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation, load_conversation
-from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, check_inputs, given_tools
+from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, active_session_limits, check_inputs, given_tools, session_hints
 from ._thinking import server_thinking
 from ._workarounds import as_server_finishes, as_server_renders
 
@@ -100,8 +100,9 @@ class ServerConversation:
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(given))
         try:
-            text = render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
-                          limits=SESSION_LIMITS, clock=clock, **self.variables_at(clock))
+            with session_hints():
+                text = render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
+                              limits=active_session_limits(), clock=clock, **self.variables_at(clock))
         except RenderError as exc:
             raise self._refusal(exc, given) from exc
         return self._finished(text, add_generation_prompt)
@@ -112,8 +113,9 @@ class ServerConversation:
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(messages))
         try:
-            with_prompt, without = render_with_prompt(self.template, prepared, tools=self._prepared_tools,
-                                                      limits=SESSION_LIMITS, clock=clock, **self.variables_at(clock))
+            with session_hints():
+                with_prompt, without = render_with_prompt(self.template, prepared, tools=self._prepared_tools,
+                                                          limits=active_session_limits(), clock=clock, **self.variables_at(clock))
         except RenderError as exc:
             raise self._refusal(exc, messages) from exc
         return self._finished(with_prompt, True), without
