@@ -291,3 +291,34 @@ def test_a_session_past_midnight_diverges_at_the_date_the_server_writes():
     server = study_turns(template, session, interval=timedelta(hours=6))
     assert not server.stable and server.first.cause == "date or time"
     assert study_turns(template, session, interval=timedelta(hours=6), inputs="transformers").stable
+
+
+def test_python_values_that_hold_themselves_are_one_line_not_a_hang_or_a_recursion_error(template):
+    # (a conversation whose dict held itself looped without end in the surrogate check; a render of
+    # one, or of a tool call that held itself, raised RecursionError from inside)
+    from tmplkit.jsonio import shape_problem
+    from tmplkit.masks import text_mask
+    from tmplkit.sandbox import prepare_message, render
+
+    held = {"role": "user", "content": "hi"}
+    held["self"] = held
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": {}}}
+    call["function"]["arguments"]["me"] = call
+    parts: list = [{"type": "text", "text": "hi"}]
+    parts.append(parts)
+    itself = r"holds itself, which no JSON value can; give"
+    for msgs in ([held, *MESSAGES[1:]], [MESSAGES[0], {**MESSAGES[1], "tool_calls": [call]}, *MESSAGES[2:]],
+                 [{"role": "user", "content": parts}, *MESSAGES[1:]]):
+        for call_it in (lambda: render(template, msgs), lambda: for_server(template, msgs).render(),
+                        lambda: for_server(template, msgs, inputs="transformers").render(),
+                        lambda: study_turns(template, msgs), lambda: text_mask(template, msgs)):
+            with pytest.raises(InputError, match=itself):
+                call_it()
+    with pytest.raises(InputError, match="^a message holds a list or object that holds itself"):
+        prepare_message(held)
+    deep: list = []
+    for _ in range(300):
+        deep = [deep]
+    assert shape_problem(deep) == "lists or objects nested deeper than 256 levels"
+    shared = [1]
+    assert shape_problem({"a": [shared, shared], "b": shared}) is None  # (a value held twice is no loop)

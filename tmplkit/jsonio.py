@@ -41,7 +41,7 @@ from typing import IO, Union
 
 from .errors import InputError, TmplkitError
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "json_kind", "lone_surrogate", "lone_surrogate_problem", "number_problem",
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "json_kind", "lone_surrogate", "lone_surrogate_problem", "number_problem", "shape_problem",
            "NotJsonNumber", "parse_json", "read_json", "strict_loads", "read_text", "source_name", "stdin"]
 
 # Far above any real template, tokenizer config or agent session (a 90k-token session is ~0.4 MB;
@@ -256,7 +256,7 @@ def lone_surrogate(value) -> str | None:
     >>> lone_surrogate({"content": ["ok", "x\ud800"]}), lone_surrogate("\U0001f600")
     ('\\ud800', None)
     """
-    stack = [value]
+    stack, seen = [value], set()
     while stack:
         v = stack.pop()
         if isinstance(v, str):
@@ -264,11 +264,45 @@ def lone_surrogate(value) -> str | None:
                 v.encode("utf-8")
             except UnicodeEncodeError as exc:
                 return f"\\u{ord(v[exc.start]):04x}"
-        elif isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
+        elif isinstance(v, (dict, list)) and id(v) not in seen:  # (each once: a Python value can hold itself)
+            seen.add(id(v))
+            stack.extend([*v.keys(), *v.values()] if isinstance(v, dict) else v)
+    return None
+
+
+_END = object()
+
+
+def _items(v):
+    return iter(v.values() if isinstance(v, dict) else v)
+
+
+def shape_problem(value, max_depth: int = DEFAULT_MAX_DEPTH) -> str | None:
+    """What makes a Python value (given to the library, not read from a file) no JSON value in shape,
+    or None: a list or dict that holds itself (every walk over it would loop or recurse without end),
+    or nesting deeper than `max_depth` (`read_json`'s limit for a file).
+
+    >>> loop = [1]; loop.append(loop)
+    >>> shape_problem({"messages": loop}), shape_problem({"a": [[1], {"b": 2}]})
+    ('a list or object that holds itself, which no JSON value can', None)
+    """
+    if not isinstance(value, (dict, list, tuple)):
+        return None
+    on_path, done = {id(value)}, set()  # (done: a value held twice is walked once)
+    stack = [(value, _items(value))]
+    while stack:
+        child = next(stack[-1][1], _END)
+        if child is _END:
+            finished = id(stack.pop()[0])
+            on_path.discard(finished)
+            done.add(finished)
+        elif isinstance(child, (dict, list, tuple)) and id(child) not in done:
+            if id(child) in on_path:
+                return "a list or object that holds itself, which no JSON value can"
+            if len(stack) >= max_depth:
+                return f"lists or objects nested deeper than {max_depth} levels"
+            on_path.add(id(child))
+            stack.append((child, _items(child)))
     return None
 
 

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from ..errors import InputError
-from ..jsonio import json_kind
+from ..jsonio import json_kind, shape_problem
 
 __all__ = ["REASONING_KEYS"]
 
@@ -91,11 +91,14 @@ def prepare_message(message) -> dict:
     """One message as a template is given it: plain data, its null-valued keys dropped, as
     transformers' apply_chat_template drops them (`_normalize_chat_messages`: many templates crash
     on `content: null` and handle a missing key); no key is added."""
-    if type(message) is not dict:  # (a plain dict's values are made plain below, in the same pass)
-        message = _to_dicts(message)
-        if not isinstance(message, dict):
-            raise InputError(f"each message must be a dict with 'role' and 'content', got {message!r}")
-    return {_plain(k): _plain(v) for k, v in message.items() if v is not None}
+    try:
+        if type(message) is not dict:  # (a plain dict's values are made plain below, in the same pass)
+            message = _to_dicts(message)
+            if not isinstance(message, dict):
+                raise InputError(f"each message must be a dict with 'role' and 'content', got {message!r}")
+        return {_plain(k): _plain(v) for k, v in message.items() if v is not None}
+    except RecursionError:  # (the walk recurses: a Python value can hold itself)
+        raise InputError(f"a message holds {shape_problem(message) or 'values nested too deep'}; give JSON-like data") from None
 
 
 def _prepare_messages(messages) -> list[dict]:

@@ -14,6 +14,7 @@ import jinja2
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 
 from ..errors import InputError, RenderError, RenderLimitError
+from ..jsonio import shape_problem
 from ..sources.templates import ChatTemplate
 from ._inputs import _plain, _prepare_dicts, _prepare_messages
 from ._jinja import PROMPT_MARK, _compile, _compile_split
@@ -132,20 +133,24 @@ def render_with_prompt(
 
 
 def _context(template: ChatTemplate, messages, tools, documents, add_generation_prompt: bool, extra_context) -> dict:
-    prepared = _prepare_messages(messages)
-    context: dict[str, Any] = {}
-    if template.bos_token is not None:
-        context["bos_token"] = template.bos_token
-    if template.eos_token is not None:
-        context["eos_token"] = template.eos_token
-    context.update(_plain(extra_context))
-    return {
-        "messages": prepared,
-        "tools": _prepare_dicts(tools, "tools", "JSON-schema dicts"),
-        "documents": _prepare_dicts(documents, "documents", "dicts with 'title' and 'text' keys"),
-        "add_generation_prompt": add_generation_prompt,
-        **context,
-    }
+    try:
+        prepared = _prepare_messages(messages)
+        context: dict[str, Any] = {}
+        if template.bos_token is not None:
+            context["bos_token"] = template.bos_token
+        if template.eos_token is not None:
+            context["eos_token"] = template.eos_token
+        context.update(_plain(extra_context))
+        return {
+            "messages": prepared,
+            "tools": _prepare_dicts(tools, "tools", "JSON-schema dicts"),
+            "documents": _prepare_dicts(documents, "documents", "dicts with 'title' and 'text' keys"),
+            "add_generation_prompt": add_generation_prompt,
+            **context,
+        }
+    except RecursionError:  # (the inputs are made plain by a walk that recurses: a Python value can hold itself)
+        problem = next(filter(None, map(shape_problem, (messages, tools, documents, extra_context))), "values nested too deep")
+        raise InputError(f"the messages, tools or template variables hold {problem}; give JSON-like data") from None
 
 
 def _render(template: ChatTemplate, context: dict, limits: Limits | None, clock, *, split: bool) -> tuple[str, str | None]:

@@ -36,7 +36,7 @@ from typing import Any
 from ..atomic import write_output
 from ..delimiters import ROLES
 from ..errors import InputError
-from ..jsonio import json_kind, lone_surrogate, lone_surrogate_problem, read_json, source_name, stdin
+from ..jsonio import json_kind, lone_surrogate, lone_surrogate_problem, read_json, shape_problem, source_name, stdin
 from ._client_formats import body_format, converted
 
 __all__ = ["Conversation", "Session", "load_conversation", "load_session", "save_session", "session_from_json"]
@@ -112,6 +112,8 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
     else:
         where = source or "<conversation>"
         data = path_or_obj
+        if (problem := shape_problem(data)) is not None:  # (a file's JSON cannot be such; Python values can)
+            raise InputError(f"{where}: {problem}; give the conversation as JSON-like data")
         if (lone := lone_surrogate(data)) is not None:  # (a file's JSON is checked as it is read)
             raise InputError(f"{where}: {lone_surrogate_problem(lone)}")
     where = str(where)
