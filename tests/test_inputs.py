@@ -298,7 +298,7 @@ def test_python_values_that_hold_themselves_are_one_line_not_a_hang_or_a_recursi
     # one, or of a tool call that held itself, raised RecursionError from inside)
     from tmplkit.jsonio import shape_problem
     from tmplkit.masks import text_mask
-    from tmplkit.sandbox import prepare_message, render
+    from tmplkit.sandbox import prepare_message, prepare_tools, render
 
     held = {"role": "user", "content": "hi"}
     held["self"] = held
@@ -309,13 +309,23 @@ def test_python_values_that_hold_themselves_are_one_line_not_a_hang_or_a_recursi
     itself = r"holds itself, which no JSON value can; give"
     for msgs in ([held, *MESSAGES[1:]], [MESSAGES[0], {**MESSAGES[1], "tool_calls": [call]}, *MESSAGES[2:]],
                  [{"role": "user", "content": parts}, *MESSAGES[1:]]):
-        for call_it in (lambda: render(template, msgs), lambda: for_server(template, msgs).render(),
-                        lambda: for_server(template, msgs, inputs="transformers").render(),
-                        lambda: study_turns(template, msgs), lambda: text_mask(template, msgs)):
+        for call_it in (lambda m: render(template, m), lambda m: for_server(template, m).render(),
+                        lambda m: for_server(template, m, inputs="transformers").render(),
+                        lambda m: study_turns(template, m), lambda m: text_mask(template, m)):
             with pytest.raises(InputError, match=itself):
-                call_it()
+                call_it(msgs)
     with pytest.raises(InputError, match="^a message holds a list or object that holds itself"):
         prepare_message(held)
+    # inside a Session object: its tools, or a tool call's arguments (with the server's inputs too)
+    tool = {"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}
+    tool["function"]["parameters"]["properties"]["me"] = tool
+    calls = [MESSAGES[0], {**MESSAGES[1], "tool_calls": [call]}, *MESSAGES[2:]]
+    for convo in (Session(tuple(MESSAGES), (tool,)), Session(tuple(calls), ())):
+        for call_it in (lambda c: study_turns(template, c), lambda c: for_server(template, c).render(), lambda c: text_mask(template, c)):
+            with pytest.raises(InputError, match=itself):
+                call_it(convo)
+    with pytest.raises(InputError, match="^the tools hold a list or object that holds itself"):
+        prepare_tools([tool])
     deep: list = []
     for _ in range(300):
         deep = [deep]

@@ -244,7 +244,10 @@ def test_settings_and_memory_built_by_hand_refuse_values_of_another_type():
                              ("checkpoints", "yes", "true or false or None"), ("flash_attn", 1, "a string"), ("policy", None, "a string")):
         with pytest.raises(InputError, match=rf"^PrefillSettings\.{field} must be {want}, got "):
             PrefillSettings(**{field: bad})
-    assert PrefillSettings(n_ctx=np.int64(4096), poll=None, checkpoints=None).n_ctx == 4096  # (numpy's integers are integers)
+    # numpy's scalars are taken as the values they hold (kept as numpy, a report's JSON could not write them)
+    s = PrefillSettings(n_ctx=np.int64(4096), swa_full=np.True_, poll=None, checkpoints=None)
+    assert type(s.n_ctx) is int and s.n_ctx == 4096 and s.swa_full is True and json.dumps(s.to_dict())
+    assert type(MemoryModel("swa", np.int64(512), np.int64(1024)).n_swa) is int
     with pytest.raises(InputError, match=r"^MemoryModel\.n_swa must be an integer, got '512'"):
         MemoryModel("swa", "512", 1024)
     with pytest.raises(InputError, match=r"^MemoryModel\.kind must be a string, got None"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tmplkit import analyze, load_one
 from tmplkit.cli import main
-from tmplkit.sandbox import PINNED_NOW, draws_at_random, reads_clock, render
+from tmplkit.sandbox import PINNED_NOW, draws_at_random, reads_clock, reads_date, render
 from tmplkit.session import generate_session
 from tmplkit.sources import ChatTemplate
 from tmplkit.turns import study_turns
@@ -48,7 +48,11 @@ def test_lipsum_draws_by_the_time_and_the_process_draws_are_left_alone():
 def test_draws_at_random_is_told_from_reading_the_date():
     assert draws_at_random("{{ messages|random }}") and draws_at_random("{{ lipsum(1) }}")
     assert draws_at_random("{% filter random %}ab{% endfilter %}")
+    assert draws_at_random("{{ [['a', 'b']] | map('random') | first }}")  # (a filter given by name)
+    assert not draws_at_random("{{ messages | map(attribute='role') | join }}")
+    assert not draws_at_random("{{ messages | map('upper') | join }}")
     assert not draws_at_random("{{ strftime_now('%d') }}") and reads_clock("{{ strftime_now('%d') }}")
+    assert reads_date("{{ strftime_now('%d') }}") and not reads_date("{# strftime_now #}{{ [1, 2] | random }}")
     assert not draws_at_random("{% if %}")  # (does not parse: no draw named, though nothing is proved)
 
 
@@ -69,8 +73,14 @@ def test_the_lock_of_a_template_that_draws_holds_on_the_next_audit(tmp_path, mon
         assert "0 changed behaviour -> ok" in capsys.readouterr().out
 
 
-def test_the_turns_study_names_the_random_draw():
+def test_the_turns_study_names_the_random_draw(tmp_path):
     session = generate_session(3000, seed=0, style="agent", requests=4)
     r = study_turns(load_one(str(GREETING)), session)
     assert not r.stable and set(r.causes()) == {"random draw"}
     assert "draws at random" in r.first.detail and "greeting" not in r.first.detail
+    # the same draw by `map('random')`, and a mention of strftime_now in a comment, still named so
+    other = tmp_path / "mapped.jinja"
+    other.write_text("{# no strftime_now here #}" + GREETING.read_text().replace(
+        "{{ ['Hi', 'Hello', 'Hey', 'Howdy', 'Hullo'] | random }}", "{{ [['Hi', 'Hello', 'Hey', 'Howdy', 'Hullo']] | map('random') | first }}"))
+    assert "map('random')" in other.read_text()
+    assert set(study_turns(load_one(str(other)), session).causes()) == {"random draw"}

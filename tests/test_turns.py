@@ -271,23 +271,35 @@ def test_switches_left_out_without_the_walk_are_those_the_walk_leaves_out(name, 
 def test_a_session_render_s_limits_are_set_by_a_block_and_its_message_says_how(tmp_path):
     # (the session functions rendered under SESSION_LIMITS alone, and a limit's message advised
     # `Limits(seconds=...)`, which none of them takes)
-    from tmplkit.sandbox import Limits, hints_for
-    from tmplkit.session import SESSION_LIMITS, active_session_limits, session_limits
+    from tmplkit.sandbox import hints_for
+    from tmplkit.session import SESSION_LIMITS, active_session_limits, for_server, session_limits
 
     spin = tmp_path / "spin.jinja"
     spin.write_text("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% if m.content == 'spin' %}"
                     "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}{% endif %}\n{% endfor %}")
     convo = Session(({"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "spin"}), ())
-    with session_limits(Limits(seconds=0.3)):
-        assert active_session_limits().seconds == 0.3
+    hint = r"raise it around the call: `with tmplkit\.session\.session_limits\(seconds=\.\.\.\)`"
+    with session_limits(seconds=0.3):
+        # (the output limit stays the session's: a block that raises the time keeps 50M characters)
+        assert active_session_limits().seconds == 0.3 and active_session_limits().max_output_chars == 50_000_000
         r = study_turns(load_one(str(spin)), convo)
-        with pytest.raises(RenderLimitError, match=r"took longer than 0\.3 s.*raise it around the call: "
-                                                   r"`with tmplkit\.session\.session_limits\(Limits\(seconds=\.\.\.\)\)`"):
+        with pytest.raises(RenderLimitError, match=r"took longer than 0\.3 s.*" + hint):
             session_requests(convo, load_one(str(spin)))
         with hints_for("cli"), pytest.raises(RenderLimitError, match=r"not a command-line option"):  # (the CLI's words stay)
             session_requests(convo, load_one(str(spin)))
     assert r.error.startswith("rendering template 'spin' took longer than 0.3 s") and "session_limits" in r.error
     assert active_session_limits() is SESSION_LIMITS
-    with pytest.raises(InputError, match="session_limits takes a Limits, got int"):
-        with session_limits(30):
+    # a template slow on every render meets the limit first in the probes of what it reads: the same words
+    slow = tmp_path / "slow.jinja"
+    slow.write_text("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+                    "{% for m in messages %}{{ m.content }}{% endfor %}")
+    with session_limits(seconds=0.2), pytest.raises(RenderLimitError, match=hint):
+        for_server(load_one(str(slow)), convo).render()
+    with session_limits(max_output_chars=None):  # (None lifts a limit; the time stays)
+        assert active_session_limits().max_output_chars is None and active_session_limits().seconds == 60
+    with pytest.raises(InputError, match="session_limits\\(\\) changes nothing"):
+        with session_limits():
+            pass
+    with pytest.raises(InputError, match="Limits.seconds must be positive"):
+        with session_limits(seconds=-1):
             pass

@@ -15,13 +15,15 @@ from pathlib import Path
 
 from .._version import __version__
 from ..atomic import write_output
-from ..errors import InputError, escape_controls
+from ..auditing._formats import show
+from ..errors import InputError
 from ..jsonio import lone_surrogate, read_json
 from ..sources.templates import names_of
 from ._compare import compare
 from ._record import BehaviourRecord
 
-__all__ = ["DEFAULT_LOCK", "LOCK_SCHEMA_VERSION", "BehaviourLock", "LockCheck", "check_lock", "read_lock", "require_entries", "write_lock"]
+__all__ = ["DEFAULT_LOCK", "LOCK_SCHEMA_VERSION", "BehaviourLock", "LockCheck", "check_lock", "listed_names", "read_lock", "require_entries",
+           "write_lock"]
 
 # The lock's layout; raised when a field is removed or changes meaning.
 LOCK_SCHEMA_VERSION = 1
@@ -142,10 +144,16 @@ class LockCheck:
             verdict = "ok"
         line = f"lock {self.lock_path}: {n} template{'s' if n != 1 else ''} checked, {bad} changed behaviour{lost} -> {verdict}"
         if self.unaudited:
-            k, names = len(self.unaudited), escape_controls(", ".join(self.unaudited[:5])) + (", ..." if len(self.unaudited) > 5 else "")
+            k, names = len(self.unaudited), listed_names(self.unaudited)
             line += (f"; {k} entr{'y' if k == 1 else 'ies'} of the lock not audited here, kept: {names} (of a template "
                      f"removed from the sources: `tmplkit lock SOURCE... --lock {self.lock_path} --fresh` drops {'it' if k == 1 else 'them'})")
         return line
+
+
+def listed_names(names, most: int = 5) -> str:
+    """Template names for a summary line: the first `most`, each shown escaped (a name is a file's: a
+    line break in it would end the line, an escape sequence act on the terminal), then an ellipsis."""
+    return ", ".join(map(show, names[:most])) + (", ..." if len(names) > most else "")
 
 
 def require_entries(lock: BehaviourLock, templates, lock_path) -> None:

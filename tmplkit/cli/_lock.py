@@ -99,7 +99,7 @@ def derive(args, templates, cfg=None):
 
 def _cmd_lock(args) -> int:
     from ..atomic import check_writable
-    from ..behaviour import DEFAULT_LOCK, BehaviourLock, compare, read_lock, require_derived, write_lock
+    from ..behaviour import DEFAULT_LOCK, BehaviourLock, compare, listed_names, read_lock, require_derived, write_lock
 
     refuse_worker_options_in_process(args)  # (before the lock is read)
     cfg = config_of(args)
@@ -129,11 +129,11 @@ def _cmd_lock(args) -> int:
     dropped = sorted(set(before.records) - set(lock.records))
     if verbosity(args) >= 0:
         n = len(records)
-        said = f"{len(new)} new, {len(changed)} changed behaviour" + (f": {', '.join(changed)}" if changed else "")
+        said = f"{len(new)} new, {len(changed)} changed behaviour" + (f": {listed_names(changed, len(changed))}" if changed else "")
         if text_only:
-            said += f", {len(text_only)} text only: {', '.join(text_only)}"
+            said += f", {len(text_only)} text only: {listed_names(text_only, len(text_only))}"
         if dropped:
-            said += f", {len(dropped)} dropped: {', '.join(dropped[:5])}{', ...' if len(dropped) > 5 else ''}"
+            said += f", {len(dropped)} dropped: {listed_names(dropped)}"
         print(f"tmplkit: wrote {path}: {n} template{'s' if n != 1 else ''} locked ({said}); {len(lock.records)} in the lock",
               file=sys.stderr)
     return 0
@@ -226,6 +226,7 @@ def run_checks(args, cfg, templates, lock, pairs) -> list[tuple[str, str, str, s
     """The lock check and the upstream drift check: their findings, each (kind, name, source,
     message) with kind LOCK, DRIFT (each fails the audit), TEXT (a text-only edit: no change in
     behaviour, said apart) or "" (a summary line)."""
+    from ..auditing import show
     from ..behaviour import check_lock, compare, render_line
 
     if not lock and not pairs:
@@ -256,7 +257,7 @@ def run_checks(args, cfg, templates, lock, pairs) -> list[tuple[str, str, str, s
         if not d.same:
             out += [("DRIFT", t.name, t.source, f"from its upstream {up.source}: {c.message}") for c in d.changes]
         elif verbosity(args) >= 0:
-            out.append(("", "", "", f"upstream {up.source} -> {t.name}: {d.headline}"))
+            out.append(("", "", "", f"upstream {up.source} -> {show(t.name)}: {d.headline}"))
     return out
 
 
@@ -265,6 +266,7 @@ def print_checks(findings, fmt: str, output: str | None) -> None:
     template's file), else on stderr."""
     if not findings:
         return
+    from ..auditing import show
     if fmt == "github" and not output:
         for kind, name, source, message in findings:
             if kind == "TEXT":
@@ -275,7 +277,8 @@ def print_checks(findings, fmt: str, output: str | None) -> None:
             else:
                 print(message)
         return
-    text = "\n".join(f"{kind:<5} {name}: {message}" if kind else message for kind, name, source, message in findings)
+    # (a template's name is a file's: shown escaped, a line break in it would start a line of its own)
+    text = "\n".join(f"{kind:<5} {show(name)}: {message}" if kind else message for kind, name, source, message in findings)
     print(text, file=sys.stdout if fmt == "text" and not output else sys.stderr)
 
 

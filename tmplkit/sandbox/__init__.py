@@ -28,10 +28,10 @@ preparation) and `_rendering` (`render`, `compile_template`, render errors).
 """
 
 from ._inputs import REASONING_KEYS, Prepared, prepare_message, prepare_tools
-from ._jinja import draws_at_random, reads_clock
+from ._jinja import draws_at_random, reads_clock, reads_date
 from ._limits import DEFAULT_LIMITS, PINNED_NOW, Limits, hint, hint_place, hints_for, system_clock
 from ._rendering import compile_template, render, render_with_prompt
 
 __all__ = ["Limits", "DEFAULT_LIMITS", "PINNED_NOW", "REASONING_KEYS", "Prepared", "prepare_tools", "system_clock", "render", "render_with_prompt",
-           "reads_clock", "draws_at_random", "compile_template",
+           "reads_clock", "reads_date", "draws_at_random", "compile_template",
            "hint", "hint_place", "hints_for", "prepare_message"]

@@ -117,7 +117,10 @@ def _prepare_messages(messages) -> list[dict]:
 
 def prepare_tools(tools) -> Prepared | None:
     """`tools` reduced to plain data once, for renders that take them as they are."""
-    return None if tools is None else Prepared(_prepare_dicts(tools, "tools", "JSON-schema dicts"))
+    try:
+        return None if tools is None else Prepared(_prepare_dicts(tools, "tools", "JSON-schema dicts"))
+    except RecursionError:  # (the walk recurses: a Python value can hold itself)
+        raise InputError(f"the tools hold {shape_problem(tools) or 'values nested too deep'}; give JSON-like data") from None
 
 
 def _prepare_dicts(values, what: str, hint: str):

@@ -622,7 +622,16 @@ def _time_reads(text: str) -> tuple[bool, bool] | None:
     except (TemplateError, RecursionError):
         return None
     names = {n.name for n in tree.find_all(jinja2.nodes.Name)}
-    return "strftime_now" in names, "lipsum" in names or any(f.name == "random" for f in tree.find_all(jinja2.nodes.Filter))
+    return "strftime_now" in names, "lipsum" in names or any(map(_draws_in, tree.find_all(jinja2.nodes.Filter)))
+
+
+def _draws_in(f: jinja2.nodes.Filter) -> bool:
+    """Whether the filter draws: `random`, or `map` given it by name (`map('random')`; a name not
+    written out may be it)."""
+    if f.name == "random":
+        return True
+    first = f.args[0] if f.name == "map" and f.args else None
+    return first is not None and not (isinstance(first, jinja2.nodes.Const) and first.value != "random")
 
 
 def reads_clock(text: str) -> bool:
@@ -634,7 +643,14 @@ def reads_clock(text: str) -> bool:
 
 
 def draws_at_random(text: str) -> bool:
-    """Whether the template draws at random (the `random` filter, `lipsum`): a render differs from one
-    time to another as the draws do, not as a date does (the words a cause names)."""
+    """Whether the template draws at random (the `random` filter, `map('random')`, `lipsum`): a render
+    differs from one time to another as the draws do, not as a date does (the words a cause names)."""
     reads = _time_reads(text)
     return reads is not None and reads[1]
+
+
+def reads_date(text: str) -> bool:
+    """Whether the template names `strftime_now` (the one global that reads the clock); True where it
+    does not parse (nothing is proved)."""
+    reads = _time_reads(text)
+    return reads is None or reads[0]

@@ -84,8 +84,8 @@ _HINTS = {
     "library": _LIBRARY_HINTS,
     # A session's render from Python (tmplkit.session): its functions take no `limits`, a block sets them
     "session": {**_LIBRARY_HINTS,
-                "seconds": "raise it around the call: `with tmplkit.session.session_limits(Limits(seconds=...))`",
-                "max_output_chars": "raise it around the call: `with tmplkit.session.session_limits(Limits(max_output_chars=...))`"},
+                "seconds": "raise it around the call: `with tmplkit.session.session_limits(seconds=...)`",
+                "max_output_chars": "raise it around the call: `with tmplkit.session.session_limits(max_output_chars=...)`"},
     "cli": {
         "seconds": "analyze it from Python with a larger Limits(seconds=...) (one render's limit is not a command-line option)",
         "max_output_chars": "analyze it from Python with a larger Limits(max_output_chars=...) "

@@ -7,7 +7,6 @@ and defaults apart from the runner that uses them, so the cost model reads them 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from numbers import Integral
 
 from ..errors import InputError
 from ._registry import get_policy
@@ -21,20 +20,23 @@ INT32_MAX = 2**31 - 1  # llama.cpp's sizes are 32-bit fields, its positions int3
 MAX_THREADS = 512  # GGML_MAX_N_THREADS (ggml.h): the most threads a ggml threadpool holds
 
 
-# A field's annotation -> the types its value may have (any integer, numpy's too; a bool is no int
-# here: `n_ctx=True` is a slip)
-_FIELD_TYPES = {"int": (Integral,), "int | None": (Integral, type(None)), "bool": (bool,), "bool | None": (bool, type(None)),
+# A field's annotation -> the types its value may have (a bool is no int here: `n_ctx=True` is a slip)
+_FIELD_TYPES = {"int": (int,), "int | None": (int, type(None)), "bool": (bool,), "bool | None": (bool, type(None)),
                 "str": (str,)}
 
 
 def check_field_types(obj) -> None:
     """InputError (one line) where a field of the dataclass `obj` holds a value its annotation does not
     allow (an int, an optional int, a bool, an optional bool or a str): built by hand from the library,
-    `PrefillSettings(n_ctx="4096")` raised a TypeError from a comparison, and `n_ctx=4096.0` passed on."""
+    `PrefillSettings(n_ctx="4096")` raised a TypeError from a comparison, and `n_ctx=4096.0` passed on.
+    A numpy scalar is taken as the Python value it holds (`np.int64(4096)`, `np.True_`)."""
     for f in fields(obj):
         allowed, value = _FIELD_TYPES.get(str(f.type)), getattr(obj, f.name)
         if allowed is None:
             continue
+        if type(value).__module__ == "numpy" and callable(getattr(value, "item", None)):
+            value = value.item()  # (numpy's scalars as Python's: a report writes the settings as JSON)
+            object.__setattr__(obj, f.name, value)  # (frozen: set once, as it is built)
         if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
             want = {"int": "an integer", "bool": "true or false", "str": "a string"}[str(f.type).split(" ")[0]]
             none = " or None" if "None" in str(f.type) else ""

@@ -45,8 +45,8 @@ from ._inputs import (
                       inputs_note,
                       server_json,
                       server_refuses,
-                      session_hints,
                       session_limits,
+                      session_render,
 )
 from ._render import SERVER_VARIABLES, SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables, server_variables
 from ._thinking import server_thinking
@@ -60,6 +60,6 @@ __all__ = [
     "generate_session", "given_messages", "inputs_note", "load_conversation", "load_session", "messages_for",
     "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for", "render_conversation",
     "render_variables", "save_session", "server_object_arguments", "server_handler", "server_refuses", "server_thinking", "server_variables",
-    "session_from_json", "active_session_limits", "session_hints", "session_limits",
+    "session_from_json", "active_session_limits", "session_limits", "session_render",
     "template_messages",
 ]

@@ -22,7 +22,7 @@ from ..jsonio import NotJsonNumber, number_problem, strict_loads
 from ..sandbox import render
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._handlers import server_handler
-from ._inputs import DEFAULT_INPUTS, active_session_limits, given_messages, server_refuses
+from ._inputs import DEFAULT_INPUTS, given_messages, server_refuses, session_render
 from ._workarounds import as_server_prepares
 
 __all__ = ["messages_for", "object_arguments", "reads_thinking", "reasoning_for", "server_object_arguments",
@@ -86,8 +86,8 @@ def _server_object_arguments(text: str, bos: str | None, eos: str | None, name: 
                 {"role": "assistant", "content": "The tool response was 'tool response'"},
                 {"role": "user", "content": "User message"}]
     try:
-        out = render(template, messages, tools=_CHECK_TOOLS, add_generation_prompt=True, limits=active_session_limits(),
-                     bos_token="", eos_token="")
+        out = session_render(render, template, messages, tools=_CHECK_TOOLS, add_generation_prompt=True,
+                             bos_token="", eos_token="")
     except RenderLimitError:
         raise  # (past the session's time or memory on a probe: its renders would be)
     except TmplkitError as exc:
@@ -114,8 +114,8 @@ def _shows_arguments(template: ChatTemplate, arguments) -> bool | None:
                     {"id": "call00001", "type": "function", "function": {"name": "tool1", "arguments": arguments}}]},
                 {"role": "tool", "tool_call_id": "call00001", "content": "Tool response"}]
     try:
-        out = render(template, messages, tools=_TOOLS, add_generation_prompt=True, limits=active_session_limits(),
-                     **family_special_tokens(template))
+        out = session_render(render, template, messages, tools=_TOOLS, add_generation_prompt=True,
+                             **family_special_tokens(template))
     except RenderLimitError:
         raise  # (past the session's time or memory on a probe: its renders would be; not tried again)
     except TmplkitError:

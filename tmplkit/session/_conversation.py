@@ -111,14 +111,12 @@ def load_conversation(path_or_obj, *, source: str | None = None) -> Conversation
                          strict_numbers=True)
     else:
         where = source or "<conversation>"
-        data = path_or_obj
+        data = path_or_obj.to_dict() if isinstance(path_or_obj, Conversation) else path_or_obj
         if (problem := shape_problem(data)) is not None:  # (a file's JSON cannot be such; Python values can)
             raise InputError(f"{where}: {problem}; give the conversation as JSON-like data")
         if (lone := lone_surrogate(data)) is not None:  # (a file's JSON is checked as it is read)
             raise InputError(f"{where}: {lone_surrogate_problem(lone)}")
     where = str(where)
-    if isinstance(data, Conversation):
-        data = data.to_dict()
     if isinstance(data, (list, tuple)) and body_format({"messages": list(data)}) == "anthropic":
         data = {"messages": list(data)}  # (an Anthropic body's messages saved alone: read as the body's)
     if isinstance(data, (list, tuple)):

@@ -35,6 +35,7 @@ The turns study, the replay, the resume check and the request bodies render as a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
@@ -43,7 +44,7 @@ from ..errors import InputError
 from ..sandbox import Limits, hint_place, hints_for
 
 __all__ = ["DEFAULT_INPUTS", "INPUTS", "active_session_limits", "check_inputs", "content_text", "given_messages", "given_tools",
-           "inputs_note", "server_json", "server_refuses", "session_hints", "session_limits"]
+           "inputs_note", "server_json", "server_refuses", "session_limits", "session_render"]
 
 INPUTS = ("server", "transformers")
 DEFAULT_INPUTS = "server"
@@ -60,29 +61,36 @@ def active_session_limits() -> Limits:
     return _LIMITS.get()
 
 
-@contextlib.contextmanager
-def session_limits(limits: Limits) -> Iterator[None]:
-    """Render sessions under `limits` inside the block: every library function that renders a
-    session in this process (`study_turns`, `session_requests`, masks, `check_resume`, a prefill's
-    prompt) takes them instead of `SESSION_LIMITS` (a worker process of `tmplkit turns` runs under
-    the command's `--timeout`).
+_KEEP = object()  # (a limit not given to `session_limits`: the one in force stays)
 
-        >>> with session_limits(Limits(seconds=300)):                             # doctest: +SKIP
+
+@contextlib.contextmanager
+def session_limits(*, seconds=_KEEP, max_output_chars=_KEEP) -> Iterator[None]:
+    """Render sessions under other limits inside the block: each one given replaces the one in force
+    (`SESSION_LIMITS`: 60 s and 50M characters a render), None lifts it, one not given stays. Every
+    library function that renders a session in this process takes them (`study_turns`,
+    `session_requests`, masks, `check_resume`, a prefill's prompt; a worker process of `tmplkit turns`
+    runs under the command's `--timeout`).
+
+        >>> with session_limits(seconds=300):                                     # doctest: +SKIP
         ...     report = study_turns(template, session)
     """
-    if not isinstance(limits, Limits):
-        raise InputError(f"session_limits takes a Limits, got {type(limits).__name__}; e.g. Limits(seconds=300)")
-    token = _LIMITS.set(limits)
+    given = {k: v for k, v in (("seconds", seconds), ("max_output_chars", max_output_chars)) if v is not _KEEP}
+    if not given:
+        raise InputError("session_limits() changes nothing; give seconds=... or max_output_chars=... (None: no limit)")
+    token = _LIMITS.set(dataclasses.replace(_LIMITS.get(), **given))  # (Limits checks the values)
     try:
         yield
     finally:
         _LIMITS.reset(token)
 
 
-def session_hints() -> contextlib.AbstractContextManager:
-    """Limit hints worded for a session's render: from Python, the `session_limits` block (the session
-    functions take no `limits` argument); elsewhere (the command line) as they are."""
-    return hints_for("session") if hint_place() == "library" else contextlib.nullcontext()
+def session_render(render_fn, *args, **kwargs):
+    """`render_fn(*args, **kwargs)` (`sandbox.render` or `render_with_prompt`) under the session limits
+    in force, a limit's message worded for a session: from Python, the `session_limits` block (the
+    session functions take no `limits` argument); on the command line as it is."""
+    with hints_for("session") if hint_place() == "library" else contextlib.nullcontext():
+        return render_fn(*args, limits=_LIMITS.get(), **kwargs)
 
 
 def check_inputs(inputs: str) -> str:

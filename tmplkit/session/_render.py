@@ -27,11 +27,12 @@ from datetime import datetime
 from functools import cached_property
 
 from ..errors import InputError, RenderError
-from ..sandbox import PINNED_NOW, Prepared, draws_at_random, prepare_message, prepare_tools, reads_clock, render, render_with_prompt
+from ..jsonio import shape_problem
+from ..sandbox import PINNED_NOW, Prepared, draws_at_random, prepare_message, prepare_tools, reads_clock, reads_date, render, render_with_prompt
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._arguments import messages_for
 from ._conversation import Conversation, load_conversation
-from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, active_session_limits, check_inputs, given_tools, session_hints
+from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, check_inputs, given_tools, session_render
 from ._thinking import server_thinking
 from ._workarounds import as_server_finishes, as_server_renders
 
@@ -100,9 +101,8 @@ class ServerConversation:
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(given))
         try:
-            with session_hints():
-                text = render(self.template, prepared, tools=self._prepared_tools, add_generation_prompt=add_generation_prompt,
-                              limits=active_session_limits(), clock=clock, **self.variables_at(clock))
+            text = session_render(render, self.template, prepared, tools=self._prepared_tools,
+                                  add_generation_prompt=add_generation_prompt, clock=clock, **self.variables_at(clock))
         except RenderError as exc:
             raise self._refusal(exc, given) from exc
         return self._finished(text, add_generation_prompt)
@@ -113,9 +113,8 @@ class ServerConversation:
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(messages))
         try:
-            with session_hints():
-                with_prompt, without = render_with_prompt(self.template, prepared, tools=self._prepared_tools,
-                                                          limits=active_session_limits(), clock=clock, **self.variables_at(clock))
+            with_prompt, without = session_render(render_with_prompt, self.template, prepared, tools=self._prepared_tools,
+                                                  clock=clock, **self.variables_at(clock))
         except RenderError as exc:
             raise self._refusal(exc, messages) from exc
         return self._finished(with_prompt, True), without
@@ -149,7 +148,7 @@ class ServerConversation:
     def draws_only(self) -> bool:
         """Whether what changes between renders at other times is only the template's random draws
         (`sandbox.draws_at_random`; it names no date: no `strftime_now`, no date variable)."""
-        return draws_at_random(self.template.text) and "strftime_now" not in self.template.text and not self._date_names
+        return draws_at_random(self.template.text) and not reads_date(self.template.text) and not self._date_names
 
     def variables_at(self, clock: Callable[[], datetime] | None = None) -> dict:
         """The variables of a render at `clock`'s time (default: the sandbox's pinned time):
@@ -197,6 +196,9 @@ def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = No
     _check_kwargs(kwargs)
     if not isinstance(conversation, (Conversation, ServerConversation)):  # (a list, parsed JSON or a path, as its siblings take)
         conversation = load_conversation(conversation)
+    elif isinstance(conversation, Conversation) and (problem := shape_problem((conversation.messages, conversation.tools))):
+        # (one built by hand, not read: its values may hold themselves, which every walk below would follow)
+        raise InputError(f"{conversation.source or '<conversation>'}: {problem}; give the conversation as JSON-like data")
     if isinstance(conversation, ServerConversation):
         inputs = conversation.inputs if inputs is None else inputs
         if conversation.template == template and conversation.inputs == inputs:  # its messages stay as they are

@@ -39,7 +39,7 @@ from ..markup import lcp
 from ..sandbox import render
 from ..sources.templates import ChatTemplate, family_special_tokens
 from ._handlers import server_handler
-from ._inputs import active_session_limits
+from ._inputs import session_render
 from ._workarounds import _SPACE, in_content_form
 
 __all__ = ["server_thinking"]
@@ -110,8 +110,9 @@ def _render(template: ChatTemplate, messages: list[dict], *, add_generation_prom
     """One probe as the autoparser renders it (`apply_template`: the template's BOS/EOS, the
     switch, the content in the form the template reads); None where it does not render."""
     try:
-        return render(template, in_content_form(template, messages), tools=tools, add_generation_prompt=add_generation_prompt,
-                      limits=active_session_limits(), enable_thinking=enable_thinking, **family_special_tokens(template))
+        return session_render(render, template, in_content_form(template, messages), tools=tools,
+                              add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking,
+                              **family_special_tokens(template))
     except RenderLimitError:
         raise
     except TmplkitError:

@@ -50,7 +50,7 @@ from ..jsonio import strict_loads
 from ..sandbox import Prepared, render
 from ..sources.templates import ChatTemplate
 from ._handlers import server_handler
-from ._inputs import active_session_limits, text_part
+from ._inputs import session_render, text_part
 
 __all__ = ["ContentReads", "as_server_finishes", "as_server_prepares", "as_server_renders", "content_reads"]
 
@@ -386,8 +386,8 @@ def _probe(template: ChatTemplate, messages: list[dict]) -> str | None:
     key it reads that the probe does not set (the C++ engine goes on with an undefined value where
     Python's raises, so the failure tells nothing of the check)."""
     try:
-        return render(template, Prepared(_Message(m) for m in messages), tools=[], add_generation_prompt=True,
-                      limits=active_session_limits(), bos_token="", eos_token="")
+        return session_render(render, template, Prepared(_Message(m) for m in messages), tools=[],
+                              add_generation_prompt=True, bos_token="", eos_token="")
     except RenderLimitError:
         raise  # (past the session's time or memory on a probe: its renders would be; not tried again)
     except TmplkitError as exc:

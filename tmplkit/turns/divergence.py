@@ -7,7 +7,7 @@ this order:
 
 - "date or time": rendering request k+1 at request k's time moves the divergence later;
   "random draw" where the template reads no date and draws at random (the `random` filter,
-  `lipsum`: tmplkit seeds a render's draws by its time, a server draws anew every render);
+  `lipsum`: tmplkit seeds a render's draws by its time; transformers draws anew every render);
 - "reasoning dropped": the held text has the reasoning of an earlier assistant turn at the
   divergence and the request no longer has it;
 - "generation prompt": it lies in request k's generation prompt, i.e. the template renders an
@@ -227,7 +227,8 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw, draws
         if common_prefix(held, again) > pos:
             if draws:
                 return "random draw", (f"with request {prev.index}'s draws the request matches further: the template "
-                                       "draws at random (`random`, `lipsum`), anew in every render a server makes")
+                                       "draws at random (`random`, `lipsum`), anew in every render transformers makes "
+                                       "(llama-server's Jinja has no `random` filter)")
             return "date or time", (f"rendered at request {prev.index}'s time the request matches further "
                                     f"({cur.time:%H:%M:%S} vs {prev.time:%H:%M:%S})")
     for i, m in enumerate(messages[:prev.turn[1]]):
