@@ -37,9 +37,18 @@ A log pasted from a router (`llama-server --models-dir DIR`, no `-m`: server-mod
 line of a spawned server prefixed with its port (`LOG("[%5d] %s", port, line)`), and the options it
 spawned it with one per line on the router's `load:` lines (`SRV_INF("  %s\n", arg)`, long names:
 `--ubatch-size`, `2048`): tasks are kept apart per port and n_batch / n_ubatch read from those
-options. Progress lines cut out of the middle of a prompt (a jump of more than n_batch tokens
-between two of them) are a gap, not a batch. A log of an older server (`n_past = `, `n_prompt_tokens
-= ` lines) is refused in one line.
+options. Batch or progress lines cut out of the middle of a prompt (a jump of more than n_batch
+tokens between two of them) are a gap, not a batch. A log of an older server (`n_past = `,
+`n_prompt_tokens = ` lines) is refused in one line.
+
+A log as a user pastes it: colour and erase-line codes, tabs and no-break spaces, a collector's
+prefix (journalctl, docker compose, kubectl) are read through. A batch of a task that ran while
+another slot's task did is shared (the server fills one batch from every slot at work, a generating
+slot adding a token): its early end is no break and is not counted (`shared_ends`). An info-level
+task without its `stop processing` line counts its positions from the first token it processed
+(`relative`). A task line held twice (a `--log-file` and a `tee` of stderr into one file) or batches
+that do not move forward are refused; each run of an appended log is read with its own batch sizes;
+a log that begins inside a task says so (from its `new prompt` line, the task is read).
 
 `locate_breaks(log, template, session, tokenizer)` says which message of the session each early
 batch end, checkpoint and restore fell on.
@@ -57,7 +66,7 @@ from ..errors import InputError
 __all__ = ["ANSI", "FAR_BACK_TOKENS", "LOG_MAX_BYTES", "LOG_SCHEMA_VERSION", "ServerLog", "TaskPrefill", "decode_log", "format_server_log",
            "read_server_log"]
 
-LOG_SCHEMA_VERSION = 2
+LOG_SCHEMA_VERSION = 3  # (3: each task's `relative` and `shared_ends`)
 # The most of a log read at once (its lines take a few times that in memory): far above a session's
 # lines at -lv 4; a bigger file is a server's weeks of output, or no log (a model given by mistake).
 LOG_MAX_BYTES = 1 << 30
@@ -69,7 +78,11 @@ FAR_BACK_TOKENS = 1024
 DEFAULT_N_BATCH = 2048
 DEFAULT_N_UBATCH = 512
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colour codes a terminal log carries
+# A terminal's escape sequences a pasted log carries: colours (`m`), and the erase-line (`K`) that
+# `grep --color` writes after each match.
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Spaces a paste makes of the server's: a tab (an editor), a no-break space (a web page copied).
+_SPACES = ("\t", "\u00a0", "\u202f", "\u2007")
 _SLOT = re.compile(r"slot +\S+: id +(\d+) \| task (-?\d+) \| (.*)$")
 _N_BATCH = re.compile(r"llama_context: n_batch\s+= (\d+)")
 _N_UBATCH = re.compile(r"llama_context: n_ubatch\s+= (\d+)")
@@ -84,7 +97,9 @@ _INSTANCE_WITHIN = 80
 _TIMESTAMP = r"\d+\.\d\d\.\d\d\d\.\d\d\d [A-Z] "  # llama.cpp's log timestamp and level: 0.00.920.495 I
 _CHILD_LINE = re.compile(rf"{_TIMESTAMP}|slot |srv |[A-Za-z_][\w.]*:")
 _SPAWN = re.compile(r"spawning server instance with name=\S* on port (\d+)")
-_LOAD_ARG = re.compile(r"srv +load: {3}(\S.*?)\s*$")  # one option of the spawned server's command line
+# One option of the spawned server's command line (three spaces in, as the server writes it; any
+# whitespace, as a paste may leave it: a squeezed line is read too)
+_LOAD_ARG = re.compile(r"srv\s+load:\s+(\S.*?)\s*$")
 _OPTION_OF = {"-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch", "--ubatch-size": "n_ubatch"}
 # Lines of llama-server releases before the ones tmplkit reads (b4xxx and older: `n_past = `, the
 # prompt's length as `n_prompt_tokens = `), which this reader would read as no batch at all.
@@ -94,7 +109,7 @@ _SERVER_MARKS = re.compile(r"llama_server:|load_model:|srv +\S+:|slot +\S+: id +
 _TASK_LINES = {
     "start": re.compile(r"^processing task"),
     "lcp_info": re.compile(r"selected slot by LCP similarity, (?:f_)?sim_best = ([\d.]+) \(> [\d.]+ thold\), f_keep = ([\d.]+)"),
-    "lcp_trace": re.compile(r" - checking sim = [\d.]+ \((\d+)/(\d+)\)"),
+    "lcp_trace": re.compile(r"-\s*checking sim = [\d.]+ \((\d+)/(\d+)\)"),
     "new_prompt": re.compile(r"new prompt, n_ctx_slot = \d+, n_keep = -?\d+, task\.n_tokens = (\d+)"),
     "cached": re.compile(r"cached n_tokens = (\d+), memory_seq_rm \["),
     "do_checkpoint": re.compile(r"main/do_checkpoint = (?:yes|no), pos_min = -?\d+, pos_max = (-?\d+)"),
@@ -143,20 +158,29 @@ class TaskPrefill:
     # before it (pasted in part) shows the batches up to its last line only: the last one's end is
     # unknown, and at info level (no prompt length) positions count from the first token processed.
     ended: bool = True
+    # Positions count from the first token the task processed, not from the prompt's start: an
+    # info-level log without the task's 'stop processing' line (or cut before its end) does not say
+    # how many tokens it reused.
+    relative: bool = False
+    # Where a batch of this task ended while another slot's task ran (the server fills one batch from
+    # every slot processing at once): an early end that cannot be told from a break, not counted.
+    shared_ends: tuple[int, ...] = ()
+
+    @property
+    def _end(self) -> int | None:
+        """Where the prompt ends, in the positions of `batch_starts`."""
+        return self.n_processed if self.relative else self.n_prompt
 
     @property
     def gaps(self) -> tuple[tuple[int, int], ...]:
-        """Stretches of the prompt whose progress lines are not in the log (cut out by whoever pasted
-        it): between two lines more than n_batch tokens apart, which no batch can be. Trace logs
-        have none: each batch is there."""
-        if self.batches_complete:
-            return ()
+        """Stretches of the prompt whose lines are not in the log (cut out by whoever pasted it):
+        between two batch lines more than n_batch tokens apart, which no batch can be."""
         return tuple((s, e) for s, e in zip(self.batch_starts, self.batch_ends) if e - s > self.n_batch)
 
     @property
     def batch_ends(self) -> tuple[int, ...]:
         """Where each batch of `batch_starts` ended (the next one's start, or the prompt's end)."""
-        end = self.n_prompt if self.n_prompt is not None and self.ended else None
+        end = self._end if self.ended else None
         ends = list(self.batch_starts[1:])
         if self.batch_starts and end is not None:
             ends.append(end)
@@ -169,23 +193,25 @@ class TaskPrefill:
     @property
     def decode_calls(self) -> int | None:
         """Prompt batches (decode calls); None when the log does not show them all."""
-        return len(self.batch_starts) if self.batches_complete and self.ended else None
+        return len(self.batch_starts) if self.batches_complete and self.ended and not self.gaps else None
 
     @property
     def early_ends(self) -> tuple[int, ...]:
-        """Where a batch ended before n_batch tokens and before the prompt's end."""
-        n = self.n_prompt
-        return tuple(e for s, e in zip(self.batch_starts, self.batch_ends) if e - s < self.n_batch and (n is None or e < n))
-
+        """Where a batch ended before n_batch tokens and before the prompt's end (not for sharing
+        the batch with another slot)."""
+        n, shared = self._end, set(self.shared_ends)
+        return tuple(e for s, e in zip(self.batch_starts, self.batch_ends)
+                     if e - s < self.n_batch and (n is None or e < n) and e not in shared)
 
     @property
     def near_end(self) -> tuple[int, ...]:
         """The two positions llama-server ends a batch at so that it can checkpoint near the end of
         a prompt (n - 4 - n_ubatch and n - 4; server-context.cpp:3540-3559, PR 20288)."""
-        if self.n_prompt is None:
+        n = self._end
+        if n is None:
             return ()
         ub = self.n_ubatch if self.n_ubatch is not None else DEFAULT_N_UBATCH
-        return tuple(p for p in (self.n_prompt - min(self.n_batch, 4 + ub), self.n_prompt - min(self.n_batch, 4)) if p > 0)
+        return tuple(p for p in (n - min(self.n_batch, 4 + ub), n - min(self.n_batch, 4)) if p > 0)
 
     @property
     def mid_breaks(self) -> tuple[int, ...]:
@@ -225,7 +251,8 @@ class TaskPrefill:
         """At least 3 mid-prompt breaks, and at least twice the decode calls the batches shown
         needed (their tokens in n_batch batches, plus the near-end ones); a gap (lines cut out)
         is no batch and counts neither way."""
-        sizes = [n for n in self.batch_sizes if n <= self.n_batch or self.batches_complete]
+        shared = set(self.shared_ends)
+        sizes = [n for n, e in zip(self.batch_sizes, self.batch_ends) if n <= self.n_batch and e not in shared]
         if len(self.mid_breaks) < 3 or not sizes:
             return False
         first = self.batch_starts[0]
@@ -240,7 +267,7 @@ class TaskPrefill:
         if self._fragmented():
             seen = "" if self.batches_complete else " (of the batches after the first 3 s, all this log level shows)"
             if self.gaps:
-                seen += f" (the progress lines of {sum(e - s for s, e in self.gaps)} tokens are not in the log)"
+                seen += f" (the batch lines of {sum(e - s for s, e in self.gaps)} tokens are not in the log)"
             s = (f"batch fragmentation: {len(mid)} batches ended before n_batch = {self.n_batch} mid-prompt{seen}"
                  + (f", {calls} decode calls for {self.n_processed} tokens" if calls is not None else ""))
             if no_ckpt is not None:
@@ -260,6 +287,10 @@ class TaskPrefill:
                        "(a user message the server did not take for one, or checkpoints too far apart: -cms, -ctxcp)")
         if self.full_reprocess:
             out.append("llama-server forced full prompt re-processing: no checkpoint it could restore")
+        if self.shared_ends:
+            out.append(f"{len(self.shared_ends)} of its batches ran while another slot's task did (slots processing at "
+                       "once fill one batch together): their early ends cannot be told from breaks at messages and are "
+                       "not counted; a log of one request at a time shows them")
         return out
 
     def to_dict(self) -> dict:
@@ -275,6 +306,7 @@ class TaskPrefill:
                 "checkpoints_restored": _list_or_none(self.checkpoints_restored),
                 "checkpoints_erased": list(self.checkpoints_erased), "full_reprocess": self.full_reprocess,
                 "prompt_ms": self.prompt_ms, "prompt_tps": self.prompt_tps, "instance": self.instance,
+                "relative": self.relative, "shared_ends": list(self.shared_ends),
                 "gaps": [list(g) for g in self.gaps], "pattern": self.pattern,
                 "findings": self.findings()}
 
@@ -335,10 +367,19 @@ class _Task:
     slot: int
     lcp_info: tuple[float, float] | None = None
     lcp: int | None = None
+    # The server's batch sizes when the task began (a log of two runs may hold two settings)
+    n_batch: int | None = None
+    n_ubatch: int | None = None
     n_prompt_trace: int | None = None
     cached: list[int] = field(default_factory=list)
     do_ckpt: list[int] = field(default_factory=list)
     progress: list[tuple[int, float]] = field(default_factory=list)
+    # The log line of each batch line above, and of the task's last line (while another slot's task
+    # runs, from its first batch to its end, the server fills each batch from both slots: a batch
+    # of this task ends early for that, not at a message)
+    lines: dict[str, list[int]] = field(default_factory=lambda: {"cached": [], "do_ckpt": [], "progress": []})
+    last_line: int = -1
+    headless: bool = False  # read from its 'new prompt' line: the lines before (what it shared) are not in the log
     created: list[int] = field(default_factory=list)
     restored: list[tuple[int, int]] = field(default_factory=list)
     full: bool = False
@@ -355,16 +396,20 @@ _OPENINGS = ("cached n_tokens", "prompt processing", "created context checkpoint
              "erasing old context checkpoint", "prompt eval time", "stop processing")
 
 
-def _read_task_line(t: _Task, msg: str) -> None:
-    """One line of a known task: the batch, checkpoint and timing facts it states, into `t`."""
+def _read_task_line(t: _Task, msg: str, at: int = -1) -> None:
+    """One line of a known task (line `at` of the log): the batch, checkpoint and timing facts it
+    states, into `t`."""
     if (g := _TASK_LINES["new_prompt"].search(msg)) is not None:
         t.n_prompt_trace = _int(g.group(1))
     elif (g := _TASK_LINES["cached"].search(msg)) is not None:
         t.cached.append(_int(g.group(1)))
+        t.lines["cached"].append(at)
     elif (g := _TASK_LINES["do_checkpoint"].search(msg)) is not None:
         t.do_ckpt.append(_int(g.group(1)) + 1)
+        t.lines["do_ckpt"].append(at)
     elif (g := _TASK_LINES["progress"].search(msg)) is not None:
         t.progress.append((_int(g.group(1)), float(g.group(2))))
+        t.lines["progress"].append(at)
     elif (g := _TASK_LINES["created"].search(msg)) is not None:
         t.created.append(_int(g.group(1)))
     elif (g := _TASK_LINES["restored"].search(msg)) is not None:
@@ -379,17 +424,25 @@ def _read_task_line(t: _Task, msg: str) -> None:
         t.n_gen = _int(g.group(1))
     elif (g := _TASK_LINES["stop"].search(msg)) is not None:
         t.stop = _int(g.group(1))
-    elif msg.lstrip().startswith(_OPENINGS):
+    elif _opens_as_counted(msg.strip()):
         t.unread.append(msg.strip())
+
+
+def _opens_as_counted(text: str) -> bool:
+    """Whether a line opens as one this reader counts on, or is such a line's beginning alone (a line
+    another process's write split in two: `cached n_tok`, then `ens = 602` on a line of its own)."""
+    return text.startswith(_OPENINGS) or (len(text) >= 8 and any(o.startswith(text) for o in _OPENINGS))
 
 
 def decode_log(data: bytes, source: str = "<log>") -> str:
     """A log's bytes as text: UTF-8 (a byte that is not: replaced), or UTF-16 where it says so by
     its byte-order mark or has the zero bytes of one without it (PowerShell's `>` writes it).
     InputError for a compressed log (`server.log.gz`)."""
-    if data.startswith((b"\x1f\x8b", b"\x28\xb5\x2f\xfd", b"\xfd7zXZ\x00", b"BZh")):
-        raise InputError(f"{source}: a compressed file (gzip, zstd, xz or bzip2), not the log's text; decompress it "
-                         f"first, e.g. `zcat {'LOG' if source.startswith('<') else source} | tmplkit server log -`")
+    for magic, kind, cat in ((b"\x1f\x8b", "gzip", "zcat"), (b"\x28\xb5\x2f\xfd", "zstd", "zstdcat"),
+                             (b"\xfd7zXZ\x00", "xz", "xzcat"), (b"BZh", "bzip2", "bzcat")):
+        if data.startswith(magic):
+            raise InputError(f"{source}: a compressed file ({kind}), not the log's text; decompress it first, e.g. "
+                             f"`{cat} {'LOG' if source.startswith('<') else source} | tmplkit server log -`")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         return data.decode("utf-16", "replace")
     head = data[:4096]
@@ -424,8 +477,10 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     """
     # llama-server writes no NUL: a run of them is a log emptied while the server wrote on into it
     # (`: > server.log`, logrotate's copytruncate), left out; a binary file is no log below.
-    # (a tab where the server wrote spaces, as an editor or a paste makes them: read as a space)
-    lines = [ANSI.sub("", ln).replace("\t", " ") for ln in text.replace("\x00", "").splitlines()]
+    # (a tab or a no-break space where the server wrote spaces, as an editor or a paste makes them: a space)
+    for space in _SPACES:  # (on the whole text: a replace is C speed, a translate per line is not)
+        text = text.replace(space, " ")
+    lines = [ANSI.sub("", ln) for ln in text.replace("\x00", "").splitlines()]
     if not any(ln.strip() for ln in lines):
         raise InputError(f"{source}: the log is empty; give the output of llama-server itself (its stderr, or "
                          "--log-file) once it has served a request")
@@ -440,11 +495,16 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     # again: a task id seen before starts the instance's next run, read apart from the last.
     runs: dict[int | None, int] = {}
     spawning: list[int] = []  # the port of the instance the router's `load:` lines are about
+    orphans: dict[tuple[int | None, int], int] = {}
     try:
-        order = _read_lines(lines, servers, tasks, runs, spawning)
+        order = _read_lines(lines, servers, tasks, runs, spawning, orphans, source)
     except _Damaged as exc:
         raise InputError(f"{source}: a number of {len(str(exc).lstrip('-'))} digits, more than llama-server prints: the "
                          "log was edited or damaged; give the log as llama-server wrote it") from None
+    if not order and orphans:
+        (_, begun), at = next(iter(orphans.items()))
+        raise InputError(f"{source}: the log begins inside task {begun} (line {at + 1} is one of its batch or timing lines, "
+                         "its 'processing task' line is not in the log): give the log from the task's start")
     if not order:
         raise InputError(f"{source}: a llama-server log with no task in it (no 'processing task' line): it holds no "
                          "request, or it was cut before the first one")
@@ -457,30 +517,104 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     _refuse_implausible_settings(servers, source)
     _refuse_unread_batches(tasks, servers, order, source)
     _refuse_unread_lines(tasks, order, source)
-    out = tuple(_finish(tasks[k], servers[k[0]], k[0]) for k in order)
+    _refuse_repeated_batches(tasks, order, source)
+    others = _others_running(tasks, order)
+    out = tuple(_finish(tasks[k], servers[k[0]], k[0], others[k]) for k in order)
     first = servers[order[0][0]]
-    notes = _notes(first)
-    if any(runs.values()):
-        n = 1 + max(runs.values())
-        notes.append(f"the log holds {n} runs of the server (its task ids start again): each run's tasks are read apart, "
-                     "in the order of the log")
-    cut = [t for t in out if not t.ended and (t.batch_starts or t.n_prompt is not None)]
-    if cut:
-        counted = " (its positions count from the first token it processed: the tokens reused are not known)" \
-            if any(t.level == "info" for t in cut) else ""
-        notes.append(f"the log ends before task {cut[-1].task} does (no 'prompt eval time' line): the batches up to its "
-                     f"last line are read, what came after is not known{counted}")
-    if text and not text.endswith(("\n", "\r")):
-        notes.append("the log's last line has no end (a log cut while it was written, or copied in part): the last "
-                     "task's figures may be incomplete")
-    return ServerLog(source, first.verbosity, first.n_batch, first.n_ubatch, first.ck_max, first.ck_step, out,
+    headless = [tasks[k].task for k in order if tasks[k].headless]
+    notes = _notes(first) + _reading_notes(out, runs, orphans, headless, text)
+    head = tasks[order[0]]  # (the first task's run: a log of two runs says so in a note)
+    return ServerLog(source, first.verbosity, head.n_batch if head.n_batch is not None else first.n_batch,
+                     head.n_ubatch if head.n_ubatch is not None else first.n_ubatch, first.ck_max, first.ck_step, out,
                      tuple(notes))
 
 
-def _read_lines(lines: list[str], servers: dict, tasks: dict, runs: dict, spawning: list[int]) -> list:
-    """Every line into `servers` and `tasks` (see `read_server_log`); the tasks' keys in the log's order."""
+def _reading_notes(out: tuple[TaskPrefill, ...], runs: dict, orphans: dict, headless: list[int], text: str) -> list[str]:
+    """What the reader of the report should know of how the log was read: runs, cuts, tasks begun
+    before the log does."""
+    notes = []
+    if any(runs.values()):
+        n = 1 + max(runs.values())
+        differ = len({(t.n_batch, t.n_ubatch) for t in out}) > 1
+        notes.append(f"the log holds {n} runs of the server (its task ids start again): each run's tasks are read apart, "
+                     "in the order of the log" + (", each with its run's batch sizes (they differ)" if differ else ""))
+    if headless:
+        notes.append(f"the log begins at task {headless[0]}'s 'new prompt' line: how much of its prompt the slot held "
+                     "before it is not known")
+    if orphans:
+        ids = ", ".join(str(task) for _, task in orphans)
+        notes.append(f"the log begins inside task{'s' if len(orphans) > 1 else ''} {ids} (no 'processing task' line): "
+                     "not read; give the log from the task's start to read it")
+    cut = [t for t in out if not t.ended and (t.batch_starts or t.n_prompt is not None)]
+    if cut:
+        counted = " (its positions count from the first token it processed: the tokens reused are not known)" \
+            if any(t.relative for t in cut) else ""
+        notes.append(f"the log ends before task {cut[-1].task} does (no 'prompt eval time' line): the batches up to its "
+                     f"last line are read, what came after is not known{counted}")
+    elif out and not out[-1].ended and not out[-1].batch_starts:
+        notes.append(f"the log ends as task {out[-1].task} begins: nothing of it is read")
+    unstopped = [t.task for t in out if t.ended and t.relative]
+    if unstopped:
+        notes.append(f"task{'s' if len(unstopped) > 1 else ''} {', '.join(map(str, unstopped))}: no 'stop processing' line "
+                     "(a log cut at its end?), so its prompt's length and the tokens it reused are not known: its positions "
+                     "count from the first token it processed")
+    if text and not text.endswith(("\n", "\r")):
+        notes.append("the log's last line has no end (a log cut while it was written, or copied in part): the last "
+                     "task's figures may be incomplete")
+    return notes
+
+
+def _refuse_repeated_batches(tasks: dict, order: list, source: str) -> None:
+    """A task whose batch lines do not move forward (a batch starting where the one before did, or
+    before it): no server prints that; a line held twice, or two logs' lines mixed, and each such
+    line would count as a batch and a break."""
+    for k in order:
+        t = tasks[k]
+        for values in (t.cached, t.do_ckpt, [n for n, _ in t.progress]):
+            bad = next((i for i in range(1, len(values)) if values[i] <= values[i - 1]), None)
+            if bad is not None:
+                raise InputError(f"{source}: task {t.task} has a batch at {values[bad]} right after one at {values[bad - 1]}, "
+                                 "which no server prints (a line held twice, or two logs mixed): give the log as "
+                                 "llama-server wrote it, once")
+
+
+def _others_running(tasks: dict, order: list) -> dict:
+    """Per task, when each other task of its server and run that ran at the same time was running:
+    (its first batch line, its last line), in log lines. (A sweep over the tasks in the order they
+    start: a log of thousands of tasks one after another compares each with its neighbours only.)"""
+    spans = {k: (min(i for lst in tasks[k].lines.values() for i in lst), tasks[k].last_line)
+             for k in order if any(tasks[k].lines.values())}
+    out: dict = {k: [] for k in order}
+    by_start = sorted(spans, key=lambda k: spans[k][0])
+    active: list = []  # the tasks begun before, still running
+    for i, k in enumerate(by_start):
+        first, last = spans[k]
+        active = [o for o in active if spans[o][1] > first]
+        later, j = [], i + 1
+        while j < len(by_start) and spans[by_start[j]][0] < last:
+            later.append(by_start[j])
+            j += 1
+        for o in active + later:
+            if o[:2] == k[:2]:
+                out[k].append(spans[o])
+        active.append(k)
+    return out
+
+
+def _read_lines(lines: list[str], servers: dict, tasks: dict, runs: dict, spawning: list[int],
+                orphans: dict | None = None, source: str = "<log>") -> list:
+    """Every line into `servers` and `tasks` (see `read_server_log`); the tasks' keys in the log's
+    order. `orphans`: (instance, task id) -> the first line of a task whose start is not in the log
+    (the log begins inside it). InputError for a task line the log holds twice in a row."""
     order: list[tuple[int | None, int, int]] = []
-    for raw in lines:
+    prev = ""
+    for at, raw in enumerate(lines):
+        if raw == prev and _SLOT.search(raw) and _STAMPED.search(raw):
+            # (no server writes one line twice to the microsecond: a log written twice into one file,
+            # `--log-file` and a `tee` of its stderr, counts every batch twice, a break at each)
+            raise InputError(f"{source}: line {at + 1} is the line before it again, timestamp and all: the log holds its "
+                             "lines twice (a --log-file and a tee of the server's stderr into one file?); give one copy")
+        prev = raw
         g = _INSTANCE.search(raw, 0, _INSTANCE_WITHIN)
         if g is not None and g.start() > 0 and not _CHILD_LINE.match(raw, g.end()):
             g = None  # (a bracketed number inside a line, not a router's prefix after a collector's)
@@ -495,15 +629,29 @@ def _read_lines(lines: list[str], servers: dict, tasks: dict, runs: dict, spawni
             srv.pending_lcp[slot] = (float(g.group(1)), float(g.group(2)))
         elif (g := _TASK_LINES["lcp_trace"].search(msg)) is not None:
             srv.pending_trace_lcp[slot] = _int(g.group(1))
-        elif _TASK_LINES["start"].search(msg):
+        elif _TASK_LINES["start"].search(msg) or (task_id >= 0 and (inst, runs.get(inst, 0), task_id) not in tasks
+                                                   and _TASK_LINES["new_prompt"].search(msg)):
+            # (a log pasted from a task's second line, its 'new prompt': the task is whole from there)
             if (inst, runs.get(inst, 0), task_id) in tasks:
                 runs[inst] = runs.get(inst, 0) + 1
             key = (inst, runs.get(inst, 0), task_id)
-            tasks[key] = _Task(task_id, slot, srv.pending_lcp.pop(slot, None), srv.pending_trace_lcp.pop(slot, None))
+            tasks[key] = _Task(task_id, slot, srv.pending_lcp.pop(slot, None), srv.pending_trace_lcp.pop(slot, None),
+                               srv.n_batch, srv.n_ubatch)
             order.append(key)
-        elif (key := (inst, runs.get(inst, 0), task_id)) in tasks:  # else a task whose start is not in the log
-            _read_task_line(tasks[key], msg)
+            _read_task_line(tasks[key], msg, at)  # (a 'new prompt' line read; 'processing task' says nothing more)
+            tasks[key].headless = not _TASK_LINES["start"].search(msg)
+        elif (key := (inst, runs.get(inst, 0), task_id)) in tasks:
+            _read_task_line(tasks[key], msg, at)
+            tasks[key].last_line = at
+        elif orphans is not None and task_id >= 0 and (inst, task_id) not in orphans:
+            probe = _Task(task_id, slot)  # (a task whose start is not in the log: its lines say what it was)
+            _read_task_line(probe, msg, at)
+            if _has_facts(probe):
+                orphans[(inst, task_id)] = at
     return order
+
+
+_STAMPED = re.compile(_TIMESTAMP)
 
 
 @dataclass
@@ -660,8 +808,9 @@ def _notes(srv: _Server) -> list[str]:
     return notes
 
 
-def _finish(t: _Task, srv: _Server, instance: int | None) -> TaskPrefill:
-    n_batch, n_ubatch = srv.n_batch or DEFAULT_N_BATCH, srv.n_ubatch
+def _finish(t: _Task, srv: _Server, instance: int | None, others: Sequence[tuple[int, int]] = ()) -> TaskPrefill:
+    n_batch = t.n_batch or srv.n_batch or DEFAULT_N_BATCH
+    n_ubatch = t.n_ubatch if t.n_ubatch is not None else srv.n_ubatch
     trace = bool(t.cached or t.do_ckpt or t.n_prompt_trace is not None)
     processed = t.prompt_eval[1] if t.prompt_eval else None
     n_prompt = t.n_prompt_trace
@@ -669,19 +818,27 @@ def _finish(t: _Task, srv: _Server, instance: int | None) -> TaskPrefill:
         n_prompt = t.stop - max(t.n_gen, 1) + 1  # the memory holds the prompt and all but the last token generated
     ended = t.prompt_eval is not None or t.stop is not None
     starts = tuple(t.cached or t.do_ckpt)
+    at = t.lines["cached"] if t.cached else t.lines["do_ckpt"]
     reused = starts[0] if trace and starts else None
     if reused is None and n_prompt is not None and processed is not None:
         reused = n_prompt - processed
-    if not trace and t.progress and (reused is not None or not ended):
-        # (a log cut before the task's end: the reused tokens are unknown, so count from the first processed)
-        starts = tuple((reused or 0) + k for k, _ in t.progress)
+    relative = False
+    if not trace and t.progress:
+        # (the reused tokens unknown, a log cut before the task's end or its 'stop processing' line:
+        # positions count from the first token processed, the prompt ending at the tokens processed)
+        relative = reused is None
+        starts, at = tuple((reused or 0) + k for k, _ in t.progress), t.lines["progress"]
+    # A batch made while another slot's task ran (its prompt's batches, or the one token a turn it
+    # generates adds to each batch) was shared: its end is no break
+    shared = tuple(starts[i + 1] for i in range(len(starts) - 1)
+                   if any(a < at[i + 1] and b > at[i] for a, b in others))
     common: int | None
     if t.lcp is not None:
         common = t.lcp
     elif t.lcp_info is not None and n_prompt is not None:
         common = round(t.lcp_info[0] * n_prompt)
-    else:
-        common = 0 if t.lcp_info is None and trace else None
+    else:  # (no selection line: the slot was empty, unless the log begins after that line)
+        common = 0 if t.lcp_info is None and trace and not t.headless else None
     restored = tuple(n for n, _ in t.restored)
     return TaskPrefill(
         task=t.task, slot=t.slot, level="trace" if trace else "info", n_prompt=n_prompt, n_reused=reused,
@@ -689,7 +846,8 @@ def _finish(t: _Task, srv: _Server, instance: int | None) -> TaskPrefill:
         n_batch=n_batch, n_ubatch=n_ubatch, checkpoints_created=tuple(t.created) if trace else None,
         checkpoints_restored=restored if trace else None, full_reprocess=t.full if trace else None,
         checkpoints_erased=tuple(t.erased), prompt_ms=t.prompt_eval[0] if t.prompt_eval else None,
-        prompt_tps=t.prompt_eval[2] if t.prompt_eval else None, instance=instance, ended=ended)
+        prompt_tps=t.prompt_eval[2] if t.prompt_eval else None, instance=instance, ended=ended, relative=relative,
+        shared_ends=shared)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -716,7 +874,7 @@ def format_server_log(log: ServerLog) -> str:
                 + f"; {len(t.mid_breaks)} mid-prompt breaks" + ("" if t.batches_complete else " seen"))
         lines.append(head)
         if t.gaps:
-            lines.append(f"  progress lines cut out of the log: {', '.join(f'{a}..{b}' for a, b in t.gaps)} (not batches)")
+            lines.append(f"  lines cut out of the log: {', '.join(f'{a}..{b}' for a, b in t.gaps)} (not batches)")
         if t.checkpoints_created is not None:
             lines.append(f"  checkpoints created at {_short(t.checkpoints_created) or 'none'}; restored "
                          f"{_short(t.checkpoints_restored or ()) or 'none'}" + ("; full re-processing forced" if t.full_reprocess else ""))
