@@ -160,3 +160,19 @@ def test_a_compressed_logs_hint_names_its_own_tool(tmp_path, capsys):
     assert main(["--no-config", "server", "log", str(tmp_path / "server.log.zst")]) == 2
     err = capsys.readouterr().err
     assert "a compressed file (zstd)" in err and "`zstdcat " in err and err.count("\n") == 1
+
+
+@pytest.mark.corpus
+def test_a_task_whose_positions_are_relative_is_placed_on_no_message(qwen35):
+    # (before: its positions, counted from its first processed token, were placed on the longest
+    # request as if from the prompt's start: messages the breaks never fell on)
+    from tmplkit.prefill import generate_session
+    from tmplkit.server.log_breaks import locate_breaks
+    from tmplkit.sources import corpus, load_one
+
+    template = load_one(str(corpus.templates_dir() / "Qwen3.5-4B.jinja"))
+    session = generate_session(30000, seed=0, style="agent")
+    lines = text("0.3.33-cold-lv3.log").splitlines(keepends=True)
+    log = locate_breaks(read_server_log("".join(lines[:-1])), template, session, qwen35)
+    assert log.tasks[0].relative and log.locations == ()
+    assert locate_breaks(read_server_log("".join(lines)), template, session, qwen35).locations  # (whole: placed)

@@ -77,7 +77,8 @@ def locate_breaks(log: ServerLog, template, session, tokenizer, *, analysis=None
     is its render up to where the model speaks (`tmplkit.turns.session_requests`), tokenized as
     llama-server tokenizes a prompt (with the vocabulary's BOS). A task is matched to the first
     request (from the last one matched on) whose token count is its prompt length; when none
-    matches, its places are read on the longest request (`tokens_match` False: approximate).
+    matches, its places are read on the longest request (`tokens_match` False: approximate). A task
+    whose positions count from its first processed token (`TaskPrefill.relative`) is not placed.
     """
     if not isinstance(session, Session):
         session = session_from_json(session) if not isinstance(session, str) else _load_session(session)
@@ -102,6 +103,8 @@ def locate_breaks(log: ServerLog, template, session, tokenizer, *, analysis=None
     out = []
     next_k = 0
     for task in log.tasks:
+        if task.relative:  # (its positions count from a token the log does not place: none is on a message)
+            continue
         k_found = None
         if task.n_prompt is not None:
             for k in range(next_k, len(requests)):
