@@ -302,6 +302,11 @@ def test_diff_exit_codes_and_formats(capsys, matches_schema):
     assert code == 0 and out.rstrip().endswith(
         "no change in behaviour; the template text changed (+20 -16 lines), every probe renders the same")
     assert "no such file" in _one_line_error(capsys, "diff", "--in-process", a, "missing.jinja")
+    # -q: nothing where nothing differs (before: the report whatever -q said), the changes where they do
+    code, out, _ = run(capsys, "-q", "diff", "--in-process", str(text_only / "a.jinja"), str(text_only / "b.jinja"))
+    assert code == 0 and out == ""
+    code, out, _ = run(capsys, "-q", "diff", "--in-process", a, b)
+    assert code == 1 and "tool responses moved" in out
 
 
 def _folders(tmp_path: Path, old: dict, new: dict) -> tuple[str, str]:

@@ -220,3 +220,15 @@ def test_an_option_is_given_whole_never_a_prefix_of_another(capsys):
         main(["--no-config", "turns", str(CHATML), "--template", '{"enable_thinking": false}'])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1 and "unrecognized arguments: --template" in err, err
+
+
+def test_a_misspelt_option_is_named_before_the_required_one_it_misspells(capsys):
+    # (before: "missing: --tokenizer" for `--tokenizr`, the typo never named)
+    for argv, says in ((["spans", CHATML, "--tokenizr", "vocab:qwen35", "--session", "s.json"], "unrecognized arguments: --tokenizr;"),
+                       (["annotate", CHATML, "--outptu=x.json"], "unrecognized arguments: --outptu=x.json;"),
+                       (["--no-config", "-q", "spans", CHATML, "--session", "-"], "missing: --tokenizer;"),
+                       (["server", "log", "--format", "json"], "missing: LOG;")):
+        with pytest.raises(SystemExit) as exc:  # (argparse's exit, as every usage error)
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and says in err and err.count("\n") == 1, err

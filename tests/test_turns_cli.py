@@ -241,7 +241,7 @@ def test_an_infinite_timeout_is_refused_as_the_configuration_refuses_it(capsys):
 def test_options_that_count_tokens_without_a_tokenizer_are_refused_not_ignored(capsys):
     assert main(["turns", str(FIX / "stable.jinja"), "--add-bos", "--server-delimiters", "d.json"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--add-bos, --server-delimiters: only count tokens; give --tokenizer too" in err
+    assert err.count("\n") == 1 and "--add-bos, --server-delimiters only change what is counted in tokens; give --tokenizer too" in err
 
 
 def test_a_memory_limit_in_turns_names_a_way_turns_has(capsys):

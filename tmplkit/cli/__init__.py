@@ -66,6 +66,9 @@ EXIT_CODES = {0: "success (audit: nothing failed by --fail-on)",
               2: "usage or input error (one line on stderr)", 130: "interrupted"}
 
 
+_ARGV: list[str] = []  # the command line being parsed (a subcommand's parser reads it for its error)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose usage error is one line like every other error (argparse prints the
     whole usage block first), naming the command's --help for the rest; subcommands inherit it.
@@ -81,11 +84,21 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         required = "the following arguments are required: "
         if message.startswith(required):
-            message = "missing: " + ", ".join(map(self._missing, message[len(required):].split(", ")))
+            # (an option misspelt is what is wrong, not the one it misspells: `--tokenizr` named first)
+            unknown = self._unknown_options()
+            message = ("unrecognized arguments: " + " ".join(unknown) if unknown else
+                       "missing: " + ", ".join(map(self._missing, message[len(required):].split(", "))))
         self.exit(2, error_line(f"{self.prog}: error: {message}; see {self.prog} --help") + "\n")
+
+    def _unknown_options(self) -> list[str]:
+        """The options of the command line this parser does not know (the subcommand's: the global
+        options are its own too), values and standard input's `-` aside."""
+        return [a for a in _ARGV if a.startswith("-") and len(a) > 1 and not a[1:2].isdigit() and a != "--"
+                and a.split("=", 1)[0] not in self._option_string_actions]
 
     def parse_args(self, args=None, namespace=None):
         # Arguments left over are the subcommand's to refuse: the line names its --help, not ours.
+        _ARGV[:] = sys.argv[1:] if args is None else list(args)
         ns, extras = self.parse_known_args(args, namespace)
         if extras:
             deepest = self._deepest(ns)

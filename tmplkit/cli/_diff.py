@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_format, add_output, emit, refuse_worker_options_in_process
+from ._common import add_format, add_output, emit, refuse_worker_options_in_process, verbosity
 from ._lock import add_derive_options, derive
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -70,8 +70,15 @@ def _cmd_diff(args) -> int:
     a, b = derive(args, [old, new])
     require_derived([a, b], "nothing was compared")
     diff = compare(a, b)
-    emit(format_diff(a, b, diff, args.format), args.output)
+    _emit_unless_quiet(args, format_diff(a, b, diff, args.format), diff.same)
     return 0 if diff.same else 1
+
+
+def _emit_unless_quiet(args, report: str, same: bool) -> None:
+    """The report, on stdout or to -o; with -q on stdout, nothing where nothing differs (-q prints
+    only what went wrong, as everywhere)."""
+    if not (same and verbosity(args) < 0 and not args.output):
+        emit(report, args.output)
 
 
 def _diff_by_name(args, olds: list, news: list) -> int:
@@ -91,6 +98,7 @@ def _diff_by_name(args, olds: list, news: list) -> int:
     records = derive(args, [t for pair in pairs for t in pair])
     require_derived(records, "nothing was compared")
     compared = [(a, b, compare(a, b)) for a, b in zip(records[0::2], records[1::2])]
-    emit(format_diff_set(compared, only_old, only_new, args.format), args.output)
-    return 0 if all(d.same for _, _, d in compared) and not only_old and not only_new else 1
+    same = all(d.same for _, _, d in compared) and not only_old and not only_new
+    _emit_unless_quiet(args, format_diff_set(compared, only_old, only_new, args.format), same)
+    return 0 if same else 1
 

@@ -41,17 +41,18 @@ def add_turns(sub) -> None:
                                                      "an agent sends, read as llama-server converts it), or - "
                                                      "(standard input); default: a generated agent session")
     add_tokenizer(p, what="compare token ids and count tokens recomputed with")
-    p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request")
-    p.add_argument("--memory-model", dest="memory", default=None, metavar="swa:N|recurrent", meaning=_model_meaning,
-                   help="the checkpointing model's memory: swa:N, recurrent (default: --model's, else swa:512)")
+    p.add_argument("--add-bos", action="store_true", help="prepend the tokenizer's BOS to each request (with --tokenizer)")
+    p.add_argument("--memory-model", dest="memory", default=None, metavar="swa:N|recurrent|full", meaning=_model_meaning,
+                   help="the checkpointing model's memory, with --tokenizer: swa:N, recurrent or full (default: "
+                        "--model's, else swa:512)")
     p.add_argument("--memory", type=mb_or_old_model, metavar="MB", action=_MemoryOption, dest="memory_mb",
                    help=f"MiB a template's worker may allocate beyond its start-up footprint (default {MEMORY_MB}): "
                         "a long session's requests and their token ids are held at once")
-    p.add_argument("--model", metavar="MODEL", help="take the memory from this model's GGUF metadata (full, a sliding "
+    p.add_argument("--model", metavar="MODEL", help="with --tokenizer, take the memory from this model's GGUF metadata (full, a sliding "
                                                     "window, recurrent or hybrid): a .gguf, `gemma`, `tiny:VOCAB` or "
                                                     "`tiny:VOCAB-hybrid`")
     p.add_argument("--server-delimiters", metavar="FILE",
-                   help="llama-server's delimiter lists from a saved `tmplkit server delimiters --format json` (its "
+                   help="with --tokenizer, llama-server's delimiter lists from a saved `tmplkit server delimiters --format json` (its "
                         "specialized handlers' hard-coded lists, its autoparser's logged starts, or none) for the "
                         "llama-server setting; default: the two ChatML or Gemma delimiters only")
     p.add_argument("--inputs", choices=("server", "transformers"), default="server",
@@ -282,8 +283,9 @@ def _need_tokenizer(args) -> None:
     given = [flag for flag, value in (("--add-bos", args.add_bos), ("--memory-model", args.memory), ("--model", args.model),
                                       ("--server-delimiters", args.server_delimiters)) if value]
     if given:
-        raise InputError(f"{', '.join(given)}: only count tokens; give --tokenizer too (auto: the template's own "
-                         "vocabulary), or leave them out for the text-only study")
+        raise InputError(f"{', '.join(given)} only change{'s' if len(given) == 1 else ''} what is counted in tokens; give "
+                         "--tokenizer too (auto: the template's own vocabulary), or leave "
+                         f"{'it' if len(given) == 1 else 'them'} out for the text-only study")
 
 
 def _template_kwargs(text: str | None) -> dict | None:
