@@ -33,7 +33,7 @@ def test_a_default_verbosity_paste_without_its_release_line_keeps_its_batches():
     assert t.relative and t.n_prompt is None and t.n_reused is None and t.n_processed == whole.n_processed
     assert t.pattern == "fragmented" and len(t.mid_breaks) == len(whole.mid_breaks)
     assert [s - t.batch_starts[0] for s in t.batch_starts] == [s - whole.batch_starts[0] for s in whole.batch_starts]
-    assert any("no 'stop processing' line" in n and "count from the first token it processed" in n for n in log.notes)
+    assert any("'stop processing' line is not in the log" in n and "count from the first token it processed" in n for n in log.notes)
 
 
 def test_batch_lines_cut_out_of_a_trace_log_are_a_gap_not_a_batch():
@@ -88,7 +88,10 @@ def test_batches_two_slots_share_are_no_breaks():
               _line(1, 1, "stop processing: n_tokens = 8001, truncated = 0")]
     log = read_server_log("".join(lines))
     first, second = log.tasks
-    assert first.shared_ends and second.shared_ends
+    # (slot 0's batches from 2048 on ran beside slot 1's prompt; slot 1's beside slot 0's prompt, then
+    # beside the turn slot 0 generates, to 7484; its last one alone)
+    assert first.shared_ends == (3072, 4096, 5120, 6144, 7168, 7484, 7996)
+    assert second.shared_ends == (1024, 2048, 3072, 4096, 5120, 6852, 7340, 7484)
     assert first.mid_breaks == () and second.mid_breaks == () and {first.pattern, second.pattern} == {"none"}
     assert "ran while another slot's task did" in first.findings()[-1]
     # the same batches, one task after the other (nothing shared): each early end is a break
@@ -176,3 +179,76 @@ def test_a_task_whose_positions_are_relative_is_placed_on_no_message(qwen35):
     log = locate_breaks(read_server_log("".join(lines[:-1])), template, session, qwen35)
     assert log.tasks[0].relative and log.locations == ()
     assert locate_breaks(read_server_log("".join(lines)), template, session, qwen35).locations  # (whole: placed)
+
+
+def _trace(slot: int, task: int, at: int) -> str:
+    return _line(slot, task, f"cached n_tokens = {at}, memory_seq_rm [{at}, end)")
+
+
+def _task_lines(slot: int, task: int, n: int, starts, generated: int = 2) -> list[str]:
+    return ([_line(slot, task, "processing task, is_child = 0"),
+             _line(slot, task, f"new prompt, n_ctx_slot = 32768, n_keep = 0, task.n_tokens = {n}")]
+            + [_trace(slot, task, at) for at in starts]
+            + [_line(slot, task, f"prompt eval time =    1000.00 ms /  {n} tokens (    0.25 ms per token,  4000.00 tokens per second)"),
+               _line(slot, task, f"       eval time =      10.00 ms /     {generated} tokens (    5.00 ms per token,   200.00 tokens per second)"),
+               _line(slot, task, f"stop processing: n_tokens = {n + generated - 1}, truncated = 0")])
+
+
+HEAD = ["llama_context: n_batch               = 2048\n", "llama_context: n_ubatch              = 512\n",
+        "common_params_print_info: verbosity = 4 (adjust with the `-lv N` CLI arg)\n"]
+
+
+def test_a_task_begun_on_a_lower_slot_shares_only_the_batches_after_it_and_tasks_in_turn_share_none():
+    # slot 1 runs alone to 2600 (a break at a message), then a short prompt arrives on slot 0: the
+    # server fills each batch from slot 0 first, so its first line comes before slot 1's next one
+    # (before the slot order was read: the break at 2600 was taken for a shared batch's end)
+    a = _task_lines(1, 0, 10000, [])
+    lines = HEAD + a[:2] + [_trace(1, 0, 0), _trace(1, 0, 2048)] + _task_lines(0, 2, 1000, [0])[:3] + \
+        [_trace(1, 0, 2600), _trace(1, 0, 3648)] + _task_lines(0, 2, 1000, [])[3:] + \
+        [_trace(1, 0, at) for at in (5694, 7742, 9484, 9996)] + a[2:]
+    first = read_server_log("".join(lines)).tasks[0]
+    assert first.mid_breaks == (2600,) and first.shared_ends == (3648, 5694)
+    # the same two prompts one after the other, on two slots: nothing shared, every break counted
+    lines = HEAD + _task_lines(1, 0, 4000, [0, 1500, 3484, 3996]) + _task_lines(0, 1, 4000, [0, 1500, 3484, 3996])
+    log = read_server_log("".join(lines))
+    assert [t.shared_ends for t in log.tasks] == [(), ()] and [t.mid_breaks for t in log.tasks] == [(1500,), (1500,)]
+    # two servers behind a router (each its own port) share no batch either
+    ported = [f"[{port}] {ln}" for port, task in ((41001, 0), (41002, 0))
+              for ln in HEAD + _task_lines(0, task, 4000, [0, 1500, 3484, 3996])]
+    mixed = [ported[i] for pair in zip(range(0, len(ported) // 2), range(len(ported) // 2, len(ported))) for i in pair]
+    log = read_server_log("".join(mixed))
+    assert [t.instance for t in log.tasks] == [41001, 41002] and [t.mid_breaks for t in log.tasks] == [(1500,), (1500,)]
+
+
+def test_at_the_default_verbosity_a_short_request_beside_a_long_one_still_shares_its_batches():
+    # (a prompt under 3 s prints no progress line: it ran from its 'processing task' line; before,
+    # the long prompt's batches beside it and its turn's tokens were read as breaks)
+    def progress(slot, task, k, n):
+        return _line(slot, task, f"prompt processing, n_tokens = {k}, progress = {k / n:.2f}, t =   3.50 s / 500.00 tokens per second")
+    info = [ln for ln in HEAD if "verbosity" not in ln] + ["common_params_print_info: verbosity = 3 (adjust with the `-lv N` CLI arg)\n"]
+    long_ = [_line(1, 0, "processing task, is_child = 0")] + [progress(1, 0, k, 24000) for k in (12000, 14048, 16096, 18144)]
+    short = [_line(0, 5, "processing task, is_child = 0"),
+             _line(0, 5, "prompt eval time =     200.00 ms /   500 tokens (    0.40 ms per token,  2500.00 tokens per second)")]
+    # (the batch at 20192 holds the short prompt first, then 1,548 of the long one's; the next, the
+    # short one's first generated token, then the long one's up to its near-end checkpoint at 23484)
+    lines = info + long_ + short + [progress(1, 0, k, 24000) for k in (20192, 21740)] + \
+        [_line(0, 5, "       eval time =     400.00 ms /    40 tokens (   10.00 ms per token,   100.00 tokens per second)"),
+         _line(0, 5, "stop processing: n_tokens = 539, truncated = 0")] + \
+        [progress(1, 0, k, 24000) for k in (23484, 23996)] + \
+        [_line(1, 0, "prompt eval time =   10000.00 ms / 24000 tokens (    0.42 ms per token,  2400.00 tokens per second)"),
+         _line(1, 0, "       eval time =      10.00 ms /     2 tokens (    5.00 ms per token,   200.00 tokens per second)"),
+         _line(1, 0, "stop processing: n_tokens = 24001, truncated = 0")]
+    long_task = read_server_log("".join(lines)).tasks[0]
+    assert long_task.shared_ends == (21740, 23484) and long_task.mid_breaks == ()
+    alone = read_server_log("".join(ln for ln in lines if "task 5 |" not in ln)).tasks[0]
+    assert alone.mid_breaks == (21740,)
+
+
+def test_a_trace_paste_without_the_servers_start_and_a_larger_batch_is_no_gap():
+    # -b 4096, pasted from the task's 'processing task' line: n_batch is not in the log (before: every
+    # batch "lines cut out of the log", no decode calls)
+    lines = _task_lines(0, 0, 19890, [0, 4096, 8192, 12288, 16384, 19374, 19886])
+    log = read_server_log("".join(["common_params_print_info: verbosity = 4 (adjust with the `-lv N` CLI arg)\n"] + lines))
+    (t,) = log.tasks
+    assert t.gaps == () and t.decode_calls == 7 and t.mid_breaks == ()
+    assert any("batches of up to 4096 tokens, more than the n_batch taken" in n for n in log.notes)

@@ -165,6 +165,9 @@ class TaskPrefill:
     # Where a batch of this task ended while another slot's task ran (the server fills one batch from
     # every slot processing at once): an early end that cannot be told from a break, not counted.
     shared_ends: tuple[int, ...] = ()
+    # Whether n_batch is the log's (its start lines, or a router's options), not the default taken:
+    # at -lv 4 a batch larger than the default then says the server ran with a larger -b, not a cut.
+    n_batch_logged: bool = field(default=True, compare=False)
 
     @property
     def _end(self) -> int | None:
@@ -174,7 +177,10 @@ class TaskPrefill:
     @property
     def gaps(self) -> tuple[tuple[int, int], ...]:
         """Stretches of the prompt whose lines are not in the log (cut out by whoever pasted it):
-        between two batch lines more than n_batch tokens apart, which no batch can be."""
+        between two batch lines more than n_batch tokens apart, which no batch can be (at -lv 4, where
+        the log shows n_batch: else the batch says the server's -b was larger than the default)."""
+        if self.batches_complete and not self.n_batch_logged:
+            return ()
         return tuple((s, e) for s, e in zip(self.batch_starts, self.batch_ends) if e - s > self.n_batch)
 
     @property
@@ -379,6 +385,7 @@ class _Task:
     # of this task ends early for that, not at a message)
     lines: dict[str, list[int]] = field(default_factory=lambda: {"cached": [], "do_ckpt": [], "progress": []})
     last_line: int = -1
+    start_line: int = -1  # its 'processing task' line (or 'new prompt', where the log begins there)
     headless: bool = False  # read from its 'new prompt' line: the lines before (what it shared) are not in the log
     created: list[int] = field(default_factory=list)
     restored: list[tuple[int, int]] = field(default_factory=list)
@@ -555,9 +562,13 @@ def _reading_notes(out: tuple[TaskPrefill, ...], runs: dict, orphans: dict, head
         notes.append(f"the log ends as task {out[-1].task} begins: nothing of it is read")
     unstopped = [t.task for t in out if t.ended and t.relative]
     if unstopped:
-        notes.append(f"task{'s' if len(unstopped) > 1 else ''} {', '.join(map(str, unstopped))}: no 'stop processing' line "
-                     "(a log cut at its end?), so its prompt's length and the tokens it reused are not known: its positions "
-                     "count from the first token it processed")
+        notes.append(f"task{'s' if len(unstopped) > 1 else ''} {', '.join(map(str, unstopped))}: its 'prompt eval time', "
+                     "'eval time' or 'stop processing' line is not in the log (a log cut at its end?), so its prompt's "
+                     "length and the tokens it reused are not known: its positions count from the first token it processed")
+    wide = max((max(t.batch_sizes, default=0) for t in out if t.batches_complete and not t.n_batch_logged), default=0)
+    if wide > min(t.n_batch for t in out):
+        notes.append(f"batches of up to {wide} tokens, more than the n_batch taken: the server ran with -b {wide} or more "
+                     "(or lines were cut out); give the log from the server's start, whose lines say its n_batch")
     if text and not text.endswith(("\n", "\r")):
         notes.append("the log's last line has no end (a log cut while it was written, or copied in part): the last "
                      "task's figures may be incomplete")
@@ -579,26 +590,38 @@ def _refuse_repeated_batches(tasks: dict, order: list, source: str) -> None:
 
 
 def _others_running(tasks: dict, order: list) -> dict:
-    """Per task, when each other task of its server and run that ran at the same time was running:
-    (its first batch line, its last line), in log lines. (A sweep over the tasks in the order they
-    start: a log of thousands of tasks one after another compares each with its neighbours only.)"""
-    spans = {k: (min(i for lst in tasks[k].lines.values() for i in lst), tasks[k].last_line)
-             for k in order if any(tasks[k].lines.values())}
+    """Per task, the other tasks of its server and run that ran at the same time: (from, to, slot),
+    in log lines. A task runs from its first batch line where the log shows each batch (-lv 4; a
+    task that waits for room in the batch before that takes none), else from its 'processing task'
+    line (the default verbosity shows no batch of a prompt's first 3 s), to its last line (the turn
+    it generates adds a token to each batch). (A sweep over the tasks in the order they start: a log
+    of thousands of tasks one after another compares each with its neighbours only.)"""
+    def span(t: _Task) -> tuple[int, int, int]:
+        trace = t.lines["cached"] or t.lines["do_ckpt"]
+        return (min(trace) if trace else t.start_line, t.last_line, t.slot)
+
+    spans = {k: span(tasks[k]) for k in order}
     out: dict = {k: [] for k in order}
     by_start = sorted(spans, key=lambda k: spans[k][0])
     active: list = []  # the tasks begun before, still running
     for i, k in enumerate(by_start):
-        first, last = spans[k]
+        first, last, _ = spans[k]
         active = [o for o in active if spans[o][1] > first]
         later, j = [], i + 1
         while j < len(by_start) and spans[by_start[j]][0] < last:
             later.append(by_start[j])
             j += 1
-        for o in active + later:
-            if o[:2] == k[:2]:
-                out[k].append(spans[o])
+        out[k] = [spans[o] for o in active + later if o[:2] == k[:2]]
         active.append(k)
     return out
+
+
+def _shared(slot: int, line: int, next_line: int, others: Sequence[tuple[int, int, int]]) -> bool:
+    """Whether the batch whose line is `line` (the task's next at `next_line`) was made while another
+    slot's task ran: its prompt's batches, or the token a turn it generates adds to each batch. The
+    server fills a batch slot by slot in id order, so a lower slot's line of the same batch comes
+    before this one (one begun after it is in a later batch), a higher slot's after it."""
+    return any((a < line if s < slot else a < next_line) and b > line for a, b, s in others)
 
 
 def _read_lines(lines: list[str], servers: dict, tasks: dict, runs: dict, spawning: list[int],
@@ -640,6 +663,7 @@ def _read_lines(lines: list[str], servers: dict, tasks: dict, runs: dict, spawni
             order.append(key)
             _read_task_line(tasks[key], msg, at)  # (a 'new prompt' line read; 'processing task' says nothing more)
             tasks[key].headless = not _TASK_LINES["start"].search(msg)
+            tasks[key].start_line = tasks[key].last_line = at
         elif (key := (inst, runs.get(inst, 0), task_id)) in tasks:
             _read_task_line(tasks[key], msg, at)
             tasks[key].last_line = at
@@ -808,8 +832,8 @@ def _notes(srv: _Server) -> list[str]:
     return notes
 
 
-def _finish(t: _Task, srv: _Server, instance: int | None, others: Sequence[tuple[int, int]] = ()) -> TaskPrefill:
-    n_batch = t.n_batch or srv.n_batch or DEFAULT_N_BATCH
+def _finish(t: _Task, srv: _Server, instance: int | None, others: Sequence[tuple[int, int, int]] = ()) -> TaskPrefill:
+    n_batch, logged = t.n_batch or srv.n_batch or DEFAULT_N_BATCH, bool(t.n_batch or srv.n_batch)
     n_ubatch = t.n_ubatch if t.n_ubatch is not None else srv.n_ubatch
     trace = bool(t.cached or t.do_ckpt or t.n_prompt_trace is not None)
     processed = t.prompt_eval[1] if t.prompt_eval else None
@@ -828,10 +852,7 @@ def _finish(t: _Task, srv: _Server, instance: int | None, others: Sequence[tuple
         # positions count from the first token processed, the prompt ending at the tokens processed)
         relative = reused is None
         starts, at = tuple((reused or 0) + k for k, _ in t.progress), t.lines["progress"]
-    # A batch made while another slot's task ran (its prompt's batches, or the one token a turn it
-    # generates adds to each batch) was shared: its end is no break
-    shared = tuple(starts[i + 1] for i in range(len(starts) - 1)
-                   if any(a < at[i + 1] and b > at[i] for a, b in others))
+    shared = tuple(starts[i + 1] for i in range(len(starts) - 1) if _shared(t.slot, at[i], at[i + 1], others))
     common: int | None
     if t.lcp is not None:
         common = t.lcp
@@ -847,7 +868,7 @@ def _finish(t: _Task, srv: _Server, instance: int | None, others: Sequence[tuple
         checkpoints_restored=restored if trace else None, full_reprocess=t.full if trace else None,
         checkpoints_erased=tuple(t.erased), prompt_ms=t.prompt_eval[0] if t.prompt_eval else None,
         prompt_tps=t.prompt_eval[2] if t.prompt_eval else None, instance=instance, ended=ended, relative=relative,
-        shared_ends=shared)
+        shared_ends=shared, n_batch_logged=logged)
 
 
 # ---------------------------------------------------------------------------------------------
