@@ -480,7 +480,8 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     or a router's, its spawned servers' lines prefixed with their port) task by task.
 
     Raises InputError, in one line, for a text that is not a llama-server log, one of an older
-    server's format, or one that holds no task.
+    server's format, one that holds no task (or only one it begins inside), and one that holds a
+    line twice or a task whose batches do not move forward (each would count as a break).
     """
     # llama-server writes no NUL: a run of them is a log emptied while the server wrote on into it
     # (`: > server.log`, logrotate's copytruncate), left out; a binary file is no log below.
