@@ -227,8 +227,20 @@ def test_a_misspelt_option_is_named_before_the_required_one_it_misspells(capsys)
     for argv, says in ((["spans", CHATML, "--tokenizr", "vocab:qwen35", "--session", "s.json"], "unrecognized arguments: --tokenizr;"),
                        (["annotate", CHATML, "--outptu=x.json"], "unrecognized arguments: --outptu=x.json;"),
                        (["--no-config", "-q", "spans", CHATML, "--session", "-"], "missing: --tokenizer;"),
-                       (["server", "log", "--format", "json"], "missing: LOG;")):
+                       (["server", "log", "--format", "json"], "missing: LOG;"),
+                       # options argparse takes, beside the missing one: that one is named
+                       (["spans", CHATML, "-ofoo.json"], "missing: --tokenizer;"),
+                       (["spans", CHATML, "-qv"], "missing: --tokenizer;"),
+                       (["spans", CHATML, "--timeout", "-.5"], "missing: --tokenizer;"),
+                       (["spans", CHATML, "--name", "-x y"], "missing: --tokenizer;"),
+                       (["diff", CHATML, "-j2"], "missing: B;"),
+                       (["diff", "--", "--a.jinja"], "missing: B;"),
+                       (["server", "--tokenizr"], "missing: ")):
         with pytest.raises(SystemExit) as exc:  # (argparse's exit, as every usage error)
             main(argv)
         err = capsys.readouterr().err
         assert exc.value.code == 2 and says in err and err.count("\n") == 1, err
+    # (what the command line said is not read by a later parse in the same process)
+    with pytest.raises(SystemExit):
+        build_parser().parse_known_args(["spans", CHATML])
+    assert "missing: --tokenizer" in capsys.readouterr().err

@@ -285,7 +285,10 @@ def test_a_session_render_s_limits_are_set_by_a_block_and_its_message_says_how(t
         r = study_turns(load_one(str(spin)), convo)
         with pytest.raises(RenderLimitError, match=r"took longer than 0\.3 s.*" + hint):
             session_requests(convo, load_one(str(spin)))
-        with hints_for("cli"), pytest.raises(RenderLimitError, match=r"not a command-line option"):  # (the CLI's words stay)
+        # (on the command line the way is from Python too: before, "a larger Limits(seconds=...)")
+        with hints_for("cli"), pytest.raises(RenderLimitError, match=r"analyze it from Python inside `with tmplkit\.session"
+                                                                     r"\.session_limits\(seconds=\.\.\.\)` \(one render's limit is not a "
+                                                                     r"command-line option\)"):
             session_requests(convo, load_one(str(spin)))
     assert r.error.startswith("rendering template 'spin' took longer than 0.3 s") and "session_limits" in r.error
     assert active_session_limits() is SESSION_LIMITS

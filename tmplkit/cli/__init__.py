@@ -84,22 +84,38 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         required = "the following arguments are required: "
         if message.startswith(required):
-            # (an option misspelt is what is wrong, not the one it misspells: `--tokenizr` named first)
-            unknown = self._unknown_options()
+            # (an option misspelt is what is wrong, not the one it misspells: `--tokenizr` named first;
+            # a subcommand missing is what is wrong before any option of it)
+            unknown = self._unknown_options() if self._subparsers is None else []
             message = ("unrecognized arguments: " + " ".join(unknown) if unknown else
                        "missing: " + ", ".join(map(self._missing, message[len(required):].split(", "))))
         self.exit(2, error_line(f"{self.prog}: error: {message}; see {self.prog} --help") + "\n")
 
     def _unknown_options(self) -> list[str]:
-        """The options of the command line this parser does not know (the subcommand's: the global
-        options are its own too), values and standard input's `-` aside."""
-        return [a for a in _ARGV if a.startswith("-") and len(a) > 1 and not a[1:2].isdigit() and a != "--"
-                and a.split("=", 1)[0] not in self._option_string_actions]
+        """The long options (`--name`) of the command line this parser does not know (the
+        subcommand's: the global options are its own too): not a value an option took, nothing after
+        `--`. (A short option may hold its value, `-ofile`, or several flags, `-qv`: not judged.)"""
+        out, value = [], False
+        for a in _ARGV:
+            if a == "--":
+                break
+            if value:
+                value = False
+                continue
+            action = self._option_string_actions.get(a.split("=", 1)[0])
+            if action is not None:
+                value = "=" not in a and action.nargs != 0
+            elif a.startswith("--") and len(a) > 2:
+                out.append(a)
+        return out
 
     def parse_args(self, args=None, namespace=None):
         # Arguments left over are the subcommand's to refuse: the line names its --help, not ours.
         _ARGV[:] = sys.argv[1:] if args is None else list(args)
-        ns, extras = self.parse_known_args(args, namespace)
+        try:
+            ns, extras = self.parse_known_args(args, namespace)
+        finally:
+            _ARGV.clear()  # (read by a usage error of this parse only)
         if extras:
             deepest = self._deepest(ns)
             if not _more_sources(deepest, ns, extras):

@@ -75,9 +75,10 @@ def _cmd_diff(args) -> int:
 
 
 def _emit_unless_quiet(args, report: str, same: bool) -> None:
-    """The report, on stdout or to -o; with -q on stdout, nothing where nothing differs (-q prints
-    only what went wrong, as everywhere)."""
-    if not (same and verbosity(args) < 0 and not args.output):
+    """The report, on stdout or to -o; with -q, the text report on stdout says nothing where nothing
+    differs (-q prints only what went wrong, as everywhere; a JSON or markdown report is data a
+    reader parses: written whatever -q says)."""
+    if not (same and verbosity(args) < 0 and not args.output and args.format == "text"):
         emit(report, args.output)
 
 

@@ -86,6 +86,15 @@ _HINTS = {
     "session": {**_LIBRARY_HINTS,
                 "seconds": "raise it around the call: `with tmplkit.session.session_limits(seconds=...)`",
                 "max_output_chars": "raise it around the call: `with tmplkit.session.session_limits(max_output_chars=...)`"},
+    # A session's render from the command line (tmplkit turns, spans, mask...): no option sets it
+    "cli_session": {
+        "seconds": "analyze it from Python inside `with tmplkit.session.session_limits(seconds=...)` (one render's "
+                   "limit is not a command-line option)",
+        "max_output_chars": "analyze it from Python inside `with tmplkit.session.session_limits(max_output_chars=...)` "
+                            "(the output limit is not a command-line option)",
+        "timeout": "raise --timeout",
+        "memory_mb": "raise --memory",
+    },
     "cli": {
         "seconds": "analyze it from Python with a larger Limits(seconds=...) (one render's limit is not a command-line option)",
         "max_output_chars": "analyze it from Python with a larger Limits(max_output_chars=...) "
@@ -111,13 +120,13 @@ def hint(limit: str) -> str:
 
 def hint_place() -> str:
     """Where limit hints are worded for now: 'library' (the default), 'session' (a session's render from
-    Python) or 'cli'."""
+    Python), 'cli' or 'cli_session' (a session's render from the command line)."""
     return _HINT_PLACE.get()
 
 
 @contextlib.contextmanager
 def hints_for(place: str) -> Iterator[None]:
-    """Word limit hints for `place` ('library', 'session' or 'cli') inside the `with` block."""
+    """Word limit hints for `place` ('library', 'session', 'cli' or 'cli_session') inside the `with` block."""
     if place not in _HINTS:
         raise ValueError(f"hint place must be one of {', '.join(_HINTS)}, not {place!r}")
     token = _HINT_PLACE.set(place)

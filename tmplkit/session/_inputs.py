@@ -68,9 +68,10 @@ _KEEP = object()  # (a limit not given to `session_limits`: the one in force sta
 def session_limits(*, seconds=_KEEP, max_output_chars=_KEEP) -> Iterator[None]:
     """Render sessions under other limits inside the block: each one given replaces the one in force
     (`SESSION_LIMITS`: 60 s and 50M characters a render), None lifts it, one not given stays. Every
-    library function that renders a session in this process takes them (`study_turns`,
-    `session_requests`, masks, `check_resume`, a prefill's prompt; a worker process of `tmplkit turns`
-    runs under the command's `--timeout`).
+    library function that renders a session takes them while it runs inside the block, in this
+    thread (`study_turns`, `session_requests`, masks, `check_resume`, a prefill's prompt; not a
+    thread it starts, nor a generator such as `iter_requests` read after the block; a worker process
+    of `tmplkit turns` runs under the command's `--timeout`).
 
         >>> with session_limits(seconds=300):                                     # doctest: +SKIP
         ...     report = study_turns(template, session)
@@ -87,10 +88,14 @@ def session_limits(*, seconds=_KEEP, max_output_chars=_KEEP) -> Iterator[None]:
 
 def session_render(render_fn, *args, **kwargs):
     """`render_fn(*args, **kwargs)` (`sandbox.render` or `render_with_prompt`) under the session limits
-    in force, a limit's message worded for a session: from Python, the `session_limits` block (the
-    session functions take no `limits` argument); on the command line as it is."""
-    with hints_for("session") if hint_place() == "library" else contextlib.nullcontext():
+    in force, a limit's message worded for a session: the `session_limits` block (the session
+    functions take no `limits` argument), from Python or, on the command line, as the way there."""
+    place = _SESSION_PLACES.get(hint_place())
+    with hints_for(place) if place else contextlib.nullcontext():
         return render_fn(*args, limits=_LIMITS.get(), **kwargs)
+
+
+_SESSION_PLACES = {"library": "session", "cli": "cli_session"}
 
 
 def check_inputs(inputs: str) -> str:
