@@ -150,10 +150,12 @@ class LockCheck:
         return line
 
 
-def listed_names(names, most: int = 5) -> str:
-    """Template names for a summary line: the first `most`, each shown escaped (a name is a file's: a
-    line break in it would end the line, an escape sequence act on the terminal), then an ellipsis."""
-    return ", ".join(map(show, names[:most])) + (", ..." if len(names) > most else "")
+def listed_names(names, most: int | None = 5) -> str:
+    """Template names for a summary line: the first `most` (None: all), each shown escaped (a name is a
+    file's: a line break in it would end the line, an escape sequence act on the terminal), then an
+    ellipsis."""
+    shown = names if most is None else names[:most]
+    return ", ".join(map(show, shown)) + (", ..." if len(shown) < len(names) else "")
 
 
 def require_entries(lock: BehaviourLock, templates, lock_path) -> None:

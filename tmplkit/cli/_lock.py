@@ -129,9 +129,9 @@ def _cmd_lock(args) -> int:
     dropped = sorted(set(before.records) - set(lock.records))
     if verbosity(args) >= 0:
         n = len(records)
-        said = f"{len(new)} new, {len(changed)} changed behaviour" + (f": {listed_names(changed, len(changed))}" if changed else "")
+        said = f"{len(new)} new, {len(changed)} changed behaviour" + (f": {listed_names(changed, None)}" if changed else "")
         if text_only:
-            said += f", {len(text_only)} text only: {listed_names(text_only, len(text_only))}"
+            said += f", {len(text_only)} text only: {listed_names(text_only, None)}"
         if dropped:
             said += f", {len(dropped)} dropped: {listed_names(dropped)}"
         print(f"tmplkit: wrote {path}: {n} template{'s' if n != 1 else ''} locked ({said}); {len(lock.records)} in the lock",

@@ -5,8 +5,9 @@ aliased as transformers aliases them by `tmplkit.session.given_messages`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from ..errors import InputError
 from ..jsonio import json_kind, shape_problem
@@ -91,14 +92,23 @@ def prepare_message(message) -> dict:
     """One message as a template is given it: plain data, its null-valued keys dropped, as
     transformers' apply_chat_template drops them (`_normalize_chat_messages`: many templates crash
     on `content: null` and handle a missing key); no key is added."""
-    try:
+    with _refused_if_recursive("a message holds", message):
         if type(message) is not dict:  # (a plain dict's values are made plain below, in the same pass)
             message = _to_dicts(message)
             if not isinstance(message, dict):
                 raise InputError(f"each message must be a dict with 'role' and 'content', got {message!r}")
         return {_plain(k): _plain(v) for k, v in message.items() if v is not None}
-    except RecursionError:  # (the walk recurses: a Python value can hold itself)
-        raise InputError(f"a message holds {shape_problem(message) or 'values nested too deep'}; give JSON-like data") from None
+
+
+@contextlib.contextmanager
+def _refused_if_recursive(what: str, *values) -> Iterator[None]:
+    """The walk that makes inputs plain recurses: where a Python value holds itself (or nests past
+    Python's depth), one line saying `what` ("a message holds") and which, not a RecursionError."""
+    try:
+        yield
+    except RecursionError:
+        problem = next(filter(None, map(shape_problem, values)), "values nested too deep")
+        raise InputError(f"{what} {problem}; give JSON-like data") from None
 
 
 def _prepare_messages(messages) -> list[dict]:
@@ -117,10 +127,8 @@ def _prepare_messages(messages) -> list[dict]:
 
 def prepare_tools(tools) -> Prepared | None:
     """`tools` reduced to plain data once, for renders that take them as they are."""
-    try:
+    with _refused_if_recursive("the tools hold", tools):
         return None if tools is None else Prepared(_prepare_dicts(tools, "tools", "JSON-schema dicts"))
-    except RecursionError:  # (the walk recurses: a Python value can hold itself)
-        raise InputError(f"the tools hold {shape_problem(tools) or 'values nested too deep'}; give JSON-like data") from None
 
 
 def _prepare_dicts(values, what: str, hint: str):

@@ -14,9 +14,8 @@ import jinja2
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 
 from ..errors import InputError, RenderError, RenderLimitError
-from ..jsonio import shape_problem
 from ..sources.templates import ChatTemplate
-from ._inputs import _plain, _prepare_dicts, _prepare_messages
+from ._inputs import _plain, _prepare_dicts, _prepare_messages, _refused_if_recursive
 from ._jinja import PROMPT_MARK, _compile, _compile_split
 from ._limits import _STATE, DEFAULT_LIMITS, Limits, _State, _timeout, _too_big, hint
 
@@ -133,7 +132,7 @@ def render_with_prompt(
 
 
 def _context(template: ChatTemplate, messages, tools, documents, add_generation_prompt: bool, extra_context) -> dict:
-    try:
+    with _refused_if_recursive("the messages, tools or template variables hold", messages, tools, documents, extra_context):
         prepared = _prepare_messages(messages)
         context: dict[str, Any] = {}
         if template.bos_token is not None:
@@ -148,9 +147,6 @@ def _context(template: ChatTemplate, messages, tools, documents, add_generation_
             "add_generation_prompt": add_generation_prompt,
             **context,
         }
-    except RecursionError:  # (the inputs are made plain by a walk that recurses: a Python value can hold itself)
-        problem = next(filter(None, map(shape_problem, (messages, tools, documents, extra_context))), "values nested too deep")
-        raise InputError(f"the messages, tools or template variables hold {problem}; give JSON-like data") from None
 
 
 def _render(template: ChatTemplate, context: dict, limits: Limits | None, clock, *, split: bool) -> tuple[str, str | None]:
