@@ -244,3 +244,52 @@ def test_a_misspelt_option_is_named_before_the_required_one_it_misspells(capsys)
     with pytest.raises(SystemExit):
         build_parser().parse_known_args(["spans", CHATML])
     assert "missing: --tokenizer" in capsys.readouterr().err
+
+
+# ---- one word for each format, option and usage across commands ------------------------------------------
+
+def test_text_is_the_format_for_a_person_in_every_command():
+    """`--format text` was refused by the five commands whose report for a person is a markdown table."""
+    from tmplkit.cli._common import reports_of
+
+    takes_format = [(name, p) for name, p in commands() if any("--format" in a.option_strings for a in p._actions)]
+    assert len(takes_format) >= 11
+    for name, p in takes_format:
+        (fmt,) = [a for a in p._actions if "--format" in a.option_strings]
+        if "markdown" in fmt.choices and "text" not in fmt.choices:
+            assert fmt.type("text") == "markdown" and "markdown (or text)" in fmt.help, name
+    for argv in (["prefill", "gemma", "--session", "s.json"], ["replay", "gemma", "--session", "s.json"],
+                 ["engine-parity", CHATML], ["server", "delimiters", CHATML], ["table", CHATML]):
+        args = build_parser().parse_args([*argv, "--format", "text"])
+        assert args.format == "markdown", argv
+    args = build_parser().parse_args(["replay", "gemma", "--session", "s.json", "--report", "text:r.md"])
+    assert reports_of(args) == [("markdown", "r.md")]
+
+
+def test_table_text_is_its_markdown_table(capsys):
+    assert main(["table", CHATML, "--format", "text"]) == 0
+    text = capsys.readouterr().out
+    assert main(["table", CHATML]) == 0
+    assert capsys.readouterr().out == text and text.startswith("| template |")
+
+
+@pytest.mark.parametrize("command", ["spans", "mask", "request"])
+def test_a_needed_source_is_shown_needed_in_the_usage(command):
+    """SOURCE is optional to argparse only for the old `--template SOURCE CONVERSATION` spelling."""
+    p = dict(commands())[command]
+    usage, text = p.format_usage(), p.format_help()
+    assert "[SOURCE]" not in usage and " SOURCE" in usage and "[SOURCE]" not in text
+
+
+def test_replay_takes_prefills_llama_settings_but_checkpoints():
+    """replay took six of them: no -ngl (no GPU offload), -fa, cache types, --swa-full or -nr."""
+    from tmplkit.cli._common import prefill_settings
+
+    args = build_parser().parse_args(["replay", "gemma", "--session", "s.json", "-ngl", "-1", "-fa", "on", "-ctk", "q8_0",
+                                      "-ctv", "q8_0", "--swa-full", "-nr"])
+    s = prefill_settings(args)
+    assert (s.n_gpu_layers, s.flash_attn, s.cache_type_k, s.cache_type_v, s.swa_full, s.repack) == (-1, "on", "q8_0",
+                                                                                                      "q8_0", True, False)
+    replay = {f for a in dict(commands())["replay"]._actions for f in a.option_strings}
+    prefill = {f for a in dict(commands())["prefill"]._actions for f in a.option_strings}
+    assert prefill - replay == {"--checkpoints", "--policy", "--repeat"}

@@ -50,6 +50,18 @@ def test_turns_text_and_csv(session_file, capsys):
         ("stable", "True", ""), ("drops-reasoning", "False", "reasoning dropped")]
 
 
+def test_quiet_turns_prints_only_the_templates_whose_prefix_is_not_kept(session_file, capsys):
+    """-q is "only what went wrong" in every command; turns printed every template's report."""
+    args = ["turns", str(FIX / "stable.jinja"), str(FIX / "drops-reasoning.jinja"), "--session", str(session_file), "-q"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "drops-reasoning: NOT stable" in out and "stable: stable over" not in out
+    assert main(["turns", str(FIX / "stable.jinja"), "--session", str(session_file), "-q"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(args + ["--format", "csv"]) == 0  # (data is written whole)
+    assert len(list(csv.DictReader(io.StringIO(capsys.readouterr().out)))) == 2
+
+
 def test_turns_json_with_a_tokenizer(session_file, capsys, qwen35):
     assert main(["turns", str(FIX / "date.jinja"), "--session", str(session_file), "--tokenizer", "vocab:qwen35",
                  "--format", "json", "--no-switches"]) == 0

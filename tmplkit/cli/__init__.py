@@ -81,6 +81,21 @@ class _Parser(argparse.ArgumentParser):
         self.register("action", None, StoreOnce)
         self.register("action", "store", StoreOnce)
 
+    # Positionals argparse must take as optional (an old spelling gives them another meaning) but
+    # that the command needs: shown required in the usage and --help (`add_template_argument`).
+    needed_positionals: tuple[str, ...] = ()
+
+    def format_usage(self) -> str:
+        return self._needed_shown(super().format_usage())
+
+    def format_help(self) -> str:
+        return self._needed_shown(super().format_help())
+
+    def _needed_shown(self, text: str) -> str:
+        for name in self.needed_positionals:
+            text = text.replace(f"[{name}]", name)
+        return text
+
     def error(self, message: str):
         required = "the following arguments are required: "
         if message.startswith(required):

@@ -44,14 +44,23 @@ def configured_templates(args, cfg):
 def add_format(parser, choices, default: str | None, what: str = "the output", *, aliases: dict | None = None,
                default_help: str | None = None) -> None:
     """--format FORMAT, its choices and default shown in --help; `aliases`: old names of values,
-    still accepted (`format_of` notes them and gives the new one)."""
+    still accepted (`format_of` notes them and gives the new one). `text` is the format for a person
+    in every command: where that is a markdown table, `text` is its other name (`TEXT_IS_MARKDOWN`)."""
     # (an old name given with its new one is one value: `--format table --format markdown`)
     meaning = (lambda value: aliases.get(value, value)) if aliases else None
+    shown = [f"{c} (or text)" if c == "markdown" and "text" not in choices else c for c in choices]
+    synonym = {"type": text_is_markdown} if "markdown" in choices and "text" not in choices else {}
     parser.add_argument("--format", choices=[*choices, *(aliases or {})], default=default, metavar="FORMAT",
-                        help=f"{what}'s format: {', '.join(choices)} (default: {default_help or default})",
-                        **({"action": StoreOnce, "meaning": meaning} if meaning else {}))
+                        help=f"{what}'s format: {', '.join(shown)} (default: {default_help or default})",
+                        **synonym, **({"action": StoreOnce, "meaning": meaning} if meaning else {}))
     if aliases:
         add_format_aliases(parser, aliases)
+
+
+def text_is_markdown(value: str) -> str:
+    """A --format value of a command whose report for a person is a markdown table: `text` names it,
+    as in the commands whose report is lines (one word for "a person reads it" in every command)."""
+    return "markdown" if value == "text" else value
 
 
 def add_output(parser, what: str = "the output") -> None:
@@ -261,7 +270,7 @@ def at_least(value, minimum, flag: str):
 # ---- llama.cpp's settings, as llama-server names them ---------------------------------------------------
 
 # The option of each `PrefillSettings` field a command may offer, declared once (`prefill` offers
-# them all, `replay` some): the field, its flags and argparse's keywords. Defaults are the
+# them all, `replay` all but --checkpoints: it compares where its settings take them): the field, its flags and argparse's keywords. Defaults are the
 # settings' own unless the command gives its own (`add_llama_options(..., n_ctx=65536)`).
 _CHECKPOINTS = {"auto": None, "on": True, "off": False}
 _LLAMA_OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
@@ -274,9 +283,10 @@ _LLAMA_OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "n_threads": (("-t", "--threads"), {"type": int, "help": "CPU threads, 1 to 512; 0: every core (the default)"}),
     "n_gpu_layers": (("-ngl", "--n-gpu-layers"), {"type": int, "help": "layers offloaded to a GPU; -1: every layer "
                                                                       "(default {default})"}),
-    "flash_attn": (("-fa", "--flash-attn"), {"choices": "FLASH_ATTN"}),
-    "cache_type_k": (("-ctk", "--cache-type-k"), {}),
-    "cache_type_v": (("-ctv", "--cache-type-v"), {}),
+    "flash_attn": (("-fa", "--flash-attn"), {"choices": "FLASH_ATTN", "help": "flash attention (default {default})"}),
+    "cache_type_k": (("-ctk", "--cache-type-k"), {"metavar": "TYPE", "help": "the K cache's type: CACHE_TYPES (default {default})"}),
+    "cache_type_v": (("-ctv", "--cache-type-v"), {"metavar": "TYPE", "help": "the V cache's type: CACHE_TYPES (default {default}); "
+                                                                             "quantized only with flash attention"}),
     "swa_full": (("--swa-full",), {"action": "store_true", "help": "full-size sliding-window cache (can roll back: no checkpoints)"}),
     "repack": (("-nr", "--no-repack"), {"action": "store_true", "dest": "no_repack",
                                         "help": "do not repack weights (default: repack unless the CPU has AMX)"}),
@@ -295,16 +305,17 @@ _LLAMA_OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
 _CHECKPOINT_SHAPE = ("max_checkpoints", "checkpoint_min_step")
 
 
-def add_llama_options(parser, names=None, **defaults) -> None:
-    """The group "llama.cpp settings (llama-server's names)" for the `PrefillSettings` fields `names`
-    (default: all), with `defaults` over the settings' own; `prefill_settings(args)` reads them back."""
+def add_llama_options(parser, without=(), **defaults) -> None:
+    """The group "llama.cpp settings (llama-server's names)" for every `PrefillSettings` field but
+    those `without`, with `defaults` over the settings' own; `prefill_settings(args)` reads them back."""
     import dataclasses
 
-    from ..server_rules import FLASH_ATTN, PrefillSettings
+    from ..server_rules import CACHE_TYPES, FLASH_ATTN, PrefillSettings
 
     own = {f.name: f.default for f in dataclasses.fields(PrefillSettings)}
     group = parser.add_argument_group("llama.cpp settings (llama-server's names)")
-    for name in names or _LLAMA_OPTIONS:
+    names = tuple(n for n in _LLAMA_OPTIONS if n not in without)
+    for name in names:
         flags, kwargs = _LLAMA_OPTIONS[name]
         kwargs = dict(kwargs)
         default = defaults.get(name, own[name])
@@ -315,12 +326,12 @@ def add_llama_options(parser, names=None, **defaults) -> None:
         if kwargs.get("choices") == "FLASH_ATTN":
             kwargs["choices"] = list(FLASH_ATTN)
         if "help" in kwargs:
-            kwargs["help"] = kwargs["help"].format(default=default)
-        if name in _CHECKPOINT_SHAPE and "checkpoints" not in (names or _LLAMA_OPTIONS):  # (replay: no such option)
+            kwargs["help"] = kwargs["help"].format(default=default).replace("CACHE_TYPES", ", ".join(CACHE_TYPES))
+        if name in _CHECKPOINT_SHAPE and "checkpoints" not in names:  # (replay: no such option)
             kwargs["help"] = (kwargs["help"].replace("; not with --checkpoints off", "")
                               .replace("0 to 2147483647 (0: none, --checkpoints off)", "1 to 2147483647"))
         group.add_argument(*flags, default=default, **({"dest": name} | kwargs))
-    parser.set_defaults(_llama_options=tuple(names or _LLAMA_OPTIONS))
+    parser.set_defaults(_llama_options=names)
 
 
 def _checkpoint_options(given: dict, typed) -> None:
@@ -452,6 +463,7 @@ def add_template_argument(parser, *, old_template: bool = False) -> None:
                         help="the chat template: a .gguf, .jinja, tokenizer_config.json, folder, hf:org/name or -")
     if old_template:
         parser.add_argument("--template", dest="old_template", metavar="SOURCE", help=_suppress())
+        parser.needed_positionals = ("SOURCE",)  # (optional only for the old spelling's sake)
 
 
 def _suppress():
@@ -599,8 +611,9 @@ def add_generation_prompt(parser, *, default: bool, old: str | None = None) -> N
 def add_report_option(parser, formats, *, old_json: bool = False) -> None:
     """--report FORMAT:FILE (repeatable); `old_json`: the command's old --json FILE, kept as
     --report json:FILE with a note."""
+    text = " or text" if "markdown" in formats else ""  # (text_is_markdown)
     parser.add_argument("--report", action="append", metavar="FORMAT:FILE", default=None,
-                        help=f"also write the output in FORMAT ({', '.join(formats)}) to FILE, from the same run "
+                        help=f"also write the output in FORMAT ({', '.join(formats)}{text}) to FILE, from the same run "
                              "(repeatable)")
     if old_json:
         deprecated(parser, "--json", new="--report json:FILE", dest="report", metavar="FILE",
@@ -616,8 +629,9 @@ def reports_of(args) -> list[tuple[str, str]]:
     out = []
     for spec in args.report or ():
         fmt, sep, path = spec.partition(":")
+        fmt = text_is_markdown(fmt) if "markdown" in formats else fmt
         if not sep or not path or fmt not in formats:
-            raise InputError(f"--report {spec}: give FORMAT:FILE, FORMAT one of {', '.join(formats)}")
+            raise InputError(f"--report {spec}: give FORMAT:FILE, FORMAT one of {', '.join(formats)}{' (or text)' if 'markdown' in formats else ''}")
         out.append((fmt, path))
     return out
 

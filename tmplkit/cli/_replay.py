@@ -38,8 +38,8 @@ def add_replay(sub) -> None:
     add_output(p, "the replay")
     add_report_option(p, ("json", "markdown"), old_json=True)
     p.add_argument("--plot", metavar="FILE.png", help="plot tokens recomputed per request, one line per setting")
-    add_llama_options(p, ("n_ctx", "n_batch", "n_ubatch", "n_threads", "poll", "max_checkpoints", "checkpoint_min_step"),
-                      n_ctx=65536)
+    # (all but --checkpoints: the replay compares where its settings take checkpoints)
+    add_llama_options(p, without=("checkpoints",), n_ctx=65536)
     p.set_defaults(func=_cmd_replay)
 
 
