@@ -36,6 +36,27 @@ def test_a_default_verbosity_paste_without_its_release_line_keeps_its_batches():
     assert any("'stop processing' line is not in the log" in n and "count from the first token it processed" in n for n in log.notes)
 
 
+@pytest.mark.parametrize("cut", [("eval time",), ("eval time", "stop processing")])
+def test_a_paste_without_the_prompts_length_still_tells_the_near_end_batches_from_breaks(cut):
+    # (before: the fixed server's two near-end batch ends, n - 4 - n_ubatch and n - 4, counted as
+    # breaks: 7 where the whole log has 5, where the paste has neither eval line)
+    whole = read_server_log(text("0.3.36-cold-lv3.log")).tasks[0]
+    paste = "".join(line for line in text("0.3.36-cold-lv3.log").splitlines(keepends=True)
+                    if not any(c in line for c in cut))
+    (t,) = read_server_log(paste).tasks
+    assert t.relative and t.n_prompt is None and t.n_processed is None and len(whole.near_end) == 2
+    first = t.batch_starts[0] - whole.batch_starts[0]  # (positions count from the first batch logged)
+    assert [p + first for p in t.near_end] == list(whole.near_end) and t.implied_end + first == whole.n_prompt
+    assert [p + first for p in t.mid_breaks] == list(whole.mid_breaks) and len(whole.mid_breaks) == 5
+
+
+def test_a_paste_cut_in_the_middle_of_a_prompt_implies_no_end():
+    lines = [line for line in text("0.3.36-cold-lv3.log").splitlines(keepends=True)
+             if "progress = 0.9" not in line and "progress = 1.00" not in line and "eval time" not in line]
+    (t,) = read_server_log("".join(lines)).tasks
+    assert t.implied_end is None and t.near_end == ()
+
+
 def test_batch_lines_cut_out_of_a_trace_log_are_a_gap_not_a_batch():
     # (before: a 17,704-token "batch" with n_batch 2048, 20 decode calls, "none")
     lines = text("0.3.33-cold-lv4.log").splitlines(keepends=True)

@@ -46,7 +46,8 @@ prefix (journalctl, docker compose, kubectl) are read through. A batch of a task
 another slot's task did is shared (the server fills one batch from every slot at work, a generating
 slot adding a token): its early end is no break and is not counted (`shared_ends`). An info-level
 task without its `stop processing` line counts its positions from the first token it processed
-(`relative`). A task line held twice (a `--log-file` and a `tee` of stderr into one file) or batches
+(`relative`), its end implied by its last two batches where they are the server's near-end ones
+(`implied_end`). A task line held twice (a `--log-file` and a `tee` of stderr into one file) or batches
 that do not move forward are refused; each run of an appended log is read with its own batch sizes;
 a log that begins inside a task says so (from its `new prompt` line, the task is read).
 
@@ -168,6 +169,9 @@ class TaskPrefill:
     # Whether n_batch is the log's (its start lines, or a router's options), not the default taken:
     # at -lv 4 a batch larger than the default then says the server ran with a larger -b, not a cut.
     n_batch_logged: bool = field(default=True, compare=False)
+    # Where the prompt ended, where the log does not say it (no prompt length, no tokens processed)
+    # but its last two batches do: they end where the server ends batches near a prompt's end.
+    implied_end: int | None = None
 
     @property
     def _end(self) -> int | None:
@@ -212,8 +216,9 @@ class TaskPrefill:
     @property
     def near_end(self) -> tuple[int, ...]:
         """The two positions llama-server ends a batch at so that it can checkpoint near the end of
-        a prompt (n - 4 - n_ubatch and n - 4; server-context.cpp:3540-3559, PR 20288)."""
-        n = self._end
+        a prompt (n - 4 - n_ubatch and n - 4; server-context.cpp:3540-3559, PR 20288), the prompt's
+        end `implied_end` where the log does not say it."""
+        n = self._end if self._end is not None else self.implied_end
         if n is None:
             return ()
         ub = self.n_ubatch if self.n_ubatch is not None else DEFAULT_N_UBATCH
@@ -566,6 +571,11 @@ def _reading_notes(out: tuple[TaskPrefill, ...], runs: dict, orphans: dict, head
         notes.append(f"task{'s' if len(unstopped) > 1 else ''} {', '.join(map(str, unstopped))}: its 'prompt eval time', "
                      "'eval time' or 'stop processing' line is not in the log (a log cut at its end?), so its prompt's "
                      "length and the tokens it reused are not known: its positions count from the first token it processed")
+    implied = [str(t.task) for t in out if t.implied_end is not None]
+    if implied:
+        notes.append(f"task{'s' if len(implied) > 1 else ''} {', '.join(implied)}: the last two batches end where the "
+                     "server ends batches near a prompt's end (n - 4 - n_ubatch and n - 4, the last at progress 1.00): "
+                     "not counted as breaks")
     wide = max((max(t.batch_sizes, default=0) for t in out if t.batches_complete and not t.n_batch_logged), default=0)
     if wide > min(t.n_batch for t in out):
         notes.append(f"batches of up to {wide} tokens, more than the n_batch taken: the server ran with -b {wide} or more "
@@ -854,6 +864,7 @@ def _finish(t: _Task, srv: _Server, instance: int | None, others: Sequence[tuple
         relative = reused is None
         starts, at = tuple((reused or 0) + k for k, _ in t.progress), t.lines["progress"]
     shared = tuple(starts[i + 1] for i in range(len(starts) - 1) if _shared(t.slot, at[i], at[i + 1], others))
+    implied = _implied_end(starts, t.progress, n_batch, n_ubatch) if relative and processed is None else None
     common: int | None
     if t.lcp is not None:
         common = t.lcp
@@ -869,7 +880,19 @@ def _finish(t: _Task, srv: _Server, instance: int | None, others: Sequence[tuple
         checkpoints_restored=restored if trace else None, full_reprocess=t.full if trace else None,
         checkpoints_erased=tuple(t.erased), prompt_ms=t.prompt_eval[0] if t.prompt_eval else None,
         prompt_tps=t.prompt_eval[2] if t.prompt_eval else None, instance=instance, ended=ended, relative=relative,
-        shared_ends=shared, n_batch_logged=logged)
+        shared_ends=shared, n_batch_logged=logged, implied_end=implied)
+
+
+def _implied_end(starts: Sequence[int], progress: Sequence[tuple[int, float]], n_batch: int, n_ubatch: int | None) -> int | None:
+    """Where a prompt ended whose length the log does not say, where its last progress lines do:
+    the server ends a batch at n - 4 - n_ubatch and at n - 4 (`TaskPrefill.near_end`), so two last
+    lines that far apart, the last at progress 1.00 (the share of the prompt in memory), put the end
+    4 tokens after the last; else None (a log cut in the middle of a prompt)."""
+    if len(starts) < 2 or not progress or progress[-1][1] < 0.995:
+        return None
+    ub = n_ubatch if n_ubatch is not None else DEFAULT_N_UBATCH
+    last = min(n_batch, 4)
+    return starts[-1] + last if starts[-1] - starts[-2] == min(n_batch, 4 + ub) - last else None
 
 
 # ---------------------------------------------------------------------------------------------
