@@ -239,6 +239,10 @@ def test_a_number_given_twice_in_two_spellings_is_one_value(capsys):
     # (a delimiter edited into numbers was read as a changed behaviour, exit 1; an empty record was "KeyError: 'name'")
     (lambda r: r.__setitem__("delimiters", [{"role": 5, "text": None}]), "a delimiter in 'delimiters' is not an object"),
     (lambda r: r.clear(), "'name' is missing"),
+    # (the lock's schema refuses keys no record has; the reader took them, and the next lock dropped them unsaid)
+    (lambda r: r.__setitem__("verdcit", "pass"), "'verdcit' is no field of a record"),
+    (lambda r: r["delimiters"][0].__setitem__("note", "x"), "a delimiter in 'delimiters' is not an object"),
+    (lambda r: r["delimiters"][0].__setitem__("role", "narrator"), "a delimiter in 'delimiters' is not an object"),
 ])
 def test_a_lock_record_damaged_inside_is_refused_by_audit_and_lock_and_left_as_it_was(damage, words, tmp_path, capsys):
     good = tmp_path / "good.json"
@@ -252,6 +256,18 @@ def test_a_lock_record_damaged_inside_is_refused_by_audit_and_lock_and_left_as_i
     assert code == 2 and one_line(err, "not a behaviour record", words, "--fresh"), err
     code, _, err = run(capsys, "--no-config", "lock", CHATML, "-o", str(bad))
     assert code == 2 and one_line(err, "not a behaviour record", "--fresh") and bad.read_bytes() == before
+
+
+def test_a_lock_with_a_key_no_lock_has_is_refused_and_left_as_it_was(tmp_path, capsys):
+    lock = tmp_path / "lock.json"
+    assert run(capsys, "--no-config", "lock", CHATML, "-o", str(lock))[0] == 0
+    data = json.loads(lock.read_text(encoding="utf-8"))
+    lock.write_text(json.dumps({**data, "templtes": {}}), encoding="utf-8")
+    before = lock.read_bytes()
+    for command in ("audit", "lock"):
+        code, _, err = run(capsys, "--no-config", command, CHATML, "--lock", str(lock))
+        assert code == 2 and one_line(err, "'templtes' is no key of a behaviour lock", "--fresh"), err
+    assert lock.read_bytes() == before
 
 
 def test_a_lock_whose_prefix_check_a_limit_stopped_is_read_back(tmp_path, capsys):

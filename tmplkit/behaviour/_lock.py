@@ -66,6 +66,9 @@ def read_lock(path, *, updating: bool = False) -> BehaviourLock:
     if not isinstance(data, dict) or not isinstance(data.get("templates"), dict):
         fix = f"--lock {path}" + (" --fresh" if updating else "")
         raise InputError(f"{path}: not a behaviour lock (no 'templates' object); write it with `tmplkit lock SOURCE... {fix}`")
+    if extra := [k for k in data if k not in ("schema_version", "tmplkit_version", "templates")]:
+        raise InputError(f"{path}: {extra[0]!r} is no key of a behaviour lock (its keys: schema_version, tmplkit_version, "
+                         f"templates); remove it, or write the lock again with `tmplkit lock SOURCE... --lock {path} --fresh`")
     version = data.get("schema_version")
     if type(version) is not int or version != LOCK_SCHEMA_VERSION:  # (`true` equals 1)
         raise InputError(f"{path}: a lock of layout {version!r} (tmplkit {data.get('tmplkit_version', '?')}); this tmplkit "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ..analysis import LIMIT_STATUSES, STATUSES, TOOL_PLACEMENTS, Analysis
 from ..auditing import NOT_APPLICABLE, NOT_CHECKED, PrefixStability, analyze_with_prefix_stability
+from ..delimiters import SPAN_ROLES
 from ..errors import InputError
 from ._probes import SETTINGS_DEFAULT, probe_renders, rendered_roles, switch_settings
 
@@ -128,6 +129,9 @@ def _record_problem(d: dict) -> str:
 
     if missing := [k for k in _RECORD_KEYS if k not in d]:
         return f"'{missing[0]}' is missing"
+    # (a key no record has is a hand edit the next `tmplkit lock` would drop unsaid, or a misspelt one)
+    if extra := [k for k in d if k not in _RECORD_KEYS and k != "reason"]:
+        return f"{extra[0]!r} is no field of a record"
 
     scalars = (("name", str, "a string"), ("source", str, "a string"), ("reason", str, "a string"),
                ("system", _STR_OR_NONE, "a string or null"), ("earlier_reasoning", _STR_OR_NONE, "a string or null"))
@@ -146,7 +150,7 @@ def _record_problem(d: dict) -> str:
             return bad(key, "an object")
     if "delimiters" in d and not isinstance(d["delimiters"], list):
         return bad("delimiters", "a list")
-    if any(not (isinstance(x, dict) and isinstance(x.get("role"), str) and isinstance(x.get("text"), str))
+    if any(not (isinstance(x, dict) and set(x) == {"role", "text"} and x["role"] in SPAN_ROLES and isinstance(x["text"], str))
            for x in d.get("delimiters") or ()):
         return "a delimiter in 'delimiters' is not an object of a role and a text (strings)"
     if any(not isinstance(v, _STR_OR_NONE) for v in (d.get("starts") or {}).values()):
