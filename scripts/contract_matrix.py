@@ -51,7 +51,7 @@ COMMANDS = {
     "spans": "spans {T} --session {C} --tokenizer {K} -o {O}",
     "request": "request {T} --session {C} --tokenizer {K} -o {O}",
     # the smallest run that loads the model: one policy (one setting), a 512-token context
-    "prefill": "prefill {M} --session {C} --template {T} --policy none -c 512 -o {O}",
+    "prefill": "prefill {M} --session {C} --template {T} --settings none -c 512 -o {O}",
     "replay": "replay {M} --session {C} --template {T} --settings llama-server -c 512 -o {O}",
     "engine-parity": "engine-parity {T} {MODEL} -o {O}",
     "server delimiters": "server delimiters {T} {MODEL} -o {O}",

@@ -59,7 +59,7 @@ def test_a_cache_that_is_a_file_is_one_line(capsys, monkeypatch, tmp_path):
     session = tmp_path / "s.json"
     session.write_text(json.dumps([{"role": "user", "content": "hi"}]))
     # The real model is assembled into the cache on first use: the cache must be a folder.
-    code, out, err = run(capsys, "prefill", "gemma", "--session", str(session), "--policy", "none")
+    code, out, err = run(capsys, "prefill", "gemma", "--session", str(session), "--settings", "none")
     assert code == 2 and out == ""
     assert one_line_error(err, "cannot create the cache folder", "set TMPLKIT_CACHE to a writable folder")
 

@@ -99,6 +99,7 @@ def test_docs_cli_lists_the_vocabulary_once():
     (["spans", CHATML, "--session", "c.json", "--tokenizer", "t", "--add-generation-prompt"], "add_generation_prompt",
      True, "--generation-prompt"),
     (["turns", CHATML, "--memory", "recurrent"], "memory", "recurrent", "--memory-model"),
+    (["prefill", "gemma", "--session", "s.json", "--policy", "gated"], "settings", "gated", "--settings LIST"),
 ])
 def test_an_old_option_still_works_with_a_note(argv, dest, value, new, capsys):
     args = build_parser().parse_args(argv)
@@ -292,4 +293,20 @@ def test_replay_takes_prefills_llama_settings_but_checkpoints():
                                                                                                       "q8_0", True, False)
     replay = {f for a in dict(commands())["replay"]._actions for f in a.option_strings}
     prefill = {f for a in dict(commands())["prefill"]._actions for f in a.option_strings}
-    assert prefill - replay == {"--checkpoints", "--policy", "--repeat"}
+    assert prefill - replay == {"--checkpoints", "--policy", "--repeat"}  # (--policy: the old spelling, hidden)
+
+
+def test_prefill_names_its_policies_with_settings_as_turns_and_replay_do(capsys):
+    """prefill took --policy NAME|all, turns and replay --settings LIST: two spellings of one thing."""
+    from tmplkit.cli._common import settings_of
+    from tmplkit.server_rules import POLICIES
+
+    p = dict(commands())["prefill"]
+    assert "--settings LIST" in p.format_help() and "--policy" not in p.format_help()
+    args = build_parser().parse_args(["prefill", "gemma", "--session", "s.json", "--settings", "gated,none,gated"])
+    assert settings_of(args, tuple(POLICIES)) == ("gated", "none")
+    assert capsys.readouterr().err == ""
+    old = build_parser().parse_args(["prefill", "gemma", "--session", "s.json", "--policy", "all"])
+    assert settings_of(old, tuple(POLICIES)) == tuple(POLICIES)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--policy is deprecated" in err and "--settings LIST" in err

@@ -187,7 +187,7 @@ def test_a_template_hostile_only_on_the_session_is_refused_before_the_model_load
     # worker first, under the audit's limits
     pytest.importorskip("llama_cpp")
     template, chat = _on_session(tmp_path)
-    extra = ["--policy", "none"] if command == "prefill" else ["--settings", "llama-server"]
+    extra = ["--settings", "none" if command == "prefill" else "llama-server"]
     proc = _with_session_timeout(1.0, command, "tiny:qwen35", "--session", str(chat), "--template", str(template),
                                  "-c", "512", *extra)
     err = one_line_error(proc, "refused before the model loads")

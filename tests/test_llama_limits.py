@@ -173,13 +173,13 @@ def test_a_batch_of_one_token_and_a_batch_cut_to_the_context(conv, tmp_path):
     pytest.importorskip("llama_cpp")
     out = tmp_path / "r.json"
     # -b 1: llama.cpp's two-token probe of the memory would not fit a batch
-    run = _tmplkit("prefill", "tiny:qwen35", "--session", conv, "--template", STABLE, "--policy", "gated", "-t", "1",
+    run = _tmplkit("prefill", "tiny:qwen35", "--session", conv, "--template", STABLE, "--settings", "gated", "-t", "1",
                    "-b", "1", "--format", "json", "-o", str(out))
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(out.read_text())["results"][0]["report"]
     assert {c["size"] for c in report["decode_calls"]} == {1}
     # -b 4 -ub 9 -c 16: the ubatch is cut to the batch, and the report says so
-    run = _tmplkit("prefill", "tiny:qwen35", "--session", conv, "--template", STABLE, "--policy", "gated", "-t", "1",
+    run = _tmplkit("prefill", "tiny:qwen35", "--session", conv, "--template", STABLE, "--settings", "gated", "-t", "1",
                    "-c", "16", "-b", "4", "-ub", "9", "--format", "json", "-o", str(out))
     assert run.returncode == 0, run.stderr[-2000:]
     data = json.loads(out.read_text())

@@ -358,11 +358,16 @@ def _plan_for(policy, spans):
 
 def test_a_registered_policy_is_offered_by_the_cli_with_the_settings_defaults(monkeypatch):
     from tmplkit.cli import build_parser
+    from tmplkit.cli._common import settings_of
     from tmplkit.server_rules import PrefillSettings
 
     monkeypatch.setitem(POLICIES, "mine", FixedBreaks([100]))
-    args = build_parser().parse_args(["prefill", "m.gguf", "s.json", "--policy", "mine"])
-    assert args.policy == "mine"
+    args = build_parser().parse_args(["prefill", "m.gguf", "s.json", "--settings", "mine"])
+    assert settings_of(args, tuple(POLICIES)) == ("mine",)
+    every = build_parser().parse_args(["prefill", "m.gguf", "s.json"])  # (the default: every policy, "mine" too)
+    assert settings_of(every, tuple(POLICIES))[-1] == "mine"
+    old = build_parser().parse_args(["prefill", "m.gguf", "s.json", "--policy", "mine"])  # (the old spelling)
+    assert old.settings == "mine"
     d = PrefillSettings()
     assert (args.n_ctx, args.n_batch, args.n_ubatch, args.poll, args.max_checkpoints, args.checkpoint_min_step,
             args.flash_attn, args.cache_type_k) == (d.n_ctx, d.n_batch, d.n_ubatch, d.poll, d.max_checkpoints,

@@ -407,9 +407,10 @@ VOCABULARY: dict[str, tuple[str, str]] = {
     "report": ("--report FORMAT:FILE", "also write the output in FORMAT to FILE, from the same run (repeatable)"),
     "timeout": ("--timeout SECONDS", "wall-clock seconds per template"),
     "memory": ("--memory MB", "MiB a template's worker may allocate beyond its start-up footprint"),
-    "settings": ("--settings LIST", "the serving settings to simulate (turns) or replay on a model (replay), comma-separated: "
-                                   "llama-server, tmplkit, divergence-aware (and in replay none, every-user-start); the "
-                                   "full-attention bound is always there"),
+    "settings": ("--settings LIST", "the serving settings to simulate (turns), replay on a model (replay) or prefill "
+                                   "(prefill), comma-separated: llama-server, tmplkit, divergence-aware (and in replay none, "
+                                   "every-user-start; the full-attention bound is always there); prefill's are its batch "
+                                   "policies: none, every-user-start, gated, divergence-aware"),
     "generation prompt": ("--generation-prompt / --no-generation-prompt",
                           "render with (or without) the generation prompt that asks for the next turn"),
     "global": ("-q/--quiet, -v/--verbose, --color, --config, --no-config",
@@ -687,4 +688,4 @@ def settings_of(args, known) -> tuple[str, ...]:
 
     names = check_settings([n.strip() for n in args.settings.split(",") if n.strip()], known, "--settings")
     assert names is not None
-    return names
+    return tuple(dict.fromkeys(names))  # (a name given twice is run once)

@@ -9,14 +9,17 @@ from ._common import (
     add_output,
     add_report_option,
     add_session_option,
+    add_settings_option,
     add_template_option,
     at_least,
+    deprecated,
     emit_model_run,
     model_run_outputs,
     model_template,
     prefill_settings,
     require_extra,
     session_of,
+    settings_of,
 )
 from ._limits import check_template_isolated
 from ._terminal import ProgressLine, wanted
@@ -38,8 +41,12 @@ def add_prefill(sub) -> None:
     add_session_option(p, required=True, what="the agent session", old_positional="SESSION.json")
     add_template_option(p, what="the chat template (default: the model GGUF's own)")
     p.add_argument("--name", help="which template of --template's source, or of the model GGUF's (default: its default one)")
-    p.add_argument("--policy", default="all", choices=[*POLICIES, "all"],
-                   help="; ".join(f"{name}: {pol.description}" for name, pol in POLICIES.items()) + "; all: each of them")
+    names = tuple(POLICIES)
+    add_settings_option(p, names, names, "; the batch policies, each run on the session: " +
+                        "; ".join(f"{name}: {pol.description}" for name, pol in POLICIES.items()))
+    # (the old spelling: one policy, or all of them)
+    deprecated(p, "--policy", new="--settings LIST", dest="settings", choices=[*names, "all"],
+               convert=lambda value: ",".join(names) if value == "all" else value)
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help=f"runs per policy, interleaved, 1 to {MAX_REPEAT}; figures are medians")
     add_format(p, ("markdown", "json"), "markdown", "the comparison")
@@ -55,8 +62,10 @@ def _cmd_prefill(args) -> int:
     from ..prefill import compare_policies
     from ..prefill.models import resolve_model
     from ..prefill.plot import comparison_png
+    from ..server_rules import POLICIES
     from ..session import load_session
 
+    policies = settings_of(args, tuple(POLICIES))
     session_of(args, "prefill")
     reports = model_run_outputs(args)
     at_least(args.repeat, 1, "--repeat")
@@ -72,7 +81,7 @@ def _cmd_prefill(args) -> int:
         model = resolve_model(args.model)
         template = model_template(args, model)
         check_template_isolated(template, model, "tmplkit prefill", session)
-        comp = compare_policies(model, session, template=template, policies=args.policy,
+        comp = compare_policies(model, session, template=template, policies=list(policies),
                                 repeat=args.repeat, settings=settings, progress=bar)
     finally:
         line.close()
