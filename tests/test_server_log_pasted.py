@@ -273,3 +273,17 @@ def test_a_trace_paste_without_the_servers_start_and_a_larger_batch_is_no_gap():
     (t,) = log.tasks
     assert t.gaps == () and t.decode_calls == 7 and t.mid_breaks == ()
     assert any("batches of up to 4096 tokens, more than the n_batch taken" in n for n in log.notes)
+
+
+def test_quiet_prints_only_the_tasks_that_show_a_pattern(tmp_path, capsys):
+    """-q is "only what went wrong" in every command; `server log` printed the whole reading."""
+    fixed, regressed = str(LOGS / "0.3.36-cold-lv3.log"), str(LOGS / "0.3.33-cold-lv3.log")
+    assert main(["-q", "server", "log", fixed]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["-q", "server", "log", regressed]) == 0
+    out = capsys.readouterr().out
+    assert "pattern: fragmented" in out and "summary: fragmented: 1" in out
+    assert main(["-q", "server", "log", fixed, "--format", "json"]) == 0  # (data, written whole)
+    assert '"pattern": "none"' in capsys.readouterr().out
+    assert main(["-q", "server", "log", fixed, "-o", str(tmp_path / "r.txt")]) == 0  # (a file too)
+    assert "5 mid-prompt breaks" in (tmp_path / "r.txt").read_text(encoding="utf-8")

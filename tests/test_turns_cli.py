@@ -60,6 +60,9 @@ def test_quiet_turns_prints_only_the_templates_whose_prefix_is_not_kept(session_
     assert capsys.readouterr().out == ""
     assert main(args + ["--format", "csv"]) == 0  # (data is written whole)
     assert len(list(csv.DictReader(io.StringIO(capsys.readouterr().out)))) == 2
+    out_file = session_file.parent / "quiet-turns.txt"  # (so is a file: -q is about the terminal)
+    assert main(args + ["-o", str(out_file)]) == 0
+    assert "stable: stable over" in out_file.read_text(encoding="utf-8")
 
 
 def test_turns_json_with_a_tokenizer(session_file, capsys, qwen35):

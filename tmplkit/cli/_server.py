@@ -183,7 +183,10 @@ def _cmd_log(args) -> int:
     if args.format == "json":
         emit(json.dumps(log.to_dict(), ensure_ascii=False, indent=1) + "\n", args.output)
     else:
-        emit(format_server_log(log), args.output)
+        # (-q: only what went wrong on the terminal, as in every text report; a file is written whole)
+        quiet = verbosity(args) < 0 and args.format == "text" and not args.output
+        if text := format_server_log(log, quiet=quiet):
+            emit(text, args.output)
     return 0
 
 

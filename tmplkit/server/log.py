@@ -898,9 +898,12 @@ def _implied_end(starts: Sequence[int], progress: Sequence[tuple[int, float]], n
 # ---------------------------------------------------------------------------------------------
 
 
-def format_server_log(log: ServerLog) -> str:
-    """The log's report as text: one block per task, then the summary."""
+def format_server_log(log: ServerLog, quiet: bool = False) -> str:
+    """The log's report as text: one block per task, then the summary. `quiet` (`-q`): only the
+    tasks that show a pattern, nothing where none does."""
     by_task = {loc.task: loc for loc in log.locations}
+    if quiet and all(t.pattern == "none" for t in log.tasks):
+        return ""
     n = len(log.tasks)
     lines = [f"{log.source}: {n} task{'' if n == 1 else 's'}; n_batch {log.n_batch or DEFAULT_N_BATCH}"
              + (f", n_ubatch {log.n_ubatch}" if log.n_ubatch else "")
@@ -909,6 +912,8 @@ def format_server_log(log: ServerLog) -> str:
              + (f"; verbosity {log.verbosity}" if log.verbosity is not None else "")]
     lines += [f"  note: {n}" for n in log.notes]
     for t in log.tasks:
+        if quiet and t.pattern == "none":
+            continue
         calls = t.decode_calls
         port = f" (server on port {t.instance})" if t.instance is not None else ""
         head = (f"task {t.task}{port}: {t.n_prompt if t.n_prompt is not None else '?'} prompt tokens, "
