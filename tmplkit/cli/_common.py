@@ -45,7 +45,7 @@ def add_format(parser, choices, default: str | None, what: str = "the output", *
                default_help: str | None = None) -> None:
     """--format FORMAT, its choices and default shown in --help; `aliases`: old names of values,
     still accepted (`format_of` notes them and gives the new one). `text` is the format for a person
-    in every command: where that is a markdown table, `text` is its other name (`TEXT_IS_MARKDOWN`)."""
+    in every command: where that is a markdown table, `text` is its other name (`text_is_markdown`)."""
     # (an old name given with its new one is one value: `--format table --format markdown`)
     meaning = (lambda value: aliases.get(value, value)) if aliases else None
     shown = [f"{c} (or text)" if c == "markdown" and "text" not in choices else c for c in choices]
@@ -270,8 +270,9 @@ def at_least(value, minimum, flag: str):
 # ---- llama.cpp's settings, as llama-server names them ---------------------------------------------------
 
 # The option of each `PrefillSettings` field a command may offer, declared once (`prefill` offers
-# them all, `replay` all but --checkpoints: it compares where its settings take them): the field, its flags and argparse's keywords. Defaults are the
-# settings' own unless the command gives its own (`add_llama_options(..., n_ctx=65536)`).
+# them all, `replay` all but --checkpoints: it compares where its settings take them): the field,
+# its flags and argparse's keywords. Defaults are the settings' own unless the command gives its
+# own (`add_llama_options(..., n_ctx=65536)`).
 _CHECKPOINTS = {"auto": None, "on": True, "off": False}
 _LLAMA_OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "n_ctx": (("-c", "--ctx-size"), {"type": int, "help": "context size in tokens, 1 to 2147483647 and what the machine's "
@@ -401,8 +402,8 @@ VOCABULARY: dict[str, tuple[str, str]] = {
     "tokenizer": ("--tokenizer PATH|auto", "a .gguf (vocab-only is enough), tokenizer.json or its folder, vocab:NAME "
                                            "or hf:org/name; auto: the template's own GGUF or the corpus vocabulary "
                                            "paired with its name"),
-    "format": ("--format FORMAT", "named for what it writes: text (for a person; summary: the audit on one screen), markdown, json, csv, "
-                               "junit, github"),
+    "format": ("--format FORMAT", "named for what it writes: text (for a person, in every command; where that is a markdown "
+                               "table, text names it; summary: the audit on one screen), markdown, json, csv, junit, github"),
     "output": ("-o/--output FILE", "write the output to FILE instead of stdout"),
     "report": ("--report FORMAT:FILE", "also write the output in FORMAT to FILE, from the same run (repeatable)"),
     "timeout": ("--timeout SECONDS", "wall-clock seconds per template"),
