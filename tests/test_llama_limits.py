@@ -156,6 +156,45 @@ def test_a_context_smaller_than_the_prompt_is_refused_before_decoding(command, c
 
 @pytest.mark.model
 @pytest.mark.corpus
+@pytest.mark.parametrize("command", ["prefill", "replay"])
+def test_a_session_no_context_holds_is_refused_before_it_is_tokenized(command, tmp_path):
+    """A session of millions of tokens (a template that writes one, or a pasted log) was tokenized
+    whole before the context check: 145 s for 40M tokens. Its bytes bound its tokens from below."""
+    pytest.importorskip("llama_cpp")
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps([{"role": "user", "content": "word " * 400_000}, {"role": "assistant", "content": "ok"},
+                               {"role": "user", "content": "again"}]))
+    run = _tmplkit(command, "tiny:qwen35", "--session", str(big), "--template", STABLE, "-c", "512", "-t", "1")
+    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run.stderr[-2000:]
+    assert " has at least " in run.stderr and "at most 256 to a token), more than the context size n_ctx=512" in run.stderr
+
+
+def test_the_session_pipeline_and_the_prompt_ask_whether_a_text_fits_before_tokenizing_it(monkeypatch):
+    from tmplkit.errors import InputError
+    from tmplkit.prefill.prompt import build_prompt
+    from tmplkit.session import session_from_json
+    from tmplkit.sources import load_one
+    from tmplkit.turns import pipeline
+
+    class Never:
+        def tokenize(self, *a, **k):
+            raise AssertionError("tokenized before the fit was asked")
+
+    def refuse(text, what="the prompt"):
+        raise InputError(f"{what}: {len(text)} characters do not fit")
+
+    monkeypatch.setattr(pipeline, "tokenize_requests", Never().tokenize)
+    session = session_from_json([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                                 {"role": "user", "content": "more"}])
+    template = load_one(STABLE)
+    with pytest.raises(InputError, match="request 1 with the turn generated after it: "):
+        pipeline.prepare_session(session, template, Never(), fits=refuse)
+    with pytest.raises(InputError, match="the prompt: "):
+        build_prompt(session, template, Never(), fits=refuse)
+
+
+@pytest.mark.model
+@pytest.mark.corpus
 def test_a_quantized_k_cache_that_does_not_fit_the_heads_is_refused_with_flash_attention_off(conv):
     # (llama.cpp checks it only with flash attention on or auto; with -fa off it aborted the
     # process, exit 134 and a gdb dump: the tiny model's key heads are 8 wide, q8_0's blocks 32)

@@ -604,3 +604,32 @@ def test_cuts_are_where_the_partition_splits_anyway(specials, data):
         whole = _partition(data, order)
         pieces = [f for begin, end in zip([0, *at], [*at, len(data)]) for f in _partition(data[begin:end], order)]
         assert pieces == whole, (order, at)
+
+
+# ---- a bound below a text's tokens, without tokenizing it ---------------------------------------------------
+
+@pytest.mark.parametrize("vocab", ["qwen35", "llama-spm", "gpt-2", "bert-bge", "phi-3", "command-r"])
+def test_fewest_tokens_is_never_more_than_a_text_has(vocab):
+    from tmplkit.sources.corpus import is_fetched
+    from tmplkit.tokens.tokenizers import fewest_tokens
+
+    pytest.importorskip("llama_cpp")
+    if not is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    tok = load_tokenizer(f"vocab:{vocab}")
+    longest = tok.max_token_bytes()
+    if vocab == "bert-bge":  # (WordPiece drops whitespace: 5,000 spaces are no token; no bound)
+        assert longest is None and fewest_tokens(tok, " " * 5000) == 0 == len(tok.tokenize(" " * 5000))
+        return
+    assert longest >= max(len(tok.piece_bytes(i)) for i in range(0, tok.n_vocab, 97))
+    for text in ("", "hello world " * 300, "é日本😀" * 200, " " * 5000, "\n\t" * 700, "<|im_start|>user\nhi<|im_end|>" * 60,
+                 "x" * 20000, "<0x0A>" * 300, "".join(chr(c) for c in range(32, 3000))):
+        n = len(tok.tokenize(text))
+        assert fewest_tokens(tok, text) <= n, (vocab, text[:20], n)
+    assert fewest_tokens(tok, "a" * (100 * longest)) == 100
+
+
+def test_fewest_tokens_of_a_tokenizer_that_does_not_say_its_longest_token_is_none():
+    from tmplkit.tokens.tokenizers import fewest_tokens
+
+    assert fewest_tokens(object(), "x" * 10**6) == 0

@@ -38,7 +38,7 @@ def prepare(runner: PrefillRunner, session: Session | str | os.PathLike,
     if not isinstance(session, Session):
         session = load_session(session)
     tmpl = resolve_template(template, runner)
-    return build_prompt(session, tmpl, runner.tokenizer, add_bos=runner.info.add_bos), tmpl
+    return build_prompt(session, tmpl, runner.tokenizer, add_bos=runner.info.add_bos, fits=runner.check_text), tmpl
 
 
 def expand_policies(policy: str | list[str]) -> list[str]:

@@ -70,17 +70,21 @@ class Prompt:
 
 
 def build_prompt(session: Session, template: ChatTemplate, tokenizer, *, add_bos: bool = False,
-                 add_generation_prompt: bool = True, delimiters: Sequence[Delimiter] | None = None) -> Prompt:
+                 add_generation_prompt: bool = True, delimiters: Sequence[Delimiter] | None = None,
+                 fits=None) -> Prompt:
     """Render, tokenize, and split `session` into message spans with tmplkit's delimiters.
 
     `tokenizer` is a tmplkit Tokenizer of the model's vocabulary (e.g. LlamaCppTokenizer(model));
     `add_bos` prepends the BOS token when the rendered text does not already start with it.
     `delimiters`: the template's text delimiters when already derived (`text_delimiters(template)[0]`),
-    so that building many prompts of one template analyzes it once.
+    so that building many prompts of one template analyzes it once. `fits(text)`: called with the
+    render before it is tokenized (a runner's `check_text`).
     """
     conversation = for_server(template, session)  # as a server renders it (tmplkit.session.render_conversation)
     text = conversation.render(add_generation_prompt=add_generation_prompt)
     delims, how = text_delimiters(template) if delimiters is None else (sort_delimiters(delimiters), "given")
+    if fits is not None:
+        fits(text)
     tokens = tokenizer.tokenize(text, add_bos=False)
     if add_bos:
         bos = tokenizer.tokenize("", add_bos=True)

@@ -42,7 +42,7 @@ from ..server_rules import (
     plan_resume,
     user_starts,
 )
-from ..tokens.tokenizers import LlamaCppTokenizer
+from ..tokens.tokenizers import LlamaCppTokenizer, fewest_tokens, utf8
 from ._llama import (
     SEQ,
     Context,
@@ -204,6 +204,16 @@ class PrefillRunner:
         if self._ctx is None:
             raise ModelError("the runner is closed")
         return self._ctx
+
+    def check_text(self, text: str, what: str = "the prompt") -> None:
+        """InputError where `text` cannot fit n_ctx however it tokenizes (`fewest_tokens`): asked
+        before tokenizing a render, which for a text of tens of millions of tokens takes minutes."""
+        least = fewest_tokens(self.tokenizer, text)
+        n_ctx = min(self.settings.n_ctx, self.info.n_ctx)
+        if least > n_ctx:
+            raise InputError(f"{what} has at least {least} tokens (its {len(utf8(text))} bytes, at most "
+                             f"{self.tokenizer.max_token_bytes()} to a token), more than the context size n_ctx={n_ctx}; "
+                             f"raise n_ctx (-c) to at least {least} or shorten the session")
 
     def check_prompt(self, tokens: Sequence[int]) -> list[int]:
         """The prompt as a list of ints; InputError if it is empty, too long for n_ctx, or has foreign ids."""

@@ -133,7 +133,8 @@ def replay_session(runner, session, template: ChatTemplate, *, settings=REPLAYED
     settings = check_settings(settings, REPLAYABLE)  # (a name it does not know would replay nothing, silently)
     tok = runner.tokenizer
     bos = runner.info.add_bos if add_bos is None else add_bos
-    prepared = prepare_session(session, template, tok, add_bos=bos, kwargs=kwargs, predict="divergence-aware" in settings)
+    prepared = prepare_session(session, template, tok, add_bos=bos, kwargs=kwargs, predict="divergence-aware" in settings,
+                               fits=runner.check_text)
     tokens, spans, ahead = prepared.tokens, prepared.spans, prepared.predicted
     assert tokens is not None, "prepared with a tokenizer"
     # The context must hold the longest request with the turn generated after it: checked first, so

@@ -37,8 +37,8 @@ from ._cuts import CHUNK, SpecialTexts, cuts
 from .gguf_vocab import byte_level_bytes, gguf_bpe_tokenizer, supports
 from .llama_model import LlamaModel, import_llama_cpp
 
-__all__ = ["GGUFBPETokenizer", "HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "load_tokenizer", "locate_tokenizer",
-           "utf8"]
+__all__ = ["GGUFBPETokenizer", "HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "fewest_tokens", "load_tokenizer",
+           "locate_tokenizer", "utf8"]
 
 _GIVE = "give a .gguf (vocab-only is enough), a tokenizer.json or its folder, vocab:NAME or hf:org/name"
 
@@ -341,6 +341,7 @@ class LlamaCppTokenizer:
         self._pieces_bytes = 0
         self._control_patterns: dict = {}  # (`_controls`)
         self._specials: SpecialTexts | None | bool = False  # (`_cuts`; False: not read yet)
+        self._longest: int | None = None  # (`max_token_bytes`)
 
     @classmethod
     def of_model(cls, model, path: str | os.PathLike, *, add_bos: bool = False, name: str | None = None) -> LlamaCppTokenizer:
@@ -410,6 +411,21 @@ class LlamaCppTokenizer:
             self._specials = SpecialTexts.of([lib.llama_vocab_get_text(vocab, i) or b"" for i in ids],
                                              [bool(attrs[i] & int(lib.LLAMA_TOKEN_ATTR_LSTRIP)) for i in ids])
         return self._specials  # type: ignore[return-value]
+
+    def max_token_bytes(self) -> int | None:
+        """The longest token's text in bytes, read once: a bound on the bytes one token stands for
+        (a byte-level BPE spells a byte in one or two, SentencePiece a space in three, a byte token
+        as `<0x0A>`), so a text of B bytes has at least B / this many tokens (`fewest_tokens`).
+        None for the vocabularies that may leave bytes out (WordPiece drops whitespace, Unigram
+        folds it: llama-vocab.cpp); SentencePiece gives every byte no token spells a byte token,
+        BPE every byte a token of its own where the vocabulary has one (a byte-level one has all)."""
+        if self._longest is None:
+            lib, vocab = self._lib, self._open_vocab()
+            if int(lib.llama_vocab_type(vocab)) not in (int(lib.LLAMA_VOCAB_TYPE_SPM), int(lib.LLAMA_VOCAB_TYPE_BPE)):
+                self._longest = 0
+            else:
+                self._longest = max(1, max((len(lib.llama_vocab_get_text(vocab, i) or b"") for i in range(self.n_vocab)), default=1))
+        return self._longest or None
 
     def _encode_call(self, data: bytes, add_bos: bool) -> list[int]:
         lib = self._lib
@@ -738,6 +754,16 @@ def _memory_limited() -> bool:
     except ImportError:  # pragma: no cover - not POSIX
         return False
     return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+
+
+def fewest_tokens(tokenizer, text: str) -> int:
+    """A bound below the tokens `text` has, without tokenizing it (0 for a tokenizer that does not
+    bound the bytes a token stands for: `LlamaCppTokenizer.max_token_bytes`): a text too long for a context is refused at once, not after minutes
+    of tokenizing tens of millions of tokens."""
+    longest = getattr(tokenizer, "max_token_bytes", lambda: None)()
+    if not longest or not text:
+        return 0
+    return -(-len(utf8(text)) // longest)
 
 
 def utf8(text: str) -> bytes:

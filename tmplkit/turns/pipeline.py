@@ -56,7 +56,7 @@ class PreparedSession:
 def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos: bool = False,
                     kwargs: Mapping | None = None, interval=DEFAULT_INTERVAL, budget=None,
                     server: Mapping | None = None, server_texts=None, inputs: str | None = None,
-                    predict: bool = True, ahead: bool = False) -> PreparedSession:
+                    predict: bool = True, ahead: bool = False, fits=None) -> PreparedSession:
     """`session` on `template`, through the pipeline of the module doc; without a tokenizer, the
     requests only. A template that cannot render the session raises its RenderError here.
     `budget` (a `Budget`): progress while rendering, and the requests up to its time limit.
@@ -69,7 +69,9 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
     divergences too (the divergence-aware setting's input: the next renders, about three renders
     a tool-calling request more; `predicted` is None without). `ahead`: those next renders made in
     a forked child on a second core meanwhile (`ahead.NextRendersAhead`; here where it cannot be),
-    the same result in less time where a core is free."""
+    the same result in less time where a core is free. `fits(text, what)`: called with each request
+    and the turn generated after it before any is tokenized (a runner's `check_text`: a session no
+    context holds is refused before minutes of tokenizing)."""
     conversation = for_server(template, session, kwargs, inputs=inputs)  # prepared once, rendered for every request
     early = NextRendersAhead.start(conversation, interval=interval) if ahead and predict and tokenizer is not None else None
     try:
@@ -80,6 +82,9 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
             reqs = budget.take(requests, len(request_points(list(conversation.messages))))
         if tokenizer is None:
             return PreparedSession(template, conversation, reqs)
+        if fits is not None and reqs:
+            longest = max(reqs, key=lambda r: len(r.text) + len(r.generated))
+            fits(longest.text + longest.generated, f"request {longest.index} with the turn generated after it")
         tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos)
         notes: list[str] = []
         server_tokens = _server_tokens(reqs, server_texts, tokenizer, add_bos, notes)
