@@ -46,8 +46,8 @@ prefix (journalctl, docker compose, kubectl) are read through. A batch of a task
 another slot's task did is shared (the server fills one batch from every slot at work, a generating
 slot adding a token): its early end is no break and is not counted (`shared_ends`). An info-level
 task without its `stop processing` line counts its positions from the first token it processed
-(`relative`), its end implied by its last two batches where they are the server's near-end ones
-(`implied_end`). A task line held twice (a `--log-file` and a `tee` of stderr into one file) or batches
+(`relative`), its end implied where its batches end where the server ends them near a prompt's
+end (`implied_end`). A task line held twice (a `--log-file` and a `tee` of stderr into one file) or batches
 that do not move forward are refused; each run of an appended log is read with its own batch sizes;
 a log that begins inside a task says so (from its `new prompt` line, the task is read).
 
@@ -170,7 +170,7 @@ class TaskPrefill:
     # at -lv 4 a batch larger than the default then says the server ran with a larger -b, not a cut.
     n_batch_logged: bool = field(default=True, compare=False)
     # Where the prompt ended, where the log does not say it (no prompt length, no tokens processed)
-    # but its last two batches do: they end where the server ends batches near a prompt's end.
+    # but its batches do: they end where the server ends batches near a prompt's end.
     implied_end: int | None = None
 
     @property
@@ -573,8 +573,8 @@ def _reading_notes(out: tuple[TaskPrefill, ...], runs: dict, orphans: dict, head
                      "length and the tokens it reused are not known: its positions count from the first token it processed")
     implied = [str(t.task) for t in out if t.implied_end is not None]
     if implied:
-        notes.append(f"task{'s' if len(implied) > 1 else ''} {', '.join(implied)}: the last two batches end where the "
-                     "server ends batches near a prompt's end (n - 4 - n_ubatch and n - 4, the last at progress 1.00): "
+        notes.append(f"task{'s' if len(implied) > 1 else ''} {', '.join(implied)}: its batches end where the server ends "
+                     "them near a prompt's end (n - 4 - n_ubatch and n - 4, the last at progress 1.00): those two are "
                      "not counted as breaks")
     wide = max((max(t.batch_sizes, default=0) for t in out if t.batches_complete and not t.n_batch_logged), default=0)
     if wide > min(t.n_batch for t in out):
@@ -884,15 +884,15 @@ def _finish(t: _Task, srv: _Server, instance: int | None, others: Sequence[tuple
 
 
 def _implied_end(starts: Sequence[int], progress: Sequence[tuple[int, float]], n_batch: int, n_ubatch: int | None) -> int | None:
-    """Where a prompt ended whose length the log does not say, where its last progress lines do:
-    the server ends a batch at n - 4 - n_ubatch and at n - 4 (`TaskPrefill.near_end`), so two last
-    lines that far apart, the last at progress 1.00 (the share of the prompt in memory), put the end
-    4 tokens after the last; else None (a log cut in the middle of a prompt)."""
+    """Where a prompt ended whose length the log does not say, where its progress lines do: the
+    server ends a batch at n - 4 - n_ubatch and at n - 4 (`TaskPrefill.near_end`), so a last line
+    at progress 1.00 (the share of the prompt in memory) and a line n_ubatch before it put the end 4
+    tokens after the last; else None (a log cut in the middle of a prompt, or other batch sizes)."""
     if len(starts) < 2 or not progress or progress[-1][1] < 0.995:
         return None
     ub = n_ubatch if n_ubatch is not None else DEFAULT_N_UBATCH
-    last = min(n_batch, 4)
-    return starts[-1] + last if starts[-1] - starts[-2] == min(n_batch, 4 + ub) - last else None
+    end = starts[-1] + min(n_batch, 4)
+    return end if end - min(n_batch, 4 + ub) in starts else None
 
 
 # ---------------------------------------------------------------------------------------------
