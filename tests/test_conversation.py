@@ -97,7 +97,6 @@ BAD = [
     ("function role", [{"role": "function", "content": "x"}], "use 'tool'"),
     ("role with newline", [{"role": "us\ner", "content": "x"}], "'us\\ner'"),
     ("no content", [{"role": "user"}], "[0] (user) has no 'content'"),
-    ("null content", [{"role": "tool", "content": None}], "[0] (tool) has content null"),
     ("assistant empty", [{"role": "assistant"}], "only assistant messages with tool_calls may omit it"),
     ("content number", [{"role": "user", "content": 3}], "[0].content must be a string or a list of text parts, got a number"),
     ("content object", [{"role": "user", "content": {"text": "x"}}], "got an object"),

@@ -53,6 +53,19 @@ def test_the_transformers_setting_drops_the_null_key_as_apply_chat_template_does
     assert for_server(template, Session(MESSAGES, ()), inputs="transformers").messages[1]["content"] is None
 
 
+def test_a_null_content_of_any_role_is_taken_as_each_engine_takes_it():
+    """llama-server takes a null content from any role as ""; transformers drops the key. tmplkit
+    refused it in one line for a user, system or tool message (a missing one stays refused)."""
+    from test_engine_parity import NULLS
+
+    session = session_from_json({"messages": list(NULLS)})
+    assert [m["content"] for m in given_messages(session.messages, "server")] == ["", "", "", "Again.", "", "", "Thanks."]
+    shown = [line.split("|")[1] for line in _rendered("message-keys", NULLS, "transformers").splitlines() if line.startswith("[")]
+    assert shown == ["content=-", "content=-", "content=-", "content=Again.", "content=-", "content=-", "content=Thanks."]
+    with pytest.raises(InputError, match=r"\[1\] \(user\) has no 'content'"):
+        session_from_json({"messages": [{"role": "system", "content": "s"}, {"role": "user"}]})
+
+
 def test_an_unknown_inputs_setting_is_a_one_line_error(template):
     with pytest.raises(InputError, match="unknown inputs 'vllm'"):
         study_turns(template, Session(MESSAGES, ()), inputs="vllm")

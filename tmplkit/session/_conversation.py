@@ -210,10 +210,11 @@ def _check_message(m, at: str, where: str) -> dict:
     content = m.get("content")
     tool_calls = m.get("tool_calls")
     if content is None:
-        if role != "assistant" or not (tool_calls or m.get("reasoning_content") or m.get("thinking")):
-            what = "no 'content'" if "content" not in m else "content null"
+        # A null content is taken from any role, as llama-server takes it (`content: ""` for the
+        # template) and transformers (the key dropped); a missing one only beside calls or reasoning.
+        if "content" not in m and (role != "assistant" or not (tool_calls or m.get("reasoning_content") or m.get("thinking"))):
             raise InputError(
-                f"{where}: {at} ({role}) has {what}; give a string (only assistant messages with tool_calls may omit it)"
+                f"{where}: {at} ({role}) has no 'content'; give a string (only assistant messages with tool_calls may omit it)"
             )
     elif isinstance(content, list):
         for j, part in enumerate(content):
