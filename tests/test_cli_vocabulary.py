@@ -265,6 +265,8 @@ def test_text_is_the_format_for_a_person_in_every_command():
         assert args.format == "markdown", argv
     args = build_parser().parse_args(["replay", "gemma", "--session", "s.json", "--report", "text:r.md"])
     assert reports_of(args) == [("markdown", "r.md")]
+    args._report_formats, args.report = ("text", "markdown", "json"), ["text:r.txt"]  # (a command with both: each its own)
+    assert reports_of(args) == [("text", "r.txt")]
 
 
 def test_table_text_is_its_markdown_table(capsys):

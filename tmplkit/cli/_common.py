@@ -613,7 +613,7 @@ def add_generation_prompt(parser, *, default: bool, old: str | None = None) -> N
 def add_report_option(parser, formats, *, old_json: bool = False) -> None:
     """--report FORMAT:FILE (repeatable); `old_json`: the command's old --json FILE, kept as
     --report json:FILE with a note."""
-    text = " or text" if "markdown" in formats else ""  # (text_is_markdown)
+    text = " or text" if "markdown" in formats and "text" not in formats else ""  # (text_is_markdown)
     parser.add_argument("--report", action="append", metavar="FORMAT:FILE", default=None,
                         help=f"also write the output in FORMAT ({', '.join(formats)}{text}) to FILE, from the same run "
                              "(repeatable)")
@@ -631,9 +631,10 @@ def reports_of(args) -> list[tuple[str, str]]:
     out = []
     for spec in args.report or ():
         fmt, sep, path = spec.partition(":")
-        fmt = text_is_markdown(fmt) if "markdown" in formats else fmt
+        synonym = "markdown" in formats and "text" not in formats  # (text_is_markdown)
+        fmt = text_is_markdown(fmt) if synonym else fmt
         if not sep or not path or fmt not in formats:
-            raise InputError(f"--report {spec}: give FORMAT:FILE, FORMAT one of {', '.join(formats)}{' (or text)' if 'markdown' in formats else ''}")
+            raise InputError(f"--report {spec}: give FORMAT:FILE, FORMAT one of {', '.join(formats)}{' (or text)' if synonym else ''}")
         out.append((fmt, path))
     return out
 
