@@ -289,3 +289,16 @@ def test_quiet_prints_only_the_tasks_that_show_a_pattern(tmp_path, capsys):
     assert '"pattern": "none"' in capsys.readouterr().out
     assert main(["-q", "server", "log", fixed, "-o", str(tmp_path / "r.txt")]) == 0  # (a file too)
     assert "5 mid-prompt breaks" in (tmp_path / "r.txt").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", ["0.3.36-session-lv4.log", "0.3.36-cold-lv4.log", "0.3.33-session-lv4.log",
+                                  "0.3.33-cold-lv4.log"])
+def test_a_trace_paste_without_its_tasks_first_and_last_lines_reads_the_prompts_length_off_its_sampler_line(name):
+    # (before: no 'new prompt' line and no end lines left the prompt's length unknown, so the
+    # near-end batch ends counted as breaks: the fixed server's 1-break task 0 read "fragmented")
+    whole = read_server_log(text(name))
+    cut = ("new prompt", "eval time", "stop processing")
+    paste = read_server_log("".join(line for line in text(name).splitlines(keepends=True) if not any(c in line for c in cut)))
+    for a, b in zip(whole.tasks, paste.tasks, strict=True):
+        assert (b.n_prompt, b.mid_breaks, b.pattern, b.decode_calls) == (a.n_prompt, a.mid_breaks, a.pattern, a.decode_calls)
+        assert b.prompt_tps is None and b.n_generated is None  # (what the cut lines said is not made up)

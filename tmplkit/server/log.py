@@ -24,7 +24,8 @@ At `-lv 4` (trace) every batch and checkpoint is there: `new prompt, ..., task.n
 ` - checking sim = S (L/N)` (1568: L the common prefix), `cached n_tokens = C, memory_seq_rm [C,
 end)` (3423, before each batch: it starts at C), `created context checkpoint i of M (..., n_tokens
 = N, ...)` (2349), `restored context checkpoint (..., n_tokens = N, n_past = P, ...)` (3357) and
-`forcing full prompt re-processing` (3361). At `-lv 5` also `main/do_checkpoint = yes|no, pos_min
+`forcing full prompt re-processing` (3361), `init sampler, ..., total = N` (388: the prompt's N
+tokens, once all are in memory; its length where a paste lacks the task's first and last lines). At `-lv 5` also `main/do_checkpoint = yes|no, pos_min
 = A, pos_max = B` (3610, before each batch: it starts at B + 1). From the server's start:
 `llama_context: n_batch = ...`, `n_ubatch = ...` and (trace) `context checkpoints enabled, max =
 M, min spacing = S` (1347).
@@ -122,6 +123,8 @@ _TASK_LINES = {
     "prompt_eval": re.compile(r"prompt eval time = +([\d.]+) ms / +(\d+) tokens \(.*?([\d.]+) tokens per second\)"),
     "eval": re.compile(r"^ *eval time = +[\d.]+ ms / +(\d+) tokens"),
     "stop": re.compile(r"stop processing: n_tokens = (\d+)"),
+    # (trace: printed once the whole prompt is in memory, `total` its tokens: init_sampler, 388)
+    "sampler": re.compile(r"init sampler, took [\d.]+ ms, tokens: text = \d+, total = (\d+)"),
 }
 
 
@@ -382,6 +385,7 @@ class _Task:
     n_batch: int | None = None
     n_ubatch: int | None = None
     n_prompt_trace: int | None = None
+    n_prompt_sampled: int | None = None  # (its 'init sampler' line: the prompt's tokens, once all are in memory)
     cached: list[int] = field(default_factory=list)
     do_ckpt: list[int] = field(default_factory=list)
     progress: list[tuple[int, float]] = field(default_factory=list)
@@ -436,6 +440,9 @@ def _read_task_line(t: _Task, msg: str, at: int = -1) -> None:
         t.n_gen = _int(g.group(1))
     elif (g := _TASK_LINES["stop"].search(msg)) is not None:
         t.stop = _int(g.group(1))
+    elif (g := _TASK_LINES["sampler"].search(msg)) is not None:
+        if t.n_prompt_sampled is None:  # (the first: a slot that copies its state prints the line again)
+            t.n_prompt_sampled = _int(g.group(1))
     elif _opens_as_counted(msg.strip()):
         t.unread.append(msg.strip())
 
@@ -741,7 +748,7 @@ def _apply_options(srv: _Server) -> None:
 def _refuse_implausible(tasks: dict, source: str) -> None:
     """A token count no llama-server prints (past int32): one line, not a report built on it."""
     for t in tasks.values():
-        counts = [t.lcp, t.n_prompt_trace, t.n_gen, t.stop, *t.cached, *t.do_ckpt, *t.created, *t.erased,
+        counts = [t.lcp, t.n_prompt_trace, t.n_prompt_sampled, t.n_gen, t.stop, *t.cached, *t.do_ckpt, *t.created, *t.erased,
                   *(k for k, _ in t.progress), *(n for pair in t.restored for n in pair),
                   t.prompt_eval[1] if t.prompt_eval else None]
         big = max((c for c in counts if c is not None), default=0)
@@ -848,10 +855,10 @@ def _finish(t: _Task, srv: _Server, instance: int | None, others: Sequence[tuple
     n_ubatch = t.n_ubatch if t.n_ubatch is not None else srv.n_ubatch
     trace = bool(t.cached or t.do_ckpt or t.n_prompt_trace is not None)
     processed = t.prompt_eval[1] if t.prompt_eval else None
-    n_prompt = t.n_prompt_trace
+    n_prompt = t.n_prompt_trace if t.n_prompt_trace is not None else t.n_prompt_sampled
     if n_prompt is None and t.stop is not None and t.n_gen is not None:
         n_prompt = t.stop - max(t.n_gen, 1) + 1  # the memory holds the prompt and all but the last token generated
-    ended = t.prompt_eval is not None or t.stop is not None
+    ended = t.prompt_eval is not None or t.stop is not None or t.n_prompt_sampled is not None
     starts = tuple(t.cached or t.do_ckpt)
     at = t.lines["cached"] if t.cached else t.lines["do_ckpt"]
     reused = starts[0] if trace and starts else None
