@@ -302,3 +302,19 @@ def test_a_trace_paste_without_its_tasks_first_and_last_lines_reads_the_prompts_
     for a, b in zip(whole.tasks, paste.tasks, strict=True):
         assert (b.n_prompt, b.mid_breaks, b.pattern, b.decode_calls) == (a.n_prompt, a.mid_breaks, a.pattern, a.decode_calls)
         assert b.prompt_tps is None and b.n_generated is None  # (what the cut lines said is not made up)
+
+
+def test_a_trace_paste_without_its_batch_lines_is_refused_not_read_as_whole_batches():
+    # (before: its progress lines stood in, and the regressed server's 32 breaks read "0 decode
+    # calls; 0 mid-prompt breaks", none)
+    paste = "".join(line for line in text("0.3.33-cold-lv4.log").splitlines(keepends=True) if "cached n_tokens" not in line)
+    with pytest.raises(InputError, match="task 0 processed 24416 tokens, but no line of the log says its prompt batches.*cut out"):
+        read_server_log(paste)
+
+
+def test_a_default_verbosity_paste_without_its_progress_lines_says_its_breaks_are_not_known():
+    # (before: the regressed server's 24 breaks read "none" with nothing said)
+    paste = "".join(line for line in text("0.3.33-cold-lv3.log").splitlines(keepends=True) if "prompt processing" not in line)
+    log = read_server_log(paste)
+    assert any("no 'prompt processing' line is in the log" in n and "breaks are not known" in n for n in log.notes)
+    assert not any("no 'prompt processing' line" in n for n in read_server_log(text("0.3.33-cold-lv3.log")).notes)

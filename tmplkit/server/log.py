@@ -108,6 +108,10 @@ _OPTION_OF = {"-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch", "--
 _OLD_FORMAT = re.compile(r"n_prompt_tokens = \d+|n_past=\d+|(?:progress|prompt done|stop processing): n_past = \d+")
 _SERVER_MARKS = re.compile(r"llama_server:|load_model:|srv +\S+:|slot +\S+: id +\d+ \|")
 
+# The server prints a 'prompt processing' line before a batch only once a prompt has taken this long
+# (print_timings_pp).
+PROGRESS_AFTER_S = 3.0
+
 _TASK_LINES = {
     "start": re.compile(r"^processing task"),
     "lcp_info": re.compile(r"selected slot by LCP similarity, (?:f_)?sim_best = ([\d.]+) \(> [\d.]+ thold\), f_keep = ([\d.]+)"),
@@ -578,6 +582,14 @@ def _reading_notes(out: tuple[TaskPrefill, ...], runs: dict, orphans: dict, head
         notes.append(f"task{'s' if len(unstopped) > 1 else ''} {', '.join(map(str, unstopped))}: its 'prompt eval time', "
                      "'eval time' or 'stop processing' line is not in the log (a log cut at its end?), so its prompt's "
                      "length and the tokens it reused are not known: its positions count from the first token it processed")
+    for t in out:
+        if t.level == "info" and not t.batch_starts and t.prompt_ms and t.n_processed and t.prompt_tps:
+            # (a line comes before each batch begun 3 s into the prompt: one of n_batch tokens took
+            # about n_batch / tokens-per-second, so a prompt twice that past 3 s begun none unsaid)
+            if t.prompt_ms / 1000 - 2 * t.n_batch / t.prompt_tps > PROGRESS_AFTER_S:
+                notes.append(f"task {t.task}: its prompt took {t.prompt_ms / 1000:.1f} s, yet no 'prompt processing' line "
+                             f"is in the log (the server prints one before each batch from {PROGRESS_AFTER_S:.0f} s on): "
+                             "those lines were cut out, so its breaks are not known")
     implied = [str(t.task) for t in out if t.implied_end is not None]
     if implied:
         notes.append(f"task{'s' if len(implied) > 1 else ''} {', '.join(implied)}: its batches end where the server ends "
@@ -802,11 +814,15 @@ def _refuse_unread_batches(tasks: dict, servers: dict, order: list, source: str)
     'prompt processing' lines come only before a batch that starts 3 s into it.)"""
     for k in order:
         t, srv = tasks[k], servers[k[0]]
-        if (srv.verbosity or 0) >= 4 and t.prompt_eval and t.prompt_eval[1] > 0 and not (t.progress or t.cached):
+        # (its info-level progress lines do not stand in: at -lv 4 a log without the batch lines
+        # they come with had them cut out, and would read as complete batches, none ended early)
+        if (srv.verbosity or 0) >= 4 and t.prompt_eval and t.prompt_eval[1] > 0 and not (t.cached or t.do_ckpt) \
+                and not (t.progress and t.unread):  # (a batch line in other words: `_refuse_unread_lines` names it)
             raise InputError(f"{source}: task {t.task} processed {t.prompt_eval[1]} tokens, but no line of the log "
                              "says its prompt batches in the wording tmplkit reads (at -lv 4, 'cached n_tokens = "
-                             "...' before each batch: llama.cpp as llama-cpp-python 0.3.33 to 0.3.36 pin it): a "
-                             "server of another version; give a log of one of those")
+                             "...' before each batch: llama.cpp as llama-cpp-python 0.3.33 to 0.3.36 pin it): those "
+                             "lines cut out of the log, or a server of another version; give the log as one of "
+                             "those wrote it")
 
 
 def _refuse_unread_lines(tasks: dict, order: list, source: str) -> None:
