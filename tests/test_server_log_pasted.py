@@ -317,4 +317,5 @@ def test_a_default_verbosity_paste_without_its_progress_lines_says_its_breaks_ar
     paste = "".join(line for line in text("0.3.33-cold-lv3.log").splitlines(keepends=True) if "prompt processing" not in line)
     log = read_server_log(paste)
     assert any("no 'prompt processing' line is in the log" in n and "breaks are not known" in n for n in log.notes)
+    assert log.tasks[0].pattern == "not known" and log.summary()["patterns"] == {"not known": 1}  # (not "none": unchecked)
     assert not any("no 'prompt processing' line" in n for n in read_server_log(text("0.3.33-cold-lv3.log")).notes)

@@ -48,13 +48,26 @@ def add_format(parser, choices, default: str | None, what: str = "the output", *
     in every command: where that is a markdown table, `text` is its other name (`text_is_markdown`)."""
     # (an old name given with its new one is one value: `--format table --format markdown`)
     meaning = (lambda value: aliases.get(value, value)) if aliases else None
-    shown = [f"{c} (or text)" if c == "markdown" and "text" not in choices else c for c in choices]
-    synonym = {"type": text_is_markdown} if "markdown" in choices and "text" not in choices else {}
+    named = text_names_markdown(choices)
+    shown = [f"{c} (or text)" if c == "markdown" and named else c for c in choices]
+    synonym = {"type": text_is_markdown} if named else {}
     parser.add_argument("--format", choices=[*choices, *(aliases or {})], default=default, metavar="FORMAT",
                         help=f"{what}'s format: {', '.join(shown)} (default: {default_help or default})",
                         **synonym, **({"action": StoreOnce, "meaning": meaning} if meaning else {}))
     if aliases:
         add_format_aliases(parser, aliases)
+
+
+def text_names_markdown(formats) -> bool:
+    """Whether `text` is another name of `markdown` among a command's `formats` (it has no text
+    report of its own)."""
+    return "markdown" in formats and "text" not in formats
+
+
+def quiet_text(args) -> bool:
+    """Whether the report is cut to what went wrong: -q, on a text report bound for the terminal (a
+    data format, or a report written to -o, is written whole)."""
+    return verbosity(args) < 0 and args.format == "text" and not args.output
 
 
 def text_is_markdown(value: str) -> str:
@@ -613,7 +626,7 @@ def add_generation_prompt(parser, *, default: bool, old: str | None = None) -> N
 def add_report_option(parser, formats, *, old_json: bool = False) -> None:
     """--report FORMAT:FILE (repeatable); `old_json`: the command's old --json FILE, kept as
     --report json:FILE with a note."""
-    text = " or text" if "markdown" in formats and "text" not in formats else ""  # (text_is_markdown)
+    text = " or text" if text_names_markdown(formats) else ""
     parser.add_argument("--report", action="append", metavar="FORMAT:FILE", default=None,
                         help=f"also write the output in FORMAT ({', '.join(formats)}{text}) to FILE, from the same run "
                              "(repeatable)")
@@ -631,10 +644,10 @@ def reports_of(args) -> list[tuple[str, str]]:
     out = []
     for spec in args.report or ():
         fmt, sep, path = spec.partition(":")
-        synonym = "markdown" in formats and "text" not in formats  # (text_is_markdown)
-        fmt = text_is_markdown(fmt) if synonym else fmt
+        named = text_names_markdown(formats)
+        fmt = text_is_markdown(fmt) if named else fmt
         if not sep or not path or fmt not in formats:
-            raise InputError(f"--report {spec}: give FORMAT:FILE, FORMAT one of {', '.join(formats)}{' (or text)' if synonym else ''}")
+            raise InputError(f"--report {spec}: give FORMAT:FILE, FORMAT one of {', '.join(formats)}{' (or text)' if named else ''}")
         out.append((fmt, path))
     return out
 

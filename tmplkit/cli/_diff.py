@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_format, add_output, emit, refuse_worker_options_in_process, verbosity
+from ._common import add_format, add_output, emit, quiet_text, refuse_worker_options_in_process
 from ._lock import add_derive_options, derive
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -78,7 +78,7 @@ def _emit_unless_quiet(args, report: str, same: bool) -> None:
     """The report, on stdout or to -o; with -q, the text report on stdout says nothing where nothing
     differs (-q prints only what went wrong, as everywhere; a JSON or markdown report is data a
     reader parses: written whatever -q says)."""
-    if not (same and verbosity(args) < 0 and not args.output and args.format == "text"):
+    if not (same and quiet_text(args)):
         emit(report, args.output)
 
 

@@ -20,6 +20,7 @@ from ._common import (
     emit,
     format_of,
     load_templates,
+    quiet_text,
     require_extra,
     require_tokenizers,
     verbosity,
@@ -183,9 +184,7 @@ def _cmd_log(args) -> int:
     if args.format == "json":
         emit(json.dumps(log.to_dict(), ensure_ascii=False, indent=1) + "\n", args.output)
     else:
-        # (-q: only what went wrong on the terminal, as in every text report; a file is written whole)
-        quiet = verbosity(args) < 0 and args.format == "text" and not args.output
-        if text := format_server_log(log, quiet=quiet):
+        if text := format_server_log(log, quiet=quiet_text(args)):  # (-q: only the tasks that show a pattern)
             emit(text, args.output)
     return 0
 

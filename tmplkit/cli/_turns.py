@@ -19,10 +19,10 @@ from ._common import (
     load_templates,
     memory_mb,
     positive,
+    quiet_text,
     require_tokenizers,
     settings_of,
     tokenizer_spec,
-    verbosity,
 )
 from ._outputs import REFUSED, error_line
 from ._terminal import ProgressLine, wanted
@@ -166,7 +166,7 @@ def _cmd_turns(args) -> int:
     # The text report is for a person: a template that cannot render the session is an error line
     # (below) instead; the tables and the JSON keep its row, with the error, for a program.
     shown = [r for r in reports if not r.error] if args.format == "text" else reports
-    if args.format == "text" and verbosity(args) < 0 and not args.output:  # -q: only what is not kept, on the terminal
+    if quiet_text(args):  # -q: only the templates whose prefix is not kept
         shown = [r for r in shown if r.stable is False or (r.stable is None and not r.one_request)]
     if shown:
         emit(format_turns(shown, args.format), args.output)

@@ -179,6 +179,9 @@ class TaskPrefill:
     # Where the prompt ended, where the log does not say it (no prompt length, no tokens processed)
     # but its batches do: they end where the server ends batches near a prompt's end.
     implied_end: int | None = None
+    # An info-level task whose prompt took long enough to print batch lines, none of them in the log
+    # (cut out of the paste): whether its batches ended early is not known (`pattern` says so).
+    batches_cut: bool = False
 
     @property
     def _end(self) -> int | None:
@@ -256,14 +259,15 @@ class TaskPrefill:
     def pattern(self) -> str:
         """'fragmented' (batches ended early at many places mid-prompt: the 25213 pattern),
         'resumed too far back' (at least FAR_BACK_TOKENS shared tokens recomputed), both joined
-        by ' and ', or 'none'."""
+        by ' and ', 'not known' where the log's batch lines of the task were cut out
+        (`batches_cut`), or 'none'."""
         found = []
         if self._fragmented():
             found.append("fragmented")
         back = self.went_back
         if back is not None and back >= FAR_BACK_TOKENS:
             found.append("resumed too far back")
-        return " and ".join(found) or "none"
+        return " and ".join(found) or ("not known" if self.batches_cut else "none")
 
     def _fragmented(self) -> bool:
         """At least 3 mid-prompt breaks, and at least twice the decode calls the batches shown
@@ -582,14 +586,9 @@ def _reading_notes(out: tuple[TaskPrefill, ...], runs: dict, orphans: dict, head
         notes.append(f"task{'s' if len(unstopped) > 1 else ''} {', '.join(map(str, unstopped))}: its 'prompt eval time', "
                      "'eval time' or 'stop processing' line is not in the log (a log cut at its end?), so its prompt's "
                      "length and the tokens it reused are not known: its positions count from the first token it processed")
-    for t in out:
-        if t.level == "info" and not t.batch_starts and t.prompt_ms and t.n_processed and t.prompt_tps:
-            # (a line comes before each batch begun 3 s into the prompt: one of n_batch tokens took
-            # about n_batch / tokens-per-second, so a prompt twice that past 3 s begun none unsaid)
-            if t.prompt_ms / 1000 - 2 * t.n_batch / t.prompt_tps > PROGRESS_AFTER_S:
-                notes.append(f"task {t.task}: its prompt took {t.prompt_ms / 1000:.1f} s, yet no 'prompt processing' line "
-                             f"is in the log (the server prints one before each batch from {PROGRESS_AFTER_S:.0f} s on): "
-                             "those lines were cut out, so its breaks are not known")
+    notes += [f"task {t.task}: its prompt took {(t.prompt_ms or 0) / 1000:.1f} s, yet no 'prompt processing' line is in "
+              f"the log (the server prints one before each batch from {PROGRESS_AFTER_S:.0f} s on): those lines were cut "
+              "out, so its breaks are not known (pattern 'not known')" for t in out if t.batches_cut]
     implied = [str(t.task) for t in out if t.implied_end is not None]
     if implied:
         notes.append(f"task{'s' if len(implied) > 1 else ''} {', '.join(implied)}: its batches end where the server ends "
@@ -903,7 +902,17 @@ def _finish(t: _Task, srv: _Server, instance: int | None, others: Sequence[tuple
         checkpoints_restored=restored if trace else None, full_reprocess=t.full if trace else None,
         checkpoints_erased=tuple(t.erased), prompt_ms=t.prompt_eval[0] if t.prompt_eval else None,
         prompt_tps=t.prompt_eval[2] if t.prompt_eval else None, instance=instance, ended=ended, relative=relative,
-        shared_ends=shared, n_batch_logged=logged, implied_end=implied)
+        shared_ends=shared, n_batch_logged=logged, implied_end=implied, batches_cut=_batch_lines_cut(t, trace, n_batch))
+
+
+def _batch_lines_cut(t: _Task, trace: bool, n_batch: int) -> bool:
+    """Whether an info-level task's batch lines were cut out of the log: none there, though its
+    prompt ran long enough to begin a batch past `PROGRESS_AFTER_S` (one of n_batch tokens takes
+    about n_batch / tokens-per-second; twice that past the mark leaves no doubt)."""
+    if trace or t.progress or t.prompt_eval is None:
+        return False
+    ms, n, tps = t.prompt_eval
+    return bool(n and tps) and ms / 1000 - 2 * n_batch / tps > PROGRESS_AFTER_S
 
 
 def _implied_end(starts: Sequence[int], progress: Sequence[tuple[int, float]], n_batch: int, n_ubatch: int | None) -> int | None:

@@ -86,6 +86,10 @@ def session_limits(*, seconds=_KEEP, max_output_chars=_KEEP) -> Iterator[None]:
         _LIMITS.reset(token)
 
 
+# Where a session's render words its limit hints, by where the hints are worded (sandbox.hint_place).
+_SESSION_PLACES = {"library": "session", "cli": "cli_session"}
+
+
 def session_render(render_fn, *args, **kwargs):
     """`render_fn(*args, **kwargs)` (`sandbox.render` or `render_with_prompt`) under the session limits
     in force, a limit's message worded for a session: the `session_limits` block (the session
@@ -93,9 +97,6 @@ def session_render(render_fn, *args, **kwargs):
     place = _SESSION_PLACES.get(hint_place())
     with hints_for(place) if place else contextlib.nullcontext():
         return render_fn(*args, limits=_LIMITS.get(), **kwargs)
-
-
-_SESSION_PLACES = {"library": "session", "cli": "cli_session"}
 
 
 def check_inputs(inputs: str) -> str:

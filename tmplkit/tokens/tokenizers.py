@@ -758,8 +758,8 @@ def _memory_limited() -> bool:
 
 def fewest_tokens(tokenizer, text: str) -> int:
     """A bound below the tokens `text` has, without tokenizing it (0 for a tokenizer that does not
-    bound the bytes a token stands for: `LlamaCppTokenizer.max_token_bytes`): a text too long for a context is refused at once, not after minutes
-    of tokenizing tens of millions of tokens."""
+    bound the bytes a token stands for: `LlamaCppTokenizer.max_token_bytes`): a text too long for a
+    context is refused at once, not after minutes of tokenizing tens of millions of tokens."""
     longest = getattr(tokenizer, "max_token_bytes", lambda: None)()
     if not longest or not text:
         return 0

@@ -84,7 +84,7 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
             return PreparedSession(template, conversation, reqs)
         if fits is not None and reqs:
             longest = max(reqs, key=lambda r: len(r.text) + len(r.generated))
-            fits(longest.text + longest.generated, f"request {longest.index} with the turn generated after it")
+            fits(longest.held, f"request {longest.index} with the turn generated after it")
         tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos)
         notes: list[str] = []
         server_tokens = _server_tokens(reqs, server_texts, tokenizer, add_bos, notes)
