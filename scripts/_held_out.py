@@ -19,7 +19,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-__all__ = ["HELD_OUT_NAMES", "corpus_arguments", "corpus_templates", "held_out", "kept_paths"]
+__all__ = ["HELD_OUT_NAMES", "compared_over_corpus", "corpus_arguments", "corpus_templates", "held_out", "kept_paths"]
 
 HELD_OUT_NAMES = frozenset({
     "83a71793eb2e7597",
@@ -74,6 +74,31 @@ def corpus_templates(corpus: str) -> list:
     from tmplkit.sources import load_many
 
     return [t for t in load_many([f"corpus:{corpus}"]) if corpus == "hub" or not held_out(t.name)]
+
+
+def compared_over_corpus(doc: str, compare, convs: list):
+    """`--hub` (the Hub corpus's development half, else the llama.cpp corpus less the held-out names)
+    and `--json FILE`, then `compare(path, convs)` for each template file a figure counts (one the
+    loader refuses left out): the parsed arguments and the rows, for a script that holds a fast path
+    against its proof over a whole corpus."""
+    import argparse
+
+    from tmplkit.errors import TmplkitError
+    from tmplkit.sources import corpus
+
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hub", action="store_true", help="the Hub corpus's development half (else the llama.cpp corpus)")
+    p.add_argument("--json", metavar="FILE", help="write the results here")
+    args = p.parse_args()
+    folder = corpus.hub_templates_dir() if args.hub else corpus.templates_dir()
+    rows = []
+    for q in sorted(folder.glob("*.jinja")):
+        if args.hub or not held_out(q.stem):  # (figures: development half only)
+            try:
+                rows.append(compare(q, convs))
+            except TmplkitError:
+                continue
+    return args, rows
 
 
 def kept_paths() -> list[Path]:

@@ -11,7 +11,6 @@ tests/test_masks.py holds the same on a chosen few templates; this holds it on a
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -20,13 +19,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _held_out import held_out  # noqa: E402  (scripts/, beside this file)
+from _held_out import compared_over_corpus  # noqa: E402  (scripts/, beside this file)
 from _machine import cpu_model  # noqa: E402
 
 from tmplkit.errors import TmplkitError  # noqa: E402
 from tmplkit.masks import _mask, check_conversations, text_mask  # noqa: E402
 from tmplkit.session import generate_session  # noqa: E402
-from tmplkit.sources import corpus, load_one  # noqa: E402
+from tmplkit.sources import load_one  # noqa: E402
 
 
 def conversations() -> list:
@@ -64,19 +63,8 @@ def compare(path: Path, convs: list) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hub", action="store_true", help="the Hub corpus's development half (else the llama.cpp corpus)")
-    p.add_argument("--json", metavar="FILE", help="write the results here")
-    args = p.parse_args()
-    folder = corpus.hub_templates_dir() if args.hub else corpus.templates_dir()
-    paths = [q for q in sorted(folder.glob("*.jinja")) if args.hub or not held_out(q.stem)]  # (figures: development half only)
     convs = conversations()
-    rows = []
-    for q in paths:
-        try:
-            rows.append(compare(q, convs))
-        except TmplkitError:
-            continue
+    args, rows = compared_over_corpus(__doc__, compare, convs)
     differ = [r for r in rows if r["differ"]]
     out = {"cpu": cpu_model(), "corpus": "hub (development half)" if args.hub else "llama.cpp", "templates": len(rows),
            "conversations": len(convs), "compared": sum(r["compared"] for r in rows),

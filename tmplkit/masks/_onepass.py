@@ -31,14 +31,13 @@ equal to the proving path on fixtures, corpus templates and generated sessions.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..delimiters import TextSpan
 from ..errors import TmplkitError
 from ..sandbox import PINNED_NOW
-from ..session import ServerConversation, generate_session, load_conversation
+from ..session import ServerConversation, generate_session, load_conversation, trusted_by_probes
 from ..session.requests import TurnEndings, clock_at, request_points
 
 __all__: list[str] = []  # private to the masks
@@ -47,7 +46,6 @@ Located = list[tuple[tuple[int, int], int, int, str]]
 
 _NOT_TURN = ("reasoning", "reasoning_end")
 _TRUSTED: dict = {}
-_TRUSTED_MAX = 64
 
 
 def message_starts(spans: Sequence[TextSpan], messages: Sequence[dict]) -> list[int] | None:
@@ -209,19 +207,6 @@ def probe_conversations() -> list:
 def trusted(server: ServerConversation, agree: Callable[[object], bool | None]) -> bool:
     """Whether the one-render path may serve `server`'s template (with its extra variables):
     `agree(conversation)` says, for each probe conversation, whether the one-render path found what
-    the proving path finds (None: either did not apply); true where none disagrees and one agrees.
-    Read once per template, message preparation and variables (kept for the process)."""
-    try:
-        key = (server.template, server.inputs, json.dumps(server.kwargs, sort_keys=True, default=repr))
-        hash(key)
-    except TypeError:  # a template or variables that cannot be a key: checked each time
-        key = None
-    if key is not None and key in _TRUSTED:
-        return _TRUSTED[key]
-    verdicts = [agree(c) for c in probe_conversations()]
-    ok = False not in verdicts and True in verdicts
-    if key is not None:
-        if len(_TRUSTED) >= _TRUSTED_MAX:
-            _TRUSTED.pop(next(iter(_TRUSTED)))
-        _TRUSTED[key] = ok
-    return ok
+    the proving path finds (`session.trusted_by_probes`, read once per template, message
+    preparation and variables)."""
+    return trusted_by_probes(_TRUSTED, server, agree, probe_conversations)

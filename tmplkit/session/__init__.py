@@ -21,6 +21,9 @@ conversation for a server.
   its order (_handlers); every decision above that follows the handler asks it;
 - `server_thinking(template)`: the `enable_thinking` llama-server passes the template, by its
   handler or its autoparser's probes (_thinking);
+- `trusted_by_probes(cache, conversation, agree, probes)`: whether a fast path may serve a
+  template, held against its proof on probe conversations once per template (_turn_alone, whose
+  fast path is a session's generated turns asked for alone; the masks' one-render path asks too);
 - `render_conversation(template, conversation)` and `for_server(...)`: the render every place that
   renders a conversation for a server shares, with the variables the server sets
   (`server_variables`) (_render).
@@ -50,6 +53,7 @@ from ._inputs import (
 )
 from ._render import SERVER_VARIABLES, SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables, server_variables
 from ._thinking import server_thinking
+from ._turn_alone import trusted_by_probes
 from ._workarounds import ContentReads, as_server_finishes, as_server_prepares, as_server_renders, content_reads
 
 __all__ = [
@@ -61,5 +65,5 @@ __all__ = [
     "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for", "render_conversation",
     "render_variables", "save_session", "server_object_arguments", "server_handler", "server_refuses", "server_thinking", "server_variables",
     "session_from_json", "active_session_limits", "session_limits", "session_render",
-    "template_messages",
+    "template_messages", "trusted_by_probes",
 ]

@@ -62,6 +62,7 @@ from ..markup import lcp as common_prefix  # strings and token lists alike
 from ..sandbox import PINNED_NOW
 from ..sources.templates import ChatTemplate
 from ._render import for_server
+from ._turn_alone import MIN_HISTORY, MIN_MEAN_HISTORY, context_of, trusted_alone
 
 __all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "iter_requests", "locate_turn",
            "newest_only", "next_renders", "request_points", "session_requests", "turn_ending", "turn_header",
@@ -147,8 +148,11 @@ def session_requests(session, template: ChatTemplate, *, kwargs: Mapping | None 
 
 
 def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = None,
-                  start: datetime = PINNED_NOW, interval: timedelta = DEFAULT_INTERVAL):
-    """`session_requests` one request at a time (a caller looking for the first divergence stops early)."""
+                  start: datetime = PINNED_NOW, interval: timedelta = DEFAULT_INTERVAL, alone: bool | None = None):
+    """`session_requests` one request at a time (a caller looking for the first divergence stops early).
+    `alone`: each generated turn read off two short renders where that is known to give what the
+    whole render gives (`_turn_alone`; None: where the session is long enough to pay for the
+    check), True: wherever the short renders apply (the check's own runs), False: never."""
     conversation = for_server(template, session, kwargs)
     messages = list(conversation.messages)
     points = request_points(messages)
@@ -156,25 +160,42 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
         raise InputError(f"{conversation.conversation.source}: no request in the session: the model speaks after a "
                          "user message or tool results; add a user message")
     endings = TurnEndings(conversation)
+    times = [start + k * interval for k in range(len(points))]
+    last = None
+    if alone is None:
+        alone, last = _alone_pays(conversation, template, messages, points, times, endings)
     for k, (n, end) in enumerate(points):
-        when = start + k * interval
-        clock = clock_at(when)  # each request at its own time
-
-        def draw(msgs, gp, clock=clock):
-            return conversation.render(msgs, add_generation_prompt=gp, clock=clock)
-
-        text, bare = conversation.render_with_prompt(messages[:n], clock=clock)  # (one pass for both, where it can)
-        gprompt = _generation_prompt(text, bare)
-        # A prompt the template writes whatever `add_generation_prompt` says: the two renders are
-        # alike, and the request ends with what a render writes only after its newest message (read
-        # after an answer: the request is the same whatever kind of turn the model then generates).
-        always = endings.always(_ASSISTANT) if text == bare else ""
-        if always and text.endswith(always):
-            gprompt = always
+        if last is not None and k == len(points) - 1:
+            yield last
         else:
-            always = ""
-        generated, rule = "", ""
-        if end > n:
+            yield _request(conversation, endings, messages, k, n, end, times[k], alone)
+
+
+def _request(conversation, endings: TurnEndings, messages: list, k: int, n: int, end: int, when: datetime,
+             alone: bool) -> Request:
+    """Request k: the render of messages[:n] at `when`, and the turn messages[n:end] generated after
+    it (asked for alone where `alone` and the short renders apply)."""
+    clock = clock_at(when)  # each request at its own time
+
+    def draw(msgs, gp, clock=clock):
+        return conversation.render(msgs, add_generation_prompt=gp, clock=clock)
+
+    text, bare = conversation.render_with_prompt(messages[:n], clock=clock)  # (one pass for both, where it can)
+    gprompt = _generation_prompt(text, bare)
+    # A prompt the template writes whatever `add_generation_prompt` says: the two renders are
+    # alike, and the request ends with what a render writes only after its newest message (read
+    # after an answer: the request is the same whatever kind of turn the model then generates).
+    always = endings.always(_ASSISTANT) if text == bare else ""
+    if always and text.endswith(always):
+        gprompt = always
+    else:
+        always = ""
+    generated, rule = "", ""
+    if end > n:
+        found = _turn_asked_alone(conversation, draw, clock, messages, n, end) if alone and not always else None
+        if found is not None:
+            generated, rule = found
+        else:
             try:
                 generated, rule = _generated_turn(draw, messages[:end], text, gprompt)
             except RenderError:
@@ -183,11 +204,56 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
                 # the server holds the request (and that turn), and the next request is compared
                 # with the request alone.
                 generated, rule = "", "unrendered"
-            generated = endings.strip(messages[end - 1], generated)
-            if always and generated.endswith(always):
-                # (the next turn's prompt, which the model does not write: the template wrote it)
-                generated = generated[:-len(always)]
-        yield Request(k, n, text, gprompt, generated, (n, end), rule, when)
+        generated = endings.strip(messages[end - 1], generated)
+        if always and generated.endswith(always):
+            # (the next turn's prompt, which the model does not write: the template wrote it)
+            generated = generated[:-len(always)]
+    return Request(k, n, text, gprompt, generated, (n, end), rule, when)
+
+
+def _turn_asked_alone(conversation, draw, clock, messages: list, n: int, end: int) -> tuple[str, str] | None:
+    """(generated, rule) of the turn messages[n:end] read off the short conversation that asks for
+    it alone (`_turn_alone`), as `_generated_turn` reads it off the whole one; None where the
+    template renders no such conversation."""
+    context = context_of(messages, n)
+    if context is None:
+        return None
+    try:
+        asked, bare = conversation.render_with_prompt(context, clock=clock)
+        return _generated_turn(draw, context + messages[n:end], asked, _generation_prompt(asked, bare))
+    except RenderError:
+        return None
+
+
+def _alone_pays(conversation, template, messages: list, points: list, times: list, endings: TurnEndings):
+    """(whether the generated turns are asked for alone, the last request where checking it made it):
+    only for a session whose whole renders of the turns cost more than proving the short path, on a
+    template trusted with it whose last turn, after the longest history, reads the same both ways."""
+    turns = [k for k, (n, end) in enumerate(points) if end > n]
+    history = sum(points[k][0] for k in turns)
+    if history < MIN_HISTORY or history < MIN_MEAN_HISTORY * len(turns):
+        return False, None
+    if not trusted_alone(conversation, lambda probe: _agrees(probe, template, conversation)):
+        return False, None
+    k = turns[-1]
+    n, end = points[k]
+    whole = _request(conversation, endings, messages, k, n, end, times[k], False)
+    short = _request(conversation, endings, messages, k, n, end, times[k], True)
+    if (short.generated, short.rule) != (whole.generated, whole.rule):
+        return False, None
+    return True, (whole if k == len(points) - 1 else None)
+
+
+def _agrees(probe, template, conversation) -> bool | None:
+    """Whether every request of `probe` (prepared as `conversation` is) reads the same generated
+    turn both ways; None where the template cannot render it."""
+    try:
+        server = for_server(template, probe, conversation.kwargs, inputs=conversation.inputs)
+        whole = [(r.generated, r.rule) for r in iter_requests(server, template, alone=False)]
+        short = [(r.generated, r.rule) for r in iter_requests(server, template, alone=True)]
+    except TmplkitError:
+        return None
+    return whole == short
 
 
 class TurnEndings:

@@ -1,0 +1,116 @@
+"""The generated turn asked for alone (`session._turn_alone`): each request's turn read off two short
+renders where that gives what the whole render gives, and the whole render kept wherever it might
+not (scripts/turn_paths.py holds the same on every corpus template)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tmplkit import load_one
+from tmplkit.session import _turn_alone, for_server, generate_session, load_conversation
+from tmplkit.session import requests as rq
+
+FIX = Path(__file__).parent.parent / "fixtures" / "turns"
+
+
+@pytest.fixture(scope="module")
+def long_chat():
+    """A chat of 160 requests: a mean history of 160 messages, where the short path pays."""
+    turns = []
+    for i in range(160):
+        turns += [{"role": "user", "content": f"Question {i}?"}, {"role": "assistant", "content": f"Answer {i}."}]
+    return load_conversation([{"role": "system", "content": "Be brief."}] + turns)
+
+
+@pytest.fixture(scope="module")
+def long_agent():
+    return generate_session(60000, seed=11, style="agent")
+
+
+def _both(t, session):
+    server = for_server(t, session)
+    whole = tuple(rq.iter_requests(server, t, alone=False))
+    return server, whole, tuple(rq.iter_requests(server, t))
+
+
+def _served(t, server, monkeypatch) -> int:
+    """How many of `server`'s requests had their turn read off the short renders."""
+    served = []
+    real = rq._turn_asked_alone
+    with monkeypatch.context() as m:
+        m.setattr(rq, "_turn_asked_alone", lambda *a: served.append(real(*a)) or served[-1])
+        tuple(rq.iter_requests(server, t))
+    return sum(s is not None for s in served)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in FIX.glob("*.jinja")))
+def test_the_short_path_reads_what_the_whole_renders_read_on_every_template_of_ours(name, long_chat):
+    t = load_one(str(FIX / f"{name}.jinja"))
+    _, whole, short = _both(t, long_chat)
+    assert short == whole
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["Qwen3.5-4B", "Qwen-Qwen3-0.6B", "deepseek-ai-DeepSeek-V3.2", "unsloth-Apriel-1.5",
+                                  "google-gemma-4-31B-it-interleaved", "ibm-granite-granite-4.1"])
+def test_the_short_path_reads_what_the_whole_renders_read_on_corpus_templates(name, long_agent, corpus_template, monkeypatch):
+    t = corpus_template(name)
+    server, whole, short = _both(t, long_agent)
+    assert short == whole
+    # (served: these templates' turns do not depend on the history before the newest user message)
+    assert _served(t, server, monkeypatch) >= len(whole) // 2
+
+
+def test_a_long_session_costs_one_long_render_a_request(long_chat, monkeypatch):
+    t = load_one(str(FIX / "stable.jinja"))
+    server = for_server(t, long_chat)
+    tuple(rq.iter_requests(server, t))  # (the probes run once per template)
+    long_renders = []
+    for name in ("render", "render_with_prompt"):
+        real = getattr(type(server), name)
+
+        def spy(self, msgs=None, *a, real=real, **k):
+            if len(msgs if msgs is not None else self.messages) > 8:
+                long_renders.append(1)
+            return real(self, msgs, *a, **k)
+
+        monkeypatch.setattr(type(server), name, spy)
+    reqs = tuple(rq.iter_requests(server, t))
+    # each request once, and the last turn read the whole way to check the session (two more)
+    assert len(long_renders) <= len(reqs) + 2
+    assert _served(t, server, monkeypatch) == len(reqs)  # (the last one's read both ways)
+
+
+def test_a_turn_numbered_across_the_conversation_keeps_the_whole_renders(long_chat, monkeypatch):
+    """The template numbers each assistant turn: asked for alone, every turn is turn 1. The probes
+    show it, so the template is not trusted with the short path and every turn is read whole."""
+    t = load_one(str(FIX / "turn-counter.jinja"))
+    server, whole, short = _both(t, long_chat)
+    assert short == whole
+    assert whole[-1].generated.startswith("[turn 160] ")
+    forced = tuple(rq.iter_requests(server, t, alone=True))
+    assert forced != whole  # (the check is what keeps it out)
+    assert not _turn_alone.trusted_alone(server, lambda probe: rq._agrees(probe, t, server))
+    assert _served(t, server, monkeypatch) == 0
+
+
+def test_a_turn_that_changes_after_a_longer_history_than_the_probes_keeps_the_whole_renders(long_chat, monkeypatch):
+    """Past five user messages the template writes its turns otherwise: the probes (three user
+    messages at most) trust it, and the session's last turn, read both ways, does not."""
+    t = load_one(str(FIX / "late-marker.jinja"))
+    server, whole, short = _both(t, long_chat)
+    assert short == whole
+    assert whole[-2].generated.startswith("(a long chat) ")
+    assert _turn_alone.trusted_alone(server, lambda probe: rq._agrees(probe, t, server))
+    assert tuple(rq.iter_requests(server, t, alone=True)) != whole
+    assert _served(t, server, monkeypatch) == 1  # (the check's own short read of the last turn, and no other)
+
+
+def test_a_short_session_keeps_the_whole_renders(monkeypatch):
+    """Below a mean history of 64 messages a request, two short renders cost about what one whole one
+    does: the short path and its checks are not worth it."""
+    t = load_one(str(FIX / "stable.jinja"))
+    server = for_server(t, generate_session(3000, seed=0, style="agent", requests=2))
+    assert _served(t, server, monkeypatch) == 0

@@ -1,0 +1,121 @@
+"""The generated turn asked for alone: what the model writes after a request, read off two short
+renders (the session's leading system messages and the newest user message, with the turn and
+without it) in place of the render of the whole conversation up to the turn's end.
+
+Each request of a long session cost two whole renders (`requests.iter_requests`): the request,
+and the conversation ending with its turn, to read what the model generated; asked for alone, the
+turn costs two renders of a few messages. It is taken only where it is known to give what the
+whole render gives:
+
+- per template (message preparation and variables), once: on probe sessions of our own (a plain
+  chat with a system message, a generated chat with reasoning, a generated agent session with
+  rounds of tool calls) every request's generated turn is the same both ways (`trusted_alone`,
+  kept for the process);
+- per session: the last request's turn, after the longest history (where a template that counts
+  calls or turns writes its largest number), the same both ways;
+- per request: the template renders the short conversations (else that request's turn is read
+  from the whole render).
+
+The turn is read off the short renders as off the whole ones (`requests._generated_turn`: the
+rest of the render after the request where it keeps its prefix, else the turn located), so a
+template whose history is written otherwise once the turn exists is served too. The short
+request's generation prompt may be another than the request's (DeepSeek V3.2 writes one after
+tool results, another after a user message): the turn after either is the same where the
+template is trusted, whose probes ask for turns after both.
+
+A template whose turn depends on the history before its newest user message (a call numbered
+across the conversation, a turn counter) fails the first check and keeps the whole renders.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+__all__ = ["trusted_by_probes"]  # (the rest is `requests.iter_requests`'s)
+
+# The short path pays where the requests' histories are long: two short renders cost about two
+# renders' fixed part (a tool list, the variables), one whole render that and every message. Below
+# a mean history of this many messages a request (or this many in all: proving the short path on
+# the probes and the last turn costs about that) the whole renders are kept.
+MIN_MEAN_HISTORY = 64
+MIN_HISTORY = 1000
+
+_TRUSTED: dict = {}
+_TRUSTED_MAX = 64
+
+
+def context_of(messages: Sequence[dict], n: int) -> list[dict] | None:
+    """The short history the turn after messages[:n] is asked for after: the leading system
+    messages and the newest user message before n (None where there is none)."""
+    lead = []
+    for m in messages:
+        if m.get("role") != "system":
+            break
+        lead.append(m)
+    for i in range(n - 1, len(lead) - 1, -1):
+        if messages[i].get("role") == "user":
+            return lead + [messages[i]]
+    return None
+
+
+def trusted_alone(conversation, agree: Callable[[object], bool | None]) -> bool:
+    """Whether the short path may serve `conversation`'s template (with its message preparation and
+    variables): `agree(probe)` says, for each probe session, whether every request's turn read both
+    ways is the same (`trusted_by_probes`)."""
+    return trusted_by_probes(_TRUSTED, conversation, agree, _probes)
+
+
+def trusted_by_probes(cache: dict, conversation, agree: Callable[[object], bool | None], probes: Callable[[], list]) -> bool:
+    """Whether a fast path may serve `conversation`'s template: `agree(probe)` says, for each of
+    `probes()`, whether the fast path found what its proof finds (None: the probe does not apply);
+    true where none disagrees and one agrees. Read once per template, message preparation and
+    variables, and kept in `cache` (the 64 newest) for the process."""
+    try:
+        key = (conversation.template, conversation.inputs, json.dumps(conversation.kwargs, sort_keys=True, default=repr))
+        hash(key)
+    except TypeError:  # (a template or variables that cannot be a key: checked each time)
+        key = None
+    if key is not None and key in cache:
+        return cache[key]
+    verdicts = [agree(p) for p in probes()]
+    ok = False not in verdicts and True in verdicts
+    if key is not None:
+        if len(cache) >= _TRUSTED_MAX:
+            cache.pop(next(iter(cache)))
+        cache[key] = ok
+    return ok
+
+
+def _probes() -> list:
+    from ._conversation import load_conversation
+    from ._generator import TOOLS
+
+    def call(i, name, args):
+        return {"id": f"call{i:05d}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+    def result(i, name, text):
+        return {"role": "tool", "tool_call_id": f"call{i:05d}", "name": name, "content": text}
+
+    def thought(text, calls=None, reasoning=None):
+        return {"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {}),
+                **({"reasoning_content": reasoning} if reasoning else {})}
+
+    system = {"role": "system", "content": "Be brief."}
+    plain = [{"role": "user", "content": "Hi"}, thought("Hello."), {"role": "user", "content": "Again"},
+             thought("Hello again."), {"role": "user", "content": "Bye"}, thought("Goodbye.")]
+    # Two user requests, each with rounds of calls (parallel ones among them) before its answer:
+    # what a counter of calls or turns across the conversation writes differs on the second.
+    agent = [system, {"role": "user", "content": "Where is load_worker used?"},
+             thought("Searching.", [call(1, "grep", {"pattern": "load_worker"})], "Grep first."),
+             result(1, "grep", "src/a.py:3: load_worker()"),
+             thought("Reading both.", [call(2, "read_file", {"path": "src/a.py"}), call(3, "read_file", {"path": "src/b.py"})],
+                     "Two files to read."),
+             result(2, "read_file", "def load_worker(): ..."), result(3, "read_file", "import a"),
+             thought("In src/a.py.", reasoning="Found it."),
+             {"role": "user", "content": "Rename it."},
+             thought("Renaming.", [call(4, "grep", {"pattern": "load_worker", "path": "src"})], "Callers first."),
+             result(4, "grep", "src/b.py:1: a.load_worker()"),
+             thought("Done.", reasoning="One caller.")]
+    return [load_conversation([system] + plain), load_conversation({"messages": agent, "tools": list(TOOLS)}),
+            load_conversation(agent[1:])]
