@@ -32,7 +32,7 @@ from tmplkit.sources import load_one  # noqa: E402
 
 
 def sessions() -> list:
-    # (long enough for the short path: a mean history of 64 messages a request and more)
+    # (long enough for the short path: requests after 64 messages and more)
     return [generate_session(60000, seed=11, style="agent"), generate_session(24000, seed=5),
             generate_session(30000, seed=2, style="user-turns")]
 

@@ -35,10 +35,11 @@ from collections.abc import Callable, Sequence
 __all__ = ["trusted_by_probes"]  # (the rest is `requests.iter_requests`'s)
 
 # The short path pays where the requests' histories are long: two short renders cost about two
-# renders' fixed part (a tool list, the variables), one whole render that and every message. Below
-# a mean history of this many messages a request (or this many in all: proving the short path on
-# the probes and the last turn costs about that) the whole renders are kept.
-MIN_MEAN_HISTORY = 64
+# renders' fixed part (a tool list, the variables), one whole render that and every message. It is
+# decided at the first request with a history of this many messages, and taken where the turns'
+# histories from there on come to this many in all (proving the short path on the probes and the
+# last turn costs about that).
+LONG_HISTORY = 64
 MIN_HISTORY = 1000
 
 _TRUSTED: dict = {}

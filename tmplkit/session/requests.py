@@ -62,7 +62,7 @@ from ..markup import lcp as common_prefix  # strings and token lists alike
 from ..sandbox import PINNED_NOW
 from ..sources.templates import ChatTemplate
 from ._render import for_server
-from ._turn_alone import MIN_HISTORY, MIN_MEAN_HISTORY, context_of, trusted_alone
+from ._turn_alone import MIN_HISTORY, LONG_HISTORY, context_of, trusted_alone
 
 __all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "iter_requests", "locate_turn",
            "newest_only", "next_renders", "request_points", "session_requests", "turn_ending", "turn_header",
@@ -151,7 +151,8 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
                   start: datetime = PINNED_NOW, interval: timedelta = DEFAULT_INTERVAL, alone: bool | None = None):
     """`session_requests` one request at a time (a caller looking for the first divergence stops early).
     `alone`: each generated turn read off two short renders where that is known to give what the
-    whole render gives (`_turn_alone`; None: where the session is long enough to pay for the
+    whole render gives (`_turn_alone`; None: from the first request with a history of
+    `LONG_HISTORY` messages on, where the rest of the session is long enough to pay for the
     check), True: wherever the short renders apply (the check's own runs), False: never."""
     conversation = for_server(template, session, kwargs)
     messages = list(conversation.messages)
@@ -162,13 +163,15 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
     endings = TurnEndings(conversation)
     times = [start + k * interval for k in range(len(points))]
     last = None
-    if alone is None:
-        alone, last = _alone_pays(conversation, template, messages, points, times, endings)
     for k, (n, end) in enumerate(points):
+        if alone is None and n >= LONG_HISTORY:
+            # (decided where the histories grow long, not before: a walk that stops at an early
+            # divergence, as the switches' do, pays for no check)
+            alone, last = _alone_pays(conversation, template, messages, points, k, times, endings)
         if last is not None and k == len(points) - 1:
             yield last
         else:
-            yield _request(conversation, endings, messages, k, n, end, times[k], alone)
+            yield _request(conversation, endings, messages, k, n, end, times[k], bool(alone))
 
 
 def _request(conversation, endings: TurnEndings, messages: list, k: int, n: int, end: int, when: datetime,
@@ -225,13 +228,13 @@ def _turn_asked_alone(conversation, draw, clock, messages: list, n: int, end: in
         return None
 
 
-def _alone_pays(conversation, template, messages: list, points: list, times: list, endings: TurnEndings):
-    """(whether the generated turns are asked for alone, the last request where checking it made it):
-    only for a session whose whole renders of the turns cost more than proving the short path, on a
-    template trusted with it whose last turn, after the longest history, reads the same both ways."""
-    turns = [k for k, (n, end) in enumerate(points) if end > n]
-    history = sum(points[k][0] for k in turns)
-    if history < MIN_HISTORY or history < MIN_MEAN_HISTORY * len(turns):
+def _alone_pays(conversation, template, messages: list, points: list, first: int, times: list, endings: TurnEndings):
+    """(whether the generated turns from request `first` on are asked for alone, the last request
+    where checking it made it): only where those turns' histories cost more to render whole than
+    proving the short path, on a template trusted with it whose last turn, after the longest
+    history, reads the same both ways."""
+    turns = [k for k, (n, end) in enumerate(points) if end > n and k >= first]
+    if sum(points[k][0] for k in turns) < MIN_HISTORY:
         return False, None
     if not trusted_alone(conversation, lambda probe: _agrees(probe, template, conversation)):
         return False, None
