@@ -62,7 +62,7 @@ from ..markup import lcp as common_prefix  # strings and token lists alike
 from ..sandbox import PINNED_NOW
 from ..sources.templates import ChatTemplate
 from ._render import for_server
-from ._turn_alone import MIN_HISTORY, LONG_HISTORY, context_of, trusted_alone
+from ._turn_alone import LONG_HISTORY, MIN_HISTORY, context_of, trusted_alone
 
 __all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "iter_requests", "locate_turn",
            "newest_only", "next_renders", "request_points", "session_requests", "turn_ending", "turn_header",
