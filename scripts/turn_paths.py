@@ -1,15 +1,16 @@
 #!/usr/bin/env python
-"""The turns study's short path against the whole renders, over whole corpora: every template and
+"""The turns study's short paths against the whole renders, over whole corpora: every template and
 three generated sessions, each session's requests read with each generated turn asked for alone
-(`session._turn_alone`, as the study reads them) and from the whole render, compared request for
-request.
+and each follow-up spliced after the request's history (`session._turn_alone`,
+`requests.spliced_follow_ups`, as the study reads them) and from whole renders, compared request
+for request.
 
     python scripts/turn_paths.py --json scripts/results/turn-paths.json             # the llama.cpp corpus
     python scripts/turn_paths.py --hub --json scripts/results/turn-paths-hub.json   # the Hub corpus's development half
 
-Per template: the sessions read both ways, those that differ (must be none), whether the short
-path served it, and the sessions that would differ were the short path taken unchecked wherever
-its renders apply (what the checks keep out). tests/test_turn_alone.py holds the same on a few.
+Per template: the sessions read both ways, those that differ (must be none), how many the short
+path for the generated turns served, and the sessions that would differ were the short paths taken
+unchecked wherever their renders apply (what the checks keep out). tests/test_turn_alone.py holds the same on a few.
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ class _Served:
 
 
 def _read(server, template, alone):
-    return [(r.text, r.generation_prompt, r.generated, r.rule) for r in iter_requests(server, template, alone=alone)]
+    """Each request as (text, generation prompt, generated turn, rule, its follow-ups' renders)."""
+    reqs = tuple(iter_requests(server, template, alone=alone))
+    follow = requests.next_renders(server, template, reqs, alone=alone)
+    return [(r.text, r.generation_prompt, r.generated, r.rule, f) for r, f in zip(reqs, follow)]
 
 
 def compare(path: Path, convs: list) -> dict:
@@ -78,7 +82,9 @@ def compare(path: Path, convs: list) -> dict:
         served += counted.count > 0
         first = next((k for k, (a, b) in enumerate(zip(whole, short)) if a != b), None)
         if first is not None:
-            differ.append({"session": i, "request": first, "whole": whole[first][2][:200], "short": short[first][2][:200]})
+            part = next(j for j in range(5) if whole[first][j] != short[first][j])
+            differ.append({"session": i, "request": first, "part": ("text", "generation prompt", "generated", "rule", "follow-ups")[part],
+                           "whole": str(whole[first][part])[:200], "short": str(short[first][part])[:200]})
         if forced != whole:
             unchecked.append(i)
     return {"template": path.stem, "compared": compared, "differ": differ, "unchecked_differ": unchecked,

@@ -115,3 +115,58 @@ def test_a_short_session_keeps_the_whole_renders(monkeypatch):
     t = load_one(str(FIX / "stable.jinja"))
     server = for_server(t, generate_session(3000, seed=0, style="agent", requests=2))
     assert _served(t, server, monkeypatch) == 0
+
+
+# ---- the follow-ups the divergence-aware setting predicts from, spliced -----------------------
+
+def _follow_ups(t, session, monkeypatch=None):
+    server = for_server(t, session)
+    reqs = tuple(rq.iter_requests(server, t))
+    whole = rq.next_renders(server, t, reqs, alone=False)
+    spliced = []
+    real = rq.spliced_follow_ups
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(rq, "spliced_follow_ups", lambda *a: spliced.append(real(*a)) or spliced[-1])
+        fast = rq.next_renders(server, t, reqs)
+    return server, reqs, whole, fast, sum(s is not None for s in spliced)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in FIX.glob("*.jinja")))
+def test_spliced_follow_ups_are_the_whole_renders_on_every_template_of_ours(name, long_chat):
+    _, _, whole, fast, _ = _follow_ups(load_one(str(FIX / f"{name}.jinja")), long_chat)
+    assert fast == whole
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["Qwen3.5-4B", "Qwen-Qwen3-0.6B", "deepseek-ai-DeepSeek-V3.2", "unsloth-Apriel-1.5",
+                                  "google-gemma-4-31B-it-interleaved", "mistralai-Mistral-Nemo-Instruct-2407"])
+def test_spliced_follow_ups_are_the_whole_renders_on_corpus_templates(name, long_agent, corpus_template):
+    """Qwen3.5 drops the reasoning of every turn since the newest user message once another comes,
+    Mistral Nemo moves the system prompt into the newest user message: both inside what is spliced."""
+    _, reqs, whole, fast, spliced = _follow_ups(corpus_template(name), long_agent)
+    assert fast == whole
+    assert spliced >= len([r for r in reqs if r.n_messages >= 64]) // 2
+
+
+def test_follow_ups_of_a_template_that_numbers_its_turns_are_rendered_whole(long_chat):
+    t = load_one(str(FIX / "turn-counter.jinja"))
+    server, reqs, whole, fast, spliced = _follow_ups(t, long_chat)
+    assert fast == whole and spliced == 0
+    assert rq.next_renders(server, t, reqs, alone=True) != whole  # (the probes are what keep it out)
+
+
+def test_a_copy_of_an_earlier_message_keeps_the_whole_renders():
+    """The template marks every user message equal to the newest one: when a question comes again,
+    an earlier copy of it renders otherwise, in the history the splice keeps as it was. Probes
+    without copies trust the template, and so does the last request, asked once; the copies are
+    what keep those requests whole."""
+    turns = []
+    for i in range(160):
+        # (the last ones asked once: the session's last request, read both ways, agrees)
+        turns += [{"role": "user", "content": f"Question {i % 7 if i < 150 else i}?"}, {"role": "assistant", "content": f"Answer {i}."}]
+    chat = load_conversation([{"role": "system", "content": "Be brief."}] + turns)
+    t = load_one(str(FIX / "marks-copies-of-newest.jinja"))
+    server, reqs, whole, fast, _ = _follow_ups(t, chat)
+    assert fast == whole
+    assert rq.next_renders(server, t, reqs, alone=True) != whole
+    assert tuple(rq.iter_requests(server, t)) == tuple(rq.iter_requests(server, t, alone=False))

@@ -49,6 +49,35 @@ _TRUSTED_MAX = 64
 def context_of(messages: Sequence[dict], n: int) -> list[dict] | None:
     """The short history the turn after messages[:n] is asked for after: the leading system
     messages and the newest user message before n (None where there is none)."""
+    found = since_user(messages, n)
+    return found[0] + [messages[found[1]]] if found is not None else None
+
+
+class EarlierCopies:
+    """Where each message of a conversation first appears, by value. A template that compares
+    messages by value renders one otherwise once a copy of it comes later (Mistral Nemo writes its
+    tool list before every user message equal to the newest one), which a short render, without
+    the copy before it, does not see: a short path is not taken where a copy lies before."""
+
+    def __init__(self, messages: Sequence[dict]) -> None:
+        self._keys = [_key(m) for m in messages]
+        self._first: dict[str, int] = {}
+        for i, k in enumerate(self._keys):
+            self._first.setdefault(k, i)
+
+    def before(self, indices, at: int, extra: Sequence[dict] = ()) -> bool:
+        """Whether any message at `indices`, or any of `extra`, has a copy before message `at`."""
+        return (any(self._first[self._keys[i]] < at for i in indices)
+                or any(self._first.get(_key(m), at) < at for m in extra))
+
+
+def _key(message: dict) -> str:
+    return json.dumps(message, sort_keys=True, default=repr)
+
+
+def since_user(messages: Sequence[dict], n: int) -> tuple[list[dict], int] | None:
+    """(the leading system messages, the index of the newest user message before n), or None where
+    no user message follows them before n."""
     lead = []
     for m in messages:
         if m.get("role") != "system":
@@ -56,7 +85,7 @@ def context_of(messages: Sequence[dict], n: int) -> list[dict] | None:
         lead.append(m)
     for i in range(n - 1, len(lead) - 1, -1):
         if messages[i].get("role") == "user":
-            return lead + [messages[i]]
+            return lead, i
     return None
 
 
@@ -64,7 +93,7 @@ def trusted_alone(conversation, agree: Callable[[object], bool | None]) -> bool:
     """Whether the short path may serve `conversation`'s template (with its message preparation and
     variables): `agree(probe)` says, for each probe session, whether every request's turn read both
     ways is the same (`trusted_by_probes`)."""
-    return trusted_by_probes(_TRUSTED, conversation, agree, _probes)
+    return trusted_by_probes(_TRUSTED, conversation, agree, probes)
 
 
 def trusted_by_probes(cache: dict, conversation, agree: Callable[[object], bool | None], probes: Callable[[], list]) -> bool:
@@ -88,7 +117,8 @@ def trusted_by_probes(cache: dict, conversation, agree: Callable[[object], bool 
     return ok
 
 
-def _probes() -> list:
+def probes() -> list:
+    """The probe conversations the short paths are held against the whole renders on, per template."""
     from ._conversation import load_conversation
     from ._generator import TOOLS
 

@@ -62,10 +62,10 @@ from ..markup import lcp as common_prefix  # strings and token lists alike
 from ..sandbox import PINNED_NOW
 from ..sources.templates import ChatTemplate
 from ._render import for_server
-from ._turn_alone import LONG_HISTORY, MIN_HISTORY, context_of, trusted_alone
+from ._turn_alone import LONG_HISTORY, MIN_HISTORY, EarlierCopies, context_of, probes, since_user, trusted_alone, trusted_by_probes
 
-__all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "iter_requests", "locate_turn",
-           "newest_only", "next_renders", "request_points", "session_requests", "turn_ending", "turn_header",
+__all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "follow_ups", "iter_requests", "locate_turn",
+           "newest_only", "next_renders", "request_points", "session_requests", "spliced_follow_ups", "turn_ending", "turn_header",
            "written_always"]
 
 # The content that marks where a message's own text lies in a render (the turns study's generated
@@ -162,16 +162,19 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
                          "user message or tool results; add a user message")
     endings = TurnEndings(conversation)
     times = [start + k * interval for k in range(len(points))]
-    last = None
+    last, copies = None, None
     for k, (n, end) in enumerate(points):
         if alone is None and n >= LONG_HISTORY:
             # (decided where the histories grow long, not before: a walk that stops at an early
             # divergence, as the switches' do, pays for no check)
             alone, last = _alone_pays(conversation, template, messages, points, k, times, endings)
+            copies = EarlierCopies(messages) if alone else None
         if last is not None and k == len(points) - 1:
             yield last
         else:
-            yield _request(conversation, endings, messages, k, n, end, times[k], bool(alone))
+            # (a turn with a copy earlier in the conversation: read whole, see EarlierCopies)
+            short = bool(alone) and not (copies is not None and copies.before(range(n, end), n))
+            yield _request(conversation, endings, messages, k, n, end, times[k], short)
 
 
 def _request(conversation, endings: TurnEndings, messages: list, k: int, n: int, end: int, when: datetime,
@@ -665,7 +668,8 @@ def _tool_result(messages, call: dict) -> dict:
     return {**out, "content": "result"}
 
 
-def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *, kwargs: Mapping | None = None) -> tuple[tuple[str, ...], ...]:
+def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *, kwargs: Mapping | None = None,
+                 alone: bool | None = None) -> tuple[tuple[str, ...], ...]:
     """For each request, the renders of the requests that can follow it, known before they come:
     the generated turn's tool calls answered (when it makes any), a new user message, and, after
     tool calls, a new user message once they are answered and the model has replied.
@@ -677,23 +681,117 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
     into it): the rewrite lies in this request's new tokens, so a checkpoint for it can be saved
     only now, requests before the user speaks again. Only the template and the conversation so far
     are used, never the session's later messages.
+
+    `alone`: as `iter_requests`'s, for the follow-ups read off renders of the messages since the
+    newest user message (`spliced_follow_ups`) in a long session.
     """
     conversation = for_server(template, session, kwargs)
     messages = list(conversation.messages)
-    return tuple(follow_up_renders(conversation, messages, r.turn, r.time) if r.generated else () for r in requests)
+    spliced = _splices(conversation, template, messages, requests, alone)
+    copies = EarlierCopies(messages) if spliced and alone is None else None
+    out = []
+    for r in requests:
+        texts = None
+        if r.generated and r.index in spliced and not (copies is not None and _copied(copies, messages, r)):
+            texts = spliced_follow_ups(conversation, messages, r)
+        if texts is None:
+            texts = follow_up_renders(conversation, messages, r.turn, r.time) if r.generated else ()
+        out.append(texts)
+    return tuple(out)
 
 
-def follow_up_renders(conversation, messages: list, turn: tuple[int, int], when: datetime) -> tuple[str, ...]:
-    """`next_renders` of one request: its generated turn `turn` (message indices), at time `when`."""
-    upto = messages[:turn[1]]
+def spliced_follow_ups(conversation, messages: list, request: Request) -> tuple[str, ...] | None:
+    """`follow_up_renders` of `request`, each read off a render of the leading system messages and
+    the messages since the newest user message, after the part of the request's own text that the
+    render of those messages does not end like (the history before that user message); a follow-up
+    that render refuses, or that does not start as the request's does, is rendered whole. None
+    where the request's own short render is refused."""
+    found = since_user(messages, request.n_messages)
+    if found is None:
+        return None
+    lead, u = found
+    clock = clock_at(request.time)
+    since = lead + messages[u:request.turn[1]]
+    try:
+        asked = conversation.render(since[:len(lead) + request.n_messages - u], add_generation_prompt=True, clock=clock)
+    except TmplkitError:
+        return None
+    shared = lcs(request.text, asked)
+    before, head = request.text[:len(request.text) - shared], asked[:len(asked) - shared]
+    texts: list[str] = []
+    for extra in follow_ups(messages, request.turn):
+        try:
+            text = conversation.render(since + extra, clock=clock)
+            if text.startswith(head):
+                texts.append(before + text[len(head):])
+                continue
+        except TmplkitError:
+            pass
+        try:  # (as `follow_up_renders` renders it)
+            texts.append(conversation.render(messages[:request.turn[1]] + extra, clock=clock))
+        except TmplkitError:
+            continue
+    return tuple(texts)
+
+
+def _copied(copies: EarlierCopies, messages: list, request: Request) -> bool:
+    """Whether a message spliced for `request` (from its newest user message on, the follow-ups'
+    own) has a copy in the history the splice keeps as it was (see EarlierCopies)."""
+    found = since_user(messages, request.n_messages)
+    if found is None:
+        return False
+    u = found[1]
+    return copies.before(range(u, request.turn[1]), u, [m for extra in follow_ups(messages, request.turn) for m in extra])
+
+
+def _splices(conversation, template, messages: list, requests: Sequence[Request], alone: bool | None) -> frozenset:
+    """The indices of the requests whose follow-ups are spliced (see `iter_requests`'s `alone`)."""
+    late = [r.index for r in requests if r.generated and r.n_messages >= LONG_HISTORY]
+    if alone is not None or not late:
+        return frozenset(late if alone else ())
+    if sum(requests[k].n_messages for k in late) < MIN_HISTORY:
+        return frozenset()
+    if not trusted_by_probes(_SPLICED, conversation, lambda probe: _splices_agree(probe, template, conversation), probes):
+        return frozenset()
+    last = requests[late[-1]]
+    if spliced_follow_ups(conversation, messages, last) not in (None, follow_up_renders(conversation, messages, last.turn, last.time)):
+        return frozenset()
+    return frozenset(late)
+
+
+_SPLICED: dict = {}
+
+
+def _splices_agree(probe, template, conversation) -> bool | None:
+    """Whether every request of `probe` (prepared as `conversation` is) has the same follow-ups
+    spliced as rendered whole; None where the template cannot render it."""
+    try:
+        server = for_server(template, probe, conversation.kwargs, inputs=conversation.inputs)
+        reqs = tuple(iter_requests(server, template, alone=False))
+        messages = list(server.messages)
+        pairs = [(spliced_follow_ups(server, messages, r), follow_up_renders(server, messages, r.turn, r.time))
+                 for r in reqs if r.generated]
+    except TmplkitError:
+        return None
+    return all(s is None or s == w for s, w in pairs) if any(s is not None for s, _ in pairs) else None
+
+
+def follow_ups(messages: list, turn: tuple[int, int]) -> list[list[dict]]:
+    """The messages each follow-up of the turn messages[turn[0]:turn[1]] adds (`next_renders`)."""
     calls = [c for m in messages[turn[0]:turn[1]] for c in (m.get("tool_calls") or ())]
     ask = {"role": "user", "content": "next request"}
     follow = [[ask]]
     if calls:
         answered = [_tool_result(messages, c) for c in calls]
         follow += [answered, answered + [{"role": "assistant", "content": "done"}, ask]]
+    return follow
+
+
+def follow_up_renders(conversation, messages: list, turn: tuple[int, int], when: datetime) -> tuple[str, ...]:
+    """`next_renders` of one request: its generated turn `turn` (message indices), at time `when`."""
+    upto = messages[:turn[1]]
     texts: list[str] = []
-    for extra in follow:
+    for extra in follow_ups(messages, turn):
         try:
             texts.append(conversation.render(upto + extra, clock=clock_at(when)))
         except TmplkitError:  # a template may refuse a shape; that follow-up is then not predicted
