@@ -57,7 +57,8 @@ class EarlierCopies:
     """Where each message of a conversation first appears, by value. A template that compares
     messages by value renders one otherwise once a copy of it comes later (Mistral Nemo writes its
     tool list before every user message equal to the newest one), which a short render, without
-    the copy before it, does not see: a short path is not taken where a copy lies before."""
+    the copy before it, does not see: where the template does not agree on the probes with copies
+    (`copies_trusted`), a short path is not taken where a copy lies before."""
 
     def __init__(self, messages: Sequence[dict]) -> None:
         self._keys = [_key(m) for m in messages]
@@ -96,6 +97,12 @@ def trusted_alone(conversation, agree: Callable[[object], bool | None]) -> bool:
     return trusted_by_probes(_TRUSTED, conversation, agree, probes)
 
 
+def copies_trusted(cache: dict, conversation, agree: Callable[[object], bool | None]) -> bool:
+    """Whether a short path trusted on `probes()` needs no `EarlierCopies` guard: it agrees on the
+    probes with copies too (`copy_probes`; kept in `cache`, one per short path)."""
+    return trusted_by_probes(cache, conversation, agree, copy_probes)
+
+
 def trusted_by_probes(cache: dict, conversation, agree: Callable[[object], bool | None], probes: Callable[[], list]) -> bool:
     """Whether a fast path may serve `conversation`'s template: `agree(probe)` says, for each of
     `probes()`, whether the fast path found what its proof finds (None: the probe does not apply);
@@ -117,8 +124,10 @@ def trusted_by_probes(cache: dict, conversation, agree: Callable[[object], bool 
     return ok
 
 
-def probes() -> list:
-    """The probe conversations the short paths are held against the whole renders on, per template."""
+def probes(copies: bool = False) -> list:
+    """The probe conversations the short paths are held against the whole renders on, per template;
+    `copies`: with a message that comes again (a user message asked twice, an answer given twice),
+    which a template that compares messages by value writes otherwise (`EarlierCopies`)."""
     from ._conversation import load_conversation
     from ._generator import TOOLS
 
@@ -133,20 +142,26 @@ def probes() -> list:
                 **({"reasoning_content": reasoning} if reasoning else {})}
 
     system = {"role": "system", "content": "Be brief."}
+    first = {"role": "user", "content": "Where is load_worker used?"}
     plain = [{"role": "user", "content": "Hi"}, thought("Hello."), {"role": "user", "content": "Again"},
-             thought("Hello again."), {"role": "user", "content": "Bye"}, thought("Goodbye.")]
+             thought("Hello again."), {"role": "user", "content": "Bye" if not copies else "Hi"},
+             thought("Goodbye." if not copies else "Hello.")]
     # Two user requests, each with rounds of calls (parallel ones among them) before its answer:
     # what a counter of calls or turns across the conversation writes differs on the second.
-    agent = [system, {"role": "user", "content": "Where is load_worker used?"},
+    agent = [system, first,
              thought("Searching.", [call(1, "grep", {"pattern": "load_worker"})], "Grep first."),
              result(1, "grep", "src/a.py:3: load_worker()"),
              thought("Reading both.", [call(2, "read_file", {"path": "src/a.py"}), call(3, "read_file", {"path": "src/b.py"})],
                      "Two files to read."),
              result(2, "read_file", "def load_worker(): ..."), result(3, "read_file", "import a"),
              thought("In src/a.py.", reasoning="Found it."),
-             {"role": "user", "content": "Rename it."},
+             first if copies else {"role": "user", "content": "Rename it."},
              thought("Renaming.", [call(4, "grep", {"pattern": "load_worker", "path": "src"})], "Callers first."),
              result(4, "grep", "src/b.py:1: a.load_worker()"),
              thought("Done.", reasoning="One caller.")]
     return [load_conversation([system] + plain), load_conversation({"messages": agent, "tools": list(TOOLS)}),
             load_conversation(agent[1:])]
+
+
+def copy_probes() -> list:
+    return probes(copies=True)

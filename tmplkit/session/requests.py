@@ -62,7 +62,7 @@ from ..markup import lcp as common_prefix  # strings and token lists alike
 from ..sandbox import PINNED_NOW
 from ..sources.templates import ChatTemplate
 from ._render import for_server
-from ._turn_alone import LONG_HISTORY, MIN_HISTORY, EarlierCopies, context_of, probes, since_user, trusted_alone, trusted_by_probes
+from ._turn_alone import LONG_HISTORY, MIN_HISTORY, EarlierCopies, context_of, copies_trusted, probes, since_user, trusted_alone, trusted_by_probes
 
 __all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "follow_ups", "iter_requests", "locate_turn",
            "newest_only", "next_renders", "request_points", "session_requests", "spliced_follow_ups", "turn_ending", "turn_header",
@@ -168,7 +168,8 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
             # (decided where the histories grow long, not before: a walk that stops at an early
             # divergence, as the switches' do, pays for no check)
             alone, last = _alone_pays(conversation, template, messages, points, k, times, endings)
-            copies = EarlierCopies(messages) if alone else None
+            if alone and not copies_trusted(_TURN_COPIES, conversation, lambda probe: _agrees(probe, template, conversation)):
+                copies = EarlierCopies(messages)
         if last is not None and k == len(points) - 1:
             yield last
         else:
@@ -688,7 +689,10 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
     conversation = for_server(template, session, kwargs)
     messages = list(conversation.messages)
     spliced = _splices(conversation, template, messages, requests, alone)
-    copies = EarlierCopies(messages) if spliced and alone is None else None
+    copies = None
+    if spliced and alone is None and not copies_trusted(_SPLICE_COPIES, conversation,
+                                                        lambda probe: _splices_agree(probe, template, conversation)):
+        copies = EarlierCopies(messages)
     out = []
     for r in requests:
         texts = None
@@ -760,6 +764,8 @@ def _splices(conversation, template, messages: list, requests: Sequence[Request]
 
 
 _SPLICED: dict = {}
+_SPLICE_COPIES: dict = {}
+_TURN_COPIES: dict = {}
 
 
 def _splices_agree(probe, template, conversation) -> bool | None:
