@@ -146,11 +146,12 @@ def study_turns(template: ChatTemplate, session, *, tokenizer=None, add_bos: boo
 
 
 def _share(tokens: bool, predict: bool) -> float:
-    """The part of the time limit for rendering the requests: what follows them takes about 0.1x
-    their time text only, 1.1x with a tokenizer (tokens, spans, the cost) and 2.7x with the next
-    renders predicted from too (`scripts/bench_turns_speed.py --alone` on the 90k-token session:
-    seconds and renders a request); the rest of the limit is left for it."""
-    return 0.25 if tokens and predict else 0.45 if tokens else 0.8
+    """The part of the time limit for rendering the requests: what follows them takes about 0.2x
+    their time text only, 2.5x with a tokenizer (tokens, spans, the cost) and 3.5x with the next
+    renders predicted from too (`scripts/bench_turns_stages.py` on the 90k-token session, with the
+    generated turns asked for alone and the follow-ups spliced); the rest of the limit is left for
+    it, with a margin."""
+    return 0.2 if tokens and predict else 0.25 if tokens else 0.8
 
 
 def _name_switches(divs: tuple[Divergence, ...], tried) -> tuple[Divergence, ...]:
