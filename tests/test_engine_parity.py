@@ -466,3 +466,27 @@ def test_the_server_setting_passes_enable_thinking_as_llama_server_does(server, 
     assert server_thinking(template) is thinks
     assert render_conversation(template, session_from_json({"messages": _REASONED})) == theirs
     assert theirs.endswith("<|im_start|>assistant\n<think>\n") is thinks and ("/no_think" in theirs) is not thinks
+
+
+_TINY_TOKENS = {"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>"}
+
+
+@pytest.mark.parametrize("name", ["Kimi-K2-Instruct", "llama-cpp-deepseek-r1"])
+def test_what_only_llama_servers_engine_renders_is_rendered_as_it_renders_it(server, tmp_path, name):
+    """Kimi K2 queues its call ids in a list it appends to, llama.cpp's DeepSeek R1 writes
+    `tools | map(attribute='function') | tojson`: transformers' sandbox refuses both, llama-server's
+    engine renders them, and so does the server setting, byte for byte (an agent session with tool
+    calls and results, the request and the conversation ending with a turn)."""
+    from tmplkit.errors import RenderError
+    from tmplkit.session import for_server, generate_session, render_conversation, session_from_json
+
+    session = generate_session(2500, seed=1, style="agent", requests=1)
+    path = corpus.templates_dir() / f"{name}.jinja"
+    for n in (len(session.messages), len(session.messages) - 1):
+        body = {"messages": list(session.messages[:n]), "tools": list(session.tools)}
+        theirs = _server_prompt(server, tmp_path, path, body)
+        # (the BOS and EOS the server passes are its loaded model's, the tiny qwen35 model's)
+        ours = render_conversation(load_one(str(path)), session_from_json(body), kwargs=_TINY_TOKENS)
+        assert ours == theirs
+    with pytest.raises(RenderError, match="'append' of 'list' object is unsafe|generator is not JSON serializable"):
+        for_server(load_one(str(path)), session_from_json(body), inputs="transformers").render()

@@ -42,13 +42,16 @@ class RenderError(TmplkitError):
 
     `template_message` is the template's own words (its `raise_exception` text, or the Jinja error),
     without tmplkit's framing; `template_raised` is True when the template refused the input on
-    purpose (`raise_exception`), False when it broke.
+    purpose (`raise_exception`), False when it broke; `engine_refusal` is True where transformers'
+    sandbox refused what llama-server's engine renders (a list changed in place, a filter's
+    sequence to `tojson`).
     """
 
     def __init__(self, message: str, *, template_message: str | None = None, template_raised: bool = False):
         super().__init__(message)
         self.template_message = template_message
         self.template_raised = template_raised
+        self.engine_refusal = False
 
 
 class RenderLimitError(RenderError):

@@ -17,6 +17,11 @@ Two things differ on purpose:
   namespace store, and on the output stream), and a render that goes past one raises
   `RenderLimitError` with kind 'timeout' or 'size'.
 
+`engine="llama-server"` (the server setting's renders) renders too what transformers' sandbox
+refuses and llama-server's own engine renders: a template's list or dict changed in place (Kimi
+K2's queue of call ids) and a filter's sequence given to `tojson` (llama.cpp's DeepSeek R1), on
+the render's own copy of the inputs, under the same limits and refusals (`ENGINES`).
+
     >>> from tmplkit.sources import ChatTemplate
     >>> t = ChatTemplate(text="{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}", name="t", source="-")
     >>> render(t, [{"role": "user", "content": "hi"}])
@@ -30,8 +35,8 @@ preparation) and `_rendering` (`render`, `compile_template`, render errors).
 from ._inputs import REASONING_KEYS, Prepared, prepare_message, prepare_tools
 from ._jinja import draws_at_random, reads_clock, reads_date
 from ._limits import DEFAULT_LIMITS, PINNED_NOW, Limits, hint, hint_place, hints_for, system_clock
-from ._rendering import compile_template, render, render_with_prompt
+from ._rendering import ENGINES, compile_template, render, render_with_prompt
 
-__all__ = ["Limits", "DEFAULT_LIMITS", "PINNED_NOW", "REASONING_KEYS", "Prepared", "prepare_tools", "system_clock", "render", "render_with_prompt",
-           "reads_clock", "reads_date", "draws_at_random", "compile_template",
+__all__ = ["ENGINES", "Limits", "DEFAULT_LIMITS", "PINNED_NOW", "REASONING_KEYS", "Prepared", "prepare_tools", "system_clock",
+           "render", "render_with_prompt", "reads_clock", "reads_date", "draws_at_random", "compile_template",
            "hint", "hint_place", "hints_for", "prepare_message"]

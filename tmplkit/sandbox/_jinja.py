@@ -12,6 +12,7 @@ import random
 import re
 import string
 import time
+from collections.abc import Iterator
 from functools import lru_cache
 
 import jinja2
@@ -534,7 +535,54 @@ class _Environment(ImmutableSandboxedEnvironment):
         return _check_size(self.binop_table[operator_](left, right), "built a value")
 
 
+# Methods that change a list, dict or set in place, and those of them that make it larger.
+_PLAIN_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear", "update",
+                             "setdefault", "popitem", "add", "discard", "difference_update", "intersection_update",
+                             "symmetric_difference_update"})
+_GROWERS = frozenset({"append", "extend", "insert", "update", "setdefault", "add"})
+
+
+def _server_tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    # llama.cpp's engine writes a sequence a filter made (`tools | map(attribute='function')`, a
+    # generator in Python) as the list it is.
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+                      default=_listed)
+
+
+def _listed(value):
+    if isinstance(value, Iterator):
+        return list(_guard_iter(value))
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+class _ServerEnvironment(_Environment):
+    """llama-server's engine where it renders what transformers' refuses: a list, dict or set may
+    change in place (`ns.ids.append(x)`: Kimi K2 queues its call ids so) and a sequence a filter
+    made is JSON (`tools | map(attribute='function') | tojson`: llama.cpp's DeepSeek R1). Its
+    renders get their own copy of the inputs (`_rendering`), so nothing a template changes outlives
+    the render; what it adds counts against the size limit as it is added."""
+
+    _SAFE: dict = {}  # (its own answers: a list's `append` is safe here)
+
+    def __init__(self):
+        super().__init__()
+        self.filters["tojson"] = _checked_filter(_server_tojson, "tojson")
+
+    def is_safe_attribute(self, obj, attr, value):
+        if attr in _PLAIN_MUTATORS and type(obj) in (list, dict, set):
+            return True
+        return super().is_safe_attribute(obj, attr, value)
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (same convention as Jinja)
+        target = getattr(__obj, "__self__", None)
+        if type(target) in (list, dict, set) and getattr(__obj, "__name__", "") in _GROWERS:
+            added = len(args[0]) if args and __obj.__name__ in ("extend", "update") and hasattr(args[0], "__len__") else 1
+            _check_planned(len(target) + added, "grew a list or dict to a length")
+        return _Environment.call(__self, __context, __obj, *args, **kwargs)
+
+
 _ENV: _Environment | None = None
+_SERVER_ENV: _ServerEnvironment | None = None
 
 
 def _environment() -> _Environment:
@@ -542,6 +590,13 @@ def _environment() -> _Environment:
     if _ENV is None:
         _ENV = _Environment()
     return _ENV
+
+
+def _server_environment() -> _ServerEnvironment:
+    global _SERVER_ENV
+    if _SERVER_ENV is None:
+        _SERVER_ENV = _ServerEnvironment()
+    return _SERVER_ENV
 
 
 @lru_cache(maxsize=256)
@@ -554,6 +609,15 @@ def _compile(text: str):
     try:
         return compile_template_cached(_environment(), text)
     except (TemplateError, RecursionError) as exc:  # deeply nested source: the parser recurses
+        return exc.with_traceback(None)
+
+
+@lru_cache(maxsize=32)
+def _compile_server(text: str):
+    """`_compile` in llama-server's engine (`_ServerEnvironment`)."""
+    try:
+        return compile_template_cached(_server_environment(), text)
+    except (TemplateError, RecursionError) as exc:
         return exc.with_traceback(None)
 
 

@@ -4,6 +4,7 @@ it streams) and `compile_template()`, each failure told as a RenderError in the 
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 from collections.abc import Callable
@@ -15,11 +16,11 @@ from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 
 from ..errors import InputError, RenderError, RenderLimitError
 from ..sources.templates import ChatTemplate
-from ._inputs import _plain, _prepare_dicts, _prepare_messages, _refused_if_recursive
-from ._jinja import PROMPT_MARK, _compile, _compile_split
+from ._inputs import Prepared, _plain, _prepare_dicts, _prepare_messages, _refused_if_recursive
+from ._jinja import PROMPT_MARK, _compile, _compile_server, _compile_split
 from ._limits import _STATE, DEFAULT_LIMITS, Limits, _State, _timeout, _too_big, hint
 
-__all__ = ["compile_template", "render", "render_with_prompt"]
+__all__ = ["ENGINES", "compile_template", "render", "render_with_prompt"]
 
 # Methods the immutable sandbox refuses because they modify a list, dict, set or deque.
 _MUTATORS = frozenset({
@@ -28,6 +29,7 @@ _MUTATORS = frozenset({
     "appendleft", "extendleft", "popleft", "rotate",
 })
 _MUTATOR_ACCESS = re.compile(r"access to attribute '(\w+)' of '\w+' object is unsafe")
+_SEQUENCE_TO_JSON = re.compile(r"Object of type (generator|map|filter) is not JSON serializable")
 
 
 def compile_template(template: ChatTemplate) -> jinja2.Template:
@@ -91,6 +93,7 @@ def render(
     add_generation_prompt: bool = False,
     limits: Limits | None = None,
     clock: Callable[[], datetime] | None = None,
+    engine: str = "transformers",
     **extra_context,
 ) -> str:
     """Render `messages` with `template` exactly as transformers' apply_chat_template(tokenize=False) does.
@@ -102,12 +105,14 @@ def render(
 
     Raises RenderError when the template raises or does not compile (its own message is kept in
     the error's `template_message`), RenderLimitError when the render goes past `limits`, and
-    InputError for inputs transformers would refuse.
+    InputError for inputs transformers would refuse. `engine="llama-server"`: what transformers'
+    sandbox refuses and llama-server's engine renders (a list changed in place, a filter's sequence
+    to `tojson`) is rendered as that engine does (`_jinja._ServerEnvironment`, on a copy of the inputs).
 
         >>> render(t, [{"role": "user", "content": "hi"}], add_generation_prompt=True, limits=Limits(seconds=0.5))  # doctest: +SKIP
     """
     context = _context(template, messages, tools, documents, add_generation_prompt, extra_context)
-    return _render(template, context, limits, clock, split=False)[0]
+    return _render(template, context, limits, clock, split=False, engine=engine)[0]
 
 
 def render_with_prompt(
@@ -118,16 +123,18 @@ def render_with_prompt(
     documents=None,
     limits: Limits | None = None,
     clock: Callable[[], datetime] | None = None,
+    engine: str = "transformers",
     **extra_context,
 ) -> tuple[str, str]:
     """`render(..., add_generation_prompt=True)` and `render(..., add_generation_prompt=False)`, in
     one pass where the template provably renders the second as the first less its generation prompt
     block (`_jinja._prompt_block`: nearly every chat template ends with it), else in two."""
     context = _context(template, messages, tools, documents, True, extra_context)
-    with_prompt, without = _render(template, context, limits, clock, split="add_generation_prompt" not in extra_context)
+    with_prompt, without = _render(template, context, limits, clock, split="add_generation_prompt" not in extra_context,
+                                   engine=engine)
     if without is None:
         without = render(template, messages, tools=tools, documents=documents, add_generation_prompt=False,
-                         limits=limits, clock=clock, **extra_context)
+                         limits=limits, clock=clock, engine=engine, **extra_context)
     return with_prompt, without
 
 
@@ -149,14 +156,35 @@ def _context(template: ChatTemplate, messages, tools, documents, add_generation_
         }
 
 
-def _render(template: ChatTemplate, context: dict, limits: Limits | None, clock, *, split: bool) -> tuple[str, str | None]:
+def _render(template: ChatTemplate, context: dict, limits: Limits | None, clock, *, split: bool,
+            engine: str = "transformers") -> tuple[str, str | None]:
     """The render, and with `split` the render without the generation prompt where the template's
-    split variant (`_jinja._compile_split`) gives it in the same pass (else None)."""
+    split variant (`_jinja._compile_split`) gives it in the same pass (else None). With
+    `engine="llama-server"`, a render transformers' sandbox refuses for what llama-server's engine
+    does (`engine_refusal`) is made again in that engine, on a copy of the inputs."""
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine {engine!r}: give one of {', '.join(ENGINES)}")
+    try:
+        return _render_in(template, context, limits, clock, split=split, server=False)
+    except RenderError as exc:
+        if engine != "llama-server" or not getattr(exc, "engine_refusal", False):
+            raise
+    # (a copy, of plain lists: the template changes what it is given, and the prepared inputs are
+    # shared by renders)
+    own = {k: list(v) if type(v) is Prepared else v for k, v in copy.deepcopy(context).items()}
+    return _render_in(template, own, limits, clock, split=False, server=True)
+
+
+ENGINES = ("transformers", "llama-server")
+
+
+def _render_in(template: ChatTemplate, context: dict, limits: Limits | None, clock, *, split: bool,
+               server: bool) -> tuple[str, str | None]:
     state = _State(DEFAULT_LIMITS if limits is None else limits, clock, template.name)
     token = _STATE.set(state)
     compiled = None
     try:
-        compiled = _compile(template.text)
+        compiled = (_compile_server if server else _compile)(template.text)
         if isinstance(compiled, Exception):
             raise _render_error(template, compiled, None) from compiled
         # (the variant's own line table for the errors: its code has two more statements)
@@ -188,13 +216,18 @@ def _render(template: ChatTemplate, context: dict, limits: Limits | None, clock,
         m = _MUTATOR_ACCESS.match(str(exc))
         if m is not None and m.group(1) in _MUTATORS:
             # list.append & co. under the immutable sandbox: transformers fails the same way; not an escape.
-            raise _render_error(template, exc, compiled) from exc
+            err = _render_error(template, exc, compiled)
+            err.engine_refusal = not server  # (llama-server's engine renders it)
+            raise err from exc
         line = _template_line(compiled, exc) if compiled is not None else None
         where = f" (line {line})" if line else ""
         raise RenderLimitError(f"template '{template.name}' did something the sandbox forbids{where}: {exc}",
                                kind="unsafe") from exc
     except Exception as exc:
-        raise _render_error(template, exc, compiled) from exc
+        err = _render_error(template, exc, compiled)
+        # (a filter's sequence to `tojson`: transformers' json.dumps refuses a generator; llama-server's engine writes it)
+        err.engine_refusal = not server and isinstance(exc, TypeError) and _SEQUENCE_TO_JSON.search(str(exc)) is not None
+        raise err from exc
     finally:
         _STATE.reset(token)
 

@@ -92,6 +92,13 @@ class ServerConversation:
     variables: dict = field(default_factory=dict, repr=False)
     inputs: str = DEFAULT_INPUTS  # whose message preparation: "server" or "transformers" (session._inputs)
 
+    @property
+    def engine(self) -> str:
+        """Whose template engine renders: llama-server's where the server prepares the messages (what
+        transformers' sandbox refuses and llama-server renders, a list a template changes in place,
+        is rendered so), else transformers'."""
+        return "llama-server" if self.inputs == "server" else "transformers"
+
     def render(self, messages: Sequence[dict] | None = None, *, add_generation_prompt: bool = True,
                clock: Callable[[], datetime] | None = None) -> str:
         """The render of `messages` (default: the whole conversation); `clock` is the time the
@@ -101,7 +108,7 @@ class ServerConversation:
         ready = self._prepared
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(given))
         try:
-            text = session_render(render, self.template, prepared, tools=self._prepared_tools,
+            text = session_render(render, self.template, prepared, tools=self._prepared_tools, engine=self.engine,
                                   add_generation_prompt=add_generation_prompt, clock=clock, **self.variables_at(clock))
         except RenderError as exc:
             raise self._refusal(exc, given) from exc
@@ -114,7 +121,7 @@ class ServerConversation:
         prepared = Prepared(ready.get(id(m)) or prepare_message(m) for m in self._as_rendered(messages))
         try:
             with_prompt, without = session_render(render_with_prompt, self.template, prepared, tools=self._prepared_tools,
-                                                  clock=clock, **self.variables_at(clock))
+                                                  engine=self.engine, clock=clock, **self.variables_at(clock))
         except RenderError as exc:
             raise self._refusal(exc, messages) from exc
         return self._finished(with_prompt, True), without
