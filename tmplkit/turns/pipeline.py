@@ -119,8 +119,7 @@ def request_spans(template, tokenizer, reqs, tokens, notes: list, server: Mappin
                   server_tokens: TokenizedRequests | None = None) -> dict:
     """One Spans per request for each delimiter set that works here ("tmplkit", "server"; for
     `server` see `prepare_session`; the server's spans are of `server_tokens` when given)."""
-    out = {}
-    arrays = _arrays(tokens.requests)  # (each request's ids as an array once, for both splits)
+    det = None
     try:
         delims, _ = text_delimiters(template)
         probe = Analysis(name=template.name, source=template.source, status="pass", delimiters=delims,
@@ -128,19 +127,32 @@ def request_spans(template, tokenizer, reqs, tokens, notes: list, server: Mappin
         tdelims = token_delimiters(probe, tokenizer, ids=_without_bos(tokenizer, reqs[-1].text, tokens.requests[-1]))
         if tdelims.passed:
             det = SpanDetector(tdelims)
-            out["tmplkit"] = [det.split(ids) for ids in arrays]
         else:
             notes.append("tmplkit's delimiters do not split the tokens as the text: " + "; ".join(tdelims.problems[:2]))
     except TmplkitError as exc:
         notes.append(f"no tmplkit delimiters: {exc}")
+    ids = None
     try:
         # each text tokenized on its own, the prompt split the server's way (server_rules._delimiters)
         ids = [(role, tokenizer.tokenize(text, add_bos=False)) for role, text in server_delimiter_list(template, server)]
-        out["server"] = [server_split(t, ids) for t in (_arrays(server_tokens.requests) if server_tokens else arrays)]
     except TmplkitError as exc:
         notes.append(f"no llama-server delimiters: {exc}")
+    out: dict = {}
+    if det is not None:
+        out["tmplkit"] = []
+    if ids is not None:
+        out["server"] = []
+    theirs = server_tokens.requests if server_tokens is not None else None
+    # (each request's ids as an array for both splits, one request at a time: all of them at once
+    # held 150 MB more on a 300k-token session, for nothing)
+    for k, request in enumerate(tokens.requests):
+        arr = _array(request)
+        if det is not None:
+            out["tmplkit"].append(det.split(arr))
+        if ids is not None:
+            out["server"].append(server_split(arr if theirs is None else _array(theirs[k]), ids))
     return out
 
 
-def _arrays(requests) -> list[np.ndarray]:
-    return [np.fromiter(ids, dtype=np.int32, count=len(ids)) for ids in requests]
+def _array(ids) -> np.ndarray:
+    return np.fromiter(ids, dtype=np.int32, count=len(ids))
