@@ -193,6 +193,35 @@ def test_the_session_pipeline_and_the_prompt_ask_whether_a_text_fits_before_toke
         build_prompt(session, template, Never(), fits=refuse)
 
 
+def test_the_fit_is_asked_of_the_request_with_the_most_bytes_not_the_most_characters(monkeypatch):
+    """A template that drops earlier reasoning once a user message comes: the request before holds
+    a reasoning block of CJK text (three bytes a character), the last one more characters but
+    fewer bytes. The fit is bounded by bytes, so it is the one asked."""
+    from tmplkit.session import session_from_json
+    from tmplkit.sources import load_one
+    from tmplkit.turns import pipeline
+
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def fits(text, what="the prompt"):
+        asked.append((what, len(text.encode())))
+        raise Stop
+
+    session = session_from_json([{"role": "user", "content": "hi"},
+                                 {"role": "assistant", "content": "ok", "reasoning_content": "\u601d" * 3000},
+                                 {"role": "user", "content": "x" * 5000}, {"role": "assistant", "content": "fine"}])
+    template = load_one(str(Path(__file__).parent.parent / "fixtures" / "turns" / "drops-reasoning.jinja"))
+    reqs = tuple(pipeline.iter_requests(session, template))
+    held = [len(r.held.encode()) for r in reqs]
+    assert len(reqs[1].held) > len(reqs[0].held) and held[0] > held[1]  # (the case: fewer characters, more bytes)
+    with pytest.raises(Stop):
+        pipeline.prepare_session(session, template, object(), fits=fits)
+    assert asked == [("request 0 with the turn generated after it", held[0])]
+
+
 @pytest.mark.model
 @pytest.mark.corpus
 def test_a_quantized_k_cache_that_does_not_fit_the_heads_is_refused_with_flash_attention_off(conv):

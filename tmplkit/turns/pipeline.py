@@ -83,7 +83,7 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
         if tokenizer is None:
             return PreparedSession(template, conversation, reqs)
         if fits is not None and reqs:
-            longest = max(reqs, key=lambda r: len(r.text) + len(r.generated))
+            longest = _most_bytes(reqs)
             fits(longest.held, f"request {longest.index} with the turn generated after it")
         tokens = tokenize_requests(reqs, tokenizer, add_bos=add_bos)
         notes: list[str] = []
@@ -99,6 +99,19 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
         if early is not None:
             early.close()
     return PreparedSession(template, conversation, reqs, tokens, spans, predicted, tuple(notes), server_tokens)
+
+
+def _most_bytes(reqs: tuple[Request, ...]) -> Request:
+    """The request that holds the most UTF-8 bytes with its generated turn (a fit is bounded by
+    bytes: `tokens.tokenizers.fewest_tokens`): not always the most characters, where a template drops
+    earlier text written three bytes a character (CJK reasoning) once a user message comes. Only a
+    request with a quarter of the most characters or more can have the most bytes."""
+    most = max(len(r.text) + len(r.generated) for r in reqs)
+
+    def size(r: Request) -> int:
+        return sum(len(t) if t.isascii() else len(t.encode("utf-8", "surrogatepass")) for t in (r.text, r.generated))
+
+    return max((r for r in reqs if 4 * (len(r.text) + len(r.generated)) >= most), key=size)
 
 
 def _server_tokens(reqs, texts, tokenizer, add_bos: bool, notes: list) -> TokenizedRequests | None:
