@@ -170,3 +170,26 @@ def test_a_copy_of_an_earlier_message_keeps_the_whole_renders():
     assert fast == whole
     assert rq.next_renders(server, t, reqs, alone=True) != whole
     assert tuple(rq.iter_requests(server, t)) == tuple(rq.iter_requests(server, t, alone=False))
+
+
+def test_a_history_written_otherwise_once_the_turn_exists_is_read_whole_where_the_next_request_shows_it(monkeypatch):
+    """The template marks the tool result before a call that repeats the call before it: asked for
+    alone the repeated call has no call before it, and reads as a prefix; the whole render writes
+    the mark once the call exists, so the turn is located (`newest-turn`). The probes repeat no
+    call and the last turn is an answer; the next request, which holds the mark, is what shows it."""
+    call = lambda i, path: {"id": f"c{i}", "type": "function", "function": {"name": "read_file", "arguments": f'{{"path": "{path}"}}'}}  # noqa: E731
+    messages = [{"role": "system", "content": "Be brief."}]
+    for i in range(40):
+        again = f"a{i}.py" if i % 4 == 0 else f"b{i}.py"
+        messages += [{"role": "user", "content": f"Task {i}."},
+                     {"role": "assistant", "content": "", "tool_calls": [call(2 * i, f"a{i}.py")]},
+                     {"role": "tool", "tool_call_id": f"c{2 * i}", "content": "x"},
+                     {"role": "assistant", "content": "", "tool_calls": [call(2 * i + 1, again)]},
+                     {"role": "tool", "tool_call_id": f"c{2 * i + 1}", "content": "y"},
+                     {"role": "assistant", "content": f"Done {i}."}]
+    t = load_one(str(FIX / "loop-guard.jinja"))
+    server, whole, short = _both(t, load_conversation(messages))
+    assert short == whole
+    assert {r.rule for r in whole} == {"prefix", "newest-turn"}
+    monkeypatch.setattr(rq, "_confirmed", lambda conversation, endings, messages, pending, following: pending[0])
+    assert tuple(rq.iter_requests(server, t)) != whole  # (unchecked, the repeated calls read as prefixes)

@@ -13,8 +13,10 @@ whole render gives:
   kept for the process);
 - per session: the last request's turn, after the longest history (where a template that counts
   calls or turns writes its largest number), the same both ways;
-- per request: the template renders the short conversations (else that request's turn is read
-  from the whole render).
+- per request: the template renders the short conversations, and the next request starts with
+  what the server then holds (else that request's turn is read from the whole render: a template
+  that writes the history otherwise once the turn exists, a loop guard marking a repeated call,
+  shows it there, where neither the probes nor the last turn may).
 
 The turn is read off the short renders as off the whole ones (`requests._generated_turn`: the
 rest of the render after the request where it keeps its prefix, else the turn located), so a

@@ -163,6 +163,7 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
     endings = TurnEndings(conversation)
     times = [start + k * interval for k in range(len(points))]
     last, copies = None, None
+    pending: tuple[Request, tuple[str, str]] | None = None  # (a request whose turn was asked for alone, its renders)
     for k, (n, end) in enumerate(points):
         if alone is None and n >= LONG_HISTORY:
             # (decided where the histories grow long, not before: a walk that stops at an early
@@ -171,23 +172,53 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
             if alone and not copies_trusted(_TURN_COPIES, conversation, lambda probe: _agrees(probe, template, conversation)):
                 copies = EarlierCopies(messages)
         if last is not None and k == len(points) - 1:
-            yield last
+            req, rendered, served = last, (last.text, ""), False  # (read both ways already)
         else:
             # (a turn with a copy earlier in the conversation: read whole, see EarlierCopies)
             short = bool(alone) and not (copies is not None and copies.before(range(n, end), n))
-            yield _request(conversation, endings, messages, k, n, end, times[k], short)
+            req, rendered, served = _request_read(conversation, endings, messages, k, n, end, times[k], short)
+        if pending is not None:
+            yield _confirmed(conversation, endings, messages, pending, req.text)
+            pending = None
+        if served:
+            pending = (req, rendered)
+        else:
+            yield req
+    if pending is not None:
+        yield pending[0]  # (the last request: its turn was read both ways by `_alone_pays`)
+
+
+def _confirmed(conversation, endings: TurnEndings, messages: list, pending: tuple, following: str) -> Request:
+    """A request whose turn was asked for alone, where the request after it (`following`) starts
+    with what the server then holds; else the request with its turn read off the whole render. (A
+    template whose history changes once the turn exists, as one that warns of a call repeated too
+    often does, is seen where the next request rewrites what is held: the turn, or the rule it was
+    read by, may be another in the whole render.)"""
+    req, rendered = pending
+    if following.startswith(req.held):
+        return req
+    n, end = req.turn
+    return _request(conversation, endings, messages, req.index, n, end, req.time, False, rendered)
 
 
 def _request(conversation, endings: TurnEndings, messages: list, k: int, n: int, end: int, when: datetime,
-             alone: bool) -> Request:
+             alone: bool, rendered: tuple[str, str] | None = None) -> Request:
     """Request k: the render of messages[:n] at `when`, and the turn messages[n:end] generated after
-    it (asked for alone where `alone` and the short renders apply)."""
+    it (asked for alone where `alone` and the short renders apply). `rendered`: the request's
+    render with and without the generation prompt, where made before."""
+    return _request_read(conversation, endings, messages, k, n, end, when, alone, rendered)[0]
+
+
+def _request_read(conversation, endings: TurnEndings, messages: list, k: int, n: int, end: int, when: datetime,
+                  alone: bool, rendered: tuple[str, str] | None = None) -> tuple[Request, tuple[str, str], bool]:
+    """`_request`, with the request's two renders and whether its turn was asked for alone."""
     clock = clock_at(when)  # each request at its own time
 
     def draw(msgs, gp, clock=clock):
         return conversation.render(msgs, add_generation_prompt=gp, clock=clock)
 
-    text, bare = conversation.render_with_prompt(messages[:n], clock=clock)  # (one pass for both, where it can)
+    # (one pass for both, where it can)
+    text, bare = rendered if rendered is not None else conversation.render_with_prompt(messages[:n], clock=clock)
     gprompt = _generation_prompt(text, bare)
     # A prompt the template writes whatever `add_generation_prompt` says: the two renders are
     # alike, and the request ends with what a render writes only after its newest message (read
@@ -197,9 +228,10 @@ def _request(conversation, endings: TurnEndings, messages: list, k: int, n: int,
         gprompt = always
     else:
         always = ""
-    generated, rule = "", ""
+    generated, rule, served = "", "", False
     if end > n:
         found = _turn_asked_alone(conversation, draw, clock, messages, n, end) if alone and not always else None
+        served = found is not None
         if found is not None:
             generated, rule = found
         else:
@@ -215,7 +247,7 @@ def _request(conversation, endings: TurnEndings, messages: list, k: int, n: int,
         if always and generated.endswith(always):
             # (the next turn's prompt, which the model does not write: the template wrote it)
             generated = generated[:-len(always)]
-    return Request(k, n, text, gprompt, generated, (n, end), rule, when)
+    return Request(k, n, text, gprompt, generated, (n, end), rule, when), (text, bare), served
 
 
 def _turn_asked_alone(conversation, draw, clock, messages: list, n: int, end: int) -> tuple[str, str] | None:
