@@ -10,7 +10,8 @@ for request.
 
 Per template: the sessions read both ways, those that differ (must be none), how many the short
 path for the generated turns served, and the sessions that would differ were the short paths taken
-unchecked wherever their renders apply (what the checks keep out). tests/test_turn_alone.py holds the same on a few.
+wherever their renders apply, without the probes, the session's last request and the copies guard
+(what those keep out; the next request's check stays on). tests/test_turn_alone.py holds the same on a few.
 """
 
 from __future__ import annotations
