@@ -7,10 +7,11 @@ and the conversation ending with its turn, to read what the model generated; ask
 turn costs two renders of a few messages. It is taken only where it is known to give what the
 whole render gives:
 
-- per template (message preparation and variables), once: on probe sessions of our own (a plain
-  chat with a system message, a generated chat with reasoning, a generated agent session with
-  rounds of tool calls) every request's generated turn is the same both ways (`trusted_alone`,
-  kept for the process);
+- per template (message preparation and variables), once: on probe conversations of our own (a
+  chat with a system message; two user requests with rounds of calls, parallel ones among them,
+  with reasoning, with and without a system message) every request's generated turn is the same
+  both ways (`trusted_alone`, kept for the process); the same with a message asked twice says
+  whether a copy of a message earlier matters (`copies_trusted`, `EarlierCopies`);
 - per session: the last request's turn, after the longest history (where a template that counts
   calls or turns writes its largest number), the same both ways;
 - per request: the template renders the short conversations, and the next request starts with
@@ -19,8 +20,7 @@ whole render gives:
   shows it there, where neither the probes nor the last turn may).
 
 The turn is read off the short renders as off the whole ones (`requests._generated_turn`: the
-rest of the render after the request where it keeps its prefix, else the turn located), so a
-template whose history is written otherwise once the turn exists is served too. The short
+rest of the render after the request where it keeps its prefix, else the turn located). The short
 request's generation prompt may be another than the request's (DeepSeek V3.2 writes one after
 tool results, another after a user message): the turn after either is the same where the
 template is trusted, whose probes ask for turns after both.
@@ -38,9 +38,9 @@ __all__ = ["trusted_by_probes"]  # (the rest is `requests.iter_requests`'s)
 
 # The short path pays where the requests' histories are long: two short renders cost about two
 # renders' fixed part (a tool list, the variables), one whole render that and every message. It is
-# decided at the first request with a history of this many messages, and taken where the turns'
-# histories from there on come to this many in all (proving the short path on the probes and the
-# last turn costs about that).
+# decided at the first request with a history of LONG_HISTORY messages, and taken where the turns'
+# histories from there on come to MIN_HISTORY messages in all (proving the short path on the probes
+# and the last turn costs about that).
 LONG_HISTORY = 64
 MIN_HISTORY = 1000
 
