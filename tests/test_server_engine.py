@@ -77,3 +77,18 @@ def test_an_escape_is_still_refused_in_llama_servers_engine():
     with pytest.raises(RenderLimitError) as info:
         render(t, CALLS[:1], engine="llama-server")
     assert info.value.kind == "unsafe"
+
+
+def test_a_template_only_llama_servers_engine_renders_is_rendered_there_at_once_the_next_time(monkeypatch):
+    """Refused once by transformers' sandbox, the template is rendered in llama-server's engine from
+    then on, without the refused render first (a Kimi K2 session's every request paid for both)."""
+    from tmplkit.sandbox import _rendering
+
+    t = ChatTemplate(QUEUE.text + "{#- a text of its own -#}", "queue-again", "-")
+    first = render(t, CALLS, engine="llama-server")
+    calls = []
+    real = _rendering._render_in
+    monkeypatch.setattr(_rendering, "_render_in", lambda *a, **k: calls.append(k["server"]) or real(*a, **k))
+    assert render(t, CALLS, engine="llama-server") == first and calls == [True]
+    with pytest.raises(RenderError, match="unsafe"):  # (the transformers engine still refuses it)
+        render(t, CALLS)

@@ -43,7 +43,19 @@ def _raise_exception(message):
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
     # Same signature as transformers' filter (positional arguments land in the same places), and
     # unlike Jinja's own `tojson` it does not HTML-escape.
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+                      default=_unserializable)
+
+
+class SequenceToJson(TypeError):
+    """`tojson` of a sequence a filter made (a generator): transformers refuses it, in json.dumps'
+    own words; llama-server's engine writes it (`_ServerEnvironment`)."""
+
+
+def _unserializable(value):
+    # (json.dumps' own refusal, word for word; the type says the other engine would write it)
+    kind = SequenceToJson if isinstance(value, Iterator) else TypeError
+    raise kind(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _now():
@@ -634,7 +646,16 @@ def _compile_split(text: str):
     """The template compiled with `PROMPT_MARK` yielded before and after its generation prompt, or
     None where a render without the prompt is not provably the variant's output less what lies
     between the marks (`_prompt_block`)."""
-    env = _environment()
+    return _split_variant(text, _environment())
+
+
+@lru_cache(maxsize=16)
+def _compile_split_server(text: str):
+    """`_compile_split` in llama-server's engine (`_ServerEnvironment`)."""
+    return _split_variant(text, _server_environment())
+
+
+def _split_variant(text: str, env):
     try:
         tree = env.parse(text)
     except (TemplateError, RecursionError):

@@ -4,7 +4,6 @@ it streams) and `compile_template()`, each failure told as a RenderError in the 
 
 from __future__ import annotations
 
-import copy
 import re
 import time
 from collections.abc import Callable
@@ -16,8 +15,8 @@ from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 
 from ..errors import InputError, RenderError, RenderLimitError
 from ..sources.templates import ChatTemplate
-from ._inputs import Prepared, _plain, _prepare_dicts, _prepare_messages, _refused_if_recursive
-from ._jinja import PROMPT_MARK, _compile, _compile_server, _compile_split
+from ._inputs import _plain, _prepare_dicts, _prepare_messages, _refused_if_recursive
+from ._jinja import PROMPT_MARK, SequenceToJson, _compile, _compile_server, _compile_split, _compile_split_server
 from ._limits import _STATE, DEFAULT_LIMITS, Limits, _State, _timeout, _too_big, hint
 
 __all__ = ["ENGINES", "compile_template", "render", "render_with_prompt"]
@@ -29,7 +28,6 @@ _MUTATORS = frozenset({
     "appendleft", "extendleft", "popleft", "rotate",
 })
 _MUTATOR_ACCESS = re.compile(r"access to attribute '(\w+)' of '\w+' object is unsafe")
-_SEQUENCE_TO_JSON = re.compile(r"Object of type (generator|map|filter) is not JSON serializable")
 
 
 def compile_template(template: ChatTemplate) -> jinja2.Template:
@@ -164,15 +162,28 @@ def _render(template: ChatTemplate, context: dict, limits: Limits | None, clock,
     does (`engine_refusal`) is made again in that engine, on a copy of the inputs."""
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}: give one of {', '.join(ENGINES)}")
+    if engine == "llama-server" and template.text in _SERVER_ONLY:
+        return _render_in(template, _own_copy(context), limits, clock, split=split, server=True)
     try:
         return _render_in(template, context, limits, clock, split=split, server=False)
     except RenderError as exc:
-        if engine != "llama-server" or not getattr(exc, "engine_refusal", False):
+        if engine != "llama-server" or not exc.engine_refusal:
             raise
-    # (a copy, of plain lists: the template changes what it is given, and the prepared inputs are
-    # shared by renders)
-    own = {k: list(v) if type(v) is Prepared else v for k, v in copy.deepcopy(context).items()}
-    return _render_in(template, own, limits, clock, split=False, server=True)
+    # (where transformers' sandbox renders, llama-server's engine renders the same: a template it
+    # refused once is rendered there from then on, without the refused render first)
+    if len(_SERVER_ONLY) >= 256:
+        _SERVER_ONLY.clear()
+    _SERVER_ONLY.add(template.text)
+    return _render_in(template, _own_copy(context), limits, clock, split=split, server=True)
+
+
+_SERVER_ONLY: set[str] = set()  # the texts of templates only llama-server's engine renders
+
+
+def _own_copy(context: dict) -> dict:
+    """The render's own copy of its inputs, rebuilt as plain data (a `Prepared` list a plain list):
+    the template changes what it is given, and a session's prepared messages are shared by its renders."""
+    return {k: _plain(v) for k, v in context.items()}
 
 
 ENGINES = ("transformers", "llama-server")
@@ -188,7 +199,7 @@ def _render_in(template: ChatTemplate, context: dict, limits: Limits | None, clo
         if isinstance(compiled, Exception):
             raise _render_error(template, compiled, None) from compiled
         # (the variant's own line table for the errors: its code has two more statements)
-        compiled = (_compile_split(template.text) if split else None) or compiled
+        compiled = ((_compile_split_server if server else _compile_split)(template.text) if split else None) or compiled
         ctx = compiled.new_context(context)
         parts: list[str] = []
         marks: list[int] = []
@@ -226,7 +237,7 @@ def _render_in(template: ChatTemplate, context: dict, limits: Limits | None, clo
     except Exception as exc:
         err = _render_error(template, exc, compiled)
         # (a filter's sequence to `tojson`: transformers' json.dumps refuses a generator; llama-server's engine writes it)
-        err.engine_refusal = not server and isinstance(exc, TypeError) and _SEQUENCE_TO_JSON.search(str(exc)) is not None
+        err.engine_refusal = not server and isinstance(exc, SequenceToJson)
         raise err from exc
     finally:
         _STATE.reset(token)
