@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tmplkit import load_one
-from tmplkit.session import _turn_alone, for_server, generate_session, load_conversation
+from tmplkit.session import for_server, generate_session, load_conversation
 from tmplkit.session import requests as rq
 
 FIX = Path(__file__).parent.parent / "fixtures" / "turns"
@@ -93,7 +93,7 @@ def test_a_turn_numbered_across_the_conversation_keeps_the_whole_renders(long_ch
     assert whole[-1].generated.startswith("[turn 160] ")
     forced = tuple(rq.iter_requests(server, t, alone=True))
     assert forced != whole  # (the check is what keeps it out)
-    assert not _turn_alone.trusted_alone(server, lambda probe: rq._agrees(probe, t, server))
+    assert not rq._trust("turns", server, t, rq._turns_agree)[0]
     assert _served(t, server, monkeypatch) == 0
 
 
@@ -104,7 +104,7 @@ def test_a_turn_that_changes_after_a_longer_history_than_the_probes_keeps_the_wh
     server, whole, short = _both(t, long_chat)
     assert short == whole
     assert whole[-2].generated.startswith("(a long chat) ")
-    assert _turn_alone.trusted_alone(server, lambda probe: rq._agrees(probe, t, server))
+    assert rq._trust("turns", server, t, rq._turns_agree)[0]
     assert tuple(rq.iter_requests(server, t, alone=True)) != whole
     assert _served(t, server, monkeypatch) == 1  # (the check's own short read of the last turn, and no other)
 

@@ -10,8 +10,8 @@ whole render gives:
 - per template (message preparation and variables), once: on probe conversations of our own (a
   chat with a system message; two user requests with rounds of calls, parallel ones among them,
   with reasoning, with and without a system message) every request's generated turn is the same
-  both ways (`trusted_alone`, kept for the process); the same with a message asked twice says
-  whether a copy of a message earlier matters (`copies_trusted`, `EarlierCopies`);
+  both ways (`path_trust`, kept for the process); the same with a message asked twice says
+  whether a copy of a message earlier matters (`EarlierCopies`);
 - per session: the last request's turn, after the longest history (where a template that counts
   calls or turns writes its largest number), the same both ways;
 - per request: the template renders the short conversations, and the next request starts with
@@ -44,7 +44,7 @@ __all__ = ["trusted_by_probes"]  # (the rest is `requests.iter_requests`'s)
 LONG_HISTORY = 64
 MIN_HISTORY = 1000
 
-_TRUSTED: dict = {}
+_TRUSTED: dict = {}  # (short path, with copies) -> `trusted_by_probes`' cache
 _TRUSTED_MAX = 64
 
 
@@ -60,7 +60,7 @@ class EarlierCopies:
     messages by value renders one otherwise once a copy of it comes later (Mistral Nemo writes its
     tool list before every user message equal to the newest one), which a short render, without
     the copy before it, does not see: where the template does not agree on the probes with copies
-    (`copies_trusted`), a short path is not taken where a copy lies before."""
+    (`path_trust`), a short path is not taken where a copy lies before."""
 
     def __init__(self, messages: Sequence[dict]) -> None:
         self._keys = [_key(m) for m in messages]
@@ -92,17 +92,14 @@ def since_user(messages: Sequence[dict], n: int) -> tuple[list[dict], int] | Non
     return None
 
 
-def trusted_alone(conversation, agree: Callable[[object], bool | None]) -> bool:
-    """Whether the short path may serve `conversation`'s template (with its message preparation and
-    variables): `agree(probe)` says, for each probe session, whether every request's turn read both
-    ways is the same (`trusted_by_probes`)."""
-    return trusted_by_probes(_TRUSTED, conversation, agree, probes)
-
-
-def copies_trusted(cache: dict, conversation, agree: Callable[[object], bool | None]) -> bool:
-    """Whether a short path trusted on `probes()` needs no `EarlierCopies` guard: it agrees on the
-    probes with copies too (`copy_probes`; kept in `cache`, one per short path)."""
-    return trusted_by_probes(cache, conversation, agree, copy_probes)
+def path_trust(path: str, conversation, agree: Callable[[object], bool | None]) -> tuple[bool, bool]:
+    """(whether the short path `path` may serve `conversation`'s template, whether it may where a
+    message has a copy earlier too): `agree(probe)` says, for each of `probes()` (then
+    `copy_probes()`), whether the path reads what the whole renders read (`trusted_by_probes`,
+    kept per path)."""
+    if not trusted_by_probes(_TRUSTED.setdefault((path, False), {}), conversation, agree, probes):
+        return False, False
+    return True, trusted_by_probes(_TRUSTED.setdefault((path, True), {}), conversation, agree, copy_probes)
 
 
 def trusted_by_probes(cache: dict, conversation, agree: Callable[[object], bool | None], probes: Callable[[], list]) -> bool:

@@ -62,7 +62,7 @@ from ..markup import lcp as common_prefix  # strings and token lists alike
 from ..sandbox import PINNED_NOW
 from ..sources.templates import ChatTemplate
 from ._render import for_server
-from ._turn_alone import LONG_HISTORY, MIN_HISTORY, EarlierCopies, context_of, copies_trusted, probes, since_user, trusted_alone, trusted_by_probes
+from ._turn_alone import LONG_HISTORY, MIN_HISTORY, EarlierCopies, context_of, path_trust, since_user
 
 __all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "follow_ups", "iter_requests", "locate_turn",
            "newest_only", "next_renders", "request_points", "session_requests", "spliced_follow_ups", "turn_ending", "turn_header",
@@ -168,9 +168,7 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
         if alone is None and n >= LONG_HISTORY:
             # (decided where the histories grow long, not before: a walk that stops at an early
             # divergence, as the switches' do, pays for no check)
-            alone, last = _alone_pays(conversation, template, messages, points, k, times, endings)
-            if alone and not copies_trusted(_TURN_COPIES, conversation, lambda probe: _agrees(probe, template, conversation)):
-                copies = EarlierCopies(messages)
+            alone, last, copies = _alone_pays(conversation, template, messages, points, k, times, endings)
         if last is not None and k == len(points) - 1:
             req, rendered, served = last, (last.text, ""), False  # (read both ways already)
         else:
@@ -266,33 +264,40 @@ def _turn_asked_alone(conversation, draw, clock, messages: list, n: int, end: in
 
 def _alone_pays(conversation, template, messages: list, points: list, first: int, times: list, endings: TurnEndings):
     """(whether the generated turns from request `first` on are asked for alone, the last request
-    where checking it made it): only where those turns' histories cost more to render whole than
-    proving the short path, on a template trusted with it whose last turn, after the longest
-    history, reads the same both ways."""
+    where checking it made it, the copies to read whole: `EarlierCopies` or None): only where those
+    turns' histories cost more to render whole than proving the short path, on a template trusted
+    with it whose last turn, after the longest history, reads the same both ways."""
     turns = [k for k, (n, end) in enumerate(points) if end > n and k >= first]
     if sum(points[k][0] for k in turns) < MIN_HISTORY:
-        return False, None
-    if not trusted_alone(conversation, lambda probe: _agrees(probe, template, conversation)):
-        return False, None
+        return False, None, None
+    trusted, with_copies = _trust("turns", conversation, template, _turns_agree)
+    if not trusted:
+        return False, None, None
     k = turns[-1]
     n, end = points[k]
     whole = _request(conversation, endings, messages, k, n, end, times[k], False)
     short = _request(conversation, endings, messages, k, n, end, times[k], True)
     if (short.generated, short.rule) != (whole.generated, whole.rule):
-        return False, None
-    return True, (whole if k == len(points) - 1 else None)
+        return False, None, None
+    return True, (whole if k == len(points) - 1 else None), (None if with_copies else EarlierCopies(messages))
 
 
-def _agrees(probe, template, conversation) -> bool | None:
-    """Whether every request of `probe` (prepared as `conversation` is) reads the same generated
-    turn both ways; None where the template cannot render it."""
-    try:
-        server = for_server(template, probe, conversation.kwargs, inputs=conversation.inputs)
-        whole = [(r.generated, r.rule) for r in iter_requests(server, template, alone=False)]
-        short = [(r.generated, r.rule) for r in iter_requests(server, template, alone=True)]
-    except TmplkitError:
-        return None
-    return whole == short
+def _trust(path: str, conversation, template, agree) -> tuple[bool, bool]:
+    """`_turn_alone.path_trust` of short path `path`: `agree(server, template)` on each probe
+    prepared as `conversation` is (None where the template cannot render it)."""
+    def on(probe) -> bool | None:
+        try:
+            return agree(for_server(template, probe, conversation.kwargs, inputs=conversation.inputs), template)
+        except TmplkitError:
+            return None
+
+    return path_trust(path, conversation, on)
+
+
+def _turns_agree(server, template) -> bool:
+    """Whether every request of `server` reads the same generated turn both ways."""
+    whole = [(r.generated, r.rule) for r in iter_requests(server, template, alone=False)]
+    return whole == [(r.generated, r.rule) for r in iter_requests(server, template, alone=True)]
 
 
 class TurnEndings:
@@ -720,11 +725,7 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
     """
     conversation = for_server(template, session, kwargs)
     messages = list(conversation.messages)
-    spliced = _splices(conversation, template, messages, requests, alone)
-    copies = None
-    if spliced and alone is None and not copies_trusted(_SPLICE_COPIES, conversation,
-                                                        lambda probe: _splices_agree(probe, template, conversation)):
-        copies = EarlierCopies(messages)
+    spliced, copies = _splices(conversation, template, messages, requests, alone)
     out = []
     for r in requests:
         texts = None
@@ -780,37 +781,30 @@ def _copied(copies: EarlierCopies, messages: list, request: Request) -> bool:
     return copies.before(range(u, request.turn[1]), u, [m for extra in follow_ups(messages, request.turn) for m in extra])
 
 
-def _splices(conversation, template, messages: list, requests: Sequence[Request], alone: bool | None) -> frozenset:
-    """The indices of the requests whose follow-ups are spliced (see `iter_requests`'s `alone`)."""
+def _splices(conversation, template, messages: list, requests: Sequence[Request], alone: bool | None):
+    """(the indices of the requests whose follow-ups are spliced, the copies to render whole:
+    `EarlierCopies` or None; see `iter_requests`'s `alone`)."""
     late = [r.index for r in requests if r.generated and r.n_messages >= LONG_HISTORY]
     if alone is not None or not late:
-        return frozenset(late if alone else ())
+        return frozenset(late if alone else ()), None
     if sum(requests[k].n_messages for k in late) < MIN_HISTORY:
-        return frozenset()
-    if not trusted_by_probes(_SPLICED, conversation, lambda probe: _splices_agree(probe, template, conversation), probes):
-        return frozenset()
+        return frozenset(), None
+    trusted, with_copies = _trust("follow-ups", conversation, template, _follow_ups_agree)
+    if not trusted:
+        return frozenset(), None
     last = requests[late[-1]]
     if spliced_follow_ups(conversation, messages, last) not in (None, follow_up_renders(conversation, messages, last.turn, last.time)):
-        return frozenset()
-    return frozenset(late)
+        return frozenset(), None
+    return frozenset(late), (None if with_copies else EarlierCopies(messages))
 
 
-_SPLICED: dict = {}
-_SPLICE_COPIES: dict = {}
-_TURN_COPIES: dict = {}
-
-
-def _splices_agree(probe, template, conversation) -> bool | None:
-    """Whether every request of `probe` (prepared as `conversation` is) has the same follow-ups
-    spliced as rendered whole; None where the template cannot render it."""
-    try:
-        server = for_server(template, probe, conversation.kwargs, inputs=conversation.inputs)
-        reqs = tuple(iter_requests(server, template, alone=False))
-        messages = list(server.messages)
-        pairs = [(spliced_follow_ups(server, messages, r), follow_up_renders(server, messages, r.turn, r.time))
-                 for r in reqs if r.generated]
-    except TmplkitError:
-        return None
+def _follow_ups_agree(server, template) -> bool | None:
+    """Whether every request of `server` has the same follow-ups spliced as rendered whole (None
+    where none is spliced)."""
+    reqs = tuple(iter_requests(server, template, alone=False))
+    messages = list(server.messages)
+    pairs = [(spliced_follow_ups(server, messages, r), follow_up_renders(server, messages, r.turn, r.time))
+             for r in reqs if r.generated]
     return all(s is None or s == w for s, w in pairs) if any(s is not None for s, _ in pairs) else None
 
 
