@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tmplkit.delimiters import Delimiter, split_text, text_matches
 from tmplkit.errors import InputError
-from tmplkit.tokens.spans import SpanDetector, Spans, TokenSpan, split_reference
+from tmplkit.server_rules import server_split
+from tmplkit.tokens.spans import SpanDetector, Spans, TokenSpan, split_reference, split_resumed
 
 # ---- text ------------------------------------------------------------------------------------
 
@@ -168,6 +170,29 @@ def test_fast_split_equals_reference(case):
     assert fast.last_user_start() == (users[-1] if users else None)
     for s in ref:
         assert fast.is_user_start(s.pos) == (s.role == "user")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.lists(st.tuples(st.floats(0, 1), st.lists(st.integers(0, 6), max_size=30)), min_size=1, max_size=6))
+# (a match before the shared ids' end that runs past it: the restart cannot be at a start there)
+@example(([("user", [1]), ("tool", [2, 3, 4])], [0, 0, 0, 2, 1], {}), [(0.85, [3, 4])])
+def test_a_split_resumed_after_the_shared_ids_equals_the_whole_split(case, steps):
+    """A session's requests, each the one before cut somewhere and continued: each split resumed
+    from the spans of the one before equals its whole split, the greedy detector's and the
+    server's (which matches at every position)."""
+    delims, tokens, _ = case
+    det = SpanDetector(delims)
+    server_delims = [(role, seq) for role, seq in delims]
+    longest = max(len(seq) for _, seq in delims)
+    mine, theirs, before = det.split(tokens), server_split(tokens, server_delims), tuple(tokens)
+    for cut, more in steps:
+        ids = before[:int(cut * len(before))] + tuple(more)
+        same = len(os.path.commonprefix([before, ids]))
+        mine = split_resumed(det.split, ids, mine, same, det.longest)
+        theirs = split_resumed(lambda arr: server_split(arr, server_delims), ids, theirs, same, longest, greedy=False)
+        assert list(mine) == list(det.split(ids)) and mine.n_tokens == len(ids)
+        assert list(theirs) == list(server_split(ids, server_delims)) and theirs.n_tokens == len(ids)
+        before = ids
 
 
 @settings(max_examples=100, deadline=None)

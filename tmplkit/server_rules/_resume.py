@@ -43,7 +43,8 @@ def plan_resume(held: Sequence[int], tokens: Sequence[int], *, pos_min: int, n_s
                 store: CheckpointStore | None, n_common: int | None = None) -> ResumePlan:
     """The plan for prompt `tokens` after `held`: `pos_min` is the oldest position the memory still
     holds, `n_swa` the attention window (0: none), `store` the checkpoints (None: none are kept);
-    `n_common`: their common prefix where the caller knows it (a simulation of several settings)."""
+    `n_common`: their common prefix where the caller knows it (a simulation of several settings;
+    `held` is then read for its length only)."""
     n_common = common_prefix(held, tokens) if n_common is None else n_common
     n_past = pos_next = n_common
     restore = None

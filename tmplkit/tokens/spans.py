@@ -119,6 +119,39 @@ class Spans:
     def to_dict(self) -> dict:
         return {"n_tokens": self.n_tokens, "spans": [s.to_dict() for s in self]}
 
+    def joined(self, at: int, tail: Spans, n_tokens: int) -> Spans:
+        """These spans' starts before token `at`, then `tail`'s (spans of the tokens from `at` on,
+        by the same roles), as the spans of `n_tokens` tokens."""
+        assert tail._roles == self._roles, "spans of other delimiters"
+        k = int(np.searchsorted(self._pos, at, side="left"))
+        return Spans(n_tokens, np.concatenate((self._pos[:k], tail._pos.astype(np.int64) + at)),
+                     np.concatenate((self._role_idx[:k], tail._role_idx)).astype(np.int8), self._roles)
+
+
+def split_resumed(split, tokens: Sequence[int], before: Spans | None, same: int, longest: int, *,
+                  greedy: bool = True) -> Spans:
+    """`split(tokens)` where the first `same` of `tokens` are those `before` was split from: the
+    spans that lie inside them kept, only the rest split again (a session's requests share all but
+    their ends, so each costs its new ids, not its length). `longest`: the most ids a delimiter has.
+
+    `greedy` (`SpanDetector.split`: matching resumes after a match) restarts at a start of `before`
+    at or before `same - longest`: every match there and before lies inside the shared ids, and the
+    scan from a start is the whole scan's. Otherwise (the server's split, a match at every position
+    on its own) it restarts `longest - 1` ids before `same`. tests/test_spans.py holds both equal
+    to a whole split."""
+    n = len(tokens)
+    at = 0
+    if before is not None and 0 < longest <= same <= min(n, before.n_tokens):
+        if greedy:
+            k = int(np.searchsorted(before._pos, same - longest, side="right"))
+            at = int(before._pos[k - 1]) if k else 0
+        else:
+            at = same - longest + 1
+    if at <= 0 or before is None:
+        return split(tokens if isinstance(tokens, np.ndarray) else np.fromiter(tokens, dtype=np.int32, count=n))
+    rest = tokens[at:] if isinstance(tokens, np.ndarray) else np.fromiter(tokens[at:], dtype=np.int32, count=n - at)
+    return before.joined(at, split(rest), n)
+
 
 def _normalize_skips(skips, n: int) -> list[tuple[int, int]]:
     """Skips as sorted, disjoint (start, end) pairs in [0, n), dropping those a reader never reaches.
@@ -216,7 +249,7 @@ class SpanDetector:
         self._groups = [(first, g) for first, g in groups.items()]
         self._prio_role = np.array([role_index[r] for r, _ in self.delimiters], dtype=np.int8)
         self._prio_len = np.array([len(s) for _, s in self.delimiters], dtype=np.int64)
-        self._max_len = max((len(s) for _, s in self.delimiters), default=0)
+        self.longest = max((len(s) for _, s in self.delimiters), default=0)  # the most ids a delimiter has
 
     def split(self, tokens, skips=None) -> Spans:
         """Spans of `tokens` (a list or 1-D integer array).

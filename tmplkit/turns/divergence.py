@@ -115,7 +115,12 @@ class TokenizedRequests:
         divergence in ids, which every simulated setting and the divergences read (computed once)."""
         got = self._common.get(k)
         if got is None:
-            got = self._common[k] = common_prefix(self.held(k - 1), self.requests[k])
+            # (request k - 1, then its turn, compared in place: `held` copies both, twice a request)
+            before, ids = self.requests[k - 1], self.requests[k]
+            got = common_prefix(before, ids)
+            if got == len(before):
+                got += common_prefix(self.generated[k - 1], ids[got:])
+            self._common[k] = got
         return got
 
 

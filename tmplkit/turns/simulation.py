@@ -17,9 +17,11 @@ which positions it still holds after n tokens (the sliding-window cache keeps th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..markup import lcp as common_prefix
 from ..server_rules import BatchSchedule, Checkpoint, CheckpointStore, PlannedBatch, check_field_types, get_policy, plan_resume
 
 # The largest sliding window: llama.cpp counts positions in int32.
@@ -149,21 +151,32 @@ class ServerSimulation:
         self.memory = memory
         self.settings = settings
         self.store = CheckpointStore(settings.max_checkpoints, settings.checkpoint_min_step) if memory.checkpointing else None
-        self.held: list[int] = []
+        # what the slot holds, in parts: a prompt's ids, then each turn generated after it (kept as
+        # given, not joined: a long session's simulation copied its whole history twice a request)
+        self._held: tuple[Sequence[int], ...] = ()
         self.run_id = 0
+
+    @property
+    def held(self) -> list[int]:
+        """The ids the slot holds."""
+        return [t for part in self._held for t in part]
 
     def resume(self, tokens, spans=None, policy="gated", *, n_common: int | None = None) -> SimulatedRequest:
         """Prefill `tokens` after what the slot holds: the resume plan the runner follows too.
         `n_common`: the common prefix of what it holds and `tokens`, where the caller knows it."""
-        toks = list(tokens)
+        toks = tokens if isinstance(tokens, tuple) else tuple(tokens)
+        n_held = sum(len(part) for part in self._held)
         self.run_id += 1
-        plan = plan_resume(self.held, toks, pos_min=self.memory.pos_min(len(self.held)), n_swa=self.memory.n_swa,
-                           store=self.store, n_common=n_common)
+        if n_common is None:
+            n_common = common_prefix(self.held, list(toks))
+        # (given `n_common`, plan_resume reads what is held for its length only)
+        plan = plan_resume(range(n_held), toks, pos_min=self.memory.pos_min(n_held), n_swa=self.memory.n_swa, store=self.store,
+                           n_common=n_common)
         if self.store is not None:
             self.store.drop_after(plan.pos_next)
         n_past = plan.n_past
         batches = plan_batches(len(toks), n_past, spans, policy, self.settings, self.store, self.run_id, self.memory)
-        self.held = toks
+        self._held = (toks,)
         new = tuple(b.begin for b in batches if b.checkpoint is not None and b.begin > 0)
         restored = plan.restore.n_tokens if plan.restore is not None else None
         return SimulatedRequest(len(toks), n_past, len(toks) - n_past, restored, plan.n_common, new, plan.reset,
@@ -171,4 +184,4 @@ class ServerSimulation:
 
     def generate(self, tokens) -> None:
         """The generated turn, decoded after the prompt (no checkpoints are saved while generating)."""
-        self.held = self.held + list(tokens)
+        self._held += (tokens if isinstance(tokens, tuple) else tuple(tokens),)
