@@ -332,6 +332,7 @@ class LlamaCppTokenizer:
         self.name = name or path.name
         self.add_bos = add_bos
         self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
         self._buf = ctypes.create_string_buffer(256)
         # what tokenizing a session's requests one after another keeps (`tokenize_after`)
         self._id_tables: tuple | None = None  # (`_tables`)
@@ -604,9 +605,13 @@ class LlamaCppTokenizer:
         return tables
 
     def is_eog(self, token_id: int) -> bool:
-        """Whether the token ends a generation (`llama_vocab_is_eog`)."""
-        self._check_id(token_id)
-        return bool(self._lib.llama_vocab_is_eog(self._open_vocab(), int(token_id)))
+        """Whether the token ends a generation (`llama_vocab_is_eog`; kept per id: a session's
+        generated turns ask it of every token they have)."""
+        got = self._eog.get(token_id)
+        if got is None:
+            self._check_id(token_id)
+            got = self._eog[token_id] = bool(self._lib.llama_vocab_is_eog(self._open_vocab(), int(token_id)))
+        return got
 
     def _check_id(self, token_id) -> None:
         # llama.cpp reads its table at the id unchecked (std::out_of_range aborts the process)
