@@ -11,8 +11,9 @@ from tmplkit import load_one
 from tmplkit.errors import InputError
 from tmplkit.server_rules import DivergenceAware, PrefillSettings, ServerGated, get_policy
 from tmplkit.session import Session, generate_session
+from tmplkit.session.requests import iter_next_renders
 from tmplkit.tokens.spans import SpanDetector
-from tmplkit.turns import MemoryModel, ServerSimulation, next_renders, study_turns
+from tmplkit.turns import MemoryModel, ServerSimulation, study_turns
 from tmplkit.turns.simulation import plan_batches
 
 FIX = Path(__file__).parent.parent / "fixtures" / "turns"
@@ -154,7 +155,7 @@ def test_settings_chosen_are_simulated_alike_and_without_divergence_aware_no_nex
     from tmplkit.turns import pipeline
 
     made = []
-    monkeypatch.setattr(pipeline, "next_renders", lambda *a, **k: made.append(1) or next_renders(*a, **k))
+    monkeypatch.setattr(pipeline, "iter_next_renders", lambda *a, **k: made.append(1) or iter_next_renders(*a, **k))
     some = study_turns(template, agent, tokenizer=qwen35, switches=False, settings=("tmplkit", "llama-server")).cost
     assert not made and set(some.requests) == {"full attention", "llama-server", "tmplkit"}
     for name in some.requests:

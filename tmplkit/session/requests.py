@@ -64,9 +64,9 @@ from ..sources.templates import ChatTemplate
 from ._render import for_server
 from ._turn_alone import LONG_HISTORY, MIN_HISTORY, EarlierCopies, context_of, path_trust, since_user
 
-__all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "follow_ups", "iter_requests", "locate_turn",
-           "newest_only", "next_renders", "request_points", "session_requests", "spliced_follow_ups", "turn_ending", "turn_header",
-           "written_always"]
+__all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "follow_ups", "iter_next_renders",
+           "iter_requests", "locate_turn", "newest_only", "next_renders", "request_points", "session_requests", "spliced_follow_ups",
+           "turn_ending", "turn_header", "written_always"]
 
 # The content that marks where a message's own text lies in a render (the turns study's generated
 # turn, the masks' turn in a whole render): invisible separators around a word no template writes.
@@ -723,18 +723,23 @@ def next_renders(session, template: ChatTemplate, requests: Sequence[Request], *
     `alone`: as `iter_requests`'s, for the follow-ups read off renders of the messages since the
     newest user message (`spliced_follow_ups`) in a long session.
     """
+    return tuple(iter_next_renders(session, template, requests, kwargs=kwargs, alone=alone))
+
+
+def iter_next_renders(session, template: ChatTemplate, requests: Sequence[Request], *, kwargs: Mapping | None = None,
+                      alone: bool | None = None):
+    """`next_renders` one request's at a time: a caller that reads each request's and lets them go
+    holds one request's renders, not the session's (several times the session's requests' text)."""
     conversation = for_server(template, session, kwargs)
     messages = list(conversation.messages)
     spliced, copies = _splices(conversation, template, messages, requests, alone)
-    out = []
     for r in requests:
         texts = None
         if r.generated and r.index in spliced and not (copies is not None and _copied(copies, messages, r)):
             texts = spliced_follow_ups(conversation, messages, r)
         if texts is None:
             texts = follow_up_renders(conversation, messages, r.turn, r.time) if r.generated else ()
-        out.append(texts)
-    return tuple(out)
+        yield texts
 
 
 def spliced_follow_ups(conversation, messages: list, request: Request) -> tuple[str, ...] | None:

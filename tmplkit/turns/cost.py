@@ -155,8 +155,9 @@ def policy_for(policy, predicted, k: int, n_prompt: int):
 
 def predicted_divergences(tokens, next_texts, tokenizer, *, add_bos: bool = False,
                           texts: Sequence[str] | None = None) -> tuple[tuple[int, ...], ...]:
-    """Per request, the token positions where each of its next renders (`requests.next_renders`)
-    stops matching the tokens held after it (positions at the held end are left out: nothing diverges).
+    """Per request, the token positions where each of its next renders (`next_texts`: per request,
+    an iterable read once, as `requests.iter_next_renders` gives them) stops matching the tokens
+    held after it (positions at the held end are left out: nothing diverges).
     `texts`: the requests' texts, whose ids the next renders share their beginnings with. Where the
     tokenizer can stop early (`tokenize_until`: llama.cpp's BPE vocabularies), a render is tokenized
     only from a control token before where it diverges to the next one after; else whole, from its
