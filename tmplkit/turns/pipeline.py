@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from ..analysis import Analysis, RoundTrip
 from ..errors import InputError, TmplkitError
@@ -155,6 +156,7 @@ def request_spans(template, tokenizer, reqs, tokens, notes: list, server: Mappin
         out["server"] = []
     theirs = server_tokens if server_tokens is not None else tokens
     longest = max((len(i) for _, i in ids), default=0) if ids is not None else 0
+    split_theirs = partial(server_split, delimiters=ids or [])
     # (each request split where it differs from the request before only: the whole of each
     # request, arrays included, cost 0.24 s of a 90k-token session's study)
     for k, request in enumerate(tokens.requests):
@@ -162,9 +164,8 @@ def request_spans(template, tokenizer, reqs, tokens, notes: list, server: Mappin
             out["tmplkit"].append(split_resumed(det.split, request, out["tmplkit"][-1] if k else None,
                                                 _shared(tokens, k), det.longest))
         if ids is not None:
-            out["server"].append(split_resumed(lambda arr: server_split(arr, ids), theirs.requests[k],
-                                               out["server"][-1] if k else None, _shared(theirs, k), longest,
-                                               greedy=False))
+            out["server"].append(split_resumed(split_theirs, theirs.requests[k], out["server"][-1] if k else None,
+                                               _shared(theirs, k), longest, greedy=False))
     return out
 
 
@@ -172,5 +173,3 @@ def _shared(tokens: TokenizedRequests, k: int) -> int:
     """How many first ids request k shares with request k - 1 (0 for the first): their common
     prefix is that of request k and what was held after k - 1, cut at request k - 1's end."""
     return min(tokens.common(k), len(tokens.requests[k - 1])) if k else 0
-
-
