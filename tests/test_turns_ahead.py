@@ -91,6 +91,17 @@ def test_the_childs_renders_are_the_ones_made_here(case, monkeypatch):
 
 
 @forking
+def test_the_childs_renders_one_request_at_a_time_are_not_kept_once_given(case):
+    conversation, reqs, want = case[1]
+    with NextRendersAhead.start(conversation) as ahead:
+        given = []
+        for texts in ahead.renders(reqs):
+            given.append(texts)
+            assert not any(ahead._frames[:len(given)])  # (a study holds one request's renders, not the session's)
+        assert tuple(given) == want and any(want)
+
+
+@forking
 def test_a_child_stopped_early_leaves_the_rest_to_this_process_and_prints_nothing(case, capfd):
     from tmplkit._interrupt import _interrupted
 

@@ -12,7 +12,7 @@ sending nothing for `STALL` seconds: a lock another thread held at the fork stay
 child), the renders it did not send are made here: the result is the same either way.
 
     >>> ahead = NextRendersAhead.start(conversation)              # doctest: +SKIP
-    >>> texts = ahead.collect(requests)                           # doctest: +SKIP
+    >>> texts = ahead.collect(requests)    # (or ahead.renders(requests): one request's at a time)  # doctest: +SKIP
     >>> ahead.close()                                             # doctest: +SKIP
 """
 
@@ -116,14 +116,19 @@ class NextRendersAhead:
     def collect(self, requests) -> tuple[tuple[str, ...], ...]:
         """`next_renders(conversation, template, requests)`: the child's frames, and those it did
         not send made here."""
-        out: list[tuple[str, ...]] = []
+        return tuple(self.renders(requests))
+
+    def renders(self, requests):
+        """`collect` one request's at a time, in order; a frame given out is not kept here (a
+        study that tokenizes each request's and lets them go holds one request's renders)."""
         for r in requests:
             if not r.generated:
-                out.append(())
+                yield ()
                 continue
             sent = self._frame(r.index)
-            out.append(sent if sent is not None else follow_up_renders(self._conversation, self._messages, r.turn, r.time))
-        return tuple(out)
+            if sent is not None:
+                self._frames[r.index] = ()  # (read once: only the text of the last, `_prev`, is needed after)
+            yield sent if sent is not None else follow_up_renders(self._conversation, self._messages, r.turn, r.time)
 
     def _read(self) -> None:
         try:
