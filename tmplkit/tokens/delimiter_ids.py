@@ -23,9 +23,11 @@ named steps:
 from __future__ import annotations
 
 import bisect
+import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -222,8 +224,8 @@ class _Render:
         starts = [s for s, _ in offsets]
         ends = [e for _, e in offsets]
         # offsets are non-decreasing for the tokenizers we support; bisect relies on it
-        if any(ends[k] > ends[k + 1] for k in range(len(ends) - 1)):
-            ends = list(np.maximum.accumulate(ends)) if ends else ends
+        if any(map(operator.gt, ends, islice(ends, 1, None))):
+            ends = list(np.maximum.accumulate(ends))
         return cls(text, tokens, offsets, starts, ends)
 
     def locate(self, a: int, b: int) -> _Occurrence | None:
