@@ -508,6 +508,15 @@ def test_an_id_outside_the_vocabulary_is_a_tokenizer_error_not_an_abort():
     assert proc.returncode == 0 and proc.stdout.count("refused token id") == 3, proc.stderr
 
 
+def test_an_id_that_is_no_integer_is_refused_even_where_the_integer_was_asked_before(qwen35):
+    """`is_eog` keeps its answers per id: a float equal to an id asked before finds that answer in
+    the table, and must still be refused as the first time."""
+    eog = qwen35.tokenize("<|im_end|>", add_bos=False)[0]
+    assert qwen35.is_eog(eog) is True
+    with pytest.raises(TokenizerError, match="is not in the vocabulary"):
+        qwen35.is_eog(float(eog))
+
+
 def _special_soup(tok, n: int, seed: int = 0) -> bytes:
     """`n` parts: the vocabulary's special tokens (the longest and the shortest, some cut in half)
     between bits of text and whitespace, side by side and overlapping as a cut must survive."""

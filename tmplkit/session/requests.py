@@ -183,7 +183,10 @@ def iter_requests(session, template: ChatTemplate, *, kwargs: Mapping | None = N
         else:
             yield req
     if pending is not None:
-        yield pending[0]  # (the last request: its turn was read both ways by `_alone_pays`)
+        # (the last request, which no request follows to check it by: where the short path was
+        # decided here, `_alone_pays` read it both ways and it is not served; the probes' own runs,
+        # `alone=True`, compare it with its whole read themselves)
+        yield pending[0]
 
 
 def _confirmed(conversation, endings: TurnEndings, messages: list, pending: tuple, following: str) -> Request:

@@ -609,9 +609,9 @@ class LlamaCppTokenizer:
     def is_eog(self, token_id: int) -> bool:
         """Whether the token ends a generation (`llama_vocab_is_eog`; kept per id: a session's
         generated turns ask it of every token they have)."""
+        self._check_id(token_id)  # (first: 7.0 finds the answer kept for 7, and is no id)
         got = self._eog.get(token_id)
         if got is None:
-            self._check_id(token_id)
             got = self._eog[token_id] = bool(self._lib.llama_vocab_is_eog(self._open_vocab(), int(token_id)))
         return got
 

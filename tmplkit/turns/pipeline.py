@@ -91,7 +91,7 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
         predicted = None
         if spans and predict:
             # (one request's at a time, each tokenized before the next are made: all of them first
-            # held 230 MB more on a 176k-token session, more than its requests' ids)
+            # peaked 190 MB higher on a 294k-token session, scripts/bench_turns_memory.py)
             texts = early.renders(reqs) if early is not None else iter_next_renders(conversation, template, reqs)
             predicted = predicted_divergences(tokens, texts, tokenizer, add_bos=add_bos, texts=[r.text for r in reqs])
     finally:
