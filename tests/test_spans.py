@@ -203,6 +203,16 @@ def test_last_user_start_before(tokens, before):
     assert spans.last_user_start(before=before) == (users[-1] if users else None)
 
 
+def test_spans_of_other_roles_or_lengths_are_refused_where_joined():
+    det = SpanDetector([("user", [1]), ("assistant", [2])])
+    whole = det.split([1, 5, 2, 5])
+    assert [(s.role, s.pos) for s in whole.joined(2, det.split([2, 5]), 4)] == [("user", 0), ("assistant", 2)]
+    with pytest.raises(ValueError, match="other roles"):
+        whole.joined(2, SpanDetector([("user", [1]), ("system", [3])]).split([3, 5]), 4)
+    with pytest.raises(ValueError, match="do not make 5 tokens"):
+        whole.joined(2, det.split([2, 5]), 5)
+
+
 def test_spans_is_the_public_result_type():
     assert isinstance(SpanDetector([("user", [1])]).split([1]), Spans)
 

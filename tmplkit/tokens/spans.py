@@ -122,7 +122,10 @@ class Spans:
     def joined(self, at: int, tail: Spans, n_tokens: int) -> Spans:
         """These spans' starts before token `at`, then `tail`'s (spans of the tokens from `at` on,
         by the same roles), as the spans of `n_tokens` tokens."""
-        assert tail._roles == self._roles, "spans of other delimiters"
+        if tail._roles != self._roles:  # (a caller's mistake, kept under `python -O` too)
+            raise ValueError(f"spans of other roles cannot be joined: {tail._roles} after {self._roles}")
+        if not 0 <= at <= n_tokens or tail.n_tokens != n_tokens - at:
+            raise ValueError(f"spans of {tail.n_tokens} tokens from token {at} do not make {n_tokens} tokens")
         k = int(np.searchsorted(self._pos, at, side="left"))
         return Spans(n_tokens, np.concatenate((self._pos[:k], tail._pos.astype(np.int64) + at)),
                      np.concatenate((self._role_idx[:k], tail._role_idx)).astype(np.int8), self._roles)
