@@ -4,7 +4,9 @@ rendered alone, on the agent-90k session of bench_turns_speed.py (Qwen3.5-4B, th
 
     python scripts/bench_turns_stages.py --json scripts/results/turns-stages.json
 
-One run (the ratios to "alone" are measured in the same process, minutes apart at most).
+One run (the ratios to "alone" are measured in the same process, minutes apart at most). The floor it
+prints is the least any study with tokens does: each request rendered whole once ("alone") and the
+last request's ids read from llama.cpp once.
 """
 
 from __future__ import annotations
@@ -59,8 +61,19 @@ def stages(session_file: Path) -> dict:
           tokens=tokens, tokenizer=tok)
     timed("cost", cs.session_cost, tokens, spans, predicted=pred)
     timed("switches", sm._switches, t, conv, None, rq.DEFAULT_INTERVAL, reqs)
+    study = sum(seconds.values()) - seconds["alone"]
+    # The least a study with tokens does: every request rendered whole once (what "alone" times) and
+    # every id of the last request read from llama.cpp once (no cache: `tokenize` keeps nothing).
+    timed(FLOOR, tok.tokenize, reqs[-1].text, add_bos=False)
+    floor = seconds["alone"] + seconds[FLOOR]
     return {"seconds": seconds, "over_alone": {k: v / seconds["alone"] for k, v in seconds.items()},
-            "study_over_alone": sum(v for k, v in seconds.items() if k != "alone") / seconds["alone"]}
+            "study_over_alone": study / seconds["alone"], "floor_over_alone": floor / seconds["alone"],
+            # what a study within 2x alone would have left for the spans, the next renders and the rest
+            "left_within_2x_s": 2 * seconds["alone"] - floor,
+            "beyond_floor_now_s": study - seconds["requests (renders)"] - seconds["tokenize the requests"]}
+
+
+FLOOR = "the last request tokenized whole, once"
 
 
 def main() -> int:
@@ -76,6 +89,9 @@ def main() -> int:
     for k, v in res["seconds"].items():
         print(f"{k:40s} {v:6.2f} s  {res['over_alone'][k]:5.2f}x alone")
     print(f"study, all stages: {res['study_over_alone']:.2f}x alone")
+    print(f"floor (alone, then {FLOOR}): {res['floor_over_alone']:.2f}x alone; within 2x leaves "
+          f"{res['left_within_2x_s']:.2f} s for the stages after the requests' renders and tokens, "
+          f"now {res['beyond_floor_now_s']:.2f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
     return 0
