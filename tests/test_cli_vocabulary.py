@@ -59,6 +59,8 @@ def test_every_help_uses_the_vocabulary(name, p):
             assert a.metavar == "SECONDS" and a.type is float, name
         if "--memory" in flags:  # (turns: a memory model given the old way too, until 0.4)
             assert a.metavar == "MB" and (a.type is int or a.type.__name__ == "mb_or_old_model"), name
+            # (one limit, one meaning: every worker's allowance is counted from its start-up footprint)
+            assert "beyond its start-up footprint" in " ".join(a.help.split()), name
         if "--report" in flags:
             assert a.metavar == "FORMAT:FILE" and isinstance(a, argparse._AppendAction), name
         if "--settings" in flags:

@@ -80,7 +80,7 @@ def add_derive_options(p) -> None:
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: the machine's cores)")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help=f"wall-clock seconds per template: its analysis and agent session (default {DEFAULT_TIMEOUT:g})")
-    p.add_argument("--memory", type=int, default=None, metavar="MB", help="MiB a worker may allocate (default 1024)")
+    p.add_argument("--memory", type=int, default=None, metavar="MB", help="MiB a worker may allocate beyond its start-up footprint (default 1024)")
     p.add_argument("--in-process", action="store_true", help="derive in this process (no workers; render limits only)")
 
 
