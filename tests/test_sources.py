@@ -114,6 +114,11 @@ def test_missing_and_unknown_sources(tmp_path):
         sources.load("corpus:nothing")
     with pytest.raises(SourceError, match="corpus:: no corpus named; give corpus:llama.cpp"):  # (it loaded llama.cpp's)
         sources.load("corpus:")
+    # one template of a corpus, written as hf:org/name is: what to give instead (before: "unknown corpus")
+    with pytest.raises(SourceError, match=r"names no template; give corpus:llama.cpp --name Qwen3.5-4B$"):
+        sources.load("corpus:llama.cpp/Qwen3.5-4B")
+    with pytest.raises(SourceError, match="unknown corpus"):
+        sources.load("corpus:nothing/Qwen3.5-4B")
 
 
 def test_jinja_file_and_folder_of_templates(tmp_path):
