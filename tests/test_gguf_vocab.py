@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
 
 from tmplkit.analysis import analyze
@@ -67,6 +68,19 @@ def test_samples_tokenize_as_llama_cpp(pairs, vocab):
     ids = ref.tokenize(SAMPLES[1])
     assert ours.detokenize(ids) == ref.detokenize(ids)
     assert [ours.piece(i) for i in ids] == [ref.piece(i) for i in ids]
+
+
+def test_an_id_no_vocabulary_has_is_refused_as_llama_cpp_refuses_it(pairs):
+    """The rebuilt vocabulary gave b"" for an id past its end, False for is_eog, an OverflowError for
+    -1, and the piece of 7 for 7.0 (a table keyed by id): each is one TokenizerError, as llama.cpp's."""
+    ours, ref = pairs("qwen35")
+    ours.piece_bytes(7), ours.is_eog(7)  # (kept in its tables first: 7.0 must not find them)
+    for bad in (7.0, ref.n_vocab, 10**9, -1):
+        for tok in (ours, ref):
+            for ask in (tok.piece_bytes, tok.piece, tok.is_eog):
+                with pytest.raises(TokenizerError, match="is not in the vocabulary"):
+                    ask(bad)
+    assert ours.piece_bytes(np.int64(7)) == ref.piece_bytes(7) == b"("
 
 
 def test_every_corpus_round_trip_render_tokenizes_as_llama_cpp(pairs):

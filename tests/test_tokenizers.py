@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -509,12 +510,18 @@ def test_an_id_outside_the_vocabulary_is_a_tokenizer_error_not_an_abort():
 
 
 def test_an_id_that_is_no_integer_is_refused_even_where_the_integer_was_asked_before(qwen35):
-    """`is_eog` keeps its answers per id: a float equal to an id asked before finds that answer in
-    the table, and must still be refused as the first time."""
+    """`is_eog` and `piece_bytes` keep their answers per id: a float equal to an id asked before
+    finds that answer in the table, and must still be refused as the first time."""
     eog = qwen35.tokenize("<|im_end|>", add_bos=False)[0]
     assert qwen35.is_eog(eog) is True
     with pytest.raises(TokenizerError, match="is not in the vocabulary"):
         qwen35.is_eog(float(eog))
+    # the pieces too (kept per id for the offsets of every token of a session)
+    assert qwen35.piece_bytes(eog) == b"<|im_end|>" and qwen35.piece_bytes(np.int64(eog)) == b"<|im_end|>"
+    with pytest.raises(TokenizerError, match="is not in the vocabulary"):
+        qwen35.piece_bytes(float(eog))
+    with pytest.raises(TokenizerError, match="is not in the vocabulary"):
+        qwen35.piece(float(eog))
 
 
 def _special_soup(tok, n: int, seed: int = 0) -> bytes:

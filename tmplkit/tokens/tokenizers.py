@@ -617,14 +617,14 @@ class LlamaCppTokenizer:
 
     def _check_id(self, token_id) -> None:
         # llama.cpp reads its table at the id unchecked (std::out_of_range aborts the process)
-        if not isinstance(token_id, (int, np.integer)) or not 0 <= token_id < self.n_vocab:
-            raise TokenizerError(f"token id {token_id!r} is not in the vocabulary of {self.n_vocab} tokens of {self.name}; "
-                                 "give ids this tokenizer made")
+        _check_token_id(self, token_id)
 
     def piece_bytes(self, token_id: int) -> bytes:
         """The bytes token `token_id` stands for (special tokens as their text)."""
         cached = self._pieces.get(token_id)
         if cached is not None:
+            if type(token_id) is not int:  # (7.0 finds the piece kept for 7, and is no id)
+                self._check_id(token_id)
             return cached
         self._check_id(token_id)
         lib = self._lib
@@ -730,6 +730,7 @@ class GGUFBPETokenizer(HFTokenizer):
 
     def is_eog(self, token_id: int) -> bool:
         """Whether the token ends a generation, as llama.cpp's `llama_vocab_is_eog` says."""
+        _check_token_id(self, token_id)  # (as llama.cpp's tokenizer refuses one: not False for no id)
         return token_id in self._eog
 
     def piece_bytes(self, token_id: int) -> bytes:
@@ -737,8 +738,10 @@ class GGUFBPETokenizer(HFTokenizer):
         user-defined token is its own text (some vocabularies add plain text such as "ö" that
         way), any other is GPT-2's printable characters mapped back to bytes."""
         cached = self._pieces.get(token_id)
+        if cached is None or type(token_id) is not int:
+            _check_token_id(self, token_id)  # (an id past the vocabulary has no piece, not b"")
         if cached is None:
-            text = self._tok.id_to_token(token_id) or ""
+            text = self._tok.id_to_token(int(token_id)) or ""
             cached = text.encode("utf-8") if text in self._special else byte_level_bytes(text)
             self._pieces[token_id] = cached
         return cached
@@ -752,6 +755,13 @@ class GGUFBPETokenizer(HFTokenizer):
     def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
         ids = list(_hf_encode(self._tok, text, False).ids)
         return self._bos + ids + self._eos if (self.add_bos if add_bos is None else add_bos) else ids
+
+
+def _check_token_id(tokenizer, token_id) -> None:
+    """TokenizerError unless `token_id` is an integer id of `tokenizer`'s vocabulary (`n_vocab`)."""
+    if not isinstance(token_id, (int, np.integer)) or not 0 <= token_id < tokenizer.n_vocab:
+        raise TokenizerError(f"token id {token_id!r} is not in the vocabulary of {tokenizer.n_vocab} tokens of "
+                             f"{tokenizer.name}; give ids this tokenizer made")
 
 
 def _memory_limited() -> bool:
