@@ -113,6 +113,19 @@ def test_hf_file_and_folder(tiny_hf):
     assert offsets[-1][1] == len(text)
 
 
+def test_hf_refuses_an_id_its_vocabulary_lacks(tiny_hf):
+    """`tokenizers` decodes an id past the vocabulary as "" and -1 as an OverflowError: each is one
+    TokenizerError here, as in llama.cpp's tokenizer."""
+    tok = load_tokenizer(tiny_hf)
+    start = tok.tokenize("<|im_start|>")[0]
+    assert tok.piece(start) == "<|im_start|>" and tok.detokenize([np.int64(start)]) == "<|im_start|>"
+    for bad in (float(start), tok.n_vocab, 10**9, -1):
+        with pytest.raises(TokenizerError, match="is not in the vocabulary"):
+            tok.piece(bad)
+        with pytest.raises(TokenizerError, match="is not in the vocabulary"):
+            tok.detokenize([start, bad])
+
+
 def test_hf_add_bos_default_is_as_opened(tiny_hf, tmp_path):
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import processors

@@ -701,10 +701,13 @@ class HFTokenizer:
         return list(enc.ids), [(int(s), int(e)) for s, e in enc.offsets]
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=False)
+        ids = list(ids)
+        for i in ids:  # (`tokenizers` decodes an id past the vocabulary as "", and -1 as an OverflowError)
+            _check_token_id(self, i)
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def piece(self, token_id: int) -> str:
-        return self._tok.decode([token_id], skip_special_tokens=False)
+        return self.detokenize([token_id])
 
 
 class GGUFBPETokenizer(HFTokenizer):
