@@ -256,3 +256,27 @@ def test_a_name_no_template_has_lists_twenty_of_a_large_source(tmp_path):
         sources.load_one(str(tmp_path), "nope")
     message = str(info.value)
     assert message.endswith("no template named 'nope'; it has: " + ", ".join(f"t{i:02d}" for i in range(20)) + ", ...")
+
+
+@pytest.mark.parametrize("call", ["render", "analyze", "analyze_isolated", "audit", "text_mask", "assistant_mask",
+                                  "session_requests", "study_turns"])
+def test_a_template_given_as_text_is_named_where_the_library_takes_a_chattemplate(call, qwen35):
+    """A template's text (or a path as a string) where a ChatTemplate goes: each public entry says
+    what it got and how to make one (an AttributeError deep inside before, or the text read as a
+    session)."""
+    import tmplkit
+
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    calls = {
+        "render": lambda t: tmplkit.render(t, chat),
+        "analyze": lambda t: tmplkit.analyze(t),
+        "analyze_isolated": lambda t: tmplkit.analyze_isolated([t], jobs=1),
+        "audit": lambda t: tmplkit.audit([t]),
+        "text_mask": lambda t: tmplkit.text_mask(t, chat),
+        "assistant_mask": lambda t: tmplkit.assistant_mask(t, qwen35, chat),
+        "session_requests": lambda t: tmplkit.session_requests(chat, t),
+        "study_turns": lambda t: tmplkit.study_turns(t, chat),
+    }
+    with pytest.raises(TypeError, match=r"^expected a ChatTemplate, got str: give tmplkit.load_one\(PATH\)"):
+        calls[call](CHATML)
+    calls[call](sources.ChatTemplate(CHATML, "chatml", "-"))  # (the same call with one: no TypeError)

@@ -9,6 +9,7 @@ from functools import partial
 from ..delimiters import REASONING_ROLES, Delimiter, sort_delimiters
 from ..errors import InputError, RenderError, RenderLimitError
 from ..sandbox import Limits, compile_template
+from ..sources.templates import require_template
 from ._chat import ChatDelimiters, ChatFindings, Stop, assistant_delimiters, chat_delimiters, context_starts, probe_chat
 from ._probing import Prober
 from ._proofs import indistinguishable
@@ -47,6 +48,7 @@ def analyze(template, *, limits: Limits | None = None) -> Analysis:
     ('pass', '<|im_start|>user\\n', '<|im_start|>assistant\\n')
     """
     t0 = time.perf_counter()
+    require_template(template)
     try:
         result = _analysis(template, limits)
     except (RenderLimitError, InputError) as exc:  # InputError: pragma no cover, probes are well-formed

@@ -38,6 +38,7 @@ from ..analysis import Analysis, analyze, failed_analysis, failure_reason, one_l
 from ..sandbox import hint, hint_place, hints_for
 from ..sandbox.compile_cache import cached_by_text
 from ..sandbox.static_scan import scan
+from ..sources.templates import require_template
 from .workers import EXIT_MEMORY, Lost, check_options, run_in_workers
 
 __all__ = [
@@ -199,7 +200,7 @@ def analyze_isolated(
         >>> for a in analyze_isolated(load("corpus:llama.cpp"), jobs=2):   # doctest: +SKIP
         ...     print(a.name, a.status)
     """
-    templates = list(templates)
+    templates = [require_template(t) for t in templates]  # (here: a worker would report it as the template's error)
     jobs = (os.cpu_count() or 1) if jobs is None else jobs
     target = target or _default_target
     work = functools.partial(_analyze, target=target)

@@ -14,7 +14,7 @@ import jinja2
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 
 from ..errors import InputError, RenderError, RenderLimitError
-from ..sources.templates import ChatTemplate
+from ..sources.templates import ChatTemplate, require_template
 from ._inputs import _plain, _prepare_dicts, _prepare_messages, _refused_if_recursive
 from ._jinja import PROMPT_MARK, SequenceToJson, _compile, _compile_server, _compile_split, _compile_split_server
 from ._limits import _STATE, DEFAULT_LIMITS, Limits, _State, _timeout, _too_big, hint
@@ -109,7 +109,7 @@ def render(
 
         >>> render(t, [{"role": "user", "content": "hi"}], add_generation_prompt=True, limits=Limits(seconds=0.5))  # doctest: +SKIP
     """
-    context = _context(template, messages, tools, documents, add_generation_prompt, extra_context)
+    context = _context(require_template(template), messages, tools, documents, add_generation_prompt, extra_context)
     return _render(template, context, limits, clock, split=False, engine=engine)[0]
 
 

@@ -29,7 +29,7 @@ from functools import cached_property
 from ..errors import InputError, RenderError
 from ..jsonio import shape_problem
 from ..sandbox import PINNED_NOW, Prepared, draws_at_random, prepare_message, prepare_tools, reads_clock, reads_date, render, render_with_prompt
-from ..sources.templates import ChatTemplate, family_special_tokens
+from ..sources.templates import ChatTemplate, family_special_tokens, require_template
 from ._arguments import messages_for
 from ._conversation import Conversation, load_conversation
 from ._inputs import DEFAULT_INPUTS, SESSION_LIMITS, check_inputs, given_tools, session_render
@@ -200,6 +200,7 @@ def for_server(template: ChatTemplate, conversation, kwargs: Mapping | None = No
     another template, other `kwargs` or other `inputs`) as a server gives it to `template`; `inputs`:
     whose message preparation ("server", the default, or "transformers": `session._inputs`; None
     keeps a prepared conversation's own)."""
+    require_template(template)
     _check_kwargs(kwargs)
     if not isinstance(conversation, (Conversation, ServerConversation)):  # (a list, parsed JSON or a path, as its siblings take)
         conversation = load_conversation(conversation)

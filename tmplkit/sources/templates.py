@@ -25,7 +25,7 @@ from .gguf_meta import Keys, read_metadata
 
 __all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "family_special_tokens", "folder_reads", "gguf_special_tokens",
            "is_model_folder", "load", "load_dir", "load_gguf", "load_hf", "load_jinja", "load_json", "load_many", "load_one",
-           "select_named", "watching_loads"]
+           "require_template", "select_named", "watching_loads"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,15 @@ class ChatTemplate:
             "eos_token": self.eos_token,
             "text": self.text,
         }
+
+
+def require_template(template) -> ChatTemplate:
+    """`template`, where it is a ChatTemplate; else a TypeError that says how to make one (a string
+    may be a template's text or a path to one: which, only the caller can say)."""
+    if isinstance(template, ChatTemplate):
+        return template
+    raise TypeError(f"expected a ChatTemplate, got {type(template).__name__}: give tmplkit.load_one(PATH) (a file, a "
+                    "folder, a .gguf or hf:org/name) or tmplkit.ChatTemplate(text=TEXT, name=NAME, source=WHERE)")
 
 
 # BOS/EOS strings of common model families, each with markup that names the family in a template;
