@@ -126,6 +126,15 @@ def test_hf_refuses_an_id_its_vocabulary_lacks(tiny_hf):
             tok.detokenize([start, bad])
 
 
+@pytest.mark.parametrize("text", [None, b"hi", 5])
+def test_a_text_that_is_no_str_is_named_by_every_tokenizer(text, qwen35, tiny_hf):
+    """An AttributeError ('NoneType' object has no attribute 'encode') from inside before."""
+    for tok in (qwen35, load_tokenizer(tiny_hf)):
+        for call in (tok.tokenize, tok.tokenize_with_offsets):
+            with pytest.raises(TypeError, match="the text to tokenize must be a str, got " + type(text).__name__):
+                call(text)
+
+
 def test_hf_add_bos_default_is_as_opened(tiny_hf, tmp_path):
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import processors

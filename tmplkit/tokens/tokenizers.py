@@ -791,6 +791,8 @@ def utf8(text: str) -> bytes:
     refused in one line, as a conversation file holding one is."""
     try:
         return text.encode("utf-8")
+    except AttributeError:  # (None, bytes, a number: no text to tokenize)
+        raise TypeError(f"the text to tokenize must be a str, got {type(text).__name__}") from None
     except UnicodeEncodeError as exc:
         raise TokenizerError(f"the text holds '\\u{ord(text[exc.start]):04x}', half of a UTF-16 pair and no character, "
                              "which no tokenizer can encode; fix the text") from None
