@@ -94,6 +94,45 @@ def test_llama_offsets_property(qwen35, parts):
     assert data == text.encode()
 
 
+def _offsets_one_by_one(tok, text: str, ids) -> list[tuple[int, int]]:
+    """Each token's character offsets the slow way: its piece found in the text's bytes where the
+    pieces join to them, each byte offset counted in characters (the bytes that start one)."""
+    data = text.encode()
+    pieces = [tok.piece_bytes(i) for i in ids]
+    assert b"".join(pieces) == data
+    chars = [0]
+    for b in data:
+        chars.append(chars[-1] + ((b & 0xC0) != 0x80))
+    # (a token may start or end inside a character: it covers all of it; byte k is in character
+    # chars[k + 1] - 1)
+    out, at = [], 0
+    for p in pieces:
+        start, end = at, at + len(p)
+        first = chars[start + 1] - 1 if start < len(data) else len(text)
+        out.append((first, chars[end] if end > start else first))
+        at = end
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(["<|im_start|>", "<|im_end|>", "user", "\n", " ", "é", "😀", "日本", "\u0301",
+                                  "<tool_response>", "ab", "\t", "1234", "ü\n"]), min_size=1, max_size=40))
+def test_offsets_read_off_the_vocabularys_table_are_those_of_each_piece(qwen35, parts):
+    """`offsets_of` maps a whole request's byte offsets to characters at once (numpy): the offsets
+    are those counted piece by piece, ids given as a list or as an array."""
+    text = "".join(parts)
+    ids = qwen35.tokenize(text)
+    got_ids, offsets = qwen35.offsets_of(text, ids)
+    assert got_ids == ids and offsets == _offsets_one_by_one(qwen35, text, ids)
+    assert qwen35.offsets_of(text, np.asarray(ids, dtype=np.int32))[1] == offsets
+
+
+def test_offsets_of_ids_the_vocabulary_lacks_are_refused(qwen35):
+    for bad in ([-1], [qwen35.n_vocab], [1.0]):
+        with pytest.raises(TokenizerError, match="is not in the vocabulary"):
+            qwen35.offsets_of("x", bad)
+
+
 def test_add_bos_only_when_asked(phi3):
     assert phi3.tokenize("hi")[0] != 1
     assert phi3.tokenize("hi", add_bos=True)[0] == 1
