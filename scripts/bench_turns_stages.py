@@ -25,6 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+FLOOR = "the last request tokenized whole, once"  # (the row of the least a study with tokens reads from llama.cpp)
+
+
 def stages(session_file: Path) -> dict:
     from tmplkit.sandbox import PINNED_NOW
     from tmplkit.session import for_server, load_session
@@ -71,9 +74,6 @@ def stages(session_file: Path) -> dict:
             # what a study within 2x alone would have left for the spans, the next renders and the rest
             "left_within_2x_s": 2 * seconds["alone"] - floor,
             "beyond_floor_now_s": study - seconds["requests (renders)"] - seconds["tokenize the requests"]}
-
-
-FLOOR = "the last request tokenized whole, once"
 
 
 def main() -> int:

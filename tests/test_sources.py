@@ -258,7 +258,7 @@ def test_a_name_no_template_has_lists_twenty_of_a_large_source(tmp_path):
     assert message.endswith("no template named 'nope'; it has: " + ", ".join(f"t{i:02d}" for i in range(20)) + ", ...")
 
 
-@pytest.mark.parametrize("call", ["render", "analyze", "analyze_isolated", "audit", "text_mask", "assistant_mask",
+@pytest.mark.parametrize("call", ["render", "render_with_prompt", "analyze", "analyze_isolated", "audit", "text_mask", "assistant_mask",
                                   "session_requests", "study_turns"])
 def test_a_template_given_as_text_is_named_where_the_library_takes_a_chattemplate(call, qwen35):
     """A template's text (or a path as a string) where a ChatTemplate goes: each public entry says
@@ -269,6 +269,7 @@ def test_a_template_given_as_text_is_named_where_the_library_takes_a_chattemplat
     chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
     calls = {
         "render": lambda t: tmplkit.render(t, chat),
+        "render_with_prompt": lambda t: tmplkit.sandbox.render_with_prompt(t, chat),
         "analyze": lambda t: tmplkit.analyze(t),
         "analyze_isolated": lambda t: tmplkit.analyze_isolated([t], jobs=1),
         "audit": lambda t: tmplkit.audit([t]),

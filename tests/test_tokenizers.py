@@ -583,6 +583,11 @@ def test_an_id_that_is_no_integer_is_refused_even_where_the_integer_was_asked_be
         qwen35.piece_bytes(float(eog))
     with pytest.raises(TokenizerError, match="is not in the vocabulary"):
         qwen35.piece(float(eog))
+    # and the lengths read off the vocabulary's table (7.5 was read as 7, an id past it an IndexError)
+    assert qwen35.piece_lengths([eog, np.int64(eog)]) == [len(b"<|im_end|>")] * 2
+    for bad in ([eog, 7.5], [qwen35.n_vocab], [-1], [float(eog)]):
+        with pytest.raises(TokenizerError, match="is not in the vocabulary"):
+            qwen35.piece_lengths(bad)
 
 
 def _special_soup(tok, n: int, seed: int = 0) -> bytes:

@@ -99,6 +99,8 @@ def test_the_childs_renders_one_request_at_a_time_are_not_kept_once_given(case):
             given.append(texts)
             assert not any(ahead._frames[:len(given)])  # (a study holds one request's renders, not the session's)
         assert tuple(given) == want and any(want)
+        # read again, the renders given out are made here (not given as none)
+        assert ahead.collect(reqs) == want
 
 
 @forking

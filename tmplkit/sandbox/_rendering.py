@@ -109,7 +109,7 @@ def render(
 
         >>> render(t, [{"role": "user", "content": "hi"}], add_generation_prompt=True, limits=Limits(seconds=0.5))  # doctest: +SKIP
     """
-    context = _context(require_template(template), messages, tools, documents, add_generation_prompt, extra_context)
+    context = _context(template, messages, tools, documents, add_generation_prompt, extra_context)
     return _render(template, context, limits, clock, split=False, engine=engine)[0]
 
 
@@ -137,6 +137,7 @@ def render_with_prompt(
 
 
 def _context(template: ChatTemplate, messages, tools, documents, add_generation_prompt: bool, extra_context) -> dict:
+    require_template(template)  # (render and render_with_prompt both start here)
     with _refused_if_recursive("the messages, tools or template variables hold", messages, tools, documents, extra_context):
         prepared = _prepare_messages(messages)
         context: dict[str, Any] = {}

@@ -550,7 +550,13 @@ class LlamaCppTokenizer:
 
     def piece_lengths(self, ids: Sequence[int]) -> list[int]:
         """`len(self.piece_bytes(i))` for each of `ids`, read off the vocabulary's table at once."""
-        return self._lengths(np.asarray(ids, dtype=np.int64)).tolist() if len(ids) else []
+        if not len(ids):
+            return []
+        arr = np.asarray(ids)
+        if arr.dtype.kind not in "iu" or arr.min() < 0 or arr.max() >= self.n_vocab:
+            for i in ids:  # (the first that is no id is named: 7.5 read as 7, or past the table, before)
+                _check_token_id(self, i)
+        return self._lengths(arr.astype(np.int64, copy=False)).tolist()
 
     def _spelled(self, ids: tuple[int, ...]) -> _Spelled:
         """Where the control tokens of `ids` lie in the bytes they spell; kept for the tuples of the
@@ -609,24 +615,20 @@ class LlamaCppTokenizer:
     def is_eog(self, token_id: int) -> bool:
         """Whether the token ends a generation (`llama_vocab_is_eog`; kept per id: a session's
         generated turns ask it of every token they have)."""
-        self._check_id(token_id)  # (first: 7.0 finds the answer kept for 7, and is no id)
+        _check_token_id(self, token_id)  # (first: 7.0 finds the answer kept for 7, and is no id)
         got = self._eog.get(token_id)
         if got is None:
             got = self._eog[token_id] = bool(self._lib.llama_vocab_is_eog(self._open_vocab(), int(token_id)))
         return got
-
-    def _check_id(self, token_id) -> None:
-        # llama.cpp reads its table at the id unchecked (std::out_of_range aborts the process)
-        _check_token_id(self, token_id)
 
     def piece_bytes(self, token_id: int) -> bytes:
         """The bytes token `token_id` stands for (special tokens as their text)."""
         cached = self._pieces.get(token_id)
         if cached is not None:
             if type(token_id) is not int:  # (7.0 finds the piece kept for 7, and is no id)
-                self._check_id(token_id)
+                _check_token_id(self, token_id)
             return cached
-        self._check_id(token_id)
+        _check_token_id(self, token_id)
         lib = self._lib
         buf = self._buf
         n = lib.llama_token_to_piece(self._open_vocab(), token_id, buf, len(buf), 0, True)
@@ -761,7 +763,8 @@ class GGUFBPETokenizer(HFTokenizer):
 
 
 def _check_token_id(tokenizer, token_id) -> None:
-    """TokenizerError unless `token_id` is an integer id of `tokenizer`'s vocabulary (`n_vocab`)."""
+    """TokenizerError unless `token_id` is an integer id of `tokenizer`'s vocabulary (`n_vocab`;
+    llama.cpp reads its tables at an id unchecked, and std::out_of_range aborts the process)."""
     if not isinstance(token_id, (int, np.integer)) or not 0 <= token_id < tokenizer.n_vocab:
         raise TokenizerError(f"token id {token_id!r} is not in the vocabulary of {tokenizer.n_vocab} tokens of "
                              f"{tokenizer.name}; give ids this tokenizer made")

@@ -70,7 +70,7 @@ class NextRendersAhead:
         self._done = False  # the child has sent all it will
         self._heard = time.monotonic()  # when the child last sent a frame (or started)
         self._arrived = threading.Condition()
-        self._frames: list[tuple[str, ...]] = []  # the frames read, per request index
+        self._frames: list[tuple[str, ...] | None] = []  # the frames read, per request index (None: given out)
         self._prev = ""
         # (a thread here reads the socket as the child writes: its buffer is small, and the child
         # would wait on a full one while this process renders)
@@ -127,7 +127,9 @@ class NextRendersAhead:
                 continue
             sent = self._frame(r.index)
             if sent is not None:
-                self._frames[r.index] = ()  # (read once: only the text of the last, `_prev`, is needed after)
+                # (read once: only the text of the last, `_prev`, is needed after; read again, it is
+                # made here)
+                self._frames[r.index] = None
             yield sent if sent is not None else follow_up_renders(self._conversation, self._messages, r.turn, r.time)
 
     def _read(self) -> None:
