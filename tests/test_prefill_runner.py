@@ -324,10 +324,19 @@ def test_prompts_that_do_not_fit(runner):
     with pytest.raises(InputError) as exc:
         runner.run([2] * 5000)
     assert "5000 tokens, more than the context size n_ctx=4096" in one_line(exc)
-    with pytest.raises(InputError, match="outside the model's vocabulary"):
-        runner.run([2, 10**7])
+    for past in (10**7, 2**70):
+        with pytest.raises(InputError, match="outside the model's vocabulary"):
+            runner.run([2, past])
     with pytest.raises(InputError, match="empty"):
         runner.run([])
+    # (each was read by int(): 7.5 as 7, "7" as 7; a word raised a ValueError from inside)
+    for bad, said in (([2, 7.5], "holds 7.5, which is no token id"), ([2, "7"], "holds '7', which is no token id"),
+                      ([2, "seven"], "holds 'seven'"), ("hello", "is a str, not token ids"),
+                      ([[2, 3]], "not a flat list of token ids")):
+        with pytest.raises(InputError) as exc:
+            runner.run(bad)
+        assert said in one_line(exc)
+    assert runner.run(np.array([2, 3], dtype=np.int32), None, "none").n_processed == 2
     with pytest.raises(InputError, match="flash_attn must be one of"):
         PrefillSettings(flash_attn="maybe")
 

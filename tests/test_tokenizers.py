@@ -392,6 +392,14 @@ def test_no_delimiters_fails_cleanly(tiny_hf):
     assert not td.passed and td.problems
 
 
+@pytest.mark.parametrize("given", ["<|im_start|>user\n", None, {"delimiters": (), "status": "pass"}])
+def test_token_delimiters_refuses_what_is_no_analysis(tiny_hf, given):
+    # (read by attribute, these came back as a failed result, "no delimiters were given": a
+    # template's text or a dict passed by mistake looked like an analysis without delimiters)
+    with pytest.raises(TypeError, match=r"expected an Analysis, got \w+: give tmplkit.analyze\(TEMPLATE\)"):
+        token_delimiters(given, load_tokenizer(tiny_hf))
+
+
 def test_whitespace_dropped_after_special_token_is_noted(phi3):
     # llama.cpp strips the newline after phi-3's special tokens: the delimiter's "\n" has no token
     rendered = "<|system|>\nS<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nYo<|end|>\n<|user|>\nBye<|end|>\n"

@@ -224,7 +224,7 @@ class PrefillRunner:
         `n_held` tokens already in memory."""
         if self._ctx is None:
             raise ModelError("the runner is closed")
-        toks = [int(t) for t in tokens]
+        toks = _ids(tokens, what)
         if not toks:
             raise InputError(f"{what} is empty")
         n_ctx = min(self.settings.n_ctx, self.info.n_ctx)  # the size asked: llama.cpp pads the context, not the batch
@@ -402,6 +402,27 @@ class PrefillRunner:
         return GenerationReport(model=self.model_path, n_prompt=len(self._tokens) - len(toks), n_generated=len(toks),
                                 seconds=time.perf_counter() - t0, decode_seconds=sum(c.seconds for c in calls),
                                 decode_calls=tuple(calls))
+
+
+def _ids(tokens: Sequence[int], what: str) -> list[int]:
+    """`tokens` as a list of ints; InputError for any that is no integer (`int` read 7.5 as 7 and
+    "7" as 7, and a word raised a ValueError from inside)."""
+    if isinstance(tokens, (str, bytes)):
+        raise InputError(f"{what} is a {type(tokens).__name__}, not token ids; tokenize it first (runner.tokenize)")
+    try:
+        if not isinstance(tokens, (list, tuple, np.ndarray)):
+            tokens = list(tokens)  # (an array.array, a generator, a range)
+        arr = np.asarray(tokens)
+    except (TypeError, ValueError) as exc:  # (no iterable; ragged: lists inside the list)
+        raise InputError(f"{what} is not a list of token ids ({exc})") from None
+    if arr.ndim != 1:
+        raise InputError(f"{what} is not a flat list of token ids (an array of {arr.ndim} dimensions)")
+    if arr.size and arr.dtype.kind not in "iu":
+        bad = next((t for t in tokens if not isinstance(t, (int, np.integer))), None)
+        if bad is None:  # (ints past int64: the vocabulary check refuses them)
+            return [int(t) for t in tokens]
+        raise InputError(f"{what} holds {bad!r}, which is no token id; give integer ids the model's vocabulary made")
+    return arr.tolist()
 
 
 def _check_memory(settings: PrefillSettings, per_cell: int) -> None:

@@ -277,15 +277,21 @@ def token_delimiters(analysis, tokenizer: Tokenizer, *, ids: Sequence[int] | Non
     >>> [d.token_text for d in td][:1]                                                          # doctest: +SKIP
     ['<|im_start|>user\\n<tool_response']
     """
-    rt = getattr(analysis, "round_trip", None)
-    td = tokenize_delimiters(getattr(analysis, "delimiters", ()) or (), getattr(rt, "rendered", "") or "",
-                             tokenizer, template=getattr(analysis, "name", ""), ids=ids)
-    status = getattr(analysis, "status", "pass")
-    if status != "pass" and td.delimiters:
+    from ..analysis import Analysis  # (here: the layer above loads the sandbox, which tokens alone never need)
+
+    if not isinstance(analysis, Analysis):
+        # (read by attribute, anything else came back as a failed result, "no delimiters were given")
+        raise TypeError(f"expected an Analysis, got {type(analysis).__name__}: give tmplkit.analyze(TEMPLATE), or "
+                        "for delimiters of your own tmplkit.tokens.delimiter_ids.tokenize_delimiters(DELIMITERS, "
+                        "RENDERED_TEXT, TOKENIZER)")
+    rt = analysis.round_trip
+    td = tokenize_delimiters(analysis.delimiters or (), (rt.rendered if rt is not None else "") or "",
+                             tokenizer, template=analysis.name, ids=ids)
+    if analysis.status != "pass" and td.delimiters:
         # Ids that split the render as its text are no proof where the text itself was not proved:
         # a failed analysis's delimiters misplace some message.
-        why = getattr(analysis, "why_not", "") or "no reason given"
-        td = replace(td, passed=False, problems=(f"{ANALYSIS_FAILED} ({status}: {why})",) + td.problems)
+        why = analysis.why_not or "no reason given"
+        td = replace(td, passed=False, problems=(f"{ANALYSIS_FAILED} ({analysis.status}: {why})",) + td.problems)
     return td
 
 
