@@ -26,6 +26,10 @@ Where the two differ, the difference is put down to what the renders show:
   renders otherwise than from the shape's;
 - `enable_thinking as the server passes it`: the same, where the server's `enable_thinking`
   (`session.server_thinking`) alone makes the difference;
+- `llama-server's engine`: chatlint cannot render the shape where transformers' sandbox refuses
+  what llama-server's engine renders (a list changed in place, Kimi K2's call-id queue; a
+  filter's sequence to `tojson`, llama.cpp's DeepSeek R1), and tmplkit renders the server's
+  requests as that engine does;
 - anything else is `unexplained`, printed in full: the goal is none.
 
 tmplkit's cause of each unstable pair is counted (`causes`); an `other` (no named cause applies) is
@@ -121,6 +125,22 @@ def _renders(template, shape, prepare, tools_none: bool = False, variables=None)
     return out
 
 
+def engine_refused(template, shape) -> bool:
+    """Whether transformers' sandbox refuses a snapshot of the shape for what llama-server's engine
+    renders (a list changed in place, a filter's sequence to `tojson`: `RenderError.engine_refusal`),
+    which tmplkit's server setting renders as that engine does and chatlint's renderer, transformers'
+    sandbox, cannot."""
+    from tmplkit.errors import RenderError
+    from tmplkit.sandbox import render
+
+    for snap in shape.snapshots:
+        try:
+            render(template, snap, tools=shape.tools, add_generation_prompt=True)  # (transformers' engine)
+        except RenderError as exc:
+            return exc.engine_refusal
+    return False
+
+
 def inputs_reason(template, shape) -> str | None:
     """Which of tmplkit's inputs makes chatlint's own renderer render the shape otherwise: a null
     content given as "" (the other null keys left out), then the messages as llama-server gives them
@@ -168,6 +188,8 @@ def reason(ours: dict, theirs: dict, template, shape) -> str | None:
         return None  # one request, one snapshot: nothing is resumed, nothing compared
     if any(m.get("role") == "assistant" for m in (s[-1] for s in shape.snapshots)):
         return "prefill snapshot"
+    if b == "cannot render" and a != "cannot render" and engine_refused(template, shape):
+        return "llama-server's engine"
     inputs = inputs_reason(template, shape)
     if inputs:
         return inputs

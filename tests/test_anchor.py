@@ -19,6 +19,7 @@ TEMPLATES = {
     "allenai-Olmo-3-7B-Instruct": "tools given as none",
     "BAAI-BGE-VL-MLLM-S1": 'null content as ""',
     "Apertus-8B-Instruct": "prefill snapshot",
+    "Kimi-K2-Instruct": "llama-server's engine",
 }
 
 
