@@ -191,8 +191,10 @@ def test_a_second_audit_in_new_processes_loads_the_compiled_templates(tmp_path):
     first = audit()
     folder = tmp_path / "cache" / "compiled"
     entries = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
-    # Per template: its compiled code, and its static scan's warnings.
-    assert sorted(Path(n).suffix for n in entries) == [".bin"] * len(fixtures) + [".json"] * len(fixtures)
+    # Per template: its compiled code and its static scan's warnings; for those the analysis asks
+    # it of (two of these four), what it reads of the clock.
+    suffixes = sorted(Path(n).suffix for n in entries)
+    assert suffixes.count(".bin") == len(fixtures) and len(fixtures) < suffixes.count(".json") <= 2 * len(fixtures)
     second = audit()
     assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()} == entries
 
@@ -253,3 +255,32 @@ def test_the_scan_warnings_come_from_the_cache(cache, monkeypatch):
     no_scan.__qualname__, no_scan.__module__ = "scan", "tmplkit.sandbox.static_scan"  # the same key as the real scan
     monkeypatch.setattr(isolate, "scan", no_scan)
     assert isolate.add_scan_warnings(plain, hostile) == first
+
+
+def test_what_a_template_reads_of_the_clock_comes_from_the_cache(cache, monkeypatch):
+    """Whether a template reads the clock or draws at random is kept with its code: a warm audit
+    parsed every template again for it (half its time, scripts/bench_audit.py)."""
+    from tmplkit.sandbox import _jinja, draws_at_random, reads_clock, reads_date
+
+    dated = "{{ strftime_now('%Y') }}{% for m in messages %}{{ m.content }}{% endfor %}"
+    drawn = "{{ ['a', 'b'] | random }}"
+    plain = TEXT
+    first = [(reads_clock(t), reads_date(t), draws_at_random(t)) for t in (dated, drawn, plain)]
+    assert first == [(True, True, False), (True, False, True), (False, False, False)]
+    assert len(_files()) == 3 and all(p.suffix == ".json" for p in _files())
+
+    def no_parse(self, *args, **kwargs):
+        raise AssertionError("the template was parsed again")
+
+    _jinja._time_reads.cache_clear()  # (as a new process starts)
+    with monkeypatch.context() as m:
+        m.setattr(type(_environment()), "parse", no_parse)
+        assert [(reads_clock(t), reads_date(t), draws_at_random(t)) for t in (dated, drawn, plain)] == first
+    # A template that does not parse is kept as such: nothing is proved, it may read the clock.
+    broken = "{% for %}"
+    assert reads_clock(broken) and reads_date(broken) and not draws_at_random(broken)
+    _jinja._time_reads.cache_clear()
+    with monkeypatch.context() as m:
+        m.setattr(type(_environment()), "parse", no_parse)
+        assert reads_clock(broken) and reads_date(broken) and not draws_at_random(broken)
+    _jinja._time_reads.cache_clear()

@@ -29,7 +29,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, is_internal_attribute
 from ..errors import RenderLimitError
 from ._limits import _STATE, PINNED_NOW, _check_planned, _check_size, _guard_iter, _timeout, _too_big
 from ._planned import joined_size, sequence_sum_size, text_size, translated_size
-from .compile_cache import compile_template_cached
+from .compile_cache import cached_by_text, compile_template_cached
 
 __all__: list[str] = []  # private: `_environment()` and `_compile()` serve the rendering
 
@@ -701,13 +701,21 @@ def _prompt_block(tree) -> int | None:
 
 @lru_cache(maxsize=256)
 def _time_reads(text: str) -> tuple[bool, bool] | None:
-    """(names `strftime_now`, draws at random), or None where the template does not parse."""
+    """(names `strftime_now`, draws at random), or None where the template does not parse. Kept in
+    the cache folder with the compiled code (`cached_by_text`): parsing the template again for it was
+    half of a warm audit's time."""
+    got = cached_by_text(_parsed_time_reads, text)
+    return (bool(got[0]), bool(got[1])) if got is not None else None
+
+
+def _parsed_time_reads(text: str) -> list[bool] | None:
+    """`_time_reads`, read off the parsed template (a list: the cache keeps JSON)."""
     try:
         tree = _environment().parse(text)
     except (TemplateError, RecursionError):
         return None
     names = {n.name for n in tree.find_all(jinja2.nodes.Name)}
-    return "strftime_now" in names, "lipsum" in names or any(map(_draws_in, tree.find_all(jinja2.nodes.Filter)))
+    return ["strftime_now" in names, "lipsum" in names or any(map(_draws_in, tree.find_all(jinja2.nodes.Filter)))]
 
 
 def _draws_in(f: jinja2.nodes.Filter) -> bool:

@@ -5,7 +5,8 @@ analysis's time, and for the same template text, Jinja, Python and sandbox it al
 same module code. So the sandbox keeps that code, marshalled as Jinja's own bytecode cache keeps
 it, in `<cache folder>/compiled/` ($TMPLKIT_CACHE, else ~/.cache/tmplkit; see corpus.cache_root),
 and a later run loads it in well under a millisecond instead of compiling it again. The audit's
-static scan, which parses each template once more, keeps its warnings there too (`cached_by_text`).
+static scan, which parses each template once more, keeps its warnings there too (`cached_by_text`),
+and so does the sandbox what a template reads of the clock (`_jinja._time_reads`).
 
 - The key is a hash of the template text and of everything the value depends on: tmplkit's
   version, the source of the module that defines the environment (its sandbox hooks are compiled
