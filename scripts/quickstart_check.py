@@ -33,6 +33,16 @@ def _timed(cmd: list[str], cwd: Path, env: dict, log) -> tuple[float, int]:
     return time.perf_counter() - start, done.returncode
 
 
+def _audit_summary(lines: list[str]) -> str | None:
+    """The audit's summary in one line: how many templates, the analysis row's counts and the
+    verdict (`--format summary`: `tmplkit audit: N templates`, `analysis and text round trip  N
+    checked: ...`, `-> ok`); None where the log has no summary (the audit did not finish)."""
+    head = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("tmplkit audit: ")), None)
+    row = next((ln.split("checked:", 1)[1].strip() for ln in lines if "analysis and text round trip" in ln and "checked:" in ln), "")
+    verdict = next((ln.strip() for ln in reversed(lines) if ln.startswith("-> ")), "")
+    return " ".join(part for part in (f"{head}:" if head else "", row, verdict) if part) if head else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=float, default=120.0, help="seconds the whole command may take (default 120)")
@@ -50,8 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     with log_path.open("w") as log:
         setup_s, rc = _timed(["make", "setup-core"], clone, env, log)
         audit_s, rc2 = _timed(["make", "audit"], clone, env, log) if rc == 0 else (0.0, rc)
-    lines = log_path.read_text(errors="replace").splitlines()
-    closing = next((line for line in reversed(lines) if " templates: " in line), None)
+    closing = _audit_summary(log_path.read_text(errors="replace").splitlines())
     total = setup_s + audit_s
     result = {
         "command": "make audit", "commit": commit, "cpu": cpu_model(), "cores": os.cpu_count(),
