@@ -277,7 +277,7 @@ def token_delimiters(analysis, tokenizer: Tokenizer, *, ids: Sequence[int] | Non
     >>> [d.token_text for d in td][:1]                                                          # doctest: +SKIP
     ['<|im_start|>user\\n<tool_response']
     """
-    from ..analysis import Analysis  # (here: the layer above loads the sandbox, which tokens alone never need)
+    from ..analysis import Analysis  # (imported here: the analysis layer loads the sandbox and Jinja, which tokenizers never need)
 
     if not isinstance(analysis, Analysis):
         # (read by attribute, anything else came back as a failed result, "no delimiters were given")
