@@ -38,9 +38,11 @@ def _audit_summary(lines: list[str]) -> str | None:
     verdict (`--format summary`: `tmplkit audit: N templates`, `analysis and text round trip  N
     checked: ...`, `-> ok`); None where the log has no summary (the audit did not finish)."""
     head = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("tmplkit audit: ")), None)
+    if head is None:
+        return None
     row = next((ln.split("checked:", 1)[1].strip() for ln in lines if "analysis and text round trip" in ln and "checked:" in ln), "")
     verdict = next((ln.strip() for ln in reversed(lines) if ln.startswith("-> ")), "")
-    return " ".join(part for part in (f"{head}:" if head else "", row, verdict) if part) if head else None
+    return " ".join(part for part in (f"{head}:", row, verdict) if part)
 
 
 def main(argv: list[str] | None = None) -> int:

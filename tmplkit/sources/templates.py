@@ -503,15 +503,18 @@ def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
     return out
 
 
+_CORPORA = ("llama.cpp", "llama-cpp", "hub")  # what `corpus:NAME` names (llama-cpp: llama.cpp's, spelt otherwise)
+
+
 def _load_corpus(name: str) -> list[ChatTemplate]:
+    corpus_name, _, template = name.partition("/")
+    if template and corpus_name in _CORPORA:  # (one template of it, written as hf:org/name is)
+        raise SourceError(f"corpus:{name}: a corpus source names no template; give corpus:{corpus_name} --name {template}")
+    if name not in _CORPORA:
+        what = "no corpus named" if not name else "unknown corpus"
+        raise SourceError(f"corpus:{name}: {what}; give corpus:llama.cpp or corpus:hub")
     if name == "hub":
         # (the listed half only: a cache extracted from a longer list keeps files the list has left)
         listed = set(corpus.hub_dev_names())
         return [t for t in load_dir(corpus.hub_templates_dir()) if t.name in listed]
-    corpus_name, _, template = name.partition("/")
-    if template and corpus_name in ("llama.cpp", "llama-cpp", "hub"):  # (one template of it, as hf:org/name reads)
-        raise SourceError(f"corpus:{name}: a corpus source names no template; give corpus:{corpus_name} --name {template}")
-    if name not in ("llama.cpp", "llama-cpp"):
-        what = "no corpus named" if not name else "unknown corpus"
-        raise SourceError(f"corpus:{name}: {what}; give corpus:llama.cpp or corpus:hub")
     return load_dir(corpus.templates_dir())

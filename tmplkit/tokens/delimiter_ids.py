@@ -37,6 +37,7 @@ from ..errors import InputError
 from .spans import SpanDetector
 
 if TYPE_CHECKING:
+    from ..analysis import Analysis
     from ..sources.templates import ChatTemplate
     from .tokenizers import Offsets, Tokenizer
 
@@ -267,7 +268,7 @@ def text_delimiters(template: ChatTemplate) -> tuple[tuple[Delimiter, ...], str]
 ANALYSIS_FAILED = "the analysis did not pass"
 
 
-def token_delimiters(analysis, tokenizer: Tokenizer, *, ids: Sequence[int] | None = None) -> TokenDelimiters:
+def token_delimiters(analysis: Analysis, tokenizer: Tokenizer, *, ids: Sequence[int] | None = None) -> TokenDelimiters:
     """Derive each delimiter of `analysis` as token ids, from its tokenized probe render.
 
     See `tokenize_delimiters`; the render is `analysis.round_trip.rendered` (`ids`: its tokens, where
@@ -284,9 +285,8 @@ def token_delimiters(analysis, tokenizer: Tokenizer, *, ids: Sequence[int] | Non
         raise TypeError(f"expected an Analysis, got {type(analysis).__name__}: give tmplkit.analyze(TEMPLATE), or "
                         "for delimiters of your own tmplkit.tokens.delimiter_ids.tokenize_delimiters(DELIMITERS, "
                         "RENDERED_TEXT, TOKENIZER)")
-    rt = analysis.round_trip
-    td = tokenize_delimiters(analysis.delimiters or (), (rt.rendered if rt is not None else "") or "",
-                             tokenizer, template=analysis.name, ids=ids)
+    rendered = analysis.round_trip.rendered if analysis.round_trip is not None else ""
+    td = tokenize_delimiters(analysis.delimiters, rendered, tokenizer, template=analysis.name, ids=ids)
     if analysis.status != "pass" and td.delimiters:
         # Ids that split the render as its text are no proof where the text itself was not proved:
         # a failed analysis's delimiters misplace some message.
