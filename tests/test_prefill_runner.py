@@ -332,7 +332,8 @@ def test_prompts_that_do_not_fit(runner):
     # (each was read by int(): 7.5 as 7, "7" as 7; a word raised a ValueError from inside)
     for bad, said in (([2, 7.5], "holds 7.5, which is no token id"), ([2, "7"], "holds '7', which is no token id"),
                       ([2, "seven"], "holds 'seven'"), ("hello", "is a str, not token ids"),
-                      ([[2, 3]], "not a flat list of token ids")):
+                      ([[2, 3]], "not a flat list of token ids"), ([2, True], "holds a boolean"),
+                      ([True, False], "holds a boolean"), (np.array([True]), "holds a boolean")):
         with pytest.raises(InputError) as exc:
             runner.run(bad)
         assert said in one_line(exc)

@@ -417,6 +417,10 @@ def _ids(tokens: Sequence[int], what: str) -> list[int]:
         raise InputError(f"{what} is not a list of token ids ({exc})") from None
     if arr.ndim != 1:
         raise InputError(f"{what} is not a flat list of token ids (an array of {arr.ndim} dimensions)")
+    if arr.dtype.kind == "b" or (arr.dtype.kind in "iu" and not isinstance(tokens, np.ndarray)
+                                 and any(t is True or t is False for t in tokens)):
+        # (numpy and isinstance read True as 1: a list of flags, a mask given for the ids)
+        raise InputError(f"{what} holds a boolean, which is no token id; give integer ids the model's vocabulary made")
     if arr.size and arr.dtype.kind not in "iu":
         bad = next((t for t in tokens if not isinstance(t, (int, np.integer))), None)
         if bad is None:  # (ints past int64: the vocabulary check refuses them)
