@@ -171,36 +171,57 @@ def server_delimiters(template, binary, model: str | os.PathLike = "bytes", *, a
         why = "; ".join((rt.problems if rt is not None else analysis.errors)[:1]) or "no round trip"
         return ServerDelimiters(name, "unrendered", vocab, error=f"tmplkit has no round-trip conversation for it ({why})")
     messages = tuple(rt.messages)
+    asked = _ask(template, binary, model, _probe_body(rt), log_dir, startup_s, request_s)
+    if isinstance(asked, str):
+        return ServerDelimiters(name, "refused", vocab, messages=messages, error=asked)
+    return _placed(name, vocab, model, messages, *asked)
+
+
+def _probe_body(rt) -> dict:
+    """The chat request of the round-trip conversation `rt`, as a client sends it (its tools and
+    template kwargs in their fields; one token generated, nothing cached)."""
     kwargs = dict(rt.render_kwargs)
     tools = kwargs.pop("tools", None)
     kwargs.pop("add_generation_prompt", None)
-    body: dict = {"messages": list(messages), "max_tokens": 1, "cache_prompt": False, "seed": 0}
+    body: dict = {"messages": list(rt.messages), "max_tokens": 1, "cache_prompt": False, "seed": 0}
     if tools is not None:
         body["tools"] = tools
     if kwargs:
         body["chat_template_kwargs"] = kwargs
+    return body
+
+
+def _ask(template, binary, model, body: dict, log_dir, startup_s: float, request_s: float):
+    """Start the server with `template` and send it `body`, then the same shorter (without the
+    generation prompt, then without the last message): (log, task, prompt, [(task, prompt) of
+    each shorter one it answered]), or the server's refusal as a string."""
     with tempfile.TemporaryDirectory(prefix="tmplkit-server-delims-") as tmp:
         path = Path(tmp) / "template.jinja"
         path.write_text(template.text, encoding="utf-8")
-        log_path = log_file(log_dir or tmp, name)
+        log_path = log_file(log_dir or tmp, getattr(template, "name", ""))
         try:
             server = start_with_template(binary, model, _SERVER_ARGS, path, log=log_path, startup_s=startup_s,
                                          keep_log=log_dir is not None)
         except TemplateRefused as exc:
-            return ServerDelimiters(name, "refused", vocab, messages=messages, error=exc.reason)
+            return exc.reason
         with server:
             head = server.log_text()
             try:
-                seg_a, task_a, prompt_a = _probe(server, head, dict(body, add_generation_prompt=True), log_path, request_s)
+                seg, task, prompt = _probe(server, head, dict(body, add_generation_prompt=True), log_path, request_s)
             except ServerRefused as exc:  # its error answer to the probe (no answer at all: raised)
-                return ServerDelimiters(name, "refused", vocab, messages=messages, error=str(exc))
-            # the same prompt shorter: without the generation prompt, then without the last message
+                return str(exc)
             others = []
-            for other in (dict(body, add_generation_prompt=False), dict(body, messages=list(messages[:-1]))):
+            for other in (dict(body, add_generation_prompt=False), dict(body, messages=body["messages"][:-1])):
                 try:
                     others.append(_probe(server, head, other, log_path, request_s)[1:])
                 except ServerRefused:
                     pass
+    return seg, task, prompt, others
+
+
+def _placed(name: str, vocab, model, messages: tuple, seg_a, task_a, prompt_a: str, others) -> ServerDelimiters:
+    """Where the server started user messages in its prompt `prompt_a` (`task_a`'s batches),
+    placed on the messages by tokenizing the prompt here as the server did."""
     route, handler, delims = _route(seg_a)
     n_a = task_a.n_prompt or 0
     tok = LlamaCppTokenizer(model)

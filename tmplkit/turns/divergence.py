@@ -226,23 +226,47 @@ def divergences(requests, messages, tools=(), *, redraw=None, tokens: TokenizedR
 
 
 def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw, draws: bool = False) -> tuple[str, str]:
-    held, text = prev.held, cur.text
-    if redraw is not None:
-        again = redraw(cur.index, prev.time)
-        if common_prefix(held, again) > pos:
-            if draws:
-                return "random draw", (f"with request {prev.index}'s draws the request matches further: the template "
-                                       "draws at random (`random`, `lipsum`), anew in every render transformers makes "
-                                       "(llama-server's Jinja has no `random` filter)")
-            return "date or time", (f"rendered at request {prev.index}'s time the request matches further "
-                                    f"({cur.time:%H:%M:%S} vs {prev.time:%H:%M:%S})")
+    """(cause, detail) of request `cur` diverging at `pos` from what request `prev` left held: the
+    first check that names one, the surest first (a render at the other time that matches further
+    is proof; a text found at the divergence is a sign)."""
+    return (_clock_cause(prev, cur, pos, redraw, draws)
+            or _reasoning_cause(prev, cur.text, pos, messages)
+            or _prompt_cause(prev, cur.text, pos)
+            or _preamble_cause(prev, cur, pos, messages, tools)
+            or _newest_user(prev, cur.text, pos, messages)
+            or _last_message_cause(prev, cur.text, pos, messages)
+            or _turn_cause(prev, cur.text, pos, messages) or _outside_messages(prev, cur.text, pos, messages)
+            or ("other", "see held_text and request_text"))
+
+
+def _prompt_start(prev: Request) -> int:
+    """Where request `prev`'s generation prompt begins in its text."""
+    return len(prev.text) - len(prev.generation_prompt)
+
+
+def _clock_cause(prev: Request, cur: Request, pos: int, redraw, draws: bool) -> tuple[str, str] | None:
+    """"date or time" (or "random draw") where the request rendered at `prev`'s time matches further."""
+    if redraw is None or common_prefix(prev.held, redraw(cur.index, prev.time)) <= pos:
+        return None
+    if draws:
+        return "random draw", (f"with request {prev.index}'s draws the request matches further: the template "
+                               "draws at random (`random`, `lipsum`), anew in every render transformers makes "
+                               "(llama-server's Jinja has no `random` filter)")
+    return "date or time", (f"rendered at request {prev.index}'s time the request matches further "
+                            f"({cur.time:%H:%M:%S} vs {prev.time:%H:%M:%S})")
+
+
+def _reasoning_cause(prev: Request, text: str, pos: int, messages) -> tuple[str, str] | None:
+    """"reasoning dropped": an earlier message's reasoning, or the reasoning markup of the held turn,
+    at the divergence in the held text and not in the request."""
+    held = prev.held
     for i, m in enumerate(messages[:prev.turn[1]]):
         # (reasoning under any key a template reads it from: gpt-oss's `thinking`, Laguna's `reasoning`)
         r = next(filter(None, (content_text(m.get(k)).strip() for k in REASONING_KEYS)), "") \
             if m.get("role") == "assistant" else ""
         if r and _covers(held, r, pos, slack=_NEAR) and text.count(r) < held.count(r):
             return "reasoning dropped", f"the reasoning of message {i} is in the held text at the divergence and not in the request"
-    g0 = len(prev.text) - len(prev.generation_prompt)
+    g0 = _prompt_start(prev)
     # In the generated turn, or in request k's history (an empty block Intern-S1 writes into the
     # turns after the last user message only), not in its generation prompt (a forced-open block).
     block = _reasoning_block(held, text, pos) if pos >= len(prev.text) or pos < g0 else ""
@@ -253,6 +277,13 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw, draws
         return "reasoning dropped", (f"the reasoning markup {block!r} the held turn has at the divergence is not in the "
                                      "request: the template writes it into the newest turn only (an empty reasoning block "
                                      "the history drops)")
+    return None
+
+
+def _prompt_cause(prev: Request, text: str, pos: int) -> tuple[str, str] | None:
+    """"generation prompt": the divergence lies in request `prev`'s generation prompt, which the
+    re-rendered turn writes otherwise."""
+    g0 = _prompt_start(prev)
     # Text inserted before an intact generation prompt belongs to the message before it; the
     # generation prompt the next request ends with is its own, no sign of that.
     at = text.find(prev.generation_prompt, g0)
@@ -261,6 +292,13 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw, draws
     if prev.turn[1] > prev.turn[0] and g0 <= pos <= len(prev.text) and not moved:
         return "generation prompt", (f"the generation prompt {prev.generation_prompt!r} differs from the re-rendered turn "
                                      f"{text[g0:g0 + len(prev.generation_prompt) + 20]!r}")
+    return None
+
+
+def _preamble_cause(prev: Request, cur: Request, pos: int, messages, tools) -> tuple[str, str] | None:
+    """"tool list" or "system prompt": a tool's description, the system message, or a system message
+    the request adds (hoisted to the front by the template) at the divergence."""
+    held, text = prev.held, cur.text
     for t in tools or ():
         fn = t.get("function", t)
         s = fn.get("description")  # a tool's name also appears in every call of it; its description does not
@@ -277,19 +315,24 @@ def _cause(prev: Request, cur: Request, pos: int, messages, tools, redraw, draws
         if body and _covers(text, body, pos, _NEAR) and not _covers(held, body, pos, _NEAR) and text.find(body) < len(held):
             return "system prompt", (f"the request's new system message {i} is written at the divergence, ahead of the "
                                      "history: the template moves system messages to the front")
-    newest = _newest_user(prev, text, pos, messages)
-    if newest is not None:
-        return newest
+    return None
+
+
+def _last_message_cause(prev: Request, text: str, pos: int, messages) -> tuple[str, str] | None:
+    """"last user message" or "last tool result": request `prev`'s last message, rendered otherwise
+    once the model has answered it."""
     last = next((m for m in reversed(messages[:prev.n_messages]) if m.get("role") in ("user", "tool")), None)
-    body = content_text(last.get("content")).strip() if last is not None else ""
+    if last is None:
+        return None
+    body = content_text(last.get("content")).strip()
+    g0 = _prompt_start(prev)
     # (an empty one, Bielik's empty tool result, is placed by where the generation prompt begins)
     near_end = not body and prev.n_messages > 0 and messages[prev.n_messages - 1] is last and g0 - _NEAR // 4 <= pos < g0
-    if last is not None and (body and _covers(held[:len(prev.text)], body, pos, _NEAR) or near_end):
+    if body and _covers(prev.held[:len(prev.text)], body, pos, _NEAR) or near_end:
         role = last["role"]
         return ("last user message" if role == "user" else "last tool result",
                 f"request {prev.index}'s last message ({role}) is rendered differently once the model has answered it")
-    return (_turn_cause(prev, text, pos, messages) or _outside_messages(prev, text, pos, messages)
-            or ("other", "see held_text and request_text"))
+    return None
 
 
 # A line's end or the opening of a markup unit (whole or cut at the divergence: `<｜hy_`).
