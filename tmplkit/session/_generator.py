@@ -286,13 +286,8 @@ def generate_session(target_tokens: int = 16000, seed: int = 0, style: str = "to
     rng = random.Random(seed)
     repo = _Repo(rng)
     system = _SYSTEM.format(repo=repo.name)
-    agent = style == "agent"
-    tool_role = style != "user-turns"
-    msgs: list[dict] = []
-    if tool_role:
-        msgs.append({"role": "system", "content": system})
-    call_id = 0
-    n_req = 0
+    msgs: list[dict] = [{"role": "system", "content": system}] if style != "user-turns" else []
+    call_id, n_req = 0, 0
     length = _Length(measure)
 
     def done() -> bool:
@@ -302,46 +297,60 @@ def generate_session(target_tokens: int = 16000, seed: int = 0, style: str = "to
             return False
         return length.measured_now(msgs) >= target_tokens
 
-    while True:
-        if requests is not None and n_req >= requests:
-            break
-        mod, func = repo.func()
-        _, func2 = repo.func()
-        req = rng.choice(_REQUESTS).format(test=f"{repo.test_path(mod)}::test_{func}_limit", flag=rng.choice(_NOUNS) + "-limit",
-                                           func=func, func2=func2 + "_v2", mod=mod)
-        if n_req == 0 and style == "user-turns":
-            req = system + "\n\n" + req
-        if n_req > 0:
-            msgs.append({"role": "assistant", "content": rng.choice([
-                "Done. The change is in place and the tests pass.",
-                f"I changed `{func}` and added a test; all tests pass now.",
-                "Finished: the fix is small and covered by a new test. Anything else?"])})
-            if agent:
-                msgs[-1]["reasoning_content"] = _reasoning(rng, "The tests pass, so I can report back.", func, mod)
-        msgs.append({"role": "user", "content": req})
+    while requests is None or n_req < requests:
+        mod, func = _add_request(msgs, rng, repo, style, system if n_req == 0 else None)
         n_req += 1
-        steps = rng.randint(6, 12)
-        kinds = ["read_file", "grep", "read_file", "test", "edit", "test", "diff", "list_dir", "read_file", "grep", "test", "read_file"]
-        finished = False
-        for k in range(steps):
-            kind = kinds[k] if rng.random() < 0.7 else rng.choice(kinds)
-            if rng.random() < 0.3:
-                mod, func = repo.func()
-            if agent:
-                parallel = rng.choice([1, 2, 3]) if kind in ("read_file", "grep", "list_dir") else 1
-            else:
-                parallel = 2 if (style == "tool-role" and kind in ("read_file", "grep") and rng.random() < 0.25) else 1
-            calls = [_tool_step(repo, rng, mod if p == 0 else repo.func()[0], func, kind, agent) for p in range(parallel)]
-            if tool_role:
-                call_id = _append_tool_calls(msgs, calls, call_id, rng if agent else None, func, mod)
-            else:
-                _append_user_turn_call(msgs, calls[0])
-            if done():
-                finished = True
-                break
+        call_id, finished = _add_tool_steps(msgs, rng, repo, style, call_id, mod, func, done)
         if finished:
             break
     return Session(tuple(msgs), TOOLS, f"generated:seed={seed},style={style},target={target_tokens}")
+
+
+def _add_request(msgs: list[dict], rng: random.Random, repo: _Repo, style: str, first: str | None) -> tuple[str, str]:
+    """A user request appended to `msgs` (after the agent's answer to the one before; `first`: the
+    system prompt, on the first request, which a user-turns session writes into it); the module and
+    function it is about."""
+    mod, func = repo.func()
+    _, func2 = repo.func()
+    req = rng.choice(_REQUESTS).format(test=f"{repo.test_path(mod)}::test_{func}_limit", flag=rng.choice(_NOUNS) + "-limit",
+                                       func=func, func2=func2 + "_v2", mod=mod)
+    if first is not None and style == "user-turns":
+        req = first + "\n\n" + req
+    if first is None:
+        msgs.append({"role": "assistant", "content": rng.choice([
+            "Done. The change is in place and the tests pass.",
+            f"I changed `{func}` and added a test; all tests pass now.",
+            "Finished: the fix is small and covered by a new test. Anything else?"])})
+        if style == "agent":
+            msgs[-1]["reasoning_content"] = _reasoning(rng, "The tests pass, so I can report back.", func, mod)
+    msgs.append({"role": "user", "content": req})
+    return mod, func
+
+
+_STEP_KINDS = ("read_file", "grep", "read_file", "test", "edit", "test", "diff", "list_dir", "read_file", "grep", "test", "read_file")
+
+
+def _add_tool_steps(msgs: list[dict], rng: random.Random, repo: _Repo, style: str, call_id: int, mod: str, func: str,
+                    done: Callable[[], bool]) -> tuple[int, bool]:
+    """The agent's 6 to 12 tool steps on a request appended to `msgs` (an agent's reads in parallel
+    at times), until `done()`; (the next call id, whether `done()` ended them)."""
+    agent, kinds = style == "agent", list(_STEP_KINDS)
+    for k in range(rng.randint(6, 12)):
+        kind = kinds[k] if rng.random() < 0.7 else rng.choice(kinds)
+        if rng.random() < 0.3:
+            mod, func = repo.func()
+        if agent:
+            parallel = rng.choice([1, 2, 3]) if kind in ("read_file", "grep", "list_dir") else 1
+        else:
+            parallel = 2 if (style == "tool-role" and kind in ("read_file", "grep") and rng.random() < 0.25) else 1
+        calls = [_tool_step(repo, rng, mod if p == 0 else repo.func()[0], func, kind, agent) for p in range(parallel)]
+        if style != "user-turns":
+            call_id = _append_tool_calls(msgs, calls, call_id, rng if agent else None, func, mod)
+        else:
+            _append_user_turn_call(msgs, calls[0])
+        if done():
+            return call_id, True
+    return call_id, False
 
 
 def next_user_turn(session: Session, seed: int = 0) -> Session:
