@@ -23,6 +23,7 @@ import ctypes
 import logging
 import os
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -256,9 +257,20 @@ def common_byte_prefix(a: bytes, b: bytes) -> int:
     return first if n and differ[first] else n
 
 
-# The ids of the tuples whose `_Spelled` a tokenizer keeps (the tuples kept alive with them): every
-# request of a 120k-token session, 8 bytes an id at most beyond what the session holds anyway.
+# The ids of the tuples whose `_Spelled` a tokenizer keeps alive for no one else (`_keep`): every
+# request of a 120k-token session, 8 bytes an id. A tuple its caller still holds costs only its
+# table (a few hundred numbers) and is not counted.
 _SPELLINGS_KEPT = 8_000_000
+
+
+def _refs_to_first(entry: tuple) -> int:
+    """The references to `entry[0]`, as this function counts them."""
+    return sys.getrefcount(entry[0])
+
+
+# what `_refs_to_first` counts for a tuple nothing but its entry holds (measured, not assumed: the
+# count of the interpreter's own temporaries differs between Python versions)
+_ONLY_IN_ENTRY = _refs_to_first((tuple(range(2)), None))
 # The bytes of text between control tokens whose ids a tokenizer keeps (`_encode_pieces`): a long
 # session's several times over; past it the pieces are forgotten and kept anew.
 _PIECES_KEPT = 16_000_000
@@ -340,6 +352,7 @@ class LlamaCppTokenizer:
         self._id_tables: tuple | None = None  # (`_tables`)
         self._spellings: dict = {}  # id of a tuple of ids -> (the tuple, its `_Spelled`)
         self._spellings_ids = 0  # the ids of the tuples kept there
+        self._spellings_sweep = _SPELLINGS_KEPT  # (`_sweep_spellings` when they pass it)
         self._pieces_ids: dict[bytes, tuple[int, ...]] = {}  # (`_encode_pieces`)
         self._pieces_bytes = 0
         self._control_patterns: dict = {}  # (`_controls`)
@@ -559,8 +572,9 @@ class LlamaCppTokenizer:
         return self._lengths(arr.astype(np.int64, copy=False)).tolist()
 
     def _spelled(self, ids: tuple[int, ...]) -> _Spelled:
-        """Where the control tokens of `ids` lie in the bytes they spell; kept for the tuples of the
-        last `_SPELLINGS_KEPT` ids (immutable: a base is reused for several texts)."""
+        """Where the control tokens of `ids` lie in the bytes they spell; kept while the tuple is held
+        elsewhere, and for the last `_SPELLINGS_KEPT` ids of those that are not (`_sweep_spellings`;
+        immutable: a base is reused for several texts)."""
         hit = self._spellings.get(id(ids))
         if hit is not None and hit[0] is ids:
             return hit[1]
@@ -580,13 +594,29 @@ class LlamaCppTokenizer:
         return ids
 
     def _keep(self, ids: tuple[int, ...], spelled: _Spelled) -> _Spelled:
-        cache = self._spellings
-        held = self._spellings_ids + len(ids)
-        while cache and held > _SPELLINGS_KEPT:  # the oldest first
-            held -= len(cache.pop(next(iter(cache)))[0])
-        cache[id(ids)] = (ids, spelled)  # (the tuple kept alive, so its id names no other)
-        self._spellings_ids = held
+        self._spellings[id(ids)] = (ids, spelled)  # (the tuple kept alive, so its id names no other)
+        self._spellings_ids += len(ids)
+        if self._spellings_ids > self._spellings_sweep:
+            self._sweep_spellings()
         return spelled
+
+    def _sweep_spellings(self) -> None:
+        """Forget the tables of the tuples no one but this cache holds, the oldest first, down to
+        `_SPELLINGS_KEPT` ids. A tuple still held elsewhere is kept: a long session's study holds
+        every request's ids and reads their tables again (`cost.predicted_divergences`); dropping
+        them by count made a 294k-token study build 450 tables anew, 1.5 s. The next sweep comes
+        when the ids kept have doubled."""
+        cache = self._spellings
+        held = sum(len(t) for t, _ in cache.values())
+        for key in list(cache):
+            if held <= _SPELLINGS_KEPT:
+                break
+            entry = cache[key]
+            if _refs_to_first(entry) <= _ONLY_IN_ENTRY:
+                held -= len(entry[0])
+                del cache[key], entry
+        self._spellings_ids = held
+        self._spellings_sweep = max(_SPELLINGS_KEPT, 2 * held)
 
     def _lengths(self, arr):
         """Per id of `arr`: its piece's length in bytes. The table over the vocabulary is filled as ids
