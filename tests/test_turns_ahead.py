@@ -305,3 +305,48 @@ def test_close_does_not_wait_on_a_copy_of_the_childs_end_held_elsewhere(case, mo
     finally:
         for fd in copies:
             os.close(fd)
+
+
+def _ahead_parts(conversation, template, reqs, monkeypatch) -> tuple[tuple, list, list]:
+    """The child's renders of `reqs` collected (the template given: short renders where the study
+    splices), the kinds of frames it sent, and the follow-ups this process rendered whole itself."""
+    me, real, made_here = os.getpid(), ahead_module.follow_up_renders, []
+    monkeypatch.setattr(ahead_module, "follow_up_renders", lambda *a: (made_here.append(a[2]) if os.getpid() == me else None) or real(*a))
+    with NextRendersAhead.start(conversation, template=template) as ahead:
+        ahead._frame(len(reqs) - 1)  # (every frame read: their kinds seen before they are given out)
+        kinds = [type(f).__name__ for f in ahead._frames]
+        return ahead.collect(reqs), kinds, made_here
+
+
+@forking
+@pytest.mark.corpus
+def test_follow_ups_the_study_splices_are_sent_as_short_renders_and_spliced_here(corpus_template, monkeypatch):
+    """On a long session (Qwen3.5 drops earlier reasoning inside what is spliced) the child sends the
+    short renders of the requests with long histories, not their whole renders (8.7 s in the child
+    for a 294k-token session, 1.2 s spliced), and this process splices them: the same follow-ups."""
+    t = corpus_template("Qwen3.5-4B")
+    conversation = for_server(t, generate_session(60000, seed=11, style="agent"))
+    reqs = session_requests(conversation, t)
+    got, kinds, made_here = _ahead_parts(conversation, t, reqs, monkeypatch)
+    assert got == next_renders(conversation, t, reqs)
+    late = [r for r in reqs if r.generated and r.n_messages >= 64]
+    assert kinds.count("ShortFollowUps") == len(late) > 10 and "tuple" in kinds
+    assert made_here == []
+
+
+@forking
+def test_short_renders_the_study_does_not_splice_are_rendered_whole_here(monkeypatch):
+    """The template marks every user message equal to the newest one: the probes trust splicing, so
+    the child sends short renders, but the requests whose messages have an earlier copy are read
+    whole here (`EarlierCopies`): the same follow-ups as made in this process."""
+    from tmplkit.session import load_conversation
+
+    turns = []
+    for i in range(160):
+        turns += [{"role": "user", "content": f"Question {i % 7 if i < 150 else i}?"}, {"role": "assistant", "content": f"Answer {i}."}]
+    t = load_one(str(FIX / "marks-copies-of-newest.jinja"))
+    conversation = for_server(t, load_conversation([{"role": "system", "content": "Be brief."}] + turns))
+    reqs = session_requests(conversation, t)
+    got, kinds, made_here = _ahead_parts(conversation, t, reqs, monkeypatch)
+    assert got == next_renders(conversation, t, reqs)
+    assert "ShortFollowUps" in kinds and made_here

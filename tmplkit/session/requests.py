@@ -64,9 +64,10 @@ from ..sources.templates import ChatTemplate
 from ._render import for_server
 from ._turn_alone import LONG_HISTORY, MIN_HISTORY, EarlierCopies, context_of, path_trust, since_user
 
-__all__ = ["NEEDLE", "Request", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders", "follow_ups", "iter_next_renders",
-           "iter_requests", "locate_turn", "newest_only", "next_renders", "request_points", "session_requests", "spliced_follow_ups",
-           "turn_ending", "turn_header", "written_always"]
+__all__ = ["NEEDLE", "FollowUpPlan", "Request", "ShortFollowUps", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders",
+           "follow_ups", "iter_next_renders", "iter_requests", "locate_turn", "may_splice", "newest_only", "next_renders",
+           "request_points", "session_requests", "short_follow_ups", "spliced_follow_ups", "turn_ending", "turn_header",
+           "written_always"]
 
 # The content that marks where a message's own text lies in a render (the turns study's generated
 # turn, the masks' turn in a whole render): invisible separators around a word no template writes.
@@ -734,46 +735,113 @@ def iter_next_renders(session, template: ChatTemplate, requests: Sequence[Reques
     """`next_renders` one request's at a time: a caller that reads each request's and lets them go
     holds one request's renders, not the session's (several times the session's requests' text)."""
     conversation = for_server(template, session, kwargs)
-    messages = list(conversation.messages)
-    spliced, copies = _splices(conversation, template, messages, requests, alone)
+    plan = FollowUpPlan.of(conversation, template, requests, alone)
     for r in requests:
-        texts = None
-        if r.generated and r.index in spliced and not (copies is not None and _copied(copies, messages, r)):
-            texts = spliced_follow_ups(conversation, messages, r)
-        if texts is None:
-            texts = follow_up_renders(conversation, messages, r.turn, r.time) if r.generated else ()
-        yield texts
+        yield plan.renders(r)
 
 
-def spliced_follow_ups(conversation, messages: list, request: Request) -> tuple[str, ...] | None:
-    """`follow_up_renders` of `request`, each read off a render of the leading system messages and
-    the messages since the newest user message, after the part of the request's own text that the
-    render of those messages does not end like (the history before that user message); a follow-up
-    that render refuses, or that does not start as the request's does, is rendered whole. None
-    where the request's own short render is refused."""
-    found = since_user(messages, request.n_messages)
+@dataclass(frozen=True)
+class ShortFollowUps:
+    """What `spliced_follow_ups` renders of a request, before it reads the follow-ups off the
+    request's text: the request asked for from its newest user message on (`asked`, after the
+    leading system messages), and each follow-up the same way (None where the template refuses it)."""
+
+    asked: str
+    texts: tuple[str | None, ...]
+
+
+class FollowUpPlan:
+    """Which requests' follow-ups are read off short renders (`spliced_follow_ups`, where the probes
+    trust it on this template and the session's last such request agrees) and which are rendered
+    whole; `renders(r)` gives them either way."""
+
+    def __init__(self, conversation, spliced: frozenset[int], copies: EarlierCopies | None) -> None:
+        self.conversation, self.messages = conversation, list(conversation.messages)
+        self._spliced, self._copies = spliced, copies
+
+    @classmethod
+    def of(cls, conversation, template, requests: Sequence[Request], alone: bool | None = None) -> FollowUpPlan:
+        """The plan for `requests` of `conversation` (a `ServerConversation`); `alone` as `next_renders`'."""
+        messages = list(conversation.messages)
+        late = [r.index for r in requests if r.generated and r.n_messages >= LONG_HISTORY]
+        if alone is not None or not late:
+            return cls(conversation, frozenset(late if alone else ()), None)
+        if sum(requests[k].n_messages for k in late) < MIN_HISTORY:
+            return cls(conversation, frozenset(), None)
+        trusted, with_copies = _trust("follow-ups", conversation, template, _follow_ups_agree)
+        last = requests[late[-1]]
+        if not trusted:
+            return cls(conversation, frozenset(), None)
+        if spliced_follow_ups(conversation, messages, last) not in (None, follow_up_renders(conversation, messages, last.turn, last.time)):
+            return cls(conversation, frozenset(), None)
+        return cls(conversation, frozenset(late), None if with_copies else EarlierCopies(messages))
+
+    def splices(self, r: Request) -> bool:
+        """Whether `r`'s follow-ups are read off short renders."""
+        return bool(r.generated) and r.index in self._spliced and not (
+            self._copies is not None and _copied(self._copies, self.messages, r))
+
+    def renders(self, r: Request, short: ShortFollowUps | None = None) -> tuple[str, ...]:
+        """`follow_up_renders` of `r`, spliced where the plan says (from `short` where given: the
+        renders made elsewhere, as a forked child makes them)."""
+        if not r.generated:
+            return ()
+        if self.splices(r):
+            texts = spliced_follow_ups(self.conversation, self.messages, r, short)
+            if texts is not None:
+                return texts
+        return follow_up_renders(self.conversation, self.messages, r.turn, r.time)
+
+
+def may_splice(conversation, template, n_messages: Sequence[int]) -> bool:
+    """Whether requests with histories of `n_messages` messages (those of `LONG_HISTORY` or more)
+    are many enough to splice their follow-ups, and the probes trust splicing on `template`:
+    what `FollowUpPlan.of` asks before it checks the session's own last request."""
+    return sum(n_messages) >= MIN_HISTORY and _trust("follow-ups", conversation, template, _follow_ups_agree)[0]
+
+
+def short_follow_ups(conversation, messages: list, turn: tuple[int, int], when: datetime) -> ShortFollowUps | None:
+    """The short renders `spliced_follow_ups` reads the follow-ups of the request that generates
+    `turn` off (its history is messages[:turn[0]]), at time `when`; None where the request's own is
+    refused or it has no user message."""
+    found = since_user(messages, turn[0])
     if found is None:
         return None
     lead, u = found
-    clock = clock_at(request.time)
-    since = lead + messages[u:request.turn[1]]
+    clock = clock_at(when)
+    since = lead + messages[u:turn[1]]
     try:
-        asked = conversation.render(since[:len(lead) + request.n_messages - u], add_generation_prompt=True, clock=clock)
+        asked = conversation.render(since[:len(lead) + turn[0] - u], add_generation_prompt=True, clock=clock)
     except TmplkitError:
         return None
-    shared = lcs(request.text, asked)
-    before, head = request.text[:len(request.text) - shared], asked[:len(asked) - shared]
-    texts: list[str] = []
-    for extra in follow_ups(messages, request.turn):
+    texts: list[str | None] = []
+    for extra in follow_ups(messages, turn):
         try:
-            text = conversation.render(since + extra, clock=clock)
-            if text.startswith(head):
-                texts.append(before + text[len(head):])
-                continue
+            texts.append(conversation.render(since + extra, clock=clock))
         except TmplkitError:
-            pass
+            texts.append(None)
+    return ShortFollowUps(asked, tuple(texts))
+
+
+def spliced_follow_ups(conversation, messages: list, request: Request, short: ShortFollowUps | None = None) -> tuple[str, ...] | None:
+    """`follow_up_renders` of `request`, each read off a render of the leading system messages and
+    the messages since the newest user message (`short_follow_ups`; `short` where made already),
+    after the part of the request's own text that the render of those messages does not end like
+    (the history before that user message); a follow-up that render refuses, or that does not start
+    as the request's does, is rendered whole. None where the request's own short render is refused."""
+    if short is None:
+        short = short_follow_ups(conversation, messages, request.turn, request.time)
+        if short is None:
+            return None
+    shared = lcs(request.text, short.asked)
+    before, head = request.text[:len(request.text) - shared], short.asked[:len(short.asked) - shared]
+    texts: list[str] = []
+    for extra, text in zip(follow_ups(messages, request.turn), short.texts):
+        if text is not None and text.startswith(head):
+            texts.append(before + text[len(head):])
+            continue
         try:  # (as `follow_up_renders` renders it)
-            texts.append(conversation.render(messages[:request.turn[1]] + extra, clock=clock))
+            texts.append(conversation.render(messages[:request.turn[1]] + extra, clock=clock_at(request.time)))
         except TmplkitError:
             continue
     return tuple(texts)
@@ -787,23 +855,6 @@ def _copied(copies: EarlierCopies, messages: list, request: Request) -> bool:
         return False
     u = found[1]
     return copies.before(range(u, request.turn[1]), u, [m for extra in follow_ups(messages, request.turn) for m in extra])
-
-
-def _splices(conversation, template, messages: list, requests: Sequence[Request], alone: bool | None):
-    """(the indices of the requests whose follow-ups are spliced, the copies to render whole:
-    `EarlierCopies` or None; see `iter_requests`'s `alone`)."""
-    late = [r.index for r in requests if r.generated and r.n_messages >= LONG_HISTORY]
-    if alone is not None or not late:
-        return frozenset(late if alone else ()), None
-    if sum(requests[k].n_messages for k in late) < MIN_HISTORY:
-        return frozenset(), None
-    trusted, with_copies = _trust("follow-ups", conversation, template, _follow_ups_agree)
-    if not trusted:
-        return frozenset(), None
-    last = requests[late[-1]]
-    if spliced_follow_ups(conversation, messages, last) not in (None, follow_up_renders(conversation, messages, last.turn, last.time)):
-        return frozenset(), None
-    return frozenset(late), (None if with_copies else EarlierCopies(messages))
 
 
 def _follow_ups_agree(server, template) -> bool | None:

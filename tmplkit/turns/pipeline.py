@@ -72,7 +72,8 @@ def prepare_session(session, template: ChatTemplate, tokenizer=None, *, add_bos:
     and the turn generated after it before any is tokenized (a runner's `check_text`: a session no
     context holds is refused before minutes of tokenizing)."""
     conversation = for_server(template, session, kwargs, inputs=inputs)  # prepared once, rendered for every request
-    early = NextRendersAhead.start(conversation, interval=interval) if ahead and predict and tokenizer is not None else None
+    early = (NextRendersAhead.start(conversation, interval=interval, template=template)
+             if ahead and predict and tokenizer is not None else None)
     try:
         requests = iter_requests(conversation, template, interval=interval)
         if budget is None:
