@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -447,7 +447,7 @@ class LlamaCppTokenizer:
         lib = self._lib
         cap = len(data) + 8
         while True:
-            out = (lib.llama_token * cap)()
+            out, cap = _array_of(lib.llama_token, cap)
             n = lib.llama_tokenize(self._open_vocab(), data, len(data), out, cap, add_bos, True)
             if n >= 0:
                 return list(out[:n])
@@ -663,7 +663,7 @@ class LlamaCppTokenizer:
         buf = self._buf
         n = lib.llama_token_to_piece(self._open_vocab(), token_id, buf, len(buf), 0, True)
         if n < 0:
-            self._buf = buf = ctypes.create_string_buffer(-n)
+            self._buf = buf = _array_of(ctypes.c_char, -n)[0]
             n = lib.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
         piece = buf.raw[:n]
         self._pieces[token_id] = piece
@@ -684,13 +684,14 @@ class LlamaCppTokenizer:
 
     def detokenize(self, ids: Sequence[int]) -> str:
         lib = self._lib
-        arr = (lib.llama_token * len(ids))(*ids)
+        arr, _ = _array_of(lib.llama_token, len(ids))
+        arr[:len(ids)] = ids
         cap = sum(len(self.piece_bytes(i)) for i in ids) + 16
-        buf = ctypes.create_string_buffer(cap)
+        buf, cap = _array_of(ctypes.c_char, cap)
         n = lib.llama_detokenize(self._open_vocab(), arr, len(ids), buf, cap, False, True)
         if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = lib.llama_detokenize(self._vocab, arr, len(ids), buf, -n, False, True)
+            buf, cap = _array_of(ctypes.c_char, -n)
+            n = lib.llama_detokenize(self._vocab, arr, len(ids), buf, cap, False, True)
         return buf.raw[:n].decode("utf-8", "replace")
 
 
@@ -790,6 +791,21 @@ class GGUFBPETokenizer(HFTokenizer):
     def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
         ids = list(_hf_encode(self._tok, text, False).ids)
         return self._bos + ids + self._eos if (self.add_bos if add_bos is None else add_bos) else ids
+
+
+_ARRAY_TYPES: dict[tuple[Any, int], Any] = {}
+
+
+def _array_of(item: Any, n: int):
+    """(a zeroed ctypes array of `item`, its length): at least `n` long, a power of two, so of one of
+    a few types. A type made for each length (`llama_token * n`, `create_string_buffer(n)`) costs its
+    making at every call (5% of tokenizing 3,000 short texts) and is left as garbage in a cycle that
+    only the collector frees: thousands in a long session's study."""
+    size = 1 << max(6, (max(n, 1) - 1).bit_length())
+    kind = _ARRAY_TYPES.get((item, size))
+    if kind is None:
+        kind = _ARRAY_TYPES[item, size] = item * size
+    return kind(), size
 
 
 def _check_token_id(tokenizer, token_id) -> None:
