@@ -62,3 +62,19 @@ def test_lcp_of_token_lists_equals_the_plain_walk(common, tail_a, tail_b, kind):
     a, b = kind(shared + tail_a), kind(shared + tail_b)
     assert lcp(a, b) == _lcp_plain(a, b)
     assert lcp(a, b[:common // 2]) == _lcp_plain(a, b[:common // 2])
+
+
+@settings(max_examples=200, deadline=None)
+@given(common=st.integers(0, 200_000), tail_a=st.text(max_size=5), tail_b=st.text(max_size=5), as_bytes=st.booleans())
+def test_lcp_of_texts_equals_the_plain_walk(common, tail_a, tail_b, as_bytes):
+    """Texts are compared in place, block by block past 65,536 characters: the prefix is the one a
+    character-by-character walk finds, wherever the first difference lies."""
+    from tmplkit.markup import lcp
+
+    shared = ("ab\u00e9\U0001f642" * (common // 4 + 1))[:common]
+    a, b = shared + tail_a, shared + tail_b
+    if as_bytes:
+        a, b = a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass")
+    assert lcp(a, b) == _lcp_plain(a, b) == lcp(b, a)
+    assert lcp(a, b[:len(b) // 2]) == _lcp_plain(a, b[:len(b) // 2])
+    assert lcp(a, a) == len(a) and lcp(a, a[:0]) == 0

@@ -28,19 +28,24 @@ BOUNDARY = frozenset(">]}\n \t")
 
 
 def lcp(a: Sequence, b: Sequence) -> int:
-    """Length of the longest common prefix of two strings or token lists (binary search on
-    slices: fast on long renders and sessions)."""
+    """Length of the longest common prefix of two strings or token lists: the block where they
+    first differ found walking forward, then a binary search on slices inside it (fast on long
+    renders and sessions)."""
     hi = min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    lo = base = 0
-    if not isinstance(a, (str, bytes)):
-        # Token lists: a slice is a copy, so the first differing block is found walking forward
-        # (each element copied once) and the binary search runs inside it.
+    if isinstance(a, (str, bytes)) and type(a) is type(b):
+        lo = _same_text_blocks(a, b, hi)  # type: ignore[arg-type]
+        if lo == hi:
+            return hi
+        top = min(hi, lo + _TEXT_BLOCK)
+    else:
+        if a[:hi] == b[:hi]:
+            return hi
+        # Token lists: a slice is a copy, so each block is compared once, element by element.
+        lo = 0
         while lo + _BLOCK < hi and a[lo:lo + _BLOCK] == b[lo:lo + _BLOCK]:
             lo += _BLOCK
         top = min(hi, lo + _BLOCK)
-        a, b, base, lo, hi = a[lo:top], b[lo:top], lo, 0, top - lo
+    base, a, b, lo, hi = lo, a[lo:top], b[lo:top], 0, top - lo
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if a[:mid] == b[:mid]:
@@ -50,7 +55,22 @@ def lcp(a: Sequence, b: Sequence) -> int:
     return base + lo
 
 
+def _same_text_blocks(a: str | bytes, b: str | bytes, hi: int) -> int:
+    """`hi` where the first `hi` characters of two texts agree, else where the `_TEXT_BLOCK` they
+    first differ in starts. A slice of a text is a copy, but `startswith` at an offset compares in
+    place: the shorter whole (no copy), then blocks of b against a where they lie, each copied once
+    (the binary search on whole slices copied the text six times: 2.5x slower on a 294k-token
+    session's held texts against its requests)."""
+    if a.startswith(b) if len(b) <= len(a) else b.startswith(a):  # type: ignore[arg-type]
+        return hi
+    lo = 0
+    while lo + _TEXT_BLOCK < hi and a.startswith(b[lo:lo + _TEXT_BLOCK], lo):  # type: ignore[arg-type]
+        lo += _TEXT_BLOCK
+    return lo
+
+
 _BLOCK = 2048
+_TEXT_BLOCK = 65536
 
 
 def lcs(a: str, b: str) -> int:
