@@ -769,9 +769,9 @@ class FollowUpPlan:
         if sum(requests[k].n_messages for k in late) < MIN_HISTORY:
             return cls(conversation, frozenset(), None)
         trusted, with_copies = _trust("follow-ups", conversation, template, _follow_ups_agree)
-        last = requests[late[-1]]
         if not trusted:
             return cls(conversation, frozenset(), None)
+        last = requests[late[-1]]
         if spliced_follow_ups(conversation, messages, last) not in (None, follow_up_renders(conversation, messages, last.turn, last.time)):
             return cls(conversation, frozenset(), None)
         return cls(conversation, frozenset(late), None if with_copies else EarlierCopies(messages))
@@ -781,13 +781,13 @@ class FollowUpPlan:
         return bool(r.generated) and r.index in self._spliced and not (
             self._copies is not None and _copied(self._copies, self.messages, r))
 
-    def renders(self, r: Request, short: ShortFollowUps | None = None) -> tuple[str, ...]:
-        """`follow_up_renders` of `r`, spliced where the plan says (from `short` where given: the
-        renders made elsewhere, as a forked child makes them)."""
+    def renders(self, r: Request) -> tuple[str, ...]:
+        """`follow_up_renders` of `r`, spliced where the plan says (a forked child's short renders
+        are spliced the same way: `turns.ahead`)."""
         if not r.generated:
             return ()
         if self.splices(r):
-            texts = spliced_follow_ups(self.conversation, self.messages, r, short)
+            texts = spliced_follow_ups(self.conversation, self.messages, r)
             if texts is not None:
                 return texts
         return follow_up_renders(self.conversation, self.messages, r.turn, r.time)
