@@ -596,6 +596,11 @@ def test_an_id_that_is_no_integer_is_refused_even_where_the_integer_was_asked_be
     for bad in ([eog, 7.5], [qwen35.n_vocab], [-1], [float(eog)]):
         with pytest.raises(TokenizerError, match="is not in the vocabulary"):
             qwen35.piece_lengths(bad)
+    # and detokenize, which filled llama.cpp's array before it checked them (ctypes' TypeError)
+    assert qwen35.detokenize(np.array([eog])) == "<|im_end|>"
+    for bad in ([eog, 7.5], [None], ["7"]):
+        with pytest.raises(TokenizerError, match="is not in the vocabulary"):
+            qwen35.detokenize(bad)
 
 
 def _special_soup(tok, n: int, seed: int = 0) -> bytes:

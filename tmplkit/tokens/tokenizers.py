@@ -684,9 +684,9 @@ class LlamaCppTokenizer:
 
     def detokenize(self, ids: Sequence[int]) -> str:
         lib = self._lib
+        cap = sum(len(self.piece_bytes(i)) for i in ids) + 16  # (each id checked first: `_check_token_id`)
         arr, _ = _array_of(lib.llama_token, len(ids))
         arr[:len(ids)] = ids
-        cap = sum(len(self.piece_bytes(i)) for i in ids) + 16
         buf, cap = _array_of(ctypes.c_char, cap)
         n = lib.llama_detokenize(self._open_vocab(), arr, len(ids), buf, cap, False, True)
         if n < 0:
@@ -797,11 +797,14 @@ _ARRAY_TYPES: dict[tuple[Any, int], Any] = {}
 
 
 def _array_of(item: Any, n: int):
-    """(a zeroed ctypes array of `item`, its length): at least `n` long, a power of two, so of one of
-    a few types. A type made for each length (`llama_token * n`, `create_string_buffer(n)`) costs its
-    making at every call (5% of tokenizing 3,000 short texts) and is left as garbage in a cycle that
-    only the collector frees: thousands in a long session's study."""
-    size = 1 << max(6, (max(n, 1) - 1).bit_length())
+    """(a zeroed ctypes array of `item`, its length): at least `n` long, rounded up to an eighth of
+    its power of two (8 types an octave, at most 1/8 more than asked: a whole power of two doubled
+    a long text's buffer). A type made for each length (`llama_token * n`,
+    `create_string_buffer(n)`) costs its making at every call (5% of tokenizing 3,000 short texts)
+    and is left as garbage in a cycle that only the collector frees: thousands in a long session's
+    study."""
+    step = 1 << max(3, max(n, 64).bit_length() - 4)
+    size = -(-max(n, 64) // step) * step
     kind = _ARRAY_TYPES.get((item, size))
     if kind is None:
         kind = _ARRAY_TYPES[item, size] = item * size
