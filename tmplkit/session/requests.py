@@ -65,7 +65,7 @@ from ._render import for_server
 from ._turn_alone import LONG_HISTORY, MIN_HISTORY, EarlierCopies, context_of, path_trust, since_user
 
 __all__ = ["NEEDLE", "FollowUpPlan", "Request", "ShortFollowUps", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders",
-           "follow_ups", "iter_next_renders", "iter_requests", "locate_turn", "may_splice", "newest_only", "next_renders",
+           "follow_ups", "iter_next_renders", "iter_requests", "locate_turn", "long_history_turns", "may_splice", "newest_only", "next_renders",
            "request_points", "session_requests", "short_follow_ups", "spliced_follow_ups", "turn_ending", "turn_header",
            "written_always"]
 
@@ -763,18 +763,17 @@ class FollowUpPlan:
     def of(cls, conversation, template, requests: Sequence[Request], alone: bool | None = None) -> FollowUpPlan:
         """The plan for `requests` of `conversation` (a `ServerConversation`); `alone` as `next_renders`'."""
         messages = list(conversation.messages)
-        late = [r.index for r in requests if r.generated and r.n_messages >= LONG_HISTORY]
+        late = [k for k in long_history_turns([r.turn for r in requests]) if requests[k].generated]  # (positions)
+        indices = frozenset(requests[k].index for k in late)
         if alone is not None or not late:
-            return cls(conversation, frozenset(late if alone else ()), None)
-        if sum(requests[k].n_messages for k in late) < MIN_HISTORY:
+            return cls(conversation, indices if alone else frozenset(), None)
+        if not may_splice(conversation, template, [requests[k].n_messages for k in late]):
             return cls(conversation, frozenset(), None)
-        trusted, with_copies = _trust("follow-ups", conversation, template, _follow_ups_agree)
-        if not trusted:
-            return cls(conversation, frozenset(), None)
+        with_copies = _trust("follow-ups", conversation, template, _follow_ups_agree)[1]  # (kept: may_splice read it)
         last = requests[late[-1]]
         if spliced_follow_ups(conversation, messages, last) not in (None, follow_up_renders(conversation, messages, last.turn, last.time)):
             return cls(conversation, frozenset(), None)
-        return cls(conversation, frozenset(late), None if with_copies else EarlierCopies(messages))
+        return cls(conversation, indices, None if with_copies else EarlierCopies(messages))
 
     def splices(self, r: Request) -> bool:
         """Whether `r`'s follow-ups are read off short renders."""
@@ -791,6 +790,13 @@ class FollowUpPlan:
             if texts is not None:
                 return texts
         return follow_up_renders(self.conversation, self.messages, r.turn, r.time)
+
+
+def long_history_turns(turns: Sequence[tuple[int, int]]) -> list[int]:
+    """The indices of the requests, given by the turns they generate (message index ranges), that
+    generate a turn after a history of `LONG_HISTORY` messages or more: those whose follow-ups may
+    be spliced (`FollowUpPlan`)."""
+    return [k for k, (n, end) in enumerate(turns) if end > n and n >= LONG_HISTORY]
 
 
 def may_splice(conversation, template, n_messages: Sequence[int]) -> bool:

@@ -33,11 +33,11 @@ import time
 from .._interrupt import die_with_parent
 from ..markup import lcp
 from ..sandbox import PINNED_NOW
-from ..session._turn_alone import LONG_HISTORY
 from ..session.requests import (
     DEFAULT_INTERVAL,
     FollowUpPlan,
     follow_up_renders,
+    long_history_turns,
     may_splice,
     request_points,
     short_follow_ups,
@@ -290,7 +290,7 @@ def _spliced(conversation, template, points) -> frozenset[int]:  # pragma: no co
     (`FollowUpPlan.of`, as far as it can be told before the requests are rendered): their short
     renders are sent instead of the whole ones. Where the parent's plan says otherwise after all, it
     renders those whole itself."""
-    late = [k for k, (n, end) in enumerate(points) if end > n and n >= LONG_HISTORY]
+    late = long_history_turns(points)  # (a request's point is the turn it generates)
     if template is None or not late or not may_splice(conversation, template, [points[k][0] for k in late]):
         return frozenset()
     return frozenset(late)
