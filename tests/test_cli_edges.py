@@ -233,6 +233,19 @@ def test_turns_on_a_template_that_cannot_render(capsys):
     code, out, err = run(capsys, "turns", str(TURNS / "stable.jinja"), RAISES)
     assert code == 2 and out.startswith("stable: stable over") and "always-raises" not in out
     assert one_line_error(err, "always-raises")
+
+
+def test_a_turns_report_written_to_a_file_names_the_template_that_failed(tmp_path, capsys):
+    # (the file held the others' report alone: it read as whole, the failure on the terminal only)
+    report = tmp_path / "turns.txt"
+    code, out, err = run(capsys, "turns", str(TURNS / "stable.jinja"), RAISES, "-o", str(report))
+    text = report.read_text()
+    assert code == 2 and out == "" and one_line_error(err, "always-raises: cannot render the session")
+    assert text.startswith("stable: stable over") and "always-raises: cannot render the session: " in text
+    # every template failed: nothing studied, the file as it was
+    report.write_text("keep")
+    code, out, err = run(capsys, "turns", RAISES, RAISES, "-o", str(report))
+    assert code == 2 and report.read_text() == "keep"
     code, out, _ = run(capsys, "turns", "--format", "json", RAISES)
     (row,) = json.loads(out)["reports"]
     assert code == 2 and row["error"] and row["stable"] is None  # not studied: no verdict (it said false)

@@ -164,8 +164,11 @@ def _cmd_turns(args) -> int:
         reports = [_contained_study(t, session, timeout, worker_mb, {**options, "ahead": ahead}) for t, options in calls]
     failed = [r for r in reports if r.error]
     # The text report is for a person: a template that cannot render the session is an error line
-    # (below) instead; the tables and the JSON keep its row, with the error, for a program.
-    shown = [r for r in reports if not r.error] if args.format == "text" else reports
+    # (below) instead; the tables and the JSON keep its row, with the error, for a program. A text
+    # report written to a file keeps the row too, where the others were studied: a file that reads
+    # as whole must not leave out the template that failed.
+    keep_failed = args.format != "text" or (args.output and len(failed) < len(reports))
+    shown = reports if keep_failed else [r for r in reports if not r.error]
     if quiet_text(args):  # -q: only the templates whose prefix is not kept
         shown = [r for r in shown if r.stable is False or (r.stable is None and not r.one_request)]
     if shown:
