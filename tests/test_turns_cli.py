@@ -257,6 +257,10 @@ def test_options_that_count_tokens_without_a_tokenizer_are_refused_not_ignored(c
     assert main(["turns", str(FIX / "stable.jinja"), "--add-bos", "--server-delimiters", "d.json"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--add-bos, --server-delimiters only change what is counted in tokens; give --tokenizer too" in err
+    # (--model was read, and its memory said, before the refusal: two lines)
+    assert main(["turns", str(FIX / "stable.jinja"), "--model", "gemma"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("tmplkit: error: --model only changes what is counted in tokens"), err
 
 
 def test_a_memory_limit_in_turns_names_a_way_turns_has(capsys):
@@ -278,7 +282,7 @@ def test_turns_memory_is_mib_and_the_old_memory_model_spelling_still_works(sessi
     with pytest.raises(SystemExit) as bad:  # (argparse's own refusal: one line, exit 2)
         main(["--no-config", "turns", str(FIX / "stable.jinja"), "--memory", "1.5"])
     assert bad.value.code == 2 and "'1.5' is not a whole number of MiB" in capsys.readouterr().err
-    for typo in ("", "0x10"):  # (taken for the old memory model: a deprecation note, then its error)
+    for typo in ("", "0x10", "nan", "inf", "big"):  # (nan was taken for the old memory model: its error named --memory-model)
         with pytest.raises(SystemExit) as bad:
             main(["--no-config", "turns", str(FIX / "stable.jinja"), "--memory", typo])
         err = capsys.readouterr().err

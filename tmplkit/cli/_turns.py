@@ -83,12 +83,13 @@ class OldMemoryModel(str):
 
 
 def mb_or_old_model(value: str):
-    """--memory MB; until 0.4 a memory model given the old way too (a value that opens with a letter,
-    as swa:N, recurrent and full do: anything else is a mistyped MiB, said so)."""
+    """--memory MB; until 0.4 a memory model given the old way too (swa:N, recurrent or full, by its
+    kind: anything else is a mistyped MiB, said so; `nan` was read as a memory model and refused
+    as an option the user never typed)."""
     try:
         return int(value)
     except ValueError:
-        if value[:1].isascii() and value[:1].isalpha():
+        if value.partition(":")[0] in ("swa", "recurrent", "full"):
             return OldMemoryModel(value)
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of MiB") from None
 
@@ -127,9 +128,9 @@ def _cmd_turns(args) -> int:
     from ..turns.cost import CHOSEN
     from ..turns.formats import format_turns
 
+    _need_tokenizer(args)  # (before --model is read and said: a refused command line is one line)
     memory = _memory(args)  # refuse a bad option before any work
     worker_mb = memory_mb(args.memory_mb) or MEMORY_MB
-    _need_tokenizer(args)
     settings = settings_of(args, CHOSEN)
     kwargs = _template_kwargs(args.template_kwargs)
     server = None
