@@ -125,6 +125,8 @@ def test_standard_input(capsys, monkeypatch):
     ("127.0.0.1 - - [02/Dec/2025] \"GET / HTTP/1.1\" 200 -\n", "not a llama-server log"),
     ("Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: no\n", "not a llama-server log"),
     ("\x00\x01\x02GGUF", "not a llama-server log"),  # (a NUL alone is no binary: a log emptied while written)
+    # (its bytes make lines of one length, read as a log a terminal wrapped)
+    (bytes(range(256)).decode("latin-1") * 50, "not a llama-server log"),
     ("0.00.000.870 I srv  llama_server: initializing ...\n0.00.913.772 I srv  llama_server: model loaded\n", "no task"),
 ])
 def test_bad_or_foreign_logs_are_one_line_errors(text, says, tmp_path, capsys):
@@ -289,6 +291,15 @@ def test_a_log_as_windows_saves_it_a_cut_log_and_a_damaged_number(tmp_path, caps
         assert json.loads(capsys.readouterr().out)["tasks"] == want
     cut = read_server_log(text[:3000], "cut.log")
     assert any("last line has no end" in n for n in cut.notes) and not any("no end" in n for n in read_server_log(text).notes)
+    # cut inside a line it reads a task from (a batch, a checkpoint, the timings): that line left
+    # out, said so (it was refused as a line "written by another version")
+    at = text.index("prompt eval time =") + 30
+    cut = read_server_log(text[:at], "cut.log")
+    assert [t.task for t in cut.tasks] == [0] and any("last line has no end and cannot be read" in n for n in cut.notes)
+    for end in range(text.index("prompt processing"), len(text), 97):  # (every kind of line cut somewhere)
+        read_server_log(text[:end], "cut.log")
+    with pytest.raises(InputError, match="not a llama-server log"):  # (what else is wrong is still said)
+        read_server_log("hello\nworld", "other.log")
     damaged = text.replace("task.n_tokens = 634", "task.n_tokens = 99999999999999999999999999999")
     with pytest.raises(InputError, match=r"task 0 has a token count of 9{29}, more than llama.cpp can hold"):
         read_server_log(damaged, "d.log")

@@ -61,7 +61,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import InputError
 
@@ -501,8 +501,34 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
 
     Raises InputError, in one line, for a text that is not a llama-server log, one of an older
     server's format, one that holds no task (or only one it begins inside), and one that holds a
-    line twice or a task whose batches do not move forward (each would count as a break).
+    line twice or a task whose batches do not move forward (each would count as a break). A last
+    line with no end that the log cannot be read with (cut as the server wrote it, or copied in
+    part) is left out, with a note.
     """
+    try:
+        return _read_server_log(text, source)
+    except InputError as whole:
+        cut = _without_open_line(text)
+        if cut is None:
+            raise
+        try:
+            log = _read_server_log(cut, source)
+        except InputError:
+            raise whole from None  # (the last line was not what broke it: the whole log's error)
+        note = ("the log's last line has no end and cannot be read as it stands (a log cut while it was written, or "
+                "copied in part): left out, so the last task's figures may be incomplete")
+        return replace(log, notes=log.notes + (note,))
+
+
+def _without_open_line(text: str) -> str | None:
+    """`text` without its last line, where that line has no end and others come before it; else None."""
+    if not text or text.endswith(("\n", "\r")):
+        return None
+    end = max(text.rfind("\n"), text.rfind("\r"))
+    return text[:end + 1] if end >= 0 and text[:end].strip() else None
+
+
+def _read_server_log(text: str, source: str) -> ServerLog:
     # llama-server writes no NUL: a run of them is a log emptied while the server wrote on into it
     # (`: > server.log`, logrotate's copytruncate), left out; a binary file is no log below.
     # (a tab or a no-break space where the server wrote spaces, as an editor or a paste makes them: a space)
@@ -512,11 +538,11 @@ def read_server_log(text: str, source: str = "<log>") -> ServerLog:
     if not any(ln.strip() for ln in lines):
         raise InputError(f"{source}: the log is empty; give the output of llama-server itself (its stderr, or "
                          "--log-file) once it has served a request")
-    _refuse_wrapped(lines, source)
     _refuse_older_format(lines, source)
     if not any(_SERVER_MARKS.search(ln) for ln in lines):
         raise InputError(f"{source}: not a llama-server log (no 'srv ...:' or 'slot ...: id N | task N |' line); "
                          "give the output of llama-server itself (its stderr, or --log-file)")
+    _refuse_wrapped(lines, source)  # (after: a binary file's bytes fall in lines of one length too)
     servers: dict[int | None, _Server] = {}
     tasks: dict[tuple[int | None, int, int], _Task] = {}  # (instance, run, task id)
     # A server started again into the same log (an appended --log-file) counts its tasks from 0
