@@ -107,6 +107,10 @@ class TokenDelimiters:
     n_tokens: int = 0
     warnings: tuple[str, ...] = ()
     mismatch: str | None = None
+    # The token at which the assistant's ids also match the render's end, where it opens the turn to
+    # generate without the whitespace its messages' content follows (`_prompt_opening`): a start
+    # the text split cannot see, counted as one (None: no such match).
+    prompt_start: int | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -318,8 +322,14 @@ def tokenize_delimiters(delimiters: Iterable[Delimiter], rendered: str, tokenize
     options = {d: _options(d, per[d], render, tokenizer) for d in delimiters}
     warnings = [o.warning for o in options.values() if o.warning]
     problems += [o.problem for o in options.values() if o.problem]
-    choice = _choose(options, order, render)
-    problems += _split_problems(*_expected_and_found(options, choice, order, render), render.offsets)
+    opening = _prompt_opening(delimiters, render)
+    choice = _choose(options, order, render, opening)
+    expected, found = _expected_and_found(options, choice, order, render, opening)
+    problems += _split_problems(expected, found, render.offsets)
+    prompt_start = next((pos for pos, role in found if role == "assistant" and pos in opening), None)
+    if prompt_start is not None:
+        warnings.append(f"the assistant's ids also match the render's end ({render.text[render.offsets[prompt_start][0]:]!r}, "
+                        "the turn to generate, opened without the whitespace its content follows): a span starts there")
     out = sorted((_token_delimiter(o, o.candidates[choice[d]], tokenizer) for d, o in options.items()),
                  key=lambda t: -len(t.ids))  # longest (in tokens) first, as the detector matches them
     for t in out:
@@ -329,7 +339,27 @@ def tokenize_delimiters(delimiters: Iterable[Delimiter], rendered: str, tokenize
     if mismatch:  # first: ids of a tokenizer that is not the template's are no proof, whatever they split
         problems.insert(0, mismatch)
     return TokenDelimiters(tok_name, template, tuple(out), not problems, tuple(problems), len(render.ids), tuple(warnings),
-                           mismatch)
+                           mismatch, prompt_start)
+
+
+def _prompt_opening(delimiters: Sequence[Delimiter], render: _Render) -> frozenset[int]:
+    """The tokens at which an assistant start may be found though no text match is there: where the
+    render ends with an assistant delimiter less its trailing whitespace (`assistant:` for
+    `assistant: `, `[/INST]` for `[/INST] `), perhaps then a reasoning opening, the generation
+    prompt that opens the next assistant turn. The text split misses it for the missing whitespace; ids that stop short of the
+    whitespace (which BPE joins to the content's first letter) match it too, and rightly."""
+    # (the prompt may open the reasoning too: `<|BOT|>assistant\n<think>\n`, Step3)
+    thinking = "|".join(re.escape(d.text.strip()) for d in delimiters if d.role == "reasoning" and d.text.strip())
+    out: set[int] = set()
+    for d in delimiters:
+        bare = d.text.rstrip()
+        if d.role != "assistant" or not bare or bare == d.text:
+            continue
+        m = re.search(re.escape(bare) + (rf"\s*(?:{thinking})?" if thinking else "") + r"\s*\Z", render.text)
+        o = render.locate(m.start(), m.start() + len(bare)) if m else None
+        if o is not None:
+            out.update(range(o.first, o.last + 1))
+    return frozenset(out)
 
 
 def _occurrences(render: _Render, delimiters: Sequence[Delimiter]):
@@ -386,6 +416,8 @@ def _edge_candidates(occ: Sequence[_Occurrence], render: _Render, seen: set[Ids]
     trimmed: list[_Candidate] = []
     variants: list[_Candidate] = []
     for left_inner, right_inner in _MODES:
+        if not right_inner and _into_content(occ):
+            continue
         bounds = [o.bounds(left_inner, right_inner) for o in occ]
         seqs = [tuple(render.ids[lo:hi]) for lo, hi in bounds]
         los = tuple(lo for lo, _ in bounds)
@@ -422,7 +454,7 @@ def _common_cores(d: Delimiter, occ: Sequence[_Occurrence], render: _Render, see
                                 for o in occ))
     found = []
     for c in sorted(common):
-        for right_inner in (True, False):
+        for right_inner in (True, False)[:1 if _into_content(occ) else 2]:
             seqs, los = [], []
             for o in occ:
                 lo = bisect.bisect_left(starts, o.at + c, o.first, o.last + 1)
@@ -444,6 +476,14 @@ def _common_cores(d: Delimiter, occ: Sequence[_Occurrence], render: _Render, see
         if len(out) == keep:
             break
     return out
+
+
+def _into_content(occ: Sequence[_Occurrence]) -> bool:
+    """Whether the delimiter ends inside a token at some occurrence: widened to whole tokens, its ids
+    would take in the first characters of the message's content (a start delimiter ends where the
+    content begins), and match only content that begins as the probe's does (`assistant: K`, where
+    BPE joins the space to the probe's first letter)."""
+    return any(not o.right_aligned for o in occ)
 
 
 # What message content may begin with: a delimiter's last tokens must not merge with any of it.
@@ -499,7 +539,7 @@ def _robust_len(tokenizer: Tokenizer, render: _Render, seq: Ids, lo: int, end: i
     return k, culprit
 
 
-def _choose(options: dict[Delimiter, _Options], order, render: _Render) -> dict[Delimiter, int]:
+def _choose(options: dict[Delimiter, _Options], order, render: _Render, opening: frozenset[int] = frozenset()) -> dict[Delimiter, int]:
     """One candidate index per delimiter.
 
     Start from each delimiter's preferred candidate; while the token split disagrees with the
@@ -508,7 +548,7 @@ def _choose(options: dict[Delimiter, _Options], order, render: _Render) -> dict[
     choice = {d: 0 for d in options}
 
     def cost() -> int:
-        exp, got = _expected_and_found(options, choice, order, render)
+        exp, got = _expected_and_found(options, choice, order, render, opening)
         return len(set(exp).symmetric_difference(got)) + (len(exp) != len(got))
 
     best = cost()
@@ -532,13 +572,16 @@ def _choose(options: dict[Delimiter, _Options], order, render: _Render) -> dict[
 
 
 def _expected_and_found(options: dict[Delimiter, _Options], choice: dict[Delimiter, int], order,
-                        render: _Render) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """(token, role) of each message start: as the text split says, and as the chosen ids find."""
+                        render: _Render, opening: frozenset[int] = frozenset()) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(token, role) of each message start: as the text split says (and an assistant start the ids
+    find in `opening`, see `_prompt_opening`), and as the chosen ids find."""
     picked = {d: o.candidates[choice[d]] for d, o in options.items()}
     chosen = [(d.role, q) for d, c in picked.items() for q in (c.ids,) + c.alternatives]
     found = SpanDetector(chosen).split(render.ids) if render.ids else None
     expected = sorted((picked[d].starts[k], d.role) for d, k in order if k < len(picked[d].starts))
     got = [(s.pos, s.role) for s in found] if found is not None else []
+    if opening:
+        expected = sorted(set(expected) | {(pos, role) for pos, role in got if role == "assistant" and pos in opening})
     return expected, got
 
 

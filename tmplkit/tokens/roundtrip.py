@@ -98,6 +98,8 @@ def token_round_trip(analysis, tokenizer: Tokenizer) -> TokenRoundTrip:
     ids = tokenizer.tokenize(rt.rendered)
     spans = SpanDetector(td).split(ids)
     actual = spans.roles
+    if td.prompt_start is not None and actual == expected + ("assistant",):
+        actual = expected  # (the generation prompt's assistant start, proven where the ids were: `prompt_start`)
     problems = list(td.problems)
     if actual != expected:
         problems.insert(0, f"token spans have roles {list(actual)}, expected {list(expected)}")

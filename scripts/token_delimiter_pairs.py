@@ -1,0 +1,94 @@
+#!/usr/bin/env python
+"""Token delimiters of every template that passes the analysis, on ten of the corpus's vocabularies:
+per pair, whether they split the probe render as the text does, and their ids as text.
+
+    python scripts/token_delimiter_pairs.py --corpus hub --json scripts/results/token-delimiters-hub.json
+    python scripts/token_delimiter_pairs.py --corpus llama.cpp --compare OLD.json
+
+`--corpus hub` is the Hub corpus's development half only. `--compare OLD.json` (this script's JSON
+from another revision): the pairs that pass in one and not the other, and those whose ids changed.
+A vocabulary need not be the template's own: the check is of how delimiters are read off tokens,
+and every tokenizer splits a delimiter's edges its own way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from _machine import cpu_model  # scripts/, beside this file
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+VOCABS = ("llama-bpe", "qwen2", "gpt-2", "llama-spm", "qwen35", "phi-3", "command-r", "gemma-4", "deepseek-llm", "falcon")
+
+
+def templates(which: str) -> list:
+    from tmplkit.sources import corpus
+    from tmplkit.sources.templates import load
+
+    if which == "hub":
+        return [t for n in corpus.hub_dev_names() for t in load(str(corpus.hub_templates_dir() / f"{n}.jinja"))]
+    return load("corpus:llama.cpp")
+
+
+def pairs(which: str) -> dict:
+    from tmplkit.analysis import analyze
+    from tmplkit.errors import TmplkitError
+    from tmplkit.tokens.delimiter_ids import token_delimiters
+    from tmplkit.tokens.tokenizers import load_tokenizer
+
+    toks = {v: load_tokenizer(f"vocab:{v}") for v in VOCABS}
+    out: dict = {}
+    for t in templates(which):
+        try:
+            analysis = analyze(t)
+        except TmplkitError:
+            continue
+        if analysis.status != "pass":
+            continue
+        for v, tok in toks.items():
+            try:
+                td = token_delimiters(analysis, tok)
+            except TmplkitError as exc:
+                out[f"{t.name}|{v}"] = {"error": str(exc)[:200]}
+                continue
+            out[f"{t.name}|{v}"] = {"passed": td.passed, "ids": {d.role: d.token_text for d in td.delimiters},
+                                    "problem": td.problems[0] if td.problems else None}
+    return out
+
+
+def compare(old: dict, new: dict) -> dict:
+    def passed(row) -> bool:
+        return bool(row.get("passed"))
+
+    both = [k for k in new if k in old]
+    return {"pairs": len(both),
+            "now_pass": sorted(k for k in both if passed(new[k]) and not passed(old[k])),
+            "now_fail": sorted(k for k in both if passed(old[k]) and not passed(new[k])),
+            "passing_ids_changed": sum(1 for k in both if passed(old[k]) and passed(new[k]) and old[k]["ids"] != new[k]["ids"])}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", choices=("llama.cpp", "hub"), default="llama.cpp")
+    p.add_argument("--json", metavar="FILE", help="write the pairs (and a comparison, with --compare) to FILE")
+    p.add_argument("--compare", metavar="OLD", help="this script's JSON from another revision")
+    args = p.parse_args()
+    rows = pairs(args.corpus)
+    res: dict = {"corpus": args.corpus, "vocabularies": list(VOCABS), "cpu": cpu_model(),
+                 "passed": sum(1 for r in rows.values() if r.get("passed")), "n_pairs": len(rows)}
+    if args.compare:
+        res["compared"] = compare(json.loads(Path(args.compare).read_text())["pairs"], rows)
+    print(json.dumps({k: v for k, v in res.items() if k != "pairs"}, indent=2))
+    res["pairs"] = rows
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
