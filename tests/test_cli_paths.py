@@ -461,6 +461,12 @@ def test_a_lock_named_onto_a_file_that_is_no_json_says_to_give_it_its_own_path(h
     (here / "data.bin").write_bytes(b"\xff\xfe\x00binary")  # (it said "save the file as UTF-8")
     code, _, err = run(capsys, "lock", "in.jinja", "-o", "data.bin")
     assert one_line_error(code, err, "data.bin: not a behaviour lock (not JSON)", "a path of its own"), err
+    # --fresh replaces a lock of any layout, not such a file (it wrote over them)
+    for name in ("other.jinja", "data.bin"):
+        before = (here / name).read_bytes()
+        code, _, err = run(capsys, "lock", "--in-process", "in.jinja", "-o", name, "--fresh")
+        assert one_line_error(code, err, f"{name}: not a behaviour lock", "a path of its own"), err
+        assert (here / name).read_bytes() == before
     (here / "broken.json").write_text("{", encoding="utf-8")  # (a lock's own JSON broken: fix it)
     code, _, err = run(capsys, "lock", "in.jinja", "-o", "broken.json")
     assert one_line_error(code, err, "broken.json: not valid JSON", "fix the JSON")

@@ -16,7 +16,18 @@ compared), `_lock` (the lock file) and `_formats` (`tmplkit diff`'s report).
 from ._compare import CHANGE_KINDS, BehaviourDiff, Change, compare, pair_by_name, render_line, shown, text_change
 from ._derive import DEFAULT_TIMEOUT, derive_records, require_derived
 from ._formats import DIFF_FORMATS, DIFF_SCHEMA_VERSION, diff_dict, diff_set_dict, format_diff, format_diff_set
-from ._lock import DEFAULT_LOCK, LOCK_SCHEMA_VERSION, BehaviourLock, LockCheck, check_lock, listed_names, read_lock, require_entries, write_lock
+from ._lock import (
+    DEFAULT_LOCK,
+    LOCK_SCHEMA_VERSION,
+    BehaviourLock,
+    LockCheck,
+    check_lock,
+    listed_names,
+    read_lock,
+    require_entries,
+    require_replaceable,
+    write_lock,
+)
 from ._probes import PROBE_NAMES, SETTINGS_DEFAULT, probe_renders, rendered_roles, switch_settings
 from ._record import START_ROLES, UNCHECKED_VERDICTS, BehaviourRecord, derive_behaviour, record_of, sha256_of
 
@@ -25,6 +36,6 @@ __all__ = [
     "PROBE_NAMES", "SETTINGS_DEFAULT", "START_ROLES", "UNCHECKED_VERDICTS",
     "BehaviourDiff", "BehaviourLock", "BehaviourRecord", "Change", "LockCheck", "check_lock", "compare", "derive_behaviour", "listed_names",
     "derive_records", "diff_dict", "diff_set_dict", "format_diff", "format_diff_set", "pair_by_name", "probe_renders",
-    "read_lock", "record_of", "render_line", "rendered_roles",
+    "read_lock", "record_of", "require_replaceable", "render_line", "rendered_roles",
     "require_derived", "require_entries", "sha256_of", "shown", "switch_settings", "text_change", "write_lock",
 ]

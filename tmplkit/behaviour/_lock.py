@@ -23,6 +23,7 @@ from ._compare import compare
 from ._record import BehaviourRecord
 
 __all__ = ["DEFAULT_LOCK", "LOCK_SCHEMA_VERSION", "BehaviourLock", "LockCheck", "check_lock", "listed_names", "read_lock", "require_entries",
+           "require_replaceable",
            "write_lock"]
 
 # The lock's layout; raised when a field is removed or changes meaning.
@@ -49,6 +50,9 @@ class BehaviourLock:
                                  "templates by name: lock them in separate lock files, or give one --name")
             seen[r.name] = r
         return BehaviourLock({**({} if fresh else self.records), **seen}, __version__)
+
+
+_LOCK_KEYS = frozenset({"schema_version", "tmplkit_version", "templates"})
 
 
 def read_lock(path, *, updating: bool = False) -> BehaviourLock:
@@ -81,6 +85,21 @@ def read_lock(path, *, updating: bool = False) -> BehaviourLock:
             raise InputError(f"{path}: the entry of '{name}' is not an object; {fix}")
         records[name] = BehaviourRecord.from_dict(entry, where=f"{path}: '{name}'", fix=fix)
     return BehaviourLock(records, str(data.get("tmplkit_version", "")))
+
+
+def require_replaceable(path) -> None:
+    """InputError where `lock --fresh` would write over a file that is no lock: one not named .json
+    (a lock's own name; a damaged one, or one of another layout, it replaces) that does not hold a
+    lock's JSON (a text file, a template, `-o` slipped onto another file)."""
+    if Path(path).suffix.lower() == ".json":
+        return
+    try:
+        data = json.loads(Path(path).read_bytes())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict) or not _LOCK_KEYS & set(data):
+        raise InputError(f"{path}: not a behaviour lock (no lock's JSON); --fresh replaces a lock, not any file: give "
+                         "the lock a path of its own (a new .json file)")
 
 
 def write_lock(path, lock: BehaviourLock) -> None:

@@ -99,7 +99,16 @@ def derive(args, templates, cfg=None):
 
 def _cmd_lock(args) -> int:
     from ..atomic import check_writable
-    from ..behaviour import DEFAULT_LOCK, BehaviourLock, compare, listed_names, read_lock, require_derived, write_lock
+    from ..behaviour import (
+        DEFAULT_LOCK,
+        BehaviourLock,
+        compare,
+        listed_names,
+        read_lock,
+        require_derived,
+        require_replaceable,
+        write_lock,
+    )
 
     refuse_worker_options_in_process(args)  # (before the lock is read)
     cfg = config_of(args)
@@ -113,6 +122,8 @@ def _cmd_lock(args) -> int:
     # A lock to update is a file; a device or pipe (`-o /dev/null`) is written into, with nothing to keep.
     keeps = not args.fresh and os.path.isfile(path)
     old = read_lock(path, updating=True) if keeps else BehaviourLock()  # a bad lock: before any work
+    if args.fresh and os.path.isfile(path):
+        require_replaceable(path)  # (--fresh replaces a lock of any layout, never a file that is no lock)
     check_writable(path)
     records = derive(args, configured_templates(args, cfg), cfg)
     require_derived(records, f"{path} was not written (a lock holds behaviour, not where a limit or the sandbox stopped it)")
