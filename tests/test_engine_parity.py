@@ -426,6 +426,20 @@ def test_the_server_setting_gives_arguments_as_llama_server_decides(server, tmp_
     assert '<call>ls {"path": "."}</call>' in theirs
 
 
+def test_a_call_whose_arguments_are_null_renders_as_llama_server_renders_it(server, tmp_path):
+    # (OpenAI-style clients may send `arguments: null`: the server parses them to none, and its
+    # engine walks none's `items` as an empty list; transformers' refused it, and tmplkit with it,
+    # blaming the template: "Can only get item pairs from a mapping")
+    from tmplkit.session import render_conversation, session_from_json
+
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": None}}
+    body = {"messages": [{"role": "user", "content": "List it."}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}, {"role": "user", "content": "Thanks."}]}
+    path = FIXTURES / "arguments-items.jinja"
+    theirs = _server_prompt(server, tmp_path, path, body)
+    assert "<call ls></call>" in theirs and render_conversation(load_one(str(path)), session_from_json(body)) == theirs
+
+
 def test_the_server_setting_reads_templates_as_llama_servers_capability_check(server, tmp_path):
     # llama-server decides its workarounds (content joined or made into parts, a system message
     # folded) by its own check (/props: chat_template_caps); tmplkit's probe renders decide alike on

@@ -9,7 +9,7 @@ import pytest
 
 from tmplkit import load_one
 from tmplkit.cli import main
-from tmplkit.errors import InputError
+from tmplkit.errors import InputError, RenderError
 from tmplkit.session import Session, for_server, given_messages, messages_for, render_conversation, session_from_json
 from tmplkit.turns import study_turns
 
@@ -94,6 +94,18 @@ def test_a_tool_call_without_arguments_is_the_sessions_fault_as_llama_server_say
     assert main(["turns", str(FIX / "content-concat.jinja"), "--session", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"tmplkit: error: {path}: message 1") and "llama-server refuses" in err and err.count("\n") == 1
+
+
+def test_a_call_whose_arguments_are_null_renders_in_the_server_setting_as_its_engine_does():
+    # llama-server parses `arguments: null` to none and its engine walks none's `items` as an empty
+    # list (held against its /apply-template: tests/test_engine_parity.py); transformers refuses
+    # it, in its own words, and its setting with it
+    path = Path(__file__).parent.parent / "fixtures" / "engine" / "arguments-items.jinja"
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": None}}
+    session = session_from_json({"messages": [MESSAGES[0], {**MESSAGES[1], "tool_calls": [call]}, *MESSAGES[2:]]})
+    assert "<call ls></call>" in render_conversation(load_one(str(path)), for_server(load_one(str(path)), session))
+    with pytest.raises(RenderError, match=r"\(line 4\): TypeError: Can only get item pairs from a mapping\.$"):
+        render_conversation(load_one(str(path)), for_server(load_one(str(path)), session, inputs="transformers"))
 
 
 ENGINE = Path(__file__).parent.parent / "fixtures" / "engine"

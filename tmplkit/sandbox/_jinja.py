@@ -52,6 +52,38 @@ class SequenceToJson(TypeError):
     own words; llama-server's engine writes it (`_ServerEnvironment`)."""
 
 
+class NoneFiltered(TypeError):
+    """A filter over a mapping or sequence given None (`tool_call.arguments | items`, where a client
+    sent the arguments as null): transformers refuses it, in Jinja's own words; llama-server's
+    engine gives an empty list (its `items`, `unique` and the rest on none: common/jinja/value.cpp)."""
+
+
+# The filters llama-server's engine answers with an empty list on none (Jinja's `map` and `select`
+# family already give nothing for a false value).
+_EMPTY_ON_NONE = ("items", "unique", "map", "select", "selectattr", "reject", "rejectattr")
+
+
+def _none_refused(func, server: bool):
+    """`func`, one of `_EMPTY_ON_NONE`, given None: its refusal as NoneFiltered (transformers' engine),
+    or an empty list (`server`: llama-server's)."""
+    passes = getattr(func, "jinja_pass_arg", None) is not None
+
+    def wrapped(*args, **kwargs):
+        if (args[1] if passes else args[0]) is not None:
+            return func(*args, **kwargs)
+        if server:
+            return []
+        try:  # (`items` is a generator: its refusal comes as it is walked)
+            out = func(*args, **kwargs)
+            return list(out) if isinstance(out, Iterator) else out
+        except TypeError as exc:
+            raise NoneFiltered(str(exc)) from None
+
+    if passes:
+        wrapped.jinja_pass_arg = func.jinja_pass_arg  # type: ignore[attr-defined]
+    return wrapped
+
+
 def _unserializable(value):
     # (json.dumps' own refusal, word for word; the type says the other engine would write it)
     kind = SequenceToJson if isinstance(value, Iterator) else TypeError
@@ -388,6 +420,7 @@ class _Environment(ImmutableSandboxedEnvironment):
 
     intercepted_binops = frozenset(("*", "**", "%"))
     code_generator_class = _CodeGenerator
+    _server = False  # (llama-server's engine: `_ServerEnvironment`)
 
     @staticmethod  # (no bound method made at every `+`)
     def checked_add(left, right):
@@ -424,7 +457,7 @@ class _Environment(ImmutableSandboxedEnvironment):
         # the optimizer a fifth of compiling; tests/test_parity.py shows the output is unchanged.
         self.optimized = False
         for key, func in list(self.filters.items()):
-            self.filters[key] = _checked_filter(func, key)
+            self.filters[key] = _checked_filter(_none_refused(func, self._server) if key in _EMPTY_ON_NONE else func, key)
         self.filters["tojson"] = _checked_filter(_tojson, "tojson")
         self.filters["random"] = _checked_filter(_random, "random")
         self.filters[_GUARD_FILTER] = _guard_iter
@@ -575,6 +608,7 @@ class _ServerEnvironment(_Environment):
     the render; what it adds counts against the size limit as it is added."""
 
     _SAFE: dict = {}  # (its own answers: a list's `append` is safe here)
+    _server = True  # (a filter of `_EMPTY_ON_NONE` given None: an empty list)
 
     def __init__(self):
         super().__init__()
