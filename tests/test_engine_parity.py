@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tmplkit.cli import main
-from tmplkit.errors import ModelError
+from tmplkit.errors import ModelError, TmplkitError
 from tmplkit.server.parity import _SERVER_ARGS, EngineComparison, engine_parity, format_parity_table, parity_failures
 from tmplkit.server.process import llama_server_binary
 from tmplkit.sources import corpus, load_one
@@ -438,6 +438,42 @@ def test_a_call_whose_arguments_are_null_renders_as_llama_server_renders_it(serv
     path = FIXTURES / "arguments-items.jinja"
     theirs = _server_prompt(server, tmp_path, path, body)
     assert "<call ls></call>" in theirs and render_conversation(load_one(str(path)), session_from_json(body)) == theirs
+
+
+# Tool parameters llama-server's schema builder takes and refuses (common/json-schema.cpp), written to
+# reach each of its rules; a session with one it refuses was studied as if the server had served it.
+SCHEMAS = (5, "str", None, [], {}, {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+           {"type": "object", "properties": 5}, {"type": "object", "properties": {"a": 5}}, {"type": "objekt"},
+           {"type": "object", "required": 5}, {"type": "string", "enum": []}, {"enum": [1, "a"]}, {"const": 5},
+           {"$ref": "#/defs/x"}, {"$ref": "#/$defs/x", "$defs": {"x": {"type": "integer", "minimum": "0"}}},
+           {"$ref": "#/$defs/x", "$defs": {"x": {"type": "object", "properties": {"n": {"$ref": "#/$defs/x"}}}}},
+           {"$ref": "http://x/y"}, {"$ref": 5}, {"type": "object", "additionalProperties": 5},
+           {"type": "object", "additionalProperties": {"type": "number"}}, {"anyOf": []}, {"oneOf": [{"type": "null"}, 5]},
+           {"type": ["string", 5]}, {"type": []}, {"type": ["string", "null"], "maxLength": 3},
+           {"type": "array", "items": {"type": "boolean"}, "minItems": -1}, {"type": "array", "prefixItems": [5]},
+           {"type": "array", "items": [{"type": "string"}], "minItems": "x"}, {"pattern": 5}, {"format": 5},
+           {"type": "string", "format": "uuid4", "maxLength": 1.5}, {"allOf": 5}, {"type": "object", "allOf": []},
+           {"type": "integer", "exclusiveMaximum": True}, {"type": 5}, {"properties": {}, "type": "object", "x": 1})
+
+
+def test_tool_parameters_are_refused_where_llama_servers_schema_builder_refuses_them(server, tmp_path):
+    from tmplkit.server.process import start_with_template
+    from tmplkit.session._tool_schema import schema_problem
+
+    srv = start_with_template(*server, _SERVER_ARGS, FIXTURES / "arguments-items.jinja", log=tmp_path / "server.log")
+    try:
+        for schema in SCHEMAS:
+            body = {"messages": [{"role": "user", "content": "hi"}],
+                    "tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}]}
+            try:
+                srv.post_for("/apply-template", body, "prompt", timeout=60)
+                theirs = None
+            except TmplkitError as exc:
+                theirs = str(exc)
+            mine = schema_problem(schema) if schema is not None else None  # (null: taken, as none is)
+            assert (mine is None) == (theirs is None) and (mine is None or mine in theirs), (schema, mine, theirs)
+    finally:
+        srv.stop()
 
 
 def test_the_server_setting_reads_templates_as_llama_servers_capability_check(server, tmp_path):

@@ -108,6 +108,20 @@ def test_a_call_whose_arguments_are_null_renders_in_the_server_setting_as_its_en
         render_conversation(load_one(str(path)), for_server(load_one(str(path)), session, inputs="transformers"))
 
 
+def test_tool_parameters_llama_server_refuses_are_refused_in_the_server_setting(template, tmp_path, capsys):
+    # (its schema builder refuses them for every template, HTTP 400 or 500; each rule held against
+    # the server in tests/test_engine_parity.py; the session was studied as if it had been served)
+    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object", "properties": {"a": 5}}}}]
+    path = tmp_path / "session.json"
+    path.write_text(json.dumps({"messages": list(MESSAGES), "tools": tools}))
+    assert main(["turns", str(FIX / "content-concat.jinja"), "--session", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"tmplkit: error: {path}: tools[0] (read_file): its parameters are a schema llama-server refuses "
+                   "(\"JSON schema error at #/properties/a: schema must be an object\"); give a JSON Schema object, or "
+                   "leave them out\n"), err
+    assert for_server(template, session_from_json({"messages": list(MESSAGES), "tools": tools}), inputs="transformers")
+
+
 ENGINE = Path(__file__).parent.parent / "fixtures" / "engine"
 # A session as clients send it: keys llama-server's message struct does not hold (`extra`, `reasoning`,
 # `thinking`, a call's `other`), empty strings it leaves out, an object for arguments, text parts.

@@ -42,6 +42,7 @@ from contextvars import ContextVar
 
 from ..errors import InputError
 from ..sandbox import Limits, hint_place, hints_for
+from ._tool_schema import schema_problem
 
 __all__ = ["DEFAULT_INPUTS", "INPUTS", "active_session_limits", "check_inputs", "content_text", "given_messages", "given_tools",
            "inputs_note", "server_json", "server_refuses", "session_limits", "session_render"]
@@ -131,7 +132,8 @@ def given_tools(tools, inputs: str) -> tuple[dict, ...] | None:
     then `common_chat_tools_to_json_oaicompat`): `{"type": "function", "function": {"name",
     "description", "parameters"}}`, a missing description "" and missing parameters {}, any other
     key (an OpenAI client's `"strict": true`) left out; a tool it refuses (not in that shape, a
-    description that is no string) is refused here in one line. Transformers gives them as they are."""
+    description that is no string, parameters its schema builder refuses: `_tool_schema`) is
+    refused here in one line. Transformers gives them as they are."""
     if not tools:
         return None
     if check_inputs(inputs) == "transformers":
@@ -145,6 +147,11 @@ def given_tools(tools, inputs: str) -> tuple[dict, ...] | None:
         if "description" in fn and not isinstance(fn["description"], str):
             raise InputError(f"tools[{i}] ({fn['name']}): its description is not a string, which llama-server refuses "
                              "(\"type must be string\"); give a string or leave it out")
+        # (a null the server takes, as it takes none given)
+        problem = schema_problem(fn["parameters"]) if fn.get("parameters") is not None else None
+        if problem is not None:
+            raise InputError(f"tools[{i}] ({fn['name']}): its parameters are a schema llama-server refuses "
+                             f"(\"{problem}\"); give a JSON Schema object, or leave them out")
         out.append({"type": "function", "function": {
             "name": fn["name"], "description": fn.get("description", ""),
             "parameters": fn["parameters"] if "parameters" in fn else {}}})
