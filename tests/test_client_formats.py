@@ -73,6 +73,18 @@ def test_an_anthropic_bodys_messages_saved_alone_are_read_as_the_body_would_be()
     assert alone.messages == whole.messages and alone.roles[:3] == ("user", "assistant", "tool")
 
 
+def test_a_list_with_a_bare_image_part_is_a_chat_and_its_image_refused():
+    # (transformers' multimodal part, `{"type": "image"}`: read as an Anthropic body's messages, whose
+    # converter drops an image with no source and then the message left empty, silently)
+    chat = [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "image"}]},
+            {"role": "assistant", "content": "ok"}]
+    assert body_format({"messages": chat}) == "chat"
+    with pytest.raises(InputError, match=r"\[1\]\.content\[0\] is a 'image' part; only text parts"):
+        load_conversation(chat)
+    with_source = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}
+    assert body_format({"messages": [{"role": "user", "content": [with_source]}]}) == "anthropic"
+
+
 def test_a_chat_body_is_taken_as_it_is():
     chat = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "model": "m"}
     assert body_format(chat) == "chat"

@@ -50,9 +50,18 @@ def body_format(data: dict) -> str:
         return "anthropic"
     for m in _list(data.get("messages")):
         blocks = m.get("content") if isinstance(m, dict) else None
-        if any(isinstance(b, dict) and b.get("type") in _ANTHROPIC_BLOCKS for b in _list(blocks)):
+        if any(_anthropic_block(b) for b in _list(blocks)):
             return "anthropic"
     return "chat"
+
+
+def _anthropic_block(block) -> bool:
+    """Whether `block` is one only an Anthropic body has: an image with no source is not (its
+    images always have one; `{"type": "image"}` alone is transformers' multimodal part, which the
+    chat body's check refuses in one line, where the converter dropped it and its message)."""
+    if not isinstance(block, dict) or block.get("type") not in _ANTHROPIC_BLOCKS:
+        return False
+    return block.get("type") != "image" or "source" in block
 
 
 def chat_body(data: dict, where: str) -> dict:
