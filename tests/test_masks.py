@@ -775,3 +775,30 @@ def test_the_messages_left_out_cost_one_render_more(monkeypatch):
     real = type(server).render
     monkeypatch.setattr(type(server), "render", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
     assert left_out(server, text) == (0, 3, 6, 9, 12) and len(calls) == 1
+
+
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def test_a_greeting_before_the_first_user_message_is_said_not_silently_left_unmasked(tmp_path, capsys):
+    # (no request asks for it, so the mask learns nothing there: "0 of 12 tokens learned in 0 turns"
+    # said nothing of it, where transformers' generation tags mask it)
+    from tmplkit.cli import main
+
+    chatml = ChatTemplate(text=CHATML, name="chatml", source="test")
+    chat = [{"role": "system", "content": "s"}, {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    masked = text_mask(chatml, chat)
+    assert [(t.messages, t.rule) for t in masked.turns] == [((1, 2), "unasked"), ((3, 4), "exact")]
+    assert masked.masked_text() == ["ok<|im_end|>"]
+    assert masked.turns[0].start == masked.turns[0].end == masked.text.index("<|im_start|>assistant\nHello")
+    assert [(t.messages, t.rule) for t in text_mask(chatml, chat[:2]).turns] == [((1, 2), "unasked")]
+    (tmp_path / "chatml.jinja").write_text(CHATML)
+    (tmp_path / "chat.json").write_text(json.dumps(chat[:2]))
+    code = main(["--no-config", "mask", str(tmp_path / "chatml.jinja"), "--session", str(tmp_path / "chat.json"),
+                 "--tokenizer", "vocab:qwen35", "--format", "text"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.rstrip().endswith("-- 0 of 13 tokens learned in 0 turns; nothing learned in 1 assistant "
+                                               "turn(s) before the first user message, which no request asks for "
+                                               "(messages 1..1)"), out

@@ -101,6 +101,11 @@ def format_mask(result, color: bool) -> str:
         # (a turn the history does not write as generated learns nothing: say so, never silently)
         summary += (f"; nothing learned in {len(dropped)} turn(s) whose generated text the render does not hold in one "
                     f"piece (messages {_ranges(dropped)})")
+    unasked = [t.messages for t in result.turns if t.rule == "unasked"]
+    if unasked:
+        # (transformers' generation tags mask them; a request-by-request mask has no request for them)
+        summary += (f"; nothing learned in {len(unasked)} assistant turn(s) before the first user message, which no "
+                    f"request asks for (messages {_ranges(unasked)})")
     partial = [t.messages for t in result.turns if t.rule == "history"]
     if partial:
         # (reasoning a later message drops, text Gemma 4 writes after the tool results: not learned)

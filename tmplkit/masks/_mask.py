@@ -48,7 +48,7 @@ from ..sources.templates import ChatTemplate
 from ..tokens.delimiter_ids import token_delimiters
 from ..tokens.tokenizers import Tokenizer
 from ._dropped import left_out
-from ._onepass import one_render_turns, trusted
+from ._onepass import message_starts, one_render_turns, trusted
 
 __all__ = ["MASK_SCHEMA_VERSION", "AssistantMask", "MaskError", "MaskedTurn", "TextMask", "assistant_mask",
            "assistant_masks", "markup_only_turns", "text_mask", "text_masks", "tokenize_mask"]
@@ -71,7 +71,8 @@ class MaskError(TmplkitError, ValueError):
 class MaskedTurn:
     """One assistant turn: `messages` (first, end) message indices; [start, end) the masked
     characters of the render; `rule` how they were found ("exact", "history" or "dropped", see the
-    module doc); `token_start`/`token_end` the masked tokens (-1 without a tokenizer)."""
+    module doc; "unasked": an assistant turn before the first user message, which no request asks
+    for, not masked); `token_start`/`token_end` the masked tokens (-1 without a tokenizer)."""
 
     messages: tuple[int, int]
     start: int
@@ -165,7 +166,29 @@ def text_mask(template: ChatTemplate, conversation, *, kwargs: Mapping | None = 
     headers = tuple(d.text for d in analysis.delimiters if d.role == "assistant" and d.text.strip())
     openers = tuple(d.text for d in analysis.delimiters if d.role not in _TURN_ROLES)
     turns = _learning(server, text, tuple(_turns(server, text, spans, headers, openers)))
+    turns = tuple(sorted(turns + _unasked(server.messages, spans), key=lambda t: t.messages))
     return TextMask(template.name, text, _message_spans(spans, turns), turns, left_out(server, text))
+
+
+def _unasked(messages: Sequence[dict], spans: Sequence[TextSpan]) -> tuple[MaskedTurn, ...]:
+    """The assistant turns before the first user message (a greeting): no request asks for them, so
+    nothing is learned there (`session.requests.request_points`), said as turns of rule "unasked",
+    empty, where their first message starts (transformers' generation tags mask them: never silently)."""
+    roles = [m.get("role") for m in messages]
+    first_user = roles.index("user") if "user" in roles else len(roles)
+    starts = message_starts(spans, list(messages))
+    out, i = [], 0
+    while i < first_user:
+        if roles[i] != "assistant":
+            i += 1
+            continue
+        j = i
+        while j < first_user and roles[j] == "assistant":
+            j += 1
+        at = starts[i] if starts is not None else 0
+        out.append(MaskedTurn((i, j), at, at, "unasked"))
+        i = j
+    return tuple(out)
 
 
 def text_masks(template: ChatTemplate, conversations: Iterable, *, kwargs: Mapping | None = None) -> tuple[TextMask, ...]:
