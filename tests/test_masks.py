@@ -499,7 +499,9 @@ def test_a_call_written_otherwise_once_followed_is_masked_to_its_end():
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
     m = text_mask(load_one(str(corpus.templates_dir() / "unsloth-Apriel-1.5.jinja")),
                   [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "", "tool_calls": [call]}])
-    assert m.masked_text()[0].endswith('{"city": "Paris"}}]</tool_calls>'), m.masked_text()
+    # (and its end, `<|end|>\n</s>`, which Apriel writes after every assistant turn and transformers'
+    # mask of the annotated copy holds: a content that ends with markup was cut before its end marker)
+    assert m.masked_text()[0].endswith('{"city": "Paris"}}]</tool_calls>\n<|end|>\n</s>'), m.masked_text()
 
 
 @pytest.mark.corpus
@@ -802,3 +804,18 @@ def test_a_greeting_before_the_first_user_message_is_said_not_silently_left_unma
     assert code == 0 and out.rstrip().endswith("-- 0 of 13 tokens learned in 0 turns; nothing learned in 1 assistant "
                                                "turn(s) before the first user message, which no request asks for "
                                                "(messages 1..1)"), out
+
+
+@pytest.mark.parametrize("name, content, end", [
+    ("chatml", "</b>\n", "<|im_end|>"), ("chatml", "<div></div>", "<|im_end|>"),
+    ("llama2", "Wrap it in <i>italic</i>", "</s>"), ("llama2", "x[1]", "</s>"),
+])
+def test_a_last_turn_whose_content_ends_with_markup_keeps_its_end_marker(name, content, end):
+    # (a rule for the end of text a template writes after the newest turn only, Phi-3.5's `\n</s>`,
+    # took the turn's own end marker after markup in the content for it: the model never learned
+    # to stop after such a last answer, while the same answer earlier in the chat was masked whole)
+    tpl = load_one(str(Path(__file__).resolve().parent.parent / "fixtures" / "templates" / f"{name}.jinja"))
+    answer = {"role": "assistant", "content": content}
+    chat = [{"role": "user", "content": "Close the tag."}, answer, {"role": "user", "content": "Again."}, answer]
+    first, last = text_mask(tpl, chat).masked_text()
+    assert first == last and last.rstrip().endswith(end) and content.strip() in last, (first, last)

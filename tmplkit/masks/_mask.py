@@ -341,7 +341,7 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         if end == len(text.rstrip()):
             end = _before_trailing_header(text, start, end, starts, headers)
-            end = start + len(_without_end_of_text(text[start:end]))
+            end = start + len(_without_end_of_text(server, text, start, end))
             # (what every render ends with is cut first: the next message's opening may come before it)
             upto = len(text) - len(_written_always(server, server.messages[turn[1] - 1], text))
             end = _before_next_opening(text[:upto], start, min(end, start + len(text[start:upto].rstrip())),
@@ -802,12 +802,23 @@ def _written_always(server: ServerConversation, last: dict, text: str) -> str:
 _END_OF_TEXT = re.compile(r"(?:\s+(?:" + UNIT.pattern + r"))+$")
 
 
-def _without_end_of_text(turn: str) -> str:
-    """The last turn less the markup the render ends with after whitespace once the turn's own end
-    marker is written (Phi-3.5's `<|end|>\n</s>`: the template's end of text, which a turn with a
-    message after it does not have; the model stopped at `<|end|>`)."""
+def _without_end_of_text(server: ServerConversation, text: str, start: int, end: int) -> str:
+    """The last turn, text[start:end], less the markup the render ends with after whitespace once
+    the turn's own end marker is written (Phi-3.5's `<|end|>\n</s>`: the template's end of text,
+    which a turn with a message after it does not have; the model stopped at `<|end|>`). Only where
+    the render with one more message does not write it there: a turn whose content ends with markup
+    (`</b>` then ChatML's `\n<|im_end|>`) has the same shape, and its end marker is its own."""
+    turn = text[start:end]
     m = _END_OF_TEXT.search(turn)
-    return turn[:m.start()] if m and _ends_with_unit(turn[:m.start()]) else turn
+    if not m or not _ends_with_unit(turn[:m.start()]):
+        return turn
+    kept = text[:start + m.start()]
+    try:
+        more = server.render(list(server.messages) + [{"role": "user", "content": "x"}], add_generation_prompt=False,
+                             clock=clock_at(PINNED_NOW))
+    except TmplkitError:
+        return turn  # (not known to be the end of text: the turn as the render writes it)
+    return turn[:m.start()] if more.startswith(kept) and not more.startswith(kept + m.group()) else turn
 
 
 def _ends_with_unit(text: str) -> bool:
