@@ -120,6 +120,36 @@ def test_a_delimiter_ending_inside_a_token_is_not_widened_into_the_content(token
     assert spans.roles == ("user", "assistant", "user")
 
 
+COLONS = ("{%- if messages[0].role == 'system' %}{% set sys = messages[0].content %}{% set msgs = messages[1:] %}"
+          "{% else %}{% set sys = '' %}{% set msgs = messages %}{% endif %}"
+          "{% for m in msgs %}{% if m.role == 'user' %}{{ 'User: ' + ((sys + '\\n\\n') if loop.first and sys else '') + "
+          "m.content + '\\n\\n' }}{% elif m.role == 'assistant' %}{{ 'Assistant: ' + m.content + eos_token }}{% endif %}"
+          "{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}")
+
+
+def test_a_delimiter_is_not_cut_back_to_punctuation_any_message_may_write(tokenizers_cache):
+    """`User: ` after `</s>` (one token `>User` in llama-bpe) was cut back to its one token common to
+    every occurrence, `:`: the probe's contents hold no colon, so it split the probe as the text and
+    passed, and every colon of a real message opened a user span (Hub: microsoft bitnet's
+    `Assistant: `, BAAI Emu3's `USER: ` and `TOOL: `)."""
+    from tmplkit.analysis import analyze
+    from tmplkit.sandbox import render
+    from tmplkit.sources import ChatTemplate
+    from tmplkit.tokens.spans import SpanDetector
+
+    template = ChatTemplate(text=COLONS, name="colons", source="test", eos_token="</s>")
+    tok = tokenizers_cache("llama-bpe")
+    rt = token_round_trip(analyze(template), tok)
+    assert all(any(c.isalnum() for c in d.token_text) for d in rt.delimiters.delimiters), rt.delimiters.id_lists()
+    chat = [{"role": "user", "content": "Give me a list"},
+            {"role": "assistant", "content": "Here it is: apples, pears. Note: ripe ones only."},
+            {"role": "user", "content": "Thanks"}, {"role": "assistant", "content": "You are welcome"}]
+    if rt.passed:  # (proven: then every message in a span of its own, no colon opening one)
+        ids = [(d.role, q) for d in rt.delimiters.delimiters for q in (d.ids,) + d.alternatives]
+        spans = SpanDetector(ids).split(tok.tokenize(render(template, chat)))
+        assert spans.roles == ("user", "assistant", "user", "assistant"), spans.roles
+
+
 # ---- across the corpus -------------------------------------------------------------------------
 
 

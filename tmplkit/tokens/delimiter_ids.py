@@ -390,7 +390,7 @@ def _options(d: Delimiter, occ: Sequence[_Occurrence], render: _Render, tokenize
                         warning=f"{d.role} delimiter {d.text!r} does not start a message in the probe render; its ids are unchecked")
     seen: set[Ids] = set()  # sequences already offered, shared by the steps so none repeats
     exact, trimmed, variants = _edge_candidates(occ, render, seen)
-    cands = exact + _common_cores(d, occ, render, seen) + trimmed + variants
+    cands = [c for c in exact + _common_cores(d, occ, render, seen) + trimmed + variants if _distinctive(d, c, tokenizer)]
     cands = _robust_first(tokenizer, d, occ, cands, render, seen)
     problem = None
     if not cands:
@@ -476,6 +476,16 @@ def _common_cores(d: Delimiter, occ: Sequence[_Occurrence], render: _Render, see
         if len(out) == keep:
             break
     return out
+
+
+def _distinctive(d: Delimiter, cand: _Candidate, tokenizer: Tokenizer) -> bool:
+    """Whether each id sequence of `cand` keeps something of what makes `d` its role's: a letter or
+    digit of its text where it has one (`User: ` after `</s>`, `>User` in BPE, cut back to `:`
+    matches every colon a message writes; the probe's contents hold none, so the split check
+    passes it)."""
+    if not any(ch.isalnum() for ch in d.text):
+        return True
+    return all(any(ch.isalnum() for ch in tokenizer.detokenize(list(q))) for q in (cand.ids,) + cand.alternatives)
 
 
 def _into_content(occ: Sequence[_Occurrence]) -> bool:
