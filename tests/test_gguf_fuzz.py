@@ -204,6 +204,10 @@ CASES = {
     "template token invalid utf-8 bos": gguf_bytes(_replace(GOOD_KVS, "tokenizer.ggml.tokens", ARRAY, (STRING, [b"\xff", b"\xfe\xff", b"x"]))),
     "big-endian garbage": b"GGUF\x00\x00\x00\x03" + b"\xff" * 40,
     "v1 count huge": gguf_bytes(GOOD_KVS, version=1, n_kv=2 ** 32 - 1),
+    # (both loaded: the last value read as the template, which llama.cpp and gguf-py refuse; a name
+    # that wrote a line of its own into the text report)
+    "template key twice": gguf_bytes(GOOD_KVS + [("tokenizer.chat_template", STRING, "{{ 1 }}")]),
+    "template name with a newline": gguf_bytes(GOOD_KVS + [("tokenizer.chat_template.x\nFAIL  forged", STRING, "{{ 1 }}")]),
 }
 
 

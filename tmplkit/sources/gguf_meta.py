@@ -184,11 +184,16 @@ def _parse(buf, path: Path, want: Callable[[str], bool]) -> dict:
     n_tensors = cur.count("tensor count", 0, wide)
     n_kv = cur.count("metadata count", 8, wide)
     out: dict = {"__version__": version, "__n_tensors__": n_tensors}
+    seen: set[bytes] = set()
     for _ in range(n_kv):
         raw_key = cur.string_bytes("key", wide)
         if len(raw_key) > _MAX_KEY_LEN:
             raise cur.fail(f"key of {len(raw_key)} bytes")
         key = raw_key.decode("utf-8", errors="replace")
+        if raw_key in seen:  # (llama.cpp and gguf-py refuse the file; the last value would be read here)
+            raise GGUFError(f"{path}: the metadata key '{key}' appears twice, which llama.cpp refuses; the file is "
+                            "corrupted: re-convert or re-download it")
+        seen.add(raw_key)
         vtype = cur.unpack(cur.u32, f"type of '{key}'")
         keep = want(key)
         out_value = _read_value(cur, vtype, key, keep, wide)

@@ -494,6 +494,9 @@ def load_gguf(path: str | os.PathLike) -> list[ChatTemplate]:
         except UnicodeDecodeError as exc:
             raise GGUFError(f"{p}: '{key}' is not valid UTF-8 at byte {exc.start}; re-convert the model with a fixed template") from None
         name = base if key == tk.CHAT_TEMPLATE else f"{base}:{key[len(named):]}"
+        if any(c < " " or c == "\x7f" for c in key):  # (a newline would break every report's rows, as in JSON's names)
+            raise GGUFError(f"{p}: the template key {key!r} has a control character in its name; the file's metadata "
+                            "is corrupted or forged: give the template another way")
         out.append(ChatTemplate(text, name, str(p), bos, eos))
     if not out:
         raise SourceError(
