@@ -158,3 +158,31 @@ def test_the_tokens_that_end_generation_are_llama_cpps(pairs, vocab):
     rebuilt, llama = pairs(vocab)
     ours = {i for i in range(rebuilt.n_vocab) if rebuilt.is_eog(i)}
     assert ours and ours == {i for i in range(llama.n_vocab) if llama.is_eog(i)}
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("duplicate", "token 4 repeats the text of token 3"),
+    ("no newline byte", "no token for byte 0x0A, which its SentencePiece tokenizer falls back to"),
+])
+def test_a_vocabulary_llama_cpp_would_abort_on_is_refused_before_it_loads(tmp_path, damage, says):
+    # (llama.cpp asserted at load on a token repeated, and threw an uncaught `at` when a text needed a
+    # byte its SentencePiece vocabulary lacks: the process died with SIGABRT and a backtrace)
+    gguf = pytest.importorskip("gguf")
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    path = tmp_path / "damaged.gguf"
+    path.write_bytes(corpus.vocab_path("llama-spm").read_bytes())
+    reader = gguf.GGUFReader(str(path), "r+")
+    field = reader.fields["tokenizer.ggml.tokens"]
+    if damage == "duplicate":
+        field.parts[field.data[4]][:] = field.parts[field.data[3]][:]  # (`<0x01>` made `<0x00>`: same length)
+    else:
+        for i in field.data:
+            if bytes(field.parts[i]) == b"<0x0A>":
+                field.parts[i][:] = np.frombuffer(b"<0xZZ>", dtype=np.uint8)
+    reader.data.flush()
+    del reader
+    with pytest.raises(TokenizerError, match=says) as exc:
+        load_tokenizer(str(path))
+    assert "\n" not in str(exc.value) and "llama.cpp would abort" in str(exc.value)
+    load_tokenizer("vocab:llama-spm").close()  # (the vocabulary it was made from loads)

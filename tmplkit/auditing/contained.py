@@ -163,9 +163,11 @@ def _lost(what: str, memory_mb: int | None, advice: str, memory_advice: str = ""
             return "lost", RenderLimitError(f"{what}: ran out of memory (over {memory_mb} MiB); the worker was stopped "
                                             f"(the template may build a huge value){memory_advice}", kind="memory")
         if gone.kind == "exit" and gone.exitcode == -signal.SIGABRT and memory_mb:
-            # native code (a tokenizer's allocator, libstdc++) aborts where an allocation fails
-            return "lost", RenderError(f"{what}: the worker aborted (SIGABRT), as native code does when an allocation "
-                                       f"fails: most likely out of memory (over {memory_mb} MiB){memory_advice}")
+            # native code (a tokenizer's allocator, libstdc++) aborts where an allocation fails, and llama.cpp
+            # on a check of its own (a damaged vocabulary): the limit is not always the cause
+            return "lost", RenderError(f"{what}: the worker aborted (SIGABRT) in native code: out of memory (over "
+                                       f"{memory_mb} MiB) where an allocation failed{memory_advice}, or a check of its "
+                                       "own on damaged input (a tokenizer file it cannot read)")
         if gone.kind == "exit":
             return "lost", RenderError(f"{what}: the worker ended without a result (exit code {gone.exitcode})")
         if gone.kind == "start":

@@ -226,14 +226,41 @@ def _gguf_vocab_model(path: Path) -> str | None:
     """The value of `tokenizer.ggml.model` in a GGUF's metadata, or None when the key is absent.
 
     Reads the whole key/value header, so a truncated or corrupted file is told before llama.cpp
-    opens it; raises TokenizerError then.
+    opens it; raises TokenizerError then, and for a vocabulary llama.cpp would abort the process
+    on (`_vocab_problem`).
     """
+    tokens_key = "tokenizer.ggml.tokens"
     try:
-        md = read_metadata(path, lambda key: key == Keys.Tokenizer.MODEL)
+        md = read_metadata(path, lambda key: key in (Keys.Tokenizer.MODEL, tokens_key),
+                           pick={tokens_key: lambda out: set(range(len(out[tokens_key])))
+                                 if hasattr(out.get(tokens_key), "pick") else set()})
     except GGUFError as exc:
         raise TokenizerError(str(exc)) from None
     raw = md.get(Keys.Tokenizer.MODEL)
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None
+    model = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None
+    tokens = md.get(tokens_key)
+    problem = _vocab_problem(model, list(tokens.values())) if isinstance(tokens, dict) and model else None
+    if problem is not None:
+        raise TokenizerError(f"{path}: a damaged vocabulary ({problem}), which llama.cpp would abort the process on; "
+                             "re-convert or re-download the file")
+    return model
+
+
+def _vocab_problem(model: str, tokens: list[bytes]) -> str | None:
+    """Why llama.cpp's vocabulary would stop the process (an assert, an uncaught `at`), or None: two
+    tokens of one text (llama-vocab.cpp: `id_to_token.size() == token_to_id.size()`), or, for
+    SentencePiece, a byte its fallback needs (`byte_to_token`: `<0xXX>` or the byte itself; every
+    SentencePiece vocabulary of the corpus has all 256). BPE vocabularies leave out bytes no UTF-8
+    text holds (0xC0, 0xC1) and llama.cpp does not fall back to bytes there: not checked."""
+    seen: dict[bytes, int] = {}
+    for i, t in enumerate(tokens):
+        if seen.setdefault(t, i) != i:
+            return f"token {i} repeats the text of token {seen[t]}, {t[:40]!r}"
+    if model == "llama":
+        missing = [b for b in range(256) if b"<0x%02X>" % b not in seen and bytes([b]) not in seen]
+        if missing:
+            return f"no token for byte 0x{missing[0]:02X}, which its SentencePiece tokenizer falls back to"
+    return None
 
 
 @contextlib.contextmanager
