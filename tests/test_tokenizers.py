@@ -774,3 +774,28 @@ def test_tokenizing_leaves_no_garbage_for_the_collector(qwen35):
         gc.set_debug(0)
         gc.garbage.clear()
     assert "PyCArrayType" not in kinds
+
+
+def _word_level(tmp_path, vocab: dict):
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps({"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+                                "normalizer": None, "pre_tokenizer": None, "post_processor": None, "decoder": None,
+                                "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}}))
+    return path
+
+
+def test_a_tokenizer_json_with_an_id_far_past_its_vocabulary_is_refused_as_it_loads(tmp_path):
+    # (taken: pickled for a worker, `tokenizers` built a table that long: 12 GB and no output for a minute)
+    pytest.importorskip("tokenizers")
+    with pytest.raises(TokenizerError, match=r"token '\[UNK\]' has id 4000000000, far past the vocabulary's 2 tokens") as e:
+        load_tokenizer(str(_word_level(tmp_path, {"a": 0, "[UNK]": 4_000_000_000})))
+    assert "\n" not in str(e.value)
+
+
+def test_a_tokenizer_json_that_cannot_tokenize_is_a_tokenizer_error_not_a_traceback(tmp_path):
+    # (its unk_token missing from the vocabulary: `tokenizers` raised a plain Exception, and `audit`
+    # printed a traceback with exit 1, a failed gate's code)
+    pytest.importorskip("tokenizers")
+    tok = load_tokenizer(str(_word_level(tmp_path, {"a": 0})))
+    with pytest.raises(TokenizerError, match=r"cannot tokenize the text \(WordLevel error: Missing \[UNK\] token"):
+        tok.tokenize("b")

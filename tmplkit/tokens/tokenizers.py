@@ -743,6 +743,7 @@ class HFTokenizer:
                                  "or a .gguf or vocab:NAME") from None
         if self._tok.get_vocab_size(with_added_tokens=True) == 0:
             raise TokenizerError(f"{path} has no vocabulary; give the model's tokenizer.json")
+        _refuse_sparse_ids(self._tok, path)
         self.path = path
         self.name = name or (path.parent.name + "/" + path.name if path.parent.name else path.name)
         self.n_vocab = self._tok.get_vocab_size(with_added_tokens=True)
@@ -877,6 +878,21 @@ def utf8(text: str) -> bytes:
                              "which no tokenizer can encode; fix the text") from None
 
 
+# How far a tokenizer.json's ids may run past its count of tokens (gaps where a model reserves ids):
+# an id far beyond was a damaged file, which `tokenizers` then copied into a table that long
+# (gigabytes, minutes) when the tokenizer was pickled for a worker.
+_ID_SLACK = 1 << 20
+
+
+def _refuse_sparse_ids(tok, path: Path) -> None:
+    vocab = tok.get_vocab(with_added_tokens=True)
+    top = max(vocab.values(), default=0)
+    if top >= len(vocab) + _ID_SLACK:
+        token = next(t for t, i in vocab.items() if i == top)
+        raise TokenizerError(f"{path}: token {token[:40]!r} has id {top}, far past the vocabulary's {len(vocab)} tokens "
+                             "(a damaged tokenizer.json); give the model's own tokenizer.json, or a .gguf or vocab:NAME")
+
+
 def _hf_encode(tok, text: str, add_special_tokens: bool):
     """`tok.encode` of the `tokenizers` package, whose refusal of a lone surrogate (a TypeError) is
     `utf8`'s one line; nothing is checked before the call (a long render is read once)."""
@@ -885,6 +901,10 @@ def _hf_encode(tok, text: str, add_special_tokens: bool):
     except TypeError:
         utf8(text)
         raise
+    except Exception as exc:  # (the Rust side's refusal, a plain Exception: "Missing [UNK] token from the vocabulary")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TokenizerError(f"the tokenizer cannot tokenize the text ({first}): its tokenizer.json is damaged or "
+                             "incomplete; give the model's own tokenizer.json, or a .gguf or vocab:NAME") from None
 
 
 def _gguf_tokenizer(path: Path, add_bos: bool, name: str | None = None) -> Tokenizer:
