@@ -228,3 +228,14 @@ def test_tokenizer_pairing_runs_the_token_round_trip_of_paired_templates(project
 
 def test_empty_config_without_a_file():
     assert Config().to_dict()["path"] is None and Config().sources == ()
+
+
+def test_a_configuration_past_a_mebibyte_is_refused_before_it_is_read(project, capsys):
+    # (a 15 MB list of sources, under the 16 MiB cap then, took 46 s to check: a command that did not
+    # even use them looked hung)
+    from tmplkit.cli import main
+
+    (project / "tmplkit.toml").write_text("sources = [" + '"chat.jinja",' * 100_000 + "]\n")
+    assert main(["audit", "templates/llama3.jinja"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "too big for a configuration (at most 1048576)" in err, err
