@@ -320,6 +320,21 @@ def test_a_file_llama_cpp_cannot_load(tmp_path):
         PrefillRunner(tmp_path / "missing.gguf")
 
 
+def test_a_model_whose_vocabulary_llama_cpp_would_abort_on_is_refused(tmp_path):
+    # (a token repeated: llama.cpp's load asserts, and the process died with SIGABRT and a backtrace)
+    gguf = pytest.importorskip("gguf")
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(tiny_model_path("qwen35").read_bytes())
+    reader = gguf.GGUFReader(str(bad), "r+")
+    field = reader.fields["tokenizer.ggml.tokens"]
+    field.parts[field.data[1]][:] = field.parts[field.data[0]][:]  # ("!" and '"': one byte each)
+    reader.data.flush()
+    del reader
+    with pytest.raises(ModelError) as exc:
+        PrefillRunner(bad)
+    assert "a damaged vocabulary (token 1 repeats the text of token 0" in one_line(exc)
+
+
 def test_prompts_that_do_not_fit(runner):
     with pytest.raises(InputError) as exc:
         runner.run([2] * 5000)

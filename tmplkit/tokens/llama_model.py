@@ -76,6 +76,16 @@ def log_cause(default: str) -> str:
     return " ".join(cause.split())[:300]
 
 
+def _require_sound_vocabulary(path: Path) -> None:
+    """ModelError for a model whose vocabulary llama.cpp would abort the process on
+    (`tokenizers.damaged_vocabulary`, the tokenizer's own check)."""
+    from .tokenizers import damaged_vocabulary  # (imported here: tokenizers imports this module)
+
+    problem = damaged_vocabulary(Path(path))
+    if problem is not None:
+        raise ModelError(problem)
+
+
 class LlamaModel:
     """A `llama_model` loaded from a GGUF file (its weights on the CPU unless `n_gpu_layers`;
     `repack`: llama.cpp may repack them into CPU-specific buffers; `vocab_only`: the vocabulary
@@ -84,6 +94,8 @@ class LlamaModel:
 
     def __init__(self, llama_cpp, path: Path, *, n_gpu_layers: int = 0, repack: bool = False, vocab_only: bool = False):
         self._lc = llama_cpp
+        if not vocab_only:  # (a tokenizer checks its file itself, before it comes here)
+            _require_sound_vocabulary(path)
         ensure_backend(llama_cpp)
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers

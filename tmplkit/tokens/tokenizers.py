@@ -227,23 +227,45 @@ def _gguf_vocab_model(path: Path) -> str | None:
 
     Reads the whole key/value header, so a truncated or corrupted file is told before llama.cpp
     opens it; raises TokenizerError then, and for a vocabulary llama.cpp would abort the process
-    on (`_vocab_problem`).
+    on (`damaged_vocabulary`).
     """
-    tokens_key = "tokenizer.ggml.tokens"
     try:
-        md = read_metadata(path, lambda key: key in (Keys.Tokenizer.MODEL, tokens_key),
-                           pick={tokens_key: lambda out: set(range(len(out[tokens_key])))
-                                 if hasattr(out.get(tokens_key), "pick") else set()})
+        model, tokens = _vocab_metadata(path)
     except GGUFError as exc:
         raise TokenizerError(str(exc)) from None
-    raw = md.get(Keys.Tokenizer.MODEL)
-    model = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None
-    tokens = md.get(tokens_key)
-    problem = _vocab_problem(model, list(tokens.values())) if isinstance(tokens, dict) and model else None
+    problem = _damage(path, model, tokens)
     if problem is not None:
-        raise TokenizerError(f"{path}: a damaged vocabulary ({problem}), which llama.cpp would abort the process on; "
-                             "re-convert or re-download the file")
+        raise TokenizerError(problem)
     return model
+
+
+def damaged_vocabulary(path: Path) -> str | None:
+    """Why llama.cpp would abort the process on the vocabulary of the GGUF at `path` (one line), or
+    None: it would not, or the file is no GGUF it reads (llama.cpp's own load says so then)."""
+    try:
+        model, tokens = _vocab_metadata(path)
+    except GGUFError:
+        return None
+    return _damage(path, model, tokens)
+
+
+def _vocab_metadata(path: Path) -> tuple[str | None, list[bytes] | None]:
+    """(`tokenizer.ggml.model`, the token texts) of a GGUF; GGUFError for a file it cannot read."""
+    key = "tokenizer.ggml.tokens"
+    md = read_metadata(path, lambda k: k in (Keys.Tokenizer.MODEL, key),
+                       pick={key: lambda out: set(range(len(out[key]))) if hasattr(out.get(key), "pick") else set()})
+    raw = md.get(Keys.Tokenizer.MODEL)
+    tokens = md.get(key)
+    return (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None,
+            list(tokens.values()) if isinstance(tokens, dict) else None)
+
+
+def _damage(path: Path, model: str | None, tokens: list[bytes] | None) -> str | None:
+    problem = _vocab_problem(model, tokens) if model and tokens is not None else None
+    if problem is None:
+        return None
+    return (f"{path}: a damaged vocabulary ({problem}), which llama.cpp would abort the process on; re-convert or "
+            "re-download the file")
 
 
 def _vocab_problem(model: str, tokens: list[bytes]) -> str | None:
