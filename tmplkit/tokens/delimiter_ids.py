@@ -345,9 +345,10 @@ def tokenize_delimiters(delimiters: Iterable[Delimiter], rendered: str, tokenize
 def _prompt_opening(delimiters: Sequence[Delimiter], render: _Render) -> frozenset[int]:
     """The tokens at which an assistant start may be found though no text match is there: where the
     render ends with an assistant delimiter less its trailing whitespace (`assistant:` for
-    `assistant: `, `[/INST]` for `[/INST] `), perhaps then a reasoning opening, the generation
-    prompt that opens the next assistant turn. The text split misses it for the missing whitespace; ids that stop short of the
-    whitespace (which BPE joins to the content's first letter) match it too, and rightly."""
+    `assistant: `, `[/INST]` for `[/INST] `), perhaps then a reasoning opening: the generation
+    prompt that opens the next assistant turn. The text split misses it for the missing whitespace;
+    ids that stop short of the whitespace (which BPE joins to the content's first letter) match it
+    too, and rightly."""
     # (the prompt may open the reasoning too: `<|BOT|>assistant\n<think>\n`, Step3)
     thinking = "|".join(re.escape(d.text.strip()) for d in delimiters if d.role == "reasoning" and d.text.strip())
     out: set[int] = set()
