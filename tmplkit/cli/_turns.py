@@ -128,9 +128,11 @@ def _cmd_turns(args) -> int:
     from ..turns.cost import CHOSEN
     from ..turns.formats import format_turns
 
-    _need_tokenizer(args)  # (before --model is read and said: a refused command line is one line)
-    memory = _memory(args)  # refuse a bad option before any work
+    memory, said = _memory(args)  # refuse a bad option before any work
     worker_mb = memory_mb(args.memory_mb) or MEMORY_MB
+    _need_tokenizer(args)
+    if said:  # (after the options' checks: a refused command line is one line)
+        print(said, file=sys.stderr)
     settings = settings_of(args, CHOSEN)
     kwargs = _template_kwargs(args.template_kwargs)
     server = None
@@ -310,7 +312,8 @@ def _template_kwargs(text: str | None) -> dict | None:
 
 
 def _memory(args):
-    """--memory-model as given, else --model's memory (said on stderr), else Gemma 3's window of 512."""
+    """(--memory-model as given, else --model's memory, else Gemma 3's window of 512; the line that
+    says --model's, for stderr, or None)."""
     from ..errors import InputError
     from ..turns import MemoryModel
 
@@ -320,10 +323,9 @@ def _memory(args):
         from ..turns.model_memory import describe_memory, memory_of_model
 
         memory, found = memory_of_model(args.model)
-        print(f"tmplkit: memory of {args.model}: {describe_memory(found)}", file=sys.stderr)
-        return memory
+        return memory, f"tmplkit: memory of {args.model}: {describe_memory(found)}"
     try:
-        return MemoryModel.parse(args.memory or "swa:512")
+        return MemoryModel.parse(args.memory or "swa:512"), None
     except InputError as exc:  # (the option as typed, cut short where it is long)
         typed = args.memory if len(args.memory or "") <= 40 else args.memory[:24] + "..."
         raise InputError(f"--memory-model {typed}: {exc}") from None

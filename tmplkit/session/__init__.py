@@ -11,7 +11,8 @@ conversation for a server.
 - `given_messages(messages, inputs)`: each message as llama-server reads and writes it again
   ("server": a null content as `""`, only the keys its message struct holds) or as transformers
   gives it ("transformers": null-valued keys dropped, reasoning under both names), and the tools
-  likewise (`given_tools`) (_inputs);
+  likewise (`given_tools`) (_inputs), a tool's parameters checked as llama-server's JSON Schema
+  builder reads them (`schema_problem`) (_tool_schema);
 - `as_server_prepares(template, messages)`, `as_server_renders(...)` and `as_server_finishes(...)`:
   llama-server's workarounds for what a template reads (content parts joined or made, StepFun's
   trim, Ministral 3's content blocks; on each list rendered, a system message it never reads
@@ -53,6 +54,7 @@ from ._inputs import (
 )
 from ._render import SERVER_VARIABLES, SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables, server_variables
 from ._thinking import server_thinking
+from ._tool_schema import schema_problem
 from ._turn_alone import trusted_by_probes
 from ._workarounds import ContentReads, as_server_finishes, as_server_prepares, as_server_renders, content_reads
 
@@ -65,5 +67,5 @@ __all__ = [
     "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for", "render_conversation",
     "render_variables", "save_session", "server_object_arguments", "server_handler", "server_refuses", "server_thinking", "server_variables",
     "session_from_json", "active_session_limits", "session_limits", "session_render",
-    "template_messages", "trusted_by_probes",
+    "schema_problem", "template_messages", "trusted_by_probes",
 ]

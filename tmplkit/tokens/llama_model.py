@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..environment import llama_log_echo
 from ..errors import ModelError, TmplkitError
+from .vocab_check import damaged_vocabulary
 
 __all__ = ["LlamaModel", "clear_log", "ensure_backend", "import_llama_cpp", "log_cause"]
 
@@ -78,9 +79,7 @@ def log_cause(default: str) -> str:
 
 def _require_sound_vocabulary(path: Path) -> None:
     """ModelError for a model whose vocabulary llama.cpp would abort the process on
-    (`tokenizers.damaged_vocabulary`, the tokenizer's own check)."""
-    from .tokenizers import damaged_vocabulary  # (imported here: tokenizers imports this module)
-
+    (`vocab_check.damaged_vocabulary`, the tokenizer's own check)."""
     problem = damaged_vocabulary(Path(path))
     if problem is not None:
         raise ModelError(problem)

@@ -33,10 +33,11 @@ import numpy as np
 
 from ..errors import GGUFError, ModelError, SourceError, TokenizerError
 from ..sources import corpus
-from ..sources.gguf_meta import Keys, read_metadata
+from ..sources.gguf_meta import Keys
 from ._cuts import CHUNK, SpecialTexts, cuts
 from .gguf_vocab import byte_level_bytes, gguf_bpe_tokenizer, supports
 from .llama_model import LlamaModel, import_llama_cpp
+from .vocab_check import damage, vocab_metadata
 
 __all__ = ["GGUFBPETokenizer", "HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "fewest_tokens", "load_tokenizer",
            "locate_tokenizer", "utf8"]
@@ -227,62 +228,16 @@ def _gguf_vocab_model(path: Path) -> str | None:
 
     Reads the whole key/value header, so a truncated or corrupted file is told before llama.cpp
     opens it; raises TokenizerError then, and for a vocabulary llama.cpp would abort the process
-    on (`damaged_vocabulary`).
+    on (`vocab_check.damaged_vocabulary`).
     """
     try:
-        model, tokens = _vocab_metadata(path)
+        model, tokens = vocab_metadata(path)
     except GGUFError as exc:
         raise TokenizerError(str(exc)) from None
-    problem = _damage(path, model, tokens)
+    problem = damage(path, model, tokens)
     if problem is not None:
         raise TokenizerError(problem)
     return model
-
-
-def damaged_vocabulary(path: Path) -> str | None:
-    """Why llama.cpp would abort the process on the vocabulary of the GGUF at `path` (one line), or
-    None: it would not, or the file is no GGUF it reads (llama.cpp's own load says so then)."""
-    try:
-        model, tokens = _vocab_metadata(path)
-    except GGUFError:
-        return None
-    return _damage(path, model, tokens)
-
-
-def _vocab_metadata(path: Path) -> tuple[str | None, list[bytes] | None]:
-    """(`tokenizer.ggml.model`, the token texts) of a GGUF; GGUFError for a file it cannot read."""
-    key = "tokenizer.ggml.tokens"
-    md = read_metadata(path, lambda k: k in (Keys.Tokenizer.MODEL, key),
-                       pick={key: lambda out: set(range(len(out[key]))) if hasattr(out.get(key), "pick") else set()})
-    raw = md.get(Keys.Tokenizer.MODEL)
-    tokens = md.get(key)
-    return (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None,
-            list(tokens.values()) if isinstance(tokens, dict) else None)
-
-
-def _damage(path: Path, model: str | None, tokens: list[bytes] | None) -> str | None:
-    problem = _vocab_problem(model, tokens) if model and tokens is not None else None
-    if problem is None:
-        return None
-    return (f"{path}: a damaged vocabulary ({problem}), which llama.cpp would abort the process on; re-convert or "
-            "re-download the file")
-
-
-def _vocab_problem(model: str, tokens: list[bytes]) -> str | None:
-    """Why llama.cpp's vocabulary would stop the process (an assert, an uncaught `at`), or None: two
-    tokens of one text (llama-vocab.cpp: `id_to_token.size() == token_to_id.size()`), or, for
-    SentencePiece, a byte its fallback needs (`byte_to_token`: `<0xXX>` or the byte itself; every
-    SentencePiece vocabulary of the corpus has all 256). BPE vocabularies leave out bytes no UTF-8
-    text holds (0xC0, 0xC1) and llama.cpp does not fall back to bytes there: not checked."""
-    seen: dict[bytes, int] = {}
-    for i, t in enumerate(tokens):
-        if seen.setdefault(t, i) != i:
-            return f"token {i} repeats the text of token {seen[t]}, {t[:40]!r}"
-    if model == "llama":
-        missing = [b for b in range(256) if b"<0x%02X>" % b not in seen and bytes([b]) not in seen]
-        if missing:
-            return f"no token for byte 0x{missing[0]:02X}, which its SentencePiece tokenizer falls back to"
-    return None
 
 
 @contextlib.contextmanager
