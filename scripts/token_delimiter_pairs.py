@@ -5,7 +5,8 @@ per pair, whether they split the probe render as the text does, and their ids as
     python scripts/token_delimiter_pairs.py --corpus hub --json scripts/results/token-delimiters-hub.json
     python scripts/token_delimiter_pairs.py --corpus llama.cpp --compare OLD.json
 
-`--corpus hub` is the Hub corpus's development half only. `--compare OLD.json` (this script's JSON
+`--corpus hub` is the Hub corpus's development half only; `--corpus llama.cpp` leaves out the
+templates whose names the Hub's held-out half has (`_held_out.py`). `--compare OLD.json` (this script's JSON
 from another revision): the pairs that pass in one and not the other, and those whose ids changed.
 A vocabulary need not be the template's own: the check is of how delimiters are read off tokens,
 and every tokenizer splits a delimiter's edges its own way.
@@ -18,7 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from _machine import cpu_model  # scripts/, beside this file
+from _held_out import held_out  # scripts/, beside this file
+from _machine import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -32,7 +34,7 @@ def templates(which: str) -> list:
 
     if which == "hub":
         return [t for n in corpus.hub_dev_names() for t in load(str(corpus.hub_templates_dir() / f"{n}.jinja"))]
-    return load("corpus:llama.cpp")
+    return [t for t in load("corpus:llama.cpp") if not held_out(t.name)]  # (names the Hub's held-out half has: left out)
 
 
 def pairs(which: str) -> dict:
