@@ -18,6 +18,7 @@ from functools import lru_cache
 import jinja2
 import jinja2.compiler
 import jinja2.constants
+import jinja2.defaults
 import jinja2.ext
 import jinja2.nodes
 import jinja2.runtime
@@ -52,35 +53,25 @@ class SequenceToJson(TypeError):
     own words; llama-server's engine writes it (`_ServerEnvironment`)."""
 
 
-class NoneFiltered(TypeError):
-    """A filter over a mapping or sequence given None (`tool_call.arguments | items`, where a client
-    sent the arguments as null): transformers refuses it, in Jinja's own words; llama-server's
-    engine gives an empty list (its `items`, `unique` and the rest on none: common/jinja/value.cpp)."""
-
-
-# The filters llama-server's engine answers with an empty list on none (Jinja's `map` and `select`
-# family already give nothing for a false value).
+# The filters llama-server's engine answers with an empty list on none (its `items`, `unique` and
+# the rest on none: common/jinja/value.cpp; Jinja's `map` and `select` family already give nothing
+# for a false value). Only its environment wraps them: transformers' renders, the hot path, keep
+# Jinja's own, and their refusal (`NONE_REFUSALS`) sends a render to this engine.
 _EMPTY_ON_NONE = ("items", "unique", "map", "select", "selectattr", "reject", "rejectattr")
+# What Jinja's `items` and `unique` raise on none (`tool_call.arguments | items` where a client sent
+# the arguments as null).
+NONE_REFUSALS = frozenset({"Can only get item pairs from a mapping.", "'NoneType' object is not iterable"})
 
 
-def _none_refused(func, server: bool):
-    """`func`, one of `_EMPTY_ON_NONE`, given None: its refusal as NoneFiltered (transformers' engine),
-    or an empty list (`server`: llama-server's)."""
+def _empty_on_none(func):
+    """`func`, one of `_EMPTY_ON_NONE`, as llama-server's engine has it: an empty list for none."""
     passes = getattr(func, "jinja_pass_arg", None) is not None
 
     def wrapped(*args, **kwargs):
-        if (args[1] if passes else args[0]) is not None:
-            return func(*args, **kwargs)
-        if server:
-            return []
-        try:  # (`items` is a generator: its refusal comes as it is walked)
-            out = func(*args, **kwargs)
-            return list(out) if isinstance(out, Iterator) else out
-        except TypeError as exc:
-            raise NoneFiltered(str(exc)) from None
+        return [] if (args[1] if passes else args[0]) is None else func(*args, **kwargs)
 
     if passes:
-        wrapped.jinja_pass_arg = func.jinja_pass_arg  # type: ignore[attr-defined]
+        wrapped.jinja_pass_arg = func.jinja_pass_arg
     return wrapped
 
 
@@ -420,7 +411,6 @@ class _Environment(ImmutableSandboxedEnvironment):
 
     intercepted_binops = frozenset(("*", "**", "%"))
     code_generator_class = _CodeGenerator
-    _server = False  # (llama-server's engine: `_ServerEnvironment`)
 
     @staticmethod  # (no bound method made at every `+`)
     def checked_add(left, right):
@@ -457,7 +447,7 @@ class _Environment(ImmutableSandboxedEnvironment):
         # the optimizer a fifth of compiling; tests/test_parity.py shows the output is unchanged.
         self.optimized = False
         for key, func in list(self.filters.items()):
-            self.filters[key] = _checked_filter(_none_refused(func, self._server) if key in _EMPTY_ON_NONE else func, key)
+            self.filters[key] = _checked_filter(func, key)
         self.filters["tojson"] = _checked_filter(_tojson, "tojson")
         self.filters["random"] = _checked_filter(_random, "random")
         self.filters[_GUARD_FILTER] = _guard_iter
@@ -608,11 +598,12 @@ class _ServerEnvironment(_Environment):
     the render; what it adds counts against the size limit as it is added."""
 
     _SAFE: dict = {}  # (its own answers: a list's `append` is safe here)
-    _server = True  # (a filter of `_EMPTY_ON_NONE` given None: an empty list)
 
     def __init__(self):
         super().__init__()
         self.filters["tojson"] = _checked_filter(_server_tojson, "tojson")
+        for key in _EMPTY_ON_NONE:
+            self.filters[key] = _checked_filter(_empty_on_none(jinja2.defaults.DEFAULT_FILTERS[key]), key)
 
     def is_safe_attribute(self, obj, attr, value):
         if attr in _PLAIN_MUTATORS and type(obj) in (list, dict, set):

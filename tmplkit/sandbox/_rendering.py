@@ -16,7 +16,7 @@ from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 from ..errors import InputError, RenderError, RenderLimitError
 from ..sources.templates import ChatTemplate, require_template
 from ._inputs import _plain, _prepare_dicts, _prepare_messages, _refused_if_recursive
-from ._jinja import PROMPT_MARK, NoneFiltered, SequenceToJson, _compile, _compile_server, _compile_split, _compile_split_server
+from ._jinja import NONE_REFUSALS, PROMPT_MARK, SequenceToJson, _compile, _compile_server, _compile_split, _compile_split_server
 from ._limits import _STATE, DEFAULT_LIMITS, Limits, _State, _timeout, _too_big, hint
 
 __all__ = ["ENGINES", "compile_template", "render", "render_with_prompt"]
@@ -74,8 +74,8 @@ def _render_error(template: ChatTemplate, exc: BaseException, compiled) -> Rende
         message = "recursion too deep"
         err = RenderError(f"template '{template.name}' recursed too deeply{where}; it may call a macro without end")
     else:
-        # (the engines' own refusals in Python's words: transformers raises a TypeError there)
-        kind = "TypeError" if isinstance(exc, (SequenceToJson, NoneFiltered)) else type(exc).__name__
+        # (the engine's own refusal in Python's words: transformers raises a TypeError there)
+        kind = "TypeError" if isinstance(exc, SequenceToJson) else type(exc).__name__
         message = f"{kind}: {exc}"
         err = RenderError(f"template '{template.name}' failed{where}: {message}")
     err.template_message = str(message)
@@ -241,7 +241,8 @@ def _render_in(template: ChatTemplate, context: dict, limits: Limits | None, clo
         err = _render_error(template, exc, compiled)
         # (a filter's sequence to `tojson`: transformers' json.dumps refuses a generator; llama-server's engine
         # writes it; `none | items`: its engine gives an empty list)
-        err.engine_refusal = not server and isinstance(exc, (SequenceToJson, NoneFiltered))
+        err.engine_refusal = not server and (isinstance(exc, SequenceToJson) or
+                                             (type(exc) is TypeError and str(exc) in NONE_REFUSALS))
         raise err from exc
     finally:
         _STATE.reset(token)
