@@ -28,6 +28,7 @@ that overlaps masked text is masked.
 
 from __future__ import annotations
 
+import json
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
@@ -805,20 +806,50 @@ _END_OF_TEXT = re.compile(r"(?:\s+(?:" + UNIT.pattern + r"))+$")
 def _without_end_of_text(server: ServerConversation, text: str, start: int, end: int) -> str:
     """The last turn, text[start:end], less the markup the render ends with after whitespace once
     the turn's own end marker is written (Phi-3.5's `<|end|>\n</s>`: the template's end of text,
-    which a turn with a message after it does not have; the model stopped at `<|end|>`). Only where
-    the render with one more message does not write it there: a turn whose content ends with markup
+    which a turn with a message after it does not have; the model stopped at `<|end|>`). Only the
+    markup the template writes there alone (`_end_of_text`): a turn whose content ends with markup
     (`</b>` then ChatML's `\n<|im_end|>`) has the same shape, and its end marker is its own."""
     turn = text[start:end]
     m = _END_OF_TEXT.search(turn)
     if not m or not _ends_with_unit(turn[:m.start()]):
         return turn
-    kept = text[:start + m.start()]
+    ending = _end_of_text(server)
+    if not ending or not turn.endswith(ending):
+        return turn
+    kept = turn[:len(turn) - len(ending)].rstrip()
+    return kept if _ends_with_unit(kept) else turn
+
+
+_END_OF_TEXTS: dict = {}  # (template, inputs, variables) -> `_end_of_text`, the 64 newest
+
+
+def _end_of_text(server: ServerConversation) -> str:
+    """The markup `server`'s template writes after the newest turn only ("" none), read once per
+    template, message preparation and variables: what a two-message chat's render ends with past
+    the render of it with one more message (cut back to the start of the markup unit the two part
+    inside: `</s>` and `<|user|>` share their `<`). A template that renders neither: ""."""
     try:
-        more = server.render(list(server.messages) + [{"role": "user", "content": "x"}], add_generation_prompt=False,
-                             clock=clock_at(PINNED_NOW))
+        key = (server.template, server.inputs, json.dumps(server.kwargs, sort_keys=True, default=repr))
+        hash(key)
+    except TypeError:  # (variables that cannot be a key: read each time)
+        key = None
+    if key is not None and key in _END_OF_TEXTS:
+        return _END_OF_TEXTS[key]
+    chat = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]
+    try:
+        last, more = (for_server(server.template, load_conversation(c), server.kwargs, inputs=server.inputs)
+                      .render(add_generation_prompt=False, clock=clock_at(PINNED_NOW))
+                      for c in (chat, chat + [{"role": "user", "content": "Again."}]))
+        k = common_prefix(last, more)
+        k = next((u.start() for u in UNIT.finditer(last, max(0, k - 64)) if u.start() < k < u.end()), k)
+        ending = last[k:].strip()
     except TmplkitError:
-        return turn  # (not known to be the end of text: the turn as the render writes it)
-    return turn[:m.start()] if more.startswith(kept) and not more.startswith(kept + m.group()) else turn
+        ending = ""
+    if key is not None:
+        if len(_END_OF_TEXTS) >= 64:
+            _END_OF_TEXTS.pop(next(iter(_END_OF_TEXTS)))
+        _END_OF_TEXTS[key] = ending
+    return ending
 
 
 def _ends_with_unit(text: str) -> bool:
