@@ -186,3 +186,20 @@ def test_a_vocabulary_llama_cpp_would_abort_on_is_refused_before_it_loads(tmp_pa
         load_tokenizer(str(path))
     assert "\n" not in str(exc.value) and "llama.cpp would abort" in str(exc.value)
     load_tokenizer("vocab:llama-spm").close()  # (the vocabulary it was made from loads)
+
+
+def test_a_vocabulary_is_checked_once_per_file_as_it_stands(tmp_path, monkeypatch):
+    # (each check reads every token, 0.1-0.3 s; a runner or a suite loads one model again and again)
+    if not corpus.is_fetched():
+        pytest.skip("the llama.cpp corpus is not fetched (tmplkit corpus fetch)")
+    from tmplkit.tokens import vocab_check
+
+    path = tmp_path / "v.gguf"
+    path.write_bytes(corpus.vocab_path("qwen35").read_bytes())
+    reads = []
+    real = vocab_check.read_metadata
+    monkeypatch.setattr(vocab_check, "read_metadata", lambda *a, **k: reads.append(1) or real(*a, **k))
+    assert vocab_check.checked_vocabulary(path) == vocab_check.checked_vocabulary(path) == ("gpt2", None)
+    assert len(reads) == 1
+    path.write_bytes(path.read_bytes() + b"\0")  # (changed: read again)
+    assert vocab_check.checked_vocabulary(path) == ("gpt2", None) and len(reads) == 2

@@ -37,7 +37,7 @@ from ..sources.gguf_meta import Keys
 from ._cuts import CHUNK, SpecialTexts, cuts
 from .gguf_vocab import byte_level_bytes, gguf_bpe_tokenizer, supports
 from .llama_model import LlamaModel, import_llama_cpp
-from .vocab_check import damage, vocab_metadata
+from .vocab_check import checked_vocabulary
 
 __all__ = ["GGUFBPETokenizer", "HFTokenizer", "LlamaCppTokenizer", "Offsets", "TokenizerSpec", "Tokenizer", "fewest_tokens", "load_tokenizer",
            "locate_tokenizer", "utf8"]
@@ -228,13 +228,12 @@ def _gguf_vocab_model(path: Path) -> str | None:
 
     Reads the whole key/value header, so a truncated or corrupted file is told before llama.cpp
     opens it; raises TokenizerError then, and for a vocabulary llama.cpp would abort the process
-    on (`vocab_check.damaged_vocabulary`).
+    on (`vocab_check.checked_vocabulary`).
     """
     try:
-        model, tokens = vocab_metadata(path)
+        model, problem = checked_vocabulary(path)
     except GGUFError as exc:
         raise TokenizerError(str(exc)) from None
-    problem = damage(path, model, tokens)
     if problem is not None:
         raise TokenizerError(problem)
     return model

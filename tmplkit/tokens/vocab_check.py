@@ -3,41 +3,47 @@ llama.cpp opens the file, as a tokenizer (`tokenizers`) and as a model (`llama_m
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 
 from ..sources.gguf_meta import GGUFError, Keys, read_metadata
 
-__all__ = ["damage", "damaged_vocabulary", "vocab_metadata"]
+__all__ = ["checked_vocabulary", "damaged_vocabulary"]
 
 
 def damaged_vocabulary(path: Path) -> str | None:
     """Why llama.cpp would abort the process on the vocabulary of the GGUF at `path` (one line), or
     None: it would not, or the file is no GGUF it reads (llama.cpp's own load says so then)."""
     try:
-        model, tokens = vocab_metadata(path)
+        return checked_vocabulary(path)[1]
     except GGUFError:
         return None
-    return damage(path, model, tokens)
 
 
-def vocab_metadata(path: Path) -> tuple[str | None, list[bytes] | None]:
-    """(`tokenizer.ggml.model`, the token texts) of a GGUF; GGUFError for a file it cannot read."""
+def checked_vocabulary(path: Path) -> tuple[str | None, str | None]:
+    """(`tokenizer.ggml.model` of the GGUF at `path`, `damaged_vocabulary`'s answer); GGUFError for a
+    file it cannot read. Read once per file as it stands (its every token is read: 0.1-0.3 s for a
+    vocabulary of 150k-260k; a test suite and a runner load the same model again and again)."""
+    try:
+        st = os.stat(path)
+        model, problem = _checked(Path(path).resolve(), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    except OSError:
+        model, problem = _checked(Path(path), None)  # (read_metadata says what is wrong with it)
+    if problem is None:
+        return model, None
+    return model, (f"{path}: a damaged vocabulary ({problem}), which llama.cpp would abort the process on; re-convert "
+                   "or re-download the file")
+
+
+@functools.lru_cache(maxsize=16)
+def _checked(path: Path, stamp) -> tuple[str | None, str | None]:
     key = "tokenizer.ggml.tokens"
     md = read_metadata(path, lambda k: k in (Keys.Tokenizer.MODEL, key),
                        pick={key: lambda out: set(range(len(out[key]))) if hasattr(out.get(key), "pick") else set()})
-    raw = md.get(Keys.Tokenizer.MODEL)
-    tokens = md.get(key)
-    return (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None,
-            list(tokens.values()) if isinstance(tokens, dict) else None)
-
-
-def damage(path: Path, model: str | None, tokens: list[bytes] | None) -> str | None:
-    """`damaged_vocabulary` of what `vocab_metadata` read."""
-    problem = _vocab_problem(model, tokens) if model and tokens is not None else None
-    if problem is None:
-        return None
-    return (f"{path}: a damaged vocabulary ({problem}), which llama.cpp would abort the process on; re-convert or "
-            "re-download the file")
+    raw, tokens = md.get(Keys.Tokenizer.MODEL), md.get(key)
+    model = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None
+    return model, _vocab_problem(model, list(tokens.values())) if model and isinstance(tokens, dict) else None
 
 
 def _vocab_problem(model: str, tokens: list[bytes]) -> str | None:
