@@ -93,9 +93,9 @@ def require_replaceable(path) -> None:
     lock's JSON (a text file, a template, `-o` slipped onto another file)."""
     if Path(path).suffix.lower() == ".json":
         return
-    try:
-        data = json.loads(Path(path).read_bytes())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+    try:  # (read_json's bounds: a large file named by mistake is not read whole)
+        data = read_json(path, what="a behaviour lock")
+    except InputError:
         data = None
     if not isinstance(data, dict) or not _LOCK_KEYS & set(data):
         raise InputError(f"{path}: not a behaviour lock (no lock's JSON); --fresh replaces a lock, not any file: give "
