@@ -239,3 +239,19 @@ def test_a_configuration_past_a_mebibyte_is_refused_before_it_is_read(project, c
     assert main(["audit", "templates/llama3.jinja"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "too big for a configuration (at most 1048576)" in err, err
+
+
+def test_a_large_pyproject_of_another_project_is_not_read_as_a_configuration(project, capsys):
+    """A pyproject.toml past the configuration's limit that has no tmplkit table is another project's
+    file: found on the way up from the current folder, it stopped every command ("too big for a
+    configuration"); one that does mention tmplkit is still refused."""
+    from tmplkit.cli import main
+
+    big = "[project]\nname = 'other'\n[tool.other]\nwords = [" + '"padding",' * 120_000 + "]\n"
+    (project / "pyproject.toml").write_text(big)
+    assert main(["audit", "-q", "templates/llama3.jinja"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    (project / "pyproject.toml").write_text(big + "[tool.tmplkit]\nsources = []\n")
+    assert main(["audit", "templates/llama3.jinja"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "too big for a configuration" in err, err

@@ -114,9 +114,30 @@ def find_config(start: str | os.PathLike | None = None) -> Path | None:
         if own.exists():  # (not is_file: a pipe or folder by that name is refused, not skipped)
             return own
         pyproject = folder / "pyproject.toml"
-        if pyproject.exists() and "tmplkit" in _tool_table(_read_toml(pyproject), pyproject):
+        if pyproject.exists() and _may_have_ours(pyproject) and "tmplkit" in _tool_table(_read_toml(pyproject), pyproject):
             return pyproject
     return None
+
+
+def _may_have_ours(pyproject: Path) -> bool:
+    """False for a regular pyproject.toml over the configuration's size limit that never writes
+    `tmplkit` (another project's large file, read in chunks): it is no configuration, and refusing it
+    would stop every command run below it. True otherwise: `_read_toml` then reads or refuses it."""
+    import stat
+
+    try:
+        st = pyproject.stat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size <= _MAX_CONFIG_BYTES:
+            return True
+        with pyproject.open("rb") as f:
+            tail = b""
+            while chunk := f.read(1 << 20):
+                if b"tmplkit" in tail + chunk:
+                    return True
+                tail = chunk[-len(b"tmplkit"):]
+    except OSError:
+        return True
+    return False
 
 
 def load_config(path: str | os.PathLike | None = None) -> Config:
