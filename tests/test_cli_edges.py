@@ -561,6 +561,31 @@ def test_spans_and_requests_where_the_conversation_is_read_otherwise_than_the_pr
     assert code == 0 and json.loads(out.read_text())["misplaced"] == [], err
 
 
+def test_spans_whose_ids_read_the_conversation_otherwise_than_its_text_are_written_and_fail(tmp_path, capsys):
+    """Token delimiters proven on the probe render meet contexts the probe lacks: here a BOS string
+    the vocabulary spells as text merges into the first `[INST]` (`>[`), and `]` ending the user's
+    content into `[/INST]` (`][/` in qwen2). spans exited 0 with the first user message in no span;
+    the token split is now held against the text split of the very render."""
+    (tmp_path / "inst.jinja").write_text("{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}"
+                                         "{{ '[INST]' + m.content + '[/INST]' }}{% elif m.role == 'assistant' %}"
+                                         "{{ m.content + eos_token }}{% endif %}{% endfor %}")
+    chat = [{"role": "user", "content": "Sort [3, 1, 2]"}, {"role": "assistant", "content": "[1, 2, 3]"},
+            {"role": "user", "content": "Thanks"}, {"role": "assistant", "content": "Welcome"}]
+    (tmp_path / "c.json").write_text(json.dumps(chat))
+    out = tmp_path / "spans.json"
+    code, _, err = run(capsys, "spans", str(tmp_path / "inst.jinja"), "--session", str(tmp_path / "c.json"),
+                       "--tokenizer", "vocab:qwen2", "-o", str(out))
+    written = json.loads(out.read_text())
+    assert code == 1 and written["delimiters"]["passed"] is True and written["misplaced"] == []
+    assert written["disagreements"][0] == "the token split misses the user start at character 3", written
+    assert err.count("\n") == 1 and "on this conversation the token split misses the user start at character 3" in err
+    assert "cannot be trusted" in err
+    # a conversation its ids read as its text: no disagreement, exit 0
+    code, _, err = run(capsys, "spans", CHATML, "--session", str(tmp_path / "c.json"), "--tokenizer", "vocab:qwen35",
+                       "-o", str(out))
+    assert code == 0 and json.loads(out.read_text())["disagreements"] == [], err
+
+
 @pytest.mark.parametrize("name,status", [("system-as-user", "impossible"), ("missing-call-marker", "fail")])
 def test_spans_and_requests_of_a_template_that_failed_its_analysis_fail(tmp_path, capsys, name, status):
     # (spans exited 0, and `request` gave llama-server a failed template's delimiters: their ids

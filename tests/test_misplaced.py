@@ -109,3 +109,43 @@ def test_a_template_that_drops_tool_results_has_none_to_misplace(tmp_path, capsy
     code = main(["--no-config", "spans", template, "--session", str(session), "--tokenizer", "vocab:qwen35", "-o",
                  str(tmp_path / "o.json")])
     assert code == 0 and json.loads((tmp_path / "o.json").read_text())["misplaced"] == [], capsys.readouterr().err
+
+
+class _Chars:
+    """A tokenizer of one token per character (its code point), BOS 1 first: offsets anyone can read."""
+
+    def tokenize(self, text: str, *, add_bos: bool | None = None) -> list[int]:
+        return [1] + [ord(c) for c in text]
+
+    def tokenize_with_offsets(self, text: str):
+        return [ord(c) for c in text], [(i, i + 1) for i in range(len(text))]
+
+
+def test_split_disagreements_name_each_start_the_ids_read_otherwise_than_the_text():
+    from tmplkit.session.token_spans import split_disagreements
+    from tmplkit.tokens.spans import SpanDetector
+
+    tok, delims = _Chars(), [Delimiter("user", "<u>"), Delimiter("assistant", "<a>")]
+
+    def said(text, pairs):
+        ids = tok.tokenize(text)
+        return split_disagreements(text, delims, tok, ids, SpanDetector([(r, [ord(c) for c in q]) for r, q in pairs]).split(ids))
+
+    text = "<u>hello<a>fine<u>ok"
+    assert said(text, [("user", "<u>"), ("assistant", "<a>")]) == ()
+    # ids cut back into the delimiter (`u>`) still start its message; the same ids in content do not
+    assert said(text, [("user", "u>"), ("assistant", "a>")]) == ()
+    assert said("<u>see u> here<a>yo", [("user", "u>"), ("assistant", "<a>")]) == (
+        "the token split starts a user message at character 7 ('u> here<a>yo'), where the text starts none",)
+    # a delimiter the ids miss, and a start given to another role
+    assert said(text, [("user", "<u>")]) == ("the token split misses the assistant start at character 8",)
+    assert said(text, [("user", "<u>"), ("user", "<a>")]) == (
+        "the token split starts a user message at character 8, where the text starts an assistant one",)
+    # the generation prompt at the render's end without its trailing whitespace: no disagreement
+    prompt = [Delimiter("user", "<u>"), Delimiter("assistant", "<a> ")]
+    ids = tok.tokenize("<u>hi<a> yo<u>ok<a>")
+    spans = SpanDetector([("user", [ord(c) for c in "<u>"]), ("assistant", [ord(c) for c in "<a>"])]).split(ids)
+    assert split_disagreements("<u>hi<a> yo<u>ok<a>", prompt, tok, ids, spans) == ()
+    # past three, how many more
+    many = "".join(f"<u>m{i}" for i in range(6))
+    assert said(many, [("assistant", "<u>")])[-1] == "3 more"

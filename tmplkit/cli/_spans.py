@@ -59,4 +59,10 @@ def _cmd_spans(args) -> int:
         print(error_line(f"tmplkit: spans: on this conversation {result.misplaced[0]}{more}: '{template.name}' writes it "
                          "otherwise than its probes, and the spans cannot be trusted there"), file=sys.stderr)
         return 1
+    if result.disagreements:  # proven on the probes, read otherwise than the text on this conversation
+        more = f" (and {len(result.disagreements) - 1} more)" if len(result.disagreements) > 1 else ""
+        print(error_line(f"tmplkit: spans: on this conversation {result.disagreements[0]}{more}: the ids of "
+                         f"'{template.name}' read it otherwise than its text, and the spans cannot be trusted there"),
+              file=sys.stderr)
+        return 1
     return 0

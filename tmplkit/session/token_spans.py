@@ -12,14 +12,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..analysis import analyze
-from ..delimiters import text_matches
+from ..delimiters import ROLES, text_matches
 from ..tokens.delimiter_ids import TokenDelimiters, token_delimiters
 from ..tokens.spans import SpanDetector, Spans
 from ..tokens.tokenizers import Tokenizer
 from ._conversation import Conversation, load_conversation
 from ._render import render_conversation
 
-__all__ = ["SPANS_SCHEMA_VERSION", "ConversationSpans", "conversation_spans", "format_spans_text", "misplaced_messages"]
+__all__ = ["SPANS_SCHEMA_VERSION", "ConversationSpans", "conversation_spans", "format_spans_text", "misplaced_messages",
+           "split_disagreements"]
 
 # The spans JSON's layout (tmplkit/schemas/spans.schema.json): raised when a field is removed or changes meaning.
 SPANS_SCHEMA_VERSION = 1
@@ -42,6 +43,9 @@ class ConversationSpans:
     # Where a user or tool message of this conversation lies in another role's span (`misplaced_messages`):
     # the delimiters, proven on the template's probes, do not read this conversation right.
     misplaced: tuple[str, ...] = ()
+    # Where the token split of this conversation's render finds a message start its text split does
+    # not, or misses one (`split_disagreements`): the ids, proven on the probes, read it otherwise.
+    disagreements: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         """What `tmplkit spans --format json` prints (tmplkit/schemas/spans.schema.json)."""
@@ -56,6 +60,7 @@ class ConversationSpans:
             "spans": self.spans.to_dict()["spans"],
             "delimiters": self.delimiters.to_dict(),
             "misplaced": list(self.misplaced),
+            "disagreements": list(self.disagreements),
         }
 
 
@@ -78,9 +83,57 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
     rendered = render_conversation(template, conversation, add_generation_prompt=add_generation_prompt)
     ids = tokenizer.tokenize(rendered)
     spans = SpanDetector(td).split(ids)
+    misplaced = misplaced_messages(rendered, conversation.messages, analysis.delimiters,
+                                   drops_tools=analysis.tool_placement == "dropped")
     return ConversationSpans(getattr(template, "name", ""), getattr(tokenizer, "name", ""), len(ids), td, spans,
-                             conversation.roles, misplaced_messages(rendered, conversation.messages, analysis.delimiters,
-                                                                    drops_tools=analysis.tool_placement == "dropped"))
+                             conversation.roles, misplaced, split_disagreements(rendered, analysis.delimiters, tokenizer, ids, spans))
+
+
+def split_disagreements(rendered: str, delimiters, tokenizer: Tokenizer, ids, spans: Spans, limit: int = 3) -> tuple[str, ...]:
+    """Where the token split (`spans` of `ids`, `rendered` tokenized) and the text split of `rendered`
+    by `delimiters` disagree on a message start: a start of one the other lacks, or of another role.
+
+    The token delimiters are proven on the template's probe render; a conversation writes them in
+    contexts the probe may not (after a BOS string the vocabulary spells as text, after content
+    ending in `]`), and its contents may hold the ids of a delimiter cut back to fewer characters
+    than its text. A token start counts where it lies within its role's delimiter in the text (ids
+    cut back start inside it). The generation prompt at the render's end, which the ids match
+    without the whitespace its text has (`prompt_start`), is no disagreement.
+    Up to `limit` said, then how many more."""
+    plain, offsets = tokenizer.tokenize_with_offsets(rendered)
+    plain = list(plain)
+    # (`ids` may have a BOS before and an EOS after them, as a tokenizer's post-processing adds)
+    shift = next((k for k in range(min(4, len(ids) - len(plain) + 1)) if list(ids[k:k + len(plain)]) == plain), None)
+    if shift is None:
+        return ()  # (ids not of this text as the offsets are: nothing to compare them by)
+    expected = [(at, at + len(d.text), d.role) for at, d in text_matches(rendered, delimiters) if d.role in ROLES]
+    got = [(*offsets[s.pos - shift], s.role) for s in spans if s.role in ROLES and shift <= s.pos < shift + len(plain)]
+    out, i = [], 0
+    for at, end, role in got:  # (the first token's characters: it may begin before the delimiter, a neighbour merged in)
+        while i < len(expected) and expected[i][1] <= at:
+            out.append(f"the token split misses the {expected[i][2]} start at character {expected[i][0]}")
+            i += 1
+        if i < len(expected) and expected[i][0] < max(end, at + 1):
+            if expected[i][2] != role:
+                out.append(f"the token split starts {_a(role)} message at character {expected[i][0]}, where the text "
+                           f"starts {_a(expected[i][2])} one")
+            i += 1
+        elif not (role == "assistant" and _prompt_at_end(rendered, at, delimiters)):
+            out.append(f"the token split starts {_a(role)} message at character {at} ({rendered[at:at + 24]!r}), "
+                       "where the text starts none")
+    out += [f"the token split misses the {role} start at character {lo}" for lo, _, role in expected[i:]]
+    return tuple(out[:limit]) + ((f"{len(out) - limit} more",) if len(out) > limit else ())
+
+
+def _a(role: str) -> str:
+    return ("an " if role[:1] in "aeio" else "a ") + role
+
+
+def _prompt_at_end(rendered: str, at: int, delimiters) -> bool:
+    """Whether the render ends, from character `at`, with an assistant delimiter less its trailing
+    whitespace: the generation prompt (`assistant:` for `assistant: `), which the ids match."""
+    rest = rendered[at:].strip()
+    return bool(rest) and any(d.role == "assistant" and d.text.strip().endswith(rest) for d in delimiters)
 
 
 # The messages judged: a user message in another role's span (no user start where one is: no
