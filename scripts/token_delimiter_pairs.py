@@ -9,7 +9,9 @@ per pair, whether they split the probe render as the text does, and their ids as
 templates whose names the Hub's held-out half has (`_held_out.py`). `--compare OLD.json` (this script's JSON
 from another revision): the pairs that pass in one and not the other, and those whose ids changed.
 A vocabulary need not be the template's own: the check is of how delimiters are read off tokens,
-and every tokenizer splits a delimiter's edges its own way.
+and every tokenizer splits a delimiter's edges its own way. `opening_wrong`: the passing pairs whose
+token split of a conversation that opens with a user message (the probe opens with a system message;
+tokenized with the vocabulary's BOS) differs from its text split.
 """
 
 from __future__ import annotations
@@ -58,9 +60,35 @@ def pairs(which: str) -> dict:
             except TmplkitError as exc:
                 out[f"{t.name}|{v}"] = {"error": str(exc)[:200]}
                 continue
-            out[f"{t.name}|{v}"] = {"passed": td.passed, "ids": {d.role: d.token_text for d in td.delimiters},
-                                    "problem": td.problems[0] if td.problems else None}
+            row = out[f"{t.name}|{v}"] = {"passed": td.passed, "ids": {d.role: d.token_text for d in td.delimiters},
+                                          "problem": td.problems[0] if td.problems else None}
+            if td.passed:
+                row["opens"] = _opens(t, analysis, td, tok)
     return out
+
+
+# A conversation as most open: a user message first (the probe opens with a system message).
+OPENING = ({"role": "user", "content": "Hello there, can you help me?"},
+           {"role": "assistant", "content": "Of course. What do you need?"},
+           {"role": "user", "content": "Tell me a joke."})
+
+
+def _opens(template, analysis, td, tok) -> bool | None:
+    """Whether the token split of a conversation that opens with a user message, rendered as the
+    probe is (no BOS/EOS strings: a vocabulary not the template's own would spell a family's as text)
+    and tokenized with the vocabulary's BOS, finds the roles the text split does (None: the template
+    does not render it)."""
+    from tmplkit.delimiters import ROLES, split_text
+    from tmplkit.errors import TmplkitError
+    from tmplkit.sandbox import render
+    from tmplkit.tokens.spans import SpanDetector
+
+    try:
+        text = render(template, list(OPENING))
+    except TmplkitError:
+        return None
+    expected = [s.role for s in split_text(text, analysis.delimiters) if s.role in ROLES]
+    return [s.role for s in SpanDetector(td).split(tok.tokenize(text)) if s.role in ROLES] == expected
 
 
 def compare(old: dict, new: dict) -> dict:
@@ -82,7 +110,9 @@ def main() -> int:
     args = p.parse_args()
     rows = pairs(args.corpus)
     res: dict = {"corpus": args.corpus, "vocabularies": list(VOCABS), "cpu": cpu_model(),
-                 "passed": sum(1 for r in rows.values() if r.get("passed")), "n_pairs": len(rows)}
+                 "passed": sum(1 for r in rows.values() if r.get("passed")), "n_pairs": len(rows),
+                 # of the passing pairs, those whose split of a conversation opening with a user message is wrong
+                 "opening_wrong": sorted(k for k, r in rows.items() if r.get("opens") is False)}
     if args.compare:
         res["compared"] = compare(json.loads(Path(args.compare).read_text())["pairs"], rows)
     print(json.dumps({k: v for k, v in res.items() if k != "pairs"}, indent=2))

@@ -150,6 +150,82 @@ def test_a_delimiter_is_not_cut_back_to_punctuation_any_message_may_write(tokeni
         assert spans.roles == ("user", "assistant", "user", "assistant"), spans.roles
 
 
+HASHES = ("{% for m in messages %}{% if m.role == 'system' %}{{ '### System:\n' + m.content + '\n\n' }}"
+          "{% elif m.role == 'user' %}{{ '### User:\n' + m.content + '\n\n' }}"
+          "{% elif m.role == 'assistant' %}{{ '### Assistant:\n' + m.content }}{% endif %}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '### Assistant:\n' }}{% endif %}")
+
+
+def test_a_delimiter_at_the_start_of_a_text_is_matched_as_sentencepiece_spells_it_there(tokenizers_cache):
+    """SentencePiece writes a word space before a text's first piece: `### User:` starts `▁###` there
+    and `##` `#` after a newline. The probe starts with a system message, so the user's ids came
+    from mid-text only, and a conversation that opens with a user message (most do) got no span for
+    it while the audit passed (the Hub's Upstage SOLAR Instruct writes this template)."""
+    from tmplkit.analysis import analyze
+    from tmplkit.sandbox import render
+    from tmplkit.sources import ChatTemplate
+    from tmplkit.tokens.spans import SpanDetector
+
+    template = ChatTemplate(text=HASHES, name="hashes", source="test")
+    tok = tokenizers_cache("llama-spm")
+    rt = token_round_trip(analyze(template), tok)
+    assert rt.passed, rt.problems
+    # the whole generation prompt at the render's end is the text split's own start, not one the ids
+    # alone find: no warning that it opens "without the whitespace its content follows"
+    assert rt.delimiters.prompt_start is None and not any("render's end" in w for w in rt.delimiters.warnings)
+    chat = [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": "Hi! How can I help?"},
+            {"role": "user", "content": "Tell me a joke"}]
+    for add_bos in (False, True):  # (after BOS, a control token, SentencePiece writes the space as well)
+        ids = tok.tokenize(render(template, chat), add_bos=add_bos)
+        spans = SpanDetector(rt.delimiters).split(ids)
+        assert spans.roles == ("user", "assistant", "user") and spans[0].pos == int(add_bos), (add_bos, spans)
+
+
+MARKED = ("{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}{{ '<|user|>' + m.content }}"
+          "{% elif m.role == 'assistant' %}{{ '<|assistant|>' + m.content }}{% endif %}{% endfor %}"
+          "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def test_a_delimiter_after_content_is_matched_whatever_the_content_ends_with(tokenizers_cache):
+    """A textual `<|assistant|>` written right after the user's content, in a vocabulary without it
+    as a token: the probe's contents all end in `Zx`, and `?<` is one token in llama-bpe, so after a
+    question the assistant's ids were not there, and its turn went to the user's span."""
+    from tmplkit.analysis import analyze
+    from tmplkit.sandbox import render
+    from tmplkit.sources import ChatTemplate
+    from tmplkit.tokens.spans import SpanDetector
+
+    template = ChatTemplate(text=MARKED, name="marked", source="test", bos_token="<s>", eos_token="</s>")
+    chat = [{"role": "user", "content": "What is it?"}, {"role": "assistant", "content": "A cat."},
+            {"role": "user", "content": "Sure."}, {"role": "assistant", "content": "Yes!"}]
+    for vocab in ("llama-bpe", "qwen2"):
+        tok = tokenizers_cache(vocab)
+        rt = token_round_trip(analyze(template), tok)
+        assert rt.passed, rt.problems
+        spans = SpanDetector(rt.delimiters).split(tok.tokenize(render(template, chat)))
+        assert spans.roles == ("user", "assistant", "user", "assistant"), (vocab, spans.roles)
+
+
+def test_a_delimiter_with_markup_is_not_cut_back_to_a_bare_word(tokenizers_cache):
+    """`</think>` after varied neighbours shares the core `think>` at every occurrence, and the step
+    that drops what content merges with (`>K`) cut it to `think`, after the check that a candidate
+    keeps something of its delimiter had run: every "I think" opened an assistant span (DeepSeek
+    V3.2's assistant start on its own vocabulary, Kimi K2's reasoning end)."""
+    from tmplkit.tokens.delimiter_ids import tokenize_delimiters
+    from tmplkit.tokens.spans import SpanDetector
+
+    delims = [Delimiter("assistant", "</think>"), Delimiter("user", "<|user|>")]
+    render = "<|user|>KqU1Zx</think>KqA1Zx<|user|>KqU2Zx\n</think>KqA2Zx<|user|>KqU3Zx </think>KqA3Zx"
+    for vocab in ("llama-bpe", "gpt-2", "llama-spm"):
+        tok = tokenizers_cache(vocab)
+        td = tokenize_delimiters(delims, render, tok)
+        assert td.passed, td.problems
+        for text in [d.token_text for d in td] + [t for d in td for t in d.alternative_texts]:
+            assert any(not c.isalnum() and not c.isspace() for c in text), (vocab, text)
+        ids = tok.tokenize("<|user|>I think so, and you</think>Yes.")
+        assert SpanDetector(td).split(ids).roles == ("user", "assistant"), vocab
+
+
 # ---- across the corpus -------------------------------------------------------------------------
 
 

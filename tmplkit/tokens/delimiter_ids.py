@@ -131,7 +131,7 @@ class TokenDelimiters:
         which tokenizes each on its own, gets the ids checked here.
         """
         return [{"role": d.role, "delimiter": text} for d in self.delimiters if d.role in ROLES
-                for text in (d.token_text,) + d.alternative_texts]
+                for text in dict.fromkeys((d.token_text,) + d.alternative_texts)]  # (ids that read alike: one text)
 
     def id_lists(self) -> list[dict]:
         """`[{"role": ..., "ids": [...]}]`, longest first."""
@@ -324,6 +324,8 @@ def tokenize_delimiters(delimiters: Iterable[Delimiter], rendered: str, tokenize
     problems += [o.problem for o in options.values() if o.problem]
     opening = _prompt_opening(delimiters, render)
     choice = _choose(options, order, render, opening)
+    options, more = _in_other_contexts(options, choice, order, render, tokenizer, opening)
+    warnings += more
     expected, found = _expected_and_found(options, choice, order, render, opening)
     problems += _split_problems(expected, found, render.offsets)
     prompt_start = next((pos for pos, role in found if role == "assistant" and pos in opening), None)
@@ -357,6 +359,8 @@ def _prompt_opening(delimiters: Sequence[Delimiter], render: _Render) -> frozens
         if d.role != "assistant" or not bare or bare == d.text:
             continue
         m = re.search(re.escape(bare) + (rf"\s*(?:{thinking})?" if thinking else "") + r"\s*\Z", render.text)
+        if m and render.text.startswith(d.text, m.start()):
+            continue  # (the whole delimiter: the text split has it)
         o = render.locate(m.start(), m.start() + len(bare)) if m else None
         if o is not None:
             out.update(range(o.first, o.last + 1))
@@ -392,7 +396,8 @@ def _options(d: Delimiter, occ: Sequence[_Occurrence], render: _Render, tokenize
     seen: set[Ids] = set()  # sequences already offered, shared by the steps so none repeats
     exact, trimmed, variants = _edge_candidates(occ, render, seen)
     cands = [c for c in exact + _common_cores(d, occ, render, seen) + trimmed + variants if _distinctive(d, c, tokenizer)]
-    cands = _robust_first(tokenizer, d, occ, cands, render, seen)
+    # (and again after: a candidate cut back to what no content merges with may keep no letter or markup)
+    cands = [c for c in _robust_first(tokenizer, d, occ, cands, render, seen) if _distinctive(d, c, tokenizer)]
     problem = None
     if not cands:
         cands = [_Candidate(standalone, (), "no token sequence is common to all its occurrences; tokenized on its own")]
@@ -483,10 +488,11 @@ def _distinctive(d: Delimiter, cand: _Candidate, tokenizer: Tokenizer) -> bool:
     """Whether each id sequence of `cand` keeps something of what makes `d` its role's: a letter or
     digit of its text where it has one (`User: ` after `</s>`, `>User` in BPE, cut back to `:`
     matches every colon a message writes; the probe's contents hold none, so the split check
-    passes it)."""
+    passes it), and some of its markup where it has any (`</think>` cut back to `think`, or
+    `<|im_start|>assistant` to `assistant`, opens a span at every such word; `_keeps_markup`)."""
     if not any(ch.isalnum() for ch in d.text):
         return True
-    return all(any(ch.isalnum() for ch in tokenizer.detokenize(list(q))) for q in (cand.ids,) + cand.alternatives)
+    return all(_keeps_markup(tokenizer.detokenize(list(q)), d.text) for q in (cand.ids,) + cand.alternatives)
 
 
 def _into_content(occ: Sequence[_Occurrence]) -> bool:
@@ -548,6 +554,93 @@ def _robust_len(tokenizer: Tokenizer, render: _Render, seq: Ids, lo: int, end: i
         if m < k:
             k, culprit = m, cont
     return k, culprit
+
+
+# What the text before a delimiter may end with (a message's content, besides the probe's `Zx`, or
+# markup): its ids as they read after each of these are matched too.
+_ENDINGS = (".", "?", "!", ",", ":", ")", "]", "}", ">", "\"", "'", "`", "*", "1", " ", "\n", "é", "😀")
+
+
+def _in_other_contexts(options: dict[Delimiter, _Options], choice: dict[Delimiter, int], order, render: _Render,
+                       tokenizer: Tokenizer, opening: frozenset[int]) -> tuple[dict[Delimiter, _Options], list[str]]:
+    """`options` with each chosen candidate also matching its delimiter where the probe never writes it.
+
+    At the start of a text: SentencePiece writes a word space before a text's first piece (and after
+    every control token), so `### User:` starts `▁###` there and `##` `#` after a newline; the probe
+    starts with a system message, and a conversation that opens with a user message got no span for
+    it. After text that ends otherwise than the probe's: `?<` is one token in llama-bpe, so a
+    textual `<|assistant|>` after a question lost its first ids and its turn went to the user's span.
+    Each form is read off the text from an occurrence on, tokenized alone or after the ending; kept
+    where it differs from the ids matched already, spells its characters, loses at most one of them,
+    keeps a letter and some of the delimiter's markup, and changes nothing the probe render's split
+    finds; one that is another role's ids is said in a warning (returned with the options)."""
+    out, warnings = dict(options), []
+    for d, opts in options.items():
+        cand = opts.candidates[choice[d]]
+        if not opts.occurrences or not cand.starts:
+            continue
+        others = {q: o.delimiter.role for o in options.values() if o.delimiter.role != d.role
+                  for q in (o.candidates[choice[o.delimiter]].ids,) + o.candidates[choice[o.delimiter]].alternatives}
+        forms = []
+        for context, f in _context_forms(d, opts.occurrences, cand, render, tokenizer):
+            if f in others:
+                warnings.append(f"{context} the {d.role} delimiter {d.text!r} has the {others[f]}'s ids "
+                                f"({tokenizer.detokenize(list(f))!r}): no span detector tells them apart there")
+            elif _keeps_markup(tokenizer.detokenize(list(f)), d.text):
+                forms.append(f)
+        if not forms:
+            continue
+        widened = replace(cand, alternatives=cand.alternatives + tuple(forms),
+                          note=_join(cand.note, f"its tokens differ at a text's start or after other content: "
+                                                f"matching {len(forms)} more sequence(s) there"))
+        trial = dict(out)
+        trial[d] = replace(opts, candidates=opts.candidates[:choice[d]] + (widened,) + opts.candidates[choice[d] + 1:])
+        if _expected_and_found(trial, choice, order, render, opening) == _expected_and_found(out, choice, order, render, opening):
+            out = trial
+    return out, list(dict.fromkeys(warnings))
+
+
+def _keeps_markup(text: str, delimiter: str) -> bool:
+    """Whether a delimiter's ids read as `text` in another context keep a letter or digit and, where
+    the delimiter has markup (a character neither a letter, a digit nor a space), some of it: `###
+    Assistant` after `*` in llama-bpe is ` Assistant` (`*###` one token), a word any message writes."""
+    def markup(t: str) -> bool:
+        return any(not ch.isalnum() and not ch.isspace() for ch in t)
+
+    return any(ch.isalnum() for ch in text) and (markup(text) or not markup(delimiter))
+
+
+def _context_forms(d: Delimiter, occ: Sequence[_Occurrence], cand: _Candidate, render: _Render,
+                   tokenizer: Tokenizer) -> list[tuple[str, Ids]]:
+    """The id sequences of `cand`'s characters at a text's start (where no occurrence is there) and
+    after each of `_ENDINGS`, that no sequence of `cand` matches already and that lose at most one
+    of its characters to the text before: [(where, as a warning begins, ids)]."""
+    prefixes = ([""] if all(o.at > 0 for o in occ) else []) + list(_ENDINGS)
+    o, lo, hi = occ[0], cand.starts[0], cand.starts[0] + len(cand.ids)
+    if hi > len(render.ids) or render.offsets[lo][0] < o.at:
+        return []
+    a, b = render.offsets[lo][0] - o.at, render.offsets[hi - 1][1] - o.at  # the ids' characters, in the delimiter's
+    tail = render.text[o.at:o.at + len(d.text) + 16]
+    known = (cand.ids,) + cand.alternatives
+    out: list[tuple[str, Ids]] = []
+    for prefix in prefixes:
+        got, offs = tokenizer.tokenize_with_offsets(prefix + tail)
+        n = len(prefix)
+        inside = [i for i, (s, e) in enumerate(offs) if s >= n + a and e <= n + b]
+        if not inside or any(tuple(got[i:i + len(q)]) == q for i in inside[:1] for q in known):
+            continue
+        first, last = inside[0], inside[-1]
+        form = tuple(got[first:last + 1])
+        if inside != list(range(first, last + 1)) or form in [f for _, f in out] or form in known:
+            continue
+        if offs[first][0] - n - a > 1:
+            continue  # (more than one character lost to the ending: ` User:` of `### User:` is any text's)
+        if tokenizer.detokenize(list(form)) != tail[offs[first][0] - n:offs[last][1] - n]:
+            continue  # (a byte-level token inside a character: no text of its own)
+        if any(tuple(got[i:i + len(q)]) == q for i in range(len(got)) for q in known):
+            continue  # (matched elsewhere in that text, a token on: the ids already there)
+        out.append((f"after text ending in {prefix!r}," if prefix else "at the start of a text,", form))
+    return out
 
 
 def _choose(options: dict[Delimiter, _Options], order, render: _Render, opening: frozenset[int] = frozenset()) -> dict[Delimiter, int]:
