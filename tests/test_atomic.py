@@ -261,6 +261,26 @@ def test_fifo_is_written_into_not_replaced(tmp_path):
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_fifo_no_program_reads_is_refused_not_waited_on(tmp_path, capsys):
+    # (`audit -o pipe` with no reader waited forever once its work was done)
+    import time
+
+    from tmplkit.cli import main
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    with pytest.raises(atomic.InputError, match="a FIFO that no program reads; start its reader first"):
+        atomic.write_output(fifo, "nobody reads this")
+    assert time.monotonic() - start < 10 and stat.S_ISFIFO(fifo.lstat().st_mode)
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}")
+    assert main(["audit", str(template), "-o", str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a FIFO that no program reads" in err
+
+
 def test_character_device_is_written_into_not_replaced(tmp_path):
     dev = tmp_path / "null"
     try:

@@ -334,7 +334,9 @@ def test_a_cached_tokenizer_named_or_chosen_by_auto_is_not_replaced_by_the_outpu
                  ("spans", "corpus:llama.cpp", "--name", "Qwen3.5-4B", "--tokenizer", "auto"),
                  ("audit", "corpus:llama.cpp", "--tokenizer", "auto")):
         code, _, err = run(capsys, *argv, *(("--session", "conv.json") if argv[0] == "spans" else ()), "-o", str(gguf))
-        assert one_line_error(code, err, "it is also what the command reads", "vocab:qwen35"), err
+        # (refused as the tokenizer read, or before that as a file no report replaces: a GGUF model)
+        assert (one_line_error(code, err, "it is also what the command reads", "vocab:qwen35")
+                or one_line_error(code, err, "ggml-vocab-qwen35.gguf: a GGUF model, not an output")), err
         assert gguf.read_bytes() == before
 
 
@@ -514,6 +516,34 @@ def test_a_lock_written_to_a_device_keeps_nothing_and_a_non_lock_says_fresh(here
     # lock was told to be written with the very command that had just failed)
     code, _, err = run(capsys, "lock", "--in-process", "in.jinja", "-o", "/dev/null")
     assert code == 0 and "wrote /dev/null" in err
-    (here / "l.json").write_text("[]", encoding="utf-8")
+    (here / "l.json").write_text('{"schema_version": 0, "templates": []}', encoding="utf-8")  # (a lock, damaged)
     code, _, err = run(capsys, "lock", "--in-process", "in.jinja", "-o", "l.json")
     assert one_line_error(code, err, "not a behaviour lock", "--lock l.json --fresh`")
+    assert run(capsys, "lock", "--in-process", "in.jinja", "-o", "l.json", "--fresh")[0] == 0
+
+
+def test_a_lock_is_never_written_over_json_of_another_kind(here, capsys):
+    # (`lock -o s.json` said to write it with `--lock s.json --fresh`, which then replaced the session;
+    # so for a list of expected failures)
+    for name, content in (("s.json", '[{"role": "user", "content": "hi"}]'), ("x.json", '{"chat": "a known failure"}')):
+        (here / name).write_text(content, encoding="utf-8")
+        for fresh in ((), ("--fresh",)):
+            code, _, err = run(capsys, "lock", "--in-process", "in.jinja", "-o", name, *fresh)
+            assert one_line_error(code, err, f"{name}: not a behaviour lock (it holds other JSON)", "a path of its own"), err
+            assert "--fresh`" not in err and (here / name).read_text(encoding="utf-8") == content
+
+
+@pytest.mark.parametrize("argv", [("audit", "in.jinja"), ("table", "in.jinja"), ("schema", "audit"),
+                                  ("session", "generate"), ("diff", "in.jinja", "in.jinja")])
+def test_an_output_is_never_written_over_a_model_or_another_binary_file(here, capsys, argv):
+    # (`-o model.gguf` replaced a 25 MB model with a page of text, exit 0)
+    model = b"GGUF\x03\x00\x00\x00" + bytes(range(256)) * 8
+    (here / "model.gguf").write_bytes(model)
+    (here / "blob.bin").write_bytes(b"text first\x00then binary")
+    for name in ("model.gguf", "blob.bin"):
+        code, _, err = run(capsys, *argv, "-o", name)
+        assert one_line_error(code, err, f"{name}: a", "not an output of this command", "a path of its own"), err
+    assert (here / "model.gguf").read_bytes() == model
+    (here / "old.txt").write_text("an older report\n", encoding="utf-8")  # (a text file is an output's, replaced)
+    code, _, err = run(capsys, *argv, "-o", "old.txt")
+    assert code in (0, 1) and (here / "old.txt").read_text(encoding="utf-8") != "an older report\n", err

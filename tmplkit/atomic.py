@@ -30,6 +30,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -80,7 +81,7 @@ def atomic_open(
         raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
     if not _names_folder(path) and _is_special(path):
         # A FIFO, a device, a socket: write into it as `>` does; there is nothing to rename over.
-        with open(_resolve(path), mode, encoding=None if "b" in mode else encoding, newline=newline) as special:
+        with os.fdopen(_open_special(path), mode, encoding=None if "b" in mode else encoding, newline=newline) as special:
             yield special
         return
     stage = _Staged(path, permissions)
@@ -230,6 +231,31 @@ def write_outputs(outputs: list[tuple[str | os.PathLike, str | bytes]]) -> None:
 def _discard(staged: list[_Staged]) -> None:
     for stage in staged:
         stage.discard()
+
+
+def _open_special(path: str | os.PathLike) -> int:
+    """A FIFO or device opened for writing. A FIFO no program reads is refused in one line: opened
+    as `>` does, the command waited for a reader forever once its work was done."""
+    target = _resolve(path)
+    st = _stat(target)
+    if st is None or not stat.S_ISFIFO(st.st_mode):
+        return os.open(target, os.O_WRONLY)
+    deadline = time.monotonic() + _FIFO_READER_S
+    while True:
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            if time.monotonic() > deadline:
+                raise InputError(f"{path}: a FIFO that no program reads; start its reader first, or give a file") from None
+            time.sleep(0.05)  # (a reader started beside the command may open it a moment later)
+    os.set_blocking(fd, True)  # (a reader is there: write as into any pipe)
+    return fd
+
+
+_FIFO_READER_S = 2.0  # how long a FIFO's writer waits for its reader to open it
 
 
 def _is_special(path: str | os.PathLike) -> bool:

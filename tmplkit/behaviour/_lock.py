@@ -67,6 +67,9 @@ def read_lock(path, *, updating: bool = False) -> BehaviourLock:
             raise InputError(f"{path}: not a behaviour lock (not JSON); `tmplkit lock` would write the lock over it: "
                              "give the lock a path of its own (a new .json file)") from None
         raise
+    if updating and not _lock_shaped(data):  # (JSON of another kind: a session, a list of expected failures)
+        raise InputError(f"{path}: not a behaviour lock (it holds other JSON); `tmplkit lock` would write the lock over "
+                         "it: give the lock a path of its own (a new .json file)")
     if not isinstance(data, dict) or not isinstance(data.get("templates"), dict):
         fix = f"--lock {path}" + (" --fresh" if updating else "")
         raise InputError(f"{path}: not a behaviour lock (no 'templates' object); write it with `tmplkit lock SOURCE... {fix}`")
@@ -87,17 +90,27 @@ def read_lock(path, *, updating: bool = False) -> BehaviourLock:
     return BehaviourLock(records, str(data.get("tmplkit_version", "")))
 
 
+def _lock_shaped(data) -> bool:
+    """Whether JSON `data` is a lock's, of any layout: an object with one of a lock's keys."""
+    return isinstance(data, dict) and bool(_LOCK_KEYS & set(data))
+
+
 def require_replaceable(path) -> None:
-    """InputError where `lock --fresh` would write over a file that is no lock: one not named .json
-    (a lock's own name; a damaged one, or one of another layout, it replaces) that does not hold a
-    lock's JSON (a text file, a template, `-o` slipped onto another file)."""
-    if Path(path).suffix.lower() == ".json":
-        return
+    """InputError where `lock --fresh` would write over a file that is no lock: JSON of another
+    kind (a session, expected failures), or a file not named .json (a text file, a template, `-o`
+    slipped onto another file) that holds no lock's JSON. A .json file that is no JSON at all is
+    taken for a damaged lock, and replaced."""
+    json_named = Path(path).suffix.lower() == ".json"
     try:  # (read_json's bounds: a large file named by mistake is not read whole)
         data = read_json(path, what="a behaviour lock")
     except InputError:
+        if json_named:
+            return
         data = None
-    if not isinstance(data, dict) or not _LOCK_KEYS & set(data):
+    if json_named and not _lock_shaped(data):
+        raise InputError(f"{path}: not a behaviour lock (it holds other JSON); --fresh replaces a lock, not any file: "
+                         "give the lock a path of its own (a new .json file)")
+    if not _lock_shaped(data):
         raise InputError(f"{path}: not a behaviour lock (no lock's JSON); --fresh replaces a lock, not any file: give "
                          "the lock a path of its own (a new .json file)")
 

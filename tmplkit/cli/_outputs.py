@@ -66,6 +66,39 @@ def check_outputs(args) -> None:
     for path in outputs:
         check_writable(path)
     _refuse_clashes(args, outputs)
+    lock = getattr(args, "lock", None) if getattr(args, "_writes_lock", False) else None
+    for path in outputs:
+        if path != lock:  # (the lock `lock` writes says itself what it replaces: `require_replaceable`)
+            refuse_binary(path, png=path == getattr(args, "plot", None))
+
+
+# What a file that is no text begins with, by its first bytes: a model or an image, never a report.
+_BINARY_KINDS = ((b"GGUF", "a GGUF model"), (b"\x89PNG", "a PNG image"), (b"PK\x03\x04", "a zip archive"))
+
+
+def refuse_binary(path: str, *, png: bool = False) -> None:
+    """InputError where `path` is a file that holds no text (a GGUF model, a PNG where the output is
+    no plot, any file with a NUL byte in its first 4 KiB): a report written over it was never meant
+    (`-o model.gguf` replaced a 25 MB model with a page of text). A plot (`png`) replaces a PNG."""
+    import os
+    import stat
+
+    from ..errors import InputError
+
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            return
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return  # (check_writable says what is wrong with a path it cannot write)
+    kind = next((what for magic, what in _BINARY_KINDS if head.startswith(magic)), None if b"\0" not in head else
+                "a binary file")
+    if kind is None or (png and kind == "a PNG image"):
+        return
+    raise InputError(f"{path}: {kind}, not an output of this command; give the output a path of its own (a new file), "
+                     "or remove this one first")
 
 
 def _refuse_clashes(args, outputs: list[str]) -> None:
