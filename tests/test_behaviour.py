@@ -221,13 +221,13 @@ def test_the_lock_keeps_other_entries_unless_fresh(capsys, tmp_path):
     assert run(capsys, "lock", "--in-process", str(forged), "--lock", "l.json")[0] == 0
     for fmt in ("text", "github"):
         code, out, err = run(capsys, "audit", "--in-process", str(chat), "--lock", "l.json", "--format", fmt)
-        assert code == 0 and "kept: other, x\\n::error title=forged::all good (of a template" in out + err, out + err
+        assert code == 0 and "kept: other, x\\\\n::error title=forged::all good (of a template" in out + err, out + err
         assert not any(line.startswith("::error") for line in (out + err).splitlines())
     capsys.readouterr()
     code, _, err = run(capsys, "lock", "--in-process", str(chat), "--lock", "l.json", "--fresh")
     assert code == 0 and sorted(read_lock(tmp_path / "l.json").records) == ["chat"]
     # (the summary said "1 new": --fresh compared with nothing, and named no entry it dropped)
-    assert "(0 new, 0 changed behaviour, 2 dropped: other, x\\n::error title=forged::all good); 1 in the lock" in err, err
+    assert "(0 new, 0 changed behaviour, 2 dropped: other, x\\\\n::error title=forged::all good); 1 in the lock" in err, err
     changed = tmp_path / "templates" / "chat.jinja"
     changed.write_text((PAIRS / "tool-placement" / "b.jinja").read_text())
     code, _, err = run(capsys, "lock", "--in-process", str(changed), "--lock", "l.json", "--fresh")

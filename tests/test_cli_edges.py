@@ -736,3 +736,18 @@ def test_a_templates_escape_sequences_reach_no_terminal(tmp_path, capsys):
     chat = str(FIXTURES.parent / "masks" / "chat.json")
     code, out, err = run(capsys, "mask", str(template), "--session", chat, "--tokenizer", "vocab:qwen35", "--format", "text")
     assert "\\x1b]0;title\\x07" in out and "\x07" not in out + err, (code, out, err)
+
+
+@pytest.mark.parametrize("fmt", ["text", "summary", "junit", "markdown", "github"])
+def test_a_template_file_name_with_a_line_break_stays_on_its_line(tmp_path, capsys, fmt):
+    # (a file named "a\n::error::INJECTED.jinja" printed a line of its own in the report, which
+    # GitHub Actions runs as a workflow command; names from a configuration or a GGUF are refused)
+    folder = tmp_path / "nl"
+    folder.mkdir()
+    (folder / "a\n::error::INJECTED.jinja").write_text((ROOT / "fixtures" / "templates" / "alternating-over-tools.jinja")
+                                                      .read_text(encoding="utf-8"), encoding="utf-8")
+    code, out, err = run(capsys, "audit", "--in-process", "--format", fmt, str(folder))
+    assert code == 0, err
+    assert not any(line.startswith("::error::") for line in out.splitlines())
+    if fmt != "summary":  # (which names failing templates only)
+        assert "a\\n::error::INJECTED" in out

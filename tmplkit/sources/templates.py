@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,11 @@ from .gguf_meta import Keys, read_metadata
 __all__ = ["COMMON_SPECIAL_TOKENS", "ChatTemplate", "family_special_tokens", "folder_reads", "gguf_special_tokens",
            "is_model_folder", "load", "load_dir", "load_gguf", "load_hf", "load_jinja", "load_json", "load_many", "load_one",
            "require_template", "select_named", "watching_loads"]
+
+
+# Characters that break or rewrite a report's line: the C0 and C1 controls, Unicode's line and
+# paragraph separators.
+_LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,12 @@ class ChatTemplate:
     bos_token: str | None = None
     eos_token: str | None = None
     error: str | None = None
+
+    def __post_init__(self) -> None:
+        # A name is one line of every report (a file named `a\n::error::x.jinja` printed a second line,
+        # which GitHub Actions runs as a workflow command): what no line shows is written escaped.
+        if isinstance(self.name, str) and _LINE_BREAKING.search(self.name):
+            object.__setattr__(self, "name", _LINE_BREAKING.sub(lambda m: ascii(m.group(0))[1:-1], self.name))
 
     def to_dict(self) -> dict:
         return {
