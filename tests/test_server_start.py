@@ -257,6 +257,21 @@ def test_the_request_timeout_must_be_positive(command, model, capsys):
     _one_line(code, err, "--request-timeout must be", "positive")
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_timeouts_must_fit_a_socket_and_a_bare_server_name_is_the_file_here(command, model, tmp_path, monkeypatch,
+                                                                                 capsys):
+    # (--request-timeout 1e10 ended in a traceback, OverflowError from the socket's timeout, exit 1;
+    # `--server quick.sh`, a file in the current folder, was looked up on PATH: "No such file")
+    for flag in ("--request-timeout", "--start-timeout"):
+        code, _, err = _run(capsys, command, "--server", TRUE, "--model", str(model), flag, "1e10")
+        _one_line(code, err, f"{flag} must be at most 604800 seconds")
+    (tmp_path / "quick.sh").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "quick.sh").chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _run(capsys, command, "--server", "quick.sh", "--model", str(model))
+    _one_line(code, err, "exited with code 0 at start")  # (started: not "cannot run llama-server")
+
+
 def test_the_request_timeouts_default_to_the_librarys():
     import inspect
 

@@ -125,6 +125,9 @@ def add_server_run_options(p, *, request_timeout: float) -> None:
                         "one that does not answer by then is an error")
 
 
+_MAX_WAIT_S = 7 * 24 * 3600
+
+
 def server_run(args):
     """The llama-server binary to run (--server, else the pinned build), checked with the start and
     request timeouts: each refused in one line before any template is analyzed."""
@@ -138,8 +141,10 @@ def server_run(args):
         raise InputError(f"llama-server is not built; {BUILD_HINT}")
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
         raise InputError(f"{binary}: cannot run llama-server (not an executable file); {BUILD_HINT}")
-    positive(args.start_timeout, "--start-timeout")
-    positive(args.request_timeout, "--request-timeout")
+    binary = os.path.abspath(binary)  # (a bare name of a file here is that file, not one looked up on PATH)
+    for flag, value in (("--start-timeout", args.start_timeout), ("--request-timeout", args.request_timeout)):
+        if positive(value, flag) > _MAX_WAIT_S:  # (a socket's timeout past time_t's range is an OverflowError)
+            raise InputError(f"{flag} must be at most {_MAX_WAIT_S} seconds (a week), got {value:g}")
     inputs = [binary, args.model, *(getattr(args, "sources", None) or ())]  # (files a log's name could be)
     _check_log_dir(args.log_dir, output_paths(args), [p for p in inputs if isinstance(p, str) and os.path.isfile(p)])
     return binary
