@@ -194,6 +194,22 @@ def test_a_template_hostile_only_on_the_session_is_refused_before_the_model_load
     assert "took longer than 1 s" in err or "ran out of memory" in err, err
 
 
+@pytest.mark.model
+@pytest.mark.parametrize("command", ["prefill", "replay"])
+def test_prefill_and_replay_take_the_worker_limits_their_messages_name(tmp_path, command):
+    # (replay ran out of memory on a 10,000-message session, "the template may build a huge value",
+    # and neither command had a --memory or --timeout to raise: one vocabulary of options)
+    pytest.importorskip("llama_cpp")
+    template, chat = _on_session(tmp_path)
+    extra = ["--settings", "none" if command == "prefill" else "llama-server"]
+    proc = tmplkit(command, "tiny:qwen35", "--session", str(chat), "--template", str(template), "-c", "512",
+                   "--timeout", "1", *extra)
+    err = one_line_error(proc, "refused before the model loads")
+    assert ("took longer than 1 s" in err and "raise --timeout" in err) or "raise --memory" in err, err
+    proc = tmplkit(command, "tiny:qwen35", "--session", str(chat), "--memory", "0", *extra)
+    one_line_error(proc, "--memory")
+
+
 def test_server_log_places_the_log_with_the_template_in_a_worker(tmp_path, tiny_hf_folder):
     template, chat = _on_session(tmp_path)
     log = ROOT / "fixtures" / "server-logs" / "0.3.36-cold-lv3.log"

@@ -34,13 +34,15 @@ def contained_limits(args, default: float | None = None) -> dict:
             "memory_advice": "; if the input is meant to be this large, raise --memory"}
 
 
-def check_template_isolated(template, model, what: str, session=None, *, every_request: bool = False) -> None:
+def check_template_isolated(template, model, what: str, session=None, *, every_request: bool = False,
+                            limits: dict | None = None) -> None:
     """Before a model is loaded (prefill, replay): the template the run renders (`template`, else the
     model GGUF's own) analyzed in a worker under the audit's limits; one that runs out of time or
     memory there, or reaches for what the sandbox forbids, is refused on one line instead of being
     rendered in this process. With `session` (a `Session`), the session's own renders too (the last
     request, or `every_request`), since a template can pass the probes and turn hostile on the
-    session's content: the renders this process then repeats have ended within the limits once."""
+    session's content: the renders this process then repeats have ended within the limits once.
+    `limits`: those renders' (`contained_limits` of the command's --timeout and --memory)."""
     from ..analysis import LIMIT_STATUSES
     from ..auditing.contained import run_contained
     from ..auditing.isolate import analyze_isolated
@@ -58,9 +60,9 @@ def check_template_isolated(template, model, what: str, session=None, *, every_r
         raise RenderLimitError(f"{what}: the template is refused before the model loads ({analysis.status}): {why}",
                                kind=analysis.status)
     if session is not None:
-        timeout = SESSION_TIMEOUT if every_request else (RENDER_TIMEOUT or DEFAULT_TIMEOUT)
+        limits = limits or {"timeout": SESSION_TIMEOUT if every_request else (RENDER_TIMEOUT or DEFAULT_TIMEOUT)}
         try:
-            run_contained(render_session, template, session, every_request, timeout=timeout,
+            run_contained(render_session, template, session, every_request, **limits,
                           what=f"rendering the session with template '{template.name}'")
         except RenderLimitError as exc:
             raise RenderLimitError(f"{what}: the template is refused before the model loads: {exc}",

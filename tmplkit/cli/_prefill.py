@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..errors import InputError
 from ._common import (
     add_format,
+    add_limits,
     add_llama_options,
     add_output,
     add_report_option,
@@ -21,7 +22,7 @@ from ._common import (
     session_of,
     settings_of,
 )
-from ._limits import check_template_isolated
+from ._limits import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, RENDER_TIMEOUT, check_template_isolated, contained_limits
 from ._terminal import ProgressLine, wanted
 
 # Runs per policy at most: each prefills the whole session once per policy (a count past this is
@@ -54,6 +55,7 @@ def add_prefill(sub) -> None:
     add_report_option(p, ("json", "markdown"), old_json=True)
     p.add_argument("--plot", metavar="FILE.png", help="plot batch sizes along the prompt, checkpoints marked")
     add_llama_options(p)
+    add_limits(p, timeout=RENDER_TIMEOUT or DEFAULT_TIMEOUT, memory=DEFAULT_MEMORY_MB)  # (the session's render, checked in a worker first)
     p.set_defaults(func=_cmd_prefill)
 
 
@@ -66,6 +68,7 @@ def _cmd_prefill(args) -> int:
     from ..session import load_session
 
     policies = settings_of(args, tuple(POLICIES))
+    limits = contained_limits(args, default=RENDER_TIMEOUT)  # (a bad limit: refused before any work)
     session_of(args, "prefill")
     reports = model_run_outputs(args)
     at_least(args.repeat, 1, "--repeat")
@@ -80,7 +83,7 @@ def _cmd_prefill(args) -> int:
     try:
         model = resolve_model(args.model)
         template = model_template(args, model)
-        check_template_isolated(template, model, "tmplkit prefill", session)
+        check_template_isolated(template, model, "tmplkit prefill", session, limits=limits)
         comp = compare_policies(model, session, template=template, policies=list(policies),
                                 repeat=args.repeat, settings=settings, progress=bar)
     finally:

@@ -6,6 +6,7 @@ import sys
 
 from ._common import (
     add_format,
+    add_limits,
     add_llama_options,
     add_output,
     add_report_option,
@@ -19,7 +20,7 @@ from ._common import (
     session_of,
     settings_of,
 )
-from ._limits import check_template_isolated
+from ._limits import DEFAULT_MEMORY_MB, SESSION_TIMEOUT, check_template_isolated, contained_limits
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -40,6 +41,7 @@ def add_replay(sub) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="plot tokens recomputed per request, one line per setting")
     # (all but --checkpoints: the replay compares where its settings take checkpoints)
     add_llama_options(p, without=("checkpoints",), n_ctx=65536)
+    add_limits(p, timeout=SESSION_TIMEOUT, memory=DEFAULT_MEMORY_MB)  # (the session's renders, checked in a worker first)
     p.set_defaults(func=_cmd_replay)
 
 
@@ -51,13 +53,14 @@ def _cmd_replay(args) -> int:
     from ..session import load_session
 
     names = settings_of(args, REPLAYABLE)
+    limits = contained_limits(args, default=SESSION_TIMEOUT)  # (a bad limit: refused before any work)
     session_of(args, "replay")
     reports = model_run_outputs(args)
     session = load_session(args.session)
     settings = prefill_settings(args)
     model = resolve_model(args.model)
     template = model_template(args, model)
-    check_template_isolated(template, model, "tmplkit replay", session, every_request=True)
+    check_template_isolated(template, model, "tmplkit replay", session, every_request=True, limits=limits)
     with PrefillRunner(model, settings) as runner:
         rep = replay_session(runner, session, resolve_template(template, runner), settings=tuple(names))
     emit_model_run(rep, args, reports, replay_png)

@@ -24,7 +24,8 @@ def add_session(sub) -> None:
                                                     "tool-role (tool messages), user-turns (for templates without tools)")
     g.add_argument("--requests", type=int, metavar="N",
                    help=f"this many user requests (1 to {MAX_REQUESTS}) instead of a length: not with --tokens")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="the random seed: the same seed, length and style give the same session (default 0)")
     add_output(g, "the session")
     g.set_defaults(func=_cmd_generate)
 
