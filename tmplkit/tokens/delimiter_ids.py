@@ -579,7 +579,7 @@ def _in_other_contexts(options: dict[Delimiter, _Options], choice: dict[Delimite
         cand = opts.candidates[choice[d]]
         if not opts.occurrences or not cand.starts:
             continue
-        others = {q: o.delimiter.role for o in options.values() if o.delimiter.role != d.role
+        others = {q: o.delimiter.role for o in out.values() if o.delimiter.role != d.role
                   for q in (o.candidates[choice[o.delimiter]].ids,) + o.candidates[choice[o.delimiter]].alternatives}
         forms = []
         for context, f in _context_forms(d, opts.occurrences, cand, render, tokenizer):
