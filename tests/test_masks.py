@@ -819,3 +819,21 @@ def test_a_last_turn_whose_content_ends_with_markup_keeps_its_end_marker(name, c
     chat = [{"role": "user", "content": "Close the tag."}, answer, {"role": "user", "content": "Again."}, answer]
     first, last = text_mask(tpl, chat).masked_text()
     assert first == last and last.rstrip().endswith(end) and content.strip() in last, (first, last)
+
+
+def test_a_turn_that_runs_on_into_a_user_message_is_refused_not_masked(corpus_template):
+    """A guard model's template quotes the whole chat inside one user prompt (`USER: ...`,
+    `ASSISTANT: ...`) and writes another prompt where the last message is the user's: the turn found
+    as generated ran from the user's quoted message to the end, and the mask taught the user's words
+    (Qwen3Guard, exit 0). An end marker the next delimiter begins with (EXAONE's `[|endofturn|]`,
+    proven as the start of `[|endofturn|]\\n[|user|]`) is still the turn's own."""
+    from tmplkit.masks import MaskError, text_mask
+
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "see <think>no</think>"},
+            {"role": "user", "content": "SECRET USER TEXT"}, {"role": "assistant", "content": "done"}]
+    with pytest.raises(MaskError, match=r"would mask message 2 \(user\) too") as e:
+        text_mask(corpus_template("Qwen-Qwen3Guard-Gen-4B"), chat)
+    assert "\n" not in str(e.value)
+    masked = text_mask(corpus_template("LGAI-EXAONE-EXAONE-3.5-7.8B-Instruct"), chat)  # (not refused)
+    assert [m.strip()[:len(a)] for m, a in zip(masked.masked_text(), ("see <think>no</think>", "done"))] == \
+        ["see <think>no</think>", "done"] and not any("SECRET" in m for m in masked.masked_text())

@@ -167,6 +167,7 @@ def text_mask(template: ChatTemplate, conversation, *, kwargs: Mapping | None = 
     headers = tuple(d.text for d in analysis.delimiters if d.role == "assistant" and d.text.strip())
     openers = tuple(d.text for d in analysis.delimiters if d.role not in _TURN_ROLES)
     turns = _learning(server, text, tuple(_turns(server, text, spans, headers, openers)))
+    _refuse_taking_in(server, text, spans, turns)
     turns = tuple(sorted(turns + _unasked(server.messages, spans), key=lambda t: t.messages))
     return TextMask(template.name, text, _message_spans(spans, turns), turns, left_out(server, text))
 
@@ -541,6 +542,29 @@ def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ..
                                 "of text parts)")
     _refuse_unwritten_calls(server, turns)
     return turns
+
+
+def _refuse_taking_in(server: ServerConversation, text: str, spans: Sequence[TextSpan], turns: Sequence[MaskedTurn]) -> None:
+    """A MaskError where a turn found as generated runs on into another role's message, past its
+    start and into its content: the template writes the conversation otherwise than the model
+    generates its turns (a guard model's template quotes the whole chat inside one user prompt,
+    `USER: ...` and `ASSISTANT: ...`, and the model's own turn is its verdict): the mask would teach
+    the user's words. (An end marker the next delimiter begins with, EXAONE's `[|endofturn|]`, is
+    the turn's own.) Judged where the render has one span per message, in order (`message_starts`)."""
+    starts = message_starts(spans, list(server.messages))
+    if starts is None:
+        return
+    for t in turns:
+        for i, at in enumerate(starts):
+            role = server.messages[i].get("role")
+            if role == "assistant" or t.messages[0] <= i < t.messages[1] or not t.start <= at < t.end:
+                continue
+            body = content_text(server.messages[i].get("content")).strip()
+            if body and t.start <= text.find(body, at) < t.end:
+                raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
+                                f"{t.messages[1] - 1} would mask message {i} ({role}) too: the template writes the "
+                                "conversation otherwise than the model generates its turns (a guard template quotes "
+                                "the chat inside one prompt); no mask of this template teaches its turns")
 
 
 def markup_only_turns(masked: TextMask, messages: Sequence[dict]) -> tuple[MaskedTurn, ...]:
