@@ -837,3 +837,18 @@ def test_a_turn_that_runs_on_into_a_user_message_is_refused_not_masked(corpus_te
     masked = text_mask(corpus_template("LGAI-EXAONE-EXAONE-3.5-7.8B-Instruct"), chat)  # (not refused)
     assert [m.strip()[:len(a)] for m, a in zip(masked.masked_text(), ("see <think>no</think>", "done"))] == \
         ["see <think>no</think>", "done"] and not any("SECRET" in m for m in masked.masked_text())
+
+
+def test_an_end_of_turn_the_next_delimiter_begins_with_is_the_turns_own(corpus_template):
+    """EXAONE's user delimiter is proven as `[|endofturn|]\\n[|user|]`: every turn but the last was cut
+    where that delimiter starts and lost the end marker the model writes (the last kept it), so a
+    model trained on the mask would not learn to end its turns. Command R's next header, which the
+    render does not end with, still ends the turn before it."""
+    from tmplkit.masks import text_mask
+
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Bye."}]
+    masked = text_mask(corpus_template("LGAI-EXAONE-EXAONE-3.5-7.8B-Instruct"), chat)
+    assert masked.masked_text() == ["Hello.[|endofturn|]", "Bye.[|endofturn|]"]
+    masked = text_mask(corpus_template("CohereForAI-c4ai-command-r7b-12-2024-tool_use"), chat)
+    assert all("<|START_OF_TURN_TOKEN|>" not in m for m in masked.masked_text()), masked.masked_text()

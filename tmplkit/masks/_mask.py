@@ -338,7 +338,8 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
         # end of turn follows it); a history form may run over the next one whole (CodeLlama 70b's
         # turn, its generated `Source: assistant\nDestination: ` cut, up to `Source: user\n\n `).
         if k >= 0 and others[k] > start and (_ends_inside(text, others[k], end, openers) if rule == "exact" else
-                                             any(d.startswith(text[others[k]:end]) for d in openers)):
+                                             any(d.startswith(text[others[k]:end]) for d in openers)) \
+                and not _own_end(server, text, text[others[k]:end]):
             end = others[k]
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         if end == len(text.rstrip()):
@@ -355,6 +356,17 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
             start = end
         # (a history form that is only whitespace keeps nothing of the turn: it is dropped)
         yield MaskedTurn(turn, start, end, "dropped" if end <= start and rule == "history" else rule)
+
+
+def _own_end(server: ServerConversation, text: str, cut: str) -> bool:
+    """Whether `cut`, the markup a turn would lose to the next message's delimiter that begins with
+    it, is the turn's own end of turn: the render, ending with an assistant message, ends with it
+    too (EXAONE's `[|endofturn|]`, proven as the start of `[|endofturn|]\n[|user|]`: every turn but
+    the last lost the end marker the model writes). Command R's `<|START_OF_TURN_TOKEN|>` opens the
+    next header, and the render does not end with it."""
+    cut = cut.strip()
+    return bool(cut) and not UNIT.sub("", cut).strip() and bool(server.messages) and \
+        server.messages[-1].get("role") == "assistant" and text.rstrip().endswith(cut)
 
 
 def _rest_of_header(text: str, start: int, end: int, headers: Sequence[str]) -> bool:
