@@ -567,9 +567,9 @@ def _refuse_taking_in(server: ServerConversation, text: str, spans: Sequence[Tex
     if starts is None:
         return
     for t in turns:
-        for i, at in enumerate(starts):
-            role = server.messages[i].get("role")
-            if role == "assistant" or t.messages[0] <= i < t.messages[1] or not t.start <= at < t.end:
+        for i in range(bisect_left(starts, t.start), bisect_left(starts, t.end)):  # (the starts are in order)
+            at, role = starts[i], server.messages[i].get("role")
+            if role == "assistant" or t.messages[0] <= i < t.messages[1]:
                 continue
             body = content_text(server.messages[i].get("content")).strip()
             if body and t.start <= text.find(body, at) < t.end:
