@@ -34,6 +34,11 @@ class Delimiter:
         return {"role": self.role, "text": self.text}
 
 
+def with_article(role: str) -> str:
+    """`role` with its article, as messages name a role: 'a user', 'an assistant'."""
+    return f"an {role}" if role[:1] in "aeio" else f"a {role}"
+
+
 def sort_delimiters(delimiters: Iterable[Delimiter]) -> tuple[Delimiter, ...]:
     """Longest first; ties by role order (system, user, assistant, tool, reasoning, reasoning_end), then by text.
 

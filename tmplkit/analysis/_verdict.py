@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..delimiters import REASONING_ROLES, Delimiter, sort_delimiters, split_text
+from ..delimiters import with_article as _a
 from ..errors import RenderError
 from ..sources.templates import family_special_tokens
 from ._probing import Prober, Seen
@@ -20,11 +21,6 @@ __all__ = ["GENERATION_PROMPT_MATCH", "extend_back", "message_modes", "prompt_cu
 
 # How a problem says that a user or tool start matches after the last message.
 GENERATION_PROMPT_MATCH = "matches in the generation prompt"
-
-
-def _a(role: str) -> str:
-    """`role` with its article: 'a user', 'an assistant'."""
-    return f"an {role}" if role[:1] in "aeio" else f"a {role}"
 
 
 def _turn_role(role: str) -> str:
