@@ -28,7 +28,6 @@ that overlaps masked text is masked.
 
 from __future__ import annotations
 
-import json
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
@@ -43,7 +42,7 @@ from ..errors import RenderError, TmplkitError
 from ..markup import TAG, UNIT, lcs
 from ..markup import lcp as common_prefix
 from ..sandbox import PINNED_NOW
-from ..session import Conversation, ServerConversation, content_text, for_server, load_conversation
+from ..session import Conversation, ServerConversation, content_text, for_server, load_conversation, read_once_per_template
 from ..session.requests import NEEDLE, TurnEndings, clock_at, iter_requests, locate_turn, request_points, written_always
 from ..sources.templates import ChatTemplate
 from ..tokens.delimiter_ids import token_delimiters
@@ -856,36 +855,28 @@ def _without_end_of_text(server: ServerConversation, text: str, start: int, end:
     return kept if _ends_with_unit(kept) else turn
 
 
-_END_OF_TEXTS: dict = {}  # (template, inputs, variables) -> `_end_of_text`, the 64 newest
+_END_OF_TEXTS: dict = {}  # `read_once_per_template`'s cache of `_end_of_text`
 
 
 def _end_of_text(server: ServerConversation) -> str:
     """The markup `server`'s template writes after the newest turn only ("" none), read once per
-    template, message preparation and variables: what a two-message chat's render ends with past
-    the render of it with one more message (cut back to the start of the markup unit the two part
-    inside: `</s>` and `<|user|>` share their `<`). A template that renders neither: ""."""
-    try:
-        key = (server.template, server.inputs, json.dumps(server.kwargs, sort_keys=True, default=repr))
-        hash(key)
-    except TypeError:  # (variables that cannot be a key: read each time)
-        key = None
-    if key is not None and key in _END_OF_TEXTS:
-        return _END_OF_TEXTS[key]
-    chat = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]
-    try:
-        last, more = (for_server(server.template, load_conversation(c), server.kwargs, inputs=server.inputs)
-                      .render(add_generation_prompt=False, clock=clock_at(PINNED_NOW))
-                      for c in (chat, chat + [{"role": "user", "content": "Again."}]))
+    template, message preparation and variables (`read_once_per_template`): what a two-message
+    chat's render ends with past the render of it with one more message (cut back to the start of
+    the markup unit the two part inside: `</s>` and `<|user|>` share their `<`). A template that
+    renders neither: ""."""
+    def read() -> str:
+        chat = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]
+        try:
+            last, more = (for_server(server.template, load_conversation(c), server.kwargs, inputs=server.inputs)
+                          .render(add_generation_prompt=False, clock=clock_at(PINNED_NOW))
+                          for c in (chat, chat + [{"role": "user", "content": "Again."}]))
+        except TmplkitError:
+            return ""
         k = common_prefix(last, more)
         k = next((u.start() for u in UNIT.finditer(last, max(0, k - 64)) if u.start() < k < u.end()), k)
-        ending = last[k:].strip()
-    except TmplkitError:
-        ending = ""
-    if key is not None:
-        if len(_END_OF_TEXTS) >= 64:
-            _END_OF_TEXTS.pop(next(iter(_END_OF_TEXTS)))
-        _END_OF_TEXTS[key] = ending
-    return ending
+        return last[k:].strip()
+
+    return read_once_per_template(_END_OF_TEXTS, server, read)
 
 
 def _ends_with_unit(text: str) -> bool:

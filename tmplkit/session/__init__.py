@@ -55,7 +55,7 @@ from ._inputs import (
 from ._render import SERVER_VARIABLES, SESSION_LIMITS, ServerConversation, for_server, render_conversation, render_variables, server_variables
 from ._thinking import server_thinking
 from ._tool_schema import schema_problem
-from ._turn_alone import trusted_by_probes
+from ._turn_alone import read_once_per_template, trusted_by_probes
 from ._workarounds import ContentReads, as_server_finishes, as_server_prepares, as_server_renders, content_reads
 
 __all__ = [
@@ -67,5 +67,5 @@ __all__ = [
     "next_user_turn", "object_arguments", "reads_thinking", "reasoning_for", "render_conversation",
     "render_variables", "save_session", "server_object_arguments", "server_handler", "server_refuses", "server_thinking", "server_variables",
     "session_from_json", "active_session_limits", "session_limits", "session_render",
-    "schema_problem", "template_messages", "trusted_by_probes",
+    "read_once_per_template", "schema_problem", "template_messages", "trusted_by_probes",
 ]

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-__all__ = ["trusted_by_probes"]  # (the rest is `requests.iter_requests`'s)
+__all__ = ["read_once_per_template", "trusted_by_probes"]  # (the rest is `requests.iter_requests`'s)
 
 # The short path pays where the requests' histories are long: two short renders cost about two
 # renders' fixed part (a tool list, the variables), one whole render that and every message. It is
@@ -45,7 +46,9 @@ LONG_HISTORY = 64
 MIN_HISTORY = 1000
 
 _TRUSTED: dict = {}  # (short path, with copies) -> `trusted_by_probes`' cache
-_TRUSTED_MAX = 64
+_TRUSTED_MAX = 64  # facts kept per cache (`read_once_per_template`)
+
+T = TypeVar("T")
 
 
 def context_of(messages: Sequence[dict], n: int) -> list[dict] | None:
@@ -106,21 +109,28 @@ def trusted_by_probes(cache: dict, conversation, agree: Callable[[object], bool 
     """Whether a fast path may serve `conversation`'s template: `agree(probe)` says, for each of
     `probes()`, whether the fast path found what its proof finds (None: the probe does not apply);
     true where none disagrees and one agrees. Read once per template, message preparation and
-    variables, and kept in `cache` (the 64 newest) for the process."""
+    variables (`read_once_per_template`)."""
+    def verdict() -> bool:
+        verdicts = [agree(p) for p in probes()]
+        return False not in verdicts and True in verdicts
+
+    return read_once_per_template(cache, conversation, verdict)
+
+
+def read_once_per_template(cache: dict, conversation, read: Callable[[], T]) -> T:
+    """`read()`, a fact of `conversation`'s template (a `ServerConversation`), computed once per
+    template, message preparation and variables and kept in `cache` (the 64 newest) for the
+    process; read each time where the template or variables cannot be a key."""
     try:
         key = (conversation.template, conversation.inputs, json.dumps(conversation.kwargs, sort_keys=True, default=repr))
         hash(key)
-    except TypeError:  # (a template or variables that cannot be a key: checked each time)
-        key = None
-    if key is not None and key in cache:
-        return cache[key]
-    verdicts = [agree(p) for p in probes()]
-    ok = False not in verdicts and True in verdicts
-    if key is not None:
+    except TypeError:
+        return read()
+    if key not in cache:
         if len(cache) >= _TRUSTED_MAX:
             cache.pop(next(iter(cache)))
-        cache[key] = ok
-    return ok
+        cache[key] = read()
+    return cache[key]
 
 
 def probes(copies: bool = False) -> list:
