@@ -73,7 +73,7 @@ def read_lock(path, *, updating: bool = False) -> BehaviourLock:
     if not isinstance(data, dict) or not isinstance(data.get("templates"), dict):
         fix = f"--lock {path}" + (" --fresh" if updating else "")
         raise InputError(f"{path}: not a behaviour lock (no 'templates' object); write it with `tmplkit lock SOURCE... {fix}`")
-    if extra := [k for k in data if k not in ("schema_version", "tmplkit_version", "templates")]:
+    if extra := [k for k in data if k not in _LOCK_KEYS]:
         raise InputError(f"{path}: {extra[0]!r} is no key of a behaviour lock (its keys: schema_version, tmplkit_version, "
                          f"templates); remove it, or write the lock again with `tmplkit lock SOURCE... --lock {path} --fresh`")
     version = data.get("schema_version")
@@ -100,19 +100,16 @@ def require_replaceable(path) -> None:
     kind (a session, expected failures), or a file not named .json (a text file, a template, `-o`
     slipped onto another file) that holds no lock's JSON. A .json file that is no JSON at all is
     taken for a damaged lock, and replaced."""
-    json_named = Path(path).suffix.lower() == ".json"
     try:  # (read_json's bounds: a large file named by mistake is not read whole)
         data = read_json(path, what="a behaviour lock")
     except InputError:
-        if json_named:
+        if Path(path).suffix.lower() == ".json":
             return
         data = None
-    if json_named and not _lock_shaped(data):
-        raise InputError(f"{path}: not a behaviour lock (it holds other JSON); --fresh replaces a lock, not any file: "
-                         "give the lock a path of its own (a new .json file)")
     if not _lock_shaped(data):
-        raise InputError(f"{path}: not a behaviour lock (no lock's JSON); --fresh replaces a lock, not any file: give "
-                         "the lock a path of its own (a new .json file)")
+        why = "it holds other JSON" if data is not None else "no lock's JSON"
+        raise InputError(f"{path}: not a behaviour lock ({why}); --fresh replaces a lock, not any file: give the lock "
+                         "a path of its own (a new .json file)")
 
 
 def write_lock(path, lock: BehaviourLock) -> None:
