@@ -9,7 +9,7 @@ import sys
 
 from ..environment import no_color, terminal_is_dumb
 from ._once import BooleanOnce, StoreOnce, one_path, say_note
-from ._outputs import printable, refuse_binary
+from ._outputs import printable
 from ._terminal import ProgressLine
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
@@ -662,7 +662,6 @@ def model_run_outputs(args) -> list[tuple[str, str]]:
     for out in (args.output, args.plot, *(path for _, path in reports)):
         if out:
             check_writable(out)
-            refuse_binary(out, png=out == args.plot)
     if args.plot:
         require_matplotlib()
     return reports

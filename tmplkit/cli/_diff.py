@@ -6,7 +6,6 @@ import argparse
 
 from ._common import add_format, add_output, emit, quiet_text, refuse_worker_options_in_process
 from ._lock import add_derive_options, derive
-from ._outputs import refuse_binary
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -63,7 +62,6 @@ def _cmd_diff(args) -> int:
     refuse_worker_options_in_process(args)
     if args.output:
         check_writable(args.output)
-        refuse_binary(args.output)
     olds, news = load(args.old), load(args.new)
     if args.name is None and args.name_b is None and _by_name(olds, news):
         return _diff_by_name(args, olds, news)

@@ -575,6 +575,7 @@ def _in_other_contexts(options: dict[Delimiter, _Options], choice: dict[Delimite
     keeps a letter and some of the delimiter's markup, and changes nothing the probe render's split
     finds; one that is another role's ids is said in a warning (returned with the options)."""
     out, warnings = dict(options), []
+    split = _expected_and_found(out, choice, order, render, opening)  # (what each form must leave as it is)
     for d, opts in options.items():
         cand = opts.candidates[choice[d]]
         if not opts.occurrences or not cand.starts:
@@ -595,7 +596,7 @@ def _in_other_contexts(options: dict[Delimiter, _Options], choice: dict[Delimite
                                                 f"matching {len(forms)} more sequence(s) there"))
         trial = dict(out)
         trial[d] = replace(opts, candidates=opts.candidates[:choice[d]] + (widened,) + opts.candidates[choice[d] + 1:])
-        if _expected_and_found(trial, choice, order, render, opening) == _expected_and_found(out, choice, order, render, opening):
+        if _expected_and_found(trial, choice, order, render, opening) == split:
             out = trial
     return out, list(dict.fromkeys(warnings))
 
@@ -627,7 +628,7 @@ def _context_forms(d: Delimiter, occ: Sequence[_Occurrence], cand: _Candidate, r
         got, offs = tokenizer.tokenize_with_offsets(prefix + tail)
         n = len(prefix)
         inside = [i for i, (s, e) in enumerate(offs) if s >= n + a and e <= n + b]
-        if not inside or any(tuple(got[i:i + len(q)]) == q for i in inside[:1] for q in known):
+        if not inside:
             continue
         first, last = inside[0], inside[-1]
         form = tuple(got[first:last + 1])
@@ -638,7 +639,7 @@ def _context_forms(d: Delimiter, occ: Sequence[_Occurrence], cand: _Candidate, r
         if tokenizer.detokenize(list(form)) != tail[offs[first][0] - n:offs[last][1] - n]:
             continue  # (a byte-level token inside a character: no text of its own)
         if any(tuple(got[i:i + len(q)]) == q for i in range(len(got)) for q in known):
-            continue  # (matched elsewhere in that text, a token on: the ids already there)
+            continue  # (a sequence of `cand` matches in that text, at the delimiter or a token on)
         out.append((f"after text ending in {prefix!r}," if prefix else "at the start of a text,", form))
     return out
 
