@@ -128,8 +128,7 @@ def test_split_disagreements_name_each_start_the_ids_read_otherwise_than_the_tex
     tok, delims = _Chars(), [Delimiter("user", "<u>"), Delimiter("assistant", "<a>")]
 
     def said(text, pairs):
-        ids = tok.tokenize(text)
-        return split_disagreements(text, delims, tok, ids, SpanDetector([(r, [ord(c) for c in q]) for r, q in pairs]).split(ids))
+        return split_disagreements(text, delims, tok, SpanDetector([(r, [ord(c) for c in q]) for r, q in pairs]))
 
     text = "<u>hello<a>fine<u>ok"
     assert said(text, [("user", "<u>"), ("assistant", "<a>")]) == ()
@@ -143,9 +142,8 @@ def test_split_disagreements_name_each_start_the_ids_read_otherwise_than_the_tex
         "the token split starts a user message at character 8, where the text starts an assistant one",)
     # the generation prompt at the render's end without its trailing whitespace: no disagreement
     prompt = [Delimiter("user", "<u>"), Delimiter("assistant", "<a> ")]
-    ids = tok.tokenize("<u>hi<a> yo<u>ok<a>")
-    spans = SpanDetector([("user", [ord(c) for c in "<u>"]), ("assistant", [ord(c) for c in "<a>"])]).split(ids)
-    assert split_disagreements("<u>hi<a> yo<u>ok<a>", prompt, tok, ids, spans) == ()
+    detector = SpanDetector([("user", [ord(c) for c in "<u>"]), ("assistant", [ord(c) for c in "<a>"])])
+    assert split_disagreements("<u>hi<a> yo<u>ok<a>", prompt, tok, detector) == ()
     # past three, how many more
     many = "".join(f"<u>m{i}" for i in range(6))
     assert said(many, [("assistant", "<u>")])[-1] == "3 more"

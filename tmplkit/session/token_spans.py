@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..analysis import analyze
-from ..delimiters import ROLES, text_matches
+from ..delimiters import ROLES, text_matches, with_article
 from ..tokens.delimiter_ids import TokenDelimiters, token_delimiters
 from ..tokens.spans import SpanDetector, Spans
 from ..tokens.tokenizers import Tokenizer
@@ -86,12 +86,15 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
     misplaced = misplaced_messages(rendered, conversation.messages, analysis.delimiters,
                                    drops_tools=analysis.tool_placement == "dropped")
     return ConversationSpans(getattr(template, "name", ""), getattr(tokenizer, "name", ""), len(ids), td, spans,
-                             conversation.roles, misplaced, split_disagreements(rendered, analysis.delimiters, tokenizer, ids, spans))
+                             conversation.roles, misplaced, split_disagreements(rendered, analysis.delimiters, tokenizer,
+                                                                                SpanDetector(td)))
 
 
-def split_disagreements(rendered: str, delimiters, tokenizer: Tokenizer, ids, spans: Spans, limit: int = 3) -> tuple[str, ...]:
-    """Where the token split (`spans` of `ids`, `rendered` tokenized) and the text split of `rendered`
-    by `delimiters` disagree on a message start: a start of one the other lacks, or of another role.
+def split_disagreements(rendered: str, delimiters, tokenizer: Tokenizer, detector: SpanDetector,
+                        limit: int = 3) -> tuple[str, ...]:
+    """Where the token split (`detector` over `rendered`'s ids, no BOS or EOS added: the ids of its
+    text, with their characters) and the text split of `rendered` by `delimiters` disagree on a
+    message start: a start of one the other lacks, or of another role.
 
     The token delimiters are proven on the template's probe render; a conversation writes them in
     contexts the probe may not (after a BOS string the vocabulary spells as text, after content
@@ -100,14 +103,9 @@ def split_disagreements(rendered: str, delimiters, tokenizer: Tokenizer, ids, sp
     cut back start inside it). The generation prompt at the render's end, which the ids match
     without the whitespace its text has (`prompt_start`), is no disagreement.
     Up to `limit` said, then how many more."""
-    plain, offsets = tokenizer.tokenize_with_offsets(rendered)
-    plain = list(plain)
-    # (`ids` may have a BOS before and an EOS after them, as a tokenizer's post-processing adds)
-    shift = next((k for k in range(min(4, len(ids) - len(plain) + 1)) if list(ids[k:k + len(plain)]) == plain), None)
-    if shift is None:
-        return ()  # (ids not of this text as the offsets are: nothing to compare them by)
+    ids, offsets = tokenizer.tokenize_with_offsets(rendered)
     expected = [(at, at + len(d.text), d.role) for at, d in text_matches(rendered, delimiters) if d.role in ROLES]
-    got = [(*offsets[s.pos - shift], s.role) for s in spans if s.role in ROLES and shift <= s.pos < shift + len(plain)]
+    got = [(*offsets[s.pos], s.role) for s in detector.split(ids) if s.role in ROLES]
     out, i = [], 0
     for at, end, role in got:  # (the first token's characters: it may begin before the delimiter, a neighbour merged in)
         while i < len(expected) and expected[i][1] <= at:
@@ -115,18 +113,14 @@ def split_disagreements(rendered: str, delimiters, tokenizer: Tokenizer, ids, sp
             i += 1
         if i < len(expected) and expected[i][0] < max(end, at + 1):
             if expected[i][2] != role:
-                out.append(f"the token split starts {_a(role)} message at character {expected[i][0]}, where the text "
-                           f"starts {_a(expected[i][2])} one")
+                out.append(f"the token split starts {with_article(role)} message at character {expected[i][0]}, where the text "
+                           f"starts {with_article(expected[i][2])} one")
             i += 1
         elif not (role == "assistant" and _prompt_at_end(rendered, at, delimiters)):
-            out.append(f"the token split starts {_a(role)} message at character {at} ({rendered[at:at + 24]!r}), "
+            out.append(f"the token split starts {with_article(role)} message at character {at} ({rendered[at:at + 24]!r}), "
                        "where the text starts none")
     out += [f"the token split misses the {role} start at character {lo}" for lo, _, role in expected[i:]]
     return tuple(out[:limit]) + ((f"{len(out) - limit} more",) if len(out) > limit else ())
-
-
-def _a(role: str) -> str:
-    return ("an " if role[:1] in "aeio" else "a ") + role
 
 
 def _prompt_at_end(rendered: str, at: int, delimiters) -> bool:
@@ -177,7 +171,7 @@ def misplaced_messages(text: str, messages, delimiters, *, drops_tools: bool = F
             at, span = _own_side(places, role, body, at, following) or (at, span)
         cursor = at + len(body)
         if _misread(role, span) and span is not None:  # (_misread: a span of a role, always)
-            out.append(f"message {i} ({role}) lies in {'an' if span[0] in 'aeio' else 'a'} {span} span "
+            out.append(f"message {i} ({role}) lies in {with_article(span)} span "
                        f"(character {places.start_of(at)})")
     return tuple(out)
 
