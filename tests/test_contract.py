@@ -179,6 +179,14 @@ def _with_session_timeout(seconds: float, *args: str) -> subprocess.CompletedPro
         pytest.fail(f"tmplkit {' '.join(args)} ran past {BOUND} s (a hang)")
 
 
+def _hostile_model_run(command: str, tmp_path: Path) -> list[str]:
+    """`prefill`'s or `replay`'s arguments on tiny:qwen35 with the template hostile only on its
+    session (`_on_session`)."""
+    template, chat = _on_session(tmp_path)
+    return [command, "tiny:qwen35", "--session", str(chat), "--template", str(template), "-c", "512",
+            "--settings", "none" if command == "prefill" else "llama-server"]
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("command", ["prefill", "replay"])
 def test_a_template_hostile_only_on_the_session_is_refused_before_the_model_loads(tmp_path, command):
@@ -186,10 +194,7 @@ def test_a_template_hostile_only_on_the_session_is_refused_before_the_model_load
     # no memory limit, until a session render's 60 s limit (past this test's bound): it now runs in a
     # worker first, under the audit's limits
     pytest.importorskip("llama_cpp")
-    template, chat = _on_session(tmp_path)
-    extra = ["--settings", "none" if command == "prefill" else "llama-server"]
-    proc = _with_session_timeout(1.0, command, "tiny:qwen35", "--session", str(chat), "--template", str(template),
-                                 "-c", "512", *extra)
+    proc = _with_session_timeout(1.0, *_hostile_model_run(command, tmp_path))
     err = one_line_error(proc, "refused before the model loads")
     assert "took longer than 1 s" in err or "ran out of memory" in err, err
 
@@ -200,13 +205,11 @@ def test_prefill_and_replay_take_the_worker_limits_their_messages_name(tmp_path,
     # (replay ran out of memory on a 10,000-message session, "the template may build a huge value",
     # and neither command had a --memory or --timeout to raise: one vocabulary of options)
     pytest.importorskip("llama_cpp")
-    template, chat = _on_session(tmp_path)
-    extra = ["--settings", "none" if command == "prefill" else "llama-server"]
-    proc = tmplkit(command, "tiny:qwen35", "--session", str(chat), "--template", str(template), "-c", "512",
-                   "--timeout", "1", *extra)
+    run = _hostile_model_run(command, tmp_path)
+    proc = tmplkit(*run, "--timeout", "1")
     err = one_line_error(proc, "refused before the model loads")
     assert ("took longer than 1 s" in err and "raise --timeout" in err) or "raise --memory" in err, err
-    proc = tmplkit(command, "tiny:qwen35", "--session", str(chat), "--memory", "0", *extra)
+    proc = tmplkit(*run, "--memory", "0")
     one_line_error(proc, "--memory")
 
 
