@@ -86,8 +86,11 @@ def test_no_header_and_no_generation_prompt_is_masked(name, conv):
         # the assistant's header ends right before the mask: the mask starts after it
         # (or after the empty reasoning block the generation prompt closes, or the user's turn ends
         # with, which the history prints with the turn's reasoning in it: calls-before-text,
-        # header-closes-reasoning)
-        assert m.text[:turn.start].endswith(("<|im_start|>assistant\n", "### Response:\n", "<|assistant|>", "<|assistant|>\n",
+        # header-closes-reasoning; or after the generation prompt's `<think>\n`, which the history
+        # writes again in the newest answer: think-block-last)
+        assert m.text[:turn.start].endswith(("<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n", "### Response:\n",
+                                             "<|begin_assistant|>\n",
+                                             "<|assistant|>", "<|assistant|>\n",
                                              "<|start|>assistant", "</think>\n", "<|assistant|><think></think>",
                                              "</think>", "[/INST]", "ASSISTANT:", "<|turn|>assistant\n",
                                              "Source: assistant\n\n ")), \
@@ -105,6 +108,28 @@ def test_the_last_turn_is_the_turns_studys_generated_turn(name):
     # (prompt-always writes the next turn's generation prompt after it whatever add_generation_prompt
     # says, which the template wrote, not the model: the turn leaves it out and the render ends with it)
     assert m.text.endswith(last.generated) or m.text.endswith(last.generated + last.generation_prompt)
+
+
+def test_a_tool_call_turn_the_template_writes_nothing_for_is_judged_not_left_out():
+    # calls-unwritten (ours) has no tool support and ends an answer with `<|im_end|>` only once a
+    # message follows: the tool-call turn's request generates nothing. It was
+    # left out of the turns, its calls learned nowhere without a word; now it is a turn, which
+    # learns its end marker alone, and the command names it.
+    m = text_mask(template("calls-unwritten"), FIXTURES / "chat.json")
+    messages = load_conversation(FIXTURES / "chat.json").messages
+    from tmplkit.masks import markup_only_turns
+
+    assert messages[4].get("tool_calls") and [t.messages for t in markup_only_turns(m, messages)] == [(4, 5)]
+
+
+def test_a_tool_call_turn_written_only_once_followed_is_refused_in_its_own_words():
+    # calls-when-followed (ours) writes the newest answer's content alone, its calls only once a
+    # message follows: the turn's request generates nothing, and the turn was left out silently.
+    with pytest.raises(MaskError, match=r"messages 4\.\.4 would mask nothing: the template writes its tool calls only "
+                                        r"once another message follows"):
+        text_mask(template("calls-when-followed"), FIXTURES / "chat.json")
+    assert text_mask(template("calls-when-followed"), FIXTURES / "plain.json").masked_text() == \
+        ["Hello.<|im_end|>", "Goodbye.<|im_end|>"]
 
 
 def test_reasoning_dropped_from_the_history_is_not_masked_and_kept_reasoning_is():

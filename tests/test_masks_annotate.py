@@ -22,7 +22,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "masks"
 # calls, a history rewritten once an answer follows, a reasoning block the user's turn closes, a
 # system prompt only in the last user message)
 NAMES = ["reasoning-kept", "reasoning-dropped", "header-ends-user", "think-open", "calls-before-text", "analysis-dropped",
-         "header-closes-reasoning", "system-in-last-user"]
+         "header-closes-reasoning", "system-in-last-user", "think-block-last", "reasoning-steps"]
 
 
 def template(name: str) -> ChatTemplate:

@@ -131,6 +131,18 @@ def test_a_turn_that_reasons_then_calls_tools_is_generated_from_after_the_prompt
                                  "Let me list them.<|im_end|>\n")
 
 
+def test_a_run_of_answers_asked_for_by_one_request_is_generated_whole():
+    # The history writes a reasoning block in the newest answer only, so the request is no prefix
+    # of the render with the turn: the turn, two answers in a row, starts at the first of them (the
+    # needle in the last answer found the last alone, and the first was learned nowhere).
+    t = load_one(str(MASKS / "think-block-last.jinja"))
+    reqs = session_requests(load_session(MASKS / "answers-in-a-row.json"), t)
+    assert reqs[0].rule == "newest-turn" and reqs[0].turn == (1, 3)
+    # (the first answer written as its history writes it, after its header: no reasoning block)
+    assert reqs[0].generated == ("Part one: the moon pulls the sea.<|im_end|>\n<|im_start|>assistant\n"
+                                 "<think>\n\n</think>\n\nPart two: the sun pulls less.<|im_end|>\n")
+
+
 def test_a_turn_whose_history_is_rewritten_starts_after_the_requests_history():
     # Once the answer exists the history drops the earlier turn's analysis; the answer's turn still
     # starts at the header after the tool result, and the model writes its analysis, a second

@@ -423,7 +423,7 @@ def _located_turns(server: ServerConversation, text: str, others: Sequence[int],
         if req.rule == "unrendered":
             raise MaskError(f"template '{server.template.name}' renders no conversation that ends with the assistant "
                             f"turn of messages {req.turn[0]}..{req.turn[1] - 1}; what the model generates there is unknown")
-        if req.generated:
+        if req.turn[1] > req.turn[0]:  # (a turn, empty or not: one its template writes nothing for is judged, not left out)
             yield (req.turn, *_locate(server, text, req, others, starts))
 
 
@@ -449,8 +449,7 @@ def _prefix_turns(server: ServerConversation, text: str) -> list[tuple[tuple[int
         if not (full.startswith(request) and text.startswith(full)):
             return None
         generated = endings.strip(messages[end - 1], full[len(request):])
-        if generated:
-            out.append(((n, end), len(request), len(request) + len(generated), "exact"))
+        out.append(((n, end), len(request), len(request) + len(generated), "exact"))
     return out
 
 
@@ -624,11 +623,29 @@ def _refuse_unwritten_calls(server: ServerConversation, turns: Sequence[MaskedTu
                 server.render([ask, *bare], add_generation_prompt=False)
         except TmplkitError:
             continue  # (a template that needs calls or content there writes them)
+        if same and _written_when_followed(server, ask, turn, bare, messages[t.messages[1]:t.messages[1] + 1]):
+            raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
+                            f"{t.messages[1] - 1} would mask nothing: the template writes its tool calls only once "
+                            "another message follows (as the newest message it writes none of them), so what the "
+                            "model generates there is unknown; mask the conversation with another template of the "
+                            "model, or leave the turn's tool_calls out")
         if same:
             raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
                             f"{t.messages[1] - 1} would mask nothing: it has tool calls the template does not write "
                             "(it renders the turn alike without them); use a template with tool support, or leave the "
                             "turn's tool_calls out")
+
+
+def _written_when_followed(server: ServerConversation, ask: dict, turn: list, bare: list, following: Sequence[dict]) -> bool:
+    """Whether the template writes the calls of `turn` (`bare`: without them) once the message
+    `following` it comes after (Nemotron Nano 9B v2 Japanese writes a call turn only then)."""
+    if not following:
+        return False
+    try:
+        return server.render([ask, *turn, *following], add_generation_prompt=False) != \
+            server.render([ask, *bare, *following], add_generation_prompt=False)
+    except TmplkitError:
+        return False
 
 
 def _inside_unit(text: str, at: int) -> bool:
@@ -649,6 +666,8 @@ def _aligned_end(text: str, start: int, generated: str, messages: int = 1, whole
     end = _cut_form(text, start + a, generated, a, min(messages, _MAX_CUTS))
     if end is None and stop is not None and generated[:a].strip() and generated[a:].strip():
         end = _put_in_form(text, start + a, generated, a, stop, _MAX_PUT_IN, starts)
+    if end is None and stop is not None:
+        end = _cut_then_put_in(text, start + a, generated, a, stop, starts)
     if end is None:
         return None if whole and a < len(generated) else start + a
     return end
@@ -680,6 +699,23 @@ def _cut_form(text: str, at: int, generated: str, a: int, cuts: int) -> int | No
         if k and (end := _cut_form(text, at + k, generated, b + k, cuts - 1)) is not None:
             return end
         b = generated.find(first, b + 1)
+    return None
+
+
+def _cut_then_put_in(text: str, at: int, generated: str, a: int, stop: int, starts: Sequence[int]) -> int | None:
+    """Where `generated[a:]`, with one stretch cut out where it starts (reasoning the history drops)
+    and then stretches put in (`_put_in_form`), ends in `text` at `at`; None where no such form is
+    there. (Apriel 1.6 drops a call turn's reasoning and writes the call's "id" once it is followed.)"""
+    if at >= len(text):
+        return None
+    b = generated.find(text[at], a + 1)
+    while b >= 0:
+        k = common_prefix(generated[b:], text[at:stop])
+        if k >= _PUT_IN_PROBE and generated[b:b + k].strip():
+            end = _put_in_form(text, at + k, generated, b + k, stop, _MAX_PUT_IN, starts)
+            if end is not None:
+                return end
+        b = generated.find(text[at], b + 1)
     return None
 
 

@@ -95,10 +95,7 @@ def one_render_turns(server: ServerConversation, text: str, spans: Sequence[Text
             found = locate(Asked(starts[n], prompt, own, (n, end))) if locate and own is not None else None
             if found is None:
                 return None
-            if not own:
-                continue
-        if found[1] > found[0] or found[2] != "exact":
-            out.append(((n, end), *found))
+        out.append(((n, end), *found))
     return out
 
 

@@ -238,7 +238,7 @@ def _request_read(conversation, endings: TurnEndings, messages: list, k: int, n:
             generated, rule = found
         else:
             try:
-                generated, rule = _generated_turn(draw, messages[:end], text, gprompt)
+                generated, rule = _generated_turn(draw, messages[:end], text, gprompt, n)
             except RenderError:
                 # The template renders the request but no conversation that ends with the turn
                 # (a classifier that wants a user message last): what the model wrote is unknown,
@@ -261,7 +261,7 @@ def _turn_asked_alone(conversation, draw, clock, messages: list, n: int, end: in
         return None
     try:
         asked, bare = conversation.render_with_prompt(context, clock=clock)
-        return _generated_turn(draw, context + messages[n:end], asked, _generation_prompt(asked, bare))
+        return _generated_turn(draw, context + messages[n:end], asked, _generation_prompt(asked, bare), len(context))
     except RenderError:
         return None
 
@@ -492,14 +492,14 @@ def _generation_prompt(with_gp: str, without: str) -> str:
     return with_gp[common_prefix(with_gp, without):]
 
 
-def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[str, str]:
+def _generated_turn(draw, messages: list, request: str, gprompt: str, first: int | None = None) -> tuple[str, str]:
+    """(generated, rule) of the turn that ends `messages`, asked for by `request` (its generation
+    prompt `gprompt`); `first`: the index of the turn's first message (a turn may be a run of
+    assistant messages), the last message where not given."""
     full = draw(messages, False)
     if full.startswith(request):
         return full[len(request):], "prefix"
-    # The needle render: the same history, the newest turn with other content (see the module doc).
-    # (every key of the turn as the client sent it, its content a needle)
-    needle = draw(messages[:-1] + [{**messages[-1], "content": NEEDLE}], False)
-    printed = needle != full
+    needle, printed = _needle_render(draw, messages, full, len(messages) - 1 if first is None else first)
     shared = common_prefix(full, needle) if printed else len(full)
     history = request[:len(request) - len(gprompt)] if request.endswith(gprompt) else request
     at = locate_turn(full, history, gprompt, shared)
@@ -526,6 +526,20 @@ def _generated_turn(draw, messages: list, request: str, gprompt: str) -> tuple[s
             break
     turn = full[shared - opening:]
     return turn[back_to_boundary(turn, common_prefix(gprompt, turn)):], "newest-turn"
+
+
+def _needle_render(draw, messages: list, full: str, first: int) -> tuple[str, bool]:
+    """The needle render (see the module doc): the same history, the turn's first message with
+    other content (every key of it as the client sent it, its content a needle), and whether the
+    template prints that content. The turn starts at its first message: of a run of two answers,
+    the needle in the second found the second alone, and the first answer was learned nowhere. Where
+    the first prints no content (a tool-call message whose text the template drops) the needle goes
+    in the last, as for a turn of one message."""
+    for i in dict.fromkeys((first, len(messages) - 1)):
+        needle = draw(messages[:i] + [{**messages[i], "content": NEEDLE}] + messages[i + 1:], False)
+        if needle != full:
+            return needle, True
+    return full, False
 
 
 def locate_turn(full: str, history: str, gprompt: str, limit: int, stops: Sequence[int] = (), *,
@@ -598,7 +612,7 @@ def turn_header(full: str, history: str, gprompt: str, limit: int) -> int:
     # the form that is the history's own agrees with all of it.
     best, score = -1, 0
     for before in _history_forms(history):
-        at, k = _best_header(full, before, lead, limit)
+        at, k = _best_header(full, before, lead, limit, gprompt[:len(gprompt) - len(gprompt.lstrip())])
         if k > score:
             best, score = at, k
         if k == len(before):  # (all of the history agrees: no shorter form can agree longer)
@@ -625,20 +639,23 @@ def _history_forms(history: str) -> list[str]:
     return forms
 
 
-def _best_header(full: str, history: str, lead: str, limit: int) -> tuple[int, int]:
-    """Of the places before `limit` that open with `lead`, the one whose preceding text agrees
-    longest with `history`, and how long that is ((-1, 0): none ends with the history's last
-    characters)."""
+def _best_header(full: str, history: str, lead: str, limit: int, space: str = "") -> tuple[int, int]:
+    """Of the places before `limit` that open with `lead`, or with `space` (the whitespace the
+    generation prompt opens with) and then `lead`, the one whose preceding text agrees longest with
+    `history`, and how long that is ((-1, 0): none ends with the history's last characters). (Apriel
+    1.6's prompt opens `\n<|begin_assistant|>`: the history ends before the `\n`, and no header was
+    found, so the turn lost the reasoning its history keeps.)"""
     # (half of a history shorter than that: its start may be written otherwise once more messages
     # follow, a system prompt the template hoists ahead of it: DeepSeek R1's)
     tail = history[-min(_TAIL, max(len(history) // 2, 1)):]
     best, score = -1, 0
     at = full.find(lead, 0, limit)
     while at >= 0:
-        if full.endswith(tail, 0, at):
-            k = lcs(full[:at], history)
-            if k >= score:
-                best, score = at, k
+        for place in dict.fromkeys((at, at - len(space) if space and full.endswith(space, 0, at) else at)):
+            if full.endswith(tail, 0, place):
+                k = lcs(full[:place], history)
+                if k >= score:
+                    best, score = place, k
         at = full.find(lead, at + 1, limit)
     return best, score
 
