@@ -617,6 +617,11 @@ def turn_header(full: str, history: str, gprompt: str, limit: int) -> int:
             best, score = at, k
         if k == len(before):  # (all of the history agrees: no shorter form can agree longer)
             break
+    if best < 0 and history != history.rstrip():
+        # The history ends with whitespace that the render with the turn writes otherwise (SvalTek's
+        # `<|im_end|>\n\n` before the generation prompt, `<|im_end|>\n` before the turn): the header
+        # is the place whose text agrees with the history less that whitespace.
+        best = _best_header(full, history.rstrip(), lead, limit, loose=True)[0]
     return best
 
 
@@ -639,12 +644,14 @@ def _history_forms(history: str) -> list[str]:
     return forms
 
 
-def _best_header(full: str, history: str, lead: str, limit: int, space: str = "") -> tuple[int, int]:
+def _best_header(full: str, history: str, lead: str, limit: int, space: str = "", *,
+                 loose: bool = False) -> tuple[int, int]:
     """Of the places before `limit` that open with `lead`, or with `space` (the whitespace the
     generation prompt opens with) and then `lead`, the one whose preceding text agrees longest with
     `history`, and how long that is ((-1, 0): none ends with the history's last characters). (Apriel
     1.6's prompt opens `\n<|begin_assistant|>`: the history ends before the `\n`, and no header was
-    found, so the turn lost the reasoning its history keeps.)"""
+    found, so the turn lost the reasoning its history keeps.) `loose`: the text before a place is
+    compared less the whitespace it ends with."""
     # (half of a history shorter than that: its start may be written otherwise once more messages
     # follow, a system prompt the template hoists ahead of it: DeepSeek R1's)
     tail = history[-min(_TAIL, max(len(history) // 2, 1)):]
@@ -652,12 +659,20 @@ def _best_header(full: str, history: str, lead: str, limit: int, space: str = ""
     at = full.find(lead, 0, limit)
     while at >= 0:
         for place in dict.fromkeys((at, at - len(space) if space and full.endswith(space, 0, at) else at)):
-            if full.endswith(tail, 0, place):
-                k = lcs(full[:place], history)
+            end = _before_space(full, place) if loose else place
+            if full.endswith(tail, 0, end):
+                k = lcs(full[:end], history)
                 if k >= score:
                     best, score = place, k
         at = full.find(lead, at + 1, limit)
     return best, score
+
+
+def _before_space(text: str, at: int) -> int:
+    """Where the whitespace that text[:at] ends with begins."""
+    while at > 0 and text[at - 1].isspace():
+        at -= 1
+    return at
 
 
 def _prompt_lead(gprompt: str) -> str:
@@ -683,6 +698,9 @@ def after_prompt(full: str, header: int, gprompt: str, limit: int) -> int:
     history writes after that, `</think>\\n` before the content, is the model's to write, as a prefix
     would have it.)"""
     h = header
+    space = len(gprompt) - len(gprompt.lstrip())
+    if space and not full.startswith(gprompt[:space], h):
+        gprompt = gprompt[space:]  # (a header written without the whitespace the prompt opens with)
     k = common_prefix(gprompt, full[h:h + len(gprompt)])
     if k == len(gprompt):
         return h + k
