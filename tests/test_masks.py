@@ -211,6 +211,20 @@ def test_a_turn_whose_content_the_template_does_not_print_is_refused_not_masked_
     assert text_mask(template("parts-only"), FIXTURES / "plain-parts.json").masked_text() == [" Hello.", " Goodbye."]
 
 
+def test_an_answer_the_template_cuts_at_markup_it_holds_is_refused_in_words_that_say_so():
+    # A template that keeps what follows `</think>` in an answer (as Qwen3's and Ring's do) writes
+    # nothing of one that ends with it: the refusal named a form of content (string or parts) that
+    # had nothing to do with it.
+    cuts = ChatTemplate("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
+                        "{{ m.content.split('</think>')[-1] }}{% else %}{{ m.content }}{% endif %}<|im_end|>\n"
+                        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}", "cuts", "-")
+    chat = [{"role": "user", "content": "Show me."}, {"role": "assistant", "content": "Like <think>this</think>"},
+            {"role": "user", "content": "Thanks."}, {"role": "assistant", "content": "Welcome."}]
+    with pytest.raises(MaskError, match=r"messages 1\.\.1 would mask nothing: .* the content holds markup \('</think>'\) "
+                                        "that the template may cut it at"):
+        text_mask(cuts, chat)
+
+
 def test_a_conversation_without_an_assistant_message_masks_nothing_and_the_command_says_so(tmp_path, capsys):
     # its mask is all zeros (as transformers gives it); the command said nothing of it, exit 0
     from tmplkit.cli import main

@@ -548,10 +548,19 @@ def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ..
             if m.get("role") == "assistant" and _not_held(body, where):
                 raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
                                 f"{t.messages[1] - 1} would mask nothing: where the turn is written the render holds none of its content "
-                                f"{body.strip()[:40]!r}; give the content as the template reads it (a string or a list "
-                                "of text parts)")
+                                f"{body.strip()[:40]!r}; {_how_to_give(body)}")
     _refuse_unwritten_calls(server, turns)
     return turns
+
+
+def _how_to_give(body: str) -> str:
+    """The hint of `_learning`'s refusal: a content that holds markup may be cut at it by the template
+    (one that keeps what follows a `</think>`), else given in a form the template does not read."""
+    markup = [m.group(0) for m in TAG.finditer(body)]
+    if markup:
+        return (f"the content holds markup ({markup[-1]!r}) that the template may cut it at; leave the markup out of "
+                "the content, or give the content as the template reads it (a string or a list of text parts)")
+    return "give the content as the template reads it (a string or a list of text parts)"
 
 
 def _refuse_taking_in(server: ServerConversation, text: str, spans: Sequence[TextSpan], turns: Sequence[MaskedTurn]) -> None:
