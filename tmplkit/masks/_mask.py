@@ -718,14 +718,19 @@ def _cut_then_put_in(text: str, at: int, generated: str, a: int, stop: int, star
     if at >= len(text):
         return None
     b = generated.find(text[at], a + 1)
-    while b >= 0:
-        k = common_prefix(generated[b:], text[at:stop])
+    for _ in range(_MAX_CUT_STARTS):
+        if b < 0:
+            break
+        k = common_prefix(generated[b:b + stop - at], text[at:stop])
         if k >= _PUT_IN_PROBE and generated[b:b + k].strip():
             end = _put_in_form(text, at + k, generated, b + k, stop, _MAX_PUT_IN, starts)
             if end is not None:
                 return end
         b = generated.find(text[at], b + 1)
     return None
+
+
+_MAX_CUT_STARTS = 256  # places a cut may end at, tried in order (a long turn's every character is not)
 
 
 def _put_in_form(text: str, at: int, generated: str, a: int, stop: int, stretches: int,

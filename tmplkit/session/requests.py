@@ -649,7 +649,7 @@ def _best_header(full: str, history: str, lead: str, limit: int, space: str = ""
     """Of the places before `limit` that open with `lead`, or with `space` (the whitespace the
     generation prompt opens with) and then `lead`, the one whose preceding text agrees longest with
     `history`, and how long that is ((-1, 0): none ends with the history's last characters). (Apriel
-    1.6's prompt opens `\n<|begin_assistant|>`: the history ends before the `\n`, and no header was
+    1.6's prompt opens `\\n<|begin_assistant|>`: the history ends before the line break, and no header was
     found, so the turn lost the reasoning its history keeps.) `loose`: the text before a place is
     compared less the whitespace it ends with."""
     # (half of a history shorter than that: its start may be written otherwise once more messages
