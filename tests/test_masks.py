@@ -211,6 +211,16 @@ def test_a_turn_whose_content_the_template_does_not_print_is_refused_not_masked_
     assert text_mask(template("parts-only"), FIXTURES / "plain-parts.json").masked_text() == [" Hello.", " Goodbye."]
 
 
+def test_markup_written_after_a_turn_only_because_a_tool_result_follows_is_not_the_turns(corpus_template):
+    # DeepSeek R1's distills write `<｜tool▁outputs▁begin｜>` after a call turn's end of sentence
+    # before the first result only (the tool's proven delimiter is `<｜tool▁output▁begin｜>`): it was
+    # masked as the turn's end, which a render with a user message after the turn does not write.
+    m = text_mask(corpus_template("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"), FIXTURES / "chat.json")
+    call = next(text for text, t in zip(m.masked_text(), m.turns) if t.messages == (4, 5))
+    assert "<｜tool▁calls▁begin｜>" in call and call.endswith("<｜end▁of▁sentence｜>")
+    assert "<｜tool▁outputs▁begin｜>" in m.text
+
+
 def test_an_answer_the_template_cuts_at_markup_it_holds_is_refused_in_words_that_say_so():
     # A template that keeps what follows `</think>` in an answer (as Qwen3's and Ring's do) writes
     # nothing of one that ends with it: the refusal named a form of content (string or parts) that

@@ -11,9 +11,10 @@ message follows, a forced-open `<think>` the history does not print) the mask is
 keeps of it: the generated text with the part the render lacks cut out (rule "history"); a turn the
 history drops entirely masks nothing ("dropped"). Markup the render writes right after the turn,
 before the next message starts (gpt-oss's `<|end|>` / `<|return|>`, the model's own end of
-generation), belongs to the turn. Whitespace the render writes after the turn's last token (the `\n`
-after `<|im_end|>`) is the template's, not the model's: the model stops at its end of turn, the
-server keeps nothing after it, and the mask ends there. The role header and the generation
+generation), belongs to the turn, unless the render writes it only because a tool result follows
+(the R1 distills' `<｜tool▁outputs▁begin｜>`). Whitespace the render writes after the turn's last
+token (the `\n` after `<|im_end|>`) is the template's, not the model's: the model stops at its end
+of turn, the server keeps nothing after it, and the mask ends there. The role header and the generation
 prompt's text are never masked.
 
 Per-token role labels come from the template's proven delimiters (`analysis.delimiters`, split as
@@ -327,7 +328,8 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     longest = max(map(len, headers), default=0)
     located = _fast_turns(server, text, spans)
     for turn, start, end, rule in located if located is not None else _located_turns(server, text, others, starts):
-        end = _with_end_markup(text, end, starts, opening)
+        moved = _with_end_markup(text, end, starts, opening)
+        end = moved if moved == end or _written_before_user(server, text, turn, end, moved) else end
         k = bisect_left(others, end) - 1
         # The next message's proven delimiter is not the turn's, where what a request adds after
         # the previous one's text shares its opening (`<|START_OF_TURN_TOKEN|>` before the user's
@@ -355,6 +357,23 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
             start = end
         # (a history form that is only whitespace keeps nothing of the turn: it is dropped)
         yield MaskedTurn(turn, start, end, "dropped" if end <= start and rule == "history" else rule)
+
+
+def _written_before_user(server: ServerConversation, text: str, turn: tuple[int, int], end: int, moved: int) -> bool:
+    """Whether the markup text[end:moved] after a turn is the turn's end as the template writes it
+    whatever follows: where the next message is not a user message, a render with a user message
+    there instead writes it too. (DeepSeek R1's distills write `<｜tool▁outputs▁begin｜>` after a call
+    turn's end of sentence only because a tool result follows: the results' opening, not the
+    model's.) One the template writes whatever follows (gpt-oss's `<|end|>`) is the turn's."""
+    messages = server.messages
+    if turn[1] >= len(messages) or messages[turn[1]].get("role") == "user":
+        return True
+    try:
+        other = server.render(list(messages[:turn[1]]) + [{"role": "user", "content": "Hello."}],
+                              add_generation_prompt=False, clock=clock_at(PINNED_NOW))
+    except TmplkitError:
+        return True
+    return not other.startswith(text[:end]) or other.startswith(text[end:moved], end)
 
 
 def _own_end(server: ServerConversation, text: str, cut: str) -> bool:
