@@ -327,9 +327,15 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     opening = _opening(text, spans)
     longest = max(map(len, headers), default=0)
     located = _fast_turns(server, text, spans)
+    before_user: dict = {}  # (kind of turn, next role, markup) -> whether it is the turn's (one render a kind)
     for turn, start, end, rule in located if located is not None else _located_turns(server, text, others, starts):
         moved = _with_end_markup(text, end, starts, opening)
-        end = moved if moved == end or _written_before_user(server, text, turn, end, moved) else end
+        if moved > end:
+            key = (bool(server.messages[turn[1] - 1].get("tool_calls")),
+                   turn[1] < len(server.messages) and server.messages[turn[1]].get("role"), text[end:moved])
+            if key not in before_user:
+                before_user[key] = _written_before_user(server, text, turn, end, moved)
+            end = moved if before_user[key] else end
         k = bisect_left(others, end) - 1
         # The next message's proven delimiter is not the turn's, where what a request adds after
         # the previous one's text shares its opening (`<|START_OF_TURN_TOKEN|>` before the user's
