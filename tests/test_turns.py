@@ -131,6 +131,15 @@ def test_a_turn_that_reasons_then_calls_tools_is_generated_from_after_the_prompt
                                  "Let me list them.<|im_end|>\n")
 
 
+def test_the_generation_prompt_starts_where_the_markup_unit_it_parts_inside_starts(corpus_template):
+    # Phi-3.5 writes `<|assistant|>\n` with the prompt and `</s>` without it: the two renders share
+    # their `<`, and the generation prompt read `|assistant|>\n`.
+    t = corpus_template("microsoft-Phi-3.5-mini-instruct")
+    reqs = session_requests(load_session(MASKS / "chat.json"), t)
+    assert {r.generation_prompt for r in reqs} == {"<|assistant|>\n"}
+    assert all(r.text.endswith("<|end|>\n<|assistant|>\n") for r in reqs)
+
+
 def test_a_run_of_answers_asked_for_by_one_request_is_generated_whole():
     # The history writes a reasoning block in the newest answer only, so the request is no prefix
     # of the render with the turn: the turn, two answers in a row, starts at the first of them (the

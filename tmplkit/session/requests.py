@@ -486,10 +486,13 @@ def _markup_only(text: str) -> bool:
 
 
 def _generation_prompt(with_gp: str, without: str) -> str:
-    """What `add_generation_prompt=True` appends (the end of the render that is new)."""
+    """What `add_generation_prompt=True` appends (the end of the render that is new), from the start
+    of the markup unit the two renders part inside (Phi-3.5's `<|assistant|>` against the `</s>` it
+    writes without a prompt share their `<`: the prompt read `|assistant|>`)."""
     if with_gp.startswith(without):
         return with_gp[len(without):]
-    return with_gp[common_prefix(with_gp, without):]
+    k = common_prefix(with_gp, without)
+    return with_gp[next((u.start() for u in UNIT.finditer(with_gp, max(0, k - 64)) if u.start() < k < u.end()), k):]
 
 
 def _generated_turn(draw, messages: list, request: str, gprompt: str, first: int | None = None) -> tuple[str, str]:
