@@ -54,7 +54,8 @@ _STARTUP_GRACE = 30.0
 # loaded: the analysis stack, which is what tmplkit's workers run. `__main__` (multiprocessing's
 # default) is kept so that a script's main module is imported once, in the server, and not again in
 # every worker.
-_PRELOAD = ["__main__", "tmplkit.analysis", "tmplkit.sandbox", "tmplkit.sandbox.static_scan", "tmplkit.auditing.isolate",
+_PRELOAD = ["__main__", "tmplkit.auditing._forkserver_quiet", "tmplkit.analysis", "tmplkit.sandbox",
+            "tmplkit.sandbox.static_scan", "tmplkit.auditing.isolate",
             "tmplkit.auditing._prefix", "jinja2.sandbox"]  # _prefix: the prefix-stability check runs in the workers
 # Libraries a worker imports before its memory limit where this process has them (`_preimport`).
 _PREIMPORTS = ("numpy", "tokenizers", "llama_cpp")
