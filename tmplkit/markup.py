@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 
 __all__ = ["BOUNDARY", "MARKUP_END", "TAG", "UNIT", "back_to_boundary", "distinctive", "from_first_unit", "lcp", "lcs",
-           "unit_prefix", "unit_suffix"]
+           "unit_prefix", "unit_start", "unit_suffix"]
 
 # Markup units: special tokens and tags such as <|im_start|>, <｜User｜>, <start_of_turn>, [INST];
 # TAG, those in angle brackets alone (a bracketed word may be text: a pythonic call `[f(x=1)]`).
@@ -104,6 +104,13 @@ def unit_prefix(s: str, k: int) -> int:
     if opening >= 0 and s.find(">" if s[opening] == "<" else "]", opening, k) < 0:
         return opening
     return k
+
+
+def unit_start(s: str, k: int) -> int:
+    """`k`, moved back to the start of the markup unit (`UNIT`) it falls inside, else `k`: where two
+    texts part inside a unit (`</s>` and `<|user|>` share their `<`), the start of the unit. Unlike
+    `unit_prefix` it moves only into a whole unit, never back over a `<` in plain text."""
+    return next((u.start() for u in UNIT.finditer(s, max(0, k - 64)) if u.start() < k < u.end()), k)
 
 
 def unit_suffix(s: str, j: int) -> int:

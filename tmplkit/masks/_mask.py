@@ -14,8 +14,8 @@ before the next message starts (gpt-oss's `<|end|>` / `<|return|>`, the model's 
 generation), belongs to the turn, unless the render writes it only because a tool result follows
 (the R1 distills' `<｜tool▁outputs▁begin｜>`). Whitespace the render writes after the turn's last
 token (the `\n` after `<|im_end|>`) is the template's, not the model's: the model stops at its end
-of turn, the server keeps nothing after it, and the mask ends there. The role header and the generation
-prompt's text are never masked.
+of turn, the server keeps nothing after it, and the mask ends there. The role header and the
+generation prompt's text are never masked.
 
 Per-token role labels come from the template's proven delimiters (`analysis.delimiters`, split as
 llama-server splits, less a delimiter an answer quotes inside its masked turn, which is the
@@ -40,7 +40,7 @@ from functools import lru_cache
 from ..analysis import Analysis, analyze
 from ..delimiters import TextSpan, split_text
 from ..errors import RenderError, TmplkitError
-from ..markup import TAG, UNIT, lcs
+from ..markup import TAG, UNIT, lcs, unit_start
 from ..markup import lcp as common_prefix
 from ..sandbox import PINNED_NOW
 from ..session import Conversation, ServerConversation, content_text, for_server, load_conversation, read_once_per_template
@@ -331,8 +331,8 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     for turn, start, end, rule in located if located is not None else _located_turns(server, text, others, starts):
         moved = _with_end_markup(text, end, starts, opening)
         if moved > end:
-            key = (bool(server.messages[turn[1] - 1].get("tool_calls")),
-                   turn[1] < len(server.messages) and server.messages[turn[1]].get("role"), text[end:moved])
+            following = server.messages[turn[1]].get("role") if turn[1] < len(server.messages) else None
+            key = (bool(server.messages[turn[1] - 1].get("tool_calls")), following, text[end:moved])
             if key not in before_user:
                 before_user[key] = _written_before_user(server, text, turn, end, moved)
             end = moved if before_user[key] else end
@@ -581,7 +581,7 @@ def _learning(server: ServerConversation, text: str, turns: tuple[MaskedTurn, ..
 def _how_to_give(body: str) -> str:
     """The hint of `_learning`'s refusal: a content that holds markup may be cut at it by the template
     (one that keeps what follows a `</think>`), else given in a form the template does not read."""
-    markup = [m.group(0) for m in TAG.finditer(body)]
+    markup = TAG.findall(body)
     if markup:
         return (f"the content holds markup ({markup[-1]!r}) that the template may cut it at; leave the markup out of "
                 "the content, or give the content as the template reads it (a string or a list of text parts)")
@@ -657,17 +657,18 @@ def _refuse_unwritten_calls(server: ServerConversation, turns: Sequence[MaskedTu
                 server.render([ask, *bare], add_generation_prompt=False)
         except TmplkitError:
             continue  # (a template that needs calls or content there writes them)
-        if same and _written_when_followed(server, ask, turn, bare, messages[t.messages[1]:t.messages[1] + 1]):
+        if not same:
+            continue
+        if _written_when_followed(server, ask, turn, bare, messages[t.messages[1]:t.messages[1] + 1]):
             raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
                             f"{t.messages[1] - 1} would mask nothing: the template writes its tool calls only once "
                             "another message follows (as the newest message it writes none of them), so what the "
                             "model generates there is unknown; mask the conversation with another template of the "
                             "model, or leave the turn's tool_calls out")
-        if same:
-            raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
-                            f"{t.messages[1] - 1} would mask nothing: it has tool calls the template does not write "
-                            "(it renders the turn alike without them); use a template with tool support, or leave the "
-                            "turn's tool_calls out")
+        raise MaskError(f"template '{server.template.name}': the assistant turn of messages {t.messages[0]}.."
+                        f"{t.messages[1] - 1} would mask nothing: it has tool calls the template does not write "
+                        "(it renders the turn alike without them); use a template with tool support, or leave the "
+                        "turn's tool_calls out")
 
 
 def _written_when_followed(server: ServerConversation, ask: dict, turn: list, bare: list, following: Sequence[dict]) -> bool:
@@ -947,9 +948,7 @@ def _end_of_text(server: ServerConversation) -> str:
                           for c in (chat, chat + [{"role": "user", "content": "Again."}]))
         except TmplkitError:
             return ""
-        k = common_prefix(last, more)
-        k = next((u.start() for u in UNIT.finditer(last, max(0, k - 64)) if u.start() < k < u.end()), k)
-        return last[k:].strip()
+        return last[unit_start(last, common_prefix(last, more)):].strip()
 
     return read_once_per_template(_END_OF_TEXTS, server, read)
 

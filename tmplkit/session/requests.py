@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ..errors import InputError, RenderError, TmplkitError
-from ..markup import BOUNDARY, MARKUP_END, UNIT, back_to_boundary, lcs, unit_prefix
+from ..markup import BOUNDARY, MARKUP_END, UNIT, back_to_boundary, lcs, unit_prefix, unit_start
 from ..markup import lcp as common_prefix  # strings and token lists alike
 from ..sandbox import PINNED_NOW
 from ..sources.templates import ChatTemplate
@@ -491,8 +491,7 @@ def _generation_prompt(with_gp: str, without: str) -> str:
     writes without a prompt share their `<`: the prompt read `|assistant|>`)."""
     if with_gp.startswith(without):
         return with_gp[len(without):]
-    k = common_prefix(with_gp, without)
-    return with_gp[next((u.start() for u in UNIT.finditer(with_gp, max(0, k - 64)) if u.start() < k < u.end()), k):]
+    return with_gp[unit_start(with_gp, common_prefix(with_gp, without)):]
 
 
 def _generated_turn(draw, messages: list, request: str, gprompt: str, first: int | None = None) -> tuple[str, str]:
@@ -615,7 +614,7 @@ def turn_header(full: str, history: str, gprompt: str, limit: int) -> int:
     # the form that is the history's own agrees with all of it.
     best, score = -1, 0
     for before in _history_forms(history):
-        at, k = _best_header(full, before, lead, limit, gprompt[:len(gprompt) - len(gprompt.lstrip())])
+        at, k = _best_header(full, before, lead, limit, gprompt[:_leading_space(gprompt)])
         if k > score:
             best, score = at, k
         if k == len(before):  # (all of the history agrees: no shorter form can agree longer)
@@ -661,7 +660,7 @@ def _best_header(full: str, history: str, lead: str, limit: int, space: str = ""
     best, score = -1, 0
     at = full.find(lead, 0, limit)
     while at >= 0:
-        for place in dict.fromkeys((at, at - len(space) if space and full.endswith(space, 0, at) else at)):
+        for place in (at, at - len(space)) if space and full.endswith(space, 0, at) else (at,):
             end = _before_space(full, place) if loose else place
             if full.endswith(tail, 0, end):
                 k = lcs(full[:end], history)
@@ -669,6 +668,11 @@ def _best_header(full: str, history: str, lead: str, limit: int, space: str = ""
                     best, score = place, k
         at = full.find(lead, at + 1, limit)
     return best, score
+
+
+def _leading_space(text: str) -> int:
+    """How many whitespace characters `text` opens with."""
+    return len(text) - len(text.lstrip())
 
 
 def _before_space(text: str, at: int) -> int:
@@ -701,7 +705,7 @@ def after_prompt(full: str, header: int, gprompt: str, limit: int) -> int:
     history writes after that, `</think>\\n` before the content, is the model's to write, as a prefix
     would have it.)"""
     h = header
-    space = len(gprompt) - len(gprompt.lstrip())
+    space = _leading_space(gprompt)
     if space and not full.startswith(gprompt[:space], h):
         gprompt = gprompt[space:]  # (a header written without the whitespace the prompt opens with)
     k = common_prefix(gprompt, full[h:h + len(gprompt)])
