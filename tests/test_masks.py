@@ -83,13 +83,17 @@ def test_no_header_and_no_generation_prompt_is_masked(name, conv):
     for turn in m.turns:
         if name == "header-ends-user" and messages[turn.messages[0] - 1]["role"] == "tool":
             continue  # it prints no tool result and no header after one: the turn follows the previous answer
+        if name == "calls-end-opens-results" and messages[turn.messages[0] - 1]["role"] == "tool":
+            # the turn goes on inside the assistant's after the results: it follows their closing bracket
+            assert m.text[:turn.start].endswith("]"), m.text[:turn.start][-30:]
+            continue
         # the assistant's header ends right before the mask: the mask starts after it
         # (or after the empty reasoning block the generation prompt closes, or the user's turn ends
         # with, which the history prints with the turn's reasoning in it: calls-before-text,
         # header-closes-reasoning; or after the generation prompt's `<think>\n`, which the history
         # writes again in the newest answer: think-block-last)
         assert m.text[:turn.start].endswith(("<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n", "### Response:\n",
-                                             "<|begin_assistant|>\n",
+                                             "<|begin_assistant|>\n", "<|assistant_start|>",
                                              "<|assistant|>", "<|assistant|>\n",
                                              "<|start|>assistant", "</think>\n", "<|assistant|><think></think>",
                                              "</think>", "[/INST]", "ASSISTANT:", "<|turn|>assistant\n",
@@ -219,6 +223,21 @@ def test_markup_written_after_a_turn_only_because_a_tool_result_follows_is_not_t
     call = next(text for text, t in zip(m.masked_text(), m.turns) if t.messages == (4, 5))
     assert "<｜tool▁calls▁begin｜>" in call and call.endswith("<｜end▁of▁sentence｜>")
     assert "<｜tool▁outputs▁begin｜>" in m.text
+
+
+@pytest.mark.parametrize(("name", "end"), [("Apertus-8B-Instruct", "<|tools_suffix|>"),
+                                           ("google-gemma-4-31B-it", "<|tool_response>")])
+def test_a_call_turns_end_that_the_results_delimiter_begins_with_is_the_turns(corpus_template, name, end):
+    # Apertus closes its calls with `<|tools_suffix|>` whatever follows, and Gemma 4's model hands over
+    # to the tool with `<|tool_response>`; the tool results' proven delimiter begins with it, and a
+    # call turn followed by results lost it from its mask (the turns study's generated turn keeps it;
+    # Gemma 4's history drops the turn's reasoning, which the generated turn opens with).
+    t = corpus_template(name)
+    m = text_mask(t, FIXTURES / "chat.json")
+    call = next(text for text, tu in zip(m.masked_text(), m.turns) if tu.messages == (4, 5))
+    assert call.endswith(end) and m.text.count(end) >= 1
+    generated = [r.generated for r in session_requests(load_conversation(FIXTURES / "chat.json"), t) if r.turn == (4, 5)]
+    assert generated and generated[0].rstrip().endswith(call)
 
 
 def test_an_answer_the_template_cuts_at_markup_it_holds_is_refused_in_words_that_say_so():

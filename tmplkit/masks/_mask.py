@@ -328,6 +328,7 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     longest = max(map(len, headers), default=0)
     located = _fast_turns(server, text, spans)
     before_user: dict = {}  # (kind of turn, next role, markup) -> whether it is the turn's (one render a kind)
+    when_last: dict = {}  # (kind of turn, markup the next delimiter cuts) -> whether it is the turn's end
     for turn, start, end, rule in located if located is not None else _located_turns(server, text, others, starts):
         moved = _with_end_markup(text, end, starts, opening)
         if moved > end:
@@ -347,7 +348,10 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
         if k >= 0 and others[k] > start and (_ends_inside(text, others[k], end, openers) if rule == "exact" else
                                              any(d.startswith(text[others[k]:end]) for d in openers)) \
                 and not _own_end(server, text, text[others[k]:end]):
-            end = others[k]
+            cut = (bool(server.messages[turn[1] - 1].get("tool_calls")), text[others[k]:end])
+            if cut not in when_last:
+                when_last[cut] = _written_when_last(server, text, turn, others[k], end)
+            end = end if when_last[cut] else others[k]
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         if end == len(text.rstrip()):
             end = _before_trailing_header(text, start, end, starts, headers)
@@ -391,6 +395,22 @@ def _own_end(server: ServerConversation, text: str, cut: str) -> bool:
     cut = cut.strip()
     return bool(cut) and not UNIT.sub("", cut).strip() and bool(server.messages) and \
         server.messages[-1].get("role") == "assistant" and text.rstrip().endswith(cut)
+
+
+def _written_when_last(server: ServerConversation, text: str, turn: tuple[int, int], at: int, end: int) -> bool:
+    """Whether text[at:end], the markup a turn would lose to the next message's delimiter that
+    begins with it, is what the template writes after the turn where nothing follows it: the
+    turn's own end (Apertus closes its calls with `<|tools_suffix|>`, which its tool results'
+    proven delimiter begins with: a call turn lost it wherever a result followed). Command R's
+    `<|START_OF_TURN_TOKEN|>` opens the next header, and no render that ends with the turn writes it."""
+    cut = text[at:end].strip()
+    if not cut or UNIT.sub("", cut).strip() or turn[1] >= len(server.messages):
+        return False
+    try:
+        upto = server.render(list(server.messages[:turn[1]]), add_generation_prompt=False, clock=clock_at(PINNED_NOW))
+    except TmplkitError:
+        return False
+    return upto.startswith(text[:at]) and upto[at:].strip() == cut
 
 
 def _rest_of_header(text: str, start: int, end: int, headers: Sequence[str]) -> bool:

@@ -624,6 +624,26 @@ def turn_header(full: str, history: str, gprompt: str, limit: int) -> int:
         # `<|im_end|>\n\n` before the generation prompt, `<|im_end|>\n` before the turn): the header
         # is the place whose text agrees with the history less that whitespace.
         best = _best_header(full, history.rstrip(), lead, limit, loose=True)[0]
+    if best < 0:
+        best = _header_after_opener(full, history, lead, limit)
+    return best
+
+
+def _header_after_opener(full: str, history: str, lead: str, limit: int) -> int:
+    """Where the turn's header starts when the history writes a markup unit before it that the
+    generation prompt leaves out (Motif 2 opens every message with `<|startofturn|>`, its prompt is
+    `<|assistant|>\n` alone: no header was found, and the turn lost the reasoning its history
+    keeps): the place whose text, less the one unit before it, agrees with the history, that unit
+    being one the history writes too. -1 where there is none."""
+    tail = history[-min(_TAIL, max(len(history) // 2, 1)):]  # (as `_best_header` filters)
+    best, score = -1, 0
+    at = full.find(lead, 0, limit)
+    while at >= 0:
+        opener = [u for u in UNIT.finditer(full, max(0, at - 2 * _TAIL), at) if u.end() == at]
+        place = opener[0].start() if opener and opener[0].group(0) in history else -1
+        if place >= 0 and full.endswith(tail, 0, place) and (k := lcs(full[:place], history)) > score:
+            best, score = place, k
+        at = full.find(lead, at + 1, limit)
     return best
 
 
