@@ -325,6 +325,7 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     if not any(end > n for n, end in request_points(server.messages)):
         return
     opening = _opening(text, spans)
+    endings = TurnEndings(server)
     longest = max(map(len, headers), default=0)
     located = _fast_turns(server, text, spans)
     before_user: dict = {}  # (kind of turn, next role, markup) -> whether it is the turn's (one render a kind)
@@ -354,6 +355,7 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
             end = end if when_last[cut] else others[k]
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         if end == len(text.rstrip()):
+            end = _before_results_closed(text, start, end, server.messages, turn, endings)
             end = _before_trailing_header(text, start, end, starts, headers)
             end = start + len(_without_end_of_text(server, text, start, end))
             # (what every render ends with is cut first: the next message's opening may come before it)
@@ -367,6 +369,20 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
             start = end
         # (a history form that is only whitespace keeps nothing of the turn: it is dropped)
         yield MaskedTurn(turn, start, end, "dropped" if end <= start and rule == "history" else rule)
+
+
+def _before_results_closed(text: str, start: int, end: int, messages: Sequence[dict], turn: tuple[int, int],
+                           endings: TurnEndings) -> int:
+    """Where the last turn, text[start:end], ends less the markup that closes tool results before
+    it, which the template writes at the render's end only (`TurnEndings.after_results`), where its
+    own end marker is written before that."""
+    if turn[0] == 0 or messages[turn[0] - 1].get("role") != "tool":
+        return end
+    ending = endings.after_results(messages[turn[1] - 1])
+    kept = text[start:end].rstrip()
+    if ending and kept.endswith(ending) and _ends_with_unit(kept[:len(kept) - len(ending)].rstrip()):
+        return start + len(kept[:len(kept) - len(ending)].rstrip())
+    return end
 
 
 def _written_before_user(server: ServerConversation, text: str, turn: tuple[int, int], end: int, moved: int) -> bool:
@@ -493,7 +509,7 @@ def _prefix_turns(server: ServerConversation, text: str) -> list[tuple[tuple[int
             return None
         if not (full.startswith(request) and text.startswith(full)):
             return None
-        generated = endings.strip(messages[end - 1], full[len(request):])
+        generated = endings.strip(messages[end - 1], full[len(request):], messages[n - 1] if n else None)
         out.append(((n, end), len(request), len(request) + len(generated), "exact"))
     return out
 

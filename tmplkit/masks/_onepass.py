@@ -145,7 +145,7 @@ def _as_generated(text: str, starts, n: int, end: int, prompt: str, endings, alo
     stop = starts[end] if end < len(messages) else len(text)
     if not text.startswith(prompt, starts[n]) or stop < start:
         return None
-    generated = endings.strip(messages[end - 1], text[start:stop])
+    generated = endings.strip(messages[end - 1], text[start:stop], messages[n - 1] if n else None)
     if not _holds_its_text(generated, messages[n:end]):
         return None  # the history leaves out or rewrites some of the turn (reasoning dropped)
     kind = _kind(messages[n:end], messages[end] if end < len(messages) else None)

@@ -245,7 +245,7 @@ def _request_read(conversation, endings: TurnEndings, messages: list, k: int, n:
                 # the server holds the request (and that turn), and the next request is compared
                 # with the request alone.
                 generated, rule = "", "unrendered"
-        generated = endings.strip(messages[end - 1], generated)
+        generated = endings.strip(messages[end - 1], generated, messages[n - 1] if n else None)
         if always and generated.endswith(always):
             # (the next turn's prompt, which the model does not write: the template wrote it)
             generated = generated[:-len(always)]
@@ -315,7 +315,7 @@ class TurnEndings:
 
     def __init__(self, conversation):
         self._conversation = conversation
-        self._by_kind: dict[bool, str] = {}
+        self._by_kind: dict[tuple[bool, bool], str] = {}  # (calls, after tool results) -> ending
         self._always: dict[bool, str] = {}
 
     def always(self, last: dict) -> str:
@@ -325,22 +325,40 @@ class TurnEndings:
             self._always[kind] = written_always(self._conversation, last)
         return self._always[kind]
 
-    def strip(self, last: dict, generated: str) -> str:
-        """`generated` (a turn whose last message is `last`) less the ending it has only for being the newest."""
-        kind = bool(last.get("tool_calls"))
-        if kind not in self._by_kind:
-            self._by_kind[kind] = turn_ending(self._conversation, last)
-        ending = self._by_kind[kind]
-        return generated[:-len(ending)] if ending and generated.endswith(ending) else generated
+    def strip(self, last: dict, generated: str, before: dict | None = None) -> str:
+        """`generated` (a turn whose last message is `last`, after the message `before`) less the
+        ending it has only for being the newest. After tool results, the ending read after a result
+        comes first where there is one (Hy-Embodied closes its `<tool_responses>` at the render's end,
+        after the answer that follows them: the answer's generated turn ended with it, which the
+        whole render, a user message after the answer, does not hold, and its mask was empty)."""
+        after_tool = before is not None and before.get("role") == "tool"
+        for ending in (self._ending(last, True), self._ending(last, False)) if after_tool else (self._ending(last, False),):
+            if ending and generated.endswith(ending):
+                return generated[:-len(ending)]
+        return generated
+
+    def after_results(self, last: dict) -> str:
+        """The ending a turn after tool results has only for being the newest, where it is not the
+        one a turn after a user message has: markup that closes the results (Hy-Embodied's
+        `</tool_responses>`), not the turn's end ("" where there is none)."""
+        ending = self._ending(last, True)
+        return ending if ending != self._ending(last, False) else ""
+
+    def _ending(self, last: dict, after_tool: bool) -> str:
+        key = (bool(last.get("tool_calls")), after_tool)
+        if key not in self._by_kind:
+            self._by_kind[key] = turn_ending(self._conversation, last, after_tool=after_tool)
+        return self._by_kind[key]
 
 
-def turn_ending(conversation, turn: dict) -> str:
+def turn_ending(conversation, turn: dict, *, after_tool: bool = False) -> str:
     """What the template writes after an assistant message of `turn`'s kind only when it is the
     newest message: the end of its render that a render with a user message after it does not share
     (a next assistant header printed whatever `add_generation_prompt` says; `<|return|>` where a
     followed turn has `<|end|>`). Read off two short renders, the turn's content a needle; "" where
-    the template renders them alike or refuses them."""
-    found = _newest_only(conversation, turn)
+    the template renders them alike or refuses them. `after_tool`: the turn follows a tool call's
+    result (the probe asks, calls a tool and gets its result first)."""
+    found = _newest_only(conversation, turn, _after_result(conversation) if after_tool else ())
     if found is None:
         return ""
     before, ending, after_content = found
@@ -421,18 +439,28 @@ def _with_opening(text: str, ending: str) -> str:
     return text[k:] if 0 < k < len(word) else ending
 
 
-def _newest_only(conversation, turn: dict) -> tuple[str, str, bool] | None:
+def _after_result(conversation) -> tuple[dict, ...]:
+    """A tool call and its result, shaped as the session's own (for a probe after the user's ask)."""
+    call = {"id": "call_0", "type": "function", "function": {"name": "probe", "arguments": {}}}
+    return ({"role": "assistant", "content": "", "tool_calls": [call]}, _tool_result(conversation.messages, call))
+
+
+def _newest_only(conversation, turn: dict, between: Sequence[dict] = ()) -> tuple[str, str, bool] | None:
     """(what the newest turn writes before its ending, from its content on where the needle is
-    found; the ending; whether it was) off two short renders; None where they are alike or refused."""
+    found; the ending; whether it was) off two short renders, `between` the probe's ask and the
+    turn; None where they are alike or refused."""
     mine = {**turn, "content": NEEDLE}
     ask = {"role": "user", "content": _HELLO}
     try:
-        last = conversation.render([ask, mine], add_generation_prompt=False)
-        followed = conversation.render([ask, mine, {"role": "user", "content": _NEXT}], add_generation_prompt=False)
+        last = conversation.render([ask, *between, mine], add_generation_prompt=False)
+        followed = conversation.render([ask, *between, mine, {"role": "user", "content": _NEXT}],
+                                       add_generation_prompt=False)
     except TmplkitError:
         return None
     a, b = last.rfind(NEEDLE), followed.rfind(NEEDLE)
-    head = last[:a] if a >= 0 else ""
+    # (the turn's header as a user message's answer writes it: after a probe's tool result, the
+    # markup read back from the turn would run over the result's text into the call's)
+    head = last[:a] if a >= 0 and not between else ""
     if a >= 0 and b >= 0:
         # Compared from the turn's content on: a followed turn's history may be written otherwise
         # before it (reasoning dropped once a user message follows), which says nothing of its end.
