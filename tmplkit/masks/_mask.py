@@ -327,7 +327,7 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     opening = _opening(text, spans)
     endings = TurnEndings(server)
     longest = max(map(len, headers), default=0)
-    located = _fast_turns(server, text, spans)
+    located = _fast_turns(server, text, spans, endings)
     before_user: dict = {}  # (kind of turn, next role, markup) -> whether it is the turn's (one render a kind)
     when_last: dict = {}  # (kind of turn, markup the next delimiter cuts) -> whether it is the turn's end
     for turn, start, end, rule in located if located is not None else _located_turns(server, text, others, starts):
@@ -442,14 +442,14 @@ def _ends_inside(text: str, at: int, end: int, openers: Sequence[str]) -> bool:
     return any(at + len(d) > end and text.startswith(d, at) for d in openers)
 
 
-def _fast_turns(server: ServerConversation, text: str, spans: Sequence[TextSpan]):
+def _fast_turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], endings: TurnEndings):
     """The turns found without proving each request where that is safe: from the whole render alone
     (`_onepass`, where the template is trusted with it), else `_prefix_turns`; None: prove each."""
     if trusted(server, lambda conversation: _one_pass_agrees(server, conversation)):
-        located = one_render_turns(server, text, spans, _unrendered(text, spans))
+        located = one_render_turns(server, text, spans, _unrendered(text, spans), endings)
         if located is not None:
             return located
-    return _prefix_turns(server, text)
+    return _prefix_turns(server, text, endings)
 
 
 def _one_pass_agrees(server: ServerConversation, conversation) -> bool | None:
@@ -488,7 +488,8 @@ def _located_turns(server: ServerConversation, text: str, others: Sequence[int],
             yield (req.turn, *_locate(server, text, req, others, starts))
 
 
-def _prefix_turns(server: ServerConversation, text: str) -> list[tuple[tuple[int, int], int, int, str]] | None:
+def _prefix_turns(server: ServerConversation, text: str,
+                  endings: TurnEndings | None = None) -> list[tuple[tuple[int, int], int, int, str]] | None:
     """`_located_turns` where every request is a prefix of the render up to its turn's end, and that
     one of the whole render (nearly every template): each turn is what the latter adds after the
     former, less what the newest turn ends with only for being the newest, exactly where the whole
@@ -497,7 +498,7 @@ def _prefix_turns(server: ServerConversation, text: str) -> list[tuple[tuple[int
     request is not such a prefix (the requests then say where each turn lies)."""
     messages = list(server.messages)
     clock = clock_at(PINNED_NOW)  # the time of the whole render (the sandbox's pinned time)
-    endings = TurnEndings(server)
+    endings = TurnEndings(server) if endings is None else endings
     out = []
     for n, end in request_points(messages):
         if end <= n:

@@ -58,13 +58,14 @@ def message_starts(spans: Sequence[TextSpan], messages: Sequence[dict]) -> list[
 
 
 def one_render_turns(server: ServerConversation, text: str, spans: Sequence[TextSpan],
-                     locate: Callable[[Asked], tuple[int, int, str]] | None = None) -> Located | None:
+                     locate: Callable[[Asked], tuple[int, int, str]] | None = None,
+                     endings: TurnEndings | None = None) -> Located | None:
     """(turn, start, end, rule) of each generated turn, as `_located_turns` finds them, from the
     whole render `text` and its spans and one render of the last request; None where the
     conversation's shape does not allow it (see the module doc). A turn the history writes
     otherwise than the model generates it (reasoning dropped once a user message follows) is found
     by `locate` as the proving path finds it, from the request the whole render implies and the
-    turn asked for alone."""
+    turn asked for alone. `endings`: the conversation's `TurnEndings`, where the caller has them."""
     messages = list(server.messages)
     starts = message_starts(spans, messages)
     if starts is None:
@@ -80,7 +81,7 @@ def one_render_turns(server: ServerConversation, text: str, spans: Sequence[Text
     if not text.startswith(request) or len(request) < starts[n_last]:
         return None
     prompts = _Prompts(server, text, starts, request[starts[n_last]:], n_last)
-    endings = TurnEndings(server)
+    endings = TurnEndings(server) if endings is None else endings
     alone = _Alone(server, endings)
     checked: dict[tuple, bool] = {}  # kind of turn -> whether its first one is written as generated
     out: Located = []
