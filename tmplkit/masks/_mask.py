@@ -380,9 +380,8 @@ def _before_results_closed(text: str, start: int, end: int, messages: Sequence[d
         return end
     ending = endings.after_results(messages[turn[1] - 1])
     kept = text[start:end].rstrip()
-    if ending and kept.endswith(ending) and _ends_with_unit(kept[:len(kept) - len(ending)].rstrip()):
-        return start + len(kept[:len(kept) - len(ending)].rstrip())
-    return end
+    own = kept[:len(kept) - len(ending)].rstrip()
+    return start + len(own) if ending and kept.endswith(ending) and _ends_with_unit(own) else end
 
 
 def _written_before_user(server: ServerConversation, text: str, turn: tuple[int, int], end: int, moved: int) -> bool:

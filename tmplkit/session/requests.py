@@ -663,7 +663,7 @@ def _header_after_opener(full: str, history: str, lead: str, limit: int) -> int:
     `<|assistant|>\n` alone: no header was found, and the turn lost the reasoning its history
     keeps): the place whose text, less the one unit before it, agrees with the history, that unit
     being one the history writes too. -1 where there is none."""
-    tail = history[-min(_TAIL, max(len(history) // 2, 1)):]  # (as `_best_header` filters)
+    tail = _history_tail(history)
     best, score = -1, 0
     at = full.find(lead, 0, limit)
     while at >= 0:
@@ -702,9 +702,7 @@ def _best_header(full: str, history: str, lead: str, limit: int, space: str = ""
     1.6's prompt opens `\\n<|begin_assistant|>`: the history ends before the line break, and no header was
     found, so the turn lost the reasoning its history keeps.) `loose`: the text before a place is
     compared less the whitespace it ends with."""
-    # (half of a history shorter than that: its start may be written otherwise once more messages
-    # follow, a system prompt the template hoists ahead of it: DeepSeek R1's)
-    tail = history[-min(_TAIL, max(len(history) // 2, 1)):]
+    tail = _history_tail(history)
     best, score = -1, 0
     at = full.find(lead, 0, limit)
     while at >= 0:
@@ -716,6 +714,14 @@ def _best_header(full: str, history: str, lead: str, limit: int, space: str = ""
                     best, score = place, k
         at = full.find(lead, at + 1, limit)
     return best, score
+
+
+def _history_tail(history: str) -> str:
+    """The end of the request's history that the text before a header must end with (a cheap filter
+    before the full comparison): `_TAIL` characters, or half of a history shorter than twice that
+    (its start may be written otherwise once more messages follow, a system prompt the template
+    hoists ahead of it: DeepSeek R1's)."""
+    return history[-min(_TAIL, max(len(history) // 2, 1)):]
 
 
 def _leading_space(text: str) -> int:
