@@ -347,8 +347,31 @@ class TurnEndings:
     def _ending(self, last: dict, after_tool: bool) -> str:
         key = (bool(last.get("tool_calls")), after_tool)
         if key not in self._by_kind:
-            self._by_kind[key] = turn_ending(self._conversation, last, after_tool=after_tool)
+            self._by_kind[key] = _cached_ending(self._conversation, last, after_tool)
         return self._by_kind[key]
+
+
+def _cached_ending(conversation, last: dict, after_tool: bool) -> str:
+    """`turn_ending`, read once per template, message preparation, variables, tools and shape of the
+    turn (its keys; after a tool result, whether the session's results carry a name) for the process:
+    a trainer masks thousands of conversations with one template, each of which read its probes anew
+    (two short renders a kind of turn, a tenth of a 30k-token agent session's mask)."""
+    try:
+        tool: dict = next((m for m in conversation.messages if m.get("role") == "tool"), {})
+        key = (conversation.template, getattr(conversation, "inputs", None),
+               json.dumps([conversation.kwargs, conversation.tools], sort_keys=True, default=repr),
+               tuple(sorted(last)), bool(last.get("tool_calls")), after_tool, after_tool and "name" in tool)
+        hash(key)
+    except (TypeError, AttributeError):  # (a template or variables that cannot be a key: read each time)
+        return turn_ending(conversation, last, after_tool=after_tool)
+    if key not in _ENDINGS:
+        if len(_ENDINGS) >= _ALWAYS_MAX:
+            _ENDINGS.pop(next(iter(_ENDINGS)))
+        _ENDINGS[key] = turn_ending(conversation, last, after_tool=after_tool)
+    return _ENDINGS[key]
+
+
+_ENDINGS: dict = {}  # `_cached_ending`'s cache
 
 
 def turn_ending(conversation, turn: dict, *, after_tool: bool = False) -> str:
