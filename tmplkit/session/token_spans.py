@@ -82,16 +82,29 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
     td = token_delimiters(analysis, tokenizer)
     rendered = render_conversation(template, conversation, add_generation_prompt=add_generation_prompt)
     ids = tokenizer.tokenize(rendered)
-    spans = SpanDetector(td).split(ids)
+    detector = SpanDetector(td)
+    spans = detector.split(ids)
     misplaced = misplaced_messages(rendered, conversation.messages, analysis.delimiters,
                                    drops_tools=analysis.tool_placement == "dropped")
     return ConversationSpans(getattr(template, "name", ""), getattr(tokenizer, "name", ""), len(ids), td, spans,
                              conversation.roles, misplaced, split_disagreements(rendered, analysis.delimiters, tokenizer,
-                                                                                SpanDetector(td)))
+                                                                                detector, ids=_text_ids(tokenizer, rendered, ids)))
+
+
+def _text_ids(tokenizer: Tokenizer, rendered: str, ids) -> list[int] | None:
+    """`rendered`'s ids without the BOS the tokenizer prepended, where its offsets can be read off
+    the ids (llama.cpp's `offsets_of`: a long render is then tokenized once, not twice); None where
+    they cannot (the text is tokenized again with its offsets)."""
+    if getattr(tokenizer, "offsets_of", None) is None:
+        return None
+    bos = list(tokenizer.tokenize("", add_bos=True))
+    if bos and list(ids[:len(bos)]) == bos and not rendered.startswith("".join(tokenizer.piece(i) for i in bos)):
+        return list(ids[len(bos):])
+    return list(ids) if not bos or list(ids[:len(bos)]) != bos else None
 
 
 def split_disagreements(rendered: str, delimiters, tokenizer: Tokenizer, detector: SpanDetector,
-                        limit: int = 3) -> tuple[str, ...]:
+                        limit: int = 3, ids: list[int] | None = None) -> tuple[str, ...]:
     """Where the token split (`detector` over `rendered`'s ids, no BOS or EOS added: the ids of its
     text, with their characters) and the text split of `rendered` by `delimiters` disagree on a
     message start: a start of one the other lacks, or of another role.
@@ -102,8 +115,10 @@ def split_disagreements(rendered: str, delimiters, tokenizer: Tokenizer, detecto
     than its text. A token start counts where it lies within its role's delimiter in the text (ids
     cut back start inside it). The generation prompt at the render's end, which the ids match
     without the whitespace its text has (`prompt_start`), is no disagreement.
-    Up to `limit` said, then how many more."""
-    ids, offsets = tokenizer.tokenize_with_offsets(rendered)
+    Up to `limit` said, then how many more. `ids`: `rendered`'s ids without BOS, tokenized before
+    (read with `offsets_of`)."""
+    read_off = getattr(tokenizer, "offsets_of", None)
+    ids, offsets = tokenizer.tokenize_with_offsets(rendered) if ids is None or read_off is None else read_off(rendered, ids)
     expected = [(at, at + len(d.text), d.role) for at, d in text_matches(rendered, delimiters) if d.role in ROLES]
     got = [(*offsets[s.pos], s.role) for s in detector.split(ids) if s.role in ROLES]
     out, i = [], 0
