@@ -329,7 +329,7 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
     longest = max(map(len, headers), default=0)
     located = _fast_turns(server, text, spans, endings)
     before_user: dict = {}  # (kind of turn, next role, markup) -> whether it is the turn's (one render a kind)
-    when_last: dict = {}  # (kind of turn, markup the next delimiter cuts) -> whether it is the turn's end
+    own_ends: dict = {}  # (kind of turn, markup the next delimiter cuts) -> whether it is the turn's end
     for turn, start, end, rule in located if located is not None else _located_turns(server, text, others, starts):
         moved = _with_end_markup(text, end, starts, opening)
         if moved > end:
@@ -348,11 +348,8 @@ def _turns(server: ServerConversation, text: str, spans: Sequence[TextSpan], hea
         # turn, its generated `Source: assistant\nDestination: ` cut, up to `Source: user\n\n `).
         if k >= 0 and others[k] > start and (_ends_inside(text, others[k], end, openers) if rule == "exact" else
                                              any(d.startswith(text[others[k]:end]) for d in openers)) \
-                and not _own_end(server, text, text[others[k]:end]):
-            cut = (bool(server.messages[turn[1] - 1].get("tool_calls")), text[others[k]:end])
-            if cut not in when_last:
-                when_last[cut] = _written_when_last(server, text, turn, others[k], end)
-            end = end if when_last[cut] else others[k]
+                and not _own_end(server, text, turn, others[k], end, own_ends):
+            end = others[k]
         end = start + len(text[start:end].rstrip())  # whitespace after the end of turn is the template's
         if end == len(text.rstrip()):
             end = _before_results_closed(text, start, end, server.messages, turn, endings)
@@ -401,28 +398,33 @@ def _written_before_user(server: ServerConversation, text: str, turn: tuple[int,
     return not other.startswith(text[:end]) or other.startswith(text[end:moved], end)
 
 
-def _own_end(server: ServerConversation, text: str, cut: str) -> bool:
-    """Whether `cut`, the markup a turn would lose to the next message's delimiter that begins with
-    it, is the turn's own end of turn: the render, ending with an assistant message, ends with it
-    too (EXAONE's `[|endofturn|]`, proven as the start of `[|endofturn|]\n[|user|]`: every turn but
-    the last lost the end marker the model writes). Command R's `<|START_OF_TURN_TOKEN|>` opens the
-    next header, and the render does not end with it."""
-    cut = cut.strip()
-    return bool(cut) and not UNIT.sub("", cut).strip() and bool(server.messages) and \
-        server.messages[-1].get("role") == "assistant" and text.rstrip().endswith(cut)
-
-
-def _written_when_last(server: ServerConversation, text: str, turn: tuple[int, int], at: int, end: int) -> bool:
-    """Whether text[at:end], the markup a turn would lose to the next message's delimiter that
-    begins with it, is what the template writes after the turn where nothing follows it: the
-    turn's own end (Apertus closes its calls with `<|tools_suffix|>`, which its tool results'
-    proven delimiter begins with: a call turn lost it wherever a result followed). Command R's
-    `<|START_OF_TURN_TOKEN|>` opens the next header, and no render that ends with the turn writes it."""
+def _own_end(server: ServerConversation, text: str, turn: tuple[int, int], at: int, end: int, seen: dict) -> bool:
+    """Whether text[at:end], the markup a turn would lose to the next message's delimiter that begins
+    with it, is the turn's own end of turn: the render, ending with an assistant message, ends with
+    it too (EXAONE's `[|endofturn|]`, proven as the start of `[|endofturn|]\n[|user|]`: every turn but
+    the last lost the end marker the model writes), or a render that ends with the turn writes it
+    after the turn (Apertus closes its calls with `<|tools_suffix|>`, which its tool results' proven
+    delimiter begins with: a call turn lost it wherever a result followed; read once per kind of turn
+    and markup, kept in `seen`). Command R's `<|START_OF_TURN_TOKEN|>` opens the next header, and
+    neither render ends with it."""
     cut = text[at:end].strip()
-    if not cut or UNIT.sub("", cut).strip() or turn[1] >= len(server.messages):
+    if not cut or UNIT.sub("", cut).strip():
+        return False
+    messages = server.messages
+    if messages and messages[-1].get("role") == "assistant" and text.rstrip().endswith(cut):
+        return True
+    key = (bool(messages[turn[1] - 1].get("tool_calls")), cut)
+    if key not in seen:
+        seen[key] = _written_when_last(server, text, turn[1], at, cut)
+    return seen[key]
+
+
+def _written_when_last(server: ServerConversation, text: str, end: int, at: int, cut: str) -> bool:
+    """Whether the render of messages[:end] (ending with a turn) writes `cut` right after text[:at]."""
+    if end >= len(server.messages):
         return False
     try:
-        upto = server.render(list(server.messages[:turn[1]]), add_generation_prompt=False, clock=clock_at(PINNED_NOW))
+        upto = server.render(list(server.messages[:end]), add_generation_prompt=False, clock=clock_at(PINNED_NOW))
     except TmplkitError:
         return False
     return upto.startswith(text[:at]) and upto[at:].strip() == cut

@@ -117,14 +117,17 @@ def trusted_by_probes(cache: dict, conversation, agree: Callable[[object], bool 
     return read_once_per_template(cache, conversation, verdict)
 
 
-def read_once_per_template(cache: dict, conversation, read: Callable[[], T]) -> T:
+def read_once_per_template(cache: dict, conversation, read: Callable[[], T], extra: tuple = (),
+                           tools: bool = False) -> T:
     """`read()`, a fact of `conversation`'s template (a `ServerConversation`), computed once per
-    template, message preparation and variables and kept in `cache` (the 64 newest) for the
-    process; read each time where the template or variables cannot be a key."""
+    template, message preparation and variables (and its `tools`, where `read` renders with them;
+    and `extra`: what else it depends on) and kept in `cache` (the 64 newest) for the process; read
+    each time where the template or variables cannot be a key."""
     try:
-        key = (conversation.template, conversation.inputs, json.dumps(conversation.kwargs, sort_keys=True, default=repr))
+        given = [conversation.kwargs, conversation.tools] if tools else conversation.kwargs
+        key = (conversation.template, conversation.inputs, json.dumps(given, sort_keys=True, default=repr), *extra)
         hash(key)
-    except TypeError:
+    except (TypeError, AttributeError):
         return read()
     if key not in cache:
         if len(cache) >= _TRUSTED_MAX:

@@ -49,7 +49,6 @@ time or date shows it as a clock would.
 
 from __future__ import annotations
 
-import json
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
@@ -62,7 +61,7 @@ from ..markup import lcp as common_prefix  # strings and token lists alike
 from ..sandbox import PINNED_NOW
 from ..sources.templates import ChatTemplate
 from ._render import for_server
-from ._turn_alone import LONG_HISTORY, MIN_HISTORY, EarlierCopies, context_of, path_trust, since_user
+from ._turn_alone import LONG_HISTORY, MIN_HISTORY, EarlierCopies, context_of, path_trust, read_once_per_template, since_user
 
 __all__ = ["NEEDLE", "FollowUpPlan", "Request", "ShortFollowUps", "TurnEndings", "after_prompt", "common_prefix", "follow_up_renders",
            "follow_ups", "iter_next_renders", "iter_requests", "locate_turn", "long_history_turns", "may_splice", "newest_only", "next_renders",
@@ -356,19 +355,10 @@ def _cached_ending(conversation, last: dict, after_tool: bool) -> str:
     turn (its keys; after a tool result, whether the session's results carry a name) for the process:
     a trainer masks thousands of conversations with one template, each of which read its probes anew
     (two short renders a kind of turn, a tenth of a 30k-token agent session's mask)."""
-    try:
-        tool: dict = next((m for m in conversation.messages if m.get("role") == "tool"), {})
-        key = (conversation.template, getattr(conversation, "inputs", None),
-               json.dumps([conversation.kwargs, conversation.tools], sort_keys=True, default=repr),
-               tuple(sorted(last)), bool(last.get("tool_calls")), after_tool, after_tool and "name" in tool)
-        hash(key)
-    except (TypeError, AttributeError):  # (a template or variables that cannot be a key: read each time)
-        return turn_ending(conversation, last, after_tool=after_tool)
-    if key not in _ENDINGS:
-        if len(_ENDINGS) >= _ALWAYS_MAX:
-            _ENDINGS.pop(next(iter(_ENDINGS)))
-        _ENDINGS[key] = turn_ending(conversation, last, after_tool=after_tool)
-    return _ENDINGS[key]
+    tool: dict = next((m for m in conversation.messages if m.get("role") == "tool"), {})
+    shape = (tuple(sorted(last)), bool(last.get("tool_calls")), after_tool, after_tool and "name" in tool)
+    return read_once_per_template(_ENDINGS, conversation, lambda: turn_ending(conversation, last, after_tool=after_tool),
+                                  shape, tools=True)
 
 
 _ENDINGS: dict = {}  # `_cached_ending`'s cache
@@ -412,39 +402,28 @@ def written_always(conversation, turn: dict) -> str:
     last ends with it, with `add_generation_prompt` and without, and the opening that render writes
     right before it where it starts at a role word (CodeLlama 70b's `Source: assistant\nDestination:
     user\n\n `: a followed turn writes `Source: ` too, before `user`). "" where none. Read off four
-    short renders once per template, variables, tools and kind of turn (the masks' last turn and
-    the turns study's requests share them)."""
-    key: tuple | None
-    try:
-        key = (conversation.template, json.dumps([conversation.kwargs, conversation.tools], sort_keys=True, default=repr),
-               bool(turn.get("tool_calls")))
-        hash(key)
-    except (TypeError, AttributeError):  # (a template or variables that cannot be a key: read each time)
-        key = None
-    if key is not None and key in _ALWAYS:
-        return _ALWAYS[key]
+    short renders once per template, message preparation, variables, tools and kind of turn (the
+    masks' last turn and the turns study's requests share them)."""
+    return read_once_per_template(_ALWAYS, conversation, lambda: _written_always(conversation, turn),
+                                  (bool(turn.get("tool_calls")),), tools=True)
+
+
+def _written_always(conversation, turn: dict) -> str:
     found = _newest_only(conversation, turn)
     # (the turn's content in both renders: a template that prints none of it writes nothing "after" it,
     # and what the two renders part at may be the probe's own user message, Hy-Embodied-VLM's)
     ending = found[1] if found and found[2] else ""
-    if ending.strip():
-        ask = [{"role": "user", "content": _HELLO}]
-        try:
-            renders = [conversation.render(ask, add_generation_prompt=gp) for gp in (False, True)]
-        except TmplkitError:
-            renders = []
-        ending = _with_opening(renders[0], ending) if renders and all(r.endswith(ending) for r in renders) else ""
-    else:
-        ending = ""
-    if key is not None:
-        if len(_ALWAYS) >= _ALWAYS_MAX:
-            _ALWAYS.pop(next(iter(_ALWAYS)))
-        _ALWAYS[key] = ending
-    return ending
+    if not ending.strip():
+        return ""
+    ask = [{"role": "user", "content": _HELLO}]
+    try:
+        renders = [conversation.render(ask, add_generation_prompt=gp) for gp in (False, True)]
+    except TmplkitError:
+        return ""
+    return _with_opening(renders[0], ending) if all(r.endswith(ending) for r in renders) else ""
 
 
-_ALWAYS: dict = {}
-_ALWAYS_MAX = 64
+_ALWAYS: dict = {}  # `written_always`'s cache
 _ASSISTANT = {"role": "assistant", "content": ""}
 
 
@@ -691,8 +670,10 @@ def _header_after_opener(full: str, history: str, lead: str, limit: int) -> int:
     at = full.find(lead, 0, limit)
     while at >= 0:
         opener = [u for u in UNIT.finditer(full, max(0, at - 2 * _TAIL), at) if u.end() == at]
-        place = opener[0].start() if opener and opener[0].group(0) in history else -1
-        if place >= 0 and full.endswith(tail, 0, place) and (k := lcs(full[:place], history)) > score:
+        place = opener[0].start() if opener else -1
+        # (the cheap filters first: a long session has a header for every turn)
+        if place >= 0 and full.endswith(tail, 0, place) and opener[0].group(0) in history \
+                and (k := lcs(full[:place], history)) > score:
             best, score = place, k
         at = full.find(lead, at + 1, limit)
     return best

@@ -88,19 +88,18 @@ def conversation_spans(template, tokenizer: Tokenizer, conversation, *, analysis
                                    drops_tools=analysis.tool_placement == "dropped")
     return ConversationSpans(getattr(template, "name", ""), getattr(tokenizer, "name", ""), len(ids), td, spans,
                              conversation.roles, misplaced, split_disagreements(rendered, analysis.delimiters, tokenizer,
-                                                                                detector, ids=_text_ids(tokenizer, rendered, ids)))
+                                                                                detector, ids=_text_ids(tokenizer, ids)))
 
 
-def _text_ids(tokenizer: Tokenizer, rendered: str, ids) -> list[int] | None:
-    """`rendered`'s ids without the BOS the tokenizer prepended, where its offsets can be read off
-    the ids (llama.cpp's `offsets_of`: a long render is then tokenized once, not twice); None where
-    they cannot (the text is tokenized again with its offsets)."""
+def _text_ids(tokenizer: Tokenizer, ids) -> list[int] | None:
+    """A render's ids (`tokenize` of it) less what the tokenizer adds to any text (llama.cpp's BOS,
+    where it was opened with one), where its offsets can be read off the ids (`offsets_of`: a long
+    render is then tokenized once, not twice); None where they cannot (the text is tokenized again
+    with its offsets)."""
     if getattr(tokenizer, "offsets_of", None) is None:
         return None
-    bos = list(tokenizer.tokenize("", add_bos=True))
-    if bos and list(ids[:len(bos)]) == bos and not rendered.startswith("".join(tokenizer.piece(i) for i in bos)):
-        return list(ids[len(bos):])
-    return list(ids) if not bos or list(ids[:len(bos)]) != bos else None
+    added = list(tokenizer.tokenize(""))
+    return list(ids[len(added):]) if list(ids[:len(added)]) == added else None
 
 
 def split_disagreements(rendered: str, delimiters, tokenizer: Tokenizer, detector: SpanDetector,
