@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,26 @@ def test_an_output_that_is_an_input_is_refused_and_left_as_it_was(here, capsys, 
     else:
         assert one_line_error(code, err, "also what the command reads", "give another path")
     assert {p: p.read_bytes() for p in here.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("argv", [("server", "log", "-", "-o", "in.log"), ("audit", "-", "-o", "in.log")])
+def test_an_output_that_standard_input_is_redirected_from_is_refused(here, argv):
+    # (`tmplkit server log - -o a.log < a.log` replaced the log with its report: `-` was never
+    # compared with the outputs)
+    log = (ROOT / "fixtures" / "server-logs" / "0.3.36-cold-lv3.log").read_bytes()
+    (here / "in.log").write_bytes(log if argv[0] == "server" else CHATML.read_bytes())
+    before = (here / "in.log").read_bytes()
+    with open(here / "in.log", "rb") as stdin:
+        done = subprocess.run([sys.executable, "-m", "tmplkit", "--no-config", *argv], stdin=stdin,
+                              capture_output=True, text=True, timeout=120)
+    assert one_line_error(done.returncode, done.stderr, "in.log: it is also what the command reads", "standard input")
+    assert (here / "in.log").read_bytes() == before
+    # redirected from the same file, another output is written
+    with open(here / "in.log", "rb") as stdin:
+        done = subprocess.run([sys.executable, "-m", "tmplkit", "--no-config", *argv[:-1], "out.txt"], stdin=stdin,
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (here / "out.txt").read_text(encoding="utf-8").strip()
 
 
 @pytest.mark.parametrize("setting,argv", [

@@ -2,7 +2,7 @@
 FORMAT:FILE`, prefill's and replay's `--json` and `--plot`, lock's `--lock`. A missing folder, a
 read-only file or a folder given as a file is refused on one line at once, not after the whole
 analysis; so is an output that is one of the command's inputs (it would be replaced by what was read
-from it), an output given twice (one of the two would be lost), standard input given twice, and an
+from it; standard input redirected from it too), an output given twice (one of the two would be lost), standard input given twice, and an
 output that is no template where a folder source would read it as one the next run."""
 
 from __future__ import annotations
@@ -107,11 +107,15 @@ def _refuse_clashes(args, outputs: list[str]) -> None:
     inputs = _input_values(args)
     if sum(value == "-" for _, value in inputs) > 1:
         raise InputError("standard input (-) is given twice; give one of the two as a file")
+    stdin = _stdin_key() if any(value == "-" for _, value in inputs) else None
     seen: dict = {}
     for out in outputs:
         key = _file_key(out)
         if key is None:  # a device or FIFO (/dev/null): written into, never replaced, so never clobbered
             continue
+        if stdin is not None and key == stdin:
+            raise InputError(f"{out}: it is also what the command reads (standard input, -, is redirected from it); "
+                             "writing it would replace it: give another path for the output")
         if key in seen and seen[key] != out:
             raise InputError(f"{out}: given as two outputs (also as {seen[key]}); one would replace the other: "
                              "give each its own file")
@@ -279,6 +283,15 @@ def _input_values(args) -> list[tuple[str, str]]:
             if isinstance(v, str) and v:
                 out.append((name, v))
     return out
+
+
+def _stdin_key():
+    """`_file_key` of the regular file standard input is redirected from (`- < FILE`), else None."""
+    try:
+        st = os.fstat(0)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
 def _file_key(path: str):
