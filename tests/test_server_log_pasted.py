@@ -312,6 +312,34 @@ def test_a_trace_paste_without_its_batch_lines_is_refused_not_read_as_whole_batc
         read_server_log(paste)
 
 
+@pytest.mark.parametrize("how", ["cut out", "worded otherwise"])
+def test_a_trace_paste_from_its_first_request_without_its_batch_lines_is_refused(how):
+    # (a paste of the task lines only, without the server's start lines that say -lv 4: its
+    # 'new prompt' line says the verbosity; it read "0 decode calls; 0 mid-prompt breaks", none)
+    lines = [ln for ln in text("0.3.33-cold-lv4.log").splitlines(keepends=True) if "| task" in ln]
+    paste = "".join(ln for ln in lines if "cached n_tokens" not in ln) if how == "cut out" else \
+        "".join(ln.replace("cached n_tokens = ", "n_tokens = ") for ln in lines)
+    with pytest.raises(InputError, match="task 0 processed 24416 tokens, but no line of the log says its prompt batches"):
+        read_server_log(paste)
+    assert read_server_log("".join(lines)).tasks[0].mid_breaks  # (the task lines whole read the breaks)
+
+
+@pytest.mark.parametrize("name", ["0.3.36-cold-lv3.log", "0.3.36-router-lv3.log", "0.3.33-router-lv3-cut.log"])
+def test_a_log_cut_inside_its_last_number_reads_without_that_line(name):
+    # (a log cut inside its last `stop processing: n_tokens = 24417` read 2441 there: -21976 tokens
+    # reused and negative batch positions, exit 0)
+    whole = text(name)
+    at = whole.rindex("stop processing: n_tokens = ") + len("stop processing: n_tokens = ")
+    for digits in range(1, 5):
+        log = read_server_log(whole[:at + digits], "cut.log")
+        assert any("last line has no end and cannot be read" in n for n in log.notes)
+        for t in log.tasks:
+            assert (t.n_reused is None or t.n_reused >= 0) and all(b >= 0 for b in t.batch_starts)
+        # ended there, the number is the log's and no server prints it
+        with pytest.raises(InputError, match="which no server prints"):
+            read_server_log(whole[:at + digits] + "\n", "cut.log")
+
+
 def test_a_default_verbosity_paste_without_its_progress_lines_says_its_breaks_are_not_known():
     # (before: the regressed server's 24 breaks read "none" with nothing said)
     paste = "".join(line for line in text("0.3.33-cold-lv3.log").splitlines(keepends=True) if "prompt processing" not in line)

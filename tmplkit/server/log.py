@@ -574,6 +574,7 @@ def _read_server_log(text: str, source: str) -> ServerLog:
     _refuse_repeated_batches(tasks, order, source)
     others = _others_running(tasks, order)
     out = tuple(_finish(tasks[k], servers[k[0]], k[0], others[k]) for k in order)
+    _refuse_short_prompts(out, source)
     first = servers[order[0][0]]
     headless = [tasks[k].task for k in order if tasks[k].headless]
     notes = _notes(first) + _reading_notes(out, runs, orphans, headless, text)
@@ -794,6 +795,16 @@ def _refuse_implausible(tasks: dict, source: str) -> None:
                              f"({_MAX_TOKENS}): the log was edited or damaged; give the log as llama-server wrote it")
 
 
+def _refuse_short_prompts(out: tuple[TaskPrefill, ...], source: str) -> None:
+    """A task whose prompt, as its 'stop processing' line gives it, is shorter than the tokens it
+    processed: no server prints that (its reused tokens would be negative); a number cut or edited
+    (a log cut inside its last line's `n_tokens = 24417` read 2441)."""
+    for t in out:
+        if t.n_reused is not None and t.n_reused < 0:
+            raise InputError(f"{source}: task {t.task} processed {t.n_processed} tokens of a prompt of {t.n_prompt}, which "
+                             "no server prints (a number cut or edited): give the log as llama-server wrote it")
+
+
 def _refuse_implausible_settings(servers: dict, source: str) -> None:
     """A batch size or checkpoint setting no llama-server prints (0 or past int32 for a size)."""
     for srv in servers.values():
@@ -832,16 +843,20 @@ _LINE_START = re.compile(rf"{_TIMESTAMP}|slot +\S+: id +\d+ \||srv +\S+:|^\s*\[ 
 
 
 def _refuse_unread_batches(tasks: dict, servers: dict, order: list, source: str) -> None:
-    """A task at -lv 4 that processed tokens (its 'prompt eval time' line says so) with no batch
-    line read: at that verbosity the server writes a 'cached n_tokens' line before every batch, so
-    its wording is one this reader does not know (a newer or older server), and a report would say
+    """A task at -lv 4 (by the server's start lines or its own 'new prompt' line) that processed
+    tokens (its 'prompt eval time' line says so) with no batch line read: at that verbosity the
+    server writes a 'cached n_tokens' line before every batch, so its wording is one this reader
+    does not know (a newer or older server), or those lines were cut out, and a report would say
     no batch ended early. (At the default verbosity a prompt may print no batch line at all: its
     'prompt processing' lines come only before a batch that starts 3 s into it.)"""
     for k in order:
         t, srv = tasks[k], servers[k[0]]
         # (its info-level progress lines do not stand in: at -lv 4 a log without the batch lines
         # they come with had them cut out, and would read as complete batches, none ended early)
-        if (srv.verbosity or 0) >= 4 and t.prompt_eval and t.prompt_eval[1] > 0 and not (t.cached or t.do_ckpt) \
+        # (at -lv 4 by the server's start lines, or by the task's own 'new prompt' line, which only -lv 4
+        # prints: a paste from the first request on has no start lines)
+        at_trace = (srv.verbosity or 0) >= 4 or t.n_prompt_trace is not None
+        if at_trace and t.prompt_eval and t.prompt_eval[1] > 0 and not (t.cached or t.do_ckpt) \
                 and not (t.progress and t.unread):  # (a batch line in other words: `_refuse_unread_lines` names it)
             raise InputError(f"{source}: task {t.task} processed {t.prompt_eval[1]} tokens, but no line of the log "
                              "says its prompt batches in the wording tmplkit reads (at -lv 4, 'cached n_tokens = "
