@@ -511,6 +511,21 @@ def test_a_closed_stdin_or_stderr_is_one_line_or_silence_with_the_right_exit_cod
     assert quiet.returncode == 0 and (tmp_path / "l.json").is_file()
 
 
+@pytest.mark.parametrize("argv", [["audit", "-"], ["server", "log", "-"], ["spans", CHATML, "--session", "-", "--tokenizer",
+                                                                        "vocab:qwen35"]])
+def test_a_dash_on_a_terminal_is_one_line_not_a_silent_wait(tmp_path, argv):
+    # (each waited, printing nothing, for what would be typed: a hang to whoever forgot the pipe)
+    import pty
+
+    main_fd, typed = pty.openpty()
+    try:
+        done = _cli(argv, tmp_path, stdin=typed)
+    finally:
+        os.close(main_fd)
+        os.close(typed)
+    assert done.returncode == 2 and one_line_error(done.stderr, "standard input is a terminal", "pipe it in")
+
+
 def test_a_configuration_that_is_a_pipe_or_nested_too_deep_is_one_line(tmp_path, capsys):
     os.mkfifo(tmp_path / "c.toml")
     assert main(["--config", str(tmp_path / "c.toml"), "audit", CHATML]) == 2  # (it hung, reading the pipe)

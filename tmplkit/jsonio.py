@@ -217,11 +217,19 @@ def _shown(number: str) -> str:
 
 def stdin(what: str = "the input", error: type[TmplkitError] = InputError) -> IO:
     """Standard input for `-`, as bytes where it has them (a text stream put in its place is given
-    as it is); one line where it is closed (`<&-`: sys.stdin is None)."""
+    as it is); one line where it is closed (`<&-`: sys.stdin is None), and where it is a terminal
+    (nothing piped in: the command would wait, silently, for what is typed)."""
     import sys
 
     if sys.stdin is None:
         raise error(f"standard input is closed, so - cannot be read; give {what} as a file")
+    try:
+        typed = sys.stdin.isatty()
+    except (OSError, ValueError, AttributeError):  # (closed under us, or a stream with no such question)
+        typed = False
+    if typed:
+        raise error(f"standard input is a terminal (nothing is piped in), so - would wait for typing; give {what} as a "
+                    "file, or pipe it in (`cat FILE | tmplkit ... -`, or `- < FILE`)")
     return getattr(sys.stdin, "buffer", sys.stdin)
 
 
