@@ -85,6 +85,12 @@ def test_bad_model(session_file, tmp_path, capsys):
     _fails(["prefill", str(bad), session_file], capsys, tmp_path, "llama.cpp cannot load")
 
 
+def test_a_vocabulary_only_model_is_named_so(session_file, tmp_path, capsys):
+    # (it was blamed on "a download cut short, or a newer format")
+    vocab = corpus.vocab_path("qwen35")
+    _fails(["prefill", str(vocab), session_file], capsys, tmp_path, "a vocabulary-only GGUF (no weights)")
+
+
 def test_model_without_template_needs_one(session_file, tmp_path, capsys):
     try:
         gemma = corpus.gemma_model_path()

@@ -85,6 +85,16 @@ def _require_sound_vocabulary(path: Path) -> None:
         raise ModelError(problem)
 
 
+def _tensor_count(path: Path) -> int | None:
+    """The tensor count a GGUF's header gives (after its magic and version), or None where it has none."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return None
+    return int.from_bytes(head[8:16], "little") if len(head) == 16 and head[:4] == b"GGUF" else None
+
+
 class LlamaModel:
     """A `llama_model` loaded from a GGUF file (its weights on the CPU unless `n_gpu_layers`;
     `repack`: llama.cpp may repack them into CPU-specific buffers; `vocab_only`: the vocabulary
@@ -102,6 +112,9 @@ class LlamaModel:
         mparams.vocab_only = vocab_only
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
+            if not vocab_only and _tensor_count(path) == 0:
+                raise ModelError(f"{path}: a vocabulary-only GGUF (no weights), which serves as a --tokenizer but runs "
+                                 "nothing; give the model's full GGUF")
             raise ModelError(f"llama.cpp cannot load {path}: {log_cause('not a valid GGUF model')}; give a GGUF model "
                              "file that llama.cpp reads (a download cut short, or a newer format than this llama.cpp's)")
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
