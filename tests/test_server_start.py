@@ -327,6 +327,22 @@ def test_a_model_named_as_a_log_in_the_log_dir_is_refused_before_any_work(comman
     assert out == "" and kept.read_bytes() == before
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+def test_a_link_at_a_logs_name_is_replaced_not_written_through(command, model, tmp_path, capsys, link):
+    # (`--log-dir ld` with ld/llama-server-q.log a link to the template q.jinja: the server's log
+    # replaced the template, exit 0)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    precious = tmp_path / "precious.jinja"
+    precious.write_text("{{ messages }}", encoding="utf-8")
+    at = logs / f"llama-server-{TEMPLATE.stem}.log"
+    at.symlink_to(precious) if link == "symbolic" else os.link(precious, at)
+    _run(capsys, command, "--server", TRUE, "--model", str(model), "--log-dir", str(logs))
+    assert precious.read_text(encoding="utf-8") == "{{ messages }}"
+    assert not at.is_symlink() and at.stat().st_nlink == 1  # (the log a file of its own)
+
+
 def test_the_library_says_where_a_kept_log_is_and_quotes_a_removed_one(model, tmp_path):
     with pytest.raises(ModelError) as e:
         LlamaServer(TRUE, model, log=tmp_path / "kept.log", startup_s=10)

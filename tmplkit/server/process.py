@@ -72,6 +72,22 @@ def log_path(folder, name: str) -> Path:
 _GIVEN_LOGS: set[Path] = set()  # (the log paths `log_path` gave in this process)
 
 
+def _fresh_log(path: Path):
+    """`path` opened for the server's log. A link there, symbolic or hard (another name of some
+    file: `llama-server-q.log` -> the template `q.jinja` itself), is replaced by a file of its own,
+    not written through: the log replaced the template it was a link to."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if stat.S_ISLNK(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink > 1):
+            os.unlink(path)
+    return path.open("w")
+
+
 @dataclass(frozen=True)
 class MessageDelimiter:
     """One entry of llama-server's `message_delimiters`."""
@@ -301,7 +317,7 @@ class LlamaServer:
         self.binary = os.fspath(binary)
         self.log = Path(log)
         self.keep_log = keep_log
-        self._log_file = self.log.open("w")
+        self._log_file = _fresh_log(self.log)
         # model None: no -m, llama-server is a router (--models-dir in `args`; server.cpp's is_router_server)
         model_args = ["-m", os.fspath(model)] if model is not None else []
         cmd = [self.binary, *model_args, "--host", "127.0.0.1", "--port", str(self.port), *args]
