@@ -28,6 +28,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import stat
 import tempfile
 import time
@@ -35,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from ._interrupt import hold_interrupts
+from ._interrupt import Terminated, hold_interrupts, unwind_on_sigterm
 from .errors import InputError
 
 __all__ = ["atomic_open", "check_writable", "write_bytes_atomic", "write_json", "write_output", "write_outputs",
@@ -173,7 +174,9 @@ def write_output(path: str | os.PathLike, data: str | bytes) -> None:
 def write_outputs(outputs: list[tuple[str | os.PathLike, str | bytes]]) -> None:
     """`write_output` of several (path, data), all or none: every regular file is written to its
     temporary file and synced first; then each is renamed over its target, with Ctrl-C and SIGTERM
-    held until the last rename, and a failed rename puts back the targets renamed before it. So a
+    held until the last rename, and a failed rename puts back the targets renamed before it; a
+    SIGTERM while they are written removes them before it ends the process (its default ended it
+    there, a temporary file left beside its target, half written). So a
     later one failing (a full disk, a busy file) leaves every target as it was. A FIFO or device is
     written into, which cannot be taken back: those come after the regular files are written and
     synced, before the renames (a device that refuses, `/dev/full`, leaves every target as it was;
@@ -188,6 +191,18 @@ def write_outputs(outputs: list[tuple[str | os.PathLike, str | bytes]]) -> None:
     []
     """
     encoded = [(path, data.encode("utf-8") if isinstance(data, str) else data) for path, data in outputs]
+    default = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    try:
+        with unwind_on_sigterm():
+            _write_all(encoded, outputs)
+    except Terminated:
+        if default:  # (SIGTERM's own end, as asked, once nothing of the write is left beside the targets)
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise
+
+
+def _write_all(encoded: list[tuple[str | os.PathLike, bytes]], outputs: list) -> None:
+    """`write_outputs`' work: SIGTERM unwinds through it (the caller's `unwind_on_sigterm`)."""
     path: str | os.PathLike = ""
     staged: list[_Staged] = []
     done = False
