@@ -263,6 +263,9 @@ def test_a_turns_report_written_to_a_file_names_the_template_that_failed(tmp_pat
     report.write_text("keep")
     code, out, err = run(capsys, "turns", RAISES, RAISES, "-o", str(report))
     assert code == 2 and report.read_text() == "keep"
+    for form in ("json", "markdown", "csv"):  # (each replaced the file with rows of errors alone)
+        code, out, err = run(capsys, "turns", "--format", form, RAISES, "-o", str(report))
+        assert code == 2 and report.read_text() == "keep" and one_line_error(err, "always-raises")
     code, out, _ = run(capsys, "turns", "--format", "json", RAISES)
     (row,) = json.loads(out)["reports"]
     assert code == 2 and row["error"] and row["stable"] is None  # not studied: no verdict (it said false)

@@ -174,7 +174,9 @@ def _cmd_turns(args) -> int:
     shown = reports if keep_failed else [r for r in reports if not r.error]
     if quiet_text(args):  # -q: only the templates whose prefix is not kept
         shown = [r for r in shown if r.stable is False or (r.stable is None and not r.one_request)]
-    if shown:
+    # (a file is written only where some template was studied, in every format: one that replaced
+    # it with rows of errors alone would be an input refused that clobbers a path)
+    if shown and not (args.output and len(failed) == len(reports)):
         emit(format_turns(shown, args.format), args.output)
     for r in failed:
         why = r.error
