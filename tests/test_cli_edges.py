@@ -204,6 +204,19 @@ def test_a_file_that_cannot_be_read_asked_for_by_name_is_the_error(capsys, folde
 
 # ---- templates that cannot render: one line on stderr, exit 2 -------------------------------------
 
+def test_a_template_that_breaks_on_the_users_conversation_says_what_to_do(capsys, tmp_path):
+    # (mask said only Python's words: "template 'chatml' failed (line 9): TypeError: can only
+    # concatenate str (not "list") to str", a system message's content given as text parts, as
+    # transformers gives them, to a template that adds it to a string)
+    chat = tmp_path / "c.json"
+    chat.write_text('[{"role": "system", "content": [{"type": "text", "text": "Be brief."}]}, {"role": "user", '
+                    '"content": "hi"}, {"role": "assistant", "content": "hello"}]')
+    code, out, err = run(capsys, "mask", CHATML, "--session", str(chat), "--tokenizer", "vocab:qwen35")
+    assert code == 2 and out == "" and one_line_error(
+        err, "tmplkit: error: the template fails on this conversation (give one it renders: each content as the "
+             "template reads it, a string or a list of text parts", "template 'chatml' failed (line", "TypeError"), err
+
+
 def test_show_a_template_that_cannot_render(capsys):
     code, out, err = run(capsys, "show", RAISES)
     assert code == 2 and out == ""

@@ -23,7 +23,7 @@ from .._interrupt import forget_unhandled_interrupt, install_early_handler, rais
 from .._version import __version__
 from ..errors import InputError, TmplkitError
 from ._once import StoreOnce, hold_notes
-from ._outputs import REFUSED, check_outputs, error_line, printable, refuse_found_configuration, refuse_loaded_outputs
+from ._outputs import BROKE, REFUSED, check_outputs, error_line, printable, refuse_found_configuration, refuse_loaded_outputs
 
 __all__ = ["build_parser", "main"]
 
@@ -361,12 +361,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _with_advice(exc: TmplkitError, args) -> str:
     """`exc`'s message, and what to do where it says only what the template said: a template's own
-    refusal (its raise_exception) of the user's conversation."""
-    from ..errors import RenderError
+    refusal (its raise_exception) of the user's conversation, or its failure on it (a TypeError
+    where it adds a string to content given as parts, a key its messages lack)."""
+    from ..errors import RenderError, RenderLimitError
 
-    if isinstance(exc, RenderError) and exc.template_raised and getattr(args, "session", None):
+    if isinstance(exc, RenderError) and not isinstance(exc, RenderLimitError) and getattr(args, "session", None):
         # (before the template's words, which end the line as they do in every other error)
-        return f"{REFUSED}: {exc}"
+        return f"{REFUSED if exc.template_raised else BROKE}: {exc}"
     return str(exc)
 
 

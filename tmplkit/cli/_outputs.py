@@ -15,7 +15,7 @@ from ..errors import escape_controls
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
-__all__ = ["check_outputs", "error_line", "output_paths", "printable", "refuse_found_configuration",
+__all__ = ["BROKE", "REFUSED", "check_outputs", "error_line", "output_paths", "printable", "refuse_found_configuration",
            "refuse_loaded_outputs", "refuse_reading_outputs"]
 
 # The options whose value is a file the command writes (argparse's dest names); `lock` where the
@@ -378,6 +378,9 @@ _LINE_HEAD, _LINE_TAIL = 1500, 500  # characters of an error line kept before an
 # What to do where an error says only what the template said: its own check (raise_exception)
 # refused the user's conversation.
 REFUSED = "the template's own check refuses this conversation (give one it takes)"
+# ... or where the template broke on it (content given as parts to one that adds it to a string).
+BROKE = ("the template fails on this conversation (give one it renders: each content as the template reads it, a string "
+         "or a list of text parts, and the keys its messages read)")
 
 
 def error_line(text: str) -> str:
