@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..environment import llama_log_echo
 from ..errors import ModelError, TmplkitError
+from ..sources.gguf_meta import GGUFError, read_metadata
 from .vocab_check import damaged_vocabulary
 
 __all__ = ["LlamaModel", "clear_log", "ensure_backend", "import_llama_cpp", "log_cause"]
@@ -85,14 +86,13 @@ def _require_sound_vocabulary(path: Path) -> None:
         raise ModelError(problem)
 
 
-def _tensor_count(path: Path) -> int | None:
-    """The tensor count a GGUF's header gives (after its magic and version), or None where it has none."""
+def _vocabulary_only(path: Path) -> bool:
+    """Whether `path` is a sound GGUF with a vocabulary and no tensor (a vocab-only file: a tokenizer's)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError:
-        return None
-    return int.from_bytes(head[8:16], "little") if len(head) == 16 and head[:4] == b"GGUF" else None
+        md = read_metadata(path, lambda key: key == "tokenizer.ggml.model")
+    except (GGUFError, OSError):
+        return False
+    return md.get("__n_tensors__") == 0 and "tokenizer.ggml.model" in md
 
 
 class LlamaModel:
@@ -112,7 +112,7 @@ class LlamaModel:
         mparams.vocab_only = vocab_only
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
-            if not vocab_only and _tensor_count(path) == 0:
+            if not vocab_only and _vocabulary_only(Path(path)):
                 raise ModelError(f"{path}: a vocabulary-only GGUF (no weights), which serves as a --tokenizer but runs "
                                  "nothing; give the model's full GGUF")
             raise ModelError(f"llama.cpp cannot load {path}: {log_cause('not a valid GGUF model')}; give a GGUF model "
