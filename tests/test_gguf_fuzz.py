@@ -145,6 +145,8 @@ def _warm(tmp_path_factory):
     load_gguf(p)
     with contextlib.suppress(TmplkitError):
         load_gguf(write(p.parent, b"GGUF\x03\x00\x00\x00", "bad.gguf"))
+    with contextlib.suppress(TmplkitError):  # (the refusal of a key given twice: its first call allocated 66 kB)
+        load_gguf(write(p.parent, gguf_bytes([("k", 4, 1), ("k", 4, 1)]), "twice.gguf"))
 
 
 # --- hand-made corruptions ------------------------------------------------------------------------
@@ -232,6 +234,14 @@ def test_utf8_error_names_the_key(tmp_path):
     err = check_load(path)
     assert isinstance(err, GGUFError)
     assert "'tokenizer.chat_template' is not valid UTF-8 at byte 4" in str(err)
+
+
+@pytest.mark.parametrize("key", [b"a\nb", b"\n\t", b"x\r\x1b[2J"])
+def test_a_key_given_twice_is_named_on_one_line(tmp_path, key):
+    # (a fuzzed file's key '\n\t' given twice made a message of two lines)
+    err = check_load(write(tmp_path, gguf_bytes([(key, 4, 1), (key, 4, 1)])))
+    assert isinstance(err, GGUFError) and "appears twice" in str(err)
+    assert not any(c in str(err) for c in "\n\r\x1b")  # (check_load holds it to one line; no escape acts)
 
 
 def test_not_a_regular_file(tmp_path):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
 
-from ..errors import GGUFError
+from ..errors import GGUFError, escape_controls
 
 __all__ = ["GGUF_MAGIC", "GGUFValueType", "Keys", "read_metadata"]
 
@@ -190,19 +190,22 @@ def _parse(buf, path: Path, want: Callable[[str], bool]) -> dict:
         if len(raw_key) > _MAX_KEY_LEN:
             raise cur.fail(f"key of {len(raw_key)} bytes")
         key = raw_key.decode("utf-8", errors="replace")
+        # (a damaged file's key may hold a line break or an escape: the message is one line, as said)
+        named = escape_controls(key.replace("\r", "\\r").replace("\n", "\\n"))
         if raw_key in seen:  # (llama.cpp and gguf-py refuse the file; the last value would be read here)
-            raise GGUFError(f"{path}: the metadata key '{key}' appears twice, which llama.cpp refuses; the file is "
+            raise GGUFError(f"{path}: the metadata key '{named}' appears twice, which llama.cpp refuses; the file is "
                             "corrupted: re-convert or re-download it")
         seen.add(raw_key)
-        vtype = cur.unpack(cur.u32, f"type of '{key}'")
+        vtype = cur.unpack(cur.u32, f"type of '{named}'")
         keep = want(key)
-        out_value = _read_value(cur, vtype, key, keep, wide)
+        out_value = _read_value(cur, vtype, named, keep, wide)
         if keep:
             out[key] = out_value
     return out
 
 
 def _read_value(cur: _Cursor, vtype: int, key: str, keep: bool, wide: bool):
+    """The value of type `vtype` at the cursor (None where not `keep`); `key` as messages name it."""
     if vtype in cur.structs:
         return cur.unpack(cur.structs[vtype], f"value of '{key}'")
     if vtype == GGUFValueType.STRING:
