@@ -517,6 +517,20 @@ def _cli(args, cwd, **kwargs):
                           capture_output=kwargs.pop("capture_output", True), timeout=120, **kwargs)
 
 
+def test_sigterm_in_an_audit_is_one_line_and_130_and_leaves_nothing(tmp_path):
+    # (SIGTERM ended it at once, silently, 143, multiprocessing's forkserver folder left in $TMPDIR)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "tmplkit", "--no-config", "audit", str(ROOT / "fixtures" / "hostile"),
+                             "-o", str(tmp_path / "out.json")], cwd=tmp_path, env={**ENV, "TMPDIR": str(temp)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # (its workers started, templates rendering: the folder's slowest take seconds)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (130, "tmplkit: interrupted\n")
+    assert list(temp.iterdir()) == [] and not (tmp_path / "out.json").exists()
+
+
 def test_a_closed_stdin_or_stderr_is_one_line_or_silence_with_the_right_exit_code(tmp_path):
     closed = _cli(["audit", "-"], tmp_path, stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(0))
     assert closed.returncode == 2 and "standard input is closed" in closed.stderr and "Traceback" not in closed.stderr

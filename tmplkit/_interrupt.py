@@ -12,9 +12,9 @@ module imports nothing that start-up has not loaded already: `_signal` (built in
 `site`), `sys`, and `os` (which `site` imports).
 
 SIGTERM (`timeout`, a service manager, `kill`) ends Python at once, skipping every `finally` and
-`with`: a command that has temporary folders or child processes while it works runs that work inside
-`unwind_on_sigterm()`, where SIGTERM raises `Terminated` instead (a KeyboardInterrupt), so that they
-are removed and stopped on the way out; then, as for Ctrl-C, one line and exit 130.
+`with`: every command runs its work inside `unwind_on_sigterm()` (`cli.main`), where SIGTERM raises
+`Terminated` instead (a KeyboardInterrupt), so that its temporary folders and child processes are
+removed and stopped on the way out; then, as for Ctrl-C, one line and exit 130.
 """
 
 from __future__ import annotations

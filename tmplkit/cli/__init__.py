@@ -19,7 +19,7 @@ import os
 import sys
 from functools import partial
 
-from .._interrupt import forget_unhandled_interrupt, install_early_handler, raise_lost_interrupts, restore_default
+from .._interrupt import forget_unhandled_interrupt, install_early_handler, raise_lost_interrupts, restore_default, unwind_on_sigterm
 from .._version import __version__
 from ..errors import InputError, TmplkitError
 from ._once import StoreOnce, hold_notes
@@ -395,7 +395,10 @@ def _main(argv: list[str] | None) -> int:
 
         # Limit messages name the flags a command-line user can change; an output that is a file a
         # source read, which only loading shows, is refused then (cli._outputs).
-        with hints_for("cli"), watching_loads(partial(refuse_loaded_outputs, args)):
+        # SIGTERM (`timeout`, CI cancelling a job) unwinds as a Ctrl-C does, in every command: its
+        # default ended the process at once, silently (143), the workers' forkserver folder left in
+        # $TMPDIR and a command's temporary files with it.
+        with hints_for("cli"), watching_loads(partial(refuse_loaded_outputs, args)), unwind_on_sigterm():
             code = int(args.func(args) or 0)
         for note in hold_notes(False):  # (the work was done, whatever it found: `turns` exits 2 where a template refuses)
             _say(note)
