@@ -23,6 +23,16 @@ def escape_controls(text: str) -> str:
     return _CONTROLS.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
 
 
+def one_line(text: str) -> str:
+    r"""`text` on one line of a terminal: its line breaks written as `\n` and `\r`, its other
+    control characters as their escapes (`escape_controls`).
+
+    >>> one_line("a\nb\x1b[2J")
+    'a\\nb\\x1b[2J'
+    """
+    return escape_controls(text.replace("\r", "\\r").replace("\n", "\\n"))
+
+
 class TmplkitError(Exception):
     """Base of every error tmplkit raises on bad input. The CLI prints it on one line."""
 

@@ -14,7 +14,7 @@ from xml.sax.saxutils import escape as _sax_escape
 from .._version import __version__
 from ..analysis import Analysis
 from ..delimiters import split_text
-from ..errors import escape_controls
+from ..errors import escape_controls, one_line
 from ._choices import AUDIT_FORMAT_NAMES
 from ._gate import AuditReport, first_reason, is_failure, verdict_of
 from ._prefix import NOT_APPLICABLE
@@ -144,7 +144,7 @@ def _md(text: str | None) -> str:
 
 def _name_cell(name: str) -> str:
     """A template's name in a markdown table: a `|` or a line break in it would end the row."""
-    return escape_controls(name.replace("|", "\\|").replace("\r", "\\r").replace("\n", "\\n"))
+    return one_line(name.replace("|", "\\|"))
 
 
 def format_markdown(report: AuditReport) -> str:

@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import escape_controls
+from ..errors import one_line
 
 # The library's layers are imported inside the functions that use them: a command loads only what it runs.
 
@@ -391,7 +391,7 @@ def error_line(text: str) -> str:
     >>> error_line("a\nb"), error_line("\x1b[2J"), len(error_line("x" * 10**6)) < 2100
     ('a\\nb', '\\x1b[2J', True)
     """
-    text = escape_controls(text.replace("\r", "\\r").replace("\n", "\\n"))  # (an escape sequence a template wrote is shown, not run)
+    text = one_line(text)  # (an escape sequence a template wrote is shown, not run)
     if len(text) <= _LINE_HEAD + _LINE_TAIL + 64:
         return text
     cut = len(text) - _LINE_HEAD - _LINE_TAIL

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
 
-from ..errors import GGUFError, escape_controls
+from ..errors import GGUFError, one_line
 
 __all__ = ["GGUF_MAGIC", "GGUFValueType", "Keys", "read_metadata"]
 
@@ -191,7 +191,7 @@ def _parse(buf, path: Path, want: Callable[[str], bool]) -> dict:
             raise cur.fail(f"key of {len(raw_key)} bytes")
         key = raw_key.decode("utf-8", errors="replace")
         # (a damaged file's key may hold a line break or an escape: the message is one line, as said)
-        named = escape_controls(key.replace("\r", "\\r").replace("\n", "\\n"))
+        named = one_line(key)
         if raw_key in seen:  # (llama.cpp and gguf-py refuse the file; the last value would be read here)
             raise GGUFError(f"{path}: the metadata key '{named}' appears twice, which llama.cpp refuses; the file is "
                             "corrupted: re-convert or re-download it")
