@@ -569,13 +569,12 @@ def check_server_model(model: str | os.PathLike) -> Path:
     """`model` as a llama-server model: a GGUF file (magic, version and header read: GGUFError
     otherwise) that holds weights (InputError for a vocabulary-only GGUF, which llama-server cannot
     load; the first file of a split model may hold none)."""
-    from ..sources.gguf_meta import read_metadata
+    from ..sources.gguf_meta import holds_no_weights
 
     path = Path(model)
     if not path.is_file():
         raise InputError(f"model file not found: {path}; give a GGUF model file")
-    meta = read_metadata(path, lambda key: key == "split.count")
-    if meta["__n_tensors__"] == 0 and not (isinstance(meta.get("split.count"), int) and meta["split.count"] > 1):
+    if holds_no_weights(path):
         raise InputError(f"{path}: a GGUF with no weights (a vocabulary only): llama-server cannot load it; give a "
                          "model with weights (a GGUF, or a tiny:VOCAB model)")
     return path

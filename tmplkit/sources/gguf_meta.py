@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import GGUFError, one_line
 
-__all__ = ["GGUF_MAGIC", "GGUFValueType", "Keys", "read_metadata"]
+__all__ = ["GGUF_MAGIC", "GGUFValueType", "Keys", "holds_no_weights", "read_metadata"]
 
 GGUF_MAGIC = 0x46554747  # b"GGUF" read as little-endian uint32
 
@@ -125,6 +125,14 @@ class _Cursor:
     def skip_string(self, width64: bool) -> None:
         n = self.count("string length", 1, width64)
         self.pos += n
+
+
+def holds_no_weights(path: str | Path) -> bool:
+    """Whether the GGUF at `path` holds no tensor and is no first file of a split model (which may
+    hold none): a vocabulary only, which serves a tokenizer and runs nothing. GGUFError where the
+    file is no sound GGUF."""
+    meta = read_metadata(path, lambda key: key == "split.count")
+    return meta["__n_tensors__"] == 0 and not (isinstance(meta.get("split.count"), int) and meta["split.count"] > 1)
 
 
 def read_metadata(

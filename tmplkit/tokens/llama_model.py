@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..environment import llama_log_echo
 from ..errors import ModelError, TmplkitError
-from ..sources.gguf_meta import GGUFError, read_metadata
+from ..sources.gguf_meta import GGUFError, holds_no_weights
 from .vocab_check import damaged_vocabulary
 
 __all__ = ["LlamaModel", "clear_log", "ensure_backend", "import_llama_cpp", "log_cause"]
@@ -86,13 +86,12 @@ def _require_sound_vocabulary(path: Path) -> None:
         raise ModelError(problem)
 
 
-def _vocabulary_only(path: Path) -> bool:
-    """Whether `path` is a sound GGUF with a vocabulary and no tensor (a vocab-only file: a tokenizer's)."""
+def _holds_no_weights(path) -> bool:
+    """`holds_no_weights`, False where the file is no sound GGUF (llama.cpp's own words say why)."""
     try:
-        md = read_metadata(path, lambda key: key == "tokenizer.ggml.model")
+        return holds_no_weights(path)
     except (GGUFError, OSError):
         return False
-    return md.get("__n_tensors__") == 0 and "tokenizer.ggml.model" in md
 
 
 class LlamaModel:
@@ -112,7 +111,7 @@ class LlamaModel:
         mparams.vocab_only = vocab_only
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
-            if not vocab_only and _vocabulary_only(Path(path)):
+            if not vocab_only and _holds_no_weights(path):
                 raise ModelError(f"{path}: a vocabulary-only GGUF (no weights), which serves as a --tokenizer but runs "
                                  "nothing; give the model's full GGUF")
             raise ModelError(f"llama.cpp cannot load {path}: {log_cause('not a valid GGUF model')}; give a GGUF model "
