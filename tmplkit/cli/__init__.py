@@ -365,7 +365,9 @@ def _with_advice(exc: TmplkitError, args) -> str:
     where it adds a string to content given as parts, a key its messages lack)."""
     from ..errors import RenderError, RenderLimitError
 
-    if isinstance(exc, RenderError) and not isinstance(exc, RenderLimitError) and getattr(args, "session", None):
+    # (not a limit, and not an engine's refusal: those say what to do themselves)
+    if isinstance(exc, RenderError) and not isinstance(exc, RenderLimitError) and not exc.engine_refusal \
+            and getattr(args, "session", None):
         # (before the template's words, which end the line as they do in every other error)
         return f"{REFUSED if exc.template_raised else BROKE}: {exc}"
     return str(exc)

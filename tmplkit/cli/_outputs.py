@@ -288,10 +288,9 @@ def _input_values(args) -> list[tuple[str, str]]:
 def _stdin_key():
     """`_file_key` of the regular file standard input is redirected from (`- < FILE`), else None."""
     try:
-        st = os.fstat(0)
+        return _inode(os.fstat(0))
     except (OSError, ValueError):
         return None
-    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
 def _file_key(path: str):
@@ -302,9 +301,12 @@ def _file_key(path: str):
         st = os.stat(path)
     except OSError:
         return os.path.realpath(path)
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    return (st.st_dev, st.st_ino)
+    return _inode(st)
+
+
+def _inode(st: os.stat_result):
+    """(device, inode) of a regular file's `st`; None for anything else (a device, a FIFO)."""
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
 def _reads(value: str, out: str, key, *, tokenizer: bool = False) -> bool:
