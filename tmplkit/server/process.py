@@ -29,6 +29,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -76,8 +77,6 @@ def _fresh_log(path: Path):
     """`path` opened for the server's log. A link there, symbolic or hard (another name of some
     file: `llama-server-q.log` -> the template `q.jinja` itself), is replaced by a file of its own,
     not written through: the log replaced the template it was a link to."""
-    import stat
-
     try:
         st = os.lstat(path)
     except FileNotFoundError:
